@@ -1,0 +1,59 @@
+// One error type for the whole codebase. A kind decides the HTTP and gRPC status
+// (mapped in coordinator/http/errors.ts and agent/rpc/errors.ts); a code from
+// CATALOG is the stable public identifier clients may match on.
+
+export type ErrorKind =
+  | "NotFound"
+  | "Conflict"
+  | "InvalidArgument"
+  | "Unavailable"
+  | "ResourceExhausted"
+  | "Unauthenticated"
+  | "PermissionDenied"
+  | "FailedPrecondition"
+  | "Unimplemented"
+  | "Internal";
+
+export const CATALOG = {
+  unauthenticated: { kind: "Unauthenticated", summary: "missing, malformed or unknown token" },
+  permission_denied: { kind: "PermissionDenied", summary: "the token may not do this" },
+  not_found: { kind: "NotFound", summary: "no such object in this workspace" },
+  route_not_found: { kind: "NotFound", summary: "no such route" },
+  invalid_request: { kind: "InvalidArgument", summary: "the request is malformed" },
+  invalid_json: { kind: "InvalidArgument", summary: "the body is not valid JSON" },
+  conflict: { kind: "Conflict", summary: "the object already exists or changed" },
+  join_token_invalid: { kind: "Unauthenticated", summary: "the join token is wrong" },
+  unavailable: { kind: "Unavailable", summary: "a dependency is not reachable" },
+  resource_exhausted: { kind: "ResourceExhausted", summary: "a limit was reached" },
+  failed_precondition: { kind: "FailedPrecondition", summary: "the object is not in a state that allows this" },
+  not_implemented: { kind: "Unimplemented", summary: "this route is not implemented yet" },
+  internal: { kind: "Internal", summary: "an unexpected error; see the server log" },
+} as const satisfies Record<string, { kind: ErrorKind; summary: string }>;
+
+export type ErrorCode = keyof typeof CATALOG;
+
+export class BerthError extends Error {
+  readonly code: ErrorCode;
+  readonly kind: ErrorKind;
+  readonly details?: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>) {
+    super(message);
+    this.name = "BerthError";
+    this.code = code;
+    this.kind = CATALOG[code].kind;
+    if (details) this.details = details;
+  }
+}
+
+export const isBerthError = (e: unknown): e is BerthError => e instanceof BerthError;
+
+export const notFound = (what: string) => new BerthError("not_found", `${what} not found`);
+export const invalid = (message: string, details?: Record<string, unknown>) =>
+  new BerthError("invalid_request", message, details);
+
+/** Short human text for any thrown value, for logs and one-line exits. */
+export function describeError(e: unknown): string {
+  if (e instanceof Error) return e.message;
+  return String(e);
+}

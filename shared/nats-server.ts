@@ -1,0 +1,108 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { connect as netConnect } from "node:net";
+import { join } from "node:path";
+import { sleep } from "./net.ts";
+
+export interface NatsUser {
+  user: string;
+  password: string;
+  /** Subjects the user may publish/subscribe to; omitted means everything. */
+  publish?: string[];
+  subscribe?: string[];
+}
+
+export interface NatsServerOptions {
+  dir: string;
+  host?: string;
+  port: number;
+  users: NatsUser[];
+  /** Cap on JetStream file storage, e.g. "10G". */
+  maxFileStore?: string;
+  binary?: string;
+}
+
+// nats-server config is its own syntax; JSON strings are valid there.
+const q = (s: string) => JSON.stringify(s);
+
+export function natsConfig(o: NatsServerOptions): string {
+  const users = o.users.map((u) => {
+    const perms: string[] = [];
+    if (u.publish) perms.push(`publish: { allow: [${u.publish.map(q).join(", ")}] }`);
+    if (u.subscribe) perms.push(`subscribe: { allow: [${u.subscribe.map(q).join(", ")}] }`);
+    const p = perms.length ? `, permissions: { ${perms.join(", ")} }` : "";
+    return `    { user: ${q(u.user)}, password: ${q(u.password)}${p} }`;
+  });
+  return [
+    `host: ${q(o.host ?? "127.0.0.1")}`,
+    `port: ${o.port}`,
+    `server_name: "berth"`,
+    `jetstream { store_dir: ${q(join(o.dir, "jetstream"))}${o.maxFileStore ? `, max_file_store: ${q(o.maxFileStore)}` : ""} }`,
+    "authorization {",
+    "  users: [",
+    users.join(",\n"),
+    "  ]",
+    "}",
+    "",
+  ].join("\n");
+}
+
+export interface RunningNats {
+  url: string;
+  process: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/** Starts nats-server as a child process and resolves once it accepts connections. */
+export async function startNatsServer(o: NatsServerOptions): Promise<RunningNats> {
+  mkdirSync(o.dir, { recursive: true });
+  const conf = join(o.dir, "nats.conf");
+  writeFileSync(conf, natsConfig(o), { mode: 0o600 });
+  const host = o.host ?? "127.0.0.1";
+  const child = spawn(o.binary ?? "nats-server", ["-c", conf], { stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  child.stderr?.on("data", (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-4000);
+  });
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  let spawnError: Error | undefined;
+  child.once("error", (e) => {
+    spawnError = e;
+  });
+
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (spawnError) throw new Error(`cannot start nats-server: ${spawnError.message}`);
+    if (child.exitCode !== null) {
+      throw new Error(`nats-server exited with code ${child.exitCode}: ${stderr.trim()}`);
+    }
+    if (await canConnect(host, o.port)) break;
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`nats-server did not listen on ${host}:${o.port} within 15 s: ${stderr.trim()}`);
+    }
+    await sleep(50);
+  }
+  return {
+    url: `nats://${host}:${o.port}`,
+    process: child,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 5000);
+      await exited;
+      clearTimeout(t);
+    },
+  };
+}
+
+function canConnect(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = netConnect({ host, port });
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+  });
+}
