@@ -1,0 +1,74 @@
+import { mkdirSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import SQLite from "better-sqlite3";
+import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
+import pg from "pg";
+import { BerthError, describeError } from "../../shared/errors.ts";
+import { migrationProvider } from "./migrations/index.ts";
+import type { Database } from "./schema.ts";
+
+export type Engine = "sqlite" | "postgres";
+
+export interface OpenedDatabase {
+  db: Kysely<Database>;
+  engine: Engine;
+  /** The store URL with any password removed, safe to print. */
+  display: string;
+}
+
+/**
+ * Opens the store named by `url`: `postgres://...` (or `postgresql://`) for
+ * PostgreSQL, `sqlite:PATH` or a plain path for SQLite. Checks the connection.
+ */
+export async function openDatabase(url: string): Promise<OpenedDatabase> {
+  if (/^postgres(ql)?:\/\//.test(url)) {
+    const display = redactUrl(url);
+    const pool = new pg.Pool({ connectionString: url, max: 10, connectionTimeoutMillis: 5000 });
+    // An idle client's error (server restart) must not crash the process.
+    pool.on("error", () => {});
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+    try {
+      const c = await pool.connect();
+      c.release();
+    } catch (e) {
+      await db.destroy().catch(() => {});
+      throw new BerthError("unavailable", `cannot reach PostgreSQL store ${display}: ${describeError(e)}`);
+    }
+    return { db, engine: "postgres", display };
+  }
+  const path = resolve(url.startsWith("sqlite:") ? url.slice("sqlite:".length) : url);
+  let sqlite: SQLite.Database;
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    sqlite = new SQLite(path);
+    sqlite.pragma("journal_mode = WAL");
+    sqlite.pragma("busy_timeout = 5000");
+    sqlite.pragma("foreign_keys = ON");
+  } catch (e) {
+    throw new BerthError("unavailable", `cannot open SQLite store ${path}: ${describeError(e)}`);
+  }
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  return { db, engine: "sqlite", display: `sqlite:${path}` };
+}
+
+/** Applies every pending migration; throws with the failing migration's name. */
+export async function migrateToLatest(db: Kysely<Database>): Promise<string[]> {
+  const migrator = new Migrator({ db, provider: migrationProvider });
+  const { error, results } = await migrator.migrateToLatest();
+  const failed = results?.find((r) => r.status === "Error");
+  if (error || failed) {
+    const which = failed ? ` in ${failed.migrationName}` : "";
+    throw new BerthError("internal", `store migration failed${which}: ${describeError(error)}`);
+  }
+  return (results ?? []).filter((r) => r.status === "Success").map((r) => r.migrationName);
+}
+
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return url.replace(/:[^:@/]*@/, ":***@");
+  }
+}

@@ -1,0 +1,42 @@
+import type { Kysely } from "kysely";
+import { AgentRepo, ClusterKv, JoinTokenRepo } from "./cluster.ts";
+import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
+import type { Database } from "./schema.ts";
+import { TokenRepo, WorkspaceRepo } from "./workspaces.ts";
+
+/** The coordinator's record of truth, over SQLite or PostgreSQL. */
+export class Store {
+  readonly workspaces: WorkspaceRepo;
+  readonly tokens: TokenRepo;
+  readonly joinTokens: JoinTokenRepo;
+  readonly agents: AgentRepo;
+  readonly kv: ClusterKv;
+
+  constructor(
+    readonly db: Kysely<Database>,
+    readonly engine: Engine,
+    readonly display: string,
+  ) {
+    this.workspaces = new WorkspaceRepo(db);
+    this.tokens = new TokenRepo(db);
+    this.joinTokens = new JoinTokenRepo(db);
+    this.agents = new AgentRepo(db);
+    this.kv = new ClusterKv(db);
+  }
+
+  /** Opens the store at `url` and brings its schema up to date. */
+  static async open(url: string): Promise<Store> {
+    const { db, engine, display } = await openDatabase(url);
+    try {
+      await migrateToLatest(db);
+    } catch (e) {
+      await db.destroy().catch(() => {});
+      throw e;
+    }
+    return new Store(db, engine, display);
+  }
+
+  close(): Promise<void> {
+    return this.db.destroy();
+  }
+}

@@ -1,0 +1,131 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { Store } from "../../coordinator/store/store.ts";
+import { tempDir } from "../helpers/env.ts";
+import { startTestPostgres } from "../helpers/postgres.ts";
+
+// One suite, run against both engines.
+const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
+  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
+  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
+];
+
+for (const engine of engines) {
+  describe(`store on ${engine.name}`, () => {
+    let store: Store;
+    let url: string;
+    // Cleanups registered while setting up run when this engine's suite ends.
+    const cleanups: (() => unknown)[] = [];
+    const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
+
+    before(async () => {
+      url = await engine.url(suite);
+      store = await Store.open(url);
+    });
+    after(async () => {
+      await store?.close();
+      for (const fn of cleanups.reverse()) await fn();
+    });
+
+    test("migrations are idempotent: reopening applies nothing new and keeps data", async () => {
+      const ws = await store.workspaces.create("keep-me");
+      const again = await Store.open(url);
+      try {
+        assert.equal((await again.workspaces.get(ws.id))?.name, "keep-me");
+      } finally {
+        await again.close();
+      }
+    });
+
+    test("workspaces: create, get by id and external id, list, duplicate and bad names", async () => {
+      const ws = await store.workspaces.create("alpha");
+      assert.match(ws.id, /^ws-/);
+      assert.equal(ws.externalId, ws.id);
+      assert.deepEqual(await store.workspaces.get(ws.id), ws);
+      assert.deepEqual(await store.workspaces.byExternalId(ws.externalId), ws);
+      assert.ok((await store.workspaces.list()).some((w) => w.id === ws.id));
+      await assert.rejects(store.workspaces.create("alpha"), { code: "conflict" });
+      await assert.rejects(store.workspaces.create("bad name!"), { code: "invalid_request" });
+      assert.equal(await store.workspaces.get("ws-nope"), undefined);
+    });
+
+    test("tokens: shown once, stored only as a hash, authenticate, list, revoke, scoped", async () => {
+      const a = await store.workspaces.create("tok-a");
+      const b = await store.workspaces.create("tok-b");
+      const { record, secret } = await store.tokens.create(a.id, { name: "ci", admin: false });
+      assert.match(secret, /^bt_[A-Za-z0-9_-]{43}$/);
+      const rows = await store.db.selectFrom("tokens").selectAll().where("id", "=", record.id).execute();
+      assert.equal(rows.length, 1);
+      assert.ok(!JSON.stringify(rows).includes(secret.slice(3)), "secret must not be stored");
+      const who = await store.tokens.authenticate(secret);
+      assert.equal(who?.workspace.id, a.id);
+      assert.equal(who?.token.admin, false);
+      assert.equal(await store.tokens.authenticate(`${secret}x`), undefined);
+      assert.deepEqual(
+        (await store.tokens.list(a.id)).map((t) => t.id),
+        [record.id],
+      );
+      await assert.rejects(store.tokens.revoke(b.id, record.id), { code: "not_found" });
+      const revoked = await store.tokens.revoke(a.id, record.id);
+      assert.ok(revoked.revokedAt);
+      assert.equal(await store.tokens.authenticate(secret), undefined);
+    });
+
+    test("join tokens: verify, revoke", async () => {
+      const { record, secret } = await store.joinTokens.create("rack 3");
+      assert.match(secret, /^bj_/);
+      assert.equal(await store.joinTokens.verify(secret), true);
+      assert.equal(await store.joinTokens.verify("bj_wrong"), false);
+      await store.joinTokens.revoke(record.id);
+      assert.equal(await store.joinTokens.verify(secret), false);
+      await assert.rejects(store.joinTokens.revoke(record.id), { code: "not_found" });
+    });
+
+    test("agents: join, rejoin keeps the id and join time, heartbeat state and capacity", async () => {
+      const first = await store.agents.upsertJoin({
+        id: "agent-x1",
+        hostname: "gpu-01",
+        version: "0.1.0",
+        grpcAddress: "10.0.0.5:8421",
+      });
+      const again = await store.agents.upsertJoin({
+        id: "agent-x1",
+        hostname: "gpu-01b",
+        version: "0.1.1",
+        grpcAddress: "10.0.0.6:8421",
+      });
+      assert.equal(again.joinedAt, first.joinedAt);
+      const capacity = {
+        cpuCores: 2,
+        memoryBytes: 1024,
+        disk: { path: "/", totalBytes: 10, freeBytes: 5 },
+        gpus: { available: false, reason: "none", toolkit: false, devices: [] },
+      };
+      const seen = new Date().toISOString();
+      await store.agents.recordSeen("agent-x1", { state: "ready", lastSeenAt: seen, capacity });
+      const got = await store.agents.get("agent-x1");
+      assert.equal(got?.state, "ready");
+      assert.equal(got?.hostname, "gpu-01b");
+      assert.deepEqual(got?.capacity, capacity);
+      await store.agents.setState("agent-x1", "lost");
+      assert.equal((await store.agents.get("agent-x1"))?.state, "lost");
+    });
+
+    test("cluster kv: put, overwrite, putIfAbsent keeps the first value", async () => {
+      await store.kv.put("k", "v1");
+      await store.kv.put("k", "v2");
+      assert.equal(await store.kv.get("k"), "v2");
+      assert.equal(await store.kv.putIfAbsent("k2", "first"), "first");
+      assert.equal(await store.kv.putIfAbsent("k2", "second"), "first");
+      assert.equal(await store.kv.get("absent"), undefined);
+    });
+  });
+}
+
+test("an unreachable PostgreSQL store fails with one line naming it", async () => {
+  await assert.rejects(Store.open("postgres://berth:secret@127.0.0.1:1/none"), (e: Error) => {
+    assert.match(e.message, /cannot reach PostgreSQL store postgres:\/\/berth:\*\*\*@127\.0\.0\.1:1\/none/);
+    assert.ok(!e.message.includes("secret"));
+    return true;
+  });
+});
