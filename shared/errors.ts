@@ -24,6 +24,7 @@ export const CATALOG = {
   conflict: { kind: "Conflict", summary: "the object already exists or changed" },
   join_token_invalid: { kind: "Unauthenticated", summary: "the join token is wrong" },
   unavailable: { kind: "Unavailable", summary: "a dependency is not reachable" },
+  registry_auth_failed: { kind: "PermissionDenied", summary: "the image registry refused or needs credentials" },
   resource_exhausted: { kind: "ResourceExhausted", summary: "a limit was reached" },
   failed_precondition: { kind: "FailedPrecondition", summary: "the object is not in a state that allows this" },
   not_implemented: { kind: "Unimplemented", summary: "this route is not implemented yet" },

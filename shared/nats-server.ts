@@ -106,3 +106,18 @@ function canConnect(host: string, port: number): Promise<boolean> {
     s.once("error", () => resolve(false));
   });
 }
+
+/** Drains a NATS connection, but never waits on a server that is gone. */
+export async function closeNats(
+  nc: { drain(): Promise<void>; close(): Promise<void>; isClosed(): boolean },
+  timeoutMs = 3000,
+): Promise<void> {
+  if (nc.isClosed()) return;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<"timeout">((r) => {
+    timer = setTimeout(() => r("timeout"), timeoutMs);
+  });
+  const r = await Promise.race([nc.drain().then(() => "drained" as const, () => "failed" as const), timedOut]);
+  clearTimeout(timer);
+  if (r !== "drained" && !nc.isClosed()) await nc.close().catch(() => {});
+}

@@ -1,0 +1,104 @@
+import type { NatsConnection, Subscription } from "nats";
+import type { Logger } from "pino";
+import type { Heartbeat } from "../../shared/fleet.ts";
+import { subjects } from "../../shared/subjects.ts";
+import type { AgentRepo } from "../store/cluster.ts";
+import type { FleetView, StateChange } from "./fleet-view.ts";
+
+export interface FleetWatcherOptions {
+  /** How often lost agents are looked for. @default 1000 */
+  sweepIntervalMs?: number;
+  /** How often an agent's last-seen time is written to the store. @default 30000 */
+  persistEveryMs?: number;
+}
+
+/**
+ * Feeds a FleetView from NATS heartbeats and writes agent state changes to the
+ * store, so any coordinator (and `berth agent list`) sees the same fleet.
+ */
+export class FleetWatcher {
+  private subs: Subscription[] = [];
+  private timer?: NodeJS.Timeout;
+  private readonly persisted = new Map<string, number>();
+  private readonly sweepIntervalMs: number;
+  private readonly persistEveryMs: number;
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly view: FleetView,
+    private readonly agents: AgentRepo,
+    private readonly log: Logger,
+    opts: FleetWatcherOptions = {},
+  ) {
+    this.sweepIntervalMs = opts.sweepIntervalMs ?? 1000;
+    this.persistEveryMs = opts.persistEveryMs ?? 30_000;
+  }
+
+  start(): void {
+    const hb = this.nc.subscribe(subjects.allHeartbeats);
+    const bye = this.nc.subscribe(subjects.allGoodbyes);
+    this.subs = [hb, bye];
+    void this.consume(hb, (data) => this.onHeartbeat(data));
+    void this.consume(bye, (data) => this.onGoodbye(data));
+    this.timer = setInterval(() => void this.sweep(), this.sweepIntervalMs);
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    for (const s of this.subs) s.unsubscribe();
+    this.subs = [];
+  }
+
+  private async consume(sub: Subscription, handle: (data: Uint8Array) => Promise<void>): Promise<void> {
+    for await (const m of sub) {
+      try {
+        await handle(m.data);
+      } catch (err) {
+        this.log.warn({ err, subject: m.subject }, "ignoring a bad fleet message");
+      }
+    }
+  }
+
+  private async onHeartbeat(data: Uint8Array): Promise<void> {
+    const hb = JSON.parse(new TextDecoder().decode(data)) as Heartbeat;
+    if (typeof hb?.agentId !== "string" || !hb.capacity) throw new Error("heartbeat without agentId or capacity");
+    const now = Date.now();
+    const change = this.view.observe(hb, now);
+    const last = this.persisted.get(hb.agentId) ?? 0;
+    if (change || now - last > this.persistEveryMs) {
+      this.persisted.set(hb.agentId, now);
+      await this.agents.recordSeen(hb.agentId, {
+        state: "ready",
+        lastSeenAt: new Date(now).toISOString(),
+        capacity: hb.capacity,
+        grpcAddress: hb.grpcAddress,
+        hostname: hb.hostname,
+      });
+    }
+    if (change) this.logChange(change);
+  }
+
+  private async onGoodbye(data: Uint8Array): Promise<void> {
+    const { agentId } = JSON.parse(new TextDecoder().decode(data)) as { agentId: string };
+    const change = this.view.leave(agentId);
+    if (change) {
+      await this.agents.setState(agentId, "left");
+      this.logChange(change);
+    }
+  }
+
+  private async sweep(): Promise<void> {
+    for (const change of this.view.sweep(Date.now())) {
+      this.logChange(change);
+      try {
+        await this.agents.setState(change.agentId, change.to);
+      } catch (err) {
+        this.log.warn({ err, agentId: change.agentId }, "cannot record agent state");
+      }
+    }
+  }
+
+  private logChange(c: StateChange): void {
+    this.log.info({ agentId: c.agentId, from: c.from, to: c.to }, `agent ${c.agentId} is ${c.to}`);
+  }
+}

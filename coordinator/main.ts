@@ -1,0 +1,96 @@
+import { connect, type NatsConnection } from "nats";
+import pino, { type Logger } from "pino";
+import { describeError } from "../shared/errors.ts";
+import { closeNats } from "../shared/nats-server.ts";
+import { BERTH_VERSION } from "../shared/version.ts";
+import { bootstrapEmptyStore } from "./bootstrap.ts";
+import { FleetView } from "./fleet/fleet-view.ts";
+import { FleetWatcher } from "./fleet/fleet-watcher.ts";
+import { JoinService } from "./fleet/join.ts";
+import { buildHttpApp } from "./http/app.ts";
+import type { ResolvedCoordinatorOptions } from "./options.ts";
+import { ClusterPki } from "./pki/cluster-pki.ts";
+import { Store } from "./store/store.ts";
+
+export interface RunningCoordinator {
+  url: string;
+  port: number;
+  store: Store;
+  fleet: FleetView;
+  stop(): Promise<void>;
+}
+
+/** A start-up failure the operator can act on, printed as one line. */
+export class StartupError extends Error {}
+
+/** The coordinator's composition root: wires store, NATS, PKI, fleet and HTTP. */
+export async function startCoordinator(
+  o: ResolvedCoordinatorOptions,
+  log: Logger = pino({ level: o.logLevel }),
+): Promise<RunningCoordinator> {
+  let store: Store;
+  try {
+    store = await Store.open(o.store);
+  } catch (e) {
+    throw new StartupError(`cannot open the store: ${describeError(e)}`);
+  }
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      servers: o.nats.url,
+      ...(o.nats.user ? { user: o.nats.user, pass: o.nats.password ?? "" } : {}),
+      name: "berth-coordinator",
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 1000,
+      timeout: 5000,
+    });
+  } catch (e) {
+    await store.close();
+    throw new StartupError(`cannot connect to NATS at ${o.nats.url}: ${describeError(e)}`);
+  }
+  void (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === "disconnect" || s.type === "reconnect") log.warn({ nats: s.type }, `NATS ${s.type}`);
+    }
+  })();
+
+  const pki = await ClusterPki.load(store.kv);
+  await bootstrapEmptyStore(store, o.bootstrap, log);
+
+  const fleet = new FleetView();
+  const watcher = new FleetWatcher(nc, fleet, store.agents, log.child({ area: "fleet" }));
+  watcher.start();
+
+  const join = new JoinService({
+    joinTokens: store.joinTokens,
+    agents: store.agents,
+    pki,
+    agentNats: o.agentNats,
+    heartbeatIntervalMs: o.heartbeatIntervalMs,
+  });
+  const app = await buildHttpApp({ store, fleet, join, logger: log.child({ area: "http" }), version: BERTH_VERSION });
+  try {
+    await app.listen({ host: o.host, port: o.port });
+  } catch (e) {
+    await watcher.stop();
+    await nc.close();
+    await store.close();
+    throw new StartupError(`cannot listen on ${o.host}:${o.port}: ${describeError(e)}`);
+  }
+  const addr = app.server.address();
+  const port = typeof addr === "object" && addr ? addr.port : o.port;
+  log.info({ url: o.publicUrl, store: store.display, nats: o.nats.url }, "coordinator ready");
+
+  return {
+    url: o.publicUrl,
+    port,
+    store,
+    fleet,
+    async stop() {
+      await app.close();
+      await watcher.stop();
+      await closeNats(nc);
+      await store.close();
+    },
+  };
+}

@@ -1,0 +1,82 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { BerthError, describeError } from "../shared/errors.ts";
+import type { NatsCredentials } from "../shared/subjects.ts";
+
+/** Coordinator settings, as read from its JSON config file and flags. */
+export interface CoordinatorOptions {
+  /** Address to listen on. @default "127.0.0.1" */
+  host?: string;
+  /** @default 8420 */
+  port?: number;
+  /** URL clients use to reach this coordinator. @default http://<host>:<port> */
+  publicUrl?: string;
+  /** Where state lives. @default "/var/lib/berth" */
+  dataDir?: string;
+  /** `sqlite:PATH` or `postgres://...`. @default "sqlite:<dataDir>/berth.db" */
+  store?: string;
+  /** The coordinator's own NATS connection. */
+  nats: { url: string; user?: string; password?: string };
+  /** Credentials handed to agents when they join. @default the coordinator's url with user "agent" */
+  agentNats?: { url?: string; user?: string; password: string };
+  /** How often agents report. @default 5000 */
+  heartbeatIntervalMs?: number;
+  /** On a store with no workspace yet, write the first admin and join tokens here. @default "<dataDir>/admin-token" and "<dataDir>/join-token" */
+  bootstrap?: { adminTokenFile?: string; joinTokenFile?: string };
+  /** pino level. @default "info" */
+  logLevel?: string;
+}
+
+export interface ResolvedCoordinatorOptions {
+  host: string;
+  port: number;
+  publicUrl: string;
+  dataDir: string;
+  store: string;
+  nats: { url: string; user?: string; password?: string };
+  agentNats: NatsCredentials;
+  heartbeatIntervalMs: number;
+  bootstrap: { adminTokenFile: string; joinTokenFile: string };
+  logLevel: string;
+}
+
+export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
+  if (!o.nats?.url) throw new BerthError("invalid_request", "coordinator config: nats.url is required");
+  if (!o.agentNats?.password) {
+    throw new BerthError("invalid_request", "coordinator config: agentNats.password (handed to joining agents) is required");
+  }
+  const host = o.host ?? "127.0.0.1";
+  const port = o.port ?? 8420;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new BerthError("invalid_request", `coordinator config: port ${port} is not a TCP port`);
+  }
+  const dataDir = o.dataDir ?? "/var/lib/berth";
+  const urlHost = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host;
+  const heartbeatIntervalMs = o.heartbeatIntervalMs ?? 5000;
+  if (!(heartbeatIntervalMs >= 100 && heartbeatIntervalMs <= 60_000)) {
+    throw new BerthError("invalid_request", "coordinator config: heartbeatIntervalMs must be within 100..60000");
+  }
+  return {
+    host,
+    port,
+    publicUrl: (o.publicUrl ?? `http://${urlHost}:${port}`).replace(/\/+$/, ""),
+    dataDir,
+    store: o.store ?? `sqlite:${join(dataDir, "berth.db")}`,
+    nats: o.nats,
+    agentNats: { url: o.agentNats.url ?? o.nats.url, user: o.agentNats.user ?? "agent", password: o.agentNats.password },
+    heartbeatIntervalMs,
+    bootstrap: {
+      adminTokenFile: o.bootstrap?.adminTokenFile ?? join(dataDir, "admin-token"),
+      joinTokenFile: o.bootstrap?.joinTokenFile ?? join(dataDir, "join-token"),
+    },
+    logLevel: o.logLevel ?? "info",
+  };
+}
+
+export function readCoordinatorConfig(path: string): CoordinatorOptions {
+  try {
+    return JSON.parse(readFileSync(path, "utf8")) as CoordinatorOptions;
+  } catch (e) {
+    throw new BerthError("invalid_request", `cannot read coordinator config ${path}: ${describeError(e)}`);
+  }
+}
