@@ -1,0 +1,158 @@
+import { mkdirSync } from "node:fs";
+import { connect, type NatsConnection } from "nats";
+import pino, { type Logger } from "pino";
+import { BerthError, describeError } from "../shared/errors.ts";
+import type { Heartbeat } from "../shared/fleet.ts";
+import { closeNats } from "../shared/nats-server.ts";
+import { BERTH_VERSION } from "../shared/version.ts";
+import { createGpuProbe } from "./capacity/gpu-probe.ts";
+import { GpuWatcher } from "./capacity/gpu-watcher.ts";
+import { readHostCapacity } from "./capacity/host.ts";
+import { HeartbeatPublisher } from "./fleet/heartbeat.ts";
+import { type AgentIdentity, loadIdentity, saveIdentity } from "./fleet/identity.ts";
+import { joinWithRetry } from "./fleet/join-client.ts";
+import type { ResolvedAgentOptions } from "./options.ts";
+import type { AgentApi } from "./rpc/api.ts";
+import { type AgentRpcServer, startAgentRpcServer } from "./rpc/server.ts";
+
+export interface RunningAgent {
+  agentId: string | undefined;
+  grpcPort: number | undefined;
+  stop(): Promise<void>;
+}
+
+/** The agent's composition root: identity, capacity, gRPC, NATS heartbeats. */
+export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ level: o.logLevel })): Promise<RunningAgent> {
+  const startedAt = Date.now();
+  mkdirSync(o.dataDir, { recursive: true, mode: 0o700 });
+  const identity = await resolveIdentity(o, log);
+
+  const gpu = new GpuWatcher({
+    probe: createGpuProbe({ nvidiaSmiPath: o.nvidiaSmi }),
+    intervalMs: o.gpuProbeIntervalMs,
+    onChange: (r) =>
+      log.info({ gpus: r.devices.length, available: r.available, reason: r.reason }, "GPU report changed"),
+    onError: (err) => log.warn({ err }, "GPU probe failed"),
+  });
+  await gpu.start();
+  const capacity = () => readHostCapacity({ dataDir: o.dataDir, gpu });
+
+  const impl: AgentApi = {
+    health: async () => ({
+      status: "SERVING",
+      agentId: identity?.agentId ?? "",
+      version: BERTH_VERSION,
+      uptimeMs: Date.now() - startedAt,
+    }),
+    capacity,
+  };
+  let rpc: AgentRpcServer;
+  try {
+    rpc = await startAgentRpcServer({
+      impl,
+      unixSocket: o.unixSocket,
+      ...(identity ? { tcp: { host: o.grpcHost, port: o.grpcPort, tls: identity.tls } } : {}),
+    });
+  } catch (e) {
+    gpu.stop();
+    throw new BerthError("unavailable", `cannot serve the agent API: ${describeError(e)}`);
+  }
+
+  let heartbeats: HeartbeatPublisher | undefined;
+  let nc: NatsConnection | undefined;
+  let stopping = false;
+  if (identity) {
+    const advertised = o.advertiseAddress.replace(/:0$/, `:${rpc.tcpPort}`);
+    const build = async (): Promise<Heartbeat> => ({
+      agentId: identity.agentId,
+      hostname: o.hostname,
+      version: BERTH_VERSION,
+      sentAt: Date.now(),
+      intervalMs: identity.heartbeatIntervalMs,
+      grpcAddress: advertised,
+      capacity: await capacity(),
+    });
+    heartbeats = new HeartbeatPublisher(identity.agentId, identity.heartbeatIntervalMs, build, log);
+    heartbeats.start();
+    // NATS may be down now; the connection is retried forever in the background.
+    void connectNatsForever(identity, log, () => stopping).then((conn) => {
+      if (!conn) return;
+      nc = conn;
+      heartbeats?.attach(conn);
+    });
+  }
+  log.info(
+    { agentId: identity?.agentId, socket: o.unixSocket, grpcPort: rpc.tcpPort, coordinator: identity?.coordinator },
+    identity ? "agent ready" : "agent ready (edge mode: no coordinator)",
+  );
+
+  return {
+    agentId: identity?.agentId,
+    grpcPort: rpc.tcpPort,
+    async stop() {
+      stopping = true;
+      await heartbeats?.stop(true);
+      if (nc) await closeNats(nc);
+      gpu.stop();
+      await rpc.close();
+    },
+  };
+}
+
+async function resolveIdentity(o: ResolvedAgentOptions, log: Logger): Promise<AgentIdentity | undefined> {
+  const saved = loadIdentity(o.identityFile);
+  if (!o.coordinator) return saved;
+  if (!o.joinToken) {
+    if (saved && saved.coordinator === o.coordinator) return saved;
+    throw new BerthError("invalid_request", `joining ${o.coordinator} needs --join-token`);
+  }
+  const identity = await joinWithRetry(
+    {
+      coordinator: o.coordinator,
+      joinToken: o.joinToken,
+      ...(saved && saved.coordinator === o.coordinator ? { agentId: saved.agentId } : {}),
+      hostname: o.hostname,
+      version: BERTH_VERSION,
+      grpcAddress: o.advertiseAddress,
+    },
+    { onRetry: (err, ms) => log.warn(`join: ${err.message}; retrying in ${ms} ms`) },
+  );
+  saveIdentity(o.identityFile, identity);
+  log.info({ agentId: identity.agentId }, `joined ${o.coordinator}`);
+  return identity;
+}
+
+/** Connects to NATS, retrying until it answers; reconnects are then the client's job. */
+async function connectNatsForever(
+  id: AgentIdentity,
+  log: Logger,
+  stopping: () => boolean,
+): Promise<NatsConnection | undefined> {
+  let delay = 500;
+  while (!stopping()) {
+    try {
+      const nc = await connect({
+        servers: id.nats.url,
+        user: id.nats.user,
+        pass: id.nats.password,
+        name: id.agentId,
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: 1000,
+        timeout: 5000,
+      });
+      log.info({ nats: id.nats.url }, "connected to NATS");
+      void (async () => {
+        for await (const s of nc.status()) {
+          if (s.type === "disconnect") log.warn("lost NATS; reconnecting");
+          if (s.type === "reconnect") log.info("reconnected to NATS");
+        }
+      })();
+      return nc;
+    } catch (e) {
+      log.warn(`cannot connect to NATS at ${id.nats.url}: ${describeError(e)}; retrying in ${delay} ms`);
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 10_000);
+    }
+  }
+  return undefined;
+}

@@ -1,0 +1,120 @@
+import type { Command } from "commander";
+import { startAgent } from "../../agent/main.ts";
+import { resolveAgentOptions } from "../../agent/options.ts";
+import { ApiClient } from "../api-client.ts";
+import { formatBytes, printJson, printTable } from "../output.ts";
+import { runUntilSignal } from "./serve-process.ts";
+
+interface AgentJson {
+  id: string;
+  hostname: string;
+  state: string;
+  version: string;
+  grpc_address: string;
+  last_seen_at: string | null;
+  capacity: {
+    cpu_cores: number;
+    memory_bytes: number;
+    disk: { free_bytes: number; total_bytes: number };
+    gpus: { available: boolean; reason?: string; counts: Record<string, number> };
+  } | null;
+}
+
+interface AgentRunFlags {
+  coordinator?: string;
+  joinToken?: string;
+  dataDir?: string;
+  hostname?: string;
+  grpcHost?: string;
+  grpcPort?: number;
+  advertise?: string;
+  nvidiaSmi?: string;
+  logLevel?: string;
+}
+
+export function agentCommands(program: Command): void {
+  const agent = program
+    .command("agent")
+    .description("run this host's agent, or manage the fleet (`berth agent list`)")
+    .option("--coordinator <url>", "coordinator to join")
+    .option("--join-token <token>", "join token from the operator")
+    .option("--data-dir <dir>", "agent state directory", "/var/lib/berth-agent")
+    .option("--hostname <name>", "name this host reports")
+    .option("--grpc-host <host>", "address of the TLS gRPC listener", "0.0.0.0")
+    .option("--grpc-port <port>", "port of the TLS gRPC listener", (v) => Number(v), 8421)
+    .option("--advertise <host:port>", "address coordinators dial")
+    .option("--nvidia-smi <path>", "nvidia-smi to probe GPUs with")
+    .option("--log-level <level>", "log level", "info")
+    .action(async (o: AgentRunFlags) => {
+      await runUntilSignal("agent", () =>
+        startAgent(
+          resolveAgentOptions({
+            ...(o.coordinator ? { coordinator: o.coordinator } : {}),
+            ...(o.joinToken ? { joinToken: o.joinToken } : {}),
+            ...(o.dataDir ? { dataDir: o.dataDir } : {}),
+            ...(o.hostname ? { hostname: o.hostname } : {}),
+            ...(o.grpcHost ? { grpcHost: o.grpcHost } : {}),
+            ...(o.grpcPort !== undefined ? { grpcPort: o.grpcPort } : {}),
+            ...(o.advertise ? { advertiseAddress: o.advertise } : {}),
+            ...(o.nvidiaSmi ? { nvidiaSmi: o.nvidiaSmi } : {}),
+            ...(o.logLevel ? { logLevel: o.logLevel } : {}),
+          }),
+        ),
+      );
+    });
+
+  agent
+    .command("list")
+    .description("list the fleet's agents with their capacity (admin token)")
+    .option("--json", "print JSON")
+    .action(async (o: { json?: boolean }) => {
+      const r = await ApiClient.fromEnv().request<{ agents: AgentJson[] }>("GET", "/api/v1/agents");
+      if (o.json) return printJson(r.agents);
+      printTable(
+        r.agents.map((a) => ({
+          id: a.id,
+          hostname: a.hostname,
+          state: a.state.toUpperCase(),
+          cpus: a.capacity?.cpu_cores,
+          memory: a.capacity ? formatBytes(a.capacity.memory_bytes) : null,
+          disk_free: a.capacity ? formatBytes(a.capacity.disk.free_bytes) : null,
+          gpus: a.capacity ? gpuSummary(a.capacity.gpus) : null,
+          last_seen: a.last_seen_at,
+        })),
+        ["id", "hostname", "state", "cpus", "memory", "disk_free", "gpus", "last_seen"],
+      );
+    });
+
+  const jt = agent.command("join-token").description("tokens that let hosts join (admin token)");
+  jt.command("create")
+    .option("--description <text>", "what the token is for")
+    .option("--json", "print JSON")
+    .action(async (o: { description?: string; json?: boolean }) => {
+      const r = await ApiClient.fromEnv().request<{ join_token: string; info: { id: string } }>(
+        "POST",
+        "/api/v1/join-token",
+        o.description ? { description: o.description } : {},
+      );
+      if (o.json) return printJson(r);
+      process.stdout.write(`created join token ${r.info.id}\njoin token (shown once): ${r.join_token}\n`);
+    });
+  jt.command("list")
+    .option("--json", "print JSON")
+    .action(async (o: { json?: boolean }) => {
+      const r = await ApiClient.fromEnv().request<{ join_tokens: Record<string, unknown>[] }>("GET", "/api/v1/join-token");
+      if (o.json) return printJson(r.join_tokens);
+      printTable(r.join_tokens, ["id", "description", "prefix", "created_at", "revoked_at"]);
+    });
+  jt.command("revoke")
+    .argument("<id>")
+    .action(async (id: string) => {
+      await ApiClient.fromEnv().request("DELETE", `/api/v1/join-token/${encodeURIComponent(id)}`);
+      process.stdout.write(`revoked ${id}\n`);
+    });
+}
+
+function gpuSummary(g: { available: boolean; reason?: string; counts: Record<string, number> }): string {
+  const parts = Object.entries(g.counts).map(([t, n]) => `${n}x${t}`);
+  if (parts.length) return parts.join(",");
+  return g.reason ? `0 (${g.reason.split(":")[0]})` : "0";
+}

@@ -1,0 +1,204 @@
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import type { Command } from "commander";
+import { describeError } from "../../shared/errors.ts";
+import { type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
+import { waitFor } from "../../shared/net.ts";
+import { clusterNatsUsers } from "../../shared/subjects.ts";
+import { ApiClient } from "../api-client.ts";
+import { configPath, saveProfile } from "../config.ts";
+import { type ManagedChild, spawnBerth } from "../up/child.ts";
+import { loadOrCreateUpCluster } from "../up/cluster-files.ts";
+
+interface UpFlags {
+  dataDir?: string;
+  host: string;
+  port?: number;
+  natsPort?: number;
+  grpcPort?: number;
+  profile: string;
+}
+
+export function upCommand(program: Command): void {
+  program
+    .command("up")
+    .description("run a whole single-machine cluster in the foreground: nats-server, a coordinator and an agent")
+    .option("--data-dir <dir>", "where all cluster state lives (default: $BERTH_DATA_DIR or ~/.berth/up)")
+    .option("--host <host>", "address the coordinator listens on", "127.0.0.1")
+    .option("--port <port>", "coordinator HTTP port (default 8420)", (v) => Number(v))
+    .option("--nats-port <port>", "NATS port (default 4222)", (v) => Number(v))
+    .option("--grpc-port <port>", "agent gRPC port (default 8421)", (v) => Number(v))
+    .option("--profile <name>", "CLI profile to save the URL and admin token to", "default")
+    .action(async (o: UpFlags) => {
+      process.exitCode = await up(o);
+    });
+}
+
+async function up(o: UpFlags): Promise<number> {
+  const dataDir = o.dataDir ?? process.env.BERTH_DATA_DIR ?? join(homedir(), ".berth", "up");
+  const cluster = loadOrCreateUpCluster(dataDir, {
+    ...(o.port !== undefined ? { coordinatorPort: o.port } : {}),
+    ...(o.natsPort !== undefined ? { natsPort: o.natsPort } : {}),
+    ...(o.grpcPort !== undefined ? { agentGrpcPort: o.grpcPort } : {}),
+  });
+  const print = (line: string) => process.stdout.write(`${line}\n`);
+  const children: ManagedChild[] = [];
+  let nats: RunningNats | undefined;
+  let shuttingDown = false;
+
+  const shutdown = async (code: number): Promise<number> => {
+    if (shuttingDown) return code;
+    shuttingDown = true;
+    for (const c of [...children].reverse()) await c.stop();
+    await nats?.stop();
+    print(code === 0 ? "berth up: stopped" : "berth up: stopped after an error");
+    return code;
+  };
+
+  try {
+    nats = await startNatsServer({
+      dir: join(dataDir, "nats"),
+      port: cluster.natsPort,
+      users: clusterNatsUsers({
+        coordinatorPassword: cluster.natsCoordinatorPassword,
+        agentPassword: cluster.natsAgentPassword,
+      }),
+    });
+  } catch (e) {
+    process.stderr.write(`berth up: cannot start nats-server on port ${cluster.natsPort}: ${describeError(e)}\n`);
+    return 1;
+  }
+
+  const coordDir = join(dataDir, "coordinator");
+  const coordConfig = join(dataDir, "coordinator.json");
+  const urlHost = o.host === "0.0.0.0" || o.host === "::" ? "127.0.0.1" : o.host;
+  const url = `http://${urlHost}:${cluster.coordinatorPort}`;
+  writeFileSync(
+    coordConfig,
+    JSON.stringify(
+      {
+        host: o.host,
+        port: cluster.coordinatorPort,
+        publicUrl: url,
+        dataDir: coordDir,
+        nats: { url: nats.url, user: "coordinator", password: cluster.natsCoordinatorPassword },
+        agentNats: { url: nats.url, user: "agent", password: cluster.natsAgentPassword },
+      },
+      null,
+      2,
+    ),
+    { mode: 0o600 },
+  );
+
+  const failed = new Promise<string>((resolve) => {
+    nats?.process.once("exit", (code) => resolve(`nats-server exited (code ${code})`));
+  });
+  const watch = (c: ManagedChild) => {
+    children.push(c);
+    void c.exited.then((code) => {
+      if (!shuttingDown) {
+        process.stderr.write(`berth up: ${c.name} exited unexpectedly (code ${code}); stopping the cluster\n`);
+        void shutdown(1).then((rc) => process.exit(rc));
+      }
+    });
+  };
+
+  const signalled = new Promise<void>((resolve) => {
+    process.once("SIGINT", () => resolve());
+    process.once("SIGTERM", () => resolve());
+  });
+
+  watch(spawnBerth("coordinator", ["coordinator", "--config", coordConfig], print));
+  try {
+    await Promise.race([
+      waitFor(
+        async () => {
+          const r = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(2000) });
+          return r.ok;
+        },
+        { timeoutMs: 60_000, intervalMs: 200, what: `the coordinator at ${url}` },
+      ),
+      failed.then((why) => Promise.reject(new Error(why))),
+    ]);
+  } catch (e) {
+    process.stderr.write(`berth up: ${describeError(e)}\n`);
+    return shutdown(1);
+  }
+
+  const adminToken = readSecret(join(coordDir, "admin-token"));
+  const joinToken = readSecret(join(coordDir, "join-token"));
+  if (!adminToken || !joinToken) {
+    process.stderr.write(`berth up: the coordinator's bootstrap tokens are missing under ${coordDir}\n`);
+    return shutdown(1);
+  }
+  const api = new ApiClient(url, adminToken);
+  try {
+    await api.request("GET", "/api/v1/workspace/current");
+  } catch (e) {
+    process.stderr.write(`berth up: the admin token in ${join(coordDir, "admin-token")} does not work: ${describeError(e)}\n`);
+    return shutdown(1);
+  }
+
+  const agentDir = join(dataDir, "agent");
+  watch(
+    spawnBerth(
+      "agent",
+      [
+        "agent",
+        "--coordinator",
+        url,
+        "--join-token",
+        joinToken,
+        "--data-dir",
+        agentDir,
+        "--grpc-host",
+        "127.0.0.1",
+        "--grpc-port",
+        String(cluster.agentGrpcPort),
+        "--advertise",
+        `127.0.0.1:${cluster.agentGrpcPort}`,
+      ],
+      print,
+    ),
+  );
+  try {
+    await waitFor(
+      async () => {
+        const idFile = join(agentDir, "identity.json");
+        if (!existsSync(idFile)) return false;
+        const { agentId } = JSON.parse(readFileSync(idFile, "utf8")) as { agentId: string };
+        const { agents } = await api.request<{ agents: { id: string; state: string }[] }>("GET", "/api/v1/agents");
+        return agents.some((a) => a.id === agentId && a.state === "ready");
+      },
+      { timeoutMs: 60_000, intervalMs: 300, what: "the agent to report in" },
+    );
+  } catch (e) {
+    process.stderr.write(`berth up: ${describeError(e)}\n`);
+    return shutdown(1);
+  }
+
+  saveProfile(o.profile, { url, token: adminToken });
+  print("");
+  print("berth is up.");
+  print(`  URL:         ${url}`);
+  print(`  admin token: ${adminToken}`);
+  print(`  join token:  ${joinToken}   (berth agent --coordinator ${url} --join-token ...)`);
+  print(`  data:        ${dataDir}`);
+  print(`  profile:     ${o.profile} in ${configPath()} (the CLI and the Python SDK use it)`);
+  print(`  try:         curl -H "Authorization: Bearer $TOKEN" ${url}/api/v1/workspace/current`);
+  print("Press Ctrl-C to stop.");
+  print("");
+
+  const why = await Promise.race([signalled.then(() => ""), failed]);
+  if (why) {
+    process.stderr.write(`berth up: ${why}; stopping the cluster\n`);
+    return shutdown(1);
+  }
+  return shutdown(0);
+}
+
+function readSecret(path: string): string | undefined {
+  if (!existsSync(path)) return undefined;
+  return readFileSync(path, "utf8").trim() || undefined;
+}

@@ -1,0 +1,39 @@
+import { Command, CommanderError } from "commander";
+import { describeError } from "../shared/errors.ts";
+import { BERTH_VERSION } from "../shared/version.ts";
+import { agentCommands } from "./commands/agent.ts";
+import { configureCommand } from "./commands/configure.ts";
+import { coordinatorCommand } from "./commands/coordinator.ts";
+import { upCommand } from "./commands/up.ts";
+import { workspaceCommands } from "./commands/workspace.ts";
+
+export function buildProgram(): Command {
+  const program = new Command("berth")
+    .description("berth: serverless compute on your own GPU fleet")
+    .version(BERTH_VERSION)
+    .exitOverride()
+    .showHelpAfterError();
+  upCommand(program);
+  coordinatorCommand(program);
+  agentCommands(program);
+  configureCommand(program);
+  workspaceCommands(program);
+  return program;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  try {
+    await buildProgram().parseAsync(argv);
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      process.exitCode = e.exitCode;
+      return;
+    }
+    process.stderr.write(`berth: ${describeError(e)}\n`);
+    process.exitCode = 1;
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  await main(process.argv);
+}
