@@ -1,0 +1,30 @@
+// The agent's image store: pull (skopeo), cache (one shared OCI layout),
+// unpack (umoci), import for air-gapped hosts, and GC.
+export type { ImageRecord } from "./catalog.ts";
+export { type CommandResult, type CommandRunner, execaRunner, type RunCommandOptions } from "./commands.ts";
+export {
+  type AwsEcrKeys,
+  type BaseImageCreds,
+  type BasicRegistryCredentials,
+  type RegistryCredentials,
+  recognisedCredentialVariables,
+  resolveRegistryCredentials,
+} from "./credentials.ts";
+export { type EcrLoginOptions, signV4, sigV4EcrLogin } from "./ecr.ts";
+export type { GcOptions, GcResult } from "./gc.ts";
+export type { ImageRuntimeConfig, Platform } from "./oci-layout.ts";
+export {
+  type EcrLogin,
+  type ImageStoreLogger,
+  type ImageStoreOptions,
+  type ResolvedImageStoreOptions,
+  resolveImageStoreOptions,
+} from "./options.ts";
+export { type ImageReference, parseImageReference } from "./reference.ts";
+export {
+  type ImageInfo,
+  ImageStore,
+  type ImportOptions,
+  type PullOptions,
+  type RemoveResult,
+} from "./store.ts";

@@ -1,0 +1,108 @@
+import { isAbsolute, resolve } from "node:path";
+import { invalid } from "../../shared/errors.ts";
+import { type CommandRunner, execaRunner } from "./commands.ts";
+import type { AwsEcrKeys, BasicRegistryCredentials } from "./credentials.ts";
+import { sigV4EcrLogin } from "./ecr.ts";
+import { hostPlatform, type Platform } from "./oci-layout.ts";
+import { parseImageReference } from "./reference.ts";
+
+/** pino-compatible; only what the store calls. */
+export interface ImageStoreLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  debug?(obj: object, msg: string): void;
+}
+
+/** Exchanges AWS keys for an ECR registry password (user name "AWS"). */
+export type EcrLogin = (keys: AwsEcrKeys, registry: string) => Promise<BasicRegistryCredentials>;
+
+export interface ImageStoreOptions {
+  /** Directory the store owns, e.g. `<agentDataDir>/images`. */
+  root: string;
+  /** @default "skopeo" */
+  skopeo?: string;
+  /** @default "umoci" */
+  umoci?: string;
+  /** GNU tar, used to look inside archives and unpack rootfs tarballs. @default "tar" */
+  tar?: string;
+  /** The base image for `pull(undefined)`; the spec's default is Ubuntu 22.04. @default "docker.io/library/ubuntu:22.04" */
+  defaultImage?: string;
+  /** `host[:port]` registries that may be reached over plain HTTP or with unverified TLS. @default [] */
+  insecureRegistries?: string[];
+  /**
+   * Treat registries on loopback (localhost, 127.0.0.0/8, ::1) as insecure too,
+   * as Docker does: that traffic never leaves the host. @default true
+   */
+  allowLoopbackHttp?: boolean;
+  /** Platform picked from multi-platform images. @default linux and this process's architecture */
+  platform?: Platform;
+  /** Runs skopeo/umoci/tar. @default execa */
+  runner?: CommandRunner;
+  /** @default 120_000 */
+  inspectTimeoutMs?: number;
+  /** Bound on one image copy or unpack. @default 3_600_000 */
+  transferTimeoutMs?: number;
+  /**
+   * Exchanges AWS keys for an ECR password; null refuses AWS keys with a clear
+   * error (for hosts that must not call AWS). @default sigV4EcrLogin() (calls the ECR API of AWS_REGION)
+   */
+  ecrLogin?: EcrLogin | null;
+  logger?: ImageStoreLogger;
+}
+
+export interface ResolvedImageStoreOptions {
+  root: string;
+  skopeo: string;
+  umoci: string;
+  tar: string;
+  defaultImage: string;
+  insecureRegistries: Set<string>;
+  allowLoopbackHttp: boolean;
+  platform: Platform;
+  runner: CommandRunner;
+  inspectTimeoutMs: number;
+  transferTimeoutMs: number;
+  ecrLogin: EcrLogin | undefined;
+  rootless: boolean;
+  logger: ImageStoreLogger;
+}
+
+const silent: ImageStoreLogger = { info() {}, warn() {} };
+
+export function resolveImageStoreOptions(o: ImageStoreOptions): ResolvedImageStoreOptions {
+  if (!o.root || typeof o.root !== "string") throw invalid("image store root is required");
+  const root = isAbsolute(o.root) ? o.root : resolve(o.root);
+  const defaultImage = o.defaultImage ?? "docker.io/library/ubuntu:22.04";
+  parseImageReference(defaultImage);
+  const insecure = new Set<string>();
+  for (const r of o.insecureRegistries ?? []) {
+    const host = r
+      .trim()
+      .replace(/^https?:\/\//, "")
+      .replace(/\/+$/, "");
+    if (!host || host.includes("/"))
+      throw invalid(`insecure registry ${JSON.stringify(r)} must be host[:port]`);
+    insecure.add(host);
+  }
+  const positive = (v: number | undefined, d: number, name: string) => {
+    const n = v ?? d;
+    if (!Number.isFinite(n) || n <= 0) throw invalid(`${name} must be a positive number of milliseconds`);
+    return n;
+  };
+  return {
+    root,
+    skopeo: o.skopeo ?? "skopeo",
+    umoci: o.umoci ?? "umoci",
+    tar: o.tar ?? "tar",
+    defaultImage,
+    insecureRegistries: insecure,
+    allowLoopbackHttp: o.allowLoopbackHttp ?? true,
+    platform: o.platform ?? hostPlatform(),
+    runner: o.runner ?? execaRunner,
+    inspectTimeoutMs: positive(o.inspectTimeoutMs, 120_000, "inspectTimeoutMs"),
+    transferTimeoutMs: positive(o.transferTimeoutMs, 3_600_000, "transferTimeoutMs"),
+    ecrLogin: o.ecrLogin === null ? undefined : (o.ecrLogin ?? sigV4EcrLogin()),
+    rootless: process.getuid?.() !== 0,
+    logger: o.logger ?? silent,
+  };
+}

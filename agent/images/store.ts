@@ -1,0 +1,437 @@
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
+import { BerthError, isBerthError, notFound } from "../../shared/errors.ts";
+import { ImageCatalog, type ImageRecord } from "./catalog.ts";
+import {
+  type BasicRegistryCredentials,
+  ecrExchangeUnavailable,
+  type RegistryCredentials,
+} from "./credentials.ts";
+import { type GcOptions, type GcResult, runGc } from "./gc.ts";
+import { buildLayoutFromRootfs, copyArchive, detectArchiveFormat } from "./import.ts";
+import {
+  type ImageRuntimeConfig,
+  type OciDescriptor,
+  OciLayout,
+  onlyManifest,
+  platformManifestDigest,
+  runtimeConfig,
+  treeBytes,
+} from "./oci-layout.ts";
+import {
+  type ImageStoreOptions,
+  type ResolvedImageStoreOptions,
+  resolveImageStoreOptions,
+} from "./options.ts";
+import {
+  digestHex,
+  type ImageReference,
+  isDigest,
+  parseImageReference,
+  pinnedReference,
+} from "./reference.ts";
+import { copyIntoLayout, inspectRawManifest, withRegistryAccess } from "./skopeo.ts";
+import { SharedExclusiveLock, SingleFlight } from "./sync.ts";
+
+export interface ImageInfo {
+  /** The reference this answer is for (canonical), or the first one the image has. */
+  ref: string;
+  refs: string[];
+  /** "sha256:..."; for pulled images, the registry's manifest digest. */
+  digest: string;
+  /** Absolute path of the unpacked rootfs; read-only by contract (use it as an overlay lowerdir). */
+  rootfs: string;
+  /** Apparent size of the unpacked rootfs. */
+  sizeBytes: number;
+  pulledAt: string;
+  lastUsedAt: string;
+  source: "registry" | "import";
+  inUseBy: string[];
+  config: ImageRuntimeConfig;
+}
+
+export interface PullOptions {
+  credentials?: RegistryCredentials;
+  /** Cancels the pull (skopeo/umoci are killed). A pull shared with other callers is cancelled for all. */
+  signal?: AbortSignal;
+}
+
+export interface ImportOptions {
+  /** The reference the image is known by afterwards, e.g. "python:3.11" (normalised like a pull). */
+  name: string;
+}
+
+export interface RemoveResult {
+  untagged: string[];
+  removed: string[];
+}
+
+/**
+ * The agent's image cache. Layout under `root`:
+ *   oci/              one OCI image layout, blobs shared by all images, tag = digest hex
+ *   rootfs/<hex>/     each image unpacked once, renamed into place when complete
+ *   tmp/              work dirs of running pulls; emptied when the store opens
+ *   index.json        refs, digests and metadata (atomic rewrite)
+ * One ImageStore per root: it assumes no other process writes there.
+ */
+export class ImageStore {
+  readonly options: ResolvedImageStoreOptions;
+  private readonly layout: OciLayout;
+  private readonly catalog: ImageCatalog;
+  private readonly rootfsRoot: string;
+  private readonly tmpRoot: string;
+  private readonly lock = new SharedExclusiveLock();
+  private readonly pulls = new SingleFlight<ImageInfo>();
+  private readonly unpacks = new SingleFlight<ImageRecord>();
+  private readonly holders = new Map<string, Set<string>>();
+  private opened = false;
+
+  constructor(options: ImageStoreOptions) {
+    this.options = resolveImageStoreOptions(options);
+    this.layout = new OciLayout(join(this.options.root, "oci"));
+    this.catalog = new ImageCatalog(join(this.options.root, "index.json"));
+    this.rootfsRoot = join(this.options.root, "rootfs");
+    this.tmpRoot = join(this.options.root, "tmp");
+  }
+
+  /** Creates the directories, loads the index and clears work left by a killed agent. */
+  private open(): void {
+    if (this.opened) return;
+    mkdirSync(this.rootfsRoot, { recursive: true });
+    mkdirSync(this.tmpRoot, { recursive: true, mode: 0o700 });
+    this.layout.ensure();
+    this.catalog.load();
+    for (const name of readdirSync(this.tmpRoot))
+      rmSync(join(this.tmpRoot, name), { recursive: true, force: true });
+    this.opened = true;
+  }
+
+  rootfsPath(digest: string): string {
+    return join(this.rootfsRoot, digestHex(digest));
+  }
+
+  async pullDefault(opts: PullOptions = {}): Promise<ImageInfo> {
+    return this.pull(undefined, opts);
+  }
+
+  /**
+   * Makes `ref` (default: the configured default image) available locally.
+   * The tag is resolved to a digest first; a digest already unpacked is not
+   * fetched again. Concurrent pulls of one ref, or of refs with one digest,
+   * share the work.
+   */
+  async pull(ref?: string, opts: PullOptions = {}): Promise<ImageInfo> {
+    this.open();
+    const parsed = parseImageReference(ref ?? this.options.defaultImage);
+    const who =
+      opts.credentials?.kind === "basic" ? opts.credentials.username : (opts.credentials?.kind ?? "");
+    return this.pulls.run(`${parsed.canonical}\0${who}`, () =>
+      this.lock.withShared(() => this.pullShared(parsed, opts)),
+    );
+  }
+
+  private async pullShared(ref: ImageReference, opts: PullOptions): Promise<ImageInfo> {
+    const knownDigest = this.catalog.digestOf(ref.canonical);
+    const known = knownDigest ? this.cachedRecord(knownDigest) : undefined;
+    // An imported name is local by definition: air-gapped hosts never ask a registry.
+    if (known?.source === "import") return this.info(known, ref.canonical);
+    if (ref.digest) {
+      const pinned = this.cachedRecord(ref.digest);
+      if (pinned) return this.tagged(pinned, ref.canonical);
+    }
+    const creds = await this.loginCredentials(ref.registry, opts.credentials);
+    return withRegistryAccess(this.options, this.tmpRoot, ref, creds, async (access) => {
+      let digest: string;
+      try {
+        const transportRef = ref.digest ? pinnedReference(ref, ref.digest) : ref.canonical;
+        const raw = await inspectRawManifest(this.options, access, transportRef, opts.signal);
+        const picked = platformManifestDigest(raw, this.options.platform);
+        if (!picked) {
+          const p = this.options.platform;
+          throw new BerthError(
+            "not_found",
+            `image ${ref.canonical} has no ${p.os}/${p.architecture} variant`,
+          );
+        }
+        digest = picked;
+      } catch (e) {
+        if (known && !opts.signal?.aborted && isBerthError(e) && e.code === "unavailable") {
+          this.options.logger.warn(
+            { ref: ref.canonical, err: e.message },
+            "registry unreachable; using cached image",
+          );
+          return this.info(known, ref.canonical);
+        }
+        throw e;
+      }
+      const cached = this.cachedRecord(digest);
+      if (cached) return this.tagged(cached, ref.canonical);
+      this.options.logger.info({ ref: ref.canonical, digest }, "pulling image");
+      const record = await this.unpacks.run(digest, () =>
+        this.ensureImage(digest, "registry", async (work) => {
+          const layoutDir = join(work, "layout");
+          await copyIntoLayout(
+            this.options,
+            `docker://${pinnedReference(ref, digest)}`,
+            { layoutDir, tag: digestHex(digest), sharedBlobDir: this.layout.blobsDir },
+            access,
+            { ref: ref.canonical, registry: ref.registry },
+            opts.signal,
+          );
+          return onlyManifest(layoutDir);
+        }),
+      );
+      return this.tagged(record, ref.canonical);
+    });
+  }
+
+  private async loginCredentials(
+    registry: string,
+    creds: RegistryCredentials | undefined,
+  ): Promise<BasicRegistryCredentials | undefined> {
+    if (!creds || creds.kind === "basic") return creds;
+    if (!this.options.ecrLogin) throw ecrExchangeUnavailable(registry);
+    return this.options.ecrLogin(creds, registry);
+  }
+
+  /**
+   * Gets the image's blobs into the shared layout (via `fetch`, unless its tag
+   * is already there) and unpacks it to rootfs/<hex> through a temp dir and a
+   * rename, so the final path holds a complete rootfs or nothing.
+   */
+  private async ensureImage(
+    digest: string,
+    source: ImageRecord["source"],
+    fetch: (work: string) => Promise<OciDescriptor>,
+  ): Promise<ImageRecord> {
+    const existing = this.cachedRecord(digest);
+    if (existing) return existing;
+    const hex = digestHex(digest);
+    const work = mkdtempSync(join(this.tmpRoot, "work-"));
+    try {
+      let manifest = this.layout
+        .readIndex()
+        .manifests.find((m) => m.annotations?.["org.opencontainers.image.ref.name"] === hex);
+      if (!manifest || !this.layout.hasBlob(manifest.digest)) {
+        manifest = await fetch(work);
+        this.layout.setTag(hex, manifest);
+      }
+      const target = this.rootfsPath(digest);
+      // A complete rootfs left by an agent killed between rename and index write.
+      if (!existsSync(target)) {
+        const unpacked = join(work, "rootfs");
+        const args = ["raw", "unpack", ...(this.options.rootless ? ["--rootless"] : [])];
+        try {
+          await this.options.runner.run(
+            this.options.umoci,
+            [...args, "--image", `${this.layout.dir}:${hex}`, unpacked],
+            {
+              timeoutMs: this.options.transferTimeoutMs,
+            },
+          );
+        } catch (e) {
+          throw new BerthError(
+            "internal",
+            `unpacking image ${digest} failed: ${(e as Error).message.slice(0, 800)}`,
+          );
+        }
+        renameSync(unpacked, target);
+      }
+      const now = new Date().toISOString();
+      const record: ImageRecord = {
+        digest,
+        manifestDigest: manifest.digest,
+        refs: [],
+        source,
+        sizeBytes: await treeBytes(target),
+        pulledAt: now,
+        lastUsedAt: now,
+        config: runtimeConfig(this.layout, manifest.digest),
+      };
+      this.catalog.put(record);
+      return record;
+    } finally {
+      await rm(work, { recursive: true, force: true });
+    }
+  }
+
+  /** Imports a `docker save` tarball or an OCI archive (detected from its content). */
+  async importArchive(path: string, opts: ImportOptions): Promise<ImageInfo> {
+    this.open();
+    const ref = parseImageReference(opts.name);
+    return this.lock.withShared(async () => {
+      const format = await detectArchiveFormat(this.options, path);
+      const work = mkdtempSync(join(this.tmpRoot, "import-"));
+      try {
+        const layoutDir = join(work, "layout");
+        await copyArchive(this.options, path, format, {
+          layoutDir,
+          tag: "import",
+          sharedBlobDir: this.layout.blobsDir,
+        });
+        return await this.adoptImport(ref, onlyManifest(layoutDir));
+      } finally {
+        await rm(work, { recursive: true, force: true });
+      }
+    });
+  }
+
+  /** Turns a plain rootfs directory or tarball into a one-layer image named `opts.name`. */
+  async importRootfs(source: string, opts: ImportOptions): Promise<ImageInfo> {
+    this.open();
+    const ref = parseImageReference(opts.name);
+    return this.lock.withShared(async () => {
+      const work = mkdtempSync(join(this.tmpRoot, "import-"));
+      try {
+        const layoutDir = await buildLayoutFromRootfs(this.options, source, work, "import");
+        const manifest = onlyManifest(layoutDir);
+        this.layout.adoptBlobs(layoutDir);
+        return await this.adoptImport(ref, manifest);
+      } finally {
+        await rm(work, { recursive: true, force: true });
+      }
+    });
+  }
+
+  private async adoptImport(ref: ImageReference, manifest: OciDescriptor): Promise<ImageInfo> {
+    const record = await this.unpacks.run(manifest.digest, () =>
+      this.ensureImage(manifest.digest, "import", async () => manifest),
+    );
+    return this.tagged(record, ref.canonical);
+  }
+
+  /** An image by canonical-able reference or by digest; undefined when not cached. */
+  get(refOrDigest: string): ImageInfo | undefined {
+    this.open();
+    const found = this.lookup(refOrDigest);
+    return found ? this.info(found.record, found.ref) : undefined;
+  }
+
+  list(): ImageInfo[] {
+    this.open();
+    return this.catalog
+      .records()
+      .filter((r) => existsSync(this.rootfsPath(r.digest)))
+      .map((r) => this.info(r));
+  }
+
+  /**
+   * Removes a reference; the image itself goes when no reference is left (or
+   * when named by digest). Refused with Conflict while a container uses it.
+   * Blobs no other image uses are freed by gc().
+   */
+  async remove(refOrDigest: string): Promise<RemoveResult> {
+    this.open();
+    return this.lock.withExclusive(async () => {
+      const found = this.lookup(refOrDigest);
+      if (!found) throw notFound(`image ${refOrDigest}`);
+      const { record, ref } = found;
+      if (ref && !isDigest(refOrDigest) && record.refs.length > 1) {
+        this.catalog.untag(ref);
+        return { untagged: [ref], removed: [] };
+      }
+      const refs = [...record.refs];
+      const trash = this.detachImage(record);
+      await rm(trash, { recursive: true, force: true });
+      return { untagged: refs, removed: [record.digest] };
+    });
+  }
+
+  /**
+   * Takes an image out of the index and layout and moves its rootfs aside, in
+   * one synchronous step after the in-use check. Returns the dir to delete.
+   */
+  private detachImage(record: ImageRecord): string {
+    const users = this.holders.get(record.digest);
+    if (users && users.size > 0) {
+      throw new BerthError(
+        "conflict",
+        `image ${record.refs[0] ?? record.digest} is in use by ${[...users].join(", ")}`,
+        {
+          digest: record.digest,
+          holders: [...users],
+        },
+      );
+    }
+    this.layout.removeTag(digestHex(record.digest));
+    this.catalog.delete(record.digest);
+    const trash = join(this.tmpRoot, `trash-${digestHex(record.digest)}-${Date.now()}`);
+    if (existsSync(this.rootfsPath(record.digest))) renameSync(this.rootfsPath(record.digest), trash);
+    return trash;
+  }
+
+  /** Records that `holder` (a container) uses the image, which protects it from remove() and gc(). */
+  markInUse(digest: string, holder: string): void {
+    this.open();
+    if (!this.catalog.byDigest(digest)) throw notFound(`image ${digest}`);
+    const set = this.holders.get(digest) ?? new Set<string>();
+    set.add(holder);
+    this.holders.set(digest, set);
+    this.catalog.touch(digest, new Date());
+  }
+
+  release(digest: string, holder: string): void {
+    const set = this.holders.get(digest);
+    if (!set) return;
+    set.delete(holder);
+    if (set.size === 0) this.holders.delete(digest);
+    if (this.catalog.byDigest(digest)) this.catalog.touch(digest, new Date());
+  }
+
+  /** Removes unused images (see GcOptions), stray rootfs dirs and work dirs, then unreferenced blobs. */
+  async gc(opts: GcOptions = {}): Promise<GcResult> {
+    this.open();
+    return this.lock.withExclusive(() =>
+      runGc(
+        {
+          options: this.options,
+          layout: this.layout,
+          catalog: this.catalog,
+          rootfsRoot: this.rootfsRoot,
+          tmpRoot: this.tmpRoot,
+          inUse: (digest) => (this.holders.get(digest)?.size ?? 0) > 0,
+          resolve: (refOrDigest) => this.lookup(refOrDigest)?.record.digest,
+          detach: (record) => this.detachImage(record),
+        },
+        opts,
+      ),
+    );
+  }
+
+  private lookup(refOrDigest: string): { record: ImageRecord; ref?: string } | undefined {
+    if (isDigest(refOrDigest)) {
+      const record = this.catalog.byDigest(refOrDigest);
+      return record ? { record } : undefined;
+    }
+    const ref = parseImageReference(refOrDigest);
+    const digest = this.catalog.digestOf(ref.canonical) ?? ref.digest;
+    const record = digest ? this.catalog.byDigest(digest) : undefined;
+    return record ? { record, ref: ref.canonical } : undefined;
+  }
+
+  private cachedRecord(digest: string): ImageRecord | undefined {
+    const record = this.catalog.byDigest(digest);
+    return record && existsSync(this.rootfsPath(digest)) ? record : undefined;
+  }
+
+  private tagged(record: ImageRecord, canonicalRef: string): ImageInfo {
+    this.catalog.tag(canonicalRef, record.digest);
+    return this.info(this.catalog.byDigest(record.digest) ?? record, canonicalRef);
+  }
+
+  private info(record: ImageRecord, ref?: string): ImageInfo {
+    return {
+      ref: ref ?? record.refs[0] ?? record.digest,
+      refs: [...record.refs],
+      digest: record.digest,
+      rootfs: this.rootfsPath(record.digest),
+      sizeBytes: record.sizeBytes,
+      pulledAt: record.pulledAt,
+      lastUsedAt: record.lastUsedAt,
+      source: record.source,
+      inUseBy: [...(this.holders.get(record.digest) ?? [])],
+      config: record.config,
+    };
+  }
+}

@@ -1,0 +1,202 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { ImageStore } from "../../agent/images/index.ts";
+import { BerthError } from "../../shared/errors.ts";
+import { freePort } from "../../shared/net.ts";
+import { needs, tempDir } from "../helpers/env.ts";
+import { startTestRegistry } from "../helpers/registry.ts";
+import { pushTestImage, testImageDigest } from "../helpers/test-image.ts";
+import { RecordingRunner, skopeoCopies, skopeoInspects, umociUnpacks } from "./runner-hooks.ts";
+
+const TOOLS = ["skopeo", "umoci", "docker-registry", "tar"];
+
+/** Files under a store's work and rootfs dirs: what a failed pull must not leave. */
+const leftovers = (root: string) => ({
+  tmp: existsSync(join(root, "tmp")) ? readdirSync(join(root, "tmp")) : [],
+  rootfs: existsSync(join(root, "rootfs")) ? readdirSync(join(root, "rootfs")) : [],
+});
+
+async function registryDigest(registryUrl: string, name: string, tag: string): Promise<string> {
+  const r = await fetch(`${registryUrl}/v2/${name}/manifests/${tag}`, {
+    method: "HEAD",
+    headers: {
+      accept:
+        "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json",
+    },
+  });
+  assert.equal(r.status, 200);
+  return r.headers.get("docker-content-digest") ?? "";
+}
+
+test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) => {
+  if (!needs(t, { root: true, commands: TOOLS })) return;
+  const registry = await startTestRegistry(t);
+  const ref = await pushTestImage(registry.host);
+  const registryDigestOfRef = await registryDigest(registry.url, "berth/python", "bookworm");
+
+  const root = tempDir(t, "berth-images-");
+  const runner = new RecordingRunner();
+  const store = new ImageStore({ root, runner });
+
+  await t.test("pull unpacks a runnable rootfs whose digest is the registry's", async () => {
+    const info = await store.pull(ref);
+    assert.equal(info.digest, registryDigestOfRef);
+    assert.equal(info.digest, await testImageDigest());
+    assert.equal(info.ref, ref);
+    assert.equal(info.rootfs, join(root, "rootfs", info.digest.slice("sha256:".length)));
+    assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
+    assert.deepEqual(info.config.cmd, ["python3"]);
+    assert.ok(info.config.env.some((e) => e.startsWith("PATH=")));
+    assert.ok(info.sizeBytes > 10 * 1024 * 1024, `size ${info.sizeBytes}`);
+    const out = execFileSync("chroot", [info.rootfs, "/usr/bin/python3", "-c", "print(6*7)"], {
+      encoding: "utf8",
+    });
+    assert.equal(out.trim(), "42");
+    assert.equal(skopeoCopies(runner), 1);
+    assert.equal(umociUnpacks(runner), 1);
+    assert.deepEqual(leftovers(root).tmp, []);
+  });
+
+  await t.test("a second pull resolves the tag but copies and unpacks nothing", async () => {
+    const before = {
+      copies: skopeoCopies(runner),
+      unpacks: umociUnpacks(runner),
+      inspects: skopeoInspects(runner),
+    };
+    const info = await store.pull(ref);
+    assert.equal(info.digest, registryDigestOfRef);
+    assert.equal(skopeoCopies(runner), before.copies);
+    assert.equal(umociUnpacks(runner), before.unpacks);
+    assert.equal(skopeoInspects(runner), before.inspects + 1);
+  });
+
+  await t.test("the index survives a restart: a new store on the root knows the image", async () => {
+    const runner2 = new RecordingRunner();
+    const again = new ImageStore({ root, runner: runner2 });
+    assert.equal(again.get(ref)?.digest, registryDigestOfRef);
+    assert.equal(again.get(registryDigestOfRef)?.ref, ref);
+    assert.equal(again.list().length, 1);
+    await again.pull(ref);
+    assert.equal(skopeoCopies(runner2), 0);
+    assert.equal(umociUnpacks(runner2), 0);
+  });
+
+  await t.test("pullDefault pulls the configured default image", async () => {
+    const runner2 = new RecordingRunner();
+    const s = new ImageStore({ root, runner: runner2, defaultImage: ref });
+    assert.equal((await s.pullDefault()).digest, registryDigestOfRef);
+    assert.equal((await s.pull(undefined)).ref, ref);
+  });
+
+  await t.test(
+    "5 concurrent pulls of one ref, plus a ref with the same digest, copy and unpack once",
+    async () => {
+      const alias = await pushTestImage(registry.host, "berth/alias", "v1");
+      const r = new RecordingRunner();
+      const s = new ImageStore({ root: tempDir(t, "berth-images-"), runner: r });
+      const infos = await Promise.all([...Array.from({ length: 5 }, () => s.pull(ref)), s.pull(alias)]);
+      for (const i of infos) assert.equal(i.digest, registryDigestOfRef);
+      assert.equal(skopeoCopies(r), 1);
+      assert.equal(umociUnpacks(r), 1);
+      assert.equal(skopeoInspects(r), 2, "one inspect per distinct ref");
+      assert.deepEqual(s.get(alias)?.refs.sort(), [alias, ref].sort());
+    },
+  );
+
+  await t.test("an unknown image is not_found, names the ref, and leaves nothing", async () => {
+    const missing = `${registry.host}/berth/nope:missing`;
+    await assert.rejects(store.pull(missing), (e: unknown) => {
+      assert.ok(e instanceof BerthError);
+      assert.equal(e.code, "not_found");
+      assert.ok(e.message.includes(missing), e.message);
+      assert.match(e.message, /manifest unknown|name unknown/);
+      return true;
+    });
+    assert.deepEqual(leftovers(root).tmp, []);
+    assert.equal(store.get(missing), undefined);
+  });
+
+  await t.test("a registry that is down is unavailable, names the ref, and leaves nothing", async () => {
+    const dead = `127.0.0.1:${await freePort()}/berth/python:bookworm`;
+    const r = new RecordingRunner();
+    const s = new ImageStore({ root: tempDir(t, "berth-images-"), runner: r });
+    await assert.rejects(s.pull(dead), (e: unknown) => {
+      assert.ok(e instanceof BerthError);
+      assert.equal(e.code, "unavailable");
+      assert.ok(e.message.includes(dead), e.message);
+      assert.match(e.message, /connection refused/);
+      return true;
+    });
+    assert.deepEqual(leftovers(s.options.root), { tmp: [], rootfs: [] });
+    assert.equal(skopeoCopies(r), 0);
+  });
+
+  await t.test(
+    "a pull that fails during unpack leaves no rootfs, and the retry reuses the blobs",
+    async () => {
+      const fresh = tempDir(t, "berth-images-");
+      const failing = new RecordingRunner(undefined, (call) => {
+        if (call.command === "umoci" && call.args[0] === "raw")
+          throw new Error("simulated crash after unpacking");
+      });
+      const s = new ImageStore({ root: fresh, runner: failing });
+      await assert.rejects(
+        s.pull(ref),
+        (e: unknown) => e instanceof BerthError && /simulated crash/.test(e.message),
+      );
+      assert.equal(umociUnpacks(failing), 1, "the real unpack ran before the failure");
+      assert.deepEqual(leftovers(fresh), { tmp: [], rootfs: [] });
+      assert.equal(s.get(ref), undefined);
+      assert.deepEqual(s.list(), []);
+
+      const ok = new RecordingRunner();
+      const retry = new ImageStore({ root: fresh, runner: ok });
+      const info = await retry.pull(ref);
+      assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
+      assert.equal(skopeoCopies(ok), 0, "blobs already in the layout are not fetched again");
+      assert.equal(umociUnpacks(ok), 1);
+    },
+  );
+
+  await t.test("a pull cancelled during the copy stops skopeo and leaves nothing", async () => {
+    const fresh = tempDir(t, "berth-images-");
+    const abort = new AbortController();
+    const r = new RecordingRunner(undefined, undefined, (call) => {
+      if (call.command === "skopeo" && call.args[0] === "copy") abort.abort();
+    });
+    const s = new ImageStore({ root: fresh, runner: r });
+    await assert.rejects(s.pull(ref, { signal: abort.signal }), (e: unknown) => {
+      assert.ok(e instanceof BerthError);
+      assert.match(e.message, /cancelled/);
+      assert.ok(e.message.includes(ref), e.message);
+      return true;
+    });
+    assert.equal(skopeoCopies(r), 1);
+    assert.deepEqual(leftovers(fresh), { tmp: [], rootfs: [] });
+    assert.deepEqual(s.list(), []);
+  });
+
+  await t.test("a cached tag is still served when its registry goes away", async () => {
+    const shortLived = await startTestRegistry(t);
+    const gone = await pushTestImage(shortLived.host, "berth/gone", "v1");
+    const s = new ImageStore({ root: tempDir(t, "berth-images-") });
+    const first = await s.pull(gone);
+    await shortLived.stop();
+    const again = await s.pull(gone);
+    assert.equal(again.digest, first.digest);
+    const never = `${shortLived.host}/berth/never:v1`;
+    await assert.rejects(s.pull(never), (e: unknown) => e instanceof BerthError && e.code === "unavailable");
+  });
+
+  await t.test("work left by a killed agent is cleared when the store opens", async () => {
+    const fresh = tempDir(t, "berth-images-");
+    mkdirSync(join(fresh, "tmp", "work-killed", "rootfs", "etc"), { recursive: true });
+    writeFileSync(join(fresh, "tmp", "work-killed", "rootfs", "etc", "half"), "x");
+    const s = new ImageStore({ root: fresh });
+    assert.deepEqual(s.list(), []);
+    assert.deepEqual(leftovers(fresh), { tmp: [], rootfs: [] });
+  });
+});
