@@ -1,0 +1,399 @@
+// Container networking on one host: a bridge with a gateway, one network
+// namespace + veth pair per container, addresses from Ipam, and berth's own
+// nftables tables for NAT, isolation and per-container egress policy.
+
+import { randomBytes } from "node:crypto";
+import { mkdirSync } from "node:fs";
+import { rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { type EgressPolicy, parseCidr, validateEgressPolicy } from "../../shared/egress.ts";
+import { BerthError } from "../../shared/errors.ts";
+import { netnsName, removeLeftovers, vethName } from "./cleanup.ts";
+import { Ipam, type Lease } from "./ipam.ts";
+import {
+  configureContainerSide,
+  createNamespaceWithVeth,
+  deleteLink,
+  deleteNetns,
+  ensureBridge,
+  hostAddresses,
+  listNetns,
+  netnsPath,
+  writeSysctl,
+} from "./links.ts";
+import { applyNft, deleteNftTables, removeNft } from "./nft.ts";
+import {
+  type ContainerRulesInput,
+  containerAddScript,
+  containerRemoveStatements,
+  fullRuleset,
+  inboundLines,
+  policyScript,
+} from "./nft-rules.ts";
+import { type NetworkOptions, type ResolvedNetworkOptions, resolveNetworkOptions } from "./options.ts";
+import { NamespacePool, type PooledNamespace } from "./pool.ts";
+import { containerResolvConf } from "./resolv.ts";
+
+export interface ContainerNetwork {
+  containerId: string;
+  /** Named namespace (`ip netns`), and the file runc joins (`/run/netns/NAME`). */
+  netns: string;
+  netnsPath: string;
+  ipv4: string;
+  ipv6: string;
+  prefix4: number;
+  prefix6: number;
+  gateway4: string;
+  gateway6: string;
+  /** Host end of the veth pair (a bridge port). */
+  vethHost: string;
+  /** File to bind-mount read-only at /etc/resolv.conf in the container. */
+  resolvConfPath: string;
+  policy: EgressPolicy;
+  inboundPorts: number[];
+}
+
+export interface RecoverReport {
+  /** Leases of live containers, kept. */
+  kept: string[];
+  /** Leases of containers that no longer exist, removed with their namespace and rules. */
+  removed: string[];
+  /** Live containers whose named namespace is gone; their lease is kept (the process may still hold it). */
+  missingNamespace: string[];
+  /** Prefix-named namespaces and veths nobody owned, removed. */
+  leftovers: string[];
+}
+
+export interface NetworkLogger {
+  warn: (message: string) => void;
+}
+
+const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+function checkContainerId(id: string): void {
+  if (typeof id !== "string" || !CONTAINER_ID.test(id)) {
+    throw new BerthError("invalid_request", `container id ${JSON.stringify(id)} must match ${CONTAINER_ID}`);
+  }
+}
+
+function checkPort(port: number): void {
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new BerthError("invalid_request", `port ${port} must be an integer 1..65535`);
+  }
+}
+
+export class Network {
+  private readonly pool: NamespacePool;
+  /** Names this process created that are not (yet) in a lease: pool entries and attaches in progress. */
+  private readonly unleased = new Set<string>();
+  private tail: Promise<unknown> = Promise.resolve();
+
+  private constructor(
+    readonly options: ResolvedNetworkOptions,
+    private readonly ipam: Ipam,
+    log: NetworkLogger,
+  ) {
+    this.pool = new NamespacePool({
+      size: options.poolSize,
+      create: () => this.createNamespace(),
+      destroy: (ns) => this.destroyNamespace(ns),
+      onError: (e) => log.warn(`network namespace pool: ${(e as Error).message}`),
+    });
+  }
+
+  /**
+   * Sets up the host (forwarding, bridge, nft tables rebuilt from the lease
+   * file in one transaction), removes unleased leftovers of a previous run and
+   * fills the namespace pool. Call recover() next with the live container ids.
+   */
+  static async start(options: NetworkOptions, log: NetworkLogger = { warn: () => {} }): Promise<Network> {
+    const o = resolveNetworkOptions(options);
+    mkdirSync(o.resolvDir, { recursive: true });
+    const ipam = Ipam.load(o.stateFile, o.subnet4, o.subnet6);
+    const net = new Network(o, ipam, log);
+    if (o.enableForwarding) {
+      await writeSysctl("net/ipv4/ip_forward", "1");
+      await writeSysctl("net/ipv6/conf/all/forwarding", "1");
+    }
+    await net.checkSubnetsFree();
+    await ensureBridge(
+      o.bridge,
+      `${o.subnet4.gateway}/${o.subnet4.prefix}`,
+      `${o.subnet6.gateway}/${o.subnet6.prefix}`,
+    );
+    await applyNft(
+      fullRuleset(
+        net.baseRules(),
+        ipam.list().map((l) => net.rulesInput(l)),
+      ),
+    );
+    await removeLeftovers(o.namePrefix, net.ownedNames());
+    await net.pool.fill();
+    return net;
+  }
+
+  /** Namespaces ready in the pool right now. */
+  get poolAvailable(): number {
+    return this.pool.available;
+  }
+
+  get(containerId: string): ContainerNetwork | undefined {
+    const lease = this.ipam.get(containerId);
+    return lease && this.view(lease);
+  }
+
+  list(): ContainerNetwork[] {
+    return this.ipam.list().map((l) => this.view(l));
+  }
+
+  /**
+   * Gives a container a namespace (from the pool), addresses, rules and a
+   * resolv.conf. Attaching an attached container applies the policy and
+   * returns what it has.
+   */
+  async attach(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork> {
+    checkContainerId(containerId);
+    const p = validateEgressPolicy(policy);
+    return this.locked(async () => {
+      if (this.ipam.get(containerId)) return this.setPolicyLocked(containerId, p);
+      const ns = await this.pool.take();
+      let lease: Lease | undefined;
+      try {
+        lease = this.ipam.allocate(containerId, { ...ns, policy: p });
+        this.unleased.delete(ns.netns);
+        this.unleased.delete(ns.vethHost);
+        const o = this.options;
+        await configureContainerSide(ns.netns, {
+          ipv4: lease.ipv4,
+          prefix4: o.subnet4.prefix,
+          ipv6: lease.ipv6,
+          prefix6: o.subnet6.prefix,
+          gateway4: o.subnet4.gateway,
+          gateway6: o.subnet6.gateway,
+        });
+        await applyNft(containerAddScript(this.rulesInput(lease)));
+        await this.writeResolvConf(containerId);
+        return this.view(lease);
+      } catch (e) {
+        if (lease) await this.removeContainer(lease).catch(() => {});
+        else await this.destroyNamespace(ns).catch(() => {});
+        throw e;
+      }
+    });
+  }
+
+  /** Removes a container's namespace, veth, rules, resolv.conf and lease. Absent is fine. */
+  async detach(containerId: string): Promise<void> {
+    checkContainerId(containerId);
+    await this.locked(async () => {
+      const lease = this.ipam.get(containerId);
+      if (lease) await this.removeContainer(lease);
+      else await rm(this.resolvConfPath(containerId), { force: true });
+    });
+  }
+
+  /** Replaces a running container's egress policy in one nft transaction. */
+  async setPolicy(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork> {
+    checkContainerId(containerId);
+    const p = validateEgressPolicy(policy);
+    return this.locked(() => this.setPolicyLocked(containerId, p));
+  }
+
+  /** Lets the host (the port proxy) open TCP connections to this container port. */
+  async allowInbound(containerId: string, port: number): Promise<void> {
+    checkPort(port);
+    await this.locked(async () => {
+      const lease = this.mustGet(containerId);
+      if (lease.inboundPorts.includes(port)) return;
+      await applyNft(`${inboundLines("add", this.rulesInput(lease), port).join("\n")}\n`);
+      this.ipam.update(containerId, { inboundPorts: [...lease.inboundPorts, port] });
+    });
+  }
+
+  async revokeInbound(containerId: string, port: number): Promise<void> {
+    checkPort(port);
+    await this.locked(async () => {
+      const lease = this.mustGet(containerId);
+      if (!lease.inboundPorts.includes(port)) return;
+      await removeNft(inboundLines("delete", this.rulesInput(lease), port));
+      this.ipam.update(containerId, { inboundPorts: lease.inboundPorts.filter((p) => p !== port) });
+    });
+  }
+
+  /**
+   * After an agent restart: drops the leases (and namespace, veth, rules) of
+   * containers not in `liveContainerIds`, rewrites the live ones' resolv.conf
+   * and removes unowned prefix-named leftovers.
+   */
+  async recover(liveContainerIds: Iterable<string>): Promise<RecoverReport> {
+    const live = new Set(liveContainerIds);
+    return this.locked(async () => {
+      const report: RecoverReport = { kept: [], removed: [], missingNamespace: [], leftovers: [] };
+      const namespaces = new Set(await listNetns());
+      for (const lease of this.ipam.list()) {
+        if (!live.has(lease.containerId)) {
+          await this.removeContainer(lease);
+          report.removed.push(lease.containerId);
+          continue;
+        }
+        report.kept.push(lease.containerId);
+        if (!namespaces.has(lease.netns)) report.missingNamespace.push(lease.containerId);
+        await this.writeResolvConf(lease.containerId);
+      }
+      report.leftovers = await removeLeftovers(this.options.namePrefix, this.ownedNames());
+      return report;
+    });
+  }
+
+  /** Empties the namespace pool. Attached containers, their rules and the bridge stay. */
+  async shutdown(): Promise<void> {
+    await this.pool.shutdown();
+  }
+
+  /** Removes everything: containers' networking, pool, nft tables, bridge, lease file. */
+  async destroy(): Promise<void> {
+    await this.pool.shutdown();
+    await this.locked(async () => {
+      for (const lease of this.ipam.list()) await this.removeContainer(lease);
+      await deleteNftTables(this.options.table);
+      await deleteLink(this.options.bridge);
+      await removeLeftovers(this.options.namePrefix, new Set());
+      await rm(this.options.stateFile, { force: true });
+    });
+  }
+
+  private async setPolicyLocked(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork> {
+    const before = this.mustGet(containerId);
+    // The lease records the intent first, so a crash in between is repaired by the next start().
+    const lease = this.ipam.update(containerId, { policy });
+    try {
+      await applyNft(policyScript(this.rulesInput(lease)));
+    } catch (e) {
+      this.ipam.update(containerId, { policy: before.policy });
+      throw e;
+    }
+    return this.view(lease);
+  }
+
+  private mustGet(containerId: string): Lease {
+    const lease = this.ipam.get(containerId);
+    if (!lease) throw new BerthError("not_found", `container ${containerId} has no network attachment`);
+    return lease;
+  }
+
+  /** Rules first, then links, the lease last: a crash half-way leaves a lease that recover() finishes. */
+  private async removeContainer(lease: Lease): Promise<void> {
+    await removeNft(containerRemoveStatements(this.rulesInput(lease)));
+    await deleteLink(lease.vethHost);
+    await deleteNetns(lease.netns);
+    await rm(this.resolvConfPath(lease.containerId), { force: true });
+    this.ipam.release(lease.containerId);
+  }
+
+  private async createNamespace(): Promise<PooledNamespace> {
+    let suffix: string;
+    do suffix = randomBytes(3).toString("hex");
+    while (this.ownedNames().has(netnsName(this.options.namePrefix, suffix)));
+    const ns = {
+      netns: netnsName(this.options.namePrefix, suffix),
+      vethHost: vethName(this.options.namePrefix, suffix),
+    };
+    this.unleased.add(ns.netns);
+    this.unleased.add(ns.vethHost);
+    try {
+      await createNamespaceWithVeth(ns.netns, ns.vethHost, this.options.bridge);
+    } catch (e) {
+      this.unleased.delete(ns.netns);
+      this.unleased.delete(ns.vethHost);
+      throw e;
+    }
+    return ns;
+  }
+
+  private async destroyNamespace(ns: PooledNamespace): Promise<void> {
+    await deleteLink(ns.vethHost);
+    await deleteNetns(ns.netns);
+    this.unleased.delete(ns.netns);
+    this.unleased.delete(ns.vethHost);
+  }
+
+  private ownedNames(): Set<string> {
+    const names = new Set(this.unleased);
+    for (const l of this.ipam.list()) {
+      names.add(l.netns);
+      names.add(l.vethHost);
+    }
+    return names;
+  }
+
+  /** Refuses subnets that an address on another interface already falls in. */
+  private async checkSubnetsFree(): Promise<void> {
+    for (const a of await hostAddresses()) {
+      if (a.ifname === this.options.bridge || a.address.toLowerCase().startsWith("fe80")) continue;
+      const theirs = parseCidr(`${a.address}/${a.prefixlen}`);
+      for (const ours of [this.options.subnet4, this.options.subnet6]) {
+        if (ours.overlaps(theirs)) {
+          throw new BerthError(
+            "failed_precondition",
+            `container subnet ${ours.text} overlaps ${theirs.text} on ${a.ifname}; configure another subnet`,
+          );
+        }
+      }
+    }
+  }
+
+  private resolvConfPath(containerId: string): string {
+    return join(this.options.resolvDir, `${containerId}.conf`);
+  }
+
+  private async writeResolvConf(containerId: string): Promise<void> {
+    const conf = await containerResolvConf({
+      sources: this.options.resolvConfSources,
+      hostAddresses: (await hostAddresses()).map((a) => a.address),
+      fallbackNameservers: this.options.fallbackNameservers,
+    });
+    // Rewritten in place, not renamed over: a bind mount keeps pointing at the original inode.
+    await writeFile(this.resolvConfPath(containerId), conf.text, { mode: 0o644 });
+  }
+
+  private baseRules() {
+    const o = this.options;
+    return {
+      table: o.table,
+      bridge: o.bridge,
+      namePrefix: o.namePrefix,
+      subnet4: o.subnet4.text,
+      subnet6: o.subnet6.text,
+      blockedDestinations: o.blockedDestinations,
+    };
+  }
+
+  private rulesInput(lease: Lease): ContainerRulesInput {
+    return { table: this.options.table, ...lease };
+  }
+
+  private view(lease: Lease): ContainerNetwork {
+    const o = this.options;
+    return {
+      containerId: lease.containerId,
+      netns: lease.netns,
+      netnsPath: netnsPath(lease.netns),
+      ipv4: lease.ipv4,
+      ipv6: lease.ipv6,
+      prefix4: o.subnet4.prefix,
+      prefix6: o.subnet6.prefix,
+      gateway4: o.subnet4.gateway,
+      gateway6: o.subnet6.gateway,
+      vethHost: lease.vethHost,
+      resolvConfPath: this.resolvConfPath(lease.containerId),
+      policy: lease.policy,
+      inboundPorts: lease.inboundPorts,
+    };
+  }
+
+  private locked<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(fn, fn);
+    this.tail = result.catch(() => {});
+    return result;
+  }
+}
