@@ -1,0 +1,24 @@
+// The runtime's entry point: other agent packages import from here only.
+export type { CgroupLayout, CgroupUsage, CpuLimit, OomState } from "./cgroups.ts";
+export { detectCgroups, readCpuLimit, readOomState, readPidsLimit, readUsage } from "./cgroups.ts";
+export type { HostFacts } from "./oci-spec.ts";
+export { buildOciSpec, CONTAINER_CAPABILITIES, MASKED_PATHS, READONLY_PATHS } from "./oci-spec.ts";
+export type { OciSpec } from "./oci-types.ts";
+export { clampedRlimits, readHostHardLimits } from "./rlimits.ts";
+export type { ContainerRuntimeOptions, ResolvedContainerRuntimeOptions } from "./runtime.ts";
+export { ContainerRuntime, resolveContainerRuntimeOptions } from "./runtime.ts";
+export { DENIED_SYSCALLS } from "./seccomp.ts";
+export type { ResolvedContainerSpec } from "./spec.ts";
+export { resolveContainerSpec } from "./spec.ts";
+export type {
+  BindMount,
+  ContainerEvent,
+  ContainerInfo,
+  ContainerSpec,
+  ContainerStatus,
+  DeviceNode,
+  DeviceRule,
+  ExitReason,
+  LogLine,
+  RuntimeLogger,
+} from "./types.ts";

@@ -1,0 +1,71 @@
+import { execFile } from "node:child_process";
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+
+// Each container's root is an overlay: the image dirs (read-only, shared by
+// every container of that image) below, the container's own upper/work dirs
+// above, merged at <bundle>/rootfs. Node has no mount(2), so this runs
+// mount(8)/umount(8) once each.
+
+const execFileP = promisify(execFile);
+
+export interface OverlayPaths {
+  /** Uppermost layer first. */
+  lowerDirs: string[];
+  upperDir: string;
+  workDir: string;
+  merged: string;
+}
+
+export function overlayPathsFor(bundleDir: string, lowerDirs: string[]): OverlayPaths {
+  return {
+    lowerDirs,
+    upperDir: join(bundleDir, "upper"),
+    workDir: join(bundleDir, "work"),
+    merged: join(bundleDir, "rootfs"),
+  };
+}
+
+export async function mountOverlay(p: OverlayPaths): Promise<void> {
+  for (const d of [p.upperDir, p.workDir, p.merged]) mkdirSync(d, { recursive: true });
+  const options = `lowerdir=${p.lowerDirs.join(":")},upperdir=${p.upperDir},workdir=${p.workDir}`;
+  try {
+    await execFileP("mount", ["-t", "overlay", "overlay", "-o", options, p.merged]);
+  } catch (e) {
+    const err = e as { stderr?: string; message: string };
+    throw new Error(`overlay mount at ${p.merged} failed: ${(err.stderr || err.message).trim()}`);
+  }
+}
+
+/** Mount points at or below `dir`, deepest first, from /proc/self/mountinfo. */
+export function mountsUnder(dir: string, mountinfo = "/proc/self/mountinfo"): string[] {
+  const prefix = dir.endsWith("/") ? dir : `${dir}/`;
+  const out: string[] = [];
+  for (const line of readFileSync(mountinfo, "utf8").split("\n")) {
+    const raw = line.split(" ")[4];
+    if (!raw) continue;
+    // mountinfo escapes space, tab, newline and backslash as octal.
+    const point = raw.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
+    if (point === dir || point.startsWith(prefix)) out.push(point);
+  }
+  return out.sort((a, b) => b.length - a.length);
+}
+
+/** Unmounts everything at or below `merged`; a no-op when nothing is mounted. */
+export async function unmountOverlay(merged: string): Promise<void> {
+  for (const point of mountsUnder(merged)) {
+    try {
+      await execFileP("umount", [point]);
+    } catch {
+      // Still busy (a process holds a file open): detach it now; the kernel
+      // frees it when the last user goes.
+      try {
+        await execFileP("umount", ["-l", point]);
+      } catch (e) {
+        const err = e as { stderr?: string; message: string };
+        throw new Error(`unmount of ${point} failed: ${(err.stderr || err.message).trim()}`);
+      }
+    }
+  }
+}

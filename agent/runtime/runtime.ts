@@ -1,0 +1,498 @@
+import type { ChildProcess } from "node:child_process";
+import { existsSync, type FSWatcher, mkdirSync, readdirSync, rmSync, watch, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { BerthError, describeError, notFound } from "../../shared/errors.ts";
+import {
+  type CgroupLayout,
+  type CgroupUsage,
+  detectCgroups,
+  readOomState,
+  readUsage,
+  removeCgroupDirs,
+} from "./cgroups.ts";
+import { LogFollower } from "./logs.ts";
+import { buildOciSpec, cgroupsPathFor, type HostFacts } from "./oci-spec.ts";
+import { readHostHardLimits } from "./rlimits.ts";
+import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
+import {
+  type ContainerRuntimeOptions,
+  type ResolvedContainerRuntimeOptions,
+  resolveContainerRuntimeOptions,
+} from "./options.ts";
+import { Runc } from "./runc.ts";
+import { checkSpecPaths, resolveContainerSpec } from "./spec.ts";
+import { startFailure } from "./start-failure.ts";
+import {
+  type ContainerMeta,
+  type ContainerPaths,
+  containerInfo,
+  containerPaths,
+  exitReason,
+  processAlive,
+  readExitFile,
+  readMeta,
+  readPidFile,
+  writeMeta,
+} from "./state.ts";
+import type { ContainerEvent, ContainerInfo, ContainerSpec } from "./types.ts";
+import { Wakeup } from "./wakeup.ts";
+
+export type { ContainerRuntimeOptions, ResolvedContainerRuntimeOptions };
+export { resolveContainerRuntimeOptions };
+
+interface Entry {
+  meta: ContainerMeta;
+  paths: ContainerPaths;
+  status: ContainerInfo["status"];
+  child?: ChildProcess;
+  logs?: { stdout: LogFollower; stderr: LogFollower };
+  wakeup: Wakeup;
+  finalizing?: Promise<void>;
+  /** Set while run() waits out spec.startupWindowMs: events are held back. */
+  heldEvents?: ContainerEvent[];
+  persistedOffsets: string;
+  persistedAt: number;
+}
+
+const STOP_KILL_WAIT_MS = 30_000;
+
+/** Runs containers with runc on this host; see docs/runtime.md. */
+export class ContainerRuntime {
+  readonly options: ResolvedContainerRuntimeOptions;
+  readonly cgroups: CgroupLayout;
+  private readonly host: HostFacts;
+  private readonly runc: Runc;
+  private readonly entries = new Map<string, Entry>();
+  private timer?: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(opts: ContainerRuntimeOptions) {
+    this.options = resolveContainerRuntimeOptions(opts);
+    this.cgroups = detectCgroups();
+    this.host = {
+      cgroupVersion: this.cgroups.version,
+      hardLimits: readHostHardLimits(),
+      swapAccounting: this.cgroups.swapAccounting,
+      arch: process.arch,
+      cgroupParent: this.options.cgroupParent,
+    };
+    this.runc = new Runc(this.options.runc, this.options.runcRoot);
+    mkdirSync(this.options.root, { recursive: true });
+  }
+
+  /** The cgroup path (relative to each hierarchy's mount) of a container. */
+  cgroupsPath(id: string): string {
+    return cgroupsPathFor(id, this.options.cgroupParent);
+  }
+
+  async run(input: ContainerSpec): Promise<ContainerInfo> {
+    this.assertOpen();
+    const spec = resolveContainerSpec(input);
+    if (this.entries.has(spec.id)) throw new BerthError("conflict", `container ${spec.id} already exists`);
+    checkSpecPaths(spec);
+    const paths = containerPaths(this.options.root, spec.id);
+    try {
+      mkdirSync(paths.dir);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "EEXIST") {
+        throw new BerthError("conflict", `container ${spec.id} already exists (${paths.dir})`);
+      }
+      throw e;
+    }
+    const entry: Entry = {
+      meta: {
+        version: 1,
+        spec,
+        cgroupsPath: this.cgroupsPath(spec.id),
+        createdAt: Date.now(),
+        pid: 0,
+        logOffsets: { stdout: 0, stderr: 0 },
+      },
+      paths,
+      status: "created",
+      wakeup: new Wakeup(),
+      persistedOffsets: "",
+      persistedAt: 0,
+    };
+    this.entries.set(spec.id, entry);
+    try {
+      writeFileSync(paths.config, JSON.stringify(buildOciSpec(spec, this.host)));
+      await mountOverlay(overlayPathsFor(paths.dir, spec.lowerDirs));
+      this.spawnWaiter(entry);
+      writeMeta(paths.meta, entry.meta);
+      entry.meta.pid = await this.waitForStart(entry);
+    } catch (e) {
+      await this.removeContainer(entry.meta.spec.id, entry).catch((c) =>
+        this.options.logger?.error({ id: spec.id, err: describeError(c) }, "cleanup after failed start"),
+      );
+      this.entries.delete(spec.id);
+      throw e;
+    }
+    this.markRunning(entry);
+    if (spec.startupWindowMs > 0) {
+      entry.heldEvents = [];
+      await entry.wakeup.until(() => entry.status === "stopped", spec.startupWindowMs);
+      await entry.finalizing;
+      const exit = entry.meta.exit;
+      if (exit && exit.code !== 0) {
+        const stderr = entry.logs?.stderr.tail() ?? "";
+        await this.delete(spec.id);
+        throw new BerthError(
+          "failed_precondition",
+          `container ${spec.id} exited with code ${exit.code} (${exit.reason}) during start-up${stderr ? `:\n${stderr}` : ""}`,
+          { containerId: spec.id, exitCode: exit.code, reason: exit.reason, stderr },
+        );
+      }
+      const held = entry.heldEvents;
+      entry.heldEvents = undefined;
+      for (const ev of held) this.emit(ev);
+    }
+    return this.info(entry);
+  }
+
+  /** SIGTERM, then SIGKILL after graceMs; resolves once the container has exited. */
+  async stop(id: string, opts: { graceMs?: number } = {}): Promise<ContainerInfo> {
+    const entry = this.mustGet(id);
+    if (entry.status === "created")
+      throw new BerthError("failed_precondition", `container ${id} is still starting`);
+    const graceMs = opts.graceMs ?? 10_000;
+    if (entry.status === "running" && graceMs > 0) {
+      this.setIntent(entry, "term");
+      this.signal(entry, "SIGTERM");
+      await entry.wakeup.until(() => entry.status === "stopped", graceMs);
+    }
+    if (entry.status === "running") {
+      this.setIntent(entry, "kill");
+      this.signal(entry, "SIGKILL");
+      if (!(await entry.wakeup.until(() => entry.status === "stopped", STOP_KILL_WAIT_MS))) {
+        throw new BerthError(
+          "unavailable",
+          `container ${id} did not exit ${STOP_KILL_WAIT_MS} ms after SIGKILL`,
+        );
+      }
+    }
+    await entry.finalizing;
+    return this.info(entry);
+  }
+
+  /** Stops (no grace) and removes everything the container had; a no-op for unknown ids. */
+  async delete(id: string): Promise<void> {
+    const entry = this.entries.get(id);
+    if (entry?.status === "created")
+      throw new BerthError("failed_precondition", `container ${id} is still starting`);
+    if (entry?.status === "running") await this.stop(id, { graceMs: 0 });
+    await entry?.finalizing;
+    await this.removeContainer(id, entry);
+    this.entries.delete(id);
+    this.updateTimer();
+  }
+
+  list(): ContainerInfo[] {
+    return [...this.entries.values()].map((e) => this.info(e));
+  }
+
+  get(id: string): ContainerInfo | undefined {
+    const e = this.entries.get(id);
+    return e && this.info(e);
+  }
+
+  /** CPU and memory use from the container's cgroup (for metrics). */
+  usage(id: string): CgroupUsage {
+    return readUsage(this.cgroups, this.mustGet(id).meta.cgroupsPath);
+  }
+
+  /**
+   * Adopts what a previous agent left: running containers keep running and
+   * are watched again (logs resume from saved offsets); ones that exited
+   * meanwhile get their exit event; leftovers without a bundle (or a bundle
+   * without a runc container) are removed.
+   */
+  async recover(): Promise<ContainerInfo[]> {
+    this.assertOpen();
+    const known = new Map((await this.runc.list()).map((c) => [c.id, c]));
+    for (const id of this.entries.keys()) known.delete(id);
+    const runcDirName = this.options.runcRoot.startsWith(`${this.options.root}/`)
+      ? this.options.runcRoot.slice(this.options.root.length + 1)
+      : undefined;
+    for (const d of readdirSync(this.options.root, { withFileTypes: true })) {
+      if (!d.isDirectory() || d.name === runcDirName || this.entries.has(d.name)) continue;
+      const id = d.name;
+      const r = known.get(id);
+      known.delete(id);
+      const paths = containerPaths(this.options.root, id);
+      const meta = readMeta(paths.meta);
+      if (!meta || !r || (r.status !== "running" && r.status !== "stopped")) {
+        if (meta && !meta.exit && meta.startedAt) {
+          this.emit({
+            type: "exit",
+            containerId: id,
+            exitCode: -1,
+            reason: "unknown",
+            at: Date.now(),
+            stderrTail: "",
+          });
+        }
+        this.options.logger?.warn(
+          { id, runc: r?.status ?? "absent" },
+          "removing container left without state",
+        );
+        await this.removeContainer(id, undefined);
+        continue;
+      }
+      const entry: Entry = {
+        meta: { ...meta, pid: r.pid || meta.pid },
+        paths,
+        status: meta.exit ? "stopped" : "running",
+        wakeup: new Wakeup(),
+        persistedOffsets: "",
+        persistedAt: 0,
+      };
+      this.entries.set(id, entry);
+      if (entry.status === "running") {
+        this.startLogs(entry);
+        await this.checkExit(entry);
+      }
+    }
+    for (const id of known.keys()) {
+      this.options.logger?.warn({ id }, "removing runc container whose bundle is gone");
+      await this.removeContainer(id, undefined);
+    }
+    this.updateTimer();
+    return this.list();
+  }
+
+  /** Stops watching (timers, files) and saves log offsets; containers keep running. */
+  close(): void {
+    this.closed = true;
+    clearInterval(this.timer);
+    this.timer = undefined;
+    for (const e of this.entries.values()) {
+      if (e.status === "running") this.persistMeta(e);
+      e.logs?.stdout.close();
+      e.logs?.stderr.close();
+      e.child?.removeAllListeners();
+    }
+    this.entries.clear();
+  }
+
+  private spawnWaiter(entry: Entry): void {
+    const p = entry.paths;
+    const child = this.runc.spawnWaiter({
+      bundle: p.dir,
+      id: entry.meta.spec.id,
+      pidFile: p.pidFile,
+      exitFile: p.exitFile,
+      logFile: p.runcLog,
+      stdout: p.stdout,
+      stderr: p.stderr,
+    });
+    child.on("exit", () => {
+      entry.wakeup.notify();
+      // sh wrote the exit file just before exiting: no need to wait for the timer.
+      if (entry.status === "running") void this.checkExit(entry);
+    });
+    child.on("error", () => entry.wakeup.notify());
+    entry.child = child;
+    entry.meta.waiterPid = child.pid;
+  }
+
+  private async waitForStart(entry: Entry): Promise<number> {
+    const { paths, child } = entry;
+    const deadline = Date.now() + this.options.startTimeoutMs;
+    // runc renames the pid file into place and sh writes the exit file: an
+    // inotify watch on the bundle dir sees either at once; the poll is a fallback.
+    let watcher: FSWatcher | undefined;
+    try {
+      watcher = watch(paths.dir, { persistent: false }, () => entry.wakeup.notify());
+      watcher.on("error", () => {});
+    } catch {
+      watcher = undefined;
+    }
+    try {
+      for (;;) {
+        const pid = readPidFile(paths.pidFile);
+        if (pid) return pid;
+        const exit = readExitFile(paths.exitFile);
+        const waiterGone = child?.exitCode !== null || child?.signalCode !== null || !child?.pid;
+        if (exit || (waiterGone && !readPidFile(paths.pidFile))) {
+          throw startFailure(entry.meta.spec.id, entry.paths, exit?.code);
+        }
+        if (Date.now() > deadline) {
+          if (child?.pid) process.kill(-child.pid, "SIGKILL");
+          throw new BerthError(
+            "unavailable",
+            `container ${entry.meta.spec.id}: runc did not start it within ${this.options.startTimeoutMs} ms`,
+          );
+        }
+        await entry.wakeup.wait(watcher ? 50 : 5);
+      }
+    } finally {
+      watcher?.close();
+    }
+  }
+
+  private markRunning(entry: Entry): void {
+    const now = Date.now();
+    entry.status = "running";
+    entry.meta.startedAt = now;
+    if (entry.meta.spec.timeoutMs) entry.meta.timeoutAt = now + entry.meta.spec.timeoutMs;
+    this.startLogs(entry);
+    this.persistMeta(entry);
+    this.emit({ type: "start", containerId: entry.meta.spec.id, pid: entry.meta.pid, at: now });
+    this.updateTimer();
+    // A short-lived process may be gone already, its child-exit event spent
+    // while the entry was still "created".
+    void this.checkExit(entry);
+  }
+
+  private startLogs(entry: Entry): void {
+    const make = (stream: "stdout" | "stderr") =>
+      new LogFollower({
+        path: entry.paths[stream],
+        containerId: entry.meta.spec.id,
+        stream,
+        offset: entry.meta.logOffsets[stream],
+        onLine: this.options.onLog,
+        maxSpoolBytes: this.options.maxLogSpoolBytes,
+      });
+    entry.logs = { stdout: make("stdout"), stderr: make("stderr") };
+    entry.logs.stdout.watch();
+    entry.logs.stderr.watch();
+  }
+
+  private tick(): void {
+    const now = Date.now();
+    for (const entry of this.entries.values()) {
+      if (entry.status !== "running") continue;
+      void entry.logs?.stdout.poll().catch(() => {});
+      void entry.logs?.stderr.poll().catch(() => {});
+      if (entry.meta.timeoutAt && now >= entry.meta.timeoutAt && entry.meta.stopIntent !== "timeout") {
+        this.setIntent(entry, "timeout");
+        this.signal(entry, "SIGKILL");
+      }
+      void this.checkExit(entry);
+      const offsets = `${entry.logs?.stdout.offset}:${entry.logs?.stderr.offset}`;
+      // At most once a second: after a crash, up to a second of lines is sent again.
+      if (offsets !== entry.persistedOffsets && now - entry.persistedAt >= 1000) this.persistMeta(entry);
+    }
+  }
+
+  private checkExit(entry: Entry): Promise<void> {
+    if (entry.status !== "running" || entry.finalizing) return entry.finalizing ?? Promise.resolve();
+    const exit = readExitFile(entry.paths.exitFile);
+    if (exit) return this.finalize(entry, exit.code, exit.at);
+    // No status yet. If the waiter is gone too (killed with the agent's
+    // cgroup, say), the code is lost: wait for the init process itself.
+    const waiterAlive = entry.child
+      ? entry.child.exitCode === null && entry.child.signalCode === null
+      : processAlive(entry.meta.waiterPid);
+    if (!waiterAlive && !readExitFile(entry.paths.exitFile) && !processAlive(entry.meta.pid)) {
+      return this.finalize(entry, -1, Date.now());
+    }
+    return Promise.resolve();
+  }
+
+  private finalize(entry: Entry, code: number, at: number): Promise<void> {
+    entry.finalizing = (async () => {
+      const oom = code < 0 ? {} : readOomState(this.cgroups, entry.meta.cgroupsPath);
+      const reason = exitReason({ code, intent: entry.meta.stopIntent, oom });
+      await Promise.all([entry.logs?.stdout.finish(), entry.logs?.stderr.finish()]).catch(() => {});
+      entry.meta.exit = { code, reason, at };
+      entry.status = "stopped";
+      this.persistMeta(entry);
+      this.emit({
+        type: "exit",
+        containerId: entry.meta.spec.id,
+        exitCode: code,
+        reason,
+        at,
+        stderrTail: entry.logs?.stderr.tail() ?? "",
+      });
+      entry.wakeup.notify();
+      this.updateTimer();
+    })();
+    return entry.finalizing;
+  }
+
+  private async removeContainer(id: string, entry: Entry | undefined): Promise<void> {
+    entry?.logs?.stdout.close();
+    entry?.logs?.stderr.close();
+    // runc keeps one state dir per container; skip the spawn when there is none.
+    if (existsSync(join(this.options.runcRoot, id))) await this.runc.deleteForce(id);
+    const dir = join(this.options.root, id);
+    await unmountOverlay(join(dir, "rootfs"));
+    const busy = removeCgroupDirs(this.cgroups, entry?.meta.cgroupsPath ?? this.cgroupsPath(id));
+    if (busy.length > 0) this.options.logger?.warn({ id, busy }, "cgroup dirs still in use");
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  private setIntent(entry: Entry, intent: NonNullable<ContainerMeta["stopIntent"]>): void {
+    // A timeout is the reason even if stop() escalates afterwards.
+    if (entry.meta.stopIntent === "timeout") return;
+    entry.meta.stopIntent = intent;
+    this.persistMeta(entry);
+  }
+
+  private signal(entry: Entry, sig: NodeJS.Signals): void {
+    // Once the exit is seen the pid may be reused: never signal it again.
+    if (entry.status !== "running" || entry.finalizing || !entry.meta.pid) return;
+    try {
+      process.kill(entry.meta.pid, sig);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ESRCH") throw e;
+    }
+  }
+
+  private persistMeta(entry: Entry): void {
+    if (entry.logs) {
+      entry.meta.logOffsets = { stdout: entry.logs.stdout.offset, stderr: entry.logs.stderr.offset };
+    }
+    entry.persistedOffsets = `${entry.meta.logOffsets.stdout}:${entry.meta.logOffsets.stderr}`;
+    entry.persistedAt = Date.now();
+    try {
+      writeMeta(entry.paths.meta, entry.meta);
+    } catch (e) {
+      this.options.logger?.error(
+        { id: entry.meta.spec.id, err: describeError(e) },
+        "saving container metadata",
+      );
+    }
+  }
+
+  private emit(ev: ContainerEvent): void {
+    const entry = this.entries.get(ev.containerId);
+    if (entry?.heldEvents) {
+      entry.heldEvents.push(ev);
+      return;
+    }
+    try {
+      this.options.onEvent(ev);
+    } catch (e) {
+      this.options.logger?.error({ err: describeError(e) }, "onEvent handler threw");
+    }
+  }
+
+  private updateTimer(): void {
+    const anyRunning = [...this.entries.values()].some((e) => e.status === "running");
+    if (anyRunning && !this.timer && !this.closed) {
+      this.timer = setInterval(() => this.tick(), this.options.pollIntervalMs);
+    } else if (!anyRunning && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
+  }
+
+  private info(e: Entry): ContainerInfo {
+    return containerInfo(e.meta, e.status);
+  }
+
+  private mustGet(id: string): Entry {
+    const e = this.entries.get(id);
+    if (!e) throw notFound(`container ${id}`);
+    return e;
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new BerthError("failed_precondition", "this ContainerRuntime was closed");
+  }
+}

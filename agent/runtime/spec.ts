@@ -1,0 +1,177 @@
+import { statSync } from "node:fs";
+import { isAbsolute } from "node:path";
+import { invalid } from "../../shared/errors.ts";
+import type { BindMount, ContainerSpec, DeviceNode, DeviceRule } from "./types.ts";
+
+// ContainerSpec → ResolvedContainerSpec: every default filled in and every
+// value checked once, so the OCI builder and the runtime never re-check.
+
+export const MIN_MEMORY_BYTES = 6 * 1024 * 1024;
+export const MIN_CPU = 0.01;
+export const DEFAULT_PIDS_LIMIT = 4096;
+export const DEFAULT_SHM_BYTES = 64 * 1024 * 1024;
+export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+const ENV_KEY_RE = /^[^=\0]+$/;
+const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
+// overlayfs separates lowerdirs with ':' and options with ','.
+const UNSAFE_OVERLAY_PATH = /[:,\n]/;
+
+export interface ResolvedContainerSpec {
+  id: string;
+  lowerDirs: string[];
+  args: string[];
+  env: Record<string, string>;
+  cwd: string;
+  user: { uid: number; gid: number; additionalGids: number[] };
+  hostname: string;
+  cpu: number;
+  memoryBytes: number;
+  pidsLimit: number;
+  shmBytes: number;
+  tmpBytes: number;
+  mounts: BindMount[];
+  netnsPath?: string;
+  extraDevices: DeviceNode[];
+  extraDeviceRules: DeviceRule[];
+  labels: Record<string, string>;
+  timeoutMs?: number;
+  startupWindowMs: number;
+}
+
+function positiveInt(v: unknown, name: string, min = 1): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min) {
+    throw invalid(`${name} must be an integer >= ${min}, got ${JSON.stringify(v)}`, { field: name });
+  }
+  return v;
+}
+
+function absolutePath(v: unknown, name: string): string {
+  if (typeof v !== "string" || !isAbsolute(v) || v.includes("\0")) {
+    throw invalid(`${name} must be an absolute path, got ${JSON.stringify(v)}`, { field: name });
+  }
+  return v;
+}
+
+/** Checks values and fills defaults; touches no files. Throws BerthError invalid_request. */
+export function resolveContainerSpec(spec: ContainerSpec): ResolvedContainerSpec {
+  if (typeof spec.id !== "string" || !ID_RE.test(spec.id)) {
+    throw invalid(
+      `container id ${JSON.stringify(spec.id)} is invalid: use 1-128 letters, digits, '_', '.', '-', starting with a letter or digit`,
+      { field: "id" },
+    );
+  }
+  const roots = spec.image?.rootfs;
+  const lowerDirs = Array.isArray(roots) ? roots : [roots];
+  if (lowerDirs.length === 0) throw invalid("image.rootfs is empty", { field: "image.rootfs" });
+  for (const dir of lowerDirs) {
+    absolutePath(dir, "image.rootfs");
+    if (UNSAFE_OVERLAY_PATH.test(dir)) {
+      throw invalid(`image.rootfs ${dir} contains ':' or ',' which overlayfs cannot take`, {
+        field: "image.rootfs",
+      });
+    }
+  }
+  if (!Array.isArray(spec.args) || spec.args.length === 0) {
+    throw invalid("args must be a non-empty list (args[0] is the program to run)", { field: "args" });
+  }
+  if (spec.args.some((a) => typeof a !== "string" || a.includes("\0")) || spec.args[0] === "") {
+    throw invalid("args must be strings without NUL bytes, and args[0] must not be empty", { field: "args" });
+  }
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(spec.env ?? {})) {
+    if (!ENV_KEY_RE.test(k) || typeof v !== "string" || v.includes("\0")) {
+      throw invalid(
+        `env ${JSON.stringify(k)} is invalid: names may not contain '=' or NUL, values must be strings`,
+        {
+          field: "env",
+        },
+      );
+    }
+    env[k] = v;
+  }
+  env.PATH ??= DEFAULT_PATH;
+  if (typeof spec.cpu !== "number" || !Number.isFinite(spec.cpu) || spec.cpu < MIN_CPU) {
+    throw invalid(`cpu must be a number of cores >= ${MIN_CPU}, got ${JSON.stringify(spec.cpu)}`, {
+      field: "cpu",
+    });
+  }
+  if (typeof spec.memoryBytes !== "number" || !Number.isSafeInteger(spec.memoryBytes)) {
+    throw invalid(`memoryBytes must be an integer, got ${JSON.stringify(spec.memoryBytes)}`, {
+      field: "memoryBytes",
+    });
+  }
+  if (spec.memoryBytes < MIN_MEMORY_BYTES) {
+    throw invalid(
+      `memoryBytes ${spec.memoryBytes} is too small: runc needs at least ${MIN_MEMORY_BYTES} (6 MiB)`,
+      {
+        field: "memoryBytes",
+      },
+    );
+  }
+  const user = spec.user ?? { uid: 0, gid: 0 };
+  positiveInt(user.uid, "user.uid", 0);
+  positiveInt(user.gid, "user.gid", 0);
+  for (const g of user.additionalGids ?? []) positiveInt(g, "user.additionalGids", 0);
+  const hostname = spec.hostname ?? spec.id.slice(0, 63).replace(/[^A-Za-z0-9-]/g, "-");
+  if (!HOSTNAME_RE.test(hostname))
+    throw invalid(`hostname ${JSON.stringify(hostname)} is invalid`, { field: "hostname" });
+  const mounts = (spec.mounts ?? []).map((m, i) => {
+    absolutePath(m.source, `mounts[${i}].source`);
+    absolutePath(m.destination, `mounts[${i}].destination`);
+    return { ...m };
+  });
+  for (const [i, d] of (spec.extraDevices ?? []).entries()) {
+    absolutePath(d.path, `extraDevices[${i}].path`);
+    if (d.type !== "c" && d.type !== "b") throw invalid(`extraDevices[${i}].type must be "c" or "b"`);
+    positiveInt(d.major, `extraDevices[${i}].major`, 0);
+    positiveInt(d.minor, `extraDevices[${i}].minor`, 0);
+  }
+  for (const [i, r] of (spec.extraDeviceRules ?? []).entries()) {
+    if (!["a", "b", "c"].includes(r.type))
+      throw invalid(`extraDeviceRules[${i}].type must be "a", "b" or "c"`);
+    if (r.access !== undefined && !/^[rwm]{1,3}$/.test(r.access)) {
+      throw invalid(`extraDeviceRules[${i}].access must be made of r, w, m`);
+    }
+  }
+  const memoryBytes = spec.memoryBytes;
+  return {
+    id: spec.id,
+    lowerDirs,
+    args: [...spec.args],
+    env,
+    cwd: spec.cwd === undefined ? "/" : absolutePath(spec.cwd, "cwd"),
+    user: { uid: user.uid, gid: user.gid, additionalGids: user.additionalGids ?? [] },
+    hostname,
+    cpu: spec.cpu,
+    memoryBytes,
+    pidsLimit: spec.pidsLimit === undefined ? DEFAULT_PIDS_LIMIT : positiveInt(spec.pidsLimit, "pidsLimit"),
+    shmBytes: spec.shmBytes === undefined ? DEFAULT_SHM_BYTES : positiveInt(spec.shmBytes, "shmBytes", 4096),
+    tmpBytes: spec.tmpBytes === undefined ? memoryBytes : positiveInt(spec.tmpBytes, "tmpBytes", 4096),
+    mounts,
+    netnsPath: spec.netnsPath === undefined ? undefined : absolutePath(spec.netnsPath, "netnsPath"),
+    extraDevices: [...(spec.extraDevices ?? [])],
+    extraDeviceRules: [...(spec.extraDeviceRules ?? [])],
+    labels: { ...(spec.labels ?? {}) },
+    timeoutMs: spec.timeoutMs === undefined ? undefined : positiveInt(spec.timeoutMs, "timeoutMs"),
+    startupWindowMs:
+      spec.startupWindowMs === undefined ? 0 : positiveInt(spec.startupWindowMs, "startupWindowMs", 0),
+  };
+}
+
+/** The host paths a spec names must exist; called once before anything is written. */
+export function checkSpecPaths(spec: ResolvedContainerSpec): void {
+  const must = (path: string, field: string, dir?: boolean) => {
+    let st: ReturnType<typeof statSync>;
+    try {
+      st = statSync(path);
+    } catch {
+      throw invalid(`${field} ${path} does not exist on the host`, { field });
+    }
+    if (dir && !st.isDirectory()) throw invalid(`${field} ${path} is not a directory`, { field });
+  };
+  for (const d of spec.lowerDirs) must(d, "image.rootfs", true);
+  for (const [i, m] of spec.mounts.entries()) must(m.source, `mounts[${i}].source`);
+  if (spec.netnsPath) must(spec.netnsPath, "netnsPath");
+}

@@ -1,0 +1,132 @@
+// The runtime's public vocabulary. Other agent subsystems (images, network,
+// capacity) hand their results in through these plain fields; the runtime
+// imports none of them.
+
+/** A host path bind-mounted into the container. */
+export interface BindMount {
+  source: string;
+  destination: string;
+  /** @default false */
+  readonly?: boolean;
+  /** Extra mount options appended after the defaults (e.g. "nosuid"). */
+  options?: string[];
+}
+
+/** A device node created inside the container (e.g. /dev/nvidia0). */
+export interface DeviceNode {
+  path: string;
+  type: "c" | "b";
+  major: number;
+  minor: number;
+  /** @default 0o666 */
+  fileMode?: number;
+  /** @default 0 */
+  uid?: number;
+  /** @default 0 */
+  gid?: number;
+}
+
+/** A devices-cgroup rule; an absent major/minor means "any" (`*`). */
+export interface DeviceRule {
+  allow: boolean;
+  type: "a" | "c" | "b";
+  major?: number;
+  minor?: number;
+  /** Any of "r", "w", "m". @default "rwm" */
+  access?: string;
+}
+
+export interface ContainerSpec {
+  /** Letters, digits, `_ . -`; at most 128 characters; unique per runtime root. */
+  id: string;
+  /**
+   * Read-only image root(s), as produced by the image store. A list is an
+   * overlay stack, uppermost layer first.
+   */
+  image: { rootfs: string | string[] };
+  args: string[];
+  /** PATH is added when missing. */
+  env?: Record<string, string>;
+  /** @default "/" */
+  cwd?: string;
+  /** @default { uid: 0, gid: 0 } */
+  user?: { uid: number; gid: number; additionalGids?: number[] };
+  /** @default the container id, cut to 63 characters */
+  hostname?: string;
+  /** CPU cores, fractional allowed (0.5 = half a core). At least 0.01. */
+  cpu: number;
+  /** Memory limit in bytes (swap is disabled where the host accounts it). At least 6 MiB. */
+  memoryBytes: number;
+  /** @default 4096 */
+  pidsLimit?: number;
+  /** Size of /dev/shm. @default 64 MiB */
+  shmBytes?: number;
+  /** Size of the /tmp tmpfs (its pages count against memoryBytes). @default memoryBytes */
+  tmpBytes?: number;
+  mounts?: BindMount[];
+  /** Join this network namespace (e.g. /run/netns/x); without it the container gets a fresh, empty one. */
+  netnsPath?: string;
+  extraDevices?: DeviceNode[];
+  extraDeviceRules?: DeviceRule[];
+  labels?: Record<string, string>;
+  /** Kill the container (reason "timed_out") once it has run this long. */
+  timeoutMs?: number;
+  /**
+   * When set, run() waits up to this long after start; if the container
+   * exits non-zero within it, run() rejects with its stderr and removes it.
+   * @default 0 (run() returns as soon as the process is started)
+   */
+  startupWindowMs?: number;
+}
+
+export type ContainerStatus = "created" | "running" | "stopped";
+
+/**
+ * - exited: the process ended on its own (or after honouring SIGTERM) with exitCode
+ * - oom_killed: the memory cgroup OOM-killed a process and the container ended non-zero
+ * - killed: ended by a signal (exitCode 128+signo), e.g. SIGKILL after stop()'s grace
+ * - timed_out: berth killed it because it ran past spec.timeoutMs
+ * - unknown: the waiter that records the exit status was lost (exitCode -1)
+ */
+export type ExitReason = "exited" | "oom_killed" | "killed" | "timed_out" | "unknown";
+
+export interface ContainerInfo {
+  id: string;
+  /** Host pid of the container's init; 0 before start. */
+  pid: number;
+  status: ContainerStatus;
+  /** ms since epoch */
+  createdAt: number;
+  startedAt?: number;
+  exitedAt?: number;
+  exitCode?: number;
+  reason?: ExitReason;
+  labels: Record<string, string>;
+}
+
+export type ContainerEvent =
+  | { type: "start"; containerId: string; pid: number; at: number }
+  | {
+      type: "exit";
+      containerId: string;
+      exitCode: number;
+      reason: ExitReason;
+      at: number;
+      /** Last few KiB of stderr, for error reports. */
+      stderrTail: string;
+    };
+
+export interface LogLine {
+  containerId: string;
+  stream: "stdout" | "stderr";
+  line: string;
+  /** ms since epoch when the agent read the line */
+  ts: number;
+}
+
+/** Minimal logger shape (pino-compatible). */
+export interface RuntimeLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
