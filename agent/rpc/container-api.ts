@@ -1,0 +1,123 @@
+// The container half of the agent's API. The local implementation
+// (agent/host/ContainerHost) and the gRPC client (agent/rpc/client.ts)
+// implement this same interface; protobuf types never leave agent/rpc.
+
+import type { EgressPolicy } from "../../shared/egress.ts";
+
+export type ContainerState = "created" | "running" | "stopped";
+export type ExitReason = "exited" | "oom_killed" | "killed" | "timed_out" | "unknown";
+
+export interface GpuRequest {
+  /** How many GPUs. */
+  count: number;
+  /** Acceptable types in order of preference (e.g. ["H100", "A100"]); empty = any. */
+  types?: string[];
+}
+
+export interface RunContainerRequest {
+  /** Generated (`ctr-...`) when absent. Letters, digits, `_ . -`. */
+  id?: string;
+  /** Image reference to pull (or already cached / imported); the agent's default image when absent. */
+  image?: string;
+  /** Registry credentials for the pull; never logged. */
+  imageCredentials?: { username: string; password: string };
+  /** Command and arguments; the image's entrypoint+cmd when empty. */
+  args: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  /** "uid" or "uid:gid". @default "0:0" */
+  user?: string;
+  hostname?: string;
+  /** CPU cores, fractional allowed. */
+  cpu: number;
+  memoryBytes: number;
+  pidsLimit?: number;
+  gpu?: GpuRequest;
+  /** @default { mode: "open" } */
+  egress?: EgressPolicy;
+  /** Container ports the host (and the coordinator's proxy through the agent) may connect to. */
+  exposedPorts?: number[];
+  /** Host paths bind-mounted in; only under the agent's allowed mount roots. */
+  mounts?: { source: string; destination: string; readOnly?: boolean }[];
+  timeoutMs?: number;
+  labels?: Record<string, string>;
+  /** See ContainerSpec.startupWindowMs. */
+  startupWindowMs?: number;
+}
+
+export interface ContainerStatus {
+  id: string;
+  image: string;
+  imageDigest: string;
+  state: ContainerState;
+  pid: number;
+  createdAt: number;
+  startedAt?: number;
+  exitedAt?: number;
+  exitCode?: number;
+  reason?: ExitReason;
+  labels: Record<string, string>;
+  cpu: number;
+  memoryBytes: number;
+  /** UUIDs of the GPUs assigned exclusively to this container. */
+  gpus: string[];
+  ipv4?: string;
+  ipv6?: string;
+  egress: EgressPolicy;
+  exposedPorts: number[];
+}
+
+export interface LogEntry {
+  containerId: string;
+  stream: "stdout" | "stderr";
+  line: string;
+  /** ms since epoch */
+  ts: number;
+}
+
+export interface ExecRequest {
+  args: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  user?: string;
+  /** Allocate a terminal (for interactive shells). @default false */
+  tty?: boolean;
+}
+
+export type ExecOutput = { stream: "stdout" | "stderr"; data: Uint8Array };
+
+/** A running exec: stream its output, feed stdin, wait for its exit code. */
+export interface ExecSession {
+  output: AsyncIterable<ExecOutput>;
+  writeStdin(data: Uint8Array): void;
+  closeStdin(): void;
+  /** Terminal size, when tty was asked for. */
+  resize?(cols: number, rows: number): void;
+  kill(signal?: NodeJS.Signals): void;
+  /** Resolves with the exit code (128+signo when killed by a signal). */
+  exit: Promise<number>;
+}
+
+export interface ImageSummary {
+  ref: string;
+  refs: string[];
+  digest: string;
+  sizeBytes: number;
+  pulledAt: string;
+  inUse: boolean;
+}
+
+export interface ContainerApi {
+  runContainer(req: RunContainerRequest): Promise<ContainerStatus>;
+  /** SIGTERM, grace, SIGKILL; with remove, also frees everything the container held. */
+  stopContainer(id: string, opts?: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus>;
+  getContainer(id: string): Promise<ContainerStatus>;
+  listContainers(filter?: { labels?: Record<string, string> }): Promise<ContainerStatus[]>;
+  /** Past lines (tail) and, with follow, new ones until the container ends or the signal aborts. */
+  streamLogs(id: string, opts?: { follow?: boolean; tail?: number; signal?: AbortSignal }): AsyncIterable<LogEntry>;
+  exec(id: string, req: ExecRequest): Promise<ExecSession>;
+  pullImage(ref: string, opts?: { credentials?: { username: string; password: string } }): Promise<ImageSummary>;
+  listImages(): Promise<ImageSummary[]>;
+  removeImage(ref: string): Promise<void>;
+  setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus>;
+}
