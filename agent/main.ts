@@ -1,6 +1,7 @@
 import { mkdirSync } from "node:fs";
 import { connect, type NatsConnection } from "nats";
 import pino, { type Logger } from "pino";
+import { COORDINATOR_CLIENT_NAME } from "../shared/cluster-names.ts";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { Heartbeat } from "../shared/fleet.ts";
 import { closeNats } from "../shared/nats-server.ts";
@@ -51,7 +52,17 @@ export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ l
     rpc = await startAgentRpcServer({
       impl,
       unixSocket: o.unixSocket,
-      ...(identity ? { tcp: { host: o.grpcHost, port: o.grpcPort, tls: identity.tls } } : {}),
+      ...(identity
+        ? {
+            tcp: {
+              host: o.grpcHost,
+              port: o.grpcPort,
+              tls: identity.tls,
+              // Agents' own certificates come from the same CA; only coordinators may call.
+              allowedClientNames: [COORDINATOR_CLIENT_NAME],
+            },
+          }
+        : {}),
     });
   } catch (e) {
     gpu.stop();

@@ -18,7 +18,7 @@ export interface ConfigFile {
 export const DEFAULT_URL = "http://127.0.0.1:8420";
 
 export function configPath(env: NodeJS.ProcessEnv = process.env): string {
-  return env.BERTH_CONFIG ?? join(env.HOME ?? homedir(), ".berth", "config.json");
+  return env.BERTH_CONFIG || join(env.HOME || homedir(), ".berth", "config.json");
 }
 
 export function readConfig(path = configPath()): ConfigFile {
@@ -45,7 +45,7 @@ export function saveProfile(name: string, profile: Profile, path = configPath())
 
 /** The URL and token in effect: SERVICE_TOKEN / BERTH_URL override the profile. */
 export function currentCredentials(env: NodeJS.ProcessEnv = process.env): { url: string; token?: string; profile: string } {
-  const profile = env.BERTH_PROFILE ?? "default";
+  const profile = env.BERTH_PROFILE || "default";
   const p = readConfig(configPath(env)).profiles[profile] ?? {};
   const token = env.SERVICE_TOKEN || p.token;
   return { url: (env.BERTH_URL || p.url || DEFAULT_URL).replace(/\/+$/, ""), ...(token ? { token } : {}), profile };

@@ -47,6 +47,8 @@ async function up(o: UpFlags): Promise<number> {
   let nats: RunningNats | undefined;
   let shuttingDown = false;
 
+  // Ctrl-C reaches the whole process group: children may exit before we do.
+  let signalled = false;
   const shutdown = async (code: number): Promise<number> => {
     if (shuttingDown) return code;
     shuttingDown = true;
@@ -97,16 +99,20 @@ async function up(o: UpFlags): Promise<number> {
   const watch = (c: ManagedChild) => {
     children.push(c);
     void c.exited.then((code) => {
-      if (!shuttingDown) {
+      if (!shuttingDown && !signalled) {
         process.stderr.write(`berth up: ${c.name} exited unexpectedly (code ${code}); stopping the cluster\n`);
         void shutdown(1).then((rc) => process.exit(rc));
       }
     });
   };
 
-  const signalled = new Promise<void>((resolve) => {
-    process.once("SIGINT", () => resolve());
-    process.once("SIGTERM", () => resolve());
+  const onSignal = new Promise<void>((resolve) => {
+    const handler = () => {
+      signalled = true;
+      resolve();
+    };
+    process.once("SIGINT", handler);
+    process.once("SIGTERM", handler);
   });
 
   watch(spawnBerth("coordinator", ["coordinator", "--config", coordConfig], print));
@@ -190,8 +196,8 @@ async function up(o: UpFlags): Promise<number> {
   print("Press Ctrl-C to stop.");
   print("");
 
-  const why = await Promise.race([signalled.then(() => ""), failed]);
-  if (why) {
+  const why = await Promise.race([onSignal.then(() => ""), failed]);
+  if (why && !signalled) {
     process.stderr.write(`berth up: ${why}; stopping the cluster\n`);
     return shutdown(1);
   }

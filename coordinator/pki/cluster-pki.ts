@@ -2,6 +2,7 @@
 // replica signs with the same one, and the certificates berth issues from it.
 
 import { BerthError, describeError } from "../../shared/errors.ts";
+import { COORDINATOR_CLIENT_NAME } from "../../shared/cluster-names.ts";
 import { type PemCertificate, createClusterCa, isDnsName, issueCertificate, parseCa } from "./ca.ts";
 
 /** Where the CA is persisted; implemented over the SQL store by the coordinator. */
@@ -17,7 +18,7 @@ export interface SecretStore {
 }
 
 export const CA_STORE_KEY = "pki.ca";
-export const COORDINATOR_CLIENT_NAME = "berth-coordinator";
+export { COORDINATOR_CLIENT_NAME };
 
 export interface AgentCertificateOptions {
   /** Names the agent can be dialled by (its hostname, ...). */
