@@ -196,6 +196,12 @@ export class ContainerRuntime {
     return e && this.info(e);
   }
 
+  /** The container's stdout/stderr spools (append-only files; see LogFollower), for readers of past output. */
+  logFiles(id: string): { stdout: string; stderr: string } {
+    const p = containerPaths(this.options.root, id);
+    return { stdout: p.stdout, stderr: p.stderr };
+  }
+
   /** CPU and memory use from the container's cgroup (for metrics). */
   usage(id: string): CgroupUsage {
     return readUsage(this.cgroups, this.mustGet(id).meta.cgroupsPath);

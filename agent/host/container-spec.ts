@@ -1,0 +1,84 @@
+// Turns a resolved request plus what the image store, the network and GPU
+// injection produced into the runtime's ContainerSpec.
+
+import { invalid } from "../../shared/errors.ts";
+import type { GpuInjection } from "../capacity/index.ts";
+import type { ImageInfo } from "../images/index.ts";
+import type { ContainerNetwork } from "../network/index.ts";
+import type { BindMount, ContainerSpec } from "../runtime/index.ts";
+import { imageUser, mergeEnv, type ResolvedRunRequest } from "./request.ts";
+
+// Options the runtime always sets on bind mounts, or that only say "bind".
+const IMPLIED_MOUNT_OPTIONS = new Set(["bind", "rbind", "ro", "rw", "nosuid", "nodev"]);
+
+export interface SpecInputs {
+  req: ResolvedRunRequest;
+  image: Pick<ImageInfo, "rootfs" | "config" | "ref">;
+  /** Request mounts with their sources resolved (realpath) and checked. */
+  mounts: BindMount[];
+  net?: Pick<ContainerNetwork, "netnsPath" | "resolvConfPath">;
+  hostsFile?: string;
+  gpu?: GpuInjection;
+}
+
+/** The program to run: the request's args, else the image's entrypoint + cmd. */
+export function containerArgs(req: ResolvedRunRequest, image: SpecInputs["image"]): string[] {
+  if (req.args.length > 0) return req.args;
+  const args = [...image.config.entrypoint, ...image.config.cmd];
+  if (args.length === 0) {
+    throw invalid(`args are empty and image ${image.ref} has no entrypoint or cmd: nothing to run`, {
+      field: "args",
+    });
+  }
+  return args;
+}
+
+export function buildContainerSpec(i: SpecInputs): ContainerSpec {
+  const { req, image } = i;
+  const mounts: BindMount[] = [...i.mounts];
+  if (i.net) mounts.push({ source: i.net.resolvConfPath, destination: "/etc/resolv.conf", readonly: true });
+  if (i.hostsFile) mounts.push({ source: i.hostsFile, destination: "/etc/hosts", readonly: true });
+  for (const m of i.gpu?.mounts ?? []) {
+    mounts.push({
+      source: m.source,
+      destination: m.destination,
+      readonly: m.options.includes("ro"),
+      options: m.options.filter((o) => !IMPLIED_MOUNT_OPTIONS.has(o)),
+    });
+  }
+  const spec: ContainerSpec = {
+    id: req.id,
+    image: { rootfs: image.rootfs },
+    args: containerArgs(req, image),
+    env: { ...mergeEnv(image.config.env, req.env), ...(i.gpu?.env ?? {}) },
+    cwd: req.cwd ?? (image.config.workingDir || "/"),
+    user: req.user ?? imageUser(image.config.user) ?? { uid: 0, gid: 0 },
+    cpu: req.cpu,
+    memoryBytes: req.memoryBytes,
+    mounts,
+    labels: req.labels,
+  };
+  if (req.hostname) spec.hostname = req.hostname;
+  if (req.pidsLimit !== undefined) spec.pidsLimit = req.pidsLimit;
+  if (req.timeoutMs !== undefined) spec.timeoutMs = req.timeoutMs;
+  if (req.startupWindowMs !== undefined) spec.startupWindowMs = req.startupWindowMs;
+  if (i.net) spec.netnsPath = i.net.netnsPath;
+  if (i.gpu) {
+    spec.extraDevices = i.gpu.devices.map((d) => ({ ...d }));
+    spec.extraDeviceRules = i.gpu.deviceCgroupRules.map((r) => ({ ...r }));
+  }
+  return spec;
+}
+
+/** /etc/hosts for a container: loopback names and its own addresses under its hostname. */
+export function hostsFileText(hostname: string, ipv4?: string, ipv6?: string): string {
+  const lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"];
+  if (ipv4) lines.push(`${ipv4}\t${hostname}`);
+  if (ipv6) lines.push(`${ipv6}\t${hostname}`);
+  return `${lines.join("\n")}\n`;
+}
+
+/** The hostname the runtime gives a container when the request names none. */
+export function defaultHostname(id: string): string {
+  return id.slice(0, 63).replace(/[^A-Za-z0-9-]/g, "-");
+}

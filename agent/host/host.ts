@@ -1,0 +1,458 @@
+// The agent's local ContainerApi: composes the image store, the network,
+// GPU assignment and the runtime into "run this container", and undoes every
+// step when a later one fails. See docs/agent-host.md.
+
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
+import { BerthError, describeError, isBerthError, notFound } from "../../shared/errors.ts";
+import type { GpuDevice } from "../../shared/fleet.ts";
+import type { GpuInjection } from "../capacity/index.ts";
+import type { ImageInfo } from "../images/index.ts";
+import type { ContainerNetwork } from "../network/index.ts";
+import type {
+  ContainerApi,
+  ContainerStatus,
+  ExecRequest,
+  ExecSession,
+  ImageSummary,
+  LogEntry,
+  RunContainerRequest,
+} from "../rpc/container-api.ts";
+import type { BindMount, ContainerEvent, ContainerInfo } from "../runtime/index.ts";
+import { Allocations, pickGpus } from "./allocations.ts";
+import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
+import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
+import { streamLogFiles } from "./logs.ts";
+import { checkMountSource } from "./mounts.ts";
+import {
+  type ContainerHostOptions,
+  type HostRuntime,
+  type ResolvedContainerHostOptions,
+  resolveContainerHostOptions,
+} from "./options.ts";
+import { type HostRecord, HostRecords } from "./records.ts";
+import { type ResolvedRunRequest, resolveRunRequest } from "./request.ts";
+
+export function imageSummary(i: ImageInfo): ImageSummary {
+  return {
+    ref: i.ref,
+    refs: [...i.refs],
+    digest: i.digest,
+    sizeBytes: i.sizeBytes,
+    pulledAt: i.pulledAt,
+    inUse: i.inUseBy.length > 0,
+  };
+}
+
+/** Re-throws a step's failure saying which step it was, keeping its code and details. */
+function stepFailed(id: string, step: string, e: unknown): BerthError {
+  const code = isBerthError(e) ? e.code : "internal";
+  const details = isBerthError(e) ? e.details : undefined;
+  return new BerthError(code, `container ${id}: ${step} failed: ${describeError(e)}`, details);
+}
+
+export class ContainerHost implements ContainerApi {
+  readonly options: ResolvedContainerHostOptions;
+  private readonly runtime: HostRuntime;
+  private readonly records: HostRecords;
+  private readonly byId = new Map<string, HostRecord>();
+  private readonly allocations: Allocations;
+  /** Ids between reservation and the end of runContainer. */
+  private readonly starting = new Set<string>();
+  private recovering = false;
+
+  private constructor(opts: ContainerHostOptions) {
+    this.options = resolveContainerHostOptions(opts);
+    this.records = new HostRecords(this.options.root);
+    mkdirSync(this.hostsDir, { recursive: true });
+    mkdirSync(this.execDir, { recursive: true });
+    this.allocations = new Allocations(this.options.cpuOvercommit);
+    this.runtime = this.options.runtime({
+      onEvent: (e) => this.onRuntimeEvent(e),
+      onLog: (l) =>
+        this.options.onLog({ containerId: l.containerId, stream: l.stream, line: l.line, ts: l.ts }),
+    });
+  }
+
+  /**
+   * Builds the host and adopts what a previous agent left: the runtime
+   * recovers its containers, records without a container are dropped, live
+   * containers get their image in-use marks, allocations and network leases
+   * back, and everything else the network holds is released.
+   */
+  static async start(opts: ContainerHostOptions): Promise<ContainerHost> {
+    const host = new ContainerHost(opts);
+    await host.recover();
+    return host;
+  }
+
+  private get hostsDir(): string {
+    return join(this.options.root, "hosts");
+  }
+
+  private get execDir(): string {
+    return join(this.options.root, "exec");
+  }
+
+  private async recover(): Promise<void> {
+    const log = this.options.logger;
+    for (const r of this.records.readAll()) this.byId.set(r.id, r);
+    rmSync(this.execDir, { recursive: true, force: true });
+    mkdirSync(this.execDir, { recursive: true });
+    this.recovering = true;
+    try {
+      await this.runtime.recover();
+    } finally {
+      this.recovering = false;
+    }
+    for (const info of this.runtime.list()) {
+      if (this.byId.has(info.id)) continue;
+      log.warn({ id: info.id }, "removing a container the host has no record of");
+      await this.runtime.delete(info.id);
+    }
+    const live: string[] = [];
+    for (const r of [...this.byId.values()]) {
+      const info = this.runtime.get(r.id);
+      if (!info) {
+        log.warn({ id: r.id }, "dropping the record of a container that no longer exists");
+        this.forget(r.id);
+        continue;
+      }
+      try {
+        this.options.images.markInUse(r.imageDigest, r.id);
+      } catch (e) {
+        log.warn(
+          { id: r.id, digest: r.imageDigest, err: describeError(e) },
+          "image of a live container is gone",
+        );
+      }
+      if (info.status === "running" && !r.released) {
+        this.allocations.hold(r.id, r);
+        live.push(r.id);
+      } else if (!r.released) {
+        this.markReleased(r);
+      }
+    }
+    const report = await this.options.network.recover(live);
+    if (report.missingNamespace.length > 0) {
+      log.warn({ ids: report.missingNamespace }, "running containers whose network namespace is gone");
+    }
+  }
+
+  /** Stops the runtime's timers and watchers; containers keep running (for an agent restart). */
+  close(): void {
+    this.runtime.close();
+  }
+
+  async runContainer(input: RunContainerRequest): Promise<ContainerStatus> {
+    const req = resolveRunRequest(input);
+    const { id } = req;
+    this.assertNew(id);
+    const mounts: BindMount[] = req.mounts.map((m, i) => ({
+      source: checkMountSource(m.source, this.options.allowedMountRoots, `mounts[${i}].source`),
+      destination: m.destination,
+      readonly: m.readOnly,
+    }));
+    const [hostResources, gpuReport] = await Promise.all([this.options.capacity(), this.options.gpus()]);
+    // From here to hold() nothing awaits: the check and the reservation are one step.
+    this.assertNew(id);
+    this.allocations.checkFits(hostResources, req);
+    const gpus = pickGpus(gpuReport, req.gpu, this.allocations.heldGpus());
+    if (gpus.length > 0 && !this.options.gpuInjector) {
+      throw new BerthError(
+        "failed_precondition",
+        "this agent has no GPU injector configured; cannot give GPUs",
+      );
+    }
+    this.allocations.hold(id, { cpu: req.cpu, memoryBytes: req.memoryBytes, gpus: gpus.map((g) => g.uuid) });
+    this.starting.add(id);
+    const undo: { what: string; fn: () => unknown }[] = [];
+    let step = "pulling the image";
+    try {
+      const creds = req.credentials && {
+        kind: "basic" as const,
+        source: "generic" as const,
+        ...req.credentials,
+      };
+      const image = await this.options.images.pull(req.image, creds ? { credentials: creds } : {});
+      step = "marking the image in use";
+      this.options.images.markInUse(image.digest, id);
+      undo.push({ what: "image in-use mark", fn: () => this.options.images.release(image.digest, id) });
+      const injection = gpus.length > 0 ? await this.injectGpus(id, gpus, (s) => (step = s)) : undefined;
+      step = "attaching the network";
+      undo.push({ what: "network", fn: () => this.options.network.detach(id) });
+      const net = await this.options.network.attach(id, req.egress);
+      step = "opening exposed ports";
+      for (const port of req.exposedPorts) await this.options.network.allowInbound(id, port);
+      step = "writing /etc/hosts";
+      const hostsFile = join(this.hostsDir, id);
+      undo.push({ what: "hosts file", fn: () => rmSync(hostsFile, { force: true }) });
+      writeFileSync(hostsFile, hostsFileText(req.hostname ?? defaultHostname(id), net.ipv4, net.ipv6), {
+        mode: 0o644,
+      });
+      step = "building the container spec";
+      const spec = buildContainerSpec({ req, image, mounts, net, hostsFile, gpu: injection });
+      step = "saving the host record";
+      const record = this.newRecord(req, image, gpus, net);
+      undo.push({ what: "host record", fn: () => this.forget(id) });
+      this.records.write(record);
+      this.byId.set(id, record);
+      step = "starting the container";
+      const info = await this.runtime.run(spec);
+      return this.status(record, this.runtime.get(id) ?? info);
+    } catch (e) {
+      this.allocations.free(id);
+      for (const u of undo.reverse()) {
+        try {
+          await u.fn();
+        } catch (c) {
+          this.options.logger.error({ id, undo: u.what, err: describeError(c) }, "undoing a failed start");
+        }
+      }
+      throw stepFailed(id, step, e);
+    } finally {
+      this.starting.delete(id);
+    }
+  }
+
+  private async injectGpus(
+    id: string,
+    gpus: GpuDevice[],
+    setStep: (s: string) => void,
+  ): Promise<GpuInjection> {
+    setStep(`preparing GPUs ${gpus.map((g) => g.uuid).join(", ")}`);
+    const injection = await (this.options.gpuInjector as NonNullable<typeof this.options.gpuInjector>).inject(
+      gpus,
+    );
+    const hooks = Object.entries(injection.hooks).filter(([, list]) => (list?.length ?? 0) > 0);
+    if (hooks.length > 0) {
+      // ContainerSpec has no hooks field yet: the CDI hooks (ldcache update, symlinks) are not run.
+      this.options.logger.warn(
+        { id, phases: hooks.map(([phase]) => phase) },
+        "GPU injection asked for OCI hooks the runtime cannot run; they are skipped",
+      );
+    }
+    return injection;
+  }
+
+  private newRecord(
+    req: ResolvedRunRequest,
+    image: ImageInfo,
+    gpus: GpuDevice[],
+    net: ContainerNetwork,
+  ): HostRecord {
+    const request: HostRecord["request"] = { args: req.args, env: req.env, mounts: req.mounts };
+    if (req.cwd) request.cwd = req.cwd;
+    if (req.user) request.user = req.user;
+    if (req.hostname) request.hostname = req.hostname;
+    if (req.pidsLimit !== undefined) request.pidsLimit = req.pidsLimit;
+    if (req.gpu) request.gpu = req.gpu;
+    if (req.timeoutMs !== undefined) request.timeoutMs = req.timeoutMs;
+    return {
+      version: 1,
+      id: req.id,
+      image: image.ref,
+      imageDigest: image.digest,
+      cpu: req.cpu,
+      memoryBytes: req.memoryBytes,
+      gpus: gpus.map((g) => g.uuid),
+      egress: net.policy,
+      exposedPorts: req.exposedPorts,
+      ipv4: net.ipv4,
+      ipv6: net.ipv6,
+      labels: req.labels,
+      request,
+    };
+  }
+
+  async stopContainer(
+    id: string,
+    opts: { graceMs?: number; remove?: boolean } = {},
+  ): Promise<ContainerStatus> {
+    const record = this.mustGet(id);
+    const graceMs = opts.graceMs ?? this.options.defaultGraceMs;
+    if (!Number.isInteger(graceMs) || graceMs < 0) {
+      throw new BerthError("invalid_request", `graceMs must be an integer >= 0, got ${graceMs}`);
+    }
+    const current = this.runtime.get(id);
+    const info = current?.status === "running" ? await this.runtime.stop(id, { graceMs }) : current;
+    await this.release(record);
+    const status = this.status(record, info);
+    if (opts.remove) {
+      await this.runtime.delete(id);
+      await this.options.network.detach(id);
+      this.options.images.release(record.imageDigest, id);
+      this.forget(id);
+    }
+    return status;
+  }
+
+  async getContainer(id: string): Promise<ContainerStatus> {
+    const record = this.mustGet(id);
+    return this.status(record, this.runtime.get(id));
+  }
+
+  async listContainers(filter: { labels?: Record<string, string> } = {}): Promise<ContainerStatus[]> {
+    const want = Object.entries(filter.labels ?? {});
+    const out: ContainerStatus[] = [];
+    for (const r of this.byId.values()) {
+      if (this.starting.has(r.id)) continue;
+      if (!want.every(([k, v]) => r.labels[k] === v)) continue;
+      out.push(this.status(r, this.runtime.get(r.id)));
+    }
+    return out.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+  }
+
+  async setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus> {
+    const p = validateEgressPolicy(policy);
+    const record = this.mustGet(id);
+    if (record.released || this.runtime.get(id)?.status !== "running") {
+      throw new BerthError("failed_precondition", `container ${id} is not running; its network is gone`);
+    }
+    const net = await this.options.network.setPolicy(id, p);
+    record.egress = net.policy;
+    this.records.write(record);
+    return this.status(record, this.runtime.get(id));
+  }
+
+  async *streamLogs(
+    id: string,
+    opts: { follow?: boolean; tail?: number; signal?: AbortSignal } = {},
+  ): AsyncIterable<LogEntry> {
+    this.mustGet(id);
+    if (opts.tail !== undefined && (!Number.isInteger(opts.tail) || opts.tail < 0)) {
+      throw new BerthError("invalid_request", `tail must be an integer >= 0, got ${opts.tail}`);
+    }
+    yield* streamLogFiles({
+      containerId: id,
+      files: this.runtime.logFiles(id),
+      tail: opts.tail,
+      follow: opts.follow === true,
+      signal: opts.signal,
+      stopped: () => {
+        const s = this.runtime.get(id)?.status;
+        return s === undefined || s === "stopped";
+      },
+    });
+  }
+
+  async exec(id: string, req: ExecRequest): Promise<ExecSession> {
+    const r = resolveExecRequest(req);
+    this.mustGet(id);
+    if (this.runtime.get(id)?.status !== "running") {
+      throw new BerthError("failed_precondition", `container ${id} is not running`);
+    }
+    const target = {
+      runc: this.runtime.options.runc,
+      runcRoot: this.runtime.options.runcRoot,
+      containerId: id,
+      tmpDir: this.execDir,
+    };
+    return r.tty ? startTtyExec(target, r) : startPipeExec(target, r);
+  }
+
+  async pullImage(ref: string, opts: { credentials?: { username: string; password: string } } = {}) {
+    const c = opts.credentials;
+    const info = await this.options.images.pull(
+      ref,
+      c
+        ? { credentials: { kind: "basic", source: "generic", username: c.username, password: c.password } }
+        : {},
+    );
+    return imageSummary(info);
+  }
+
+  async listImages(): Promise<ImageSummary[]> {
+    return this.options.images.list().map(imageSummary);
+  }
+
+  async removeImage(ref: string): Promise<void> {
+    await this.options.images.remove(ref);
+  }
+
+  private onRuntimeEvent(e: ContainerEvent): void {
+    const record = this.byId.get(e.containerId);
+    if (!record) return;
+    if (e.type === "exit" && !record.released) {
+      this.markReleased(record);
+      // The namespace of a dead container serves nothing; recover() releases it when recovering.
+      if (!this.recovering) {
+        this.options.network
+          .detach(record.id)
+          .catch((err) =>
+            this.options.logger.error({ id: record.id, err: describeError(err) }, "releasing the network"),
+          );
+      }
+    }
+    const status = this.status(record, this.runtime.get(e.containerId));
+    const ev =
+      e.type === "start"
+        ? { type: "start" as const, containerId: e.containerId, at: e.at, status }
+        : { type: "exit" as const, containerId: e.containerId, at: e.at, status, stderrTail: e.stderrTail };
+    try {
+      this.options.onEvent(ev);
+    } catch (err) {
+      this.options.logger.error({ err: describeError(err) }, "onEvent handler threw");
+    }
+  }
+
+  /** Frees what a stopped container no longer needs: CPU, memory, GPUs, network. */
+  private async release(record: HostRecord): Promise<void> {
+    if (!record.released) this.markReleased(record);
+    await this.options.network.detach(record.id);
+  }
+
+  private markReleased(record: HostRecord): void {
+    this.allocations.free(record.id);
+    record.released = true;
+    try {
+      this.records.write(record);
+    } catch (e) {
+      this.options.logger.error({ id: record.id, err: describeError(e) }, "saving the host record");
+    }
+  }
+
+  private forget(id: string): void {
+    this.allocations.free(id);
+    this.byId.delete(id);
+    this.records.remove(id);
+    rmSync(join(this.hostsDir, id), { force: true });
+  }
+
+  private status(r: HostRecord, info: ContainerInfo | undefined): ContainerStatus {
+    const s: ContainerStatus = {
+      id: r.id,
+      image: r.image,
+      imageDigest: r.imageDigest,
+      state: info?.status ?? "stopped",
+      pid: info?.pid ?? 0,
+      createdAt: info?.createdAt ?? 0,
+      labels: { ...r.labels },
+      cpu: r.cpu,
+      memoryBytes: r.memoryBytes,
+      gpus: [...r.gpus],
+      egress: r.egress,
+      exposedPorts: [...r.exposedPorts],
+    };
+    if (info?.startedAt !== undefined) s.startedAt = info.startedAt;
+    if (info?.exitedAt !== undefined) s.exitedAt = info.exitedAt;
+    if (info?.exitCode !== undefined) s.exitCode = info.exitCode;
+    if (info?.reason !== undefined) s.reason = info.reason;
+    if (r.ipv4) s.ipv4 = r.ipv4;
+    if (r.ipv6) s.ipv6 = r.ipv6;
+    return s;
+  }
+
+  private assertNew(id: string): void {
+    if (this.byId.has(id) || this.starting.has(id) || this.runtime.get(id)) {
+      throw new BerthError("conflict", `container ${id} already exists`);
+    }
+  }
+
+  private mustGet(id: string): HostRecord {
+    const r = this.byId.get(id);
+    if (!r || this.starting.has(id)) throw notFound(`container ${id}`);
+    return r;
+  }
+}

@@ -1,0 +1,173 @@
+import { availableParallelism, totalmem } from "node:os";
+import { isAbsolute, resolve } from "node:path";
+import { invalid } from "../../shared/errors.ts";
+import type { GpuReport } from "../../shared/fleet.ts";
+import type { GpuInjection } from "../capacity/index.ts";
+import type { ImageInfo, PullOptions, RemoveResult } from "../images/index.ts";
+import type { ContainerNetwork, RecoverReport } from "../network/index.ts";
+import type { ContainerStatus, LogEntry } from "../rpc/container-api.ts";
+import type { ContainerEvent, ContainerInfo, ContainerSpec, LogLine } from "../runtime/index.ts";
+import type { HostResources } from "./allocations.ts";
+import type { EgressPolicy } from "../../shared/egress.ts";
+
+// The slices of the other agent subsystems the host uses. ImageStore,
+// Network, ContainerRuntime and GpuInjector satisfy them as they are.
+
+export interface HostImages {
+  pull(ref?: string, opts?: PullOptions): Promise<ImageInfo>;
+  markInUse(digest: string, holder: string): void;
+  release(digest: string, holder: string): void;
+  list(): ImageInfo[];
+  remove(refOrDigest: string): Promise<RemoveResult>;
+}
+
+export interface HostNetwork {
+  attach(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork>;
+  detach(containerId: string): Promise<void>;
+  setPolicy(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork>;
+  allowInbound(containerId: string, port: number): Promise<void>;
+  recover(liveContainerIds: Iterable<string>): Promise<RecoverReport>;
+}
+
+export interface HostRuntime {
+  readonly options: { runc: string; runcRoot: string };
+  run(spec: ContainerSpec): Promise<ContainerInfo>;
+  stop(id: string, opts?: { graceMs?: number }): Promise<ContainerInfo>;
+  delete(id: string): Promise<void>;
+  list(): ContainerInfo[];
+  get(id: string): ContainerInfo | undefined;
+  recover(): Promise<ContainerInfo[]>;
+  logFiles(id: string): { stdout: string; stderr: string };
+  close(): void;
+}
+
+export interface HostGpuInjector {
+  inject(devices: readonly import("../../shared/fleet.ts").GpuDevice[]): Promise<GpuInjection>;
+}
+
+/** The runtime's callbacks, handed to the factory that builds it. */
+export interface RuntimeHooks {
+  onEvent: (e: ContainerEvent) => void;
+  onLog: (l: LogLine) => void;
+}
+
+/** A container started or ended; `status` is what getContainer would answer right after. */
+export type HostEvent =
+  | { type: "start"; containerId: string; at: number; status: ContainerStatus }
+  | { type: "exit"; containerId: string; at: number; status: ContainerStatus; stderrTail: string };
+
+/** pino-compatible. */
+export interface HostLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export interface ContainerHostOptions {
+  /** Directory the host owns: one `<id>.json` record per container, hosts files, exec scratch. */
+  root: string;
+  images: HostImages;
+  network: HostNetwork;
+  /**
+   * Builds the container runtime with the host's handlers wired in (the host
+   * frees resources on exits it reports), e.g.
+   * `(hooks) => new ContainerRuntime({ root, ...hooks })`.
+   */
+  runtime: (hooks: RuntimeHooks) => HostRuntime;
+  /** The host's current GPU report (e.g. `() => watcher.current`). @default no GPUs */
+  gpus?: () => GpuReport | undefined | Promise<GpuReport | undefined>;
+  /** Needed only to run containers that ask for GPUs. */
+  gpuInjector?: HostGpuInjector;
+  /** What containers may be given in total. @default this machine's cores and memory (node:os) */
+  capacity?: HostResources | (() => HostResources | Promise<HostResources>);
+  /**
+   * How many times the cores may be handed out. CFS quotas cap each
+   * container at its own share either way; above 1, busy containers slow
+   * each other down. Memory is never overcommitted (a hard limit). @default 1
+   */
+  cpuOvercommit?: number;
+  /** Host directories under which request mounts may lie (symlinks resolved). @default [] (no mounts) */
+  allowedMountRoots?: string[];
+  logger?: HostLogger;
+  onEvent?: (e: HostEvent) => void;
+  onLog?: (l: LogEntry) => void;
+  /** Grace for stopContainer when the caller gives none. @default 10_000 */
+  defaultGraceMs?: number;
+}
+
+export interface ResolvedContainerHostOptions {
+  root: string;
+  images: HostImages;
+  network: HostNetwork;
+  runtime: (hooks: RuntimeHooks) => HostRuntime;
+  gpus: () => GpuReport | undefined | Promise<GpuReport | undefined>;
+  gpuInjector: HostGpuInjector | undefined;
+  capacity: () => Promise<HostResources>;
+  cpuOvercommit: number;
+  allowedMountRoots: string[];
+  logger: HostLogger;
+  onEvent: (e: HostEvent) => void;
+  onLog: (l: LogEntry) => void;
+  defaultGraceMs: number;
+}
+
+const silent: HostLogger = { info() {}, warn() {}, error() {} };
+
+function checkResources(r: HostResources): HostResources {
+  if (!(r.cpuCores > 0) || !(r.memoryBytes > 0)) {
+    throw invalid(
+      `container host: capacity must have cpuCores > 0 and memoryBytes > 0, got ${JSON.stringify(r)}`,
+    );
+  }
+  return { cpuCores: r.cpuCores, memoryBytes: r.memoryBytes };
+}
+
+export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedContainerHostOptions {
+  if (!o.root || !isAbsolute(resolve(o.root))) throw invalid("container host: root is required");
+  for (const [name, v] of [
+    ["images", o.images],
+    ["network", o.network],
+    ["runtime", o.runtime],
+  ] as const) {
+    if (!v) throw invalid(`container host: ${name} is required`);
+  }
+  const cpuOvercommit = o.cpuOvercommit ?? 1;
+  if (!(cpuOvercommit >= 1) || !Number.isFinite(cpuOvercommit)) {
+    throw invalid(`container host: cpuOvercommit must be a number >= 1, got ${cpuOvercommit}`);
+  }
+  const roots = o.allowedMountRoots ?? [];
+  for (const r of roots) {
+    if (typeof r !== "string" || !isAbsolute(r)) {
+      throw invalid(
+        `container host: allowedMountRoots entries must be absolute paths, got ${JSON.stringify(r)}`,
+      );
+    }
+  }
+  const cap = o.capacity ?? { cpuCores: availableParallelism(), memoryBytes: totalmem() };
+  const capacity =
+    typeof cap === "function"
+      ? async () => checkResources(await cap())
+      : (() => {
+          const fixed = checkResources(cap);
+          return async () => fixed;
+        })();
+  const defaultGraceMs = o.defaultGraceMs ?? 10_000;
+  if (!Number.isInteger(defaultGraceMs) || defaultGraceMs < 0) {
+    throw invalid(`container host: defaultGraceMs must be an integer >= 0, got ${defaultGraceMs}`);
+  }
+  return {
+    root: resolve(o.root),
+    images: o.images,
+    network: o.network,
+    runtime: o.runtime,
+    gpus: o.gpus ?? (() => undefined),
+    gpuInjector: o.gpuInjector,
+    capacity,
+    cpuOvercommit,
+    allowedMountRoots: [...roots],
+    logger: o.logger ?? silent,
+    onEvent: o.onEvent ?? (() => {}),
+    onLog: o.onLog ?? (() => {}),
+    defaultGraceMs,
+  };
+}

@@ -1,0 +1,158 @@
+// One real container host per test file: a local registry with the test
+// image, an ImageStore, a Network with names of its own, a runtime on a temp
+// root. Everything is removed in t.after, pass or fail.
+
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { TestContext } from "node:test";
+import { waitFor } from "../../shared/net.ts";
+import { ContainerHost, type ContainerHostOptions, type HostEvent } from "../../agent/host/index.ts";
+import { ImageStore } from "../../agent/images/index.ts";
+import type { Network } from "../../agent/network/index.ts";
+import type { ExecSession, LogEntry } from "../../agent/rpc/container-api.ts";
+import { Runc } from "../../agent/runtime/runc.ts";
+import { mountsUnder } from "../../agent/runtime/rootfs.ts";
+import { ContainerRuntime } from "../../agent/runtime/index.ts";
+import { startTestNetwork, sweepAfter, Teardown, type TestNames, testNames } from "../network/helpers.ts";
+import { startTestRegistry } from "../helpers/registry.ts";
+import { pushTestImage } from "../helpers/test-image.ts";
+
+export const HOST_COMMANDS = ["runc", "skopeo", "umoci", "docker-registry", "ip", "nft", "python3"];
+
+export interface HostHarness {
+  dir: string;
+  imageRef: string;
+  names: TestNames;
+  net: Network;
+  down: Teardown;
+  host: ContainerHost;
+  images: ImageStore;
+  events: HostEvent[];
+  logs: LogEntry[];
+  allowedRoot: string;
+  /** A second host on the same roots (the first one's timers closed, containers left running). */
+  restart(): Promise<ContainerHost>;
+  exitOf(id: string, timeoutMs?: number): Promise<Extract<HostEvent, { type: "exit" }>>;
+}
+
+export const MiB = 1024 * 1024;
+
+export async function hostHarness(t: TestContext): Promise<HostHarness> {
+  const down = new Teardown(t);
+  const dir = mkdtempSync(join(tmpdir(), "berth-host-"));
+  const runcRoot = join(dir, "containers", ".runc");
+  // Deferred first, so it runs last: after the host and network are gone.
+  down.defer(() => {
+    try {
+      const left = JSON.parse(
+        execFileSync("runc", ["--root", runcRoot, "list", "--format", "json"]).toString() || "null",
+      ) as { id: string }[] | null;
+      for (const c of left ?? [])
+        execFileSync("runc", ["--root", runcRoot, "delete", "--force", c.id], { stdio: "ignore" });
+    } catch {
+      // no runc state dir
+    }
+    for (const m of mountsUnder(dir)) execFileSync("umount", ["-l", m], { stdio: "ignore" });
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const names = await testNames();
+  sweepAfter(down, names);
+  const { net } = await startTestNetwork(t, down, names, { dataDir: join(dir, "net") });
+  const registry = await startTestRegistry(t);
+  const imageRef = await pushTestImage(registry);
+  const allowedRoot = join(dir, "allowed");
+  mkdirSync(allowedRoot);
+  const events: HostEvent[] = [];
+  const logs: LogEntry[] = [];
+  const options = (images: ImageStore): ContainerHostOptions => ({
+    root: join(dir, "host"),
+    images,
+    network: net,
+    runtime: (hooks) =>
+      new ContainerRuntime({ root: join(dir, "containers"), pollIntervalMs: 100, ...hooks }),
+    capacity: { cpuCores: 2, memoryBytes: 4 * 1024 * MiB },
+    allowedMountRoots: [allowedRoot],
+    onEvent: (e) => events.push(e),
+    onLog: (l) => logs.push(l),
+  });
+  const images = new ImageStore({ root: join(dir, "images") });
+  const h: HostHarness = {
+    dir,
+    imageRef,
+    names,
+    net,
+    down,
+    host: await ContainerHost.start(options(images)),
+    images,
+    events,
+    logs,
+    allowedRoot,
+    restart: async () => {
+      h.host.close();
+      h.images = new ImageStore({ root: join(dir, "images") });
+      h.host = await ContainerHost.start(options(h.images));
+      return h.host;
+    },
+    exitOf: (id, timeoutMs = 30_000) =>
+      waitFor(() => events.find((e) => e.type === "exit" && e.containerId === id) as never, {
+        timeoutMs,
+        intervalMs: 20,
+        what: `exit of ${id}`,
+      }),
+  };
+  // Runs before the network is destroyed (LIFO): every container removed through the host.
+  down.defer(async () => {
+    for (const c of await h.host.listContainers())
+      await h.host.stopContainer(c.id, { graceMs: 0, remove: true });
+    h.host.close();
+    assert.deepEqual(await new Runc("runc", runcRoot).list(), [], "no runc container may be left");
+    assert.deepEqual(net.list(), [], "no network lease may be left");
+    assert.deepEqual(mountsUnder(dir), [], "no mount may be left");
+  });
+  return h;
+}
+
+/** Runs an exec to completion: its stdout, stderr and exit code. */
+export async function execAll(
+  s: ExecSession,
+  stdin?: string,
+): Promise<{ stdout: string; stderr: string; code: number }> {
+  if (stdin !== undefined) s.writeStdin(new TextEncoder().encode(stdin));
+  s.closeStdin();
+  const out = { stdout: "", stderr: "" };
+  const dec = { stdout: new TextDecoder(), stderr: new TextDecoder() };
+  const reading = (async () => {
+    for await (const c of s.output) out[c.stream] += dec[c.stream].decode(c.data, { stream: true });
+  })();
+  const code = await withTimeout(s.exit, 30_000, "exec exit");
+  await withTimeout(reading, 10_000, "exec output");
+  return { ...out, code };
+}
+
+export async function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A TCP probe run inside the container with exec: "OK <token>" or "FAIL <why>". */
+export const PROBE = `
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)
+    s.settimeout(2)
+    print("OK " + s.recv(100).decode().strip())
+except Exception as e:
+    print("FAIL " + type(e).__name__ + " " + str(e))
+`;
