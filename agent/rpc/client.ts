@@ -1,13 +1,23 @@
-// AgentApi over gRPC: to a local agent through its unix socket, or to a
-// remote one over TCP with mutual TLS. Every call has a deadline; failures
-// arrive as BerthErrors (see errors.ts).
+// AgentApi and ContainerApi over gRPC: to a local agent through its unix
+// socket, or to a remote one over TCP with mutual TLS. Every unary call has a
+// deadline; failures arrive as BerthErrors (see errors.ts).
 
 import * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
+import type { EgressPolicy } from "../../shared/egress.ts";
 import type { HostCapacity } from "../../shared/fleet.ts";
 import type { AgentApi, AgentHealth } from "./api.ts";
+import type {
+  ContainerApi,
+  ContainerStatus,
+  ExecRequest,
+  ImageSummary,
+  LogEntry,
+  RunContainerRequest,
+} from "./container-api.ts";
+import { ContainerRpcClient, type RpcChannel, unaryCall } from "./container-client.ts";
 import { type WireCapacity, type WireHealthResponse, capacityFromProto, healthFromProto } from "./convert.ts";
-import { fromGrpcError } from "./errors.ts";
+import type { RpcExecSession } from "./exec-client.ts";
 import { loadAgentProto } from "./proto.ts";
 
 export interface AgentRpcClientTlsOptions {
@@ -34,6 +44,12 @@ export interface AgentRpcClientOptions {
    * @default 10000
    */
   deadlineMs?: number;
+  /**
+   * Deadline of the calls that may pull an image or wait out a stop's grace
+   * period (RunContainer, PullImage, StopContainer, RemoveImage).
+   * @default 1800000 (30 minutes)
+   */
+  longDeadlineMs?: number;
 }
 
 export interface ResolvedAgentRpcClientOptions {
@@ -41,6 +57,7 @@ export interface ResolvedAgentRpcClientOptions {
   transport: "unix" | "tls";
   tls?: AgentRpcClientTlsOptions;
   deadlineMs: number;
+  longDeadlineMs: number;
 }
 
 export function resolveAgentRpcClientOptions(o: AgentRpcClientOptions): ResolvedAgentRpcClientOptions {
@@ -54,6 +71,13 @@ export function resolveAgentRpcClientOptions(o: AgentRpcClientOptions): Resolved
       `agent client: deadlineMs must be a positive integer, got ${deadlineMs}`,
     );
   }
+  const longDeadlineMs = o.longDeadlineMs ?? 30 * 60_000;
+  if (!Number.isInteger(longDeadlineMs) || longDeadlineMs <= 0) {
+    throw new BerthError(
+      "invalid_request",
+      `agent client: longDeadlineMs must be a positive integer, got ${longDeadlineMs}`,
+    );
+  }
   if (o.address.startsWith("unix:")) {
     if (!o.address.startsWith("unix:///")) {
       throw new BerthError(
@@ -63,7 +87,7 @@ export function resolveAgentRpcClientOptions(o: AgentRpcClientOptions): Resolved
     }
     if (o.tls)
       throw new BerthError("invalid_request", "agent client: tls is not used on a unix socket; drop it");
-    return { address: o.address, transport: "unix", deadlineMs };
+    return { address: o.address, transport: "unix", deadlineMs, longDeadlineMs };
   }
   if (!/^(\[[0-9a-fA-F:.]+\]|[^:/\s]+):\d{1,5}$/.test(o.address)) {
     throw new BerthError(
@@ -77,19 +101,14 @@ export function resolveAgentRpcClientOptions(o: AgentRpcClientOptions): Resolved
       `agent client: ${o.address} is TCP, which needs tls.caPem, tls.certPem and tls.keyPem`,
     );
   }
-  return { address: o.address, transport: "tls", tls: o.tls, deadlineMs };
+  return { address: o.address, transport: "tls", tls: o.tls, deadlineMs, longDeadlineMs };
 }
 
-type UnaryMethod = (
-  request: object,
-  metadata: grpc.Metadata,
-  options: grpc.CallOptions,
-  callback: (err: grpc.ServiceError | null, res?: unknown) => void,
-) => grpc.ClientUnaryCall;
-
-export class AgentRpcClient implements AgentApi {
+export class AgentRpcClient implements AgentApi, ContainerApi {
   readonly options: ResolvedAgentRpcClientOptions;
   private readonly client: grpc.Client;
+  private readonly channel: RpcChannel;
+  private readonly containers: ContainerRpcClient;
 
   constructor(options: AgentRpcClientOptions) {
     this.options = resolveAgentRpcClientOptions(options);
@@ -107,31 +126,68 @@ export class AgentRpcClient implements AgentApi {
       creds = grpc.credentials.createInsecure();
     }
     this.client = new Client(this.options.address, creds, channelOptions);
+    const { address, deadlineMs, longDeadlineMs } = this.options;
+    this.channel = { client: this.client, address, deadlineMs, longDeadlineMs };
+    this.containers = new ContainerRpcClient(this.channel);
   }
 
   async health(): Promise<AgentHealth> {
-    return healthFromProto((await this.unary("Health", {})) as WireHealthResponse);
+    return healthFromProto((await unaryCall(this.channel, "Health", {})) as WireHealthResponse);
   }
 
   async capacity(): Promise<HostCapacity> {
-    return capacityFromProto((await this.unary("GetCapacity", {})) as WireCapacity);
+    return capacityFromProto((await unaryCall(this.channel, "GetCapacity", {})) as WireCapacity);
+  }
+
+  runContainer(req: RunContainerRequest): Promise<ContainerStatus> {
+    return this.containers.runContainer(req);
+  }
+
+  stopContainer(id: string, opts?: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus> {
+    return this.containers.stopContainer(id, opts);
+  }
+
+  getContainer(id: string): Promise<ContainerStatus> {
+    return this.containers.getContainer(id);
+  }
+
+  listContainers(filter?: { labels?: Record<string, string> }): Promise<ContainerStatus[]> {
+    return this.containers.listContainers(filter);
+  }
+
+  /** Ends when the stream does; aborting `signal` (or leaving the loop) cancels the call on the agent. */
+  streamLogs(
+    id: string,
+    opts?: { follow?: boolean; tail?: number; signal?: AbortSignal },
+  ): AsyncGenerator<LogEntry> {
+    return this.containers.streamLogs(id, opts);
+  }
+
+  /** The session's extra cancel() abandons the exec (the agent kills the process). */
+  exec(id: string, req: ExecRequest): Promise<RpcExecSession> {
+    return this.containers.exec(id, req);
+  }
+
+  pullImage(
+    ref: string,
+    opts?: { credentials?: { username: string; password: string } },
+  ): Promise<ImageSummary> {
+    return this.containers.pullImage(ref, opts);
+  }
+
+  listImages(): Promise<ImageSummary[]> {
+    return this.containers.listImages();
+  }
+
+  removeImage(ref: string): Promise<void> {
+    return this.containers.removeImage(ref);
+  }
+
+  setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus> {
+    return this.containers.setNetworkPolicy(id, policy);
   }
 
   close(): void {
     this.client.close();
-  }
-
-  private unary(method: string, request: object): Promise<unknown> {
-    const { address, deadlineMs } = this.options;
-    const fn = (this.client as unknown as Record<string, UnaryMethod>)[method];
-    if (!fn)
-      return Promise.reject(new BerthError("internal", `agent client: no method ${method} in agent.proto`));
-    return new Promise((resolve, reject) => {
-      const deadline = new Date(Date.now() + deadlineMs);
-      fn.call(this.client, request, new grpc.Metadata(), { deadline }, (err, res) => {
-        if (err) reject(fromGrpcError(err, { address, deadlineMs }));
-        else resolve(res);
-      });
-    });
   }
 }

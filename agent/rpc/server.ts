@@ -7,8 +7,9 @@ import { isIP } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
 import type { AgentApi } from "./api.ts";
+import type { ContainerApi } from "./container-api.ts";
+import { type Authorize, containerHandlers, unary } from "./container-handlers.ts";
 import { capacityToProto, healthToProto } from "./convert.ts";
-import { toGrpcError } from "./errors.ts";
 import { loadAgentProto } from "./proto.ts";
 import { bindUnixSocket, resolveUnixSocketPath } from "./unix-socket.ts";
 
@@ -36,6 +37,12 @@ export interface AgentRpcTcpOptions {
 
 export interface AgentRpcServerOptions {
   impl: AgentApi;
+  /**
+   * The container half of the API. Without it the container RPCs answer
+   * UNIMPLEMENTED (BerthError not_implemented).
+   * @default undefined
+   */
+  containers?: ContainerApi;
   /** Absolute path of the local socket; created with mode 0600. */
   unixSocket?: string;
   tcp?: AgentRpcTcpOptions;
@@ -43,6 +50,7 @@ export interface AgentRpcServerOptions {
 
 export interface ResolvedAgentRpcServerOptions {
   impl: AgentApi;
+  containers?: ContainerApi;
   unixSocket?: string;
   tcp?: Required<Omit<AgentRpcTcpOptions, "allowedClientNames">> & { allowedClientNames?: Set<string> };
 }
@@ -67,6 +75,7 @@ export function resolveAgentRpcServerOptions(o: AgentRpcServerOptions): Resolved
     throw new BerthError("invalid_request", "agent rpc: give a unixSocket path, a tcp listener, or both");
   }
   const resolved: ResolvedAgentRpcServerOptions = { impl: o.impl };
+  if (o.containers) resolved.containers = o.containers;
   if (o.unixSocket !== undefined) resolved.unixSocket = resolveUnixSocketPath(o.unixSocket);
   if (o.tcp) {
     const { host, port, tls } = o.tcp;
@@ -92,24 +101,12 @@ export function resolveAgentRpcServerOptions(o: AgentRpcServerOptions): Resolved
   return resolved;
 }
 
-type Authorize = (call: grpc.ServerUnaryCall<unknown, unknown>) => void;
-
-function unary<Res>(authorize: Authorize, run: () => Promise<Res>): grpc.handleUnaryCall<unknown, Res> {
-  return (call, callback) => {
-    Promise.resolve()
-      .then(() => authorize(call))
-      .then(run)
-      .then(
-        (res) => callback(null, res),
-        (e: unknown) => callback(toGrpcError(e)),
-      );
-  };
-}
-
-function handlers(impl: AgentApi, authorize: Authorize): grpc.UntypedServiceImplementation {
+function handlers(o: ResolvedAgentRpcServerOptions, authorize: Authorize): grpc.UntypedServiceImplementation {
+  const impl = o.impl;
   return {
     Health: unary(authorize, async () => healthToProto(await impl.health())),
     GetCapacity: unary(authorize, async () => capacityToProto(await impl.capacity())),
+    ...containerHandlers(o.containers, authorize),
   };
 }
 
@@ -161,7 +158,7 @@ export async function startAgentRpcServer(options: AgentRpcServerOptions): Promi
       const server = new grpc.Server();
       server.addService(
         service,
-        handlers(o.impl, () => {}),
+        handlers(o, () => {}),
       );
       const socket = await bindUnixSocket(o.unixSocket, (address) =>
         bindAsync(server, address, grpc.ServerCredentials.createInsecure()),
@@ -177,7 +174,7 @@ export async function startAgentRpcServer(options: AgentRpcServerOptions): Promi
     }
     if (o.tcp) {
       const server = new grpc.Server();
-      server.addService(service, handlers(o.impl, allowClientNames(o.tcp.allowedClientNames)));
+      server.addService(service, handlers(o, allowClientNames(o.tcp.allowedClientNames)));
       const creds = grpc.ServerCredentials.createSsl(
         Buffer.from(o.tcp.tls.caPem),
         [{ cert_chain: Buffer.from(o.tcp.tls.certPem), private_key: Buffer.from(o.tcp.tls.keyPem) }],

@@ -3,6 +3,7 @@ import { startAgent } from "../../agent/main.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
 import { ApiClient } from "../api-client.ts";
 import { formatBytes, printJson, printTable } from "../output.ts";
+import { agentEdgeCommands } from "./agent-edge.ts";
 import { runUntilSignal } from "./serve-process.ts";
 
 interface AgentJson {
@@ -84,6 +85,8 @@ export function agentCommands(program: Command): void {
         ["id", "hostname", "state", "cpus", "memory", "disk_free", "gpus", "last_seen"],
       );
     });
+
+  agentEdgeCommands(agent);
 
   const jt = agent.command("join-token").description("tokens that let hosts join (admin token)");
   jt.command("create")

@@ -1,0 +1,184 @@
+// ContainerApi over gRPC (the calls behind AgentRpcClient). Unary calls have
+// a deadline (a long one for those that may pull an image or wait out a
+// grace period); StreamLogs and Exec have none, they end with the container
+// or process, or when the caller aborts.
+
+import * as grpc from "@grpc/grpc-js";
+import type { EgressPolicy } from "../../shared/egress.ts";
+import { BerthError } from "../../shared/errors.ts";
+import { AsyncQueue } from "./async-queue.ts";
+import type {
+  ContainerApi,
+  ContainerStatus,
+  ExecRequest,
+  ImageSummary,
+  LogEntry,
+  RunContainerRequest,
+} from "./container-api.ts";
+import {
+  type WireContainer,
+  type WireImage,
+  type WireLogEntry,
+  containerFromProto,
+  egressToProto,
+  imageFromProto,
+  logEntryFromProto,
+  runRequestToProto,
+} from "./container-convert.ts";
+import { fromGrpcError } from "./errors.ts";
+import { RpcExecSession } from "./exec-client.ts";
+
+/** What the container calls need from AgentRpcClient. */
+export interface RpcChannel {
+  client: grpc.Client;
+  address: string;
+  deadlineMs: number;
+  /** Deadline of calls that may pull an image or wait out a grace period. */
+  longDeadlineMs: number;
+}
+
+type UnaryMethod = (
+  request: object,
+  metadata: grpc.Metadata,
+  options: grpc.CallOptions,
+  callback: (err: grpc.ServiceError | null, res?: unknown) => void,
+) => grpc.ClientUnaryCall;
+
+type StreamMethod = (
+  request: object,
+  metadata: grpc.Metadata,
+  options: grpc.CallOptions,
+) => grpc.ClientReadableStream<unknown>;
+
+export function method<T>(ch: RpcChannel, name: string): T {
+  const fn = (ch.client as unknown as Record<string, T>)[name];
+  if (!fn) throw new BerthError("internal", `agent client: no method ${name} in agent.proto`);
+  return fn;
+}
+
+export function unaryCall(
+  ch: RpcChannel,
+  name: string,
+  request: object,
+  deadlineMs = ch.deadlineMs,
+): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const fn = method<UnaryMethod>(ch, name);
+    const deadline = new Date(Date.now() + deadlineMs);
+    fn.call(ch.client, request, new grpc.Metadata(), { deadline }, (err, res) => {
+      if (err) reject(fromGrpcError(err, { address: ch.address, deadlineMs }));
+      else resolve(res);
+    });
+  });
+}
+
+function optionalUint(
+  value: number | undefined,
+  field: string,
+  max = Number.MAX_SAFE_INTEGER,
+): number | undefined {
+  if (value === undefined) return undefined;
+  if (!Number.isSafeInteger(value) || value < 0 || value > max) {
+    throw new BerthError("invalid_request", `${field} must be an integer in 0..${max}, got ${value}`);
+  }
+  return value;
+}
+
+export class ContainerRpcClient implements ContainerApi {
+  constructor(private readonly ch: RpcChannel) {}
+
+  async runContainer(req: RunContainerRequest): Promise<ContainerStatus> {
+    const wire = runRequestToProto(req);
+    return containerFromProto(
+      (await unaryCall(this.ch, "RunContainer", wire, this.ch.longDeadlineMs)) as WireContainer,
+    );
+  }
+
+  async stopContainer(
+    id: string,
+    opts: { graceMs?: number; remove?: boolean } = {},
+  ): Promise<ContainerStatus> {
+    const req: { id: string; graceMs?: number; remove?: boolean } = { id };
+    const graceMs = optionalUint(opts.graceMs, "graceMs");
+    if (graceMs !== undefined) req.graceMs = graceMs;
+    if (opts.remove !== undefined) req.remove = opts.remove;
+    // The agent may wait out the whole grace period before answering.
+    const deadline = Math.max(this.ch.longDeadlineMs, (graceMs ?? 0) + this.ch.deadlineMs);
+    return containerFromProto((await unaryCall(this.ch, "StopContainer", req, deadline)) as WireContainer);
+  }
+
+  async getContainer(id: string): Promise<ContainerStatus> {
+    return containerFromProto((await unaryCall(this.ch, "GetContainer", { id })) as WireContainer);
+  }
+
+  async listContainers(filter?: { labels?: Record<string, string> }): Promise<ContainerStatus[]> {
+    const res = (await unaryCall(this.ch, "ListContainers", { labels: { ...filter?.labels } })) as {
+      containers: WireContainer[];
+    };
+    return res.containers.map(containerFromProto);
+  }
+
+  async *streamLogs(
+    id: string,
+    opts: { follow?: boolean; tail?: number; signal?: AbortSignal } = {},
+  ): AsyncGenerator<LogEntry> {
+    const { signal } = opts;
+    if (signal?.aborted) return;
+    const req: { id: string; follow: boolean; tail?: number } = { id, follow: opts.follow ?? false };
+    const tail = optionalUint(opts.tail, "tail", 0xffff_ffff);
+    if (tail !== undefined) req.tail = tail;
+    const call = method<StreamMethod>(this.ch, "StreamLogs").call(
+      this.ch.client,
+      req,
+      new grpc.Metadata(),
+      {},
+    );
+    const queue = new AsyncQueue<WireLogEntry>({
+      onFull: () => call.pause(),
+      onDrained: () => call.resume(),
+    });
+    call.on("data", (w: WireLogEntry) => queue.push(w));
+    call.on("error", (e) => queue.fail(e));
+    call.on("end", () => queue.end());
+    const onAbort = () => call.cancel();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      for await (const w of queue) yield logEntryFromProto(w);
+    } catch (e) {
+      if (signal?.aborted && (e as Partial<grpc.ServiceError>).code === grpc.status.CANCELLED) return;
+      throw fromGrpcError(e, { address: this.ch.address, deadlineMs: this.ch.deadlineMs });
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      // Stops the agent's side when the caller leaves the loop early.
+      call.cancel();
+    }
+  }
+
+  exec(id: string, req: ExecRequest): Promise<RpcExecSession> {
+    return RpcExecSession.open(this.ch, id, req);
+  }
+
+  async pullImage(
+    ref: string,
+    opts: { credentials?: { username: string; password: string } } = {},
+  ): Promise<ImageSummary> {
+    const req = opts.credentials
+      ? { ref, credentials: { username: opts.credentials.username, password: opts.credentials.password } }
+      : { ref };
+    return imageFromProto((await unaryCall(this.ch, "PullImage", req, this.ch.longDeadlineMs)) as WireImage);
+  }
+
+  async listImages(): Promise<ImageSummary[]> {
+    const res = (await unaryCall(this.ch, "ListImages", {})) as { images: WireImage[] };
+    return res.images.map(imageFromProto);
+  }
+
+  async removeImage(ref: string): Promise<void> {
+    await unaryCall(this.ch, "RemoveImage", { ref }, this.ch.longDeadlineMs);
+  }
+
+  async setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus> {
+    const res = await unaryCall(this.ch, "SetNetworkPolicy", { id, egress: egressToProto(policy) });
+    return containerFromProto(res as WireContainer);
+  }
+}
