@@ -9,6 +9,8 @@ import { BERTH_VERSION } from "../shared/version.ts";
 import { createGpuProbe } from "./capacity/gpu-probe.ts";
 import { GpuWatcher } from "./capacity/gpu-watcher.ts";
 import { readHostCapacity } from "./capacity/host.ts";
+import { startContainers } from "./containers.ts";
+import { ContainerPublisher } from "./fleet/container-publisher.ts";
 import { HeartbeatPublisher } from "./fleet/heartbeat.ts";
 import { type AgentIdentity, loadIdentity, saveIdentity } from "./fleet/identity.ts";
 import { joinWithRetry } from "./fleet/join-client.ts";
@@ -47,10 +49,15 @@ export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ l
     }),
     capacity,
   };
+  let publisher: ContainerPublisher | undefined;
+  const containers = await startContainers(o, log, () => gpu.current, () => publisher);
+  if (containers.disabledReason) log.warn(containers.disabledReason);
+
   let rpc: AgentRpcServer;
   try {
     rpc = await startAgentRpcServer({
       impl,
+      containers: containers.api,
       unixSocket: o.unixSocket,
       ...(identity
         ? {
@@ -66,6 +73,7 @@ export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ l
     });
   } catch (e) {
     gpu.stop();
+    await containers.close();
     throw new BerthError("unavailable", `cannot serve the agent API: ${describeError(e)}`);
   }
 
@@ -84,12 +92,15 @@ export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ l
       capacity: await capacity(),
     });
     heartbeats = new HeartbeatPublisher(identity.agentId, identity.heartbeatIntervalMs, build, log);
+    const events = new ContainerPublisher(identity.agentId);
     heartbeats.start();
     // NATS may be down now; the connection is retried forever in the background.
     void connectNatsForever(identity, log, () => stopping).then((conn) => {
       if (!conn) return;
       nc = conn;
       heartbeats?.attach(conn);
+      events.attach(conn);
+      publisher = events;
     });
   }
   log.info(
@@ -106,6 +117,7 @@ export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ l
       if (nc) await closeNats(nc);
       gpu.stop();
       await rpc.close();
+      await containers.close();
     },
   };
 }

@@ -23,6 +23,21 @@ export interface AgentOptions {
   gpuProbeIntervalS?: number;
   /** @default "info" */
   logLevel?: string;
+  /** Run containers (needs root, runc, nftables). @default true */
+  containers?: boolean;
+  /**
+   * Names of this agent's bridge, nftables table and namespaces. The default
+   * gives bridge `berth0` and table `berth`; a second agent on one host needs
+   * its own prefix and subnets. 2-6 characters [a-z0-9].
+   */
+  networkPrefix?: string;
+  /** Container subnets. @default "10.209.0.0/16" and "fd62:6572:7468::/64" */
+  subnet4?: string;
+  subnet6?: string;
+  /** Image for containers that name none. @default the image store's default */
+  defaultImage?: string;
+  /** Registries (host:port) that may be pulled from over plain HTTP; loopback always may. */
+  insecureRegistries?: string[];
 }
 
 export interface ResolvedAgentOptions {
@@ -38,6 +53,10 @@ export interface ResolvedAgentOptions {
   logLevel: string;
   identityFile: string;
   unixSocket: string;
+  containers: boolean;
+  network: { bridge: string; table: string; namePrefix: string; subnet4?: string; subnet6?: string };
+  defaultImage?: string;
+  insecureRegistries: string[];
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -71,5 +90,19 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     logLevel: o.logLevel ?? "info",
     identityFile: join(dataDir, "identity.json"),
     unixSocket: join(dataDir, "agent.sock"),
+    containers: o.containers ?? true,
+    network: networkNames(o),
+    ...(o.defaultImage ? { defaultImage: o.defaultImage } : {}),
+    insecureRegistries: o.insecureRegistries ?? [],
   };
+}
+
+function networkNames(o: AgentOptions): ResolvedAgentOptions["network"] {
+  const subnets = { ...(o.subnet4 ? { subnet4: o.subnet4 } : {}), ...(o.subnet6 ? { subnet6: o.subnet6 } : {}) };
+  if (!o.networkPrefix) return { bridge: "berth0", table: "berth", namePrefix: "brt", ...subnets };
+  if (!/^[a-z][a-z0-9]{1,5}$/.test(o.networkPrefix)) {
+    throw new BerthError("invalid_request", `--network-prefix ${JSON.stringify(o.networkPrefix)} must be 2-6 characters [a-z0-9] starting with a letter`);
+  }
+  const p = o.networkPrefix;
+  return { bridge: `${p}br0`, table: `berth_${p}`, namePrefix: p, ...subnets };
 }

@@ -7,6 +7,7 @@ import { bootstrapEmptyStore } from "./bootstrap.ts";
 import { FleetView } from "./fleet/fleet-view.ts";
 import { FleetWatcher } from "./fleet/fleet-watcher.ts";
 import { JoinService } from "./fleet/join.ts";
+import { ensureStreams } from "./fleet/streams.ts";
 import { buildHttpApp } from "./http/app.ts";
 import type { ResolvedCoordinatorOptions } from "./options.ts";
 import { ClusterPki } from "./pki/cluster-pki.ts";
@@ -53,6 +54,14 @@ export async function startCoordinator(
       if (s.type === "disconnect" || s.type === "reconnect") log.warn({ nats: s.type }, `NATS ${s.type}`);
     }
   })();
+
+  try {
+    await ensureStreams(await nc.jetstreamManager(), o.streams);
+  } catch (e) {
+    await closeNats(nc);
+    await store.close();
+    throw new StartupError(`cannot set up JetStream streams on ${o.nats.url} (is JetStream enabled?): ${describeError(e)}`);
+  }
 
   const pki = await ClusterPki.load(store.kv);
   await bootstrapEmptyStore(store, o.bootstrap, log);

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { NatsCredentials } from "../shared/subjects.ts";
+import type { StreamRetention } from "./fleet/streams.ts";
 
 /** Coordinator settings, as read from its JSON config file and flags. */
 export interface CoordinatorOptions {
@@ -25,6 +26,8 @@ export interface CoordinatorOptions {
   bootstrap?: { adminTokenFile?: string; joinTokenFile?: string };
   /** pino level. @default "info" */
   logLevel?: string;
+  /** Retention of the container logs and events streams. @default 7 days / 1 GiB of logs, 30 days of events */
+  streams?: StreamRetention;
 }
 
 export interface ResolvedCoordinatorOptions {
@@ -38,6 +41,7 @@ export interface ResolvedCoordinatorOptions {
   heartbeatIntervalMs: number;
   bootstrap: { adminTokenFile: string; joinTokenFile: string };
   logLevel: string;
+  streams: StreamRetention;
 }
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
@@ -70,6 +74,7 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
       joinTokenFile: o.bootstrap?.joinTokenFile ?? join(dataDir, "join-token"),
     },
     logLevel: o.logLevel ?? "info",
+    streams: o.streams ?? {},
   };
 }
 

@@ -31,6 +31,16 @@ interface AgentRunFlags {
   advertise?: string;
   nvidiaSmi?: string;
   logLevel?: string;
+  containers?: boolean;
+  networkPrefix?: string;
+  subnet4?: string;
+  subnet6?: string;
+  defaultImage?: string;
+  insecureRegistry?: string[];
+}
+
+function collect(v: string, acc: string[]): string[] {
+  return [...acc, v];
 }
 
 export function agentCommands(program: Command): void {
@@ -46,6 +56,12 @@ export function agentCommands(program: Command): void {
     .option("--advertise <host:port>", "address coordinators dial")
     .option("--nvidia-smi <path>", "nvidia-smi to probe GPUs with")
     .option("--log-level <level>", "log level", "info")
+    .option("--no-containers", "only report capacity; do not run containers")
+    .option("--network-prefix <p>", "names of this agent's bridge/nft table/namespaces (2-6 chars; default bridge berth0)")
+    .option("--subnet4 <cidr>", "IPv4 subnet for containers (default 10.209.0.0/16)")
+    .option("--subnet6 <cidr>", "IPv6 subnet for containers (default fd62:6572:7468::/64)")
+    .option("--default-image <ref>", "image for containers that name none")
+    .option("--insecure-registry <host:port>", "registry to pull from over plain HTTP (repeatable)", collect, [])
     .action(async (o: AgentRunFlags) => {
       await runUntilSignal("agent", () =>
         startAgent(
@@ -59,6 +75,12 @@ export function agentCommands(program: Command): void {
             ...(o.advertise ? { advertiseAddress: o.advertise } : {}),
             ...(o.nvidiaSmi ? { nvidiaSmi: o.nvidiaSmi } : {}),
             ...(o.logLevel ? { logLevel: o.logLevel } : {}),
+            containers: o.containers !== false,
+            ...(o.networkPrefix ? { networkPrefix: o.networkPrefix } : {}),
+            ...(o.subnet4 ? { subnet4: o.subnet4 } : {}),
+            ...(o.subnet6 ? { subnet6: o.subnet6 } : {}),
+            ...(o.defaultImage ? { defaultImage: o.defaultImage } : {}),
+            ...(o.insecureRegistry?.length ? { insecureRegistries: o.insecureRegistry } : {}),
           }),
         ),
       );

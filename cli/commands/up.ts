@@ -18,6 +18,10 @@ interface UpFlags {
   natsPort?: number;
   grpcPort?: number;
   profile: string;
+  containers?: boolean;
+  networkPrefix?: string;
+  subnet4?: string;
+  subnet6?: string;
 }
 
 export function upCommand(program: Command): void {
@@ -30,6 +34,10 @@ export function upCommand(program: Command): void {
     .option("--nats-port <port>", "NATS port (default 4222)", (v) => Number(v))
     .option("--grpc-port <port>", "agent gRPC port (default 8421)", (v) => Number(v))
     .option("--profile <name>", "CLI profile to save the URL and admin token to", "default")
+    .option("--no-containers", "the agent only reports capacity")
+    .option("--network-prefix <p>", "the agent's network names (see berth agent --help)")
+    .option("--subnet4 <cidr>", "the agent's IPv4 container subnet")
+    .option("--subnet6 <cidr>", "the agent's IPv6 container subnet")
     .action(async (o: UpFlags) => {
       process.exitCode = await up(o);
     });
@@ -164,6 +172,10 @@ async function up(o: UpFlags): Promise<number> {
         String(cluster.agentGrpcPort),
         "--advertise",
         `127.0.0.1:${cluster.agentGrpcPort}`,
+        ...(o.containers === false ? ["--no-containers"] : []),
+        ...(o.networkPrefix ? ["--network-prefix", o.networkPrefix] : []),
+        ...(o.subnet4 ? ["--subnet4", o.subnet4] : []),
+        ...(o.subnet6 ? ["--subnet6", o.subnet6] : []),
       ],
       print,
     ),

@@ -63,7 +63,10 @@ test("berth up: a whole cluster in the foreground, a working profile, clean Ctrl
   const home = tempDir(t, "berth-home-");
   const dataDir = join(home, "data");
   const [port, natsPort, grpcPort] = [await freePort(), await freePort(), await freePort()];
-  const args = ["--data-dir", dataDir, "--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)];
+  const args = [
+    ...["--data-dir", dataDir, "--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)],
+    "--no-containers",
+  ];
   const env = { HOME: home, SERVICE_TOKEN: "", BERTH_URL: "", BERTH_PROFILE: "" };
 
   const first = startUp(t, args, env);

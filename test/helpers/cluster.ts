@@ -114,6 +114,8 @@ export async function spawnAgent(t: Hooks, c: TestCluster, name: string): Promis
     String(port),
     "--advertise",
     `127.0.0.1:${port}`,
+    // Fleet tests need no containers; this keeps them off the host's network.
+    "--no-containers",
   ]);
   // Registered after spawnCli's own stop, so the agent is gone before its directory.
   t.after(async () => {
