@@ -14,23 +14,9 @@ bash scripts/ensure-deps.sh test
 # references in bench/container-start; both use the runc ensure-deps installs.
 bench_pkgs=(podman conmon containerd)
 
-missing=()
-for p in "${bench_pkgs[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
-if [ "${#missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "berth bench: missing Debian packages: ${missing[*]}; run this as root or install them with apt-get" >&2
-    exit 1
-  fi
-  echo "berth bench: installing Debian packages: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=lib/debian.sh
+source scripts/lib/debian.sh
+install_missing_debian_packages "berth bench" "${bench_pkgs[@]}"
 
 # The containerd package enables a system daemon where systemd runs; the
 # benchmark starts its own containerd (own root, state and socket) and never
