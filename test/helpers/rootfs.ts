@@ -1,8 +1,8 @@
 import { execFile } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync, renameSync } from "node:fs";
+import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { sleep } from "../../shared/net.ts";
+import { buildOnce } from "./build-once.ts";
 
 const run = promisify(execFile);
 
@@ -19,22 +19,9 @@ const NAME = `rootfs-${SUITE}-python3`;
  */
 export async function testRootfs(): Promise<string> {
   const final = join(TEST_CACHE, NAME);
-  if (existsSync(join(final, "usr/bin/python3"))) return final;
+  const ready = () => existsSync(join(final, "usr/bin/python3"));
   mkdirSync(TEST_CACHE, { recursive: true });
-  const lock = join(TEST_CACHE, `${NAME}.lock`);
-  for (;;) {
-    try {
-      mkdirSync(lock);
-      writeFileSync(join(lock, "pid"), String(process.pid));
-      break;
-    } catch {
-      if (existsSync(join(final, "usr/bin/python3"))) return final;
-      if (lockHolderIsDead(lock)) rmSync(lock, { recursive: true, force: true });
-      else await sleep(1000);
-    }
-  }
-  try {
-    if (existsSync(join(final, "usr/bin/python3"))) return final;
+  await buildOnce(join(TEST_CACHE, `${NAME}.lock`), ready, async () => {
     const tmp = join(TEST_CACHE, `${NAME}.tmp-${process.pid}`);
     rmSync(tmp, { recursive: true, force: true });
     try {
@@ -52,19 +39,6 @@ export async function testRootfs(): Promise<string> {
     }
     rmSync(final, { recursive: true, force: true });
     renameSync(tmp, final);
-    return final;
-  } finally {
-    rmSync(lock, { recursive: true, force: true });
-  }
-}
-
-function lockHolderIsDead(lock: string): boolean {
-  try {
-    const pid = Number(readFileSync(join(lock, "pid"), "utf8"));
-    if (!pid) return true;
-    process.kill(pid, 0);
-    return false;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "ESRCH" || (e as NodeJS.ErrnoException).code === "ENOENT";
-  }
+  });
+  return final;
 }

@@ -1,9 +1,9 @@
 import { execFile } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { sleep } from "../../shared/net.ts";
 import type { TestRegistry } from "./registry.ts";
+import { buildOnce } from "./build-once.ts";
 import { TEST_CACHE, testRootfs } from "./rootfs.ts";
 
 const run = promisify(execFile);
@@ -22,22 +22,7 @@ export async function testImageLayout(): Promise<string> {
   const ready = () => existsSync(join(final, "index.json"));
   if (ready()) return final;
   const rootfs = await testRootfs();
-  const lock = join(TEST_CACHE, `${LAYOUT_NAME}.lock`);
-  const deadline = Date.now() + 10 * 60_000;
-  for (;;) {
-    try {
-      mkdirSync(lock);
-      writeFileSync(join(lock, "pid"), String(process.pid));
-      break;
-    } catch {
-      if (ready()) return final;
-      if (holderIsDead(lock)) rmSync(lock, { recursive: true, force: true });
-      else if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
-      else await sleep(500);
-    }
-  }
-  try {
-    if (ready()) return final;
+  await buildOnce(join(TEST_CACHE, `${LAYOUT_NAME}.lock`), ready, async () => {
     const tmp = join(TEST_CACHE, `${LAYOUT_NAME}.tmp-${process.pid}`);
     rmSync(tmp, { recursive: true, force: true });
     const image = `${tmp}:${TEST_IMAGE_TAG}`;
@@ -63,10 +48,8 @@ export async function testImageLayout(): Promise<string> {
     }
     rmSync(final, { recursive: true, force: true });
     renameSync(tmp, final);
-    return final;
-  } finally {
-    rmSync(lock, { recursive: true, force: true });
-  }
+  });
+  return final;
 }
 
 async function umoci(args: string[]): Promise<void> {
@@ -118,22 +101,4 @@ export async function testImageDigest(): Promise<string> {
   );
   if (!m) throw new Error(`test image layout has no tag ${TEST_IMAGE_TAG}`);
   return m.digest;
-}
-
-function holderIsDead(lock: string): boolean {
-  try {
-    const pid = Number(readFileSync(join(lock, "pid"), "utf8"));
-    if (!pid) return true;
-    process.kill(pid, 0);
-    return false;
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === "ESRCH") return true;
-    // No pid file yet: the holder may be between mkdir and write; only an old lock is stale.
-    if (code === "ENOENT") {
-      const st = statSync(lock, { throwIfNoEntry: false });
-      return !st || Date.now() - st.mtimeMs > 10_000;
-    }
-    return false;
-  }
 }
