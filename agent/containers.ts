@@ -85,9 +85,15 @@ export async function startContainers(
       },
     });
     const net = network;
+    const gc = startImageGc(
+      images,
+      imageGcSchedule(o),
+      log.child({ area: "image-gc" }),
+    );
     return {
       api: host,
       async close() {
+        await gc.stop();
         host.close();
         await net.shutdown();
         lock.release();
@@ -99,6 +105,75 @@ export async function startContainers(
     log.error({ err: e }, "cannot start the container subsystem");
     return disabled(`the container subsystem failed to start: ${describeError(e)}`);
   }
+}
+
+/** Agent options the periodic image GC reads (the agent's flags fill them). */
+export interface ImageGcFields {
+  /** How often to collect; 0 disables. @default 3_600_000 (1 h) */
+  imageGcIntervalMs?: number;
+  /** Images unused this long are removed. @default 86_400_000 (24 h) */
+  imageGcUnusedForMs?: number;
+}
+
+export interface ImageGcSchedule {
+  intervalMs: number;
+  unusedForMs: number;
+}
+
+export function imageGcSchedule(o: ImageGcFields): ImageGcSchedule {
+  const s = { intervalMs: o.imageGcIntervalMs ?? 3_600_000, unusedForMs: o.imageGcUnusedForMs ?? 86_400_000 };
+  for (const [k, v] of Object.entries(s)) {
+    if (!Number.isFinite(v) || v < 0)
+      throw new BerthError("invalid_request", `image gc ${k} must be 0 or more, got ${v}`);
+  }
+  return s;
+}
+
+interface ImageGcLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+}
+
+/**
+ * Every `intervalMs`, removes images no container has used for
+ * `unusedForMs` (in-use ones and the default image stay; see ImageStore.gc).
+ * One run at a time; a failed run is logged and the next one tries again.
+ */
+export function startImageGc(
+  images: Pick<ImageStore, "gc">,
+  schedule: ImageGcSchedule,
+  log: ImageGcLogger,
+): { stop(): Promise<void> } {
+  if (schedule.intervalMs === 0) return { stop: async () => {} };
+  let running: Promise<void> | undefined;
+  const timer = setInterval(() => {
+    if (running) return;
+    running = images
+      .gc({ unusedForMs: schedule.unusedForMs })
+      .then(
+        (r) => {
+          if (r.removedImages.length > 0 || r.freedBytes > 0) {
+            log.info(
+              { removedImages: r.removedImages, freedBytes: r.freedBytes },
+              "periodic image gc freed disk",
+            );
+          }
+        },
+        (e: unknown) => log.warn({ err: describeError(e) }, "periodic image gc failed"),
+      )
+      .finally(() => {
+        running = undefined;
+      });
+  }, schedule.intervalMs);
+  // The agent's other work keeps the process alive; GC alone must not.
+  timer.unref();
+  return {
+    // Waits for a run in progress, so the store is not left mid-collection.
+    async stop() {
+      clearInterval(timer);
+      await running;
+    },
+  };
 }
 
 function disabled(reason: string): ContainerSubsystem {
@@ -118,6 +193,8 @@ function disabled(reason: string): ContainerSubsystem {
     pullImage: async () => fail(),
     listImages: async () => fail(),
     removeImage: async () => fail(),
+    importImage: async () => fail(),
+    gcImages: async () => fail(),
     setNetworkPolicy: async () => fail(),
   };
   return { api, disabledReason: reason, close: async () => {} };

@@ -38,6 +38,10 @@ export interface AgentOptions {
   defaultImage?: string;
   /** Registries (host:port) that may be pulled from over plain HTTP; loopback always may. */
   insecureRegistries?: string[];
+  /** How often unused images are collected; 0 disables. @default 1 hour */
+  imageGcIntervalMs?: number;
+  /** Images unused this long are collected. @default 24 hours */
+  imageGcUnusedForMs?: number;
 }
 
 export interface ResolvedAgentOptions {
@@ -57,6 +61,8 @@ export interface ResolvedAgentOptions {
   network: { bridge: string; table: string; namePrefix: string; subnet4?: string; subnet6?: string };
   defaultImage?: string;
   insecureRegistries: string[];
+  imageGcIntervalMs?: number;
+  imageGcUnusedForMs?: number;
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -94,6 +100,8 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     network: networkNames(o),
     ...(o.defaultImage ? { defaultImage: o.defaultImage } : {}),
     insecureRegistries: o.insecureRegistries ?? [],
+    ...(o.imageGcIntervalMs !== undefined ? { imageGcIntervalMs: o.imageGcIntervalMs } : {}),
+    ...(o.imageGcUnusedForMs !== undefined ? { imageGcUnusedForMs: o.imageGcUnusedForMs } : {}),
   };
 }
 

@@ -23,6 +23,7 @@ import type { BindMount, ContainerEvent, ContainerInfo } from "../runtime/index.
 import { Allocations, pickGpus } from "./allocations.ts";
 import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
+import { gcImages, imageOpsStore, importImage } from "./image-ops.ts";
 import { streamLogFiles } from "./logs.ts";
 import { checkMountSource } from "./mounts.ts";
 import {
@@ -175,14 +176,22 @@ export class ContainerHost implements ContainerApi {
         source: "generic" as const,
         ...req.credentials,
       };
-      const image = await this.options.images.pull(req.image, creds ? { credentials: creds } : {});
+      // The image and the network are independent and both on the start path:
+      // get them side by side, and settle both before undoing either.
+      undo.push({ what: "network", fn: () => this.options.network.detach(id) });
+      const [pulled, attached] = await Promise.allSettled([
+        this.options.images.pull(req.image, creds ? { credentials: creds } : {}),
+        this.options.network.attach(id, req.egress),
+      ]);
+      if (pulled.status === "rejected") throw pulled.reason;
+      step = "attaching the network";
+      if (attached.status === "rejected") throw attached.reason;
+      const image = pulled.value;
+      const net = attached.value;
       step = "marking the image in use";
       this.options.images.markInUse(image.digest, id);
       undo.push({ what: "image in-use mark", fn: () => this.options.images.release(image.digest, id) });
       const injection = gpus.length > 0 ? await this.injectGpus(id, gpus, (s) => (step = s)) : undefined;
-      step = "attaching the network";
-      undo.push({ what: "network", fn: () => this.options.network.detach(id) });
-      const net = await this.options.network.attach(id, req.egress);
       step = "opening exposed ports";
       for (const port of req.exposedPorts) await this.options.network.allowInbound(id, port);
       step = "writing /etc/hosts";
@@ -369,6 +378,14 @@ export class ContainerHost implements ContainerApi {
 
   async removeImage(ref: string): Promise<void> {
     await this.options.images.remove(ref);
+  }
+
+  async importImage(req: import("../rpc/container-api.ts").ImportImageRequest): Promise<ImageSummary> {
+    return imageSummary(await importImage(imageOpsStore(this.options.images), req));
+  }
+
+  async gcImages(opts?: { unusedForMs?: number }): Promise<import("../rpc/container-api.ts").ImageGcResult> {
+    return gcImages(imageOpsStore(this.options.images), opts);
   }
 
   private onRuntimeEvent(e: ContainerEvent): void {

@@ -11,7 +11,9 @@ import type {
   ContainerApi,
   ContainerStatus,
   ExecRequest,
+  ImageGcResult,
   ImageSummary,
+  ImportImageRequest,
   LogEntry,
   RunContainerRequest,
 } from "./container-api.ts";
@@ -46,7 +48,7 @@ export interface AgentRpcClientOptions {
   deadlineMs?: number;
   /**
    * Deadline of the calls that may pull an image or wait out a stop's grace
-   * period (RunContainer, PullImage, StopContainer, RemoveImage).
+   * period (RunContainer, PullImage, StopContainer, RemoveImage, ImportImage, GcImages).
    * @default 1800000 (30 minutes)
    */
   longDeadlineMs?: number;
@@ -181,6 +183,14 @@ export class AgentRpcClient implements AgentApi, ContainerApi {
 
   removeImage(ref: string): Promise<void> {
     return this.containers.removeImage(ref);
+  }
+
+  importImage(req: ImportImageRequest): Promise<ImageSummary> {
+    return this.containers.importImage(req);
+  }
+
+  gcImages(opts?: { unusedForMs?: number }): Promise<ImageGcResult> {
+    return this.containers.gcImages(opts);
   }
 
   setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus> {

@@ -107,6 +107,28 @@ export interface ImageSummary {
   inUse: boolean;
 }
 
+/**
+ * What an import reads: "auto" takes a directory or a plain filesystem
+ * tarball as a rootfs, and an OCI or `docker save` archive as what it is.
+ */
+export type ImageImportKind = "auto" | "oci-archive" | "docker-archive" | "rootfs";
+
+export interface ImportImageRequest {
+  /** Absolute path on the agent's host (a file or, for a rootfs, a directory). */
+  path: string;
+  /** The reference the image is known by afterwards, e.g. "python:3.11". */
+  name: string;
+  /** @default "auto" */
+  kind?: ImageImportKind;
+}
+
+export interface ImageGcResult {
+  /** Digests of the images removed. */
+  removedImages: string[];
+  /** Bytes of unpacked rootfs dirs and layer blobs deleted. */
+  freedBytes: number;
+}
+
 export interface ContainerApi {
   runContainer(req: RunContainerRequest): Promise<ContainerStatus>;
   /** SIGTERM, grace, SIGKILL; with remove, also frees everything the container held. */
@@ -119,5 +141,13 @@ export interface ContainerApi {
   pullImage(ref: string, opts?: { credentials?: { username: string; password: string } }): Promise<ImageSummary>;
   listImages(): Promise<ImageSummary[]>;
   removeImage(ref: string): Promise<void>;
+  /** Adds an image from a file or directory already on the agent's host (air-gapped hosts). */
+  importImage(req: ImportImageRequest): Promise<ImageSummary>;
+  /**
+   * Frees disk: work left by killed pulls and unreferenced blobs always; with
+   * unusedForMs, also images no container uses and none has used for that
+   * long. Images in use and the agent's default image are never removed.
+   */
+  gcImages(opts?: { unusedForMs?: number }): Promise<ImageGcResult>;
   setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus>;
 }

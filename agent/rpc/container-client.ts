@@ -11,7 +11,9 @@ import type {
   ContainerApi,
   ContainerStatus,
   ExecRequest,
+  ImageGcResult,
   ImageSummary,
+  ImportImageRequest,
   LogEntry,
   RunContainerRequest,
 } from "./container-api.ts";
@@ -27,6 +29,12 @@ import {
 } from "./container-convert.ts";
 import { fromGrpcError } from "./errors.ts";
 import { RpcExecSession } from "./exec-client.ts";
+import {
+  type WireGcImagesResponse,
+  gcRequestToProto,
+  gcResultFromProto,
+  importRequestToProto,
+} from "./image-convert.ts";
 
 /** What the container calls need from AgentRpcClient. */
 export interface RpcChannel {
@@ -175,6 +183,18 @@ export class ContainerRpcClient implements ContainerApi {
 
   async removeImage(ref: string): Promise<void> {
     await unaryCall(this.ch, "RemoveImage", { ref }, this.ch.longDeadlineMs);
+  }
+
+  async importImage(req: ImportImageRequest): Promise<ImageSummary> {
+    const wire = importRequestToProto(req);
+    return imageFromProto(
+      (await unaryCall(this.ch, "ImportImage", wire, this.ch.longDeadlineMs)) as WireImage,
+    );
+  }
+
+  async gcImages(opts?: { unusedForMs?: number }): Promise<ImageGcResult> {
+    const res = await unaryCall(this.ch, "GcImages", gcRequestToProto(opts), this.ch.longDeadlineMs);
+    return gcResultFromProto(res as WireGcImagesResponse);
   }
 
   async setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus> {

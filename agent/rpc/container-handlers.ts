@@ -22,6 +22,13 @@ import {
   logEntryToProto,
 } from "./container-convert.ts";
 import { toGrpcError } from "./errors.ts";
+import {
+  type WireGcImagesRequest,
+  type WireImportImageRequest,
+  gcRequestFromProto,
+  gcResultToProto,
+  importRequestFromProto,
+} from "./image-convert.ts";
 
 /** Throws (a BerthError) when the caller may not call; see server.ts. */
 export type Authorize = (call: Pick<grpc.ServerUnaryCall<unknown, unknown>, "getAuthContext">) => void;
@@ -213,6 +220,8 @@ export function containerHandlers(
       PullImage: refuseUnary,
       ListImages: refuseUnary,
       RemoveImage: refuseUnary,
+      ImportImage: refuseUnary,
+      GcImages: refuseUnary,
       SetNetworkPolicy: refuseUnary,
     };
   }
@@ -247,6 +256,12 @@ export function containerHandlers(
       await c.removeImage(req.ref);
       return {};
     }),
+    ImportImage: unary(authorize, async (req: WireImportImageRequest) =>
+      imageToProto(await c.importImage(importRequestFromProto(req))),
+    ),
+    GcImages: unary(authorize, async (req: WireGcImagesRequest) =>
+      gcResultToProto(await c.gcImages(gcRequestFromProto(req))),
+    ),
     SetNetworkPolicy: unary(authorize, (req: { id: string; egress: WireEgressPolicy | null }) => {
       if (!req.egress) throw new BerthError("invalid_request", "SetNetworkPolicy needs an egress policy");
       return status(c.setNetworkPolicy(req.id, egressFromProto(req.egress, "request")));

@@ -1,9 +1,10 @@
-// `berth agent run|ps|exec|logs|stop|pull|images|rmi|policy`: the local
+// `berth agent run|ps|exec|logs|stop|pull|images|rmi|import|gc|policy`: the local
 // agent's container API at the edge, over its root-only unix socket.
 
 import type { Command } from "commander";
 import type { ContainerApi } from "../../agent/rpc/container-api.ts";
 import { collect, keyValues, parseNonNegativeInt, parseSecondsMs, resolveAgentSocket } from "../edge/args.ts";
+import { gcLines, importRequestFromFlags, parseUnusedHours } from "../edge/images.ts";
 import { type EdgeIo, processIo } from "../edge/io.ts";
 import { type RunFlags, buildRunRequest, egressFromFlags, runAttached } from "../edge/run.ts";
 import { IMAGE_COLUMNS, PS_COLUMNS, execAttached, imageRow, printLogs, psRow } from "../edge/show.ts";
@@ -188,6 +189,35 @@ export function agentEdgeCommands(agent: Command, io: EdgeIo = processIo()): voi
     .action(async (ref: string, _o: unknown, cmd: Command) => {
       await withClient(cmd, (api) => api.removeImage(ref));
       out.write(`removed ${ref}\n`);
+    });
+
+  agent
+    .command("import")
+    .description(
+      "add an image from an OCI archive, a `docker save` archive, or a rootfs directory or tarball on this host",
+    )
+    .argument("<path>", "file or directory on this host (relative to the working directory)")
+    .requiredOption("--name <ref>", "reference the image is known by afterwards, e.g. myapp:1.0")
+    .option("--kind <kind>", "auto, oci-archive, docker-archive or rootfs", "auto")
+    .option("--socket <path>", SOCKET_HELP)
+    .action(async (path: string, o: { name: string; kind: string }, cmd: Command) => {
+      const req = importRequestFromFlags(path, o);
+      const i = await withClient(cmd, (api) => api.importImage(req));
+      out.write(`${i.ref} ${i.digest} (${imageRow(i).size})\n`);
+    });
+
+  agent
+    .command("gc")
+    .description("free disk: remove images no container has used for a while, and leftover files")
+    .option("--unused-hours <h>", "remove images unused for this many hours (0: every unused image)", "24")
+    .option("--socket <path>", SOCKET_HELP)
+    .action(async (o: { unusedHours: string }, cmd: Command) => {
+      const unusedForMs = parseUnusedHours(o.unusedHours);
+      const { before, result } = await withClient(cmd, async (api) => ({
+        before: await api.listImages(),
+        result: await api.gcImages({ unusedForMs }),
+      }));
+      for (const line of gcLines(result, before)) out.write(`${line}\n`);
     });
 
   agent

@@ -37,6 +37,8 @@ interface AgentRunFlags {
   subnet6?: string;
   defaultImage?: string;
   insecureRegistry?: string[];
+  imageGcHours: number;
+  imageGcUnusedHours: number;
 }
 
 function collect(v: string, acc: string[]): string[] {
@@ -62,6 +64,8 @@ export function agentCommands(program: Command): void {
     .option("--subnet6 <cidr>", "IPv6 subnet for containers (default fd62:6572:7468::/64)")
     .option("--default-image <ref>", "image for containers that name none")
     .option("--insecure-registry <host:port>", "registry to pull from over plain HTTP (repeatable)", collect, [])
+    .option("--image-gc-hours <h>", "collect unused images every H hours (0 disables)", (v) => Number(v), 1)
+    .option("--image-gc-unused-hours <h>", "remove images unused this many hours", (v) => Number(v), 24)
     .action(async (o: AgentRunFlags) => {
       await runUntilSignal("agent", () =>
         startAgent(
@@ -81,6 +85,8 @@ export function agentCommands(program: Command): void {
             ...(o.subnet6 ? { subnet6: o.subnet6 } : {}),
             ...(o.defaultImage ? { defaultImage: o.defaultImage } : {}),
             ...(o.insecureRegistry?.length ? { insecureRegistries: o.insecureRegistry } : {}),
+            imageGcIntervalMs: Math.round(o.imageGcHours * 3_600_000),
+            imageGcUnusedForMs: Math.round(o.imageGcUnusedHours * 3_600_000),
           }),
         ),
       );

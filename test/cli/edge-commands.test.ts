@@ -285,6 +285,61 @@ test("pull, images, rmi", async () => {
   fake.images = [sampleImage];
 });
 
+test("import sends an absolute path, the name and the kind, and prints the ref and digest", async () => {
+  const abs = await berth(["agent", "import", "/srv/app.tar", "--name", "app:1", "--kind", "docker-archive"]);
+  assert.equal(abs.error, undefined);
+  assert.deepEqual(fake.lastCall("importImage"), [
+    { path: "/srv/app.tar", name: "app:1", kind: "docker-archive" },
+  ]);
+  const imported = fake.images.at(-1)!;
+  assert.equal(abs.stdout, `app:1 ${imported.digest} (12 KiB)\n`);
+
+  const rel = await berth(["agent", "import", "images/rootfs", "--name", "base:2"]);
+  assert.equal(rel.error, undefined);
+  assert.deepEqual(fake.lastCall("importImage"), [
+    { path: join(process.cwd(), "images/rootfs"), name: "base:2", kind: "auto" },
+  ]);
+
+  const calls = fake.calls.length;
+  const badKind = await berth(["agent", "import", "/srv/app.tar", "--name", "app:1", "--kind", "zip"]);
+  assert.match(
+    (badKind.error as Error).message,
+    /--kind "zip" must be one of auto, oci-archive, docker-archive, rootfs/,
+  );
+  const noName = await berth(["agent", "import", "/srv/app.tar"]);
+  assert.match((noName.error as Error).message, /required option '--name <ref>'/);
+  assert.equal(fake.calls.length, calls, "refused flags never reach the agent");
+  fake.images = [sampleImage];
+});
+
+test("gc sends --unused-hours (24 by default) and prints what went and the bytes freed", async () => {
+  fake.images = [
+    sampleImage,
+    {
+      ...sampleImage,
+      ref: "old:1",
+      refs: ["old:1", "old:latest"],
+      digest: "sha256:01d",
+      sizeBytes: 3 * 2 ** 20,
+      inUse: false,
+    },
+  ];
+  const r = await berth(["agent", "gc"]);
+  assert.equal(r.error, undefined);
+  assert.deepEqual(fake.lastCall("gcImages"), [{ unusedForMs: 24 * 3_600_000 }]);
+  assert.equal(r.stdout, "removed sha256:01d (old:1, old:latest)\n1 image removed, 3.0 MiB freed\n");
+
+  const zero = await berth(["agent", "gc", "--unused-hours", "0.5"]);
+  assert.deepEqual(fake.lastCall("gcImages"), [{ unusedForMs: 1_800_000 }]);
+  assert.equal(zero.stdout, "0 images removed, 0 B freed\n");
+
+  const calls = fake.calls.length;
+  const bad = await berth(["agent", "gc", "--unused-hours", "-1"]);
+  assert.match((bad.error as Error).message, /--unused-hours "-1" must be a number of hours, 0 or more/);
+  assert.equal(fake.calls.length, calls);
+  fake.images = [sampleImage];
+});
+
 test("the socket comes from --socket, or from `berth agent --data-dir`, with a clear error when absent", async () => {
   const viaDataDir = await berth(["agent", "--data-dir", dir, "ps"], { env: {} });
   assert.deepEqual(viaDataDir.connected, [socket]);
@@ -304,6 +359,6 @@ test("the real CLI registers the edge commands under `berth agent`", async () =>
   const { buildProgram } = await import("../../cli/main.ts");
   const agent = buildProgram().commands.find((c) => c.name() === "agent")!;
   const names = agent.commands.map((c) => c.name());
-  for (const n of ["run", "ps", "exec", "logs", "stop", "pull", "images", "rmi", "policy"])
+  for (const n of ["run", "ps", "exec", "logs", "stop", "pull", "images", "rmi", "import", "gc", "policy"])
     assert.ok(names.includes(n), n);
 });

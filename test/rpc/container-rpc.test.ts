@@ -211,6 +211,52 @@ function containerSuite(name: string, setup: (fake: FakeContainers) => Promise<S
       fake.images = [sampleImage];
     });
 
+    test("ImportImage carries path, name and kind; GcImages carries unusedForMs and the result", async () => {
+      const { client, fake } = h;
+      const imported = await client.importImage({
+        path: "/srv/images/app.tar",
+        name: "app:1",
+        kind: "oci-archive",
+      });
+      assert.deepEqual(fake.lastCall("importImage"), [
+        { path: "/srv/images/app.tar", name: "app:1", kind: "oci-archive" },
+      ]);
+      assert.deepEqual(imported, fake.images.at(-1));
+      for (const kind of ["auto", "docker-archive", "rootfs"] as const) {
+        await client.importImage({ path: "/srv/x", name: "x:1", kind });
+        assert.deepEqual(fake.lastCall("importImage"), [{ path: "/srv/x", name: "x:1", kind }]);
+      }
+      await client.importImage({ path: "/srv/y", name: "y:1" });
+      assert.deepEqual(fake.lastCall("importImage"), [{ path: "/srv/y", name: "y:1", kind: "auto" }]);
+      await assert.rejects(
+        client.importImage({ path: "rel/app.tar", name: "app:1" }),
+        isBerth("invalid_request", /rel\/app.tar is relative/),
+      );
+      await assert.rejects(
+        // biome-ignore lint/suspicious/noExplicitAny: a kind the type forbids, as a JS caller could send
+        client.importImage({ path: "/a", name: "a", kind: "zip" as any }),
+        isBerth("invalid_request", /import kind zip/),
+      );
+
+      assert.deepEqual(await client.gcImages(), { removedImages: [], freedBytes: 0 });
+      assert.deepEqual(fake.lastCall("gcImages"), [{}]);
+      const unused = fake.images.filter((i) => !i.inUse);
+      const r = await client.gcImages({ unusedForMs: 86_400_000 });
+      assert.deepEqual(fake.lastCall("gcImages"), [{ unusedForMs: 86_400_000 }]);
+      assert.deepEqual(
+        r.removedImages,
+        unused.map((i) => i.digest),
+      );
+      assert.equal(
+        r.freedBytes,
+        unused.reduce((n, i) => n + i.sizeBytes, 0),
+      );
+      assert.deepEqual(fake.images, [sampleImage]);
+      await client.gcImages({ unusedForMs: 0 });
+      assert.deepEqual(fake.lastCall("gcImages"), [{ unusedForMs: 0 }]);
+      await assert.rejects(client.gcImages({ unusedForMs: -1 }), isBerth("invalid_request", /unusedForMs/));
+    });
+
     test("StreamLogs: tail, then follow until the container's log ends", async () => {
       const { client, fake } = h;
       await client.runContainer({ id: "ctr-logs", args: [], cpu: 1, memoryBytes: 1024 });
@@ -442,6 +488,8 @@ test("an agent without a container host answers the container RPCs with not_impl
   await assert.rejects(client.getContainer("ctr-1"), unimplemented);
   await assert.rejects(client.runContainer({ args: [], cpu: 1, memoryBytes: 1 }), unimplemented);
   await assert.rejects(client.listImages(), unimplemented);
+  await assert.rejects(client.importImage({ path: "/a.tar", name: "a" }), unimplemented);
+  await assert.rejects(client.gcImages(), unimplemented);
   await assert.rejects(collect(client.streamLogs("ctr-1", { follow: true })), unimplemented);
   await assert.rejects(client.exec("ctr-1", { args: ["sh"] }), unimplemented);
 });

@@ -14,7 +14,9 @@ import type {
   ExecOutput,
   ExecRequest,
   ExecSession,
+  ImageGcResult,
   ImageSummary,
+  ImportImageRequest,
   LogEntry,
   RunContainerRequest,
 } from "../../agent/rpc/container-api.ts";
@@ -230,6 +232,35 @@ export class FakeContainers implements ContainerApi {
     if (!this.images.some((i) => i.refs.includes(ref)))
       throw new BerthError("not_found", `image ${ref} not found`);
     this.images = this.images.filter((i) => !i.refs.includes(ref));
+  }
+
+  /** Names the import after req.name, with a digest made from the path; refuses a missing path. */
+  async importImage(req: ImportImageRequest): Promise<ImageSummary> {
+    this.record("importImage", req);
+    if (!req.path.startsWith("/"))
+      throw new BerthError("invalid_request", `import path ${req.path} is relative`);
+    const image: ImageSummary = {
+      ref: req.name,
+      refs: [req.name],
+      digest: `sha256:${Buffer.from(req.path).toString("hex").slice(0, 16)}`,
+      sizeBytes: 12_345,
+      pulledAt: "2024-05-02T00:00:00.000Z",
+      inUse: false,
+    };
+    this.images = [...this.images, image];
+    return image;
+  }
+
+  /** Removes the images not in use; with no unusedForMs, nothing (only leftovers would go). */
+  async gcImages(opts?: { unusedForMs?: number }): Promise<ImageGcResult> {
+    this.record("gcImages", opts);
+    if (opts?.unusedForMs === undefined) return { removedImages: [], freedBytes: 0 };
+    const gone = this.images.filter((i) => !i.inUse);
+    this.images = this.images.filter((i) => i.inUse);
+    return {
+      removedImages: gone.map((i) => i.digest),
+      freedBytes: gone.reduce((n, i) => n + i.sizeBytes, 0),
+    };
   }
 
   async setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus> {
