@@ -79,6 +79,8 @@ export class ImageCatalog {
     const record = this.data.images[digest];
     if (!record) throw new BerthError("internal", `image ${digest} is not in the index`);
     const previous = this.data.refs[canonicalRef];
+    // Every pull of a cached tag lands here: no rewrite (and fsync) when nothing changes.
+    if (previous === digest && record.refs.includes(canonicalRef)) return;
     if (previous && previous !== digest) {
       const old = this.data.images[previous];
       if (old) old.refs = old.refs.filter((r) => r !== canonicalRef);

@@ -40,6 +40,15 @@ export interface ImageStoreOptions {
   runner?: CommandRunner;
   /** @default 120_000 */
   inspectTimeoutMs?: number;
+  /**
+   * A tag resolved against its registry (by this process, with the same
+   * credentials) less than this long ago is served from the cache without
+   * asking the registry again: a container start then costs no registry round
+   * trip. A tag moved on the registry is picked up once the window has passed.
+   * 0 asks the registry on every pull; Infinity never again once cached
+   * (Docker's "if-not-present"). @default 60_000
+   */
+  tagFreshnessMs?: number;
   /** Bound on one image copy or unpack. @default 3_600_000 */
   transferTimeoutMs?: number;
   /**
@@ -61,6 +70,7 @@ export interface ResolvedImageStoreOptions {
   platform: Platform;
   runner: CommandRunner;
   inspectTimeoutMs: number;
+  tagFreshnessMs: number;
   transferTimeoutMs: number;
   ecrLogin: EcrLogin | undefined;
   rootless: boolean;
@@ -89,6 +99,12 @@ export function resolveImageStoreOptions(o: ImageStoreOptions): ResolvedImageSto
     if (!Number.isFinite(n) || n <= 0) throw invalid(`${name} must be a positive number of milliseconds`);
     return n;
   };
+  const nonNegative = (v: number | undefined, d: number, name: string) => {
+    const n = v ?? d;
+    if (typeof n !== "number" || Number.isNaN(n) || n < 0)
+      throw invalid(`${name} must be a number of milliseconds >= 0`);
+    return n;
+  };
   return {
     root,
     skopeo: o.skopeo ?? "skopeo",
@@ -100,6 +116,7 @@ export function resolveImageStoreOptions(o: ImageStoreOptions): ResolvedImageSto
     platform: o.platform ?? hostPlatform(),
     runner: o.runner ?? execaRunner,
     inspectTimeoutMs: positive(o.inspectTimeoutMs, 120_000, "inspectTimeoutMs"),
+    tagFreshnessMs: nonNegative(o.tagFreshnessMs, 60_000, "tagFreshnessMs"),
     transferTimeoutMs: positive(o.transferTimeoutMs, 3_600_000, "transferTimeoutMs"),
     ecrLogin: o.ecrLogin === null ? undefined : (o.ecrLogin ?? sigV4EcrLogin()),
     rootless: process.getuid?.() !== 0,

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -85,6 +86,8 @@ export class ImageStore {
   private readonly pulls = new SingleFlight<ImageInfo>();
   private readonly unpacks = new SingleFlight<ImageRecord>();
   private readonly holders = new Map<string, Set<string>>();
+  /** When each (reference, credentials) was last resolved against its registry; in memory only. */
+  private readonly tagResolvedAt = new Map<string, number>();
   private opened = false;
 
   constructor(options: ImageStoreOptions) {
@@ -140,8 +143,17 @@ export class ImageStore {
       const pinned = this.cachedRecord(ref.digest);
       if (pinned) return this.tagged(pinned, ref.canonical);
     }
+    // Keyed by the credentials too: a caller without them (or with others) must
+    // not skip the registry's access check on the strength of someone else's pull.
+    const freshnessKey = `${ref.canonical}\0${credentialsFingerprint(opts.credentials)}`;
+    const startedAt = Date.now();
+    const resolvedAt = this.tagResolvedAt.get(freshnessKey);
+    if (known && resolvedAt !== undefined && startedAt - resolvedAt <= this.options.tagFreshnessMs) {
+      return this.info(known, ref.canonical);
+    }
     const creds = await this.loginCredentials(ref.registry, opts.credentials);
-    return withRegistryAccess(this.options, this.tmpRoot, ref, creds, async (access) => {
+    let resolved = false;
+    const info = await withRegistryAccess(this.options, this.tmpRoot, ref, creds, async (access) => {
       let digest: string;
       try {
         const transportRef = ref.digest ? pinnedReference(ref, ref.digest) : ref.canonical;
@@ -155,6 +167,7 @@ export class ImageStore {
           );
         }
         digest = picked;
+        resolved = true;
       } catch (e) {
         if (known && !opts.signal?.aborted && isBerthError(e) && e.code === "unavailable") {
           this.options.logger.warn(
@@ -184,6 +197,8 @@ export class ImageStore {
       );
       return this.tagged(record, ref.canonical);
     });
+    if (resolved && this.options.tagFreshnessMs > 0) this.tagResolvedAt.set(freshnessKey, startedAt);
+    return info;
   }
 
   private async loginCredentials(
@@ -434,4 +449,11 @@ export class ImageStore {
       config: record.config,
     };
   }
+}
+
+/** A stable digest of the credentials a pull was made with ("" for none); never logged. */
+function credentialsFingerprint(creds: RegistryCredentials | undefined): string {
+  if (!creds) return "";
+  const sorted = Object.fromEntries(Object.entries(creds).sort(([a], [b]) => a.localeCompare(b)));
+  return createHash("sha256").update(JSON.stringify(sorted)).digest("hex");
 }

@@ -1,7 +1,7 @@
 // iproute2 operations: bridge, network namespaces, veth pairs, addresses.
 // Each is idempotent so that a retry, or a start after a crash, converges.
 
-import { writeFile } from "node:fs/promises";
+import { readFile, writeFile } from "node:fs/promises";
 import { BerthError } from "../../shared/errors.ts";
 import { isMissingError, run, tryRun } from "./exec.ts";
 
@@ -50,11 +50,26 @@ export async function ensureBridge(bridge: string, gateway4: string, gateway6: s
       throw new BerthError("internal", `cannot create bridge ${bridge}: ${r.stderr.trim()}`);
     }
   }
+  await pinBridgeAddress(bridge);
   // Router advertisements on the bridge would let a container's RA reconfigure the host.
   await writeSysctl(`net/ipv6/conf/${bridge}/accept_ra`, "0");
   await run("ip", ["addr", "replace", gateway4, "dev", bridge]);
   await run("ip", ["-6", "addr", "replace", gateway6, "dev", bridge, "nodad"]);
   await run("ip", ["link", "set", "dev", bridge, "up"]);
+}
+
+/**
+ * A bridge whose MAC address was never set takes the lowest MAC of its ports,
+ * so a port joining (the pool refilling) or leaving (a container stopping)
+ * can change the gateway's MAC under running containers, whose ARP caches
+ * then point at an address nobody answers for seconds. Setting the address
+ * it has now, once, keeps it fixed from then on (addr_assign_type 3, "set").
+ */
+async function pinBridgeAddress(bridge: string): Promise<void> {
+  const sys = `/sys/class/net/${bridge}`;
+  if ((await readFile(`${sys}/addr_assign_type`, "utf8")).trim() === "3") return;
+  const address = (await readFile(`${sys}/address`, "utf8")).trim();
+  await run("ip", ["link", "set", "dev", bridge, "address", address]);
 }
 
 export async function writeSysctl(key: string, value: string): Promise<void> {
@@ -86,52 +101,72 @@ export async function deleteNetns(name: string): Promise<void> {
 
 /**
  * A fresh namespace with lo up and a veth pair: `eth0` inside (down, no
- * address yet), `vethHost` on the bridge as an isolated port. Leftovers of the
- * same names are removed first.
+ * address yet), `vethHost` on the bridge as an isolated port. Two `ip`
+ * processes (one batch in the host namespace, one inside the new one) instead
+ * of one per step: each exec costs milliseconds on a busy host. When a
+ * leftover of the same names is in the way, it is removed and the batch tried
+ * once more.
  */
 export async function createNamespaceWithVeth(
   netns: string,
   vethHost: string,
   bridge: string,
 ): Promise<void> {
-  await deleteLink(vethHost);
-  await deleteNetns(netns);
-  try {
-    await run("ip", ["netns", "add", netns]);
-    await run("ip", ["-n", netns, "link", "set", "dev", "lo", "up"]);
-    await run("ip", [
-      "link",
-      "add",
-      "name",
-      vethHost,
-      "type",
-      "veth",
-      "peer",
-      "name",
-      "eth0",
-      "netns",
-      netns,
-    ]);
-    await run("ip", ["link", "set", "dev", vethHost, "master", bridge]);
+  const hostSide = [
+    `netns add ${netns}`,
+    `link add name ${vethHost} type veth peer name eth0 netns ${netns}`,
+    `link set dev ${vethHost} master ${bridge}`,
     // Isolated ports exchange frames only with non-isolated ones (the bridge itself).
-    await run("ip", ["link", "set", "dev", vethHost, "type", "bridge_slave", "isolated", "on"]);
-    await run("ip", ["link", "set", "dev", vethHost, "up"]);
-  } catch (e) {
+    `link set dev ${vethHost} type bridge_slave isolated on`,
+    `link set dev ${vethHost} up`,
+  ];
+  const attempt = async () => {
+    await runIpBatch([], hostSide);
+    await runIpBatch(["-n", netns], ["link set dev lo up"]);
+  };
+  const removeBoth = async () => {
     await deleteLink(vethHost).catch(() => {});
     await deleteNetns(netns).catch(() => {});
-    throw e;
+  };
+  try {
+    await attempt();
+  } catch (first) {
+    await removeBoth();
+    if (!/exists/i.test((first as Error).message)) throw first;
+    try {
+      await attempt();
+    } catch (e) {
+      await removeBoth();
+      throw e;
+    }
   }
 }
 
-/** Addresses, link state and default routes of the container end. */
+/**
+ * Addresses, link state and default routes of the container end, in one
+ * `ip -n NETNS -batch -`: this is on every container's start path.
+ */
 export async function configureContainerSide(
   netns: string,
   a: { ipv4: string; prefix4: number; ipv6: string; prefix6: number; gateway4: string; gateway6: string },
 ): Promise<void> {
-  const ip = (...args: string[]) => run("ip", ["-n", netns, ...args]);
-  await ip("addr", "replace", `${a.ipv4}/${a.prefix4}`, "dev", "eth0");
-  await ip("-6", "addr", "replace", `${a.ipv6}/${a.prefix6}`, "dev", "eth0", "nodad");
-  await ip("link", "set", "dev", "eth0", "up");
-  await ip("route", "replace", "default", "via", a.gateway4, "dev", "eth0");
-  await ip("-6", "route", "replace", "default", "via", a.gateway6, "dev", "eth0");
+  await runIpBatch(
+    ["-n", netns],
+    [
+      `addr replace ${a.ipv4}/${a.prefix4} dev eth0`,
+      `addr replace ${a.ipv6}/${a.prefix6} dev eth0 nodad`,
+      "link set dev eth0 up",
+      `route replace default via ${a.gateway4} dev eth0`,
+      // "::/0" rather than "default": batch lines take no -6, the prefix gives the family.
+      `route replace ::/0 via ${a.gateway6} dev eth0`,
+    ],
+  );
+}
+
+/** Runs `ip [globalArgs] -batch -` with one command per line; the first failing line aborts it. */
+async function runIpBatch(globalArgs: string[], lines: string[]): Promise<void> {
+  for (const l of lines) {
+    if (/[\n\r#"'\\]/.test(l)) throw new BerthError("internal", `unsafe ip batch line ${JSON.stringify(l)}`);
+  }
+  await run("ip", [...globalArgs, "-batch", "-"], `${lines.join("\n")}\n`);
 }

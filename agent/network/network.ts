@@ -21,6 +21,7 @@ import {
   netnsPath,
   writeSysctl,
 } from "./links.ts";
+import { HostAddressCache } from "./host-addresses.ts";
 import { applyNft, deleteNftTables, removeNft } from "./nft.ts";
 import {
   type ContainerRulesInput,
@@ -87,14 +88,21 @@ export class Network {
   /** Names this process created that are not (yet) in a lease: pool entries and attaches in progress. */
   private readonly unleased = new Set<string>();
   private tail: Promise<unknown> = Promise.resolve();
+  private readonly hostAddressCache: HostAddressCache;
 
   private constructor(
     readonly options: ResolvedNetworkOptions,
     private readonly ipam: Ipam,
     log: NetworkLogger,
   ) {
+    this.hostAddressCache = new HostAddressCache(
+      async () => (await hostAddresses()).map((a) => a.address),
+      options.hostAddressesMaxAgeMs,
+      (e) => log.warn(`reading the host's addresses: ${(e as Error).message}`),
+    );
     this.pool = new NamespacePool({
       size: options.poolSize,
+      refillDelayMs: options.poolRefillDelayMs,
       create: () => this.createNamespace(),
       destroy: (ns) => this.destroyNamespace(ns),
       onError: (e) => log.warn(`network namespace pool: ${(e as Error).message}`),
@@ -163,16 +171,21 @@ export class Network {
         this.unleased.delete(ns.netns);
         this.unleased.delete(ns.vethHost);
         const o = this.options;
-        await configureContainerSide(ns.netns, {
-          ipv4: lease.ipv4,
-          prefix4: o.subnet4.prefix,
-          ipv6: lease.ipv6,
-          prefix6: o.subnet6.prefix,
-          gateway4: o.subnet4.gateway,
-          gateway6: o.subnet6.gateway,
-        });
-        await applyNft(containerAddScript(this.rulesInput(lease)));
-        await this.writeResolvConf(containerId);
+        // Independent of each other (the rules key on the lease's addresses and
+        // veth, not on the interface state): run them side by side.
+        const steps = await Promise.allSettled([
+          configureContainerSide(ns.netns, {
+            ipv4: lease.ipv4,
+            prefix4: o.subnet4.prefix,
+            ipv6: lease.ipv6,
+            prefix6: o.subnet6.prefix,
+            gateway4: o.subnet4.gateway,
+            gateway6: o.subnet6.gateway,
+          }),
+          applyNft(containerAddScript(this.rulesInput(lease))),
+          this.writeResolvConf(containerId),
+        ]);
+        for (const step of steps) if (step.status === "rejected") throw step.reason;
         return this.view(lease);
       } catch (e) {
         if (lease) await this.removeContainer(lease).catch(() => {});
@@ -328,7 +341,9 @@ export class Network {
 
   /** Refuses subnets that an address on another interface already falls in. */
   private async checkSubnetsFree(): Promise<void> {
-    for (const a of await hostAddresses()) {
+    const addresses = await hostAddresses();
+    this.hostAddressCache.set(addresses.map((a) => a.address));
+    for (const a of addresses) {
       if (a.ifname === this.options.bridge || a.address.toLowerCase().startsWith("fe80")) continue;
       const theirs = parseCidr(`${a.address}/${a.prefixlen}`);
       for (const ours of [this.options.subnet4, this.options.subnet6]) {
@@ -349,7 +364,7 @@ export class Network {
   private async writeResolvConf(containerId: string): Promise<void> {
     const conf = await containerResolvConf({
       sources: this.options.resolvConfSources,
-      hostAddresses: (await hostAddresses()).map((a) => a.address),
+      hostAddresses: await this.hostAddressCache.get(),
       fallbackNameservers: this.options.fallbackNameservers,
     });
     // Rewritten in place, not renamed over: a bind mount keeps pointing at the original inode.

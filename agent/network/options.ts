@@ -40,6 +40,21 @@ export interface NetworkOptions {
    */
   poolSize?: number;
   /**
+   * Delay between an attach taking a pooled namespace and the pool refilling,
+   * so the refill's `ip` processes do not compete with that container's start.
+   * Each attach pushes it back. 0 refills at once.
+   * @default 250
+   */
+  poolRefillDelayMs?: number;
+  /**
+   * The host's own addresses (a nameserver on one of them is unreachable from
+   * a container) are read with `ip addr` at most this often; attaches in
+   * between use the cached list and a refresh runs in the background.
+   * 0 reads them on every attach.
+   * @default 5000
+   */
+  hostAddressesMaxAgeMs?: number;
+  /**
    * Destinations no container may reach whatever its egress policy (cloud metadata).
    * @default ["169.254.169.254/32", "fd00:ec2::254/128"]
    */
@@ -72,6 +87,8 @@ export interface ResolvedNetworkOptions {
   subnet4: Subnet;
   subnet6: Subnet;
   poolSize: number;
+  poolRefillDelayMs: number;
+  hostAddressesMaxAgeMs: number;
   blockedDestinations: Cidr[];
   fallbackNameservers: string[];
   resolvConfSources: string[];
@@ -101,6 +118,13 @@ export function resolveNetworkOptions(o: NetworkOptions): ResolvedNetworkOptions
   }
   const poolSize = o.poolSize ?? 2;
   if (!Number.isInteger(poolSize) || poolSize < 0 || poolSize > 64) throw bad("poolSize must be 0..64");
+  const delay = (v: number | undefined, d: number, name: string) => {
+    const n = v ?? d;
+    if (!Number.isInteger(n) || n < 0 || n > 600_000) throw bad(`${name} must be an integer 0..600000 (ms)`);
+    return n;
+  };
+  const poolRefillDelayMs = delay(o.poolRefillDelayMs, 250, "poolRefillDelayMs");
+  const hostAddressesMaxAgeMs = delay(o.hostAddressesMaxAgeMs, 5000, "hostAddressesMaxAgeMs");
   const blockedDestinations = (o.blockedDestinations ?? ["169.254.169.254/32", "fd00:ec2::254/128"]).map(
     (c) => parseCidr(c, "blockedDestinations entry"),
   );
@@ -115,6 +139,8 @@ export function resolveNetworkOptions(o: NetworkOptions): ResolvedNetworkOptions
     subnet4,
     subnet6,
     poolSize,
+    poolRefillDelayMs,
+    hostAddressesMaxAgeMs,
     blockedDestinations,
     fallbackNameservers,
     resolvConfSources: o.resolvConfSources ?? ["/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"],

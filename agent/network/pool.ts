@@ -13,12 +13,19 @@ export interface NamespacePoolOptions {
   destroy: (ns: PooledNamespace) => Promise<void>;
   /** Told about background refill failures (the next take() creates on demand). */
   onError?: (e: unknown) => void;
+  /**
+   * How long after a take() the refill starts. Creating namespaces runs `ip`
+   * processes that would otherwise compete for CPU with the start that just
+   * took one (its runtime.run comes right after attach). 0 refills at once.
+   */
+  refillDelayMs?: number;
 }
 
 export class NamespacePool {
   private readonly ready: PooledNamespace[] = [];
   private readonly inFlight = new Set<Promise<void>>();
   private closed = false;
+  private refillTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: NamespacePoolOptions) {}
 
@@ -29,16 +36,37 @@ export class NamespacePool {
 
   /** Fills the pool and resolves when it is full (or a creation failed). */
   async fill(): Promise<void> {
+    this.cancelScheduledRefill();
     this.refill();
     while (this.inFlight.size > 0) await Promise.all([...this.inFlight]);
   }
 
-  /** A ready namespace, or a new one when the pool is empty; refills in the background. */
+  /** A ready namespace, or a new one when the pool is empty; refills in the background, a little later. */
   async take(): Promise<PooledNamespace> {
     const ns = this.ready.shift();
-    this.refill();
+    this.scheduleRefill();
     if (ns) return ns;
     return this.opts.create();
+  }
+
+  private scheduleRefill(): void {
+    const delay = this.opts.refillDelayMs ?? 0;
+    if (delay <= 0) {
+      this.refill();
+      return;
+    }
+    // Each take() pushes the refill back, so a burst of starts is not slowed by it.
+    this.cancelScheduledRefill();
+    this.refillTimer = setTimeout(() => {
+      this.refillTimer = undefined;
+      this.refill();
+    }, delay);
+    this.refillTimer.unref();
+  }
+
+  private cancelScheduledRefill(): void {
+    if (this.refillTimer) clearTimeout(this.refillTimer);
+    this.refillTimer = undefined;
   }
 
   private refill(): void {
@@ -61,6 +89,7 @@ export class NamespacePool {
   /** Stops refilling, waits for creations in flight and destroys every ready namespace. */
   async shutdown(): Promise<void> {
     this.closed = true;
+    this.cancelScheduledRefill();
     while (this.inFlight.size > 0) await Promise.all([...this.inFlight]);
     const all = this.ready.splice(0);
     await Promise.all(all.map((ns) => this.opts.destroy(ns).catch((e) => this.opts.onError?.(e))));

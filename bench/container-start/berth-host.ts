@@ -60,7 +60,7 @@ export class BerthHost implements Contender {
     this.method.notes = `cpu 1, 512 MiB, egress open; network pool size 2; image ${
       source === "import"
         ? "imported into the ImageStore (no registry call)"
-        : "pulled once from a local docker-registry; each start re-inspects the tag's manifest"
+        : "pulled once from a local docker-registry; a start within the image store's tag freshness window (60 s) does not ask the registry again"
     }`;
   }
 

@@ -175,6 +175,16 @@ test("container host", { timeout: 300_000 }, async (t) => {
     await nothingLeftOf("dies");
   });
 
+  await t.test("a pull that fails releases the network attached alongside it", async () => {
+    const leases = h.net.list().length;
+    await assert.rejects(
+      run({ id: "no-image", image: `${h.imageRef.split("/")[0]}/never/pushed:1` }),
+      rejectsWith("not_found", /container no-image: pulling the image failed: .*never\/pushed/s),
+    );
+    await nothingLeftOf("no-image");
+    assert.equal(h.net.list().length, leases, "the lease taken in parallel with the pull is gone");
+  });
+
   await t.test("streamLogs: tail, then follow until the container ends", async () => {
     const script = [
       "import os, time",

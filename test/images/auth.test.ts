@@ -7,7 +7,7 @@ import { BerthError } from "../../shared/errors.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage } from "../helpers/test-image.ts";
-import { RecordingRunner, skopeoCopies } from "./runner-hooks.ts";
+import { RecordingRunner, skopeoCopies, skopeoInspects } from "./runner-hooks.ts";
 
 test("pulls from a registry with htpasswd auth", { timeout: 10 * 60_000 }, async (t) => {
   if (!needs(t, { root: true, commands: ["skopeo", "umoci", "docker-registry"] })) return;
@@ -58,6 +58,33 @@ test("pulls from a registry with htpasswd auth", { timeout: 10 * 60_000 }, async
     assert.equal(skopeoCopies(runner), 1);
     noAuthFilesLeft();
   });
+
+  await t.test(
+    "the freshness window does not let a caller without (or with wrong) credentials skip auth",
+    async () => {
+      assert.ok(store.options.tagFreshnessMs > 0, "the default window is on");
+      const good = resolveRegistryCredentials(
+        { REGISTRY_USERNAME: "berth", REGISTRY_PASSWORD: password },
+        {},
+      );
+      await store.pull(ref, { credentials: good! });
+      await assert.rejects(
+        store.pull(ref),
+        (e: unknown) => e instanceof BerthError && e.code === "registry_auth_failed",
+      );
+      const wrong = resolveRegistryCredentials(
+        { REGISTRY_USERNAME: "berth", REGISTRY_PASSWORD: "nope-nope" },
+        {},
+      );
+      await assert.rejects(
+        store.pull(ref, { credentials: wrong! }),
+        (e: unknown) => e instanceof BerthError && e.code === "registry_auth_failed",
+      );
+      const inspects = skopeoInspects(runner);
+      await store.pull(ref, { credentials: good! });
+      assert.equal(skopeoInspects(runner), inspects, "the same credentials within the window: no round trip");
+    },
+  );
 
   await t.test("list-form credentials (looked up in env) resolve the tag on a fresh store", async () => {
     const env = { REGISTRY_USERNAME: "berth", REGISTRY_PASSWORD: password };

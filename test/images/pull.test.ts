@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { ImageStore } from "../../agent/images/index.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { freePort } from "../../shared/net.ts";
+import { freePort, sleep } from "../../shared/net.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage, testImageDigest } from "../helpers/test-image.ts";
@@ -39,7 +39,8 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
 
   const root = tempDir(t, "berth-images-");
   const runner = new RecordingRunner();
-  const store = new ImageStore({ root, runner });
+  // Freshness window off: these tests count the registry round trips of every pull.
+  const store = new ImageStore({ root, runner, tagFreshnessMs: 0 });
 
   await t.test("pull unpacks a runnable rootfs whose digest is the registry's", async () => {
     const info = await store.pull(ref);
@@ -71,6 +72,39 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
     assert.equal(skopeoCopies(runner), before.copies);
     assert.equal(umociUnpacks(runner), before.unpacks);
     assert.equal(skopeoInspects(runner), before.inspects + 1);
+  });
+
+  await t.test("within the freshness window a cached tag is served without asking the registry", async () => {
+    const r = new RecordingRunner();
+    const s = new ImageStore({ root, runner: r, tagFreshnessMs: 60_000 });
+    const first = await s.pull(ref);
+    assert.equal(skopeoInspects(r), 1, "a new store has resolved nothing yet");
+    const again = await s.pull(ref);
+    assert.equal(again.digest, first.digest);
+    assert.equal(again.rootfs, first.rootfs);
+    assert.equal(skopeoInspects(r), 1, "served from the cache");
+    await s.pull(ref, {
+      credentials: { kind: "basic", source: "generic", username: "someone", password: "secret" },
+    });
+    assert.equal(skopeoInspects(r), 2, "other credentials are checked by the registry");
+    await s.pull(ref, {
+      credentials: { kind: "basic", source: "generic", username: "someone", password: "other" },
+    });
+    assert.equal(skopeoInspects(r), 3, "same user, another password: checked too");
+    await s.pull(ref, {
+      credentials: { kind: "basic", source: "generic", username: "someone", password: "secret" },
+    });
+    assert.equal(skopeoInspects(r), 3);
+    assert.equal(skopeoCopies(r), 0);
+
+    const short = new RecordingRunner();
+    const s2 = new ImageStore({ root, runner: short, tagFreshnessMs: 100 });
+    await s2.pull(ref);
+    await s2.pull(ref);
+    assert.equal(skopeoInspects(short), 1);
+    await sleep(150);
+    await s2.pull(ref);
+    assert.equal(skopeoInspects(short), 2, "past the window the tag is resolved again");
   });
 
   await t.test("the index survives a restart: a new store on the root knows the image", async () => {
@@ -182,7 +216,8 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
   await t.test("a cached tag is still served when its registry goes away", async () => {
     const shortLived = await startTestRegistry(t);
     const gone = await pushTestImage(shortLived.host, "berth/gone", "v1");
-    const s = new ImageStore({ root: tempDir(t, "berth-images-") });
+    // Window off, so the second pull really asks the (stopped) registry and falls back.
+    const s = new ImageStore({ root: tempDir(t, "berth-images-"), tagFreshnessMs: 0 });
     const first = await s.pull(gone);
     await shortLived.stop();
     const again = await s.pull(gone);

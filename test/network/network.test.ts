@@ -225,9 +225,14 @@ test("container networking: egress policies, isolation, inbound, pool", async (t
       (await exec("ip", ["netns", "list"])).stdout.split("\n").map((l) => l.split(" ")[0]),
     );
     assert.equal(net.poolAvailable, 2);
+    const sys = `/sys/class/net/${names.bridge}`;
+    const gatewayMac = (await readFile(`${sys}/address`, "utf8")).trim();
+    assert.equal((await readFile(`${sys}/addr_assign_type`, "utf8")).trim(), "3", "bridge MAC pinned");
     const c = await net.attach("ctr-c", { mode: "open" });
     assert.ok(before.has(c.netns), `${c.netns} existed before attach`);
     await waitFor(() => net.poolAvailable === 2, { timeoutMs: 10_000, what: "pool refill" });
+    // New ports (random MACs) joined the bridge: the containers' gateway MAC must not move.
+    assert.equal((await readFile(`${sys}/address`, "utf8")).trim(), gatewayMac);
     assert.equal(await probeFrom(c.netns, outside.primary4, port), "OK outside");
   });
 

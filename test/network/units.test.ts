@@ -12,11 +12,12 @@ import {
   containerRemoveStatements,
   policyScript,
 } from "../../agent/network/nft-rules.ts";
+import { HostAddressCache } from "../../agent/network/host-addresses.ts";
 import { resolveNetworkOptions } from "../../agent/network/options.ts";
 import { NamespacePool, type PooledNamespace } from "../../agent/network/pool.ts";
 import { containerResolvConf } from "../../agent/network/resolv.ts";
 import { Subnet } from "../../agent/network/subnet.ts";
-import { sleep } from "../../shared/net.ts";
+import { sleep, waitFor } from "../../shared/net.ts";
 import { tempDir } from "../helpers/env.ts";
 
 const attachment = (n: number) => ({
@@ -104,6 +105,71 @@ test("NamespacePool keeps N ready, hands them out, refills and cleans up", async
   assert.equal(made - live.size, 2, "shutdown destroyed exactly the two ready ones");
 });
 
+test("NamespacePool with a refill delay refills only after it, once per burst, and never after shutdown", async () => {
+  let made = 0;
+  const pool = new NamespacePool({
+    size: 2,
+    refillDelayMs: 50,
+    create: async () => ({ netns: `ns${++made}`, vethHost: `v${made}` }),
+    destroy: async () => {},
+  });
+  await pool.fill();
+  assert.equal(made, 2);
+  await pool.take();
+  await pool.take();
+  await sleep(5);
+  assert.equal(made, 2, "no creation right after take(): it would compete with the start");
+  assert.equal(pool.available, 0);
+  await waitFor(() => pool.available === 2, { timeoutMs: 5_000, what: "the delayed refill" });
+  assert.equal(made, 4);
+  const onDemand = await pool.take();
+  await pool.take();
+  assert.equal((await pool.take()).netns, "ns5", "an empty pool still creates on demand");
+  assert.equal(onDemand.netns, "ns3");
+  await pool.shutdown();
+  await sleep(100);
+  assert.equal(made, 5, "a refill scheduled before shutdown never runs");
+});
+
+test("HostAddressCache reads once, serves the cache within maxAge, refreshes in the background after", async () => {
+  let now = 1_000;
+  let reads = 0;
+  let current = ["10.0.0.1"];
+  let release: (() => void) | undefined;
+  const cache = new HostAddressCache(
+    async () => {
+      reads++;
+      if (reads > 1) await new Promise<void>((r) => (release = r));
+      return [...current];
+    },
+    5_000,
+    () => {},
+    () => now,
+  );
+  assert.deepEqual(await Promise.all([cache.get(), cache.get()]), [["10.0.0.1"], ["10.0.0.1"]]);
+  assert.equal(reads, 1, "concurrent first gets share one read");
+  now += 5_000;
+  assert.deepEqual(await cache.get(), ["10.0.0.1"]);
+  assert.equal(reads, 1, "within maxAge: no read");
+  current = ["10.0.0.2"];
+  now += 1;
+  assert.deepEqual(await cache.get(), ["10.0.0.1"], "stale: the old list now, a refresh behind it");
+  assert.deepEqual(await cache.get(), ["10.0.0.1"]);
+  assert.equal(reads, 2, "one refresh in flight, not one per get");
+  release?.();
+  await waitFor(async () => (await cache.get())[0] === "10.0.0.2", { timeoutMs: 5_000, what: "refresh" });
+  cache.set(["192.0.2.1"]);
+  assert.deepEqual(await cache.get(), ["192.0.2.1"]);
+
+  let uncachedReads = 0;
+  const uncached = new HostAddressCache(async () => [`a${++uncachedReads}`], 0);
+  assert.deepEqual(
+    [await uncached.get(), await uncached.get()],
+    [["a1"], ["a2"]],
+    "maxAge 0 reads every time",
+  );
+});
+
 test("resolv.conf for containers skips loopback and host resolvers", async (t) => {
   const dir = tempDir(t);
   const host = join(dir, "resolv.conf");
@@ -154,7 +220,13 @@ test("network options are validated once", () => {
   assert.equal(o.table, "berth");
   assert.equal(o.subnet4.text, "10.209.0.0/16");
   assert.equal(o.poolSize, 2);
+  assert.equal(o.poolRefillDelayMs, 250);
+  assert.equal(o.hostAddressesMaxAgeMs, 5000);
+  assert.equal(resolveNetworkOptions({ dataDir: "/tmp/x", poolRefillDelayMs: 0 }).poolRefillDelayMs, 0);
   for (const bad of [
+    { poolRefillDelayMs: -1 },
+    { poolRefillDelayMs: 1.5 },
+    { hostAddressesMaxAgeMs: Number.NaN },
     { bridge: "a-name-that-is-too-long" },
     { table: "bad-name" },
     { namePrefix: "Toolong1" },
