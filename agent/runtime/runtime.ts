@@ -1,5 +1,5 @@
 import type { ChildProcess } from "node:child_process";
-import { existsSync, type FSWatcher, mkdirSync, readdirSync, rmSync, watch, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
 import {
@@ -21,7 +21,7 @@ import {
 } from "./options.ts";
 import { Runc } from "./runc.ts";
 import { checkSpecPaths, resolveContainerSpec } from "./spec.ts";
-import { startFailure } from "./start-failure.ts";
+import { waitForStart } from "./start-wait.ts";
 import {
   type ContainerMeta,
   type ContainerPaths,
@@ -31,7 +31,6 @@ import {
   processAlive,
   readExitFile,
   readMeta,
-  readPidFile,
   writeMeta,
 } from "./state.ts";
 import type { ContainerEvent, ContainerInfo, ContainerSpec } from "./types.ts";
@@ -302,39 +301,11 @@ export class ContainerRuntime {
     entry.meta.waiterPid = child.pid;
   }
 
-  private async waitForStart(entry: Entry): Promise<number> {
-    const { paths, child } = entry;
-    const deadline = Date.now() + this.options.startTimeoutMs;
-    // runc renames the pid file into place and sh writes the exit file: an
-    // inotify watch on the bundle dir sees either at once; the poll is a fallback.
-    let watcher: FSWatcher | undefined;
-    try {
-      watcher = watch(paths.dir, { persistent: false }, () => entry.wakeup.notify());
-      watcher.on("error", () => {});
-    } catch {
-      watcher = undefined;
-    }
-    try {
-      for (;;) {
-        const pid = readPidFile(paths.pidFile);
-        if (pid) return pid;
-        const exit = readExitFile(paths.exitFile);
-        const waiterGone = child?.exitCode !== null || child?.signalCode !== null || !child?.pid;
-        if (exit || (waiterGone && !readPidFile(paths.pidFile))) {
-          throw startFailure(entry.meta.spec.id, entry.paths, exit?.code);
-        }
-        if (Date.now() > deadline) {
-          if (child?.pid) process.kill(-child.pid, "SIGKILL");
-          throw new BerthError(
-            "unavailable",
-            `container ${entry.meta.spec.id}: runc did not start it within ${this.options.startTimeoutMs} ms`,
-          );
-        }
-        await entry.wakeup.wait(watcher ? 50 : 5);
-      }
-    } finally {
-      watcher?.close();
-    }
+  private waitForStart(entry: Entry): Promise<number> {
+    return waitForStart(
+      { id: entry.meta.spec.id, paths: entry.paths, child: entry.child, wakeup: entry.wakeup },
+      this.options.startTimeoutMs,
+    );
   }
 
   private markRunning(entry: Entry): void {
