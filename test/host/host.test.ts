@@ -261,12 +261,17 @@ test("container host", { timeout: 300_000 }, async (t) => {
     long.kill();
     assert.equal(await withTimeout(long.exit, 10_000, "killed exec"), 137);
     const tty = await h.host.exec(s.id, {
-      // runc forwards a resize to the container's terminal asynchronously
-      // (SIGWINCH), so the shell waits for it, at most 5 s.
+      // runc sizes the container's terminal asynchronously, at start and on
+      // every resize (SIGWINCH), so the shell waits for each, at most 5 s.
       args: [
         "sh",
         "-c",
-        'stty size; read x; i=0; while [ "$(stty size)" != "30 100" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; stty size; tty',
+        [
+          'i=0; while [ "$(stty size)" = "0 0" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; stty size',
+          "read x",
+          'i=0; while [ "$(stty size)" != "30 100" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; stty size',
+          "tty",
+        ].join("; "),
       ],
       tty: true,
     });
