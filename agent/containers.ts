@@ -57,6 +57,9 @@ export async function startContainers(
     });
     const mountsRoot = join(o.dataDir, "mounts");
     mkdirSync(mountsRoot, { recursive: true });
+    // Log lines carry their container's labels (stub, task, ...) so consumers
+    // of the logs stream can attribute them; kept a while after exit for late lines.
+    const labelsById = new Map<string, Record<string, string>>();
     const host = await ContainerHost.start({
       root: join(o.dataDir, "host"),
       images,
@@ -69,6 +72,8 @@ export async function startContainers(
       logger: log.child({ area: "containers" }),
       onEvent: (e) => {
         const s = e.status;
+        labelsById.set(e.containerId, s.labels);
+        if (e.type === "exit") setTimeout(() => labelsById.delete(e.containerId), 60_000).unref();
         publisher()?.event({
           containerId: e.containerId,
           type: e.type,
@@ -81,7 +86,8 @@ export async function startContainers(
         log.info({ containerId: e.containerId, exitCode: s.exitCode, reason: s.reason }, `container ${e.type}`);
       },
       onLog: (l) => {
-        publisher()?.log({ containerId: l.containerId, stream: l.stream, line: l.line, ts: l.ts, labels: {} });
+        const labels = labelsById.get(l.containerId) ?? {};
+        publisher()?.log({ containerId: l.containerId, stream: l.stream, line: l.line, ts: l.ts, labels });
       },
     });
     const net = network;

@@ -84,6 +84,12 @@ test("a joined agent publishes container log lines to JetStream and exit events 
     () => jsm.streams.getMessage(streams.logs.name, { last_by_subj: subjects.containerLog(agentId, "ctr-events") }),
     { timeoutMs: 10_000, what: "the log line in JetStream" },
   );
-  const line = JSON.parse(sc.decode(msg.data)) as { line: string; stream: string; containerId: string };
+  const line = JSON.parse(sc.decode(msg.data)) as {
+    line: string;
+    stream: string;
+    containerId: string;
+    labels: Record<string, string>;
+  };
   assert.deepEqual([line.containerId, line.stream, line.line], ["ctr-events", "stdout", "hello from a container"]);
+  assert.deepEqual(line.labels, { purpose: "test" });
 });
