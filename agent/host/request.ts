@@ -7,9 +7,7 @@ import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts"
 import { invalid } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
 import type { GpuRequest, RunContainerRequest } from "../rpc/container-api.ts";
-
-export const MIN_MEMORY_BYTES = 6 * 1024 * 1024;
-export const MIN_CPU = 0.01;
+import { checkCpuAndMemory } from "../runtime/spec.ts";
 
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 const ENV_KEY_RE = /^[^=\0]+$/;
@@ -119,21 +117,7 @@ export function resolveRunRequest(req: RunContainerRequest): ResolvedRunRequest 
     throw invalid("args must be a list of strings without NUL bytes", { field: "args" });
   }
   if (args.length > 0 && args[0] === "") throw invalid("args[0] must not be empty", { field: "args" });
-  if (typeof req.cpu !== "number" || !Number.isFinite(req.cpu) || req.cpu < MIN_CPU) {
-    throw invalid(`cpu must be a number of cores >= ${MIN_CPU}, got ${JSON.stringify(req.cpu)}`, {
-      field: "cpu",
-    });
-  }
-  if (typeof req.memoryBytes !== "number" || !Number.isSafeInteger(req.memoryBytes)) {
-    throw invalid(`memoryBytes must be an integer, got ${JSON.stringify(req.memoryBytes)}`, {
-      field: "memoryBytes",
-    });
-  }
-  if (req.memoryBytes < MIN_MEMORY_BYTES) {
-    throw invalid(`memoryBytes ${req.memoryBytes} is too small: at least ${MIN_MEMORY_BYTES} (6 MiB)`, {
-      field: "memoryBytes",
-    });
-  }
+  checkCpuAndMemory(req.cpu, req.memoryBytes);
   if (req.hostname !== undefined && (typeof req.hostname !== "string" || !HOSTNAME_RE.test(req.hostname))) {
     throw invalid(`hostname ${JSON.stringify(req.hostname)} is invalid`, { field: "hostname" });
   }

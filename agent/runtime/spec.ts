@@ -92,24 +92,7 @@ export function resolveContainerSpec(spec: ContainerSpec): ResolvedContainerSpec
     env[k] = v;
   }
   env.PATH ??= DEFAULT_PATH;
-  if (typeof spec.cpu !== "number" || !Number.isFinite(spec.cpu) || spec.cpu < MIN_CPU) {
-    throw invalid(`cpu must be a number of cores >= ${MIN_CPU}, got ${JSON.stringify(spec.cpu)}`, {
-      field: "cpu",
-    });
-  }
-  if (typeof spec.memoryBytes !== "number" || !Number.isSafeInteger(spec.memoryBytes)) {
-    throw invalid(`memoryBytes must be an integer, got ${JSON.stringify(spec.memoryBytes)}`, {
-      field: "memoryBytes",
-    });
-  }
-  if (spec.memoryBytes < MIN_MEMORY_BYTES) {
-    throw invalid(
-      `memoryBytes ${spec.memoryBytes} is too small: runc needs at least ${MIN_MEMORY_BYTES} (6 MiB)`,
-      {
-        field: "memoryBytes",
-      },
-    );
-  }
+  checkCpuAndMemory(spec.cpu, spec.memoryBytes);
   const user = spec.user ?? { uid: 0, gid: 0 };
   positiveInt(user.uid, "user.uid", 0);
   positiveInt(user.gid, "user.gid", 0);
@@ -174,4 +157,26 @@ export function checkSpecPaths(spec: ResolvedContainerSpec): void {
   for (const d of spec.lowerDirs) must(d, "image.rootfs", true);
   for (const [i, m] of spec.mounts.entries()) must(m.source, `mounts[${i}].source`);
   if (spec.netnsPath) must(spec.netnsPath, "netnsPath");
+}
+
+/** The cpu and memory a container may ask for; shared with the agent host's request checks. */
+export function checkCpuAndMemory(cpu: unknown, memoryBytes: unknown): void {
+  if (typeof cpu !== "number" || !Number.isFinite(cpu) || cpu < MIN_CPU) {
+    throw invalid(`cpu must be a number of cores >= ${MIN_CPU}, got ${JSON.stringify(cpu)}`, {
+      field: "cpu",
+    });
+  }
+  if (typeof memoryBytes !== "number" || !Number.isSafeInteger(memoryBytes)) {
+    throw invalid(`memoryBytes must be an integer, got ${JSON.stringify(memoryBytes)}`, {
+      field: "memoryBytes",
+    });
+  }
+  if (memoryBytes < MIN_MEMORY_BYTES) {
+    throw invalid(
+      `memoryBytes ${memoryBytes} is too small: runc needs at least ${MIN_MEMORY_BYTES} (6 MiB)`,
+      {
+        field: "memoryBytes",
+      },
+    );
+  }
 }
