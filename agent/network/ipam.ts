@@ -34,6 +34,19 @@ export interface Lease {
 
 export type LeaseAttachment = Pick<Lease, "netns" | "vethHost" | "policy">;
 
+/**
+ * Addresses held by a pooled namespace that no container has yet: the pool
+ * configures them ahead of demand, so attaching only binds the reservation
+ * to a container. Persisted like leases, so an address held by a namespace
+ * is never handed out twice, also across a crash.
+ */
+export interface Reservation {
+  ipv4: string;
+  ipv6: string;
+  netns: string;
+  vethHost: string;
+}
+
 interface IpamFile {
   version: 1;
   subnet4: string;
@@ -41,10 +54,14 @@ interface IpamFile {
   /** Where the next search starts, so a released address is not handed out again at once. */
   nextOffset: number;
   leases: Lease[];
+  /** Absent in files written before pooled namespaces held addresses. */
+  reservations?: Reservation[];
 }
 
 export class Ipam {
   private readonly leases = new Map<string, Lease>();
+  /** Keyed by namespace name. */
+  private readonly reserved = new Map<string, Reservation>();
   private nextOffset = 2;
 
   private constructor(
@@ -78,6 +95,9 @@ export class Ipam {
       );
     }
     for (const lease of data.leases) ipam.leases.set(lease.containerId, { ...lease });
+    if (sameSubnets && Array.isArray(data.reservations)) {
+      for (const r of data.reservations) ipam.reserved.set(r.netns, { ...r });
+    }
     if (sameSubnets && Number.isInteger(data.nextOffset)) ipam.nextOffset = data.nextOffset;
     return ipam;
   }
@@ -95,8 +115,58 @@ export class Ipam {
   allocate(containerId: string, attachment: LeaseAttachment): Lease {
     const existing = this.leases.get(containerId);
     if (existing) return structuredClone(existing);
+    const lease: Lease = {
+      containerId,
+      ...this.nextFreeAddresses(),
+      ...structuredClone(attachment),
+      inboundPorts: [],
+    };
+    this.leases.set(containerId, lease);
+    this.save();
+    return structuredClone(lease);
+  }
+
+  /** Reserves addresses for a pooled namespace; an existing reservation of it is returned unchanged. */
+  reserve(names: Pick<Reservation, "netns" | "vethHost">): Reservation {
+    const existing = this.reserved.get(names.netns);
+    if (existing) return { ...existing };
+    const r: Reservation = { ...this.nextFreeAddresses(), netns: names.netns, vethHost: names.vethHost };
+    this.reserved.set(r.netns, r);
+    this.save();
+    return { ...r };
+  }
+
+  /**
+   * Turns a pooled namespace's reservation into a container's lease, in one
+   * write of the file: the addresses are never free or held twice in between.
+   */
+  bind(netns: string, containerId: string, policy: EgressPolicy): Lease {
+    const r = this.reserved.get(netns);
+    if (!r) throw new BerthError("internal", `network namespace ${netns} holds no address reservation`);
+    if (this.leases.has(containerId)) {
+      throw new BerthError("internal", `container ${containerId} already has a network lease`);
+    }
+    const lease: Lease = { containerId, ...r, policy: structuredClone(policy), inboundPorts: [] };
+    this.reserved.delete(netns);
+    this.leases.set(containerId, lease);
+    this.save();
+    return structuredClone(lease);
+  }
+
+  /** Frees a pooled namespace's addresses; false when it held none. */
+  unreserve(netns: string): boolean {
+    if (!this.reserved.delete(netns)) return false;
+    this.save();
+    return true;
+  }
+
+  reservations(): Reservation[] {
+    return [...this.reserved.values()].map((r) => ({ ...r }));
+  }
+
+  private nextFreeAddresses(): { ipv4: string; ipv6: string } {
     const used = new Set<number>();
-    for (const l of this.leases.values()) {
+    for (const l of [...this.leases.values(), ...this.reserved.values()]) {
       const off = this.subnet4.offsetOf(l.ipv4);
       if (off !== undefined) used.add(off);
     }
@@ -115,21 +185,12 @@ export class Ipam {
     if (offset === undefined) {
       throw new BerthError(
         "resource_exhausted",
-        `no free container address left in ${this.subnet4.text} (${this.leases.size} leases); ` +
+        `no free container address left in ${this.subnet4.text} (${this.leases.size} leases, ${this.reserved.size} held by pooled namespaces); ` +
           "use a larger subnet4 or stop containers",
       );
     }
-    const lease: Lease = {
-      containerId,
-      ipv4: this.subnet4.addressAt(offset),
-      ipv6: this.subnet6.addressAt(offset),
-      ...structuredClone(attachment),
-      inboundPorts: [],
-    };
-    this.leases.set(containerId, lease);
     this.nextOffset = offset + 1 > last ? first : offset + 1;
-    this.save();
-    return structuredClone(lease);
+    return { ipv4: this.subnet4.addressAt(offset), ipv6: this.subnet6.addressAt(offset) };
   }
 
   update(containerId: string, patch: Partial<Pick<Lease, "policy" | "inboundPorts">>): Lease {
@@ -154,6 +215,7 @@ export class Ipam {
       subnet6: this.subnet6.text,
       nextOffset: this.nextOffset,
       leases: [...this.leases.values()],
+      reservations: [...this.reserved.values()],
     };
     mkdirSync(dirname(this.file), { recursive: true });
     const tmp = `${this.file}.tmp-${process.pid}`;

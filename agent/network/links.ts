@@ -99,18 +99,30 @@ export async function deleteNetns(name: string): Promise<void> {
   }
 }
 
+export interface ContainerSideAddresses {
+  ipv4: string;
+  prefix4: number;
+  ipv6: string;
+  prefix6: number;
+  gateway4: string;
+  gateway6: string;
+}
+
 /**
- * A fresh namespace with lo up and a veth pair: `eth0` inside (down, no
- * address yet), `vethHost` on the bridge as an isolated port. Two `ip`
- * processes (one batch in the host namespace, one inside the new one) instead
- * of one per step: each exec costs milliseconds on a busy host. When a
- * leftover of the same names is in the way, it is removed and the batch tried
- * once more.
+ * A fresh namespace with lo up and a veth pair: `eth0` inside, `vethHost` on
+ * the bridge as an isolated port. With `addresses`, `eth0` also gets them,
+ * is up and has its default routes, and `vethHost` stays DOWN: a namespace
+ * configured ahead of demand passes no frame until setLinkUp(vethHost).
+ * Without, `vethHost` is up and `eth0` stays down and bare. Two `ip` processes (one batch in
+ * the host namespace, one inside the new one) instead of one per step: each
+ * exec costs milliseconds on a busy host. When a leftover of the same names
+ * is in the way, it is removed and the batch tried once more.
  */
 export async function createNamespaceWithVeth(
   netns: string,
   vethHost: string,
   bridge: string,
+  addresses?: ContainerSideAddresses,
 ): Promise<void> {
   const hostSide = [
     `netns add ${netns}`,
@@ -118,11 +130,14 @@ export async function createNamespaceWithVeth(
     `link set dev ${vethHost} master ${bridge}`,
     // Isolated ports exchange frames only with non-isolated ones (the bridge itself).
     `link set dev ${vethHost} type bridge_slave isolated on`,
-    `link set dev ${vethHost} up`,
+    ...(addresses ? [] : [`link set dev ${vethHost} up`]),
   ];
   const attempt = async () => {
     await runIpBatch([], hostSide);
-    await runIpBatch(["-n", netns], ["link set dev lo up"]);
+    await runIpBatch(
+      ["-n", netns],
+      ["link set dev lo up", ...(addresses ? containerSideLines(addresses) : [])],
+    );
   };
   const removeBoth = async () => {
     await deleteLink(vethHost).catch(() => {});
@@ -143,24 +158,38 @@ export async function createNamespaceWithVeth(
 }
 
 /**
- * Addresses, link state and default routes of the container end, in one
- * `ip -n NETNS -batch -`: this is on every container's start path.
+ * Addresses, link state and default routes of the container end, as lines
+ * of one `ip -n NETNS -batch -`.
  */
-export async function configureContainerSide(
-  netns: string,
-  a: { ipv4: string; prefix4: number; ipv6: string; prefix6: number; gateway4: string; gateway6: string },
-): Promise<void> {
-  await runIpBatch(
-    ["-n", netns],
-    [
-      `addr replace ${a.ipv4}/${a.prefix4} dev eth0`,
-      `addr replace ${a.ipv6}/${a.prefix6} dev eth0 nodad`,
-      "link set dev eth0 up",
-      `route replace default via ${a.gateway4} dev eth0`,
-      // "::/0" rather than "default": batch lines take no -6, the prefix gives the family.
-      `route replace ::/0 via ${a.gateway6} dev eth0`,
-    ],
-  );
+function containerSideLines(a: ContainerSideAddresses): string[] {
+  return [
+    `addr replace ${a.ipv4}/${a.prefix4} dev eth0`,
+    `addr replace ${a.ipv6}/${a.prefix6} dev eth0 nodad`,
+    "link set dev eth0 up",
+    `route replace default via ${a.gateway4} dev eth0`,
+    // "::/0" rather than "default": batch lines take no -6, the prefix gives the family.
+    `route replace ::/0 via ${a.gateway6} dev eth0`,
+  ];
+}
+
+const IFF_UP = 0x1;
+
+/**
+ * Brings a host link up by writing its sysfs `flags` (the kernel's
+ * dev_change_flags, as `ip link set up` does) instead of spawning `ip`: this
+ * is the only step of an open-policy attach, on every container's start path.
+ */
+export async function setLinkUp(name: string): Promise<void> {
+  if (!/^[A-Za-z0-9_.-]{1,15}$/.test(name))
+    throw new BerthError("internal", `bad link name ${JSON.stringify(name)}`);
+  const file = `/sys/class/net/${name}/flags`;
+  try {
+    const flags = Number.parseInt((await readFile(file, "utf8")).trim(), 16);
+    if (flags & IFF_UP) return;
+    await writeFile(file, `0x${(flags | IFF_UP).toString(16)}`);
+  } catch (e) {
+    throw new BerthError("internal", `cannot bring link ${name} up: ${(e as Error).message}`);
+  }
 }
 
 /** Runs `ip [globalArgs] -batch -` with one command per line; the first failing line aborts it. */

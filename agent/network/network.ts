@@ -9,9 +9,8 @@ import { join } from "node:path";
 import { type EgressPolicy, parseCidr, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { netnsName, removeLeftovers, vethName } from "./cleanup.ts";
-import { Ipam, type Lease } from "./ipam.ts";
+import { Ipam, type Lease, type Reservation } from "./ipam.ts";
 import {
-  configureContainerSide,
   createNamespaceWithVeth,
   deleteLink,
   deleteNetns,
@@ -19,6 +18,7 @@ import {
   hostAddresses,
   listNetns,
   netnsPath,
+  setLinkUp,
   writeSysctl,
 } from "./links.ts";
 import { HostAddressCache } from "./host-addresses.ts";
@@ -32,7 +32,7 @@ import {
   policyScript,
 } from "./nft-rules.ts";
 import { type NetworkOptions, type ResolvedNetworkOptions, resolveNetworkOptions } from "./options.ts";
-import { NamespacePool, type PooledNamespace } from "./pool.ts";
+import { NamespacePool } from "./pool.ts";
 import { containerResolvConf } from "./resolv.ts";
 
 export interface ContainerNetwork {
@@ -84,7 +84,8 @@ function checkPort(port: number): void {
 }
 
 export class Network {
-  private readonly pool: NamespacePool;
+  /** Each ready namespace holds its address reservation (configured on its eth0) and its open rules. */
+  private readonly pool: NamespacePool<Reservation>;
   /** Names this process created that are not (yet) in a lease: pool entries and attaches in progress. */
   private readonly unleased = new Set<string>();
   private tail: Promise<unknown> = Promise.resolve();
@@ -135,6 +136,9 @@ export class Network {
         ipam.list().map((l) => net.rulesInput(l)),
       ),
     );
+    // A previous run's pooled namespaces: no container ever got them. Their
+    // reservations go now, their namespaces and veths with the other leftovers.
+    for (const r of ipam.reservations()) ipam.unreserve(r.netns);
     await removeLeftovers(o.namePrefix, net.ownedNames());
     await net.pool.fill();
     return net;
@@ -165,27 +169,22 @@ export class Network {
     return this.locked(async () => {
       if (this.ipam.get(containerId)) return this.setPolicyLocked(containerId, p);
       const ns = await this.pool.take();
+      // The namespace already has its addresses, routes and rules for the open
+      // policy (see createNamespace); its host port is down. What is left:
+      // binding the reservation, swapping the policy if it is not open (one
+      // nft transaction), the resolv.conf, and only then the port up.
       let lease: Lease | undefined;
       try {
-        lease = this.ipam.allocate(containerId, { ...ns, policy: p });
+        lease = this.ipam.bind(ns.netns, containerId, p);
         this.unleased.delete(ns.netns);
         this.unleased.delete(ns.vethHost);
-        const o = this.options;
-        // Independent of each other (the rules key on the lease's addresses and
-        // veth, not on the interface state): run them side by side.
+        const input = this.rulesInput(lease);
         const steps = await Promise.allSettled([
-          configureContainerSide(ns.netns, {
-            ipv4: lease.ipv4,
-            prefix4: o.subnet4.prefix,
-            ipv6: lease.ipv6,
-            prefix6: o.subnet6.prefix,
-            gateway4: o.subnet4.gateway,
-            gateway6: o.subnet6.gateway,
-          }),
-          applyNft(containerAddScript(this.rulesInput(lease))),
+          p.mode === "open" ? Promise.resolve() : applyNft(policyScript(input)),
           this.writeResolvConf(containerId),
         ]);
         for (const step of steps) if (step.status === "rejected") throw step.reason;
+        await setLinkUp(lease.vethHost);
         return this.view(lease);
       } catch (e) {
         if (lease) await this.removeContainer(lease).catch(() => {});
@@ -253,6 +252,11 @@ export class Network {
         if (!namespaces.has(lease.netns)) report.missingNamespace.push(lease.containerId);
         await this.writeResolvConf(lease.containerId);
       }
+      // Reservations not held by this process's pool (start() drops a previous
+      // run's; this catches any other) free their addresses; the namespaces go below.
+      for (const r of this.ipam.reservations()) {
+        if (!this.unleased.has(r.netns)) await this.destroyNamespace(r);
+      }
       report.leftovers = await removeLeftovers(this.options.namePrefix, this.ownedNames());
       return report;
     });
@@ -303,29 +307,57 @@ export class Network {
     this.ipam.release(lease.containerId);
   }
 
-  private async createNamespace(): Promise<PooledNamespace> {
+  /**
+   * A pooled namespace made whole ahead of demand: addresses reserved and
+   * configured, routes, and its rules with the open policy (anti-spoofing
+   * port chain, egress chain, map entries). Its host port stays down until
+   * attach brings it up, so no frame passes in either direction before: the
+   * open rules of a pooled namespace cannot carry any traffic.
+   */
+  private async createNamespace(): Promise<Reservation> {
     let suffix: string;
     do suffix = randomBytes(3).toString("hex");
     while (this.ownedNames().has(netnsName(this.options.namePrefix, suffix)));
-    const ns = {
+    const names = {
       netns: netnsName(this.options.namePrefix, suffix),
       vethHost: vethName(this.options.namePrefix, suffix),
     };
-    this.unleased.add(ns.netns);
-    this.unleased.add(ns.vethHost);
+    this.unleased.add(names.netns);
+    this.unleased.add(names.vethHost);
+    let reservation: Reservation | undefined;
     try {
-      await createNamespaceWithVeth(ns.netns, ns.vethHost, this.options.bridge);
+      reservation = this.ipam.reserve(names);
+      const o = this.options;
+      await createNamespaceWithVeth(names.netns, names.vethHost, o.bridge, {
+        ipv4: reservation.ipv4,
+        prefix4: o.subnet4.prefix,
+        ipv6: reservation.ipv6,
+        prefix6: o.subnet6.prefix,
+        gateway4: o.subnet4.gateway,
+        gateway6: o.subnet6.gateway,
+      });
     } catch (e) {
-      this.unleased.delete(ns.netns);
-      this.unleased.delete(ns.vethHost);
+      // createNamespaceWithVeth removed what it made; the reservation goes with it.
+      if (reservation) this.ipam.unreserve(names.netns);
+      this.unleased.delete(names.netns);
+      this.unleased.delete(names.vethHost);
       throw e;
     }
-    return ns;
+    try {
+      await applyNft(containerAddScript(this.pooledRulesInput(reservation)));
+    } catch (e) {
+      await this.destroyNamespace(reservation).catch(() => {});
+      throw e;
+    }
+    return reservation;
   }
 
-  private async destroyNamespace(ns: PooledNamespace): Promise<void> {
+  /** Rules first (they name the veth and addresses), then links, the reservation last. */
+  private async destroyNamespace(ns: Reservation): Promise<void> {
+    await removeNft(containerRemoveStatements(this.pooledRulesInput(ns)));
     await deleteLink(ns.vethHost);
     await deleteNetns(ns.netns);
+    this.ipam.unreserve(ns.netns);
     this.unleased.delete(ns.netns);
     this.unleased.delete(ns.vethHost);
   }
@@ -381,6 +413,10 @@ export class Network {
       subnet6: o.subnet6.text,
       blockedDestinations: o.blockedDestinations,
     };
+  }
+
+  private pooledRulesInput(ns: Reservation): ContainerRulesInput {
+    return { table: this.options.table, ...ns, policy: { mode: "open" }, inboundPorts: [] };
   }
 
   private rulesInput(lease: Lease): ContainerRulesInput {

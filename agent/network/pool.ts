@@ -1,16 +1,17 @@
-// Namespaces (each with its veth pair already on the bridge) made ahead of
-// demand, so attaching a container costs addresses and rules, not creation.
+// Namespaces (each with its veth pair already on the bridge, and for
+// Network its addresses and routes too) made ahead of demand, so attaching a
+// container costs its rules, not creation.
 
 export interface PooledNamespace {
   netns: string;
   vethHost: string;
 }
 
-export interface NamespacePoolOptions {
+export interface NamespacePoolOptions<T extends PooledNamespace = PooledNamespace> {
   /** How many to keep ready. */
   size: number;
-  create: () => Promise<PooledNamespace>;
-  destroy: (ns: PooledNamespace) => Promise<void>;
+  create: () => Promise<T>;
+  destroy: (ns: T) => Promise<void>;
   /** Told about background refill failures (the next take() creates on demand). */
   onError?: (e: unknown) => void;
   /**
@@ -21,13 +22,13 @@ export interface NamespacePoolOptions {
   refillDelayMs?: number;
 }
 
-export class NamespacePool {
-  private readonly ready: PooledNamespace[] = [];
+export class NamespacePool<T extends PooledNamespace = PooledNamespace> {
+  private readonly ready: T[] = [];
   private readonly inFlight = new Set<Promise<void>>();
   private closed = false;
   private refillTimer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly opts: NamespacePoolOptions) {}
+  constructor(private readonly opts: NamespacePoolOptions<T>) {}
 
   /** Namespaces ready right now. */
   get available(): number {
@@ -42,7 +43,7 @@ export class NamespacePool {
   }
 
   /** A ready namespace, or a new one when the pool is empty; refills in the background, a little later. */
-  async take(): Promise<PooledNamespace> {
+  async take(): Promise<T> {
     const ns = this.ready.shift();
     this.scheduleRefill();
     if (ns) return ns;

@@ -222,14 +222,33 @@ test("container networking: egress policies, isolation, inbound, pool", async (t
 
   await t.test("the pool hands out pre-created namespaces and refills", async () => {
     const before = new Set(
-      (await exec("ip", ["netns", "list"])).stdout.split("\n").map((l) => l.split(" ")[0]),
+      (await exec("ip", ["netns", "list"])).stdout.split("\n").map((l) => l.split(" ")[0] ?? ""),
     );
     assert.equal(net.poolAvailable, 2);
     const sys = `/sys/class/net/${names.bridge}`;
     const gatewayMac = (await readFile(`${sys}/address`, "utf8")).trim();
     assert.equal((await readFile(`${sys}/addr_assign_type`, "utf8")).trim(), "3", "bridge MAC pinned");
+    // Pooled namespaces are addressed ahead of demand, yet reach nothing until attached.
+    const attachedNs = new Set(net.list().map((n) => n.netns));
+    const pooled = [...before].filter((n) => n.startsWith(`${names.namePrefix}-n`) && !attachedNs.has(n));
+    assert.equal(pooled.length, 2, `two pooled namespaces: ${pooled.join(", ")}`);
+    const pooledAddrs = new Map<string, string>();
+    for (const ns of pooled) {
+      const { stdout } = await exec("ip", ["-n", ns, "-4", "-o", "addr", "show", "dev", "eth0"]);
+      const addr = /inet (\S+)\//.exec(stdout)?.[1];
+      assert.ok(addr, `${ns} has its IPv4 address before attach: ${stdout}`);
+      pooledAddrs.set(ns, addr);
+      assert.ok(!net.list().some((n) => n.ipv4 === addr), "no container holds a pooled address");
+      // Its rules (open policy) are in place ahead of demand, but its host port is down: no frame passes.
+      const veth = ns.replace(`${names.namePrefix}-n`, `${names.namePrefix}v`);
+      assert.equal((await readFile(`/sys/class/net/${veth}/operstate`, "utf8")).trim(), "down");
+      assert.match(await probeFrom(ns, outside.primary4, port), /^FAIL/, "a pooled namespace has no egress");
+      assert.match(await probeFrom(ns, net.options.subnet4.gateway, port), /^FAIL/, "nor the host");
+    }
     const c = await net.attach("ctr-c", { mode: "open" });
     assert.ok(before.has(c.netns), `${c.netns} existed before attach`);
+    assert.equal(c.ipv4, pooledAddrs.get(c.netns), "attach kept the address the pool configured");
+    assert.equal((await readFile(`/sys/class/net/${c.vethHost}/operstate`, "utf8")).trim(), "up");
     await waitFor(() => net.poolAvailable === 2, { timeoutMs: 10_000, what: "pool refill" });
     // New ports (random MACs) joined the bridge: the containers' gateway MAC must not move.
     assert.equal((await readFile(`${sys}/address`, "utf8")).trim(), gatewayMac);

@@ -28,6 +28,11 @@ import {
 const exec = promisify(execFile);
 const netnsList = async () => (await exec("ip", ["netns", "list"])).stdout;
 
+interface IpamFileView {
+  leases: { containerId: string; ipv4: string }[];
+  reservations: { netns: string; ipv4: string }[];
+}
+
 test("restart: leases, rules and policies survive; leftovers and dead containers are removed", async (t) => {
   if (!needs(t, { root: true, commands: NETWORK_COMMANDS })) return;
   const down = new Teardown(t);
@@ -60,10 +65,13 @@ test("restart: leases, rules and policies survive; leftovers and dead containers
     .map((l) => l.split(" ")[0]!)
     .filter((n) => n.startsWith(`${names.namePrefix}-n`) && n !== live.netns && n !== dead.netns);
   assert.equal(crashedPool.length, 1, "the first run had one pooled namespace");
-  const file = JSON.parse(readFileSync(join(dataDir, "ipam.json"), "utf8")) as {
-    leases: { containerId: string }[];
-  };
+  const file = JSON.parse(readFileSync(join(dataDir, "ipam.json"), "utf8")) as IpamFileView;
   assert.deepEqual(file.leases.map((l) => l.containerId).sort(), ["ctr-dead", "ctr-live"]);
+  assert.deepEqual(
+    file.reservations.map((r) => r.netns),
+    crashedPool,
+    "the pooled namespace's addresses are reserved in the lease file",
+  );
   // Someone deletes berth's tables while the agent is down.
   await exec("nft", ["delete", "table", "inet", names.table]);
 
@@ -82,6 +90,15 @@ test("restart: leases, rules and policies survive; leftovers and dead containers
   await t.test("start() removed the crashed run's pool namespace and filled its own pool", async () => {
     assert.ok(!(await netnsList()).includes(crashedPool[0]!));
     assert.equal(net.poolAvailable, 1);
+    const after = JSON.parse(readFileSync(join(dataDir, "ipam.json"), "utf8")) as IpamFileView;
+    assert.equal(after.reservations.length, 1);
+    assert.notEqual(
+      after.reservations[0]!.netns,
+      crashedPool[0],
+      "the crashed run's reservation is released",
+    );
+    const held = [...after.leases, ...after.reservations].map((l) => l.ipv4);
+    assert.equal(new Set(held).size, held.length, `no address held twice: ${held.join(", ")}`);
   });
 
   await t.test("recover() keeps live containers and removes dead ones", async () => {

@@ -74,6 +74,50 @@ test("Ipam persists atomically and reloads; released addresses are not reused at
   assert.throws(() => Ipam.load(file, s4, s6), /unreadable/);
 });
 
+test("Ipam reservations of pooled namespaces count as used, persist, and bind to a container in one step", (t) => {
+  const file = join(tempDir(t), "ipam.json");
+  const s4 = Subnet.parse("10.53.0.0/29");
+  const s6 = Subnet.parse("fd53::/64");
+  const ipam = Ipam.load(file, s4, s6);
+  const r1 = ipam.reserve({ netns: "tx-n1", vethHost: "txv1" });
+  assert.deepEqual(r1, { ipv4: "10.53.0.2", ipv6: "fd53::2", netns: "tx-n1", vethHost: "txv1" });
+  assert.deepEqual(ipam.reserve({ netns: "tx-n1", vethHost: "txv1" }), r1, "reserving again returns it");
+  const r2 = ipam.reserve({ netns: "tx-n2", vethHost: "txv2" });
+  assert.equal(ipam.allocate("c3", attachment(3)).ipv4, "10.53.0.4", "reserved addresses are not leased");
+
+  // A crash here: the reload sees both reservations, and never hands their addresses out again.
+  const again = Ipam.load(file, s4, s6);
+  assert.deepEqual(again.reservations(), [r1, r2]);
+  const bound = again.bind("tx-n1", "ctr-1", { mode: "block" });
+  assert.deepEqual(bound, {
+    containerId: "ctr-1",
+    ipv4: "10.53.0.2",
+    ipv6: "fd53::2",
+    netns: "tx-n1",
+    vethHost: "txv1",
+    policy: { mode: "block" },
+    inboundPorts: [],
+  });
+  const onDisk = JSON.parse(readFileSync(file, "utf8")) as { leases: unknown[]; reservations: unknown[] };
+  assert.equal(onDisk.leases.length, 2);
+  assert.deepEqual(onDisk.reservations, [r2], "bind moved the reservation to the lease in the same write");
+  assert.throws(() => again.bind("tx-n1", "ctr-x", { mode: "open" }), /holds no address reservation/);
+  assert.throws(() => again.bind("tx-n2", "ctr-1", { mode: "open" }), /already has a network lease/);
+
+  // .5 and .6 are left; once taken (one leased, one reserved) the /29 is full.
+  again.allocate("c5", attachment(5));
+  again.reserve({ netns: "tx-n6", vethHost: "txv6" });
+  assert.throws(
+    () => again.reserve({ netns: "tx-n7", vethHost: "txv7" }),
+    (e: Error & { code?: string }) =>
+      e.code === "resource_exhausted" && /2 held by pooled namespaces/.test(e.message),
+  );
+  assert.equal(again.unreserve("tx-n2"), true);
+  assert.equal(again.unreserve("tx-n2"), false);
+  assert.equal(again.allocate("c7", attachment(7)).ipv4, "10.53.0.3", "an unreserved address is free again");
+  assert.equal(Ipam.load(file, s4, s6).reservations().length, 1);
+});
+
 test("NamespacePool keeps N ready, hands them out, refills and cleans up", async () => {
   let made = 0;
   const live = new Set<string>();
