@@ -1,13 +1,14 @@
 import assert from "node:assert/strict";
-import { existsSync, statfsSync, statSync } from "node:fs";
-import { availableParallelism, cpus, totalmem } from "node:os";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statfsSync, statSync } from "node:fs";
+import { availableParallelism, cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { NvidiaGpuProbe } from "../../agent/capacity/gpu-probe.ts";
 import { nearestExistingPath, readDiskCapacity, readHostCapacity } from "../../agent/capacity/host.ts";
 import { isBerthError } from "../../shared/errors.ts";
 import type { GpuReport } from "../../shared/fleet.ts";
-import { tempDir } from "../helpers/env.ts";
+import { needs, tempDir } from "../helpers/env.ts";
 import { fakeBin, fakeEnv, listingDevDir } from "./fake-nvidia.ts";
 
 const noGpu: GpuReport = { available: false, reason: "test host", toolkit: false, devices: [] };
@@ -39,14 +40,21 @@ describe("readHostCapacity on this machine", () => {
   });
 
   it("names the right filesystem when it is a tmpfs that systeminformation leaves out", async (t) => {
-    if (!existsSync("/dev/shm") || statSync("/dev/shm").dev === statSync("/").dev) {
-      t.skip("/dev/shm is not a separate filesystem here");
-      return;
-    }
-    const disk = await readDiskCapacity("/dev/shm/berth-not-made");
-    assert.equal(disk.path, "/dev/shm");
-    const fs = statfsSync("/dev/shm");
+    if (!needs(t, { root: true, commands: ["mount", "umount"] })) return;
+    // A tmpfs of the test's own, so the check does not depend on how the host mounts /dev/shm.
+    const dir = mkdtempSync(join(tmpdir(), "berth-tmpfs-"));
+    const mnt = join(dir, "mnt");
+    mkdirSync(mnt);
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=16m", "berth-test", mnt]);
+    t.after(() => {
+      execFileSync("umount", [mnt]);
+      rmSync(dir, { recursive: true, force: true });
+    });
+    const disk = await readDiskCapacity(join(mnt, "berth-not-made"));
+    assert.equal(disk.path, mnt);
+    const fs = statfsSync(mnt);
     assert.equal(disk.totalBytes, fs.blocks * fs.bsize);
+    assert.equal(disk.totalBytes, 16 * 1024 * 1024);
     assert.ok(disk.freeBytes <= disk.totalBytes);
   });
 

@@ -25,7 +25,11 @@ export function needs(t: TestContext, req: { root?: boolean; commands?: string[]
   if (req.root && process.getuid?.() !== 0) missing.push("root");
   for (const c of req.commands ?? []) if (!hasCommand(c)) missing.push(`command ${c}`);
   if (missing.length === 0) return true;
-  const why = `needs ${missing.join(", ")} (run scripts/ensure-deps.sh as root)`;
+  return unavailable(t, `needs ${missing.join(", ")} (run scripts/ensure-deps.sh as root)`);
+}
+
+/** A requirement this machine lacks: fails the test under CI=true, skips it (saying why) elsewhere. */
+export function unavailable(t: TestContext, why: string): false {
   if (inCI()) throw new Error(`requirement missing under CI: ${why}`);
   t.skip(why);
   return false;
