@@ -95,39 +95,27 @@ describe("fleet over a real nats-server", () => {
 });
 
 describe("coordinator start-up failures are one line naming the cause", () => {
-  test("NATS unreachable", async (t) => {
+  /** Runs `berth coordinator` with a config file holding `fields` over a minimal base. */
+  async function startCoordinatorWith(t: { after: (fn: () => unknown) => void }, fields: Record<string, unknown>) {
     const dir = tempDir(t);
-    const natsPort = await freePort();
     const cfg = join(dir, "c.json");
-    writeFileSync(
-      cfg,
-      JSON.stringify({
-        port: 0,
-        dataDir: dir,
-        nats: { url: `nats://127.0.0.1:${natsPort}` },
-        agentNats: { password: "x" },
-      }),
-    );
-    const r = await runCli(["coordinator", "--config", cfg]);
+    writeFileSync(cfg, JSON.stringify({ port: 0, dataDir: dir, agentNats: { password: "x" }, ...fields }));
+    return runCli(["coordinator", "--config", cfg]);
+  }
+
+  test("NATS unreachable", async (t) => {
+    const natsPort = await freePort();
+    const r = await startCoordinatorWith(t, { nats: { url: `nats://127.0.0.1:${natsPort}` } });
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
     assert.match(r.stderr, new RegExp(`berth coordinator: cannot connect to NATS at nats://127\\.0\\.0\\.1:${natsPort}: `));
   });
 
   test("store unreachable", async (t) => {
-    const dir = tempDir(t);
-    const cfg = join(dir, "c.json");
-    writeFileSync(
-      cfg,
-      JSON.stringify({
-        port: 0,
-        dataDir: dir,
-        store: "postgres://berth:pw@127.0.0.1:1/berth",
-        nats: { url: "nats://127.0.0.1:1" },
-        agentNats: { password: "x" },
-      }),
-    );
-    const r = await runCli(["coordinator", "--config", cfg]);
+    const r = await startCoordinatorWith(t, {
+      store: "postgres://berth:pw@127.0.0.1:1/berth",
+      nats: { url: "nats://127.0.0.1:1" },
+    });
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
     assert.match(r.stderr, /berth coordinator: cannot open the store: cannot reach PostgreSQL store postgres:\/\/berth:\*\*\*@127\.0\.0\.1:1\/berth/);

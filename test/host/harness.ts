@@ -16,7 +16,7 @@ import type { ExecSession, LogEntry } from "../../agent/rpc/container-api.ts";
 import { Runc } from "../../agent/runtime/runc.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
-import { startTestNetwork, sweepAfter, Teardown, type TestNames, testNames } from "../network/helpers.ts";
+import { PROBE, startTestNetwork, sweepAfter, Teardown, type TestNames, testNames } from "../network/helpers.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage } from "../helpers/test-image.ts";
 
@@ -146,13 +146,5 @@ export async function withTimeout<T>(p: Promise<T>, ms: number, what: string): P
   }
 }
 
-/** A TCP probe run inside the container with exec: "OK <token>" or "FAIL <why>". */
-export const PROBE = `
-import socket, sys
-try:
-    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)
-    s.settimeout(2)
-    print("OK " + s.recv(100).decode().strip())
-except Exception as e:
-    print("FAIL " + type(e).__name__ + " " + str(e))
-`;
+/** A TCP probe run inside the container with exec. */
+export { PROBE };

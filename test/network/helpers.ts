@@ -107,15 +107,7 @@ export async function startTestNetwork(
   extra: Partial<NetworkOptions> = {},
 ): Promise<{ net: Network; dataDir: string }> {
   const dataDir = extra.dataDir ?? tempDir(t, "berth-net-");
-  const options: NetworkOptions = {
-    dataDir,
-    bridge: names.bridge,
-    table: names.table,
-    namePrefix: names.namePrefix,
-    subnet4: names.subnet4,
-    subnet6: names.subnet6,
-    ...extra,
-  };
+  const options = networkOptions(names, dataDir, extra);
   const net = await Network.start(options);
   down.defer(() => net.destroy());
   return { net, dataDir };
@@ -243,7 +235,8 @@ print("ready", flush=True)
 threading.Event().wait()
 `;
 
-const PROBE = `
+/** A TCP probe: "OK <token>" or "FAIL <why>"; run in a namespace or a container. */
+export const PROBE = `
 import socket, sys
 try:
     s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)
@@ -295,3 +288,16 @@ export async function probeFrom(netns: string, host: string, port: number): Prom
 }
 
 export const randomPort = () => randomInt(20_000, 60_000);
+
+/** Network options for a test's own names and subnets. */
+export function networkOptions(names: TestNames, dataDir: string, extra: Partial<NetworkOptions> = {}): NetworkOptions {
+  return {
+    dataDir,
+    bridge: names.bridge,
+    table: names.table,
+    namePrefix: names.namePrefix,
+    subnet4: names.subnet4,
+    subnet6: names.subnet6,
+    ...extra,
+  };
+}

@@ -15,6 +15,7 @@ import { needs, tempDir } from "../helpers/env.ts";
 import {
   createOutside,
   listenIn,
+  networkOptions,
   NETWORK_COMMANDS,
   probeFrom,
   randomPort,
@@ -42,15 +43,7 @@ test("restart: leases, rules and policies survive; leftovers and dead containers
   const port = randomPort();
   await listenIn(down, outside.netns, port, "outside");
   const dataDir = tempDir(t, "berth-net-");
-  const options = {
-    dataDir,
-    bridge: names.bridge,
-    table: names.table,
-    namePrefix: names.namePrefix,
-    subnet4: names.subnet4,
-    subnet6: names.subnet6,
-    poolSize: 1,
-  };
+  const options = networkOptions(names, dataDir, { poolSize: 1 });
 
   // First run; it "crashes" (no shutdown), leaving its pool namespace behind.
   const first = await Network.start(options);
