@@ -248,7 +248,15 @@ test("container networking: egress policies, isolation, inbound, pool", async (t
     const c = await net.attach("ctr-c", { mode: "open" });
     assert.ok(before.has(c.netns), `${c.netns} existed before attach`);
     assert.equal(c.ipv4, pooledAddrs.get(c.netns), "attach kept the address the pool configured");
-    assert.equal((await readFile(`/sys/class/net/${c.vethHost}/operstate`, "utf8")).trim(), "up");
+    // IFF_UP is set synchronously; operstate follows when the kernel's linkwatch work runs,
+    // which a loaded machine can delay: wait for it rather than read it once.
+    const flags = Number.parseInt((await readFile(`/sys/class/net/${c.vethHost}/flags`, "utf8")).trim(), 16);
+    assert.equal(flags & 1, 1, "attach set the host port administratively up");
+    const operstate = () => readFile(`/sys/class/net/${c.vethHost}/operstate`, "utf8").then((s) => s.trim());
+    await waitFor(async () => (await operstate()) === "up", {
+      timeoutMs: 10_000,
+      what: "host port operstate up",
+    });
     await waitFor(() => net.poolAvailable === 2, { timeoutMs: 10_000, what: "pool refill" });
     // New ports (random MACs) joined the bridge: the containers' gateway MAC must not move.
     assert.equal((await readFile(`${sys}/address`, "utf8")).trim(), gatewayMac);
