@@ -37,6 +37,8 @@ export function natsConfig(o: NatsServerOptions): string {
     `host: ${q(o.host ?? "127.0.0.1")}`,
     `port: ${o.port}`,
     `server_name: "berth"`,
+    // Task arguments and results travel in messages (MAX_TASK_ARGS_BYTES + headers).
+    "max_payload: 8MB",
     `jetstream { store_dir: ${q(join(o.dir, "jetstream"))}${o.maxFileStore ? `, max_file_store: ${q(o.maxFileStore)}` : ""} }`,
     "authorization {",
     "  users: [",

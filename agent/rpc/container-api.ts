@@ -43,6 +43,31 @@ export interface RunContainerRequest {
   labels?: Record<string, string>;
   /** See ContainerSpec.startupWindowMs. */
   startupWindowMs?: number;
+  /** A code archive put with putCode, mounted read-only at RunnerPaths.code (also the working directory). */
+  code?: { sha256: string };
+  /** Makes this a runner container: see RunnerConfig. */
+  runner?: RunnerConfig;
+}
+
+/**
+ * A runner container takes tasks of one stub through its own bridge socket
+ * (docs/tasks.md). The agent mounts the socket and the Python SDK, sets the
+ * BERTH_* environment and, when args is empty, runs `python3 -u -m berth.runner`.
+ */
+export interface RunnerConfig {
+  stubId: string;
+  workspaceId: string;
+  /** stub.type, e.g. "function". */
+  stubType: string;
+  /** `module:function`. */
+  handler: string;
+  onStart?: string;
+  pythonVersion?: string;
+  callbackUrl?: string;
+  /** Exception class names that retry like a crash. */
+  retryFor?: string[];
+  /** @default 1 */
+  workers?: number;
 }
 
 export interface ContainerStatus {
@@ -150,4 +175,8 @@ export interface ContainerApi {
    */
   gcImages(opts?: { unusedForMs?: number }): Promise<ImageGcResult>;
   setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus>;
+  /** Whether the code archive with this sha256 (hex) is unpacked on this host. */
+  hasCode(sha256: string): Promise<boolean>;
+  /** Stores and unpacks a code archive (tar.gz of regular files and directories); the hash is checked. */
+  putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void>;
 }

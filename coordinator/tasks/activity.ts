@@ -1,0 +1,36 @@
+// What the container manager needs to know about tasks, without depending on
+// how the task service stores them.
+
+export interface StubDemand {
+  stubId: string;
+  workspaceId: string;
+  /** Tasks PENDING or RETRY (waiting for a runner). */
+  pending: number;
+  /** Tasks RUNNING. */
+  running: number;
+}
+
+export interface TaskActivity {
+  /** Every stub with pending or running tasks. */
+  demand(): StubDemand[];
+  /** Pending + running of one stub (zeros when none). */
+  demandOf(stubId: string): StubDemand | undefined;
+  /**
+   * Whether a container runs a task now and when it last started or finished
+   * one (ms since epoch); undefined when it never took a task.
+   */
+  containerActivity(containerId: string): { busy: boolean; lastActiveAt: number } | undefined;
+  /** Called (synchronously, cheaply) whenever a stub's demand changes. Returns an unsubscribe. */
+  onDemandChange(listener: (stubId: string) => void): () => void;
+  /**
+   * Ends the stub's tasks that wait for a runner (PENDING/RETRY) as FAILED with
+   * this error: for requests no agent can ever run (too large, an image that
+   * does not exist), so no task waits forever.
+   */
+  failPending(stubId: string, error: { code: string; message: string }): Promise<number>;
+}
+
+/** What the task service needs back from the container manager (stats.active_containers). */
+export interface ContainerCounts {
+  activeContainers(stubId: string): number;
+}

@@ -1,0 +1,187 @@
+// The task protocol between coordinator, agents and runners: JetStream
+// subjects and headers, task events, and the stub config. docs/tasks.md
+// describes the flow and the status transitions.
+
+import { AGENT_PREFIX } from "./subjects.ts";
+
+export const TASK_STATUSES = [
+  "PENDING",
+  "RUNNING",
+  "COMPLETE",
+  "RETRY",
+  "CANCELLED",
+  "TIMEOUT",
+  "EXPIRED",
+  "FAILED",
+] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+export const TERMINAL_STATUSES: ReadonlySet<TaskStatus> = new Set([
+  "COMPLETE",
+  "CANCELLED",
+  "TIMEOUT",
+  "EXPIRED",
+  "FAILED",
+]);
+
+export const STUB_TYPES = [
+  "function",
+  "endpoint",
+  "asgi",
+  "realtime",
+  "taskqueue",
+  "schedule",
+  "pod",
+  "sandbox",
+  "bot",
+] as const;
+
+/** The decoded `stub.config` of the spec, field for field. */
+export interface StubConfig {
+  runtime: { cpu: number; gpu: string; memory: number; image_id: string };
+  handler: string;
+  on_start: string;
+  python_version: string;
+  keep_warm_seconds: number;
+  max_pending_tasks: number;
+  callback_url: string;
+  task_policy: { max_retries: number; timeout: number; expires: string };
+  workers: number;
+  authorized: boolean;
+  volumes: unknown[] | null;
+  autoscaler: { type: string; max_containers: number; tasks_per_container: number };
+}
+
+/**
+ * What berth keeps beside the spec's config for a stub (not part of
+ * `stub.config`): details the spec's flat fields cannot carry.
+ */
+export interface StubExtra {
+  /** `runtime.cpu` is an integer in the spec; this is the exact core count (millicores / 1000). */
+  cpu_millicores: number;
+  /** GPU types in priority order (`runtime.gpu` holds them comma-joined). */
+  gpu_types: string[];
+  gpu_count: number;
+  /** Exception class names (`Name` or `module.Name`) that retry like a crash. */
+  retry_for: string[];
+  /** Full image reference the agents pull; empty = the cluster's default image. */
+  image_ref: string;
+  /** sha256 hex of the code archive; empty when none. */
+  code_sha256: string;
+  secrets: string[];
+  headless: boolean;
+}
+
+/** The work-queue stream holding every pending task; one subject per stub. */
+export const TASKS_STREAM = "BERTH_TASKS";
+export const taskSubject = (stubId: string) => `berth.tasks.${stubId}`;
+export const ALL_TASK_SUBJECTS = "berth.tasks.*";
+/** The durable pull consumer the runners of one stub share. */
+export const stubConsumerName = (stubId: string) => stubId;
+
+/** Headers of a task message; the payload is the pickled `(args, kwargs)` as sent by the SDK. */
+export const TaskHeaders = {
+  taskId: "Berth-Task-Id",
+  stubId: "Berth-Stub-Id",
+  workspaceId: "Berth-Workspace-Id",
+  /** Retries after the first attempt (task_policy.max_retries). */
+  maxRetries: "Berth-Max-Retries",
+  /** Seconds; -1 = no timeout. */
+  timeout: "Berth-Timeout",
+  /** ms since epoch after which a task not yet started is EXPIRED; absent = never. */
+  expiresAt: "Berth-Expires-At",
+  /** ms since epoch. */
+  createdAt: "Berth-Created-At",
+  /** Per-task callback URL overriding the stub's; absent = the stub's. */
+  callbackUrl: "Berth-Callback-Url",
+} as const;
+
+/** Stream of task events (agent → coordinator), durable so none is lost while a coordinator restarts. */
+export const TASK_EVENTS_STREAM = "BERTH_TASK_EVENTS";
+export const taskEventSubject = (agentId: string, taskId: string) => `${AGENT_PREFIX}.${agentId}.task.${taskId}.event`;
+export const ALL_TASK_EVENTS = `${AGENT_PREFIX}.*.task.*.event`;
+/** Core NATS (not stored): what a running task prints, for the caller's terminal. */
+export const taskOutputSubject = (agentId: string, taskId: string) =>
+  `${AGENT_PREFIX}.${agentId}.task.${taskId}.output`;
+export const ALL_TASK_OUTPUT = `${AGENT_PREFIX}.*.task.*.output`;
+/** Core NATS, coordinator → every agent: stop a task wherever it runs. Payload: TaskCancelMessage. */
+export const TASK_CANCEL_SUBJECT = `${AGENT_PREFIX}.all.task-cancel`;
+
+export interface TaskCancelMessage {
+  taskId: string;
+  /** CANCELLED, or EXPIRED when the sweeper expired a task an agent may hold. */
+  status: "CANCELLED" | "EXPIRED";
+}
+
+/** An error as the runner reports it; `pickled` re-raises the same exception type in the caller. */
+export interface TaskError {
+  type: string;
+  message: string;
+  traceback: string;
+  /** base64 pickle of the exception object, when it pickles. */
+  pickled?: string;
+}
+
+interface TaskEventBase {
+  taskId: string;
+  stubId: string;
+  workspaceId: string;
+  agentId: string;
+  containerId: string;
+  /** 1 for the first attempt (JetStream delivery count). */
+  attempt: number;
+  /** ms since epoch. */
+  at: number;
+}
+
+/** A runner took the task: status RUNNING (after PENDING or RETRY). */
+export interface TaskStartedEvent extends TaskEventBase {
+  type: "started";
+}
+
+/** An attempt failed and the task goes back to the queue: status RETRY. */
+export interface TaskRetryEvent extends TaskEventBase {
+  type: "retry";
+  /** container_exited, retry_for, timeout_heartbeat, ... */
+  reason: string;
+  error?: TaskError;
+}
+
+/** The task ended. */
+export interface TaskFinishedEvent extends TaskEventBase {
+  type: "finished";
+  status: "COMPLETE" | "FAILED" | "TIMEOUT" | "EXPIRED" | "CANCELLED";
+  /** base64 pickle of the return value (COMPLETE). */
+  result?: string;
+  /** The return value as JSON text, when it is JSON-serialisable (for callbacks and the REST API). */
+  resultJson?: string;
+  error?: TaskError;
+  reason?: string;
+}
+
+export type TaskEvent = TaskStartedEvent | TaskRetryEvent | TaskFinishedEvent;
+
+export interface TaskOutputMessage {
+  taskId: string;
+  stream: "stdout" | "stderr";
+  data: string;
+  at: number;
+}
+
+/** Largest pickled argument tuple (per task) and pickled result berth accepts. */
+export const MAX_TASK_ARGS_BYTES = 4 * 1024 * 1024;
+export const MAX_TASK_RESULT_BYTES = 4 * 1024 * 1024;
+
+/** Container labels the coordinator sets on the containers it starts for a stub. */
+export const RunnerLabels = {
+  stubId: "berth.stub_id",
+  workspaceId: "berth.workspace_id",
+  managed: "berth.managed",
+} as const;
+
+/** Where things appear inside a runner container. */
+export const RunnerPaths = {
+  code: "/mnt/code",
+  sdk: "/berth/sdk",
+  bridgeDir: "/berth/run",
+  socket: "/berth/run/agent.sock",
+} as const;
