@@ -1,0 +1,94 @@
+// The containers one manager runs, with what each holds on its agent.
+
+import type { ContainerStatus } from "../../agent/rpc/container-api.ts";
+import { RunnerLabels } from "../../shared/tasks.ts";
+import { type AgentView, type Reservation, gpuTypeOf } from "../scheduler/cluster-view.ts";
+import type { ManagedContainerInfo } from "./types.ts";
+
+export interface Managed extends ManagedContainerInfo {
+  reservation: Reservation;
+  /** Whether this manager stopped it (its exit is expected). */
+  stopRequested: boolean;
+}
+
+export class ContainerTable {
+  private readonly byId = new Map<string, Managed>();
+
+  get(id: string): Managed | undefined {
+    return this.byId.get(id);
+  }
+  has(id: string): boolean {
+    return this.byId.has(id);
+  }
+  /** Whether `c` is still the tracked record (not forgotten after an exit or a lost agent). */
+  holds(c: Managed): boolean {
+    return this.byId.get(c.id) === c;
+  }
+  add(c: Managed): void {
+    this.byId.set(c.id, c);
+  }
+  remove(c: Managed): void {
+    if (this.holds(c)) this.byId.delete(c.id);
+  }
+  clear(): void {
+    this.byId.clear();
+  }
+  all(): Managed[] {
+    return [...this.byId.values()];
+  }
+  /** Containers not being stopped that match. */
+  live(pred: (c: Managed) => boolean = () => true): Managed[] {
+    return this.all().filter((c) => c.state !== "stopping" && pred(c));
+  }
+  stubIds(): string[] {
+    return [...new Set(this.all().map((c) => c.stubId))];
+  }
+  reservations(): Reservation[] {
+    return this.all().map((c) => c.reservation);
+  }
+  /** Forgets the agent's containers; returns how many. */
+  forgetAgent(agentId: string): number {
+    let n = 0;
+    for (const c of this.all()) {
+      if (c.agentId !== agentId) continue;
+      this.byId.delete(c.id);
+      n++;
+    }
+    return n;
+  }
+  info(): ManagedContainerInfo[] {
+    return this.all().map(({ id, stubId, workspaceId, agentId, state, since }) => ({
+      id,
+      stubId,
+      workspaceId,
+      agentId,
+      state,
+      since,
+    }));
+  }
+}
+
+/** A running managed container found on an agent, as a record; undefined when its labels are incomplete. */
+export function adoptedRecord(s: ContainerStatus, agent: AgentView, now: number): Managed | undefined {
+  const stubId = s.labels[RunnerLabels.stubId];
+  const workspaceId = s.labels[RunnerLabels.workspaceId];
+  if (!stubId || !workspaceId) return undefined;
+  const gpuType = s.gpus[0] ? gpuTypeOf(agent, s.gpus[0]) : undefined;
+  return {
+    id: s.id,
+    stubId,
+    workspaceId,
+    agentId: agent.agentId,
+    state: "running",
+    since: s.startedAt ?? now,
+    stopRequested: false,
+    reservation: {
+      agentId: agent.agentId,
+      cpuMillicores: Math.round(s.cpu * 1000),
+      memoryBytes: s.memoryBytes,
+      gpuCount: s.gpus.length,
+      gpuUuids: s.gpus,
+      ...(gpuType ? { gpuType } : {}),
+    },
+  };
+}

@@ -1,0 +1,81 @@
+// Failed container starts per stub: exponential backoff between rounds, and
+// a count of rounds so a stub that can never start gives its tasks back.
+
+import { BerthError } from "../../shared/errors.ts";
+import { CodeSourceError } from "./code-push.ts";
+import type { StartBackoffOptions } from "./types.ts";
+
+interface StubFailures {
+  /** Failed rounds in a row; failures within one backoff window are one round. */
+  attempts: number;
+  notBefore: number;
+  lastError: string;
+}
+
+export class StartFailures {
+  private readonly byStub = new Map<string, StubFailures>();
+
+  constructor(private readonly o: Required<StartBackoffOptions>) {}
+
+  /** Whether the stub waits out a backoff now. */
+  blocked(stubId: string, now: number): boolean {
+    const f = this.byStub.get(stubId);
+    return f !== undefined && now < f.notBefore;
+  }
+
+  attempts(stubId: string): number {
+    return this.byStub.get(stubId)?.attempts ?? 0;
+  }
+
+  /**
+   * Counts a failure; returns true when the stub has failed maxAttempts
+   * rounds in a row (the caller gives up on its waiting tasks; counting
+   * starts over).
+   */
+  record(stubId: string, now: number, message: string): boolean {
+    const f = this.byStub.get(stubId) ?? { attempts: 0, notBefore: 0, lastError: "" };
+    f.lastError = message;
+    if (now >= f.notBefore) {
+      f.attempts++;
+      const delay = Math.min(this.o.maxMs, this.o.initialMs * this.o.factor ** (f.attempts - 1));
+      f.notBefore = now + delay;
+    }
+    this.byStub.set(stubId, f);
+    if (f.attempts < this.o.maxAttempts) return false;
+    f.attempts = 0;
+    return true;
+  }
+
+  reset(stubId: string): void {
+    this.byStub.delete(stubId);
+  }
+}
+
+// Errors that will fail the same way on every try: fail the tasks, do not retry.
+const DETERMINISTIC = new Set([
+  "invalid_request",
+  "invalid_json",
+  "not_found",
+  "registry_auth_failed",
+  "permission_denied",
+]);
+
+export interface ClassifiedError {
+  deterministic: boolean;
+  code: string;
+  message: string;
+}
+
+export function classifyStartError(e: unknown): ClassifiedError {
+  if (e instanceof CodeSourceError) {
+    const inner = e.cause instanceof BerthError ? e.cause : undefined;
+    return {
+      deterministic: inner?.code === "not_found",
+      code: inner?.code ?? "internal",
+      message: `cannot read the code archive: ${e.message}`,
+    };
+  }
+  if (e instanceof BerthError)
+    return { deterministic: DETERMINISTIC.has(e.code), code: e.code, message: e.message };
+  return { deterministic: false, code: "internal", message: e instanceof Error ? e.message : String(e) };
+}

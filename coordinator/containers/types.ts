@@ -1,0 +1,137 @@
+// What the container manager depends on, as small interfaces, so the
+// composition root wires real services and logic tests feed fakes.
+
+import type { Logger } from "pino";
+import type { ContainerApi, RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
+import type { ContainerEventMessage } from "../../shared/subjects.ts";
+import type { FleetView } from "../fleet/fleet-view.ts";
+import type { TaskActivity } from "../tasks/activity.ts";
+import { runnerRequest } from "./runner-request.ts";
+
+export interface StubRecord {
+  id: string;
+  workspaceId: string;
+  name: string;
+  /** stub.type, e.g. "function". */
+  type: string;
+  config: StubConfig;
+  extra: StubExtra;
+}
+
+export interface StubSource {
+  get(stubId: string): Promise<StubRecord | undefined>;
+}
+
+/** The coordinator's content-addressed objects (code archives). */
+export interface CodeSource {
+  /** The archive's bytes; fails with BerthError not_found when the coordinator has no such object. */
+  open(sha256: string): AsyncIterable<Uint8Array>;
+}
+
+/** One ContainerApi per agent (AgentClientPool over mTLS in production). */
+export interface AgentClients {
+  client(agentId: string): ContainerApi;
+  /** The agent left or was lost: drop its connection (a later client() dials again). */
+  release?(agentId: string): void;
+}
+
+/** Container start/exit events from every agent. Returns an unsubscribe. */
+export interface ContainerEventSource {
+  subscribe(handler: (event: ContainerEventMessage) => void): () => void;
+}
+
+export interface StartBackoffOptions {
+  /** Wait after the first failed start of a stub. @default 1000 */
+  initialMs?: number;
+  /** Longest wait between attempts. @default 30000 */
+  maxMs?: number;
+  /** @default 2 */
+  factor?: number;
+  /**
+   * Failed rounds in a row (each round: the starts between two waits) after
+   * which the stub's waiting tasks are failed with the last error, so a
+   * broken image or crash-looping runner does not leave them waiting forever.
+   * @default 8
+   */
+  maxAttempts?: number;
+}
+
+export interface ContainerManagerOptions {
+  fleet: FleetView;
+  activity: TaskActivity;
+  stubs: StubSource;
+  /** Most containers a workspace may run at once. */
+  workspaceLimit(workspaceId: string): Promise<number>;
+  code: CodeSource;
+  agents: AgentClients;
+  events: ContainerEventSource;
+  log: Logger;
+  /** ms since epoch. @default Date.now */
+  clock?: () => number;
+  /** @default 1000 */
+  reconcileIntervalMs?: number;
+  startBackoff?: StartBackoffOptions;
+  /** SIGTERM grace when stopping a container. @default 10000 */
+  stopGraceMs?: number;
+  /**
+   * A container that exits this soon after it started counts as a failed
+   * start (crash loop); one that lived longer or took a task resets the count.
+   * @default 30000
+   */
+  healthyAfterMs?: number;
+  /** How long a stub's config is cached between lookups. @default 5000 */
+  stubCacheMs?: number;
+  /** Whether stop() stops the containers this manager runs. @default true */
+  stopContainersOnStop?: boolean;
+  /**
+   * What RunContainer gets for one container of a stub (the id, labels and
+   * resources must stay). @default runnerRequest: a runner container
+   */
+  containerRequest?: (
+    stub: StubRecord,
+    containerId: string,
+    gpuType: string | undefined,
+  ) => RunContainerRequest;
+}
+
+export interface ResolvedContainerManagerOptions
+  extends Required<Omit<ContainerManagerOptions, "startBackoff">> {
+  startBackoff: Required<StartBackoffOptions>;
+}
+
+export function resolveContainerManagerOptions(o: ContainerManagerOptions): ResolvedContainerManagerOptions {
+  const positive = (name: string, v: number) => {
+    if (!Number.isFinite(v) || v <= 0)
+      throw new Error(`container manager: ${name} must be a positive number, got ${v}`);
+    return v;
+  };
+  const b = o.startBackoff ?? {};
+  return {
+    ...o,
+    clock: o.clock ?? Date.now,
+    reconcileIntervalMs: positive("reconcileIntervalMs", o.reconcileIntervalMs ?? 1000),
+    stopGraceMs: o.stopGraceMs ?? 10_000,
+    healthyAfterMs: o.healthyAfterMs ?? 30_000,
+    stubCacheMs: o.stubCacheMs ?? 5000,
+    stopContainersOnStop: o.stopContainersOnStop ?? true,
+    containerRequest: o.containerRequest ?? runnerRequest,
+    startBackoff: {
+      initialMs: positive("startBackoff.initialMs", b.initialMs ?? 1000),
+      maxMs: positive("startBackoff.maxMs", b.maxMs ?? 30_000),
+      factor: positive("startBackoff.factor", b.factor ?? 2),
+      maxAttempts: positive("startBackoff.maxAttempts", b.maxAttempts ?? 8),
+    },
+  };
+}
+
+/** A container the manager placed (or found on an agent at start), as tests and stats see it. */
+export interface ManagedContainerInfo {
+  id: string;
+  stubId: string;
+  workspaceId: string;
+  agentId: string;
+  state: "starting" | "running" | "stopping";
+  /** ms since epoch: when it was placed, then when it was running. */
+  since: number;
+}

@@ -1,0 +1,103 @@
+// What the scheduler sees: each agent's total capacity and what is still free
+// after the containers the coordinator already placed there. Built from the
+// live fleet (heartbeats) plus the coordinator's own reservations.
+
+import type { HostCapacity } from "../../shared/fleet.ts";
+import type { LiveAgent } from "../fleet/fleet-view.ts";
+
+export interface Resources {
+  cpuMillicores: number;
+  memoryBytes: number;
+  /** GPU uuids by scheduling type, e.g. { H100: ["GPU-1", "GPU-2"] }. */
+  gpus: Record<string, string[]>;
+}
+
+export interface AgentView {
+  agentId: string;
+  /** Accepts new containers now. Agents that are not may still prove a request fits some day. */
+  ready: boolean;
+  total: Resources;
+  free: Resources;
+}
+
+export interface ClusterView {
+  agents: AgentView[];
+}
+
+/** What one placed container holds on its agent until it exits. */
+export interface Reservation {
+  agentId: string;
+  cpuMillicores: number;
+  memoryBytes: number;
+  /** The type the scheduler chose; the agent picks the devices. */
+  gpuType?: string;
+  gpuCount: number;
+  /** The devices the agent assigned, once known. */
+  gpuUuids?: string[];
+}
+
+/** Total resources of a host as its heartbeat reports them; GPUs only when the agent offers them. */
+export function totalResources(capacity: HostCapacity): Resources {
+  const gpus: Record<string, string[]> = {};
+  if (capacity.gpus.available) {
+    for (const d of capacity.gpus.devices) gpus[d.type] = [...(gpus[d.type] ?? []), d.uuid];
+  }
+  return {
+    cpuMillicores: Math.round(capacity.cpuCores * 1000),
+    memoryBytes: capacity.memoryBytes,
+    gpus,
+  };
+}
+
+function subtract(total: Resources, held: Reservation[]): Resources {
+  const gpus: Record<string, string[]> = {};
+  const taken = new Set(held.flatMap((r) => r.gpuUuids ?? []));
+  for (const [type, uuids] of Object.entries(total.gpus)) gpus[type] = uuids.filter((u) => !taken.has(u));
+  // Reservations whose devices are not known yet hold "some" GPUs of their type.
+  for (const r of held) {
+    if (!r.gpuType || r.gpuCount <= 0 || (r.gpuUuids && r.gpuUuids.length > 0)) continue;
+    const left = gpus[r.gpuType];
+    if (left) gpus[r.gpuType] = left.slice(Math.min(r.gpuCount, left.length));
+  }
+  return {
+    cpuMillicores: total.cpuMillicores - held.reduce((s, r) => s + r.cpuMillicores, 0),
+    memoryBytes: total.memoryBytes - held.reduce((s, r) => s + r.memoryBytes, 0),
+    gpus,
+  };
+}
+
+/**
+ * The cluster as placement sees it: every fleet-ready agent, with what the
+ * coordinator's reservations leave free. `schedulable` may hold agents back
+ * (e.g. until the coordinator knows which containers already run there).
+ */
+export function buildClusterView(
+  agents: LiveAgent[],
+  reservations: Iterable<Reservation>,
+  schedulable: (agentId: string) => boolean = () => true,
+): ClusterView {
+  const byAgent = new Map<string, Reservation[]>();
+  for (const r of reservations) {
+    const list = byAgent.get(r.agentId);
+    if (list) list.push(r);
+    else byAgent.set(r.agentId, [r]);
+  }
+  const out: AgentView[] = [];
+  for (const a of agents) {
+    if (a.state !== "ready") continue;
+    const total = totalResources(a.heartbeat.capacity);
+    out.push({
+      agentId: a.agentId,
+      ready: schedulable(a.agentId),
+      total,
+      free: subtract(total, byAgent.get(a.agentId) ?? []),
+    });
+  }
+  return { agents: out };
+}
+
+/** The type of each GPU uuid an agent reports, for reservations read back from containers. */
+export function gpuTypeOf(view: AgentView, uuid: string): string | undefined {
+  for (const [type, uuids] of Object.entries(view.total.gpus)) if (uuids.includes(uuid)) return type;
+  return undefined;
+}

@@ -1,0 +1,10 @@
+export {
+  type AgentView,
+  type ClusterView,
+  type Reservation,
+  type Resources,
+  buildClusterView,
+  gpuTypeOf,
+  totalResources,
+} from "./cluster-view.ts";
+export { type Placement, type PlacementRequest, describeRequest, place, rank } from "./place.ts";

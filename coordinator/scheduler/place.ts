@@ -1,0 +1,213 @@
+// Placement, Nomad style: a pure function from the cluster view and one
+// request to a decision. Filters drop agents that cannot take the request;
+// rankers order the rest. The GPU priority list is the outer loop: every
+// agent is tried for the first type before any agent for the next one.
+
+import type { AgentView, ClusterView, Resources } from "./cluster-view.ts";
+
+export interface PlacementRequest {
+  cpuMillicores: number;
+  memoryBytes: number;
+  /** Acceptable GPU types, best first; empty = any type (when gpuCount > 0). */
+  gpuTypes: string[];
+  gpuCount: number;
+  /** Agents that already hold what the container needs (code archive, image): preferred. */
+  preferAgents?: string[];
+}
+
+export type Placement =
+  | { ok: true; agentId: string; gpuType?: string }
+  /** permanent: no agent in the fleet could fit it even when empty (too big, no such GPU type). */
+  | { ok: false; reason: string; permanent: boolean };
+
+// ---- filters -------------------------------------------------------------
+
+export const fitsCpu = (r: Resources, req: PlacementRequest): boolean => r.cpuMillicores >= req.cpuMillicores;
+export const fitsMemory = (r: Resources, req: PlacementRequest): boolean => r.memoryBytes >= req.memoryBytes;
+
+/**
+ * The agent's spelling of a GPU type that has `req.gpuCount` devices in `r`,
+ * for one wanted type (matched case-insensitively) or, with `wanted`
+ * undefined, any type: then the one with the fewest devices that still fits,
+ * so big boxes stay whole. Undefined when none fits.
+ */
+export function fittingGpuType(
+  r: Resources,
+  req: PlacementRequest,
+  wanted: string | undefined,
+): string | undefined {
+  const fits = Object.entries(r.gpus)
+    .filter(([type, uuids]) => uuids.length >= req.gpuCount && (!wanted || sameType(type, wanted)))
+    .sort(([ta, a], [tb, b]) => a.length - b.length || ta.localeCompare(tb));
+  return fits[0]?.[0];
+}
+
+const sameType = (a: string, b: string) => a.toUpperCase() === b.toUpperCase();
+
+/** The GPU tiers tried in order: each wanted type, or one "any" tier. */
+function gpuTiers(req: PlacementRequest): (string | undefined)[] {
+  return req.gpuTypes.length > 0 ? req.gpuTypes : [undefined];
+}
+
+/** Whether `r` has room for the request with one GPU tier; returns the GPU type chosen ("" for no GPU). */
+function fits(r: Resources, req: PlacementRequest, tier: string | undefined): string | undefined {
+  if (!fitsCpu(r, req) || !fitsMemory(r, req)) return undefined;
+  if (req.gpuCount <= 0) return "";
+  return fittingGpuType(r, req, tier);
+}
+
+// ---- rankers (higher is better; compared in order) ------------------------
+
+type Ranker = (a: AgentView, req: PlacementRequest) => number;
+
+const gpuCount = (r: Resources) => Object.values(r.gpus).reduce((s, u) => s + u.length, 0);
+
+/** CPU-only work goes to hosts without GPUs first, keeping GPU hosts for GPU work. */
+export const avoidGpuHosts: Ranker = (a, req) => (req.gpuCount > 0 || gpuCount(a.total) === 0 ? 1 : 0);
+
+/** Hosts that already hold the code archive or image start the container sooner. */
+export const preferred: Ranker = (a, req) => (req.preferAgents?.includes(a.agentId) ? 1 : 0);
+
+/**
+ * Bin packing: the fuller the agent after placement (mean of its CPU and
+ * memory use), the better, so large free blocks stay for large requests.
+ */
+export const binPack: Ranker = (a, req) => {
+  const used = (total: number, free: number, want: number) => (total > 0 ? (total - free + want) / total : 1);
+  const cpu = used(a.total.cpuMillicores, a.free.cpuMillicores, req.cpuMillicores);
+  const mem = used(a.total.memoryBytes, a.free.memoryBytes, req.memoryBytes);
+  return (cpu + mem) / 2;
+};
+
+export const RANKERS: readonly Ranker[] = [avoidGpuHosts, preferred, binPack];
+
+export function rank(
+  agents: AgentView[],
+  req: PlacementRequest,
+  rankers: readonly Ranker[] = RANKERS,
+): AgentView[] {
+  const scored = agents.map((a) => ({ a, s: rankers.map((r) => r(a, req)) }));
+  scored.sort((x, y) => {
+    for (let i = 0; i < x.s.length; i++) {
+      const d = (y.s[i] ?? 0) - (x.s[i] ?? 0);
+      if (d !== 0) return d;
+    }
+    return x.a.agentId.localeCompare(y.a.agentId);
+  });
+  return scored.map((x) => x.a);
+}
+
+// ---- place ----------------------------------------------------------------
+
+export function place(view: ClusterView, req: PlacementRequest): Placement {
+  const invalid = checkRequest(req);
+  if (invalid) return { ok: false, reason: invalid, permanent: true };
+  if (view.agents.length === 0) return { ok: false, reason: "no agent is ready", permanent: false };
+
+  const ready = view.agents.filter((a) => a.ready);
+  for (const tier of gpuTiers(req)) {
+    const fitting = ready.filter((a) => fits(a.free, req, tier) !== undefined);
+    const best = rank(fitting, req)[0];
+    if (!best) continue;
+    const gpuType = fits(best.free, req, tier);
+    return gpuType ? { ok: true, agentId: best.agentId, gpuType } : { ok: true, agentId: best.agentId };
+  }
+
+  const everFits = view.agents.some((a) =>
+    gpuTiers(req).some((tier) => fits(a.total, req, tier) !== undefined),
+  );
+  if (!everFits)
+    return {
+      ok: false,
+      reason: `no agent can fit ${describeRequest(req)}; ${whyNever(view, req)}`,
+      permanent: true,
+    };
+  return {
+    ok: false,
+    reason:
+      ready.length === 0
+        ? `no agent accepts containers right now (${view.agents.length} starting up)`
+        : `every agent is full for ${describeRequest(req)}; ${mostFree(ready)}`,
+    permanent: false,
+  };
+}
+
+function checkRequest(req: PlacementRequest): string | undefined {
+  const bad = (n: number) => !Number.isFinite(n) || n < 0;
+  if (bad(req.cpuMillicores)) return `cpu must be a non-negative number, got ${req.cpuMillicores / 1000}`;
+  if (bad(req.memoryBytes)) return `memory must be a non-negative number, got ${req.memoryBytes} bytes`;
+  if (!Number.isInteger(req.gpuCount) || req.gpuCount < 0)
+    return `gpu count must be a whole number, got ${req.gpuCount}`;
+  return undefined;
+}
+
+/** Says which dimension no agent in the fleet reaches, or that none has them together. */
+function whyNever(view: ClusterView, req: PlacementRequest): string {
+  const agents = view.agents;
+  const maxBy = (f: (a: AgentView) => number) => agents.reduce((m, a) => (f(a) > f(m) ? a : m));
+  const reasons: string[] = [];
+  if (!agents.some((a) => fitsCpu(a.total, req))) {
+    const a = maxBy((x) => x.total.cpuMillicores);
+    reasons.push(`the largest agent has cpu=${cores(a.total.cpuMillicores)} (${a.agentId})`);
+  }
+  if (!agents.some((a) => fitsMemory(a.total, req))) {
+    const a = maxBy((x) => x.total.memoryBytes);
+    reasons.push(`the largest agent has memory=${bytes(a.total.memoryBytes)} (${a.agentId})`);
+  }
+  if (req.gpuCount > 0 && !agents.some((a) => gpuTiers(req).some((t) => fittingGpuType(a.total, req, t)))) {
+    const fleet = fleetGpus(agents);
+    reasons.push(
+      `no agent has ${req.gpuCount} GPU(s) of type ${req.gpuTypes.length > 0 ? req.gpuTypes.join(" or ") : "any"} (fleet GPUs: ${fleet || "none"})`,
+    );
+  }
+  if (reasons.length > 0) return reasons.join("; ");
+  const a = maxBy((x) => x.total.cpuMillicores * 1e12 + x.total.memoryBytes);
+  return `no single agent has all of it together; the largest is ${a.agentId} with ${describeResources(a.total)}`;
+}
+
+function mostFree(agents: AgentView[]): string {
+  const a = agents.reduce((m, x) => (binPack(x, ZERO) < binPack(m, ZERO) ? x : m));
+  return `the emptiest agent ${a.agentId} has ${describeResources(a.free)} free`;
+}
+
+const ZERO: PlacementRequest = { cpuMillicores: 0, memoryBytes: 0, gpuTypes: [], gpuCount: 0 };
+
+function fleetGpus(agents: AgentView[]): string {
+  const counts = new Map<string, number>();
+  for (const a of agents)
+    for (const [type, uuids] of Object.entries(a.total.gpus))
+      counts.set(type, (counts.get(type) ?? 0) + uuids.length);
+  return [...counts]
+    .filter(([, n]) => n > 0)
+    .map(([type, n]) => `${n}x${type}`)
+    .join(", ");
+}
+
+const cores = (millicores: number) => `${Number((millicores / 1000).toFixed(3))}`;
+
+export function bytes(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let v = n;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${Number(v.toFixed(1))} ${units[i]}`;
+}
+
+export function describeRequest(req: PlacementRequest): string {
+  const gpu =
+    req.gpuCount > 0
+      ? ` gpu=${req.gpuCount}x${req.gpuTypes.length > 0 ? req.gpuTypes.join("|") : "any"}`
+      : "";
+  return `cpu=${cores(req.cpuMillicores)} memory=${bytes(req.memoryBytes)}${gpu}`;
+}
+
+function describeResources(r: Resources): string {
+  const gpus = Object.entries(r.gpus)
+    .filter(([, u]) => u.length > 0)
+    .map(([t, u]) => `${u.length}x${t}`)
+    .join(",");
+  return `cpu=${cores(r.cpuMillicores)} memory=${bytes(r.memoryBytes)}${gpus ? ` gpus=${gpus}` : ""}`;
+}

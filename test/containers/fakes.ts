@@ -1,0 +1,295 @@
+// Fakes for the container manager's logic tests: a TaskActivity whose demand
+// the test sets, ContainerApis that record calls, an event source the test
+// feeds, and a fleet of real FleetView agents.
+
+import pino from "pino";
+import type { ContainerApi, ContainerStatus, RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import { ContainerManager } from "../../coordinator/containers/manager.ts";
+import type { ContainerManagerOptions, StubRecord } from "../../coordinator/containers/types.ts";
+import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
+import type { StubDemand, TaskActivity } from "../../coordinator/tasks/activity.ts";
+import { BerthError } from "../../shared/errors.ts";
+import type { HostCapacity } from "../../shared/fleet.ts";
+import type { ContainerEventMessage } from "../../shared/subjects.ts";
+import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
+
+export const GiB = 1024 ** 3;
+
+export class FakeActivity implements TaskActivity {
+  readonly demands = new Map<string, StubDemand>();
+  readonly activity = new Map<string, { busy: boolean; lastActiveAt: number }>();
+  readonly failed: { stubId: string; code: string; message: string }[] = [];
+  private readonly listeners = new Set<(stubId: string) => void>();
+
+  set(stubId: string, pending: number, running = 0, workspaceId = "ws-1"): void {
+    if (pending + running === 0) this.demands.delete(stubId);
+    else this.demands.set(stubId, { stubId, workspaceId, pending, running });
+    for (const l of this.listeners) l(stubId);
+  }
+  demand(): StubDemand[] {
+    return [...this.demands.values()];
+  }
+  demandOf(stubId: string): StubDemand | undefined {
+    return this.demands.get(stubId);
+  }
+  containerActivity(id: string) {
+    return this.activity.get(id);
+  }
+  onDemandChange(listener: (stubId: string) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+  async failPending(stubId: string, error: { code: string; message: string }): Promise<number> {
+    this.failed.push({ stubId, ...error });
+    const d = this.demands.get(stubId);
+    const n = d?.pending ?? 0;
+    if (d) this.set(stubId, 0, d.running, d.workspaceId);
+    return n;
+  }
+}
+
+type Call = [string, ...unknown[]];
+
+/** One agent's containers, in memory; `failRun` scripts errors for the next runContainer calls. */
+export class FakeAgentContainers implements ContainerApi {
+  readonly calls: Call[] = [];
+  readonly running = new Map<string, ContainerStatus>();
+  readonly code = new Map<string, Buffer>();
+  readonly failRun: Error[] = [];
+  /** Resolves runContainer calls only when released (to hold starts in flight). */
+  gate?: Promise<void>;
+
+  constructor(
+    readonly agentId: string,
+    readonly gpuUuids: string[] = [],
+  ) {}
+
+  count(name: string): number {
+    return this.calls.filter((c) => c[0] === name).length;
+  }
+  runs(): RunContainerRequest[] {
+    return this.calls.filter((c) => c[0] === "runContainer").map((c) => c[1] as RunContainerRequest);
+  }
+
+  async runContainer(req: RunContainerRequest): Promise<ContainerStatus> {
+    this.calls.push(["runContainer", req]);
+    await this.gate;
+    const err = this.failRun.shift();
+    if (err) throw err;
+    const taken = new Set([...this.running.values()].flatMap((s) => s.gpus));
+    const gpus = this.gpuUuids.filter((u) => !taken.has(u)).slice(0, req.gpu?.count ?? 0);
+    const s: ContainerStatus = {
+      id: req.id ?? "ctr-x",
+      image: req.image ?? "default",
+      imageDigest: "sha256:0",
+      state: "running",
+      pid: 1,
+      createdAt: 0,
+      startedAt: 0,
+      labels: req.labels ?? {},
+      cpu: req.cpu,
+      memoryBytes: req.memoryBytes,
+      gpus,
+      egress: { mode: "open" },
+      exposedPorts: [],
+    };
+    this.running.set(s.id, s);
+    return s;
+  }
+  async stopContainer(id: string, opts?: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus> {
+    this.calls.push(["stopContainer", id, opts]);
+    const s = this.running.get(id);
+    if (!s) throw new BerthError("not_found", `container ${id} not found`);
+    this.running.delete(id);
+    return { ...s, state: "stopped" };
+  }
+  async listContainers(filter?: { labels?: Record<string, string> }): Promise<ContainerStatus[]> {
+    this.calls.push(["listContainers", filter]);
+    return [...this.running.values()].filter((s) =>
+      Object.entries(filter?.labels ?? {}).every(([k, v]) => s.labels[k] === v),
+    );
+  }
+  async hasCode(sha256: string): Promise<boolean> {
+    this.calls.push(["hasCode", sha256]);
+    return this.code.has(sha256);
+  }
+  async putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void> {
+    this.calls.push(["putCode", sha256]);
+    const chunks: Buffer[] = [];
+    for await (const c of data) chunks.push(Buffer.from(c));
+    this.code.set(sha256, Buffer.concat(chunks));
+  }
+  getContainer(): never {
+    throw new Error("not used");
+  }
+  streamLogs(): never {
+    throw new Error("not used");
+  }
+  exec(): never {
+    throw new Error("not used");
+  }
+  pullImage(): never {
+    throw new Error("not used");
+  }
+  listImages(): never {
+    throw new Error("not used");
+  }
+  removeImage(): never {
+    throw new Error("not used");
+  }
+  importImage(): never {
+    throw new Error("not used");
+  }
+  gcImages(): never {
+    throw new Error("not used");
+  }
+  setNetworkPolicy(): never {
+    throw new Error("not used");
+  }
+}
+
+export function capacity(
+  cpuCores: number,
+  memGiB: number,
+  gpus: { type: string; uuid: string }[] = [],
+): HostCapacity {
+  return {
+    cpuCores,
+    memoryBytes: memGiB * GiB,
+    disk: { path: "/", totalBytes: 1, freeBytes: 1 },
+    gpus: {
+      available: gpus.length > 0,
+      toolkit: true,
+      devices: gpus.map((g, index) => ({ index, model: g.type, memoryMiB: 1, ...g })),
+    },
+  };
+}
+
+export function stubRecord(
+  id: string,
+  over: { config?: Partial<StubConfig>; extra?: Partial<StubExtra>; workspaceId?: string } = {},
+): StubRecord {
+  const config: StubConfig = {
+    runtime: { cpu: 1, gpu: "", memory: 512, image_id: "" },
+    handler: "app:square",
+    on_start: "",
+    python_version: "python3",
+    keep_warm_seconds: 10,
+    max_pending_tasks: 100,
+    callback_url: "",
+    task_policy: { max_retries: 3, timeout: 3600, expires: "" },
+    workers: 1,
+    authorized: true,
+    volumes: null,
+    autoscaler: { type: "queue_depth", max_containers: 1, tasks_per_container: 1 },
+    ...over.config,
+  };
+  const extra: StubExtra = {
+    cpu_millicores: 1000,
+    gpu_types: [],
+    gpu_count: 0,
+    retry_for: [],
+    image_ref: "",
+    code_sha256: "",
+    secrets: [],
+    headless: false,
+    ...over.extra,
+  };
+  return { id, workspaceId: over.workspaceId ?? "ws-1", name: id, type: "function", config, extra };
+}
+
+export interface World {
+  mgr: ContainerManager;
+  activity: FakeActivity;
+  fleet: FleetView;
+  agents: Map<string, FakeAgentContainers>;
+  stubs: Map<string, StubRecord>;
+  limits: Map<string, number>;
+  objects: Map<string, Buffer>;
+  emit(e: Omit<ContainerEventMessage, "at" | "labels"> & { labels?: Record<string, string> }): void;
+  clock: { now: number };
+  /** One reconcile and everything it started. */
+  tick(advanceMs?: number): Promise<void>;
+  addAgent(id: string, cap: HostCapacity): FakeAgentContainers;
+}
+
+export function world(over: Partial<ContainerManagerOptions> = {}): World {
+  const clock = { now: 1_000_000 };
+  const fleet = new FleetView({ minLostAfterMs: 60_000 });
+  const activity = new FakeActivity();
+  const agents = new Map<string, FakeAgentContainers>();
+  const stubs = new Map<string, StubRecord>();
+  const limits = new Map<string, number>();
+  const objects = new Map<string, Buffer>();
+  let handler: ((e: ContainerEventMessage) => void) | undefined;
+  const mgr = new ContainerManager({
+    fleet,
+    activity,
+    stubs: { get: async (id) => stubs.get(id) },
+    workspaceLimit: async (ws) => limits.get(ws) ?? 100,
+    code: {
+      async *open(sha) {
+        const b = objects.get(sha);
+        if (!b) throw new BerthError("not_found", `object ${sha} not found`);
+        yield b.subarray(0, 3);
+        yield b.subarray(3);
+      },
+    },
+    agents: {
+      client: (id) => {
+        const a = agents.get(id);
+        if (!a) throw new BerthError("unavailable", `no agent ${id}`);
+        return a;
+      },
+    },
+    events: {
+      subscribe: (h) => {
+        handler = h;
+        return () => {
+          handler = undefined;
+        };
+      },
+    },
+    log: pino({ level: "silent" }),
+    clock: () => clock.now,
+    stubCacheMs: 1,
+    // Tests drive reconciles themselves (tick); the timer only keeps a started manager alive.
+    reconcileIntervalMs: 3_600_000,
+    ...over,
+  });
+  const w: World = {
+    mgr,
+    activity,
+    fleet,
+    agents,
+    stubs,
+    limits,
+    objects,
+    clock,
+    emit: (e) => handler?.({ at: clock.now, labels: { "berth.managed": "1" }, ...e }),
+    async tick(advanceMs = 0) {
+      clock.now += advanceMs;
+      await mgr.reconcile();
+      await mgr.settled();
+    },
+    addAgent(id, cap) {
+      const gpus = cap.gpus.devices.map((d) => d.uuid);
+      const a = new FakeAgentContainers(id, gpus);
+      agents.set(id, a);
+      fleet.observe(
+        {
+          agentId: id,
+          hostname: id,
+          version: "t",
+          sentAt: 0,
+          intervalMs: 1000,
+          grpcAddress: "x:1",
+          capacity: cap,
+        },
+        clock.now,
+      );
+      return a;
+    },
+  };
+  return w;
+}
