@@ -1,4 +1,5 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import type { NatsConnection } from "nats";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { BerthError, describeError } from "../shared/errors.ts";
@@ -11,11 +12,14 @@ import { Network } from "./network/index.ts";
 import type { ResolvedAgentOptions } from "./options.ts";
 import type { ContainerApi } from "./rpc/container-api.ts";
 import { ContainerRuntime } from "./runtime/index.ts";
+import { TaskRunners } from "./tasks/runners.ts";
 
 export interface ContainerSubsystem {
   api: ContainerApi;
   /** Why containers cannot run on this agent, when they cannot. */
   disabledReason?: string;
+  /** Hands the agent's NATS connection to the task bridge: runner containers may run from then on. */
+  attachNats(nc: NatsConnection, agentId: string): Promise<void>;
   /** Stops timers; containers keep running for the next agent process. */
   close(): Promise<void>;
 }
@@ -32,7 +36,8 @@ export async function startContainers(
   publisher: () => ContainerPublisher | undefined,
 ): Promise<ContainerSubsystem> {
   if (!o.containers) return disabled("containers are disabled on this agent (--no-containers)");
-  if (process.getuid?.() !== 0) return disabled("the agent is not running as root, so it cannot run containers");
+  if (process.getuid?.() !== 0)
+    return disabled("the agent is not running as root, so it cannot run containers");
   const lock = lockBridge(o.network.bridge);
   if (typeof lock === "string") return disabled(lock);
 
@@ -60,15 +65,31 @@ export async function startContainers(
     // Log lines carry their container's labels (stub, task, ...) so consumers
     // of the logs stream can attribute them; kept a while after exit for late lines.
     const labelsById = new Map<string, Record<string, string>>();
+    // A timed-out or cancelled task's container is stopped by the host the runners belong to.
+    let hostRef: ContainerHost | undefined;
+    const runners = new TaskRunners({
+      kill: async (id) => {
+        await hostRef?.stopContainer(id, { graceMs: RUNNER_KILL_GRACE_MS, remove: true });
+      },
+      logger: log.child({ area: "tasks" }),
+    });
     const host = await ContainerHost.start({
       root: join(o.dataDir, "host"),
       images,
       network,
       runtime: (hooks) =>
-        new ContainerRuntime({ root: join(o.dataDir, "containers"), logger: log.child({ area: "runtime" }), ...hooks }),
+        new ContainerRuntime({
+          root: join(o.dataDir, "containers"),
+          logger: log.child({ area: "runtime" }),
+          ...hooks,
+        }),
       gpus,
       gpuInjector: new GpuInjector({ nvidiaSmiPath: o.nvidiaSmi }),
       allowedMountRoots: [mountsRoot],
+      codeDir: join(o.dataDir, "code"),
+      bridgeDir: join(o.dataDir, "bridge"),
+      sdkDir: o.sdkDir,
+      runners,
       logger: log.child({ area: "containers" }),
       onEvent: (e) => {
         const s = e.status;
@@ -83,22 +104,24 @@ export async function startContainers(
           ...(s.reason ? { reason: s.reason } : {}),
           labels: s.labels,
         });
-        log.info({ containerId: e.containerId, exitCode: s.exitCode, reason: s.reason }, `container ${e.type}`);
+        log.info(
+          { containerId: e.containerId, exitCode: s.exitCode, reason: s.reason },
+          `container ${e.type}`,
+        );
       },
       onLog: (l) => {
         const labels = labelsById.get(l.containerId) ?? {};
         publisher()?.log({ containerId: l.containerId, stream: l.stream, line: l.line, ts: l.ts, labels });
       },
     });
+    hostRef = host;
     const net = network;
-    const gc = startImageGc(
-      images,
-      imageGcSchedule(o),
-      log.child({ area: "image-gc" }),
-    );
+    const gc = startImageGc(images, imageGcSchedule(o), log.child({ area: "image-gc" }));
     return {
       api: host,
+      attachNats: (nc, agentId) => runners.attach(nc, agentId),
       async close() {
+        await runners.stop();
         await gc.stop();
         host.close();
         await net.shutdown();
@@ -112,6 +135,9 @@ export async function startContainers(
     return disabled(`the container subsystem failed to start: ${describeError(e)}`);
   }
 }
+
+/** Grace a runner gets when its task timed out or was cancelled: the task is over either way. */
+const RUNNER_KILL_GRACE_MS = 2_000;
 
 /** Agent options the periodic image GC reads (the agent's flags fill them). */
 export interface ImageGcFields {
@@ -202,8 +228,10 @@ function disabled(reason: string): ContainerSubsystem {
     importImage: async () => fail(),
     gcImages: async () => fail(),
     setNetworkPolicy: async () => fail(),
+    hasCode: async () => fail(),
+    putCode: async () => fail(),
   };
-  return { api, disabledReason: reason, close: async () => {} };
+  return { api, disabledReason: reason, attachNats: async () => {}, close: async () => {} };
 }
 
 /**

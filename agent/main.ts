@@ -25,7 +25,10 @@ export interface RunningAgent {
 }
 
 /** The agent's composition root: identity, capacity, gRPC, NATS heartbeats. */
-export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ level: o.logLevel })): Promise<RunningAgent> {
+export async function startAgent(
+  o: ResolvedAgentOptions,
+  log: Logger = pino({ level: o.logLevel }),
+): Promise<RunningAgent> {
   const startedAt = Date.now();
   mkdirSync(o.dataDir, { recursive: true, mode: 0o700 });
   const identity = await resolveIdentity(o, log);
@@ -50,7 +53,12 @@ export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ l
     capacity,
   };
   let publisher: ContainerPublisher | undefined;
-  const containers = await startContainers(o, log, () => gpu.current, () => publisher);
+  const containers = await startContainers(
+    o,
+    log,
+    () => gpu.current,
+    () => publisher,
+  );
   if (containers.disabledReason) log.warn(containers.disabledReason);
 
   let rpc: AgentRpcServer;
@@ -101,10 +109,18 @@ export async function startAgent(o: ResolvedAgentOptions, log: Logger = pino({ l
       heartbeats?.attach(conn);
       events.attach(conn);
       publisher = events;
+      containers
+        .attachNats(conn, identity.agentId)
+        .catch((e) => log.error({ err: describeError(e) }, "cannot start the task bridge"));
     });
   }
   log.info(
-    { agentId: identity?.agentId, socket: o.unixSocket, grpcPort: rpc.tcpPort, coordinator: identity?.coordinator },
+    {
+      agentId: identity?.agentId,
+      socket: o.unixSocket,
+      grpcPort: rpc.tcpPort,
+      coordinator: identity?.coordinator,
+    },
     identity ? "agent ready" : "agent ready (edge mode: no coordinator)",
   );
 

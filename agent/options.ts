@@ -1,6 +1,7 @@
 import { hostname } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { BerthError } from "../shared/errors.ts";
+import { DEFAULT_SDK_DIR } from "./host/options.ts";
 
 export interface AgentOptions {
   /** Coordinator URL to join; omitted for an edge agent with no coordinator. */
@@ -42,6 +43,8 @@ export interface AgentOptions {
   imageGcIntervalMs?: number;
   /** Images unused this long are collected. @default 24 hours */
   imageGcUnusedForMs?: number;
+  /** The Python SDK (the directory holding `berth/`) mounted into runner containers. @default the repository's sdk/python */
+  sdkDir?: string;
 }
 
 export interface ResolvedAgentOptions {
@@ -63,6 +66,7 @@ export interface ResolvedAgentOptions {
   insecureRegistries: string[];
   imageGcIntervalMs?: number;
   imageGcUnusedForMs?: number;
+  sdkDir: string;
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -102,14 +106,21 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     insecureRegistries: o.insecureRegistries ?? [],
     ...(o.imageGcIntervalMs !== undefined ? { imageGcIntervalMs: o.imageGcIntervalMs } : {}),
     ...(o.imageGcUnusedForMs !== undefined ? { imageGcUnusedForMs: o.imageGcUnusedForMs } : {}),
+    sdkDir: resolve(o.sdkDir ?? DEFAULT_SDK_DIR),
   };
 }
 
 function networkNames(o: AgentOptions): ResolvedAgentOptions["network"] {
-  const subnets = { ...(o.subnet4 ? { subnet4: o.subnet4 } : {}), ...(o.subnet6 ? { subnet6: o.subnet6 } : {}) };
+  const subnets = {
+    ...(o.subnet4 ? { subnet4: o.subnet4 } : {}),
+    ...(o.subnet6 ? { subnet6: o.subnet6 } : {}),
+  };
   if (!o.networkPrefix) return { bridge: "berth0", table: "berth", namePrefix: "brt", ...subnets };
   if (!/^[a-z][a-z0-9]{1,5}$/.test(o.networkPrefix)) {
-    throw new BerthError("invalid_request", `--network-prefix ${JSON.stringify(o.networkPrefix)} must be 2-6 characters [a-z0-9] starting with a letter`);
+    throw new BerthError(
+      "invalid_request",
+      `--network-prefix ${JSON.stringify(o.networkPrefix)} must be 2-6 characters [a-z0-9] starting with a letter`,
+    );
   }
   const p = o.networkPrefix;
   return { bridge: `${p}br0`, table: `berth_${p}`, namePrefix: p, ...subnets };

@@ -59,7 +59,7 @@ export function clusterNatsUsers(p: { coordinatorPassword: string; agentPassword
     {
       user: "agent",
       password: p.agentPassword,
-      publish: [`${AGENT_PREFIX}.>`, "$JS.API.>", "_INBOX.>"],
+      publish: [`${AGENT_PREFIX}.>`, "$JS.API.>", "$JS.ACK.BERTH_TASKS.>", "_INBOX.>"],
       subscribe: [`${AGENT_PREFIX}.>`, "_INBOX.>"],
     },
   ];

@@ -8,8 +8,7 @@ import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts"
 import { BerthError, describeError, isBerthError, notFound } from "../../shared/errors.ts";
 import type { GpuDevice } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
-import type { ImageInfo } from "../images/index.ts";
-import type { ContainerNetwork } from "../network/index.ts";
+import { CodeStore } from "../code/store.ts";
 import type {
   ContainerApi,
   ContainerStatus,
@@ -19,11 +18,11 @@ import type {
   LogEntry,
   RunContainerRequest,
 } from "../rpc/container-api.ts";
-import type { BindMount, ContainerEvent, ContainerInfo } from "../runtime/index.ts";
+import type { BindMount, ContainerEvent, } from "../runtime/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
 import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
-import { gcImages, imageOpsStore, importImage } from "./image-ops.ts";
+import { gcImages, imageOpsStore, imageSummary, importImage } from "./image-ops.ts";
 import { streamLogFiles } from "./logs.ts";
 import { checkMountSource } from "./mounts.ts";
 import {
@@ -32,19 +31,9 @@ import {
   type ResolvedContainerHostOptions,
   resolveContainerHostOptions,
 } from "./options.ts";
-import { type HostRecord, HostRecords } from "./records.ts";
-import { type ResolvedRunRequest, resolveRunRequest } from "./request.ts";
-
-export function imageSummary(i: ImageInfo): ImageSummary {
-  return {
-    ref: i.ref,
-    refs: [...i.refs],
-    digest: i.digest,
-    sizeBytes: i.sizeBytes,
-    pulledAt: i.pulledAt,
-    inUse: i.inUseBy.length > 0,
-  };
-}
+import { type HostRecord, HostRecords, newHostRecord, recordStatus } from "./records.ts";
+import { resolveRunRequest } from "./request.ts";
+import { applyRunner, RunnerBridges } from "./runner.ts";
 
 /** Re-throws a step's failure saying which step it was, keeping its code and details. */
 function stepFailed(id: string, step: string, e: unknown): BerthError {
@@ -62,6 +51,8 @@ export class ContainerHost implements ContainerApi {
   /** Ids between reservation and the end of runContainer. */
   private readonly starting = new Set<string>();
   private recovering = false;
+  readonly code: CodeStore;
+  private readonly bridges: RunnerBridges;
 
   private constructor(opts: ContainerHostOptions) {
     this.options = resolveContainerHostOptions(opts);
@@ -69,6 +60,8 @@ export class ContainerHost implements ContainerApi {
     mkdirSync(this.hostsDir, { recursive: true });
     mkdirSync(this.execDir, { recursive: true });
     this.allocations = new Allocations(this.options.cpuOvercommit);
+    this.code = new CodeStore(this.options.codeDir);
+    this.bridges = new RunnerBridges(this.options.bridgeDir, this.options.runners);
     this.runtime = this.options.runtime({
       onEvent: (e) => this.onRuntimeEvent(e),
       onLog: (l) =>
@@ -117,6 +110,7 @@ export class ContainerHost implements ContainerApi {
       const info = this.runtime.get(r.id);
       if (!info) {
         log.warn({ id: r.id }, "dropping the record of a container that no longer exists");
+        await this.bridges.close(r.id);
         this.forget(r.id);
         continue;
       }
@@ -131,6 +125,7 @@ export class ContainerHost implements ContainerApi {
       if (info.status === "running" && !r.released) {
         this.allocations.hold(r.id, r);
         live.push(r.id);
+        if (r.request.runner) await this.bridges.reopen(r.id, r.request.runner, log);
       } else if (!r.released) {
         this.markReleased(r);
       }
@@ -155,6 +150,8 @@ export class ContainerHost implements ContainerApi {
       destination: m.destination,
       readonly: m.readOnly,
     }));
+    const codeDir = req.code ? this.codeDirOf(req.code.sha256) : undefined;
+    if (req.runner) this.bridges.check();
     const [hostResources, gpuReport] = await Promise.all([this.options.capacity(), this.options.gpus()]);
     // From here to hold() nothing awaits: the check and the reservation are one step.
     this.assertNew(id);
@@ -200,16 +197,30 @@ export class ContainerHost implements ContainerApi {
       writeFileSync(hostsFile, hostsFileText(req.hostname ?? defaultHostname(id), net.ipv4, net.ipv6), {
         mode: 0o644,
       });
+      let bridgeDir: string | undefined;
+      if (req.runner) {
+        step = "opening the task bridge";
+        undo.push({ what: "task bridge", fn: () => this.bridges.close(id) });
+        bridgeDir = await this.bridges.open(id, req.runner);
+      }
       step = "building the container spec";
-      const spec = buildContainerSpec({ req, image, mounts, net, hostsFile, gpu: injection });
+      const run = applyRunner(req, req.runner, { codeDir, bridgeDir, sdkDir: this.options.sdkDir });
+      const spec = buildContainerSpec({
+        req: run.req,
+        image,
+        mounts: [...mounts, ...run.mounts],
+        net,
+        hostsFile,
+        gpu: injection,
+      });
       step = "saving the host record";
-      const record = this.newRecord(req, image, gpus, net);
+      const record = newHostRecord(run.req, image, gpus, net);
       undo.push({ what: "host record", fn: () => this.forget(id) });
       this.records.write(record);
       this.byId.set(id, record);
       step = "starting the container";
       const info = await this.runtime.run(spec);
-      return this.status(record, this.runtime.get(id) ?? info);
+      return recordStatus(record, this.runtime.get(id) ?? info);
     } catch (e) {
       this.allocations.free(id);
       for (const u of undo.reverse()) {
@@ -245,36 +256,6 @@ export class ContainerHost implements ContainerApi {
     return injection;
   }
 
-  private newRecord(
-    req: ResolvedRunRequest,
-    image: ImageInfo,
-    gpus: GpuDevice[],
-    net: ContainerNetwork,
-  ): HostRecord {
-    const request: HostRecord["request"] = { args: req.args, env: req.env, mounts: req.mounts };
-    if (req.cwd) request.cwd = req.cwd;
-    if (req.user) request.user = req.user;
-    if (req.hostname) request.hostname = req.hostname;
-    if (req.pidsLimit !== undefined) request.pidsLimit = req.pidsLimit;
-    if (req.gpu) request.gpu = req.gpu;
-    if (req.timeoutMs !== undefined) request.timeoutMs = req.timeoutMs;
-    return {
-      version: 1,
-      id: req.id,
-      image: image.ref,
-      imageDigest: image.digest,
-      cpu: req.cpu,
-      memoryBytes: req.memoryBytes,
-      gpus: gpus.map((g) => g.uuid),
-      egress: net.policy,
-      exposedPorts: req.exposedPorts,
-      ipv4: net.ipv4,
-      ipv6: net.ipv6,
-      labels: req.labels,
-      request,
-    };
-  }
-
   async stopContainer(
     id: string,
     opts: { graceMs?: number; remove?: boolean } = {},
@@ -287,9 +268,10 @@ export class ContainerHost implements ContainerApi {
     const current = this.runtime.get(id);
     const info = current?.status === "running" ? await this.runtime.stop(id, { graceMs }) : current;
     await this.release(record);
-    const status = this.status(record, info);
+    const status = recordStatus(record, info);
     if (opts.remove) {
       await this.runtime.delete(id);
+      await this.bridges.close(id);
       await this.options.network.detach(id);
       this.options.images.release(record.imageDigest, id);
       this.forget(id);
@@ -299,7 +281,7 @@ export class ContainerHost implements ContainerApi {
 
   async getContainer(id: string): Promise<ContainerStatus> {
     const record = this.mustGet(id);
-    return this.status(record, this.runtime.get(id));
+    return recordStatus(record, this.runtime.get(id));
   }
 
   async listContainers(filter: { labels?: Record<string, string> } = {}): Promise<ContainerStatus[]> {
@@ -308,7 +290,7 @@ export class ContainerHost implements ContainerApi {
     for (const r of this.byId.values()) {
       if (this.starting.has(r.id)) continue;
       if (!want.every(([k, v]) => r.labels[k] === v)) continue;
-      out.push(this.status(r, this.runtime.get(r.id)));
+      out.push(recordStatus(r, this.runtime.get(r.id)));
     }
     return out.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
   }
@@ -322,7 +304,7 @@ export class ContainerHost implements ContainerApi {
     const net = await this.options.network.setPolicy(id, p);
     record.egress = net.policy;
     this.records.write(record);
-    return this.status(record, this.runtime.get(id));
+    return recordStatus(record, this.runtime.get(id));
   }
 
   async *streamLogs(
@@ -402,7 +384,8 @@ export class ContainerHost implements ContainerApi {
           );
       }
     }
-    const status = this.status(record, this.runtime.get(e.containerId));
+    const status = recordStatus(record, this.runtime.get(e.containerId));
+    if (e.type === "exit" && record.request.runner) this.bridges.exited(record.id, status.exitCode);
     const ev =
       e.type === "start"
         ? { type: "start" as const, containerId: e.containerId, at: e.at, status }
@@ -437,28 +420,23 @@ export class ContainerHost implements ContainerApi {
     rmSync(join(this.hostsDir, id), { force: true });
   }
 
-  private status(r: HostRecord, info: ContainerInfo | undefined): ContainerStatus {
-    const s: ContainerStatus = {
-      id: r.id,
-      image: r.image,
-      imageDigest: r.imageDigest,
-      state: info?.status ?? "stopped",
-      pid: info?.pid ?? 0,
-      createdAt: info?.createdAt ?? 0,
-      labels: { ...r.labels },
-      cpu: r.cpu,
-      memoryBytes: r.memoryBytes,
-      gpus: [...r.gpus],
-      egress: r.egress,
-      exposedPorts: [...r.exposedPorts],
-    };
-    if (info?.startedAt !== undefined) s.startedAt = info.startedAt;
-    if (info?.exitedAt !== undefined) s.exitedAt = info.exitedAt;
-    if (info?.exitCode !== undefined) s.exitCode = info.exitCode;
-    if (info?.reason !== undefined) s.reason = info.reason;
-    if (r.ipv4) s.ipv4 = r.ipv4;
-    if (r.ipv6) s.ipv6 = r.ipv6;
-    return s;
+  async hasCode(sha256: string): Promise<boolean> {
+    return this.code.has(sha256);
+  }
+
+  async putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void> {
+    await this.code.put(sha256, data);
+  }
+
+  private codeDirOf(sha256: string): string {
+    if (!this.code.has(sha256)) {
+      throw new BerthError(
+        "failed_precondition",
+        `code archive ${sha256} is not on this agent: put the code first (PutCode), then run the container`,
+        { sha256 },
+      );
+    }
+    return this.code.dir(sha256);
   }
 
   private assertNew(id: string): void {

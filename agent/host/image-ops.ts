@@ -6,7 +6,12 @@ import { existsSync, statSync } from "node:fs";
 import { isAbsolute } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
 import type { CommandRunner, GcOptions, GcResult, ImageInfo } from "../images/index.ts";
-import type { ImageGcResult, ImageImportKind, ImportImageRequest } from "../rpc/container-api.ts";
+import type {
+  ImageGcResult,
+  ImageImportKind,
+  ImageSummary,
+  ImportImageRequest,
+} from "../rpc/container-api.ts";
 
 /** What import and gc need from the image store; agent/images' ImageStore has it. */
 export interface ImageOpsStore {
@@ -14,6 +19,17 @@ export interface ImageOpsStore {
   importRootfs(source: string, opts: { name: string }): Promise<ImageInfo>;
   gc(opts?: GcOptions): Promise<GcResult>;
   readonly options: { runner: CommandRunner; tar: string; transferTimeoutMs: number };
+}
+
+export function imageSummary(i: ImageInfo): ImageSummary {
+  return {
+    ref: i.ref,
+    refs: [...i.refs],
+    digest: i.digest,
+    sizeBytes: i.sizeBytes,
+    pulledAt: i.pulledAt,
+    inUse: i.inUseBy.length > 0,
+  };
 }
 
 const KINDS: readonly ImageImportKind[] = ["auto", "oci-archive", "docker-archive", "rootfs"];

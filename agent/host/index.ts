@@ -3,7 +3,8 @@
 export { type Allocation, Allocations, formatBytes, type HostResources, pickGpus } from "./allocations.ts";
 export { buildContainerSpec, containerArgs, hostsFileText } from "./container-spec.ts";
 export { resolveExecRequest, runcExecArgv } from "./exec.ts";
-export { ContainerHost, imageSummary } from "./host.ts";
+export { ContainerHost } from "./host.ts";
+export { imageSummary } from "./image-ops.ts";
 export { checkMountSource } from "./mounts.ts";
 export {
   type ContainerHostOptions,
@@ -12,6 +13,7 @@ export {
   type HostImages,
   type HostLogger,
   type HostNetwork,
+  type HostRunners,
   type HostRuntime,
   type ResolvedContainerHostOptions,
   resolveContainerHostOptions,

@@ -1,11 +1,12 @@
 import { availableParallelism, totalmem } from "node:os";
-import { isAbsolute, resolve } from "node:path";
+import { isAbsolute, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { invalid } from "../../shared/errors.ts";
 import type { GpuReport } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
 import type { ImageInfo, PullOptions, RemoveResult } from "../images/index.ts";
 import type { ContainerNetwork, RecoverReport } from "../network/index.ts";
-import type { ContainerStatus, LogEntry } from "../rpc/container-api.ts";
+import type { ContainerStatus, LogEntry, RunnerConfig } from "../rpc/container-api.ts";
 import type { ContainerEvent, ContainerInfo, ContainerSpec, LogLine } from "../runtime/index.ts";
 import type { HostResources } from "./allocations.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
@@ -44,6 +45,24 @@ export interface HostRuntime {
 export interface HostGpuInjector {
   inject(devices: readonly import("../../shared/fleet.ts").GpuDevice[]): Promise<GpuInjection>;
 }
+
+/**
+ * The task side of runner containers (agent/tasks): one bridge server per
+ * runner container on its socket, and what happens to its task when it exits.
+ */
+export interface HostRunners {
+  /** Throws (a BerthError) when runner containers cannot run on this agent now. */
+  check(): void;
+  /** Serves the bridge for `containerId` on `socketPath` (recreated when it exists). */
+  open(containerId: string, runner: RunnerConfig, socketPath: string): Promise<void>;
+  /** Stops serving it; its in-flight tasks are left to exited() or JetStream's redelivery. */
+  close(containerId: string): Promise<void>;
+  /** The container ended: a task it held is retried or failed. */
+  exited(containerId: string, exitCode: number | undefined): void;
+}
+
+/** The repository's Python SDK (sdk/python, which holds `berth/`). */
+export const DEFAULT_SDK_DIR = fileURLToPath(new URL("../../sdk/python", import.meta.url));
 
 /** The runtime's callbacks, handed to the factory that builds it. */
 export interface RuntimeHooks {
@@ -93,6 +112,14 @@ export interface ContainerHostOptions {
   onLog?: (l: LogEntry) => void;
   /** Grace for stopContainer when the caller gives none. @default 10_000 */
   defaultGraceMs?: number;
+  /** Unpacked code archives (CodeStore). @default root/code */
+  codeDir?: string;
+  /** Per-runner-container bridge directories (`<dir>/<id>/agent.sock`). @default root/bridge */
+  bridgeDir?: string;
+  /** The Python SDK mounted into runner containers. @default DEFAULT_SDK_DIR */
+  sdkDir?: string;
+  /** Needed only to run runner containers (requests with `runner`). */
+  runners?: HostRunners;
 }
 
 export interface ResolvedContainerHostOptions {
@@ -109,6 +136,10 @@ export interface ResolvedContainerHostOptions {
   onEvent: (e: HostEvent) => void;
   onLog: (l: LogEntry) => void;
   defaultGraceMs: number;
+  codeDir: string;
+  bridgeDir: string;
+  sdkDir: string;
+  runners: HostRunners | undefined;
 }
 
 const silent: HostLogger = { info() {}, warn() {}, error() {} };
@@ -155,8 +186,9 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
   if (!Number.isInteger(defaultGraceMs) || defaultGraceMs < 0) {
     throw invalid(`container host: defaultGraceMs must be an integer >= 0, got ${defaultGraceMs}`);
   }
+  const root = resolve(o.root);
   return {
-    root: resolve(o.root),
+    root,
     images: o.images,
     network: o.network,
     runtime: o.runtime,
@@ -169,5 +201,9 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
     onEvent: o.onEvent ?? (() => {}),
     onLog: o.onLog ?? (() => {}),
     defaultGraceMs,
+    codeDir: resolve(o.codeDir ?? join(root, "code")),
+    bridgeDir: resolve(o.bridgeDir ?? join(root, "bridge")),
+    sdkDir: resolve(o.sdkDir ?? DEFAULT_SDK_DIR),
+    runners: o.runners,
   };
 }

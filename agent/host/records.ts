@@ -5,6 +5,12 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { EgressPolicy } from "../../shared/egress.ts";
+import type { GpuDevice } from "../../shared/fleet.ts";
+import type { ImageInfo } from "../images/index.ts";
+import type { ContainerNetwork } from "../network/index.ts";
+import type { ContainerStatus, RunnerConfig } from "../rpc/container-api.ts";
+import type { ContainerInfo } from "../runtime/index.ts";
+import type { ResolvedRunRequest } from "./request.ts";
 
 export interface HostRecord {
   version: 1;
@@ -30,6 +36,9 @@ export interface HostRecord {
     gpu?: { count: number; types?: string[] };
     mounts: { source: string; destination: string; readOnly: boolean }[];
     timeoutMs?: number;
+    code?: { sha256: string };
+    /** Set for runner containers: a restarted agent serves their bridge again. */
+    runner?: RunnerConfig;
   };
   /** Set when stopContainer (without remove) or the container's own exit released its resources. */
   released?: boolean;
@@ -70,4 +79,60 @@ export class HostRecords {
     }
     return out;
   }
+}
+
+export function newHostRecord(
+  req: ResolvedRunRequest,
+  image: ImageInfo,
+  gpus: GpuDevice[],
+  net: ContainerNetwork,
+): HostRecord {
+  const request: HostRecord["request"] = { args: req.args, env: req.env, mounts: req.mounts };
+  if (req.cwd) request.cwd = req.cwd;
+  if (req.user) request.user = req.user;
+  if (req.hostname) request.hostname = req.hostname;
+  if (req.pidsLimit !== undefined) request.pidsLimit = req.pidsLimit;
+  if (req.gpu) request.gpu = req.gpu;
+  if (req.timeoutMs !== undefined) request.timeoutMs = req.timeoutMs;
+  if (req.code) request.code = req.code;
+  if (req.runner) request.runner = req.runner;
+  return {
+    version: 1,
+    id: req.id,
+    image: image.ref,
+    imageDigest: image.digest,
+    cpu: req.cpu,
+    memoryBytes: req.memoryBytes,
+    gpus: gpus.map((g) => g.uuid),
+    egress: net.policy,
+    exposedPorts: req.exposedPorts,
+    ipv4: net.ipv4,
+    ipv6: net.ipv6,
+    labels: req.labels,
+    request,
+  };
+}
+
+export function recordStatus(r: HostRecord, info: ContainerInfo | undefined): ContainerStatus {
+  const s: ContainerStatus = {
+    id: r.id,
+    image: r.image,
+    imageDigest: r.imageDigest,
+    state: info?.status ?? "stopped",
+    pid: info?.pid ?? 0,
+    createdAt: info?.createdAt ?? 0,
+    labels: { ...r.labels },
+    cpu: r.cpu,
+    memoryBytes: r.memoryBytes,
+    gpus: [...r.gpus],
+    egress: r.egress,
+    exposedPorts: [...r.exposedPorts],
+  };
+  if (info?.startedAt !== undefined) s.startedAt = info.startedAt;
+  if (info?.exitedAt !== undefined) s.exitedAt = info.exitedAt;
+  if (info?.exitCode !== undefined) s.exitCode = info.exitCode;
+  if (info?.reason !== undefined) s.reason = info.reason;
+  if (r.ipv4) s.ipv4 = r.ipv4;
+  if (r.ipv6) s.ipv6 = r.ipv6;
+  return s;
 }

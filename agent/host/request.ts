@@ -6,8 +6,10 @@ import { isAbsolute } from "node:path";
 import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
 import { invalid } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
-import type { GpuRequest, RunContainerRequest } from "../rpc/container-api.ts";
+import { checkSha256 } from "../code/store.ts";
+import type { GpuRequest, RunContainerRequest, RunnerConfig } from "../rpc/container-api.ts";
 import { checkCpuAndMemory } from "../runtime/spec.ts";
+import { resolveRunnerConfig } from "./runner.ts";
 
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 const ENV_KEY_RE = /^[^=\0]+$/;
@@ -33,6 +35,9 @@ export interface ResolvedRunRequest {
   timeoutMs?: number;
   labels: Record<string, string>;
   startupWindowMs?: number;
+  /** Lower-cased sha256 of a code archive to mount. */
+  code?: { sha256: string };
+  runner?: RunnerConfig;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -164,6 +169,12 @@ export function resolveRunRequest(req: RunContainerRequest): ResolvedRunRequest 
   if (timeout !== undefined) out.timeoutMs = timeout;
   const window = optionalInt(req.startupWindowMs, "startupWindowMs", 0);
   if (window !== undefined) out.startupWindowMs = window;
+  if (req.code !== undefined && req.code !== null) {
+    if (!isObject(req.code)) throw invalid("code must be { sha256 }", { field: "code" });
+    out.code = { sha256: checkSha256(req.code.sha256) };
+  }
+  const runner = resolveRunnerConfig(req.runner);
+  if (runner) out.runner = runner;
   return out;
 }
 

@@ -197,6 +197,15 @@ export class AgentRpcClient implements AgentApi, ContainerApi {
     return this.containers.setNetworkPolicy(id, policy);
   }
 
+  hasCode(sha256: string): Promise<boolean> {
+    return this.containers.hasCode(sha256);
+  }
+
+  /** Streams the archive in chunks of at most 1 MiB; resolves once the agent stored and unpacked it. */
+  putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void> {
+    return this.containers.putCode(sha256, data);
+  }
+
   close(): void {
     this.client.close();
   }

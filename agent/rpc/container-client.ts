@@ -52,6 +52,15 @@ type UnaryMethod = (
   callback: (err: grpc.ServiceError | null, res?: unknown) => void,
 ) => grpc.ClientUnaryCall;
 
+type ClientStreamMethod = (
+  metadata: grpc.Metadata,
+  options: grpc.CallOptions,
+  callback: (err: grpc.ServiceError | null, res?: unknown) => void,
+) => grpc.ClientWritableStream<unknown>;
+
+/** Largest data field of one PutCode message (gRPC's default message limit is 4 MiB). */
+const PUT_CODE_CHUNK_BYTES = 1024 * 1024;
+
 type StreamMethod = (
   request: object,
   metadata: grpc.Metadata,
@@ -200,5 +209,54 @@ export class ContainerRpcClient implements ContainerApi {
   async setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus> {
     const res = await unaryCall(this.ch, "SetNetworkPolicy", { id, egress: egressToProto(policy) });
     return containerFromProto(res as WireContainer);
+  }
+
+  async hasCode(sha256: string): Promise<boolean> {
+    const res = (await unaryCall(this.ch, "HasCode", { sha256 })) as { exists: boolean };
+    return res.exists;
+  }
+
+  async putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void> {
+    if (typeof sha256 !== "string" || sha256 === "") {
+      throw new BerthError("invalid_request", "putCode needs the archive's sha256");
+    }
+    const deadline = new Date(Date.now() + this.ch.longDeadlineMs);
+    let settled = false;
+    let call!: grpc.ClientWritableStream<unknown>;
+    const done = new Promise<void>((resolve, reject) => {
+      call = method<ClientStreamMethod>(this.ch, "PutCode").call(
+        this.ch.client,
+        new grpc.Metadata(),
+        { deadline },
+        (err) => {
+          settled = true;
+          if (err)
+            reject(fromGrpcError(err, { address: this.ch.address, deadlineMs: this.ch.longDeadlineMs }));
+          else resolve();
+        },
+      );
+    });
+    // Waits for room to write, or for the agent's answer (after which nothing drains).
+    const write = (msg: object) =>
+      call.write(msg)
+        ? Promise.resolve()
+        : Promise.race([new Promise<void>((r) => call.once("drain", () => r())), done]);
+    try {
+      await write({ sha256 });
+      for await (const chunk of data) {
+        // The agent answered early (it has the archive, or refused it): stop sending.
+        if (settled) break;
+        for (let off = 0; off < chunk.byteLength; off += PUT_CODE_CHUNK_BYTES) {
+          const part = chunk.subarray(off, off + PUT_CODE_CHUNK_BYTES);
+          await write({ data: Buffer.from(part.buffer, part.byteOffset, part.byteLength) });
+        }
+      }
+      call.end();
+    } catch (e) {
+      call.cancel();
+      await done.catch(() => {});
+      throw e;
+    }
+    await done;
   }
 }

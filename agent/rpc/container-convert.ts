@@ -14,6 +14,7 @@ import type {
   ImageSummary,
   LogEntry,
   RunContainerRequest,
+  RunnerConfig,
 } from "./container-api.ts";
 
 type WireContainerState =
@@ -64,6 +65,20 @@ export interface WireRunContainerRequest {
   timeoutMs?: number;
   labels: Record<string, string>;
   startupWindowMs?: number;
+  code?: { sha256: string } | null;
+  runner?: WireRunnerConfig | null;
+}
+
+export interface WireRunnerConfig {
+  stubId: string;
+  workspaceId: string;
+  stubType: string;
+  handler: string;
+  onStart?: string;
+  pythonVersion?: string;
+  callbackUrl?: string;
+  retryFor: string[];
+  workers?: number;
 }
 
 export interface WireContainer {
@@ -243,6 +258,37 @@ export function runRequestToProto(r: RunContainerRequest): WireRunContainerReque
       r.startupWindowMs === undefined
         ? undefined
         : uint(r.startupWindowMs, "startupWindowMs", "invalid_request"),
+    code: r.code ? { sha256: r.code.sha256 } : null,
+    runner: r.runner ? runnerToProto(r.runner) : null,
+  });
+}
+
+function runnerToProto(r: RunnerConfig): WireRunnerConfig {
+  return defined<WireRunnerConfig>({
+    stubId: r.stubId,
+    workspaceId: r.workspaceId,
+    stubType: r.stubType,
+    handler: r.handler,
+    onStart: r.onStart,
+    pythonVersion: r.pythonVersion,
+    callbackUrl: r.callbackUrl,
+    retryFor: [...(r.retryFor ?? [])],
+    workers:
+      r.workers === undefined ? undefined : uint(r.workers, "runner.workers", "invalid_request", UINT32),
+  });
+}
+
+function runnerFromProto(w: WireRunnerConfig): RunnerConfig {
+  return defined<RunnerConfig>({
+    stubId: w.stubId,
+    workspaceId: w.workspaceId,
+    stubType: w.stubType,
+    handler: w.handler,
+    onStart: w.onStart,
+    pythonVersion: w.pythonVersion,
+    callbackUrl: w.callbackUrl,
+    retryFor: w.retryFor.length ? [...w.retryFor] : undefined,
+    workers: w.workers,
   });
 }
 
@@ -271,6 +317,8 @@ export function runRequestFromProto(w: WireRunContainerRequest): RunContainerReq
     startupWindowMs: w.startupWindowMs,
   });
   if (w.gpu) r.gpu = w.gpu.types.length ? { count: w.gpu.count, types: w.gpu.types } : { count: w.gpu.count };
+  if (w.code) r.code = { sha256: w.code.sha256 };
+  if (w.runner) r.runner = runnerFromProto(w.runner);
   return r;
 }
 

@@ -223,6 +223,8 @@ export function containerHandlers(
       ImportImage: refuseUnary,
       GcImages: refuseUnary,
       SetNetworkPolicy: refuseUnary,
+      HasCode: refuseUnary,
+      PutCode: refuseUnary,
     };
   }
   const c = containers;
@@ -266,5 +268,46 @@ export function containerHandlers(
       if (!req.egress) throw new BerthError("invalid_request", "SetNetworkPolicy needs an egress policy");
       return status(c.setNetworkPolicy(req.id, egressFromProto(req.egress, "request")));
     }),
+    HasCode: unary(authorize, async (req: { sha256: string }) => ({ exists: await c.hasCode(req.sha256) })),
+    PutCode: putCode(c, authorize),
+  };
+}
+
+interface PutCodeChunkWire {
+  sha256: string;
+  data: Buffer;
+}
+
+/** Client streaming: the first chunk names the archive, every chunk may carry data. */
+function putCode(containers: ContainerApi, authorize: Authorize) {
+  return (
+    call: grpc.ServerReadableStream<PutCodeChunkWire, unknown>,
+    callback: grpc.sendUnaryData<unknown>,
+  ) => {
+    (async () => {
+      authorize(call);
+      const chunks = call[Symbol.asyncIterator]() as AsyncIterator<PutCodeChunkWire>;
+      const first = await chunks.next();
+      if (first.done || !first.value.sha256) {
+        throw new BerthError("invalid_request", "PutCode: the first message must carry sha256");
+      }
+      const sha256 = first.value.sha256;
+      async function* data(): AsyncGenerator<Uint8Array> {
+        if (first.value.data.length > 0) yield first.value.data;
+        for (;;) {
+          const next = await chunks.next();
+          if (next.done) return;
+          if (next.value.sha256 && next.value.sha256 !== sha256) {
+            throw new BerthError("invalid_request", "PutCode: only the first message may carry sha256");
+          }
+          if (next.value.data.length > 0) yield next.value.data;
+        }
+      }
+      await containers.putCode(sha256, data());
+      return {};
+    })().then(
+      (res) => callback(null, res),
+      (e: unknown) => callback(toGrpcError(e)),
+    );
   };
 }

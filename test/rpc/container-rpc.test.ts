@@ -54,6 +54,18 @@ const fullRequest: RunContainerRequest = {
   timeoutMs: 3_600_000,
   labels: { app: "web", "berth.dev/sandbox": "sb-1" },
   startupWindowMs: 30_000,
+  code: { sha256: "ab".repeat(32) },
+  runner: {
+    stubId: "stub-1",
+    workspaceId: "ws-1",
+    stubType: "function",
+    handler: "app:square",
+    onStart: "app:load",
+    pythonVersion: "python3.11",
+    callbackUrl: "https://example.test/cb",
+    retryFor: ["ValueError", "mymod.Flaky"],
+    workers: 2,
+  },
 };
 
 async function collect<T>(it: AsyncIterable<T>): Promise<T[]> {

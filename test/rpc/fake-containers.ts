@@ -269,4 +269,19 @@ export class FakeContainers implements ContainerApi {
     this.statuses.set(id, s);
     return s;
   }
+
+  /** Archives put with putCode, by sha256 as given (not checked: the real CodeStore does that). */
+  readonly code = new Map<string, Buffer>();
+
+  async hasCode(sha256: string): Promise<boolean> {
+    this.record("hasCode", sha256);
+    return this.code.has(sha256);
+  }
+
+  async putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void> {
+    this.record("putCode", sha256);
+    const parts: Buffer[] = [];
+    for await (const chunk of data) parts.push(Buffer.from(chunk));
+    this.code.set(sha256, Buffer.concat(parts));
+  }
 }

@@ -1,0 +1,90 @@
+// Runner containers as the container host sees them (HostRunners): a bridge
+// server on each one's socket, and the TaskWorker behind all of them once
+// the agent has NATS. Bridges open before NATS is there (an agent restart
+// re-serves its live runners at once); they answer 503 until it is.
+
+import type { NatsConnection } from "nats";
+import { BerthError } from "../../shared/errors.ts";
+import { BridgeServer } from "../bridge/server.ts";
+import type { HostRunners } from "../host/options.ts";
+import type { RunnerConfig } from "../rpc/container-api.ts";
+import type { RunnerSlotInfo, TaskWorkerLogger, TaskWorkerOptions } from "./types.ts";
+import { TaskWorker } from "./worker.ts";
+
+export interface TaskRunnersOptions {
+  /** Stops and removes a container (for a timed-out or cancelled task). */
+  kill: (containerId: string) => Promise<void>;
+  logger?: TaskWorkerLogger;
+  /** Passed to the TaskWorker (tests shorten them). */
+  worker?: Pick<TaskWorkerOptions, "pullWaitMs" | "workingIntervalMs" | "cancelMemoryMs">;
+}
+
+const silent: TaskWorkerLogger = { info() {}, warn() {}, error() {} };
+
+export class TaskRunners implements HostRunners {
+  private worker?: TaskWorker;
+  private readonly bridges = new Map<string, { server: BridgeServer; slot: RunnerSlotInfo }>();
+  private readonly log: TaskWorkerLogger;
+
+  constructor(private readonly o: TaskRunnersOptions) {
+    this.log = o.logger ?? silent;
+  }
+
+  /** Starts taking tasks over `nc` as agent `agentId`. */
+  async attach(nc: NatsConnection, agentId: string): Promise<void> {
+    if (this.worker) throw new BerthError("conflict", "the task runners already have a NATS connection");
+    const worker = new TaskWorker({ nc, agentId, kill: this.o.kill, logger: this.log, ...this.o.worker });
+    await worker.start();
+    for (const b of this.bridges.values()) worker.addSlot(b.slot);
+    this.worker = worker;
+  }
+
+  get attached(): boolean {
+    return this.worker !== undefined;
+  }
+
+  check(): void {
+    if (!this.worker) {
+      throw new BerthError(
+        "failed_precondition",
+        "runner containers need the agent's NATS connection: this agent is not joined to a coordinator, or not connected to NATS yet",
+      );
+    }
+  }
+
+  async open(containerId: string, runner: RunnerConfig, socketPath: string): Promise<void> {
+    await this.close(containerId);
+    const slot: RunnerSlotInfo = {
+      containerId,
+      stubId: runner.stubId,
+      workspaceId: runner.workspaceId,
+      workers: runner.workers ?? 1,
+      ...(runner.callbackUrl ? { callbackUrl: runner.callbackUrl } : {}),
+    };
+    const server = new BridgeServer(socketPath, containerId, () => this.worker, this.log);
+    await server.listen();
+    this.bridges.set(containerId, { server, slot });
+    this.worker?.addSlot(slot);
+  }
+
+  async close(containerId: string): Promise<void> {
+    const b = this.bridges.get(containerId);
+    if (!b) return;
+    this.bridges.delete(containerId);
+    this.worker?.removeSlot(containerId);
+    await b.server.close();
+  }
+
+  exited(containerId: string, exitCode: number | undefined): void {
+    this.worker?.containerExited(containerId, exitCode);
+  }
+
+  /** Closes every bridge and the worker; containers keep running, their messages are redelivered later. */
+  async stop(): Promise<void> {
+    this.worker?.close();
+    this.worker = undefined;
+    const servers = [...this.bridges.values()].map((b) => b.server);
+    this.bridges.clear();
+    await Promise.all(servers.map((s) => s.close()));
+  }
+}
