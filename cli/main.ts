@@ -4,6 +4,7 @@ import { BERTH_VERSION } from "../shared/version.ts";
 import { agentCommands } from "./commands/agent.ts";
 import { configureCommand } from "./commands/configure.ts";
 import { coordinatorCommand } from "./commands/coordinator.ts";
+import { taskCommands } from "./commands/task.ts";
 import { upCommand } from "./commands/up.ts";
 import { workspaceCommands } from "./commands/workspace.ts";
 
@@ -18,6 +19,7 @@ export function buildProgram(): Command {
   agentCommands(program);
   configureCommand(program);
   workspaceCommands(program);
+  taskCommands(program);
   return program;
 }
 

@@ -2,10 +2,16 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import type { Logger } from "pino";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { JoinService } from "../fleet/join.ts";
+import type { Objects } from "../objects/objects.ts";
 import type { Store } from "../store/store.ts";
+import type { TaskService } from "../tasks/service.ts";
 import { installErrorHandlers } from "./errors.ts";
 import { fleetRoutes, joinRoutes } from "./routes/agents.ts";
+import { gatewayObjectRoutes } from "./routes/gateway-objects.ts";
+import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
+import { gatewayTaskRoutes } from "./routes/gateway-tasks.ts";
 import { healthRoutes } from "./routes/health.ts";
+import { taskStatusRoutes } from "./routes/task-status.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
 
 export interface HttpDeps {
@@ -14,6 +20,9 @@ export interface HttpDeps {
   join: JoinService;
   logger: Logger | false;
   version: string;
+  /** Functions and tasks: the gateway and task status routes exist when both are given. */
+  tasks?: TaskService;
+  objects?: Objects;
 }
 
 /** The coordinator's public HTTP API: one plugin per area. */
@@ -33,5 +42,11 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   await app.register(joinRoutes(deps.join));
   await app.register(workspaceRoutes(deps.store));
   await app.register(fleetRoutes(deps.store, deps.fleet));
+  if (deps.tasks && deps.objects) {
+    await app.register(gatewayObjectRoutes(deps.store.tokens, deps.objects));
+    await app.register(gatewayStubRoutes(deps.store.tokens, deps.tasks));
+    await app.register(gatewayTaskRoutes(deps.store.tokens, deps.tasks));
+    await app.register(taskStatusRoutes(deps.store, deps.tasks));
+  }
   return app;
 }

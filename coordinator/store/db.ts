@@ -42,6 +42,10 @@ export async function openDatabase(url: string): Promise<OpenedDatabase> {
     mkdirSync(dirname(path), { recursive: true });
     sqlite = new SQLite(path);
     sqlite.pragma("journal_mode = WAL");
+    // With WAL, NORMAL syncs at checkpoints, not at every commit: a power loss
+    // may drop the last commits but never corrupts the store, and task
+    // batches do not wait for a disk flush each.
+    sqlite.pragma("synchronous = NORMAL");
     sqlite.pragma("busy_timeout = 5000");
     sqlite.pragma("foreign_keys = ON");
   } catch (e) {

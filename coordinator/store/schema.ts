@@ -8,6 +8,9 @@ export interface WorkspaceTable {
   external_id: string;
   name: string;
   created_at: string;
+  /** Signs task callbacks; made on first need. */
+  signature_token: string | null;
+  max_containers: Generated<number>;
 }
 
 export interface TokenTable {
@@ -51,12 +54,72 @@ export interface ClusterKvTable {
   updated_at: string;
 }
 
+export interface ObjectTable {
+  id: Generated<number>;
+  workspace_id: string;
+  sha256: string;
+  /** bigint: PostgreSQL returns it as a string. */
+  size: number | string;
+  created_at: string;
+}
+
+export interface StubTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  type: string;
+  /** StubConfig as JSON. */
+  config_json: string;
+  /** StubExtra as JSON. */
+  extra_json: string;
+  config_version: number;
+  object_id: number | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface TaskTable {
+  id: string;
+  workspace_id: string;
+  stub_id: string;
+  status: string;
+  attempt: number;
+  container_id: string | null;
+  agent_id: string | null;
+  /** Sequence of the task's message in BERTH_TASKS (bigint: a string on PostgreSQL). */
+  stream_seq: number | string | null;
+  headless: number;
+  callback_url: string | null;
+  expires_at: string | null;
+  /** TaskError as JSON. */
+  error_json: string | null;
+  /** The pickled return value. */
+  result: Buffer | null;
+  result_json: string | null;
+  created_at: string;
+  started_at: string | null;
+  ended_at: string | null;
+  updated_at: string;
+}
+
+export interface TaskEventTable {
+  id: Generated<number>;
+  task_id: string;
+  status: string;
+  attempt: number;
+  container_id: string | null;
+  reason: string | null;
+  at: string;
+}
+
 export interface Database {
   workspaces: WorkspaceTable;
   tokens: TokenTable;
   join_tokens: JoinTokenTable;
   agents: AgentTable;
   cluster_kv: ClusterKvTable;
-  // Kysely's own bookkeeping tables are not listed; Generated is kept for later tables.
-  _unused?: { id: Generated<number> };
+  objects: ObjectTable;
+  stubs: StubTable;
+  tasks: TaskTable;
+  task_events: TaskEventTable;
 }

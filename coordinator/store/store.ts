@@ -2,6 +2,8 @@ import type { Kysely } from "kysely";
 import { AgentRepo, ClusterKv, JoinTokenRepo } from "./cluster.ts";
 import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
 import type { Database } from "./schema.ts";
+import { ObjectRepo, StubRepo } from "./stubs.ts";
+import { TaskRepo } from "./tasks.ts";
 import { TokenRepo, WorkspaceRepo } from "./workspaces.ts";
 
 /** The coordinator's record of truth, over SQLite or PostgreSQL. */
@@ -11,6 +13,9 @@ export class Store {
   readonly joinTokens: JoinTokenRepo;
   readonly agents: AgentRepo;
   readonly kv: ClusterKv;
+  readonly stubs: StubRepo;
+  readonly objects: ObjectRepo;
+  readonly tasks: TaskRepo;
 
   constructor(
     readonly db: Kysely<Database>,
@@ -22,6 +27,9 @@ export class Store {
     this.joinTokens = new JoinTokenRepo(db);
     this.agents = new AgentRepo(db);
     this.kv = new ClusterKv(db);
+    this.stubs = new StubRepo(db);
+    this.objects = new ObjectRepo(db);
+    this.tasks = new TaskRepo(db);
   }
 
   /** Opens the store at `url` and brings its schema up to date. */

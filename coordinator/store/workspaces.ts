@@ -32,7 +32,9 @@ const PREFIX_LEN = 10;
 
 const now = () => new Date().toISOString();
 
-const toWorkspace = (r: Database["workspaces"]): Workspace => ({
+const toWorkspace = (
+  r: Pick<Database["workspaces"], "id" | "external_id" | "name" | "created_at">,
+): Workspace => ({
   id: r.id,
   externalId: r.external_id,
   name: r.name,
@@ -86,8 +88,42 @@ export class WorkspaceRepo {
   }
 
   async list(): Promise<Workspace[]> {
-    const rows = await this.db.selectFrom("workspaces").selectAll().orderBy("created_at").orderBy("id").execute();
+    const rows = await this.db
+      .selectFrom("workspaces")
+      .selectAll()
+      .orderBy("created_at")
+      .orderBy("id")
+      .execute();
     return rows.map(toWorkspace);
+  }
+
+  /**
+   * The workspace's callback signature token, made (randomly) on first need;
+   * concurrent first calls agree on one token.
+   */
+  async signatureToken(id: string): Promise<string> {
+    const read = () =>
+      this.db.selectFrom("workspaces").select("signature_token").where("id", "=", id).executeTakeFirst();
+    const r = await read();
+    if (!r) throw new BerthError("not_found", `workspace ${id} not found`);
+    if (r.signature_token) return r.signature_token;
+    await this.db
+      .updateTable("workspaces")
+      .set({ signature_token: newSecret("bs_") })
+      .where("id", "=", id)
+      .where("signature_token", "is", null)
+      .execute();
+    return (await read())?.signature_token as string;
+  }
+
+  async maxContainers(id: string): Promise<number> {
+    const r = await this.db
+      .selectFrom("workspaces")
+      .select("max_containers")
+      .where("id", "=", id)
+      .executeTakeFirst();
+    if (!r) throw new BerthError("not_found", `workspace ${id} not found`);
+    return Number(r.max_containers);
   }
 
   async count(): Promise<number> {
@@ -140,7 +176,12 @@ export class TokenRepo {
     if (!r) return undefined;
     return {
       token: toToken(r),
-      workspace: { id: r.workspace_id, externalId: r.ws_external_id, name: r.ws_name, createdAt: r.ws_created_at },
+      workspace: {
+        id: r.workspace_id,
+        externalId: r.ws_external_id,
+        name: r.ws_name,
+        createdAt: r.ws_created_at,
+      },
     };
   }
 

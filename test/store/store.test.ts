@@ -3,6 +3,7 @@ import { after, before, describe, test } from "node:test";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { startTestPostgres } from "../helpers/postgres.ts";
+import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
 // One suite, run against both engines.
 const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
@@ -109,6 +110,134 @@ for (const engine of engines) {
       assert.deepEqual(got?.capacity, capacity);
       await store.agents.setState("agent-x1", "lost");
       assert.equal((await store.agents.get("agent-x1"))?.state, "lost");
+    });
+
+    test("stubs: get-or-create by (workspace, name, type); a change raises config_version", async () => {
+      const ws = await store.workspaces.create("stub-ws");
+      const other = await store.workspaces.create("stub-other");
+      const config = stubConfig();
+      const input = { name: "square", type: "function", config, extra: stubExtra(), objectId: null };
+      const a = await store.stubs.upsert(ws.id, input);
+      assert.equal(a.created, true);
+      assert.match(a.stub.id, /^stub-/);
+      assert.equal(a.stub.configVersion, 1);
+      assert.deepEqual(a.stub.config, config);
+      // Same content, keys in another order: no change.
+      const reordered = JSON.parse(
+        JSON.stringify({ ...config, handler: config.handler, runtime: { ...config.runtime } }),
+      );
+      const same = await store.stubs.upsert(ws.id, { ...input, config: reordered });
+      assert.equal(same.changed, false);
+      assert.equal(same.stub.configVersion, 1);
+      const changed = await store.stubs.upsert(ws.id, { ...input, config: stubConfig({ workers: 4 }) });
+      assert.equal(changed.stub.id, a.stub.id);
+      assert.equal(changed.stub.configVersion, 2);
+      assert.equal(changed.stub.config.workers, 4);
+      const endpoint = await store.stubs.upsert(ws.id, { ...input, type: "endpoint" });
+      assert.notEqual(endpoint.stub.id, a.stub.id);
+      const elsewhere = await store.stubs.upsert(other.id, input);
+      assert.notEqual(elsewhere.stub.id, a.stub.id);
+      assert.deepEqual(await store.stubs.get(a.stub.id), changed.stub);
+    });
+
+    test("objects: one row per workspace and digest; add is idempotent", async () => {
+      const ws = await store.workspaces.create("obj-ws");
+      const other = await store.workspaces.create("obj-other");
+      const sha = "ab".repeat(32);
+      const a = await store.objects.add(ws.id, sha, 300 * 1024 * 1024);
+      assert.ok(Number.isInteger(a.id));
+      assert.equal(a.size, 300 * 1024 * 1024);
+      assert.deepEqual(await store.objects.add(ws.id, sha, 1), a);
+      assert.equal(await store.objects.find(other.id, sha), undefined);
+      const b = await store.objects.add(other.id, sha, 1);
+      assert.notEqual(b.id, a.id);
+      assert.deepEqual(await store.objects.get(a.id), a);
+    });
+
+    test("tasks: batch insert, batched updates with history, results as bytes, live listing", async () => {
+      const ws = await store.workspaces.create("task-ws");
+      const { stub } = await store.stubs.upsert(ws.id, {
+        name: "f",
+        type: "function",
+        config: stubConfig(),
+        extra: stubExtra(),
+        objectId: null,
+      });
+      const createdAt = new Date().toISOString();
+      const ids = Array.from({ length: 1200 }, (_, i) => `task-store${i}`);
+      await store.tasks.insertMany(
+        ids.map((id) => ({
+          id,
+          workspaceId: ws.id,
+          stubId: stub.id,
+          headless: false,
+          callbackUrl: null,
+          expiresAt: null,
+          createdAt,
+        })),
+      );
+      const first = await store.tasks.get(ids[0] as string);
+      assert.equal(first?.status, "PENDING");
+      assert.equal(first?.attempt, 0);
+      assert.equal(first?.result, null);
+      const at = new Date().toISOString();
+      const result = Buffer.from([0x80, 0x04, 0x00, 0xff]);
+      await store.tasks.applyBatch(
+        new Map([
+          [
+            ids[0] as string,
+            {
+              status: "COMPLETE" as const,
+              attempt: 1,
+              containerId: "ctr-1",
+              result,
+              resultJson: "7",
+              startedAt: at,
+              endedAt: at,
+              streamSeq: 2 ** 40,
+              updatedAt: at,
+            },
+          ],
+          [ids[1] as string, { status: "RUNNING" as const, attempt: 1, updatedAt: at }],
+        ]),
+        [
+          { taskId: ids[0] as string, status: "RUNNING", attempt: 1, containerId: "ctr-1", reason: null, at },
+          {
+            taskId: ids[0] as string,
+            status: "COMPLETE",
+            attempt: 1,
+            containerId: "ctr-1",
+            reason: null,
+            at,
+          },
+        ],
+      );
+      const done = await store.tasks.get(ids[0] as string);
+      assert.equal(done?.status, "COMPLETE");
+      assert.deepEqual(done?.result, result);
+      assert.equal(done?.resultJson, "7");
+      assert.equal(done?.streamSeq, 2 ** 40);
+      assert.equal(done?.endedAt, at);
+      assert.deepEqual(
+        (await store.tasks.history(ids[0] as string)).map((h) => h.status),
+        ["RUNNING", "COMPLETE"],
+      );
+      const live = (await store.tasks.listLive()).filter((t) => t.stubId === stub.id);
+      assert.equal(live.length, 1199);
+      assert.equal(live.find((t) => t.id === ids[1])?.status, "RUNNING");
+    });
+
+    test("workspaces: the signature token is made once; max_containers defaults to 32", async () => {
+      const ws = await store.workspaces.create("sig-ws");
+      const [a, b] = await Promise.all([
+        store.workspaces.signatureToken(ws.id),
+        store.workspaces.signatureToken(ws.id),
+      ]);
+      assert.ok(a.length > 30);
+      assert.equal(a, b);
+      assert.equal(await store.workspaces.signatureToken(ws.id), a);
+      assert.equal(await store.workspaces.maxContainers(ws.id), 32);
+      await assert.rejects(store.workspaces.signatureToken("ws-nope"), { code: "not_found" });
     });
 
     test("cluster kv: put, overwrite, putIfAbsent keeps the first value", async () => {

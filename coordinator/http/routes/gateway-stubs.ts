@@ -1,0 +1,118 @@
+import { Type } from "@sinclair/typebox";
+import type { FastifyPluginAsync } from "fastify";
+import { STUB_TYPES, type StubConfig, type StubExtra } from "../../../shared/tasks.ts";
+import type { StubRecord } from "../../store/stubs.ts";
+import type { TokenRepo } from "../../store/workspaces.ts";
+import type { TaskService } from "../../tasks/service.ts";
+import { authenticator, principalOf } from "../auth.ts";
+import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+
+/** StubConfig of shared/tasks.ts, field for field. */
+export const StubConfigSchema = Type.Object({
+  runtime: Type.Object({
+    cpu: Type.Integer({ minimum: 0 }),
+    gpu: Type.String(),
+    memory: Type.Integer({ minimum: 0 }),
+    image_id: Type.String(),
+  }),
+  handler: Type.String({ pattern: "^[A-Za-z_][\\w.]*:[A-Za-z_]\\w*$" }),
+  on_start: Type.String(),
+  python_version: Type.String(),
+  keep_warm_seconds: Type.Integer(),
+  max_pending_tasks: Type.Integer({ minimum: 0 }),
+  callback_url: Type.String(),
+  task_policy: Type.Object({
+    max_retries: Type.Integer({ minimum: 0 }),
+    timeout: Type.Integer({ minimum: -1 }),
+    expires: Type.String(),
+  }),
+  workers: Type.Integer({ minimum: 1 }),
+  authorized: Type.Boolean(),
+  volumes: Type.Union([Type.Null(), Type.Array(Type.Unknown())]),
+  autoscaler: Type.Object({
+    type: Type.String(),
+    max_containers: Type.Integer({ minimum: 0 }),
+    tasks_per_container: Type.Integer({ minimum: 0 }),
+  }),
+});
+
+export const StubExtraSchema = Type.Object({
+  cpu_millicores: Type.Integer({ minimum: 0 }),
+  gpu_types: Type.Array(Type.String()),
+  gpu_count: Type.Integer({ minimum: 0 }),
+  retry_for: Type.Array(Type.String()),
+  image_ref: Type.String(),
+  code_sha256: Type.String({ pattern: "^([0-9a-f]{64})?$" }),
+  secrets: Type.Array(Type.String()),
+  headless: Type.Boolean(),
+});
+
+const StubBody = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  type: Type.String(),
+  config_version: Type.Integer(),
+  object_id: Type.Union([Type.Integer(), Type.Null()]),
+  created_at: Type.String(),
+  updated_at: Type.String(),
+});
+
+const stubJson = (s: StubRecord) => ({
+  id: s.id,
+  name: s.name,
+  type: s.type,
+  config_version: s.configVersion,
+  object_id: s.objectId,
+  created_at: s.createdAt,
+  updated_at: s.updatedAt,
+});
+
+const STUB_TYPE_PATTERN = `^(${STUB_TYPES.join("|")})(/serve)?$`;
+
+/** Stubs: get-or-create by (workspace, name, type). */
+export function gatewayStubRoutes(tokens: TokenRepo, tasks: TaskService): FastifyPluginAsync {
+  return async (app) => {
+    installGatewayErrors(app);
+    app.addHook("onRequest", authenticator(tokens));
+
+    app.post(
+      "/api/v1/gateway/stubs",
+      {
+        schema: {
+          body: Type.Object(
+            {
+              name: Type.String({ minLength: 1, maxLength: 200 }),
+              type: Type.String({ pattern: STUB_TYPE_PATTERN }),
+              config: StubConfigSchema,
+              extra: StubExtraSchema,
+            },
+            { additionalProperties: false },
+          ),
+          response: gatewayResponse(Type.Object({ ok: Type.Literal(true), stub: StubBody })),
+        },
+      },
+      async (req) => {
+        const b = req.body as { name: string; type: string; config: StubConfig; extra: StubExtra };
+        const { stub } = await tasks.upsertStub(principalOf(req).workspace.id, b);
+        return { ok: true as const, stub: stubJson(stub) };
+      },
+    );
+
+    app.get(
+      "/api/v1/gateway/stubs/:stubId",
+      {
+        schema: {
+          params: Type.Object({ stubId: Type.String() }),
+          response: gatewayResponse(Type.Object({ ok: Type.Literal(true), stub: StubBody })),
+        },
+      },
+      async (req) => {
+        const { stubId } = req.params as { stubId: string };
+        return {
+          ok: true as const,
+          stub: stubJson(await tasks.getStub(principalOf(req).workspace.id, stubId)),
+        };
+      },
+    );
+  };
+}

@@ -1,0 +1,181 @@
+// Applies task status changes: to the in-memory index at once (watchers hear
+// of them immediately), to the store in batches. Knows nothing of NATS.
+
+import type { Logger } from "pino";
+import type { TaskError, TaskEvent, TaskStatus } from "../../shared/tasks.ts";
+import type { TaskPatch, TaskRepo } from "../store/tasks.ts";
+import { BatchWriter, type BatchWriterOptions } from "./batch-writer.ts";
+import { type LiveTask, LiveIndex } from "./live-index.ts";
+import { isTerminal, mayEnd, stepsFor } from "./transitions.ts";
+
+/** What a watcher of a task hears. */
+export type TaskUpdate =
+  | { type: "status"; taskId: string; status: TaskStatus; attempt: number }
+  | { type: "output"; taskId: string; stream: "stdout" | "stderr"; data: string }
+  | {
+      type: "result";
+      taskId: string;
+      status: TaskStatus;
+      /** base64 pickle (COMPLETE). */
+      result: string | null;
+      resultJson: string | null;
+      error: TaskError | null;
+    };
+
+export type TaskListener = (u: TaskUpdate) => void;
+
+export class TaskEngine {
+  readonly index = new LiveIndex();
+  readonly writer: BatchWriter;
+  private readonly watchers = new Map<string, Set<TaskListener>>();
+
+  constructor(
+    repo: TaskRepo,
+    private readonly log: Logger,
+    /** Called once a task's final row is committed (callbacks). */
+    private readonly onFinished: (t: LiveTask) => void,
+    writerOptions?: BatchWriterOptions,
+  ) {
+    this.writer = new BatchWriter(repo, log, writerOptions);
+  }
+
+  watch(taskIds: Iterable<string>, listener: TaskListener): () => void {
+    const ids = [...taskIds];
+    for (const id of ids) {
+      let set = this.watchers.get(id);
+      if (!set) {
+        set = new Set();
+        this.watchers.set(id, set);
+      }
+      set.add(listener);
+    }
+    return () => {
+      for (const id of ids) {
+        const set = this.watchers.get(id);
+        if (!set) continue;
+        set.delete(listener);
+        if (set.size === 0) this.watchers.delete(id);
+      }
+    };
+  }
+
+  isWatched(taskId: string): boolean {
+    return this.watchers.has(taskId);
+  }
+
+  emit(u: TaskUpdate): void {
+    const set = this.watchers.get(u.taskId);
+    if (!set) return;
+    for (const l of [...set]) {
+      try {
+        l(u);
+      } catch (e) {
+        this.log.warn({ err: (e as Error).message, taskId: u.taskId }, "task watcher failed");
+      }
+    }
+  }
+
+  /**
+   * Applies an agent's event. Returns whether it changed the task; `ack` runs
+   * after the change is committed (at once when the event changed nothing).
+   */
+  applyEvent(t: LiveTask, ev: TaskEvent, ack: () => void): boolean {
+    const steps = stepsFor(t, ev);
+    if (steps.length === 0) {
+      ack();
+      return false;
+    }
+    const atIso = new Date(ev.at).toISOString();
+    const patch: TaskPatch = {
+      updatedAt: atIso,
+      attempt: Math.max(t.attempt, ev.attempt),
+      agentId: ev.agentId,
+    };
+    t.attempt = patch.attempt as number;
+    t.agentId = ev.agentId;
+    for (const step of steps) {
+      this.index.setStatus(t, step.status, ev.containerId || null, ev.at);
+      if (step.status === "RUNNING" && !t.startedAt) {
+        t.startedAt = atIso;
+        patch.startedAt = atIso;
+      }
+      this.writer.history({
+        taskId: t.id,
+        status: step.status,
+        attempt: t.attempt,
+        containerId: t.containerId,
+        reason: step.reason,
+        at: atIso,
+      });
+    }
+    patch.status = t.status;
+    patch.containerId = t.containerId;
+    if (ev.type === "retry" && ev.error) {
+      t.error = ev.error;
+      patch.error = ev.error;
+    }
+    if (ev.type === "finished") {
+      t.result = ev.result ?? null;
+      t.resultJson = ev.resultJson ?? null;
+      t.error = ev.status === "COMPLETE" ? null : (ev.error ?? t.error);
+      patch.result = t.result ? Buffer.from(t.result, "base64") : null;
+      patch.resultJson = t.resultJson;
+      patch.error = t.error;
+    }
+    t.updatedAt = atIso;
+    this.writer.patch(t.id, patch);
+    this.writer.afterCommit(ack);
+    this.announce(t);
+    return true;
+  }
+
+  /**
+   * Ends a task by the coordinator's own decision (cancel, expiry, a failed
+   * publish, failPending). Returns false when the task has already ended.
+   */
+  end(t: LiveTask, status: TaskStatus, o: { error?: TaskError; reason: string; at?: number }): boolean {
+    if (isTerminal(t.status) || !mayEnd(t.status, status)) return false;
+    const at = o.at ?? Date.now();
+    const atIso = new Date(at).toISOString();
+    this.index.setStatus(t, status, null, at);
+    t.updatedAt = atIso;
+    if (o.error) t.error = o.error;
+    this.writer.history({
+      taskId: t.id,
+      status,
+      attempt: t.attempt,
+      containerId: t.containerId,
+      reason: o.reason,
+      at: atIso,
+    });
+    this.writer.patch(t.id, { status, updatedAt: atIso, ...(o.error ? { error: o.error } : {}) });
+    this.announce(t);
+    return true;
+  }
+
+  /** Records a column change that is not a status change (the stream sequence). */
+  patch(t: LiveTask, p: Omit<TaskPatch, "updatedAt">): void {
+    this.writer.patch(t.id, { ...p, updatedAt: t.updatedAt });
+  }
+
+  private announce(t: LiveTask): void {
+    if (!isTerminal(t.status)) {
+      this.emit({ type: "status", taskId: t.id, status: t.status, attempt: t.attempt });
+      return;
+    }
+    t.endedAt = t.updatedAt;
+    this.writer.patch(t.id, { endedAt: t.endedAt, updatedAt: t.updatedAt });
+    this.emit({
+      type: "result",
+      taskId: t.id,
+      status: t.status,
+      result: t.result,
+      resultJson: t.resultJson,
+      error: t.error,
+    });
+    this.writer.afterCommit(() => {
+      this.index.remove(t.id);
+      this.onFinished(t);
+    });
+  }
+}

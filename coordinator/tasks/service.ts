@@ -1,0 +1,449 @@
+// Tasks on the coordinator: stubs, submission (rows + JetStream messages),
+// the task event consumer, cancel, expiry and callbacks. Implements the
+// TaskActivity the container manager reads.
+
+import { headers as natsHeaders, type JetStreamManager, type MsgHdrs, type NatsConnection } from "nats";
+import type { Logger } from "pino";
+import { BerthError, describeError } from "../../shared/errors.ts";
+import { newId } from "../../shared/ids.ts";
+import {
+  type StubConfig,
+  type StubExtra,
+  TASK_CANCEL_SUBJECT,
+  TASKS_STREAM,
+  type TaskCancelMessage,
+  type TaskError,
+  TaskHeaders,
+  taskSubject,
+} from "../../shared/tasks.ts";
+import type { Objects } from "../objects/objects.ts";
+import type { Store } from "../store/store.ts";
+import type { StubRecord } from "../store/stubs.ts";
+import type { TaskHistoryEntry, TaskRecord } from "../store/tasks.ts";
+import type { ContainerCounts, StubDemand, TaskActivity } from "./activity.ts";
+import type { BatchWriterOptions } from "./batch-writer.ts";
+import { buildCallback, CallbackSender } from "./callbacks.ts";
+import { TaskEngine, type TaskListener, type TaskUpdate } from "./engine.ts";
+import { type LiveTask, liveFromRecord, pendingTask } from "./live-index.ts";
+import { checkInputs, policyExpiresAt } from "./policy.ts";
+import { TaskEventConsumer } from "./event-consumer.ts";
+import { ensureStubConsumer, ensureTaskStreams } from "./streams.ts";
+import { isTerminal } from "./transitions.ts";
+
+export type { TaskListener, TaskUpdate };
+
+const enc = new TextEncoder();
+
+export interface TaskServiceDeps {
+  store: Store;
+  nats: NatsConnection;
+  objects: Objects;
+  /** The container manager (stats.active_containers); may be set later with useContainerCounts. */
+  counts?: ContainerCounts;
+  log: Logger;
+  /** ms since epoch. @default Date.now */
+  clock?: () => number;
+  /** @default 1000 */
+  sweepIntervalMs?: number;
+  writer?: BatchWriterOptions;
+}
+
+export interface SubmitOptions {
+  /** Default: the stub's extra.headless. */
+  headless?: boolean;
+  callbackUrl?: string | null;
+  /** ms since epoch; default: the stub's task_policy.expires. */
+  expiresAt?: number | null;
+  /** Called with the ids once the rows exist, before any message is published (register watchers here). */
+  onCreated?: (taskIds: string[]) => void;
+}
+
+export interface StubSpec {
+  name: string;
+  type: string;
+  config: StubConfig;
+  extra: StubExtra;
+}
+
+const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
+
+export class TaskService implements TaskActivity {
+  private readonly store: Store;
+  private readonly nc: NatsConnection;
+  private readonly objects: Objects;
+  private counts: ContainerCounts | undefined;
+  private readonly log: Logger;
+  private readonly clock: () => number;
+  private readonly engine: TaskEngine;
+  private readonly callbacks: CallbackSender;
+  private readonly stubs = new Map<string, StubRecord>();
+  private readonly ensuredConsumers = new Set<string>();
+  private readonly signatureTokens = new Map<string, string>();
+  private readonly sweepIntervalMs: number;
+  private jsm: JetStreamManager | undefined;
+  private readonly events: TaskEventConsumer;
+  private sweeper: NodeJS.Timeout | undefined;
+
+  constructor(d: TaskServiceDeps) {
+    this.store = d.store;
+    this.nc = d.nats;
+    this.objects = d.objects;
+    this.counts = d.counts;
+    this.log = d.log;
+    this.clock = d.clock ?? Date.now;
+    this.sweepIntervalMs = d.sweepIntervalMs ?? 1000;
+    this.callbacks = new CallbackSender(d.log);
+    this.engine = new TaskEngine(d.store.tasks, d.log, (t) => void this.sendCallback(t), d.writer);
+    this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
+  }
+
+  useContainerCounts(counts: ContainerCounts): void {
+    this.counts = counts;
+  }
+
+  async start(): Promise<void> {
+    const jsm = await this.nc.jetstreamManager();
+    this.jsm = jsm;
+    await ensureTaskStreams(jsm);
+    for (const r of await this.store.tasks.listLive()) this.engine.index.add(liveFromRecord(r), true);
+    for (const d of this.engine.index.demandList()) this.engine.index.notify(d.stubId);
+    await this.events.start(jsm);
+    this.sweeper = setInterval(() => this.sweep(), this.sweepIntervalMs);
+    this.sweeper.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.sweeper);
+    await this.events.stop();
+    await this.engine.writer.stop();
+    await this.callbacks.drain();
+  }
+
+  // ---- stubs ----
+
+  async upsertStub(
+    workspaceId: string,
+    s: StubSpec,
+  ): Promise<{ stub: StubRecord; created: boolean; changed: boolean }> {
+    let objectId: number | null = null;
+    if (s.extra.code_sha256) {
+      const obj = await this.objects.find(workspaceId, s.extra.code_sha256);
+      if (!obj)
+        throw new BerthError("not_found", `code object ${s.extra.code_sha256} not found: upload it first`);
+      objectId = obj.id;
+    }
+    const r = await this.store.stubs.upsert(workspaceId, { ...s, objectId });
+    this.stubs.set(r.stub.id, r.stub);
+    await this.ensureConsumer(r.stub.id);
+    return r;
+  }
+
+  /** The workspace's stub; not_found for another workspace's. */
+  async getStub(workspaceId: string, stubId: string): Promise<StubRecord> {
+    const stub = await this.stubById(stubId);
+    if (!stub || stub.workspaceId !== workspaceId)
+      throw new BerthError("not_found", `stub ${stubId} not found`);
+    return stub;
+  }
+
+  // ---- tasks ----
+
+  /** Creates one task per input and queues them; returns their ids in input order. */
+  async submit(
+    workspaceId: string,
+    stubId: string,
+    inputs: Uint8Array[],
+    o: SubmitOptions = {},
+  ): Promise<string[]> {
+    const stub = await this.getStub(workspaceId, stubId);
+    checkInputs(inputs);
+    await this.ensureConsumer(stubId);
+    const now = this.clock();
+    const createdAt = new Date(now).toISOString();
+    const expiresAt = o.expiresAt !== undefined ? o.expiresAt : policyExpiresAt(stub.config, now);
+    const headless = o.headless ?? stub.extra.headless;
+    const callbackUrl = o.callbackUrl || null;
+    const rows = inputs.map(() => ({
+      id: newId("task"),
+      workspaceId,
+      stubId,
+      headless,
+      callbackUrl,
+      expiresAt,
+      createdAt,
+    }));
+    const ids = rows.map((r) => r.id);
+    await this.store.tasks.insertMany(rows);
+    const live = rows.map((r) => {
+      const t = pendingTask(r);
+      this.engine.index.add(t, true);
+      return t;
+    });
+    this.engine.index.notify(stubId);
+    o.onCreated?.(ids);
+
+    const js = this.nc.jetstream();
+    const common: [string, string][] = [
+      [TaskHeaders.stubId, stubId],
+      [TaskHeaders.workspaceId, workspaceId],
+      [TaskHeaders.maxRetries, String(stub.config.task_policy.max_retries)],
+      [TaskHeaders.timeout, String(stub.config.task_policy.timeout)],
+      [TaskHeaders.createdAt, String(now)],
+      ...(expiresAt !== null ? [[TaskHeaders.expiresAt, String(expiresAt)] as [string, string]] : []),
+      ...(callbackUrl ? [[TaskHeaders.callbackUrl, callbackUrl] as [string, string]] : []),
+    ];
+    const subject = taskSubject(stubId);
+    // All publishes go out at once; each ack (or failure) is handled as it comes.
+    await Promise.all(
+      live.map((t, i) => {
+        const h: MsgHdrs = natsHeaders();
+        for (const [k, v] of common) h.set(k, v);
+        h.set(TaskHeaders.taskId, t.id);
+        return js.publish(subject, inputs[i], { headers: h, msgID: t.id }).then(
+          (ack) => this.onPublished(t, ack.seq),
+          (e) => this.onPublishFailed(t, e),
+        );
+      }),
+    );
+    return ids;
+  }
+
+  watch(taskIds: Iterable<string>, listener: TaskListener): () => void {
+    return this.engine.watch(taskIds, listener);
+  }
+
+  /** The task as the store has it, with any change not yet written laid over it. */
+  async getTask(workspaceId: string, taskId: string): Promise<TaskRecord> {
+    const row = await this.store.tasks.get(taskId);
+    if (!row || row.workspaceId !== workspaceId)
+      throw new BerthError("not_found", `task ${taskId} not found`);
+    const t = this.engine.index.get(taskId);
+    if (!t) return row;
+    return {
+      ...row,
+      status: t.status,
+      attempt: t.attempt,
+      containerId: t.containerId,
+      agentId: t.agentId,
+      streamSeq: t.streamSeq,
+      error: t.error,
+      result: t.result ? Buffer.from(t.result, "base64") : row.result,
+      resultJson: t.resultJson ?? row.resultJson,
+      startedAt: t.startedAt,
+      endedAt: t.endedAt,
+      updatedAt: t.updatedAt,
+    };
+  }
+
+  /** The task's status history (committed entries). */
+  async history(workspaceId: string, taskId: string): Promise<TaskHistoryEntry[]> {
+    await this.getTask(workspaceId, taskId);
+    await this.engine.writer.committed();
+    return this.store.tasks.history(taskId);
+  }
+
+  /** Waits up to `timeoutMs` for the task to end; answers its state either way. */
+  async waitResult(workspaceId: string, taskId: string, timeoutMs: number): Promise<TaskRecord> {
+    let wake!: () => void;
+    const ended = new Promise<void>((r) => {
+      wake = r;
+    });
+    const unwatch = this.engine.watch([taskId], (u) => {
+      if (u.type === "result") wake();
+    });
+    try {
+      const first = await this.getTask(workspaceId, taskId);
+      if (isTerminal(first.status)) return first;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([ended, new Promise<void>((r) => (timer = setTimeout(r, timeoutMs)))]);
+      clearTimeout(timer);
+      return await this.getTask(workspaceId, taskId);
+    } finally {
+      unwatch();
+    }
+  }
+
+  /** Cancels a task not yet ended; an ended task keeps its status. */
+  async cancel(
+    workspaceId: string,
+    taskId: string,
+  ): Promise<{ taskId: string; status: TaskRecord["status"] }> {
+    const t = await this.liveTask(workspaceId, taskId);
+    if (!t) return { taskId, status: (await this.getTask(workspaceId, taskId)).status };
+    this.endAndWithdraw(t, "CANCELLED", taskError("TaskCancelled", "the task was cancelled"), "cancelled");
+    await this.engine.writer.committed();
+    return { taskId, status: t.status };
+  }
+
+  /** Cancels the listed tasks that are unfinished and not headless (their caller went away). */
+  cancelAbandoned(taskIds: Iterable<string>): number {
+    let n = 0;
+    for (const id of taskIds) {
+      const t = this.engine.index.get(id);
+      if (!t || t.headless || isTerminal(t.status)) continue;
+      if (
+        this.endAndWithdraw(
+          t,
+          "CANCELLED",
+          taskError("TaskCancelled", "the caller disconnected"),
+          "client_disconnected",
+        )
+      )
+        n++;
+    }
+    return n;
+  }
+
+  // ---- TaskActivity ----
+
+  demand(): StubDemand[] {
+    return this.engine.index.demandList();
+  }
+
+  demandOf(stubId: string): StubDemand | undefined {
+    return this.engine.index.demandOf(stubId);
+  }
+
+  containerActivity(containerId: string): { busy: boolean; lastActiveAt: number } | undefined {
+    return this.engine.index.containerActivity(containerId);
+  }
+
+  onDemandChange(listener: (stubId: string) => void): () => void {
+    return this.engine.index.onDemandChange(listener);
+  }
+
+  async failPending(stubId: string, error: { code: string; message: string }): Promise<number> {
+    let n = 0;
+    for (const t of [...this.engine.index.values()]) {
+      if (t.stubId !== stubId || (t.status !== "PENDING" && t.status !== "RETRY")) continue;
+      if (this.engine.end(t, "FAILED", { error: taskError(error.code, error.message), reason: error.code })) {
+        this.deleteMessage(t.streamSeq);
+        n++;
+      }
+    }
+    await this.engine.writer.committed();
+    return n;
+  }
+
+  /** Tasks of the stub waiting for a runner (stats.queue_depth). */
+  queueDepth(stubId: string): number {
+    return this.engine.index.demandOf(stubId)?.pending ?? 0;
+  }
+
+  activeContainers(stubId: string): number {
+    return this.counts?.activeContainers(stubId) ?? 0;
+  }
+
+  /** The workspace's callback signature token (made on first need). */
+  async signatureToken(workspaceId: string): Promise<string> {
+    let token = this.signatureTokens.get(workspaceId);
+    if (!token) {
+      token = await this.store.workspaces.signatureToken(workspaceId);
+      this.signatureTokens.set(workspaceId, token);
+    }
+    return token;
+  }
+
+  // ---- internals ----
+
+  /** The unfinished task (loading it when this coordinator did not know it), or undefined once ended. */
+  private async liveTask(workspaceId: string, taskId: string): Promise<LiveTask | undefined> {
+    let t = this.engine.index.get(taskId);
+    if (!t) {
+      const row = await this.store.tasks.get(taskId);
+      if (!row || row.workspaceId !== workspaceId)
+        throw new BerthError("not_found", `task ${taskId} not found`);
+      if (isTerminal(row.status)) return undefined;
+      t = this.engine.index.get(taskId) ?? liveFromRecord(row);
+      if (!this.engine.index.get(taskId)) this.engine.index.add(t);
+    }
+    if (t.workspaceId !== workspaceId) throw new BerthError("not_found", `task ${taskId} not found`);
+    return isTerminal(t.status) ? undefined : t;
+  }
+
+  /** Ends a task here and takes it back from the queue and from any agent running it. */
+  private endAndWithdraw(
+    t: LiveTask,
+    status: "CANCELLED" | "EXPIRED",
+    error: TaskError,
+    reason: string,
+  ): boolean {
+    if (!this.engine.end(t, status, { error, reason, at: this.clock() })) return false;
+    this.deleteMessage(t.streamSeq);
+    const msg: TaskCancelMessage = { taskId: t.id, status };
+    this.nc.publish(TASK_CANCEL_SUBJECT, enc.encode(JSON.stringify(msg)));
+    return true;
+  }
+
+  private deleteMessage(seq: number | null): void {
+    if (!seq || !this.jsm) return;
+    this.jsm.streams.deleteMessage(TASKS_STREAM, seq, false).catch((e) => {
+      // Already taken and acked, or deleted: nothing left to withdraw.
+      if (!/not found|no message/i.test(describeError(e))) {
+        this.log.warn({ seq, err: describeError(e) }, "could not delete a task message");
+      }
+    });
+  }
+
+  private onPublished(t: LiveTask, seq: number): void {
+    t.streamSeq = seq;
+    if (isTerminal(t.status)) {
+      // Cancelled or expired before its message was even stored.
+      if (t.status === "CANCELLED" || t.status === "EXPIRED") this.deleteMessage(seq);
+      return;
+    }
+    this.engine.patch(t, { streamSeq: seq });
+  }
+
+  private onPublishFailed(t: LiveTask, e: unknown): void {
+    const cause = describeError(e);
+    this.log.error({ taskId: t.id, err: cause }, "publishing a task failed");
+    this.engine.end(t, "FAILED", {
+      error: taskError("TaskQueueError", `the task could not be queued: ${cause}`),
+      reason: "publish_failed",
+    });
+  }
+
+  private sweep(): void {
+    const now = this.clock();
+    for (const t of [...this.engine.index.values()]) {
+      if ((t.status === "PENDING" || t.status === "RETRY") && t.expiresAt !== null && t.expiresAt <= now) {
+        const when = new Date(t.expiresAt).toISOString();
+        this.endAndWithdraw(
+          t,
+          "EXPIRED",
+          taskError("TaskExpired", `no runner took the task before it expired at ${when}`),
+          "expired",
+        );
+      }
+    }
+    this.engine.index.pruneContainers(now - 3_600_000);
+  }
+
+  private async sendCallback(t: LiveTask): Promise<void> {
+    try {
+      const stub = t.callbackUrl ? undefined : await this.stubById(t.stubId);
+      const url = t.callbackUrl || stub?.config.callback_url;
+      if (!url) return;
+      const req = buildCallback(url, t, await this.signatureToken(t.workspaceId));
+      this.callbacks.send(req, t.id);
+    } catch (e) {
+      this.log.warn({ taskId: t.id, err: describeError(e) }, "could not prepare the task callback");
+    }
+  }
+
+  private async stubById(stubId: string): Promise<StubRecord | undefined> {
+    let stub = this.stubs.get(stubId);
+    if (!stub) {
+      stub = await this.store.stubs.get(stubId);
+      if (stub) this.stubs.set(stubId, stub);
+    }
+    return stub;
+  }
+
+  private async ensureConsumer(stubId: string): Promise<void> {
+    if (this.ensuredConsumers.has(stubId)) return;
+    await ensureStubConsumer(this.jsm ?? (await this.nc.jetstreamManager()), stubId);
+    this.ensuredConsumers.add(stubId);
+  }
+}

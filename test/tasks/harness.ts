@@ -1,0 +1,102 @@
+// A task service over a real nats-server and a real SQLite store, with an
+// "agent" connection that publishes task events the way agents do.
+
+import { connect, type NatsConnection } from "nats";
+import pino from "pino";
+import { Objects } from "../../coordinator/objects/objects.ts";
+import { Store } from "../../coordinator/store/store.ts";
+import type { Workspace } from "../../coordinator/store/workspaces.ts";
+import type { ContainerCounts } from "../../coordinator/tasks/activity.ts";
+import { TaskService } from "../../coordinator/tasks/service.ts";
+import { closeNats } from "../../shared/nats-server.ts";
+import {
+  type TaskEvent,
+  type TaskOutputMessage,
+  taskEventSubject,
+  taskOutputSubject,
+} from "../../shared/tasks.ts";
+import { tempDir } from "../helpers/env.ts";
+import { startTestNats, type TestNats } from "../helpers/nats.ts";
+
+export { stubConfig, stubExtra } from "./fixtures.ts";
+
+export interface TaskHarness {
+  nats: TestNats;
+  store: Store;
+  objects: Objects;
+  tasks: TaskService;
+  /** Connected as the coordinator (JetStream inspection). */
+  nc: NatsConnection;
+  /** Connected with the agents' credentials. */
+  agentNc: NatsConnection;
+  ws: Workspace;
+  otherWs: Workspace;
+  counts: Map<string, number>;
+  dataDir: string;
+  /** Publishes a task event as agent `agent-1` would. */
+  event(ev: Partial<TaskEvent> & Pick<TaskEvent, "type" | "taskId">): Promise<void>;
+  output(taskId: string, stream: "stdout" | "stderr", data: string): void;
+  newService(): TaskService;
+}
+
+export async function startTaskHarness(suite: { after: (fn: () => unknown) => void }): Promise<TaskHarness> {
+  const cleanups: (() => unknown)[] = [];
+  suite.after(async () => {
+    for (const fn of cleanups.reverse()) await fn();
+  });
+  const later = { after: (fn: () => unknown) => cleanups.push(fn) };
+  const nats = await startTestNats(later);
+  const dataDir = tempDir(later);
+  const store = await Store.open(`sqlite:${dataDir}/berth.db`);
+  cleanups.push(() => store.close());
+  const objects = new Objects(store.objects, dataDir);
+  const nc = await connect({
+    servers: nats.url,
+    user: nats.coordinator.user,
+    pass: nats.coordinator.password,
+  });
+  cleanups.push(() => closeNats(nc));
+  const agentNc = await connect({ servers: nats.url, user: nats.agent.user, pass: nats.agent.password });
+  cleanups.push(() => closeNats(agentNc));
+  const counts = new Map<string, number>();
+  const containerCounts: ContainerCounts = { activeContainers: (stubId) => counts.get(stubId) ?? 0 };
+  const log = pino({ level: "silent" });
+  const newService = () =>
+    new TaskService({ store, nats: nc, objects, counts: containerCounts, log, sweepIntervalMs: 50 });
+  const tasks = newService();
+  await tasks.start();
+  cleanups.push(() => tasks.stop());
+  const ws = await store.workspaces.create("tasks-main");
+  const otherWs = await store.workspaces.create("tasks-other");
+  const js = agentNc.jetstream();
+  const enc = new TextEncoder();
+  return {
+    nats,
+    store,
+    objects,
+    tasks,
+    nc,
+    agentNc,
+    ws,
+    otherWs,
+    counts,
+    dataDir,
+    newService,
+    async event(ev) {
+      const full = {
+        stubId: "",
+        workspaceId: ws.id,
+        agentId: "agent-1",
+        containerId: "ctr-1",
+        attempt: 1,
+        at: Date.now(),
+        ...ev,
+      } as TaskEvent;
+      await js.publish(taskEventSubject(full.agentId, full.taskId), enc.encode(JSON.stringify(full)));
+    },
+    output(taskId, stream, data) {
+      const m: TaskOutputMessage = { taskId, stream, data, at: Date.now() };
+      agentNc.publish(taskOutputSubject("agent-1", taskId), enc.encode(JSON.stringify(m)));
+    },
+  };
+}
