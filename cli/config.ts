@@ -44,9 +44,17 @@ export function saveProfile(name: string, profile: Profile, path = configPath())
 }
 
 /** The URL and token in effect: SERVICE_TOKEN / BERTH_URL override the profile. */
-export function currentCredentials(env: NodeJS.ProcessEnv = process.env): { url: string; token?: string; profile: string } {
+export function currentCredentials(env: NodeJS.ProcessEnv = process.env): {
+  url: string;
+  token?: string;
+  profile: string;
+} {
   const profile = env.BERTH_PROFILE || "default";
   const p = readConfig(configPath(env)).profiles[profile] ?? {};
   const token = env.SERVICE_TOKEN || p.token;
-  return { url: (env.BERTH_URL || p.url || DEFAULT_URL).replace(/\/+$/, ""), ...(token ? { token } : {}), profile };
+  return {
+    url: (env.BERTH_URL || p.url || DEFAULT_URL).replace(/\/+$/, ""),
+    ...(token ? { token } : {}),
+    profile,
+  };
 }

@@ -8,16 +8,21 @@ import { FleetView } from "./fleet/fleet-view.ts";
 import { FleetWatcher } from "./fleet/fleet-watcher.ts";
 import { JoinService } from "./fleet/join.ts";
 import { ensureStreams } from "./fleet/streams.ts";
+import { AgentClientPool, ContainerManager, natsContainerEvents } from "./containers/index.ts";
 import { buildHttpApp } from "./http/app.ts";
+import { Objects } from "./objects/objects.ts";
 import type { ResolvedCoordinatorOptions } from "./options.ts";
 import { ClusterPki } from "./pki/cluster-pki.ts";
 import { Store } from "./store/store.ts";
+import { TaskService } from "./tasks/service.ts";
 
 export interface RunningCoordinator {
   url: string;
   port: number;
   store: Store;
   fleet: FleetView;
+  tasks: TaskService;
+  containers: ContainerManager;
   stop(): Promise<void>;
 }
 
@@ -60,7 +65,9 @@ export async function startCoordinator(
   } catch (e) {
     await closeNats(nc);
     await store.close();
-    throw new StartupError(`cannot set up JetStream streams on ${o.nats.url} (is JetStream enabled?): ${describeError(e)}`);
+    throw new StartupError(
+      `cannot set up JetStream streams on ${o.nats.url} (is JetStream enabled?): ${describeError(e)}`,
+    );
   }
 
   const pki = await ClusterPki.load(store.kv);
@@ -77,10 +84,53 @@ export async function startCoordinator(
     agentNats: o.agentNats,
     heartbeatIntervalMs: o.heartbeatIntervalMs,
   });
-  const app = await buildHttpApp({ store, fleet, join, logger: log.child({ area: "http" }), version: BERTH_VERSION });
+  const objects = new Objects(store.objects, o.dataDir);
+  const tasks = new TaskService({ store, nats: nc, objects, log: log.child({ area: "tasks" }) });
+  try {
+    await tasks.start();
+  } catch (e) {
+    await watcher.stop();
+    await closeNats(nc);
+    await store.close();
+    throw new StartupError(`cannot start the task service: ${describeError(e)}`);
+  }
+  const agentClients = await AgentClientPool.create({ fleet, pki });
+  const containers = new ContainerManager({
+    fleet,
+    activity: tasks,
+    stubs: store.stubs,
+    workspaceLimit: (ws) => store.workspaces.maxContainers(ws),
+    code: {
+      open: (sha) =>
+        (async function* () {
+          yield* await objects.open(sha);
+        })(),
+    },
+    agents: agentClients,
+    events: natsContainerEvents(nc, log.child({ area: "containers" })),
+    log: log.child({ area: "containers" }),
+  });
+  tasks.useContainerCounts(containers);
+  containers.start();
+  const stopWork = async () => {
+    await containers.stop();
+    agentClients.close();
+    await tasks.stop();
+  };
+
+  const app = await buildHttpApp({
+    store,
+    fleet,
+    join,
+    tasks,
+    objects,
+    logger: log.child({ area: "http" }),
+    version: BERTH_VERSION,
+  });
   try {
     await app.listen({ host: o.host, port: o.port });
   } catch (e) {
+    await stopWork();
     await watcher.stop();
     await nc.close();
     await store.close();
@@ -95,8 +145,11 @@ export async function startCoordinator(
     port,
     store,
     fleet,
+    tasks,
+    containers,
     async stop() {
       await app.close();
+      await stopWork();
       await watcher.stop();
       await closeNats(nc);
       await store.close();

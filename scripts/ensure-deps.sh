@@ -6,8 +6,8 @@ set -euo pipefail
 mode="${1:-test}"
 cd "$(dirname "$0")/.."
 
-runtime_pkgs=(nats-server runc nftables skopeo umoci iproute2 python3 python3-cloudpickle iptables procps)
-test_pkgs=(postgresql debootstrap docker-registry systemd)  # systemd: systemd-analyze checks the unit files
+runtime_pkgs=(nats-server runc nftables skopeo umoci iproute2 python3 python3-cloudpickle iptables procps debootstrap)  # debootstrap: berth up's default Python image
+test_pkgs=(postgresql docker-registry systemd)  # systemd: systemd-analyze checks the unit files
 pkgs=("${runtime_pkgs[@]}")
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi
 

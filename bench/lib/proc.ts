@@ -17,6 +17,7 @@ export interface ExecResult {
 export interface ExecOptions {
   env?: NodeJS.ProcessEnv;
   timeoutMs?: number;
+  cwd?: string;
   /** Called with each complete stdout line and the time it was read. */
   onLine?: (line: string, at: number) => void;
 }
@@ -25,7 +26,11 @@ export interface ExecOptions {
 export function exec(cmd: string, args: readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
-    const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"], env: opts.env ?? process.env });
+    const child = spawn(cmd, args, {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: opts.env ?? process.env,
+      ...(opts.cwd ? { cwd: opts.cwd } : {}),
+    });
     let stdout = "";
     let stderr = "";
     let partial = "";

@@ -59,11 +59,19 @@ export function agentCommands(program: Command): void {
     .option("--nvidia-smi <path>", "nvidia-smi to probe GPUs with")
     .option("--log-level <level>", "log level", "info")
     .option("--no-containers", "only report capacity; do not run containers")
-    .option("--network-prefix <p>", "names of this agent's bridge/nft table/namespaces (2-6 chars; default bridge berth0)")
+    .option(
+      "--network-prefix <p>",
+      "names of this agent's bridge/nft table/namespaces (2-6 chars; default bridge berth0)",
+    )
     .option("--subnet4 <cidr>", "IPv4 subnet for containers (default 10.209.0.0/16)")
     .option("--subnet6 <cidr>", "IPv6 subnet for containers (default fd62:6572:7468::/64)")
     .option("--default-image <ref>", "image for containers that name none")
-    .option("--insecure-registry <host:port>", "registry to pull from over plain HTTP (repeatable)", collect, [])
+    .option(
+      "--insecure-registry <host:port>",
+      "registry to pull from over plain HTTP (repeatable)",
+      collect,
+      [],
+    )
     .option("--image-gc-hours <h>", "collect unused images every H hours (0 disables)", (v) => Number(v), 1)
     .option("--image-gc-unused-hours <h>", "remove images unused this many hours", (v) => Number(v), 24)
     .action(async (o: AgentRunFlags) => {
@@ -132,7 +140,10 @@ export function agentCommands(program: Command): void {
   jt.command("list")
     .option("--json", "print JSON")
     .action(async (o: { json?: boolean }) => {
-      const r = await ApiClient.fromEnv().request<{ join_tokens: Record<string, unknown>[] }>("GET", "/api/v1/join-token");
+      const r = await ApiClient.fromEnv().request<{ join_tokens: Record<string, unknown>[] }>(
+        "GET",
+        "/api/v1/join-token",
+      );
       if (o.json) return printJson(r.join_tokens);
       printTable(r.join_tokens, ["id", "description", "prefix", "created_at", "revoked_at"]);
     });

@@ -1,6 +1,10 @@
 import type { Command } from "commander";
 import { startCoordinator } from "../../coordinator/main.ts";
-import { type CoordinatorOptions, readCoordinatorConfig, resolveCoordinatorOptions } from "../../coordinator/options.ts";
+import {
+  type CoordinatorOptions,
+  readCoordinatorConfig,
+  resolveCoordinatorOptions,
+} from "../../coordinator/options.ts";
 import { runUntilSignal } from "./serve-process.ts";
 
 export function coordinatorCommand(program: Command): void {
@@ -13,18 +17,27 @@ export function coordinatorCommand(program: Command): void {
     .option("--store <url>", "sqlite:PATH or postgres://...")
     .option("--data-dir <dir>", "state directory")
     .option("--public-url <url>", "URL clients use")
-    .action(async (opts: { config?: string; host?: string; port?: number; store?: string; dataDir?: string; publicUrl?: string }) => {
-      await runUntilSignal("coordinator", async () => {
-        const file: Partial<CoordinatorOptions> = opts.config ? readCoordinatorConfig(opts.config) : {};
-        const merged = {
-          ...file,
-          ...(opts.host ? { host: opts.host } : {}),
-          ...(opts.port !== undefined ? { port: opts.port } : {}),
-          ...(opts.store ? { store: opts.store } : {}),
-          ...(opts.dataDir ? { dataDir: opts.dataDir } : {}),
-          ...(opts.publicUrl ? { publicUrl: opts.publicUrl } : {}),
-        } as CoordinatorOptions;
-        return startCoordinator(resolveCoordinatorOptions(merged));
-      });
-    });
+    .action(
+      async (opts: {
+        config?: string;
+        host?: string;
+        port?: number;
+        store?: string;
+        dataDir?: string;
+        publicUrl?: string;
+      }) => {
+        await runUntilSignal("coordinator", async () => {
+          const file: Partial<CoordinatorOptions> = opts.config ? readCoordinatorConfig(opts.config) : {};
+          const merged = {
+            ...file,
+            ...(opts.host ? { host: opts.host } : {}),
+            ...(opts.port !== undefined ? { port: opts.port } : {}),
+            ...(opts.store ? { store: opts.store } : {}),
+            ...(opts.dataDir ? { dataDir: opts.dataDir } : {}),
+            ...(opts.publicUrl ? { publicUrl: opts.publicUrl } : {}),
+          } as CoordinatorOptions;
+          return startCoordinator(resolveCoordinatorOptions(merged));
+        });
+      },
+    );
 }

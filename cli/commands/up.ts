@@ -10,6 +10,7 @@ import { ApiClient } from "../api-client.ts";
 import { configPath, saveProfile } from "../config.ts";
 import { type ManagedChild, spawnBerth } from "../up/child.ts";
 import { loadOrCreateUpCluster } from "../up/cluster-files.ts";
+import { ensurePythonRootfs, importPythonImage, UP_PYTHON_IMAGE } from "../up/python-image.ts";
 
 interface UpFlags {
   dataDir?: string;
@@ -22,12 +23,16 @@ interface UpFlags {
   networkPrefix?: string;
   subnet4?: string;
   subnet6?: string;
+  defaultImage?: string;
+  pythonRootfs?: string;
 }
 
 export function upCommand(program: Command): void {
   program
     .command("up")
-    .description("run a whole single-machine cluster in the foreground: nats-server, a coordinator and an agent")
+    .description(
+      "run a whole single-machine cluster in the foreground: nats-server, a coordinator and an agent",
+    )
     .option("--data-dir <dir>", "where all cluster state lives (default: $BERTH_DATA_DIR or ~/.berth/up)")
     .option("--host <host>", "address the coordinator listens on", "127.0.0.1")
     .option("--port <port>", "coordinator HTTP port (default 8420)", (v) => Number(v))
@@ -38,6 +43,14 @@ export function upCommand(program: Command): void {
     .option("--network-prefix <p>", "the agent's network names (see berth agent --help)")
     .option("--subnet4 <cidr>", "the agent's IPv4 container subnet")
     .option("--subnet6 <cidr>", "the agent's IPv6 container subnet")
+    .option(
+      "--default-image <ref>",
+      "image for functions that name none (default: a Debian python3 image built once)",
+    )
+    .option(
+      "--python-rootfs <dir>",
+      "use this rootfs (with python3) for the default image instead of building one",
+    )
     .action(async (o: UpFlags) => {
       process.exitCode = await up(o);
     });
@@ -55,12 +68,27 @@ async function up(o: UpFlags): Promise<number> {
   let nats: RunningNats | undefined;
   let shuttingDown = false;
 
+  // Built before anything starts, so a failure leaves nothing half up.
+  let pythonRootfs: string | undefined;
+  if (o.containers !== false && !o.defaultImage) {
+    try {
+      pythonRootfs = await ensurePythonRootfs(
+        o.pythonRootfs ?? join(dataDir, "images", "python-rootfs"),
+        print,
+      );
+    } catch (e) {
+      process.stderr.write(`berth up: ${describeError(e)}\n`);
+      return 1;
+    }
+  }
+
   // Ctrl-C reaches the whole process group: children may exit before we do.
   let signalled = false;
   const shutdown = async (code: number): Promise<number> => {
     if (shuttingDown) return code;
     shuttingDown = true;
-    for (const c of [...children].reverse()) await c.stop();
+    // In start order: the coordinator stops the containers it runs through the agent, then the agent goes.
+    for (const c of children) await c.stop();
     await nats?.stop();
     print(code === 0 ? "berth up: stopped" : "berth up: stopped after an error");
     return code;
@@ -76,7 +104,9 @@ async function up(o: UpFlags): Promise<number> {
       }),
     });
   } catch (e) {
-    process.stderr.write(`berth up: cannot start nats-server on port ${cluster.natsPort}: ${describeError(e)}\n`);
+    process.stderr.write(
+      `berth up: cannot start nats-server on port ${cluster.natsPort}: ${describeError(e)}\n`,
+    );
     return 1;
   }
 
@@ -108,7 +138,9 @@ async function up(o: UpFlags): Promise<number> {
     children.push(c);
     void c.exited.then((code) => {
       if (!shuttingDown && !signalled) {
-        process.stderr.write(`berth up: ${c.name} exited unexpectedly (code ${code}); stopping the cluster\n`);
+        process.stderr.write(
+          `berth up: ${c.name} exited unexpectedly (code ${code}); stopping the cluster\n`,
+        );
         void shutdown(1).then((rc) => process.exit(rc));
       }
     });
@@ -150,7 +182,9 @@ async function up(o: UpFlags): Promise<number> {
   try {
     await api.request("GET", "/api/v1/workspace/current");
   } catch (e) {
-    process.stderr.write(`berth up: the admin token in ${join(coordDir, "admin-token")} does not work: ${describeError(e)}\n`);
+    process.stderr.write(
+      `berth up: the admin token in ${join(coordDir, "admin-token")} does not work: ${describeError(e)}\n`,
+    );
     return shutdown(1);
   }
 
@@ -173,6 +207,7 @@ async function up(o: UpFlags): Promise<number> {
         "--advertise",
         `127.0.0.1:${cluster.agentGrpcPort}`,
         ...(o.containers === false ? ["--no-containers"] : []),
+        ...(o.containers !== false ? ["--default-image", o.defaultImage ?? UP_PYTHON_IMAGE] : []),
         ...(o.networkPrefix ? ["--network-prefix", o.networkPrefix] : []),
         ...(o.subnet4 ? ["--subnet4", o.subnet4] : []),
         ...(o.subnet6 ? ["--subnet6", o.subnet6] : []),
@@ -186,7 +221,10 @@ async function up(o: UpFlags): Promise<number> {
         const idFile = join(agentDir, "identity.json");
         if (!existsSync(idFile)) return false;
         const { agentId } = JSON.parse(readFileSync(idFile, "utf8")) as { agentId: string };
-        const { agents } = await api.request<{ agents: { id: string; state: string }[] }>("GET", "/api/v1/agents");
+        const { agents } = await api.request<{ agents: { id: string; state: string }[] }>(
+          "GET",
+          "/api/v1/agents",
+        );
         return agents.some((a) => a.id === agentId && a.state === "ready");
       },
       { timeoutMs: 60_000, intervalMs: 300, what: "the agent to report in" },
@@ -194,6 +232,15 @@ async function up(o: UpFlags): Promise<number> {
   } catch (e) {
     process.stderr.write(`berth up: ${describeError(e)}\n`);
     return shutdown(1);
+  }
+
+  if (pythonRootfs) {
+    try {
+      await importPythonImage(join(agentDir, "agent.sock"), pythonRootfs, print);
+    } catch (e) {
+      process.stderr.write(`berth up: ${describeError(e)}\n`);
+      return shutdown(1);
+    }
   }
 
   saveProfile(o.profile, { url, token: adminToken });

@@ -46,9 +46,17 @@ export function workspaceCommands(program: Command): void {
     .description("list all workspaces")
     .option("--json", "print JSON")
     .action(async (o: { json?: boolean }) => {
-      const r = await ApiClient.fromEnv().request<{ workspaces: WorkspaceJson[] }>("GET", "/api/v1/workspace");
+      const r = await ApiClient.fromEnv().request<{ workspaces: WorkspaceJson[] }>(
+        "GET",
+        "/api/v1/workspace",
+      );
       if (o.json) printJson(r.workspaces);
-      else printTable(r.workspaces as unknown as Record<string, unknown>[], ["external_id", "name", "created_at"]);
+      else
+        printTable(r.workspaces as unknown as Record<string, unknown>[], [
+          "external_id",
+          "name",
+          "created_at",
+        ]);
     });
 
   const tok = program.command("token").description("tokens of the current workspace");
@@ -59,10 +67,14 @@ export function workspaceCommands(program: Command): void {
     .option("--admin", "an operator token (needs an admin token)")
     .option("--json", "print JSON")
     .action(async (o: { name?: string; admin?: boolean; json?: boolean }) => {
-      const r = await ApiClient.fromEnv().request<{ token: string; token_info: TokenInfo }>("POST", "/api/v1/token", {
-        ...(o.name ? { name: o.name } : {}),
-        ...(o.admin ? { admin: true } : {}),
-      });
+      const r = await ApiClient.fromEnv().request<{ token: string; token_info: TokenInfo }>(
+        "POST",
+        "/api/v1/token",
+        {
+          ...(o.name ? { name: o.name } : {}),
+          ...(o.admin ? { admin: true } : {}),
+        },
+      );
       if (o.json) return printJson(r);
       process.stdout.write(`created token ${r.token_info.id}\ntoken (shown once): ${r.token}\n`);
     });

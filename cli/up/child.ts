@@ -14,9 +14,9 @@ export function formatLogLine(name: string, line: string): string {
   }
   if (typeof rec !== "object" || rec === null || !("msg" in rec)) return `[${name}] ${line}`;
   const time = typeof rec.time === "number" ? new Date(rec.time).toISOString().slice(11, 19) : "";
-  const level = ({ 10: "trace", 20: "debug", 30: "info", 40: "WARN", 50: "ERROR", 60: "FATAL" } as Record<string, string>)[
-    String(rec.level)
-  ];
+  const level = (
+    { 10: "trace", 20: "debug", 30: "info", 40: "WARN", 50: "ERROR", 60: "FATAL" } as Record<string, string>
+  )[String(rec.level)];
   const skip = new Set(["msg", "time", "level", "pid", "hostname", "area"]);
   const extras = Object.entries(rec)
     .filter(([k]) => !skip.has(k))
@@ -36,7 +36,7 @@ export interface ManagedChild {
 export function spawnBerth(name: string, args: string[], out: (line: string) => void): ManagedChild {
   const child = spawn(process.execPath, ["--import", "tsx", CLI_MAIN, ...args], {
     stdio: ["ignore", "pipe", "pipe"],
-    env: process.env,
+    env: { ...process.env, BERTH_UNDER_UP: "1" },
   });
   for (const stream of [child.stdout, child.stderr]) {
     if (stream) createInterface({ input: stream }).on("line", (l) => out(formatLogLine(name, l)));

@@ -14,7 +14,9 @@ export interface UpCluster {
 export function loadOrCreateUpCluster(dataDir: string, ports: Partial<UpCluster>): UpCluster {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const path = join(dataDir, "cluster.json");
-  const saved: Partial<UpCluster> = existsSync(path) ? (JSON.parse(readFileSync(path, "utf8")) as UpCluster) : {};
+  const saved: Partial<UpCluster> = existsSync(path)
+    ? (JSON.parse(readFileSync(path, "utf8")) as UpCluster)
+    : {};
   const cluster: UpCluster = {
     natsPort: ports.natsPort ?? saved.natsPort ?? 4222,
     coordinatorPort: ports.coordinatorPort ?? saved.coordinatorPort ?? 8420,

@@ -27,7 +27,10 @@ test("CLI: configure, workspace create, token create/list/revoke, SERVICE_TOKEN 
   assert.equal(JSON.parse(cur.stdout).name, "team-a");
 
   const made = await runCli(["token", "create", "--name", "ci", "--json"], asTeam);
-  const { token: second, token_info } = JSON.parse(made.stdout) as { token: string; token_info: { id: string } };
+  const { token: second, token_info } = JSON.parse(made.stdout) as {
+    token: string;
+    token_info: { id: string };
+  };
   const list = await runCli(["token", "list"], asTeam);
   assert.match(list.stdout, new RegExp(`${token_info.id}\\s+ci\\s+\\S+\\s+false\\s+active`));
   assert.ok(!list.stdout.includes(second), "secrets are never listed");

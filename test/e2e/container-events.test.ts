@@ -17,7 +17,13 @@ import { pushTestImage } from "../helpers/test-image.ts";
 import { testNames } from "../network/helpers.ts";
 
 test("a joined agent publishes container log lines to JetStream and exit events over NATS", async (t) => {
-  if (!needs(t, { root: true, commands: ["nats-server", "runc", "skopeo", "umoci", "docker-registry", "ip", "nft"] })) return;
+  if (
+    !needs(t, {
+      root: true,
+      commands: ["nats-server", "runc", "skopeo", "umoci", "docker-registry", "ip", "nft"],
+    })
+  )
+    return;
   const names = await testNames();
   const dataDir = mkdtempSync(join(tmpdir(), "berth-agent-ev-"));
   let client: AgentRpcClient | undefined;
@@ -43,10 +49,13 @@ test("a joined agent publishes container log lines to JetStream and exit events 
   client = new AgentRpcClient({ address: `unix://${join(dataDir, "agent.sock")}` });
   const registry = await startTestRegistry(t);
   const ref = await pushTestImage(registry);
-  await waitFor(() => existsSync(join(dataDir, "agent.sock")) && agent.output().includes("connected to NATS"), {
-    timeoutMs: 60_000,
-    what: "the agent to join and connect",
-  }).catch((e) => {
+  await waitFor(
+    () => existsSync(join(dataDir, "agent.sock")) && agent.output().includes("connected to NATS"),
+    {
+      timeoutMs: 60_000,
+      what: "the agent to join and connect",
+    },
+  ).catch((e) => {
     throw new Error(`${e.message}\n${agent.output()}`);
   });
 
@@ -81,7 +90,10 @@ test("a joined agent publishes container log lines to JetStream and exit events 
 
   const jsm = await nc.jetstreamManager();
   const msg = await waitFor(
-    () => jsm.streams.getMessage(streams.logs.name, { last_by_subj: subjects.containerLog(agentId, "ctr-events") }),
+    () =>
+      jsm.streams.getMessage(streams.logs.name, {
+        last_by_subj: subjects.containerLog(agentId, "ctr-events"),
+      }),
     { timeoutMs: 10_000, what: "the log line in JetStream" },
   );
   const line = JSON.parse(sc.decode(msg.data)) as {
@@ -90,6 +102,9 @@ test("a joined agent publishes container log lines to JetStream and exit events 
     containerId: string;
     labels: Record<string, string>;
   };
-  assert.deepEqual([line.containerId, line.stream, line.line], ["ctr-events", "stdout", "hello from a container"]);
+  assert.deepEqual(
+    [line.containerId, line.stream, line.line],
+    ["ctr-events", "stdout", "hello from a container"],
+  );
   assert.deepEqual(line.labels, { purpose: "test" });
 });

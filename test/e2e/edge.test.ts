@@ -21,7 +21,13 @@ interface PsRow {
 // The issue's edge scenario through the real CLI and a real agent process
 // with no coordinator: run, OOM, restart of the agent under a running container.
 test("edge agent: berth agent run prints 42, OOM is reported, containers survive an agent restart", async (t) => {
-  if (!needs(t, { root: true, commands: ["runc", "skopeo", "umoci", "docker-registry", "ip", "nft", "python3"] })) return;
+  if (
+    !needs(t, {
+      root: true,
+      commands: ["runc", "skopeo", "umoci", "docker-registry", "ip", "nft", "python3"],
+    })
+  )
+    return;
   const names = await testNames();
   const dataDir = mkdtempSync(join(tmpdir(), "berth-edge-"));
   const agentArgs = [
@@ -67,14 +73,25 @@ test("edge agent: berth agent run prints 42, OOM is reported, containers survive
   assert.equal(hello.stdout, "42\n");
   assert.equal(hello.code, 0);
 
-  const oom = await cli(["run", "--memory", "64Mi", ref, "--", "python3", "-c", "b = b'x' * (200 * 1024 * 1024)"]);
+  const oom = await cli([
+    "run",
+    "--memory",
+    "64Mi",
+    ref,
+    "--",
+    "python3",
+    "-c",
+    "b = b'x' * (200 * 1024 * 1024)",
+  ]);
   assert.equal(oom.code, 137, oom.stderr);
   assert.match(oom.stderr, /OOM-killed \(memory limit 64 MiB\)/);
 
   const detached = await cli(["run", "--detach", "--name", "ctr-survivor", ref, "--", "sleep", "300"]);
   assert.equal(detached.code, 0, detached.stderr);
   assert.equal(detached.stdout.trim(), "ctr-survivor");
-  const before = (JSON.parse((await cli(["ps", "--json"])).stdout) as PsRow[]).find((r) => r.id === "ctr-survivor");
+  const before = (JSON.parse((await cli(["ps", "--json"])).stdout) as PsRow[]).find(
+    (r) => r.id === "ctr-survivor",
+  );
   assert.equal(before?.state, "running");
 
   // The agent goes away and comes back; the container never notices.
@@ -86,7 +103,9 @@ test("edge agent: berth agent run prints 42, OOM is reported, containers survive
     timeoutMs: 60_000,
     what: "the restarted agent",
   });
-  const after = (JSON.parse((await cli(["ps", "--json"])).stdout) as PsRow[]).find((r) => r.id === "ctr-survivor");
+  const after = (JSON.parse((await cli(["ps", "--json"])).stdout) as PsRow[]).find(
+    (r) => r.id === "ctr-survivor",
+  );
   assert.equal(after?.state, "running");
   assert.equal(after?.pid, before?.pid);
   const ex = await cli(["exec", "ctr-survivor", "--", "python3", "-c", "print('still here')"]);

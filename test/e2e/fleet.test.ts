@@ -14,7 +14,12 @@ interface AgentRow {
   hostname: string;
   state: string;
   last_seen_at: string | null;
-  capacity: { cpu_cores: number; memory_bytes: number; disk: { free_bytes: number }; gpus: { available: boolean; reason?: string } };
+  capacity: {
+    cpu_cores: number;
+    memory_bytes: number;
+    disk: { free_bytes: number };
+    gpus: { available: boolean; reason?: string };
+  };
 }
 
 async function agents(c: TestCluster): Promise<AgentRow[]> {
@@ -31,10 +36,13 @@ describe("fleet over a real nats-server", () => {
     const c = await startTestCluster(t, { heartbeatIntervalMs: 1000 });
 
     const one = await spawnAgent(t, c, "host-one");
-    const a1 = await waitFor(async () => (await byHost(c, "host-one"))?.state === "ready" && byHost(c, "host-one"), {
-      timeoutMs: 30_000,
-      what: `agent host-one to be ready; its output:\n${one.output()}`,
-    });
+    const a1 = await waitFor(
+      async () => (await byHost(c, "host-one"))?.state === "ready" && byHost(c, "host-one"),
+      {
+        timeoutMs: 30_000,
+        what: `agent host-one to be ready; its output:\n${one.output()}`,
+      },
+    );
     assert.ok(a1);
     assert.equal(a1.capacity.cpu_cores, cpus().length);
     assert.equal(a1.capacity.memory_bytes, totalmem());
@@ -65,7 +73,10 @@ describe("fleet over a real nats-server", () => {
     const again = await startNatsServer({
       dir: c.nats.dir,
       port: c.nats.port,
-      users: clusterNatsUsers({ coordinatorPassword: c.nats.coordinator.password, agentPassword: c.nats.agent.password }),
+      users: clusterNatsUsers({
+        coordinatorPassword: c.nats.coordinator.password,
+        agentPassword: c.nats.agent.password,
+      }),
     });
     t.after(() => again.stop());
     await waitFor(
@@ -88,7 +99,17 @@ describe("fleet over a real nats-server", () => {
     if (!needs(t, { commands: ["nats-server"] })) return;
     const c = await startTestCluster(t);
     const dir = tempDir(t);
-    const r = await runCli(["agent", "--coordinator", c.url, "--join-token", "bj_wrong", "--data-dir", dir, "--grpc-port", "0"]);
+    const r = await runCli([
+      "agent",
+      "--coordinator",
+      c.url,
+      "--join-token",
+      "bj_wrong",
+      "--data-dir",
+      dir,
+      "--grpc-port",
+      "0",
+    ]);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /berth agent: coordinator refused the join: the join token is wrong or revoked/);
   });
@@ -96,7 +117,10 @@ describe("fleet over a real nats-server", () => {
 
 describe("coordinator start-up failures are one line naming the cause", () => {
   /** Runs `berth coordinator` with a config file holding `fields` over a minimal base. */
-  async function startCoordinatorWith(t: { after: (fn: () => unknown) => void }, fields: Record<string, unknown>) {
+  async function startCoordinatorWith(
+    t: { after: (fn: () => unknown) => void },
+    fields: Record<string, unknown>,
+  ) {
     const dir = tempDir(t);
     const cfg = join(dir, "c.json");
     writeFileSync(cfg, JSON.stringify({ port: 0, dataDir: dir, agentNats: { password: "x" }, ...fields }));
@@ -108,7 +132,10 @@ describe("coordinator start-up failures are one line naming the cause", () => {
     const r = await startCoordinatorWith(t, { nats: { url: `nats://127.0.0.1:${natsPort}` } });
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
-    assert.match(r.stderr, new RegExp(`berth coordinator: cannot connect to NATS at nats://127\\.0\\.0\\.1:${natsPort}: `));
+    assert.match(
+      r.stderr,
+      new RegExp(`berth coordinator: cannot connect to NATS at nats://127\\.0\\.0\\.1:${natsPort}: `),
+    );
   });
 
   test("store unreachable", async (t) => {
@@ -118,6 +145,9 @@ describe("coordinator start-up failures are one line naming the cause", () => {
     });
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
-    assert.match(r.stderr, /berth coordinator: cannot open the store: cannot reach PostgreSQL store postgres:\/\/berth:\*\*\*@127\.0\.0\.1:1\/berth/);
+    assert.match(
+      r.stderr,
+      /berth coordinator: cannot open the store: cannot reach PostgreSQL store postgres:\/\/berth:\*\*\*@127\.0\.0\.1:1\/berth/,
+    );
   });
 });

@@ -26,7 +26,8 @@ function startUp(t: { after: (fn: () => unknown) => void }, args: string[], env:
     detached: true, // its own process group, like a terminal's foreground job
   });
   let out = "";
-  for (const s of [child.stdout, child.stderr]) if (s) createInterface({ input: s }).on("line", (l) => (out += `${l}\n`));
+  for (const s of [child.stdout, child.stderr])
+    if (s) createInterface({ input: s }).on("line", (l) => (out += `${l}\n`));
   const exited = new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
   const pid = child.pid as number;
   t.after(async () => {
@@ -43,7 +44,10 @@ function startUp(t: { after: (fn: () => unknown) => void }, args: string[], env:
 const SDK_DIR = fileURLToPath(new URL("../../sdk/python", import.meta.url));
 
 async function runPython(code: string, env: NodeJS.ProcessEnv): Promise<string> {
-  const { stdout } = await promisify(execFile)("python3", ["-c", code], { env: { ...process.env, ...env }, timeout: 30_000 });
+  const { stdout } = await promisify(execFile)("python3", ["-c", code], {
+    env: { ...process.env, ...env },
+    timeout: 30_000,
+  });
   return stdout;
 }
 
@@ -64,7 +68,16 @@ test("berth up: a whole cluster in the foreground, a working profile, clean Ctrl
   const dataDir = join(home, "data");
   const [port, natsPort, grpcPort] = [await freePort(), await freePort(), await freePort()];
   const args = [
-    ...["--data-dir", dataDir, "--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)],
+    ...[
+      "--data-dir",
+      dataDir,
+      "--port",
+      String(port),
+      "--nats-port",
+      String(natsPort),
+      "--grpc-port",
+      String(grpcPort),
+    ],
     "--no-containers",
   ];
   const env = { HOME: home, SERVICE_TOKEN: "", BERTH_URL: "", BERTH_PROFILE: "" };
@@ -91,7 +104,11 @@ test("berth up: a whole cluster in the foreground, a working profile, clean Ctrl
   assert.deepEqual(cfg.profiles.default, { url, token });
   const list = await runCli(["agent", "list", "--json"], env);
   assert.equal(list.code, 0, list.stderr);
-  const agents = JSON.parse(list.stdout) as { id: string; state: string; capacity: { cpu_cores: number; memory_bytes: number } }[];
+  const agents = JSON.parse(list.stdout) as {
+    id: string;
+    state: string;
+    capacity: { cpu_cores: number; memory_bytes: number };
+  }[];
   assert.equal(agents.length, 1);
   assert.equal(agents[0]?.state, "ready");
   assert.equal(agents[0]?.capacity.cpu_cores, cpus().length);
@@ -99,10 +116,10 @@ test("berth up: a whole cluster in the foreground, a working profile, clean Ctrl
   const agentId = agents[0]?.id;
 
   // ... and so does the Python SDK.
-  const sdk = await runPython(
-    "from berth import Client; print(Client().current_workspace()['name'])",
-    { ...env, PYTHONPATH: SDK_DIR },
-  );
+  const sdk = await runPython("from berth import Client; print(Client().current_workspace()['name'])", {
+    ...env,
+    PYTHONPATH: SDK_DIR,
+  });
   assert.equal(sdk.trim(), "default");
 
   // Ctrl-C stops everything: the process group is empty afterwards.

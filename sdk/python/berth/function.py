@@ -1,0 +1,210 @@
+"""``@function``: a Python function that runs in containers of the cluster.
+
+``square.remote(7)`` syncs the code, gets or creates the stub (once per
+process) and runs one task; ``square.map(items)`` runs one task per item;
+calling ``square(7)`` runs it here.
+"""
+
+import functools
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from . import env, serialize
+from .client import Client
+from .config import current_credentials
+from .errors import BerthError, RemoteCallError
+from .image import Image
+from .invoke import MapRun, Printer, run_one
+from .locate import Location, locate
+from .options import (
+    TaskPolicy,
+    check_int,
+    check_timeout,
+    cpu_fields,
+    expires_text,
+    parse_gpu,
+    parse_memory,
+    retry_names,
+)
+from .sync import sync_code
+
+MAX_PENDING_TASKS = 100
+_clients: Dict[Tuple[str, Optional[str]], Client] = {}
+_clients_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    """One client per (URL, token) in effect, so connections are reused across calls."""
+    creds = current_credentials()
+    key = (creds.url, creds.token)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = Client()
+        return client
+
+
+def _guard(name: str) -> None:
+    if env.importing_user_code():
+        raise RemoteCallError(
+            f"{name} was called while the container imports your module: a call at module level would run "
+            "in every container. Put the calls under `if __name__ == \"__main__\":`"
+        )
+
+
+class Function:
+    def __init__(
+        self,
+        func: Callable,
+        cpu: float = 1.0,
+        memory: Union[int, str] = 128,
+        gpu: Union[str, Sequence[str], None] = None,
+        gpu_count: int = 0,
+        image: Optional[Image] = None,
+        timeout: int = 3600,
+        retries: int = 3,
+        callback_url: Optional[str] = None,
+        volumes: Optional[List[Any]] = None,
+        secrets: Optional[List[str]] = None,
+        name: Optional[str] = None,
+        task_policy: Optional[TaskPolicy] = None,
+        retry_for: Optional[Sequence[Any]] = None,
+        headless: bool = False,
+        keep_warm_seconds: int = 10,
+        on_start: Union[Callable, str, None] = None,
+    ):
+        if not callable(func):
+            raise TypeError(f"@function decorates a function, not {func!r}")
+        self.func = func
+        functools.update_wrapper(self, func)
+        self.cpu, self.cpu_millicores = cpu_fields(cpu)
+        self.memory = parse_memory(memory)
+        self.gpu_types, self.gpu_count = parse_gpu(gpu, gpu_count)
+        if image is not None and not isinstance(image, Image):
+            raise TypeError(f"image must be a berth.Image, not {type(image).__name__}")
+        self.image = image if image is not None else Image()
+        policy = task_policy
+        if policy is not None and not isinstance(policy, TaskPolicy):
+            raise TypeError(f"task_policy must be a berth.TaskPolicy, not {type(policy).__name__}")
+        self.timeout = check_timeout(policy.timeout if policy else timeout)
+        self.retries = check_int("retries", policy.max_retries if policy else retries, 0)
+        self.expires = expires_text(policy.expires if policy else None)
+        self.callback_url = callback_url or ""
+        if volumes is not None and not isinstance(volumes, (list, tuple)):
+            raise TypeError("volumes must be a list")
+        self.volumes = None if volumes is None else list(volumes)
+        self.secrets = [str(s) for s in (secrets or [])]
+        self.name = name
+        self.retry_for = retry_names(retry_for)
+        self.headless = bool(headless)
+        self.keep_warm_seconds = check_int("keep_warm_seconds", keep_warm_seconds, -1)
+        if on_start is not None and not (callable(on_start) or isinstance(on_start, str)):
+            raise TypeError("on_start must be a function or a 'module:function' string")
+        self.on_start = on_start
+        self._stubs: Dict[Tuple[str, Optional[str]], str] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<berth.Function {self.stub_name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs the function here, in this process."""
+        return self.func(*args, **kwargs)
+
+    @property
+    def stub_name(self) -> str:
+        return self.name or getattr(self.func, "__qualname__", getattr(self.func, "__name__", "function"))
+
+    def location(self) -> Location:
+        return locate(self.func)
+
+    def _on_start_handler(self) -> str:
+        if self.on_start is None:
+            return ""
+        if isinstance(self.on_start, str):
+            return self.on_start
+        return locate(self.on_start).handler
+
+    def stub_config(self, loc: Optional[Location] = None) -> Dict[str, Any]:
+        """The decoded ``stub.config`` (shared/tasks.ts StubConfig, field for field)."""
+        loc = loc or self.location()
+        return {
+            "runtime": {
+                "cpu": self.cpu,
+                "gpu": ",".join(self.gpu_types),
+                "memory": self.memory,
+                "image_id": self.image.image_id,
+            },
+            "handler": loc.handler,
+            "on_start": self._on_start_handler(),
+            "python_version": self.image.python_version,
+            "keep_warm_seconds": self.keep_warm_seconds,
+            "max_pending_tasks": MAX_PENDING_TASKS,
+            "callback_url": self.callback_url,
+            "task_policy": {"max_retries": self.retries, "timeout": self.timeout, "expires": self.expires},
+            "workers": 1,
+            "authorized": False,
+            "volumes": None if self.volumes is None else list(self.volumes),
+            "autoscaler": {"type": "queue_depth", "max_containers": 1, "tasks_per_container": 1},
+        }
+
+    def stub_extra(self, code_sha256: str = "") -> Dict[str, Any]:
+        """What berth keeps beside the config (shared/tasks.ts StubExtra)."""
+        return {
+            "cpu_millicores": self.cpu_millicores,
+            "gpu_types": list(self.gpu_types),
+            "gpu_count": self.gpu_count,
+            "retry_for": list(self.retry_for),
+            "image_ref": self.image.image_ref,
+            "code_sha256": code_sha256,
+            "secrets": list(self.secrets),
+            "headless": self.headless,
+        }
+
+    def prepare(self, client: Client) -> str:
+        """Syncs the code and gets or creates the stub (once per client); returns the stub id."""
+        key = (client.url, client.token)
+        with self._lock:
+            stub_id = self._stubs.get(key)
+            if stub_id:
+                return stub_id
+            self.image.check_runnable(self.stub_name)
+            loc = self.location()
+            sha = sync_code(client, loc.root)
+            body = {
+                "name": self.stub_name,
+                "type": "function",
+                "config": self.stub_config(loc),
+                "extra": self.stub_extra(sha),
+            }
+            r = client.request("POST", "/api/v1/gateway/stubs", body)
+            stub_id = (r.get("stub") or {}).get("id")
+            if not stub_id:
+                raise BerthError("internal", "the coordinator's stub answer has no id")
+            self._stubs[key] = stub_id
+            return stub_id
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs once in a container and returns the result (or raises the remote exception)."""
+        _guard(f"{self.stub_name}.remote()")
+        payload = serialize.dump_args(args, kwargs, what=f"{self.stub_name}.remote()")
+        client = default_client()
+        stub_id = self.prepare(client)
+        printer = Printer(sys.stdout, sys.stderr)
+        return run_one(client, client.stream_connection(), stub_id, payload, self.headless, printer)
+
+    def map(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        """One task per item (the item is the single argument); yields results in input order."""
+        _guard(f"{self.stub_name}.map()")
+        client = default_client()
+        stub_id = self.prepare(client)
+        run = MapRun(client, stub_id, self.headless, Printer(sys.stdout, sys.stderr), f"{self.stub_name}.map()")
+        return run.results(iterable)
+
+
+def function(func: Optional[Callable] = None, **options: Any) -> Any:
+    """``@function`` or ``@function(cpu=1, memory=128, ...)``."""
+    if func is not None:
+        return Function(func, **options)
+    return lambda f: Function(f, **options)

@@ -1,0 +1,134 @@
+"""Decorator options as the stub config wants them: memory, GPUs, task policy, exception names."""
+
+import datetime
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+# MiB per unit. Binary units are exact; "G" is taken as 1000 MiB and "T" as 1000 G, like other serverless SDKs.
+_UNITS = {"": 1, "m": 1, "mi": 1, "g": 1000, "gi": 1024, "t": 1000 * 1000, "ti": 1024 * 1024}
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]{0,2}?)b?\s*$", re.IGNORECASE)
+
+
+def parse_memory(memory: Union[int, str]) -> int:
+    """MiB from an int (MiB) or a string such as "512Mi", "2Gi", "1G", "512M", "256"."""
+    if isinstance(memory, bool):
+        raise ValueError(f"memory must be MiB or a string with a unit such as '512Mi' or '2Gi', not {memory!r}")
+    if isinstance(memory, int):
+        mib = memory
+    elif isinstance(memory, float) and memory.is_integer():
+        mib = int(memory)
+    elif isinstance(memory, str):
+        m = _MEMORY.match(memory)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise ValueError(
+                f"memory {memory!r} is not understood: give MiB as an int or a string such as "
+                "'512Mi', '2Gi', '1G', '512M' or '256'"
+            )
+        value = float(m.group(1)) * _UNITS[unit]
+        if not value.is_integer():
+            raise ValueError(f"memory {memory!r} is not a whole number of MiB")
+        mib = int(value)
+    else:
+        raise ValueError(f"memory must be MiB (int) or a string such as '512Mi', not {type(memory).__name__}")
+    if mib <= 0:
+        raise ValueError(f"memory must be positive, got {memory!r}")
+    return mib
+
+
+def parse_gpu(gpu: Union[str, Sequence[str], None], gpu_count: int) -> Tuple[List[str], int]:
+    """GPU types in priority order and the count (1 when a GPU is named without a count)."""
+    if gpu is None or gpu == "":
+        types: List[str] = []
+    elif isinstance(gpu, str):
+        types = [t.strip() for t in gpu.split(",") if t.strip()]
+    elif isinstance(gpu, (list, tuple)):
+        types = []
+        for t in gpu:
+            if not isinstance(t, str) or not t.strip():
+                raise ValueError(f"gpu must be a GPU type or a list of GPU types, got {gpu!r}")
+            types.append(t.strip())
+    else:
+        raise ValueError(f"gpu must be a GPU type such as 'A10G' or a priority list, not {type(gpu).__name__}")
+    if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0:
+        raise ValueError(f"gpu_count must be a non-negative int, got {gpu_count!r}")
+    if types and gpu_count == 0:
+        gpu_count = 1
+    if not types and gpu_count > 0:
+        raise ValueError("gpu_count is set but no gpu type is named: pass gpu='A10G' (or a list) as well")
+    return types, gpu_count
+
+
+@dataclass
+class TaskPolicy:
+    """Per-task lifecycle; overrides the decorator's ``timeout`` and ``retries``.
+
+    ``expires``: seconds a task may wait in the queue before it is EXPIRED, or
+    a datetime after which a task not yet started expires.
+    """
+
+    max_retries: int = 3
+    timeout: int = 3600
+    expires: Union[int, float, datetime.datetime, None] = None
+
+
+def expires_text(expires: Any) -> str:
+    """``task_policy.expires``: "" (never), an ISO timestamp, or seconds counted from each task's creation."""
+    if expires is None or expires == 0:
+        return ""
+    if isinstance(expires, datetime.datetime):
+        when = expires if expires.tzinfo else expires.astimezone()
+        return when.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or expires < 0:
+        raise ValueError(f"task_policy.expires must be seconds or a datetime, got {expires!r}")
+    return str(int(expires)) if float(expires).is_integer() else str(expires)
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def check_timeout(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or (value <= 0 and value != -1):
+        raise ValueError(f"timeout must be a positive number of seconds or -1 (none), got {value!r}")
+    return value
+
+
+def cpu_fields(cpu: Any) -> Tuple[int, int]:
+    """(runtime.cpu, cpu_millicores): the spec's integer rounds up; the millicores are exact."""
+    if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not math.isfinite(cpu) or cpu <= 0:
+        raise ValueError(f"cpu must be a positive number of cores, got {cpu!r}")
+    millicores = int(round(cpu * 1000))
+    if millicores < 1:
+        raise ValueError(f"cpu {cpu!r} is below one millicore")
+    return int(math.ceil(millicores / 1000)), millicores
+
+
+def exception_name(e: Any) -> str:
+    """``Name`` for builtins, ``module.Qualname`` otherwise; strings pass as given."""
+    if isinstance(e, str):
+        if not e.strip():
+            raise ValueError("retry_for holds an empty exception name")
+        return e.strip()
+    if isinstance(e, type) and issubclass(e, BaseException):
+        return e.__qualname__ if e.__module__ == "builtins" else f"{e.__module__}.{e.__qualname__}"
+    raise ValueError(f"retry_for takes exception classes or their names, not {e!r}")
+
+
+def retry_names(retry_for: Optional[Sequence[Any]]) -> List[str]:
+    if retry_for is None:
+        return []
+    if isinstance(retry_for, (str, type)):
+        retry_for = [retry_for]
+    names = []
+    for e in retry_for:
+        name = exception_name(e)
+        if name.startswith("__main__."):
+            # The container imports the script under its file's name: the bare name matches there.
+            name = name[len("__main__.") :]
+        names.append(name)
+    return names

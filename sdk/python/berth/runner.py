@@ -1,0 +1,308 @@
+"""The in-container runner: ``python3 -u -m berth.runner`` (docs/tasks.md, "Bridge protocol").
+
+Imports ``BERTH_HANDLER`` once, then each of ``BERTH_WORKERS`` threads loops:
+take a task from the agent, run it, post its result. A handler that does not
+import still serves: every task it takes fails at once, naming the import
+error, so no task waits for a runner that can never run it.
+"""
+
+import asyncio
+import importlib
+import inspect
+import json
+import os
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from . import env, serialize
+from .bridge import AgentGone, BridgeClient, log
+from .capture import Capture
+from .context import Context
+
+# The agent only needs a sign of life well within its ack wait; tests shorten it.
+HEARTBEAT_INTERVAL_S = float(os.environ.get("BERTH_HEARTBEAT_INTERVAL_S") or 5.0)
+# The agent drops a longer JSON copy of a result (it must fit in a task event).
+MAX_RESULT_JSON_CHARS = 1024 * 1024
+# The agent answers `next` after ~25 s without a task; a socket silent for longer is broken.
+NEXT_TIMEOUT_S = 90.0
+
+
+@dataclass
+class RunnerConfig:
+    socket: str
+    handler: str
+    on_start: str = ""
+    container_id: Optional[str] = None
+    stub_id: Optional[str] = None
+    stub_type: Optional[str] = None
+    callback_url: Optional[str] = None
+    python_version: str = ""
+    retry_for: List[str] = field(default_factory=list)
+    workers: int = 1
+
+    @classmethod
+    def from_env(cls, e: Dict[str, str]) -> "RunnerConfig":
+        try:
+            retry_for = [str(n) for n in json.loads(e.get("BERTH_RETRY_FOR") or "[]")]
+        except (ValueError, TypeError):
+            log(f"BERTH_RETRY_FOR {e.get('BERTH_RETRY_FOR')!r} is not a JSON list; no exception retries")
+            retry_for = []
+        try:
+            workers = max(1, int(e.get("BERTH_WORKERS") or "1"))
+        except ValueError:
+            workers = 1
+        return cls(
+            socket=e.get("BERTH_AGENT_SOCKET") or "/berth/run/agent.sock",
+            handler=e.get("BERTH_HANDLER", ""),
+            on_start=e.get("BERTH_ON_START", ""),
+            container_id=e.get("BERTH_CONTAINER_ID") or None,
+            stub_id=e.get("BERTH_STUB_ID") or None,
+            stub_type=e.get("BERTH_STUB_TYPE") or None,
+            callback_url=e.get("BERTH_CALLBACK_URL") or None,
+            python_version=e.get("BERTH_PYTHON_VERSION", ""),
+            retry_for=retry_for,
+            workers=workers,
+        )
+
+
+def qualified_name(cls: type) -> str:
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def resolve(spec: str, what: str) -> Callable:
+    """Imports ``module:function`` (a ``@function`` object gives its function)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{what} {spec!r} is not of the form module:function")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    from .function import Function
+
+    if isinstance(obj, Function):
+        obj = obj.func
+    if not callable(obj):
+        raise TypeError(f"{spec} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def trimmed_traceback(e: BaseException) -> str:
+    """The exception as Python prints it, without the runner's own frames."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
+class Runner:
+    def __init__(self, cfg: RunnerConfig):
+        self.cfg = cfg
+        self.fn: Optional[Callable] = None
+        self.fn_name = cfg.handler
+        self.load_error: Optional[dict] = None
+        self.on_start_value: Any = None
+        self.wants_context = False
+        self.gone = threading.Event()
+        self.output_client = BridgeClient(cfg.socket, timeout=30.0, gone_after_s=5.0)
+        self.capture = Capture(self._send_output)
+
+    # ---- startup ----
+
+    def load(self) -> None:
+        env.set_importing(True)
+        try:
+            self.fn = resolve(self.cfg.handler, "BERTH_HANDLER")
+        except (Exception, SystemExit) as e:
+            self.load_error = self._load_failure(f"cannot import the handler {self.cfg.handler}", e)
+            return
+        finally:
+            env.set_importing(False)
+        self.fn_name = getattr(self.fn, "__qualname__", self.cfg.handler)
+        try:
+            params = inspect.signature(self.fn).parameters
+            p = params.get("context")
+            self.wants_context = p is not None and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        except (TypeError, ValueError):
+            self.wants_context = False
+        if self.cfg.on_start:
+            try:
+                self.on_start_value = self._await(resolve(self.cfg.on_start, "BERTH_ON_START")())
+            except (Exception, SystemExit) as e:
+                self.load_error = self._load_failure(f"on_start {self.cfg.on_start} failed", e)
+
+    def _load_failure(self, what: str, e: BaseException) -> dict:
+        tb = trimmed_traceback(e)
+        log(f"{what}: {type(e).__name__}: {e}; every task will fail\n{tb}")
+        return {"type": qualified_name(type(e)), "message": f"{what}: {type(e).__name__}: {e}", "traceback": tb}
+
+    @staticmethod
+    def _await(value: Any) -> Any:
+        return asyncio.run(value) if inspect.iscoroutine(value) else value
+
+    # ---- tasks ----
+
+    def _send_output(self, task_id: str, stream: str, data: str) -> None:
+        try:
+            self.output_client.post(f"/v1/tasks/{task_id}/output", {"stream": stream, "data": data})
+        except AgentGone:
+            pass
+
+    def context(self, task: dict) -> Context:
+        return Context(
+            container_id=self.cfg.container_id,
+            stub_id=self.cfg.stub_id,
+            stub_type=self.cfg.stub_type,
+            callback_url=task.get("callback_url") or self.cfg.callback_url,
+            task_id=task.get("id"),
+            timeout=task.get("timeout"),
+            on_start_value=self.on_start_value,
+            bind_port=0,
+            python_version=self.cfg.python_version,
+        )
+
+    def failure(self, e: BaseException) -> dict:
+        error = {"type": qualified_name(type(e)), "message": str(e), "traceback": trimmed_traceback(e)}
+        try:
+            data = serialize.dumps(e)
+            serialize.loads(data)  # an exception whose __init__ rejects its args pickles but never unpickles
+            if len(data) <= serialize.MAX_TASK_RESULT_BYTES:
+                error["pickled"] = serialize.b64(data)
+        except Exception:
+            pass
+        names = set(self.cfg.retry_for)
+        retry = any(
+            c.__name__ in names or c.__qualname__ in names or f"{c.__module__}.{c.__qualname__}" in names
+            for c in type(e).__mro__
+        )
+        return {"status": "FAILED", "error": error, "retry": retry}
+
+    def success(self, value: Any) -> dict:
+        try:
+            data = serialize.dumps(value)
+        except Exception as e:
+            return self.refused(f"return value of {self.fn_name} is not picklable: {type(e).__name__}: {e}")
+        if len(data) > serialize.MAX_TASK_RESULT_BYTES:
+            return self.refused(
+                f"return value of {self.fn_name} is {len(data)} bytes pickled; the limit is 4 MiB "
+                f"({serialize.MAX_TASK_RESULT_BYTES} bytes): return a smaller value or write large data to a volume"
+            )
+        body = {"status": "COMPLETE", "result": serialize.b64(data)}
+        try:
+            text = json.dumps(value, allow_nan=False)
+            if len(text) <= MAX_RESULT_JSON_CHARS:
+                body["result_json"] = text
+        except (TypeError, ValueError, RecursionError):
+            pass
+        return body
+
+    @staticmethod
+    def refused(message: str, type_name: str = "berth.SerializationError", tb: str = "") -> dict:
+        return {"status": "FAILED", "error": {"type": type_name, "message": message, "traceback": tb}, "retry": False}
+
+    def execute(self, task: dict) -> dict:
+        if self.load_error is not None:
+            return {"status": "FAILED", "error": dict(self.load_error), "retry": False}
+        try:
+            args, kwargs = serialize.loads(serialize.unb64(task.get("args") or ""))
+            args, kwargs = tuple(args), dict(kwargs)
+        except Exception as e:
+            return self.refused(
+                f"cannot unpickle the arguments of task {task.get('id')} for {self.fn_name}: {type(e).__name__}: {e}",
+                tb=trimmed_traceback(e),
+            )
+        if self.wants_context and "context" not in kwargs:
+            kwargs["context"] = self.context(task)
+        try:
+            value = self._await(self.fn(*args, **kwargs))  # type: ignore[misc]
+        except BaseException as e:  # noqa: BLE001 - SystemExit in a handler is its failure too
+            return self.failure(e)
+        return self.success(value)
+
+    def run_task(self, task: dict, hb_client: BridgeClient) -> dict:
+        task_id = str(task.get("id"))
+        # Process-wide, for handlers that read them (with several workers, the latest task's).
+        os.environ["BERTH_TASK_ID"] = task_id
+        os.environ["BERTH_TASK_ATTEMPT"] = str(task.get("attempt", 1))
+        stop = threading.Event()
+        hb = threading.Thread(target=self._heartbeat, args=(task_id, stop, hb_client), daemon=True)
+        hb.start()
+        out = self.capture.start(task_id)
+        try:
+            result = self.execute(task)
+        finally:
+            self.capture.finish(out)
+            stop.set()
+        hb.join()
+        return result
+
+    def _heartbeat(self, task_id: str, stop: threading.Event, client: BridgeClient) -> None:
+        while not stop.wait(HEARTBEAT_INTERVAL_S):
+            try:
+                status, _ = client.post(f"/v1/tasks/{task_id}/heartbeat", {})
+            except AgentGone:
+                return
+            if status == 410:
+                log(f"task {task_id} was cancelled; the agent stops this container")
+                return
+
+    def worker(self) -> None:
+        client = BridgeClient(self.cfg.socket, timeout=NEXT_TIMEOUT_S)
+        hb_client = BridgeClient(self.cfg.socket, timeout=30.0)
+        try:
+            while not self.gone.is_set():
+                status, body = client.post("/v1/tasks/next", {})
+                if status == 204:
+                    continue
+                if status == 410:
+                    log("the agent takes no more tasks from this container")
+                    return
+                task = body.get("task") if isinstance(body, dict) else None
+                if status != 200 or not isinstance(task, dict) or not task.get("id"):
+                    log(f"unexpected answer to /v1/tasks/next: {status} {body!r}")
+                    self.gone.wait(1.0)
+                    continue
+                try:
+                    result = self.run_task(task, hb_client)
+                except Exception as e:  # noqa: BLE001 - a runner fault still ends the task
+                    log(f"runner fault on task {task['id']}:\n{traceback.format_exc()}")
+                    result = self.refused(f"the berth runner failed: {type(e).__name__}: {e}", "berth.RunnerError")
+                status, body = client.post(f"/v1/tasks/{task['id']}/result", result)
+                if status >= 300:
+                    log(f"the agent refused the result of task {task['id']}: {status} {body!r}")
+        except AgentGone as e:
+            log(f"{e}; exiting")
+            self.gone.set()
+
+    def serve(self) -> int:
+        self.capture.install()
+        threads = [
+            threading.Thread(target=self.worker, name=f"berth-worker-{i}", daemon=True) for i in range(self.cfg.workers)
+        ]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads) and not self.gone.wait(0.5):
+            pass
+        return 1 if self.gone.is_set() else 0
+
+
+def main() -> int:
+    cfg = RunnerConfig.from_env(dict(os.environ))
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    runner = Runner(cfg)
+    runner.load()
+    code = runner.serve()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        # Worker threads may sit in user code; leave without waiting for them.
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

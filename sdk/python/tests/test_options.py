@@ -1,0 +1,134 @@
+"""Decorator options: memory, GPUs, CPU, task policy, retry_for; the Image builder and Context."""
+
+import dataclasses
+import datetime
+import unittest
+
+from berth import Context, Function, Image, ImageBuildError, TaskPolicy, function
+from berth.options import cpu_fields, expires_text, parse_gpu, parse_memory, retry_names
+
+
+def plain(x):
+    return x
+
+
+class MemoryTest(unittest.TestCase):
+    def test_units(self):
+        cases = {128: 128, "512Mi": 512, "2Gi": 2048, "1G": 1000, "512M": 512, "256": 256, "1.5Gi": 1536, "64MiB": 64}
+        for given, mib in cases.items():
+            self.assertEqual(parse_memory(given), mib, given)
+
+    def test_rejected(self):
+        for bad in ("lots", "12Qi", "", "-5", 0, -1, True, "0.5Mi", None):
+            with self.assertRaises(ValueError, msg=repr(bad)) as ctx:
+                parse_memory(bad)
+            self.assertIn("memory", str(ctx.exception))
+
+
+class GpuCpuTest(unittest.TestCase):
+    def test_gpu(self):
+        self.assertEqual(parse_gpu(None, 0), ([], 0))
+        self.assertEqual(parse_gpu("A10G", 0), (["A10G"], 1))
+        self.assertEqual(parse_gpu(["H100", "A100"], 2), (["H100", "A100"], 2))
+        with self.assertRaises(ValueError):
+            parse_gpu(None, 1)
+        with self.assertRaises(ValueError):
+            parse_gpu([""], 0)
+
+    def test_cpu(self):
+        self.assertEqual(cpu_fields(1.0), (1, 1000))
+        self.assertEqual(cpu_fields(0.25), (1, 250))
+        self.assertEqual(cpu_fields(2.5), (3, 2500))
+        for bad in (0, -1, float("nan"), "1"):
+            with self.assertRaises(ValueError):
+                cpu_fields(bad)
+
+
+class PolicyTest(unittest.TestCase):
+    def test_expires(self):
+        self.assertEqual(expires_text(None), "")
+        self.assertEqual(expires_text(180), "180")
+        when = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+        self.assertEqual(expires_text(when), "2030-01-02T03:04:05Z")
+
+    def test_task_policy_overrides(self):
+        f = Function(plain, timeout=10, retries=5, task_policy=TaskPolicy(max_retries=0, timeout=-1))
+        self.assertEqual((f.timeout, f.retries), (-1, 0))
+
+    def test_retry_names(self):
+        class Local(Exception):
+            pass
+
+        self.assertEqual(retry_names([KeyError, "pkg.Custom"]), ["KeyError", "pkg.Custom"])
+        self.assertEqual(retry_names([Local]), [f"{__name__}.{Local.__qualname__}"])
+
+    def test_bad_values(self):
+        for kw in ({"timeout": 0}, {"retries": -1}, {"cpu": 0}, {"memory": "x"}, {"keep_warm_seconds": -2}):
+            with self.assertRaises(ValueError, msg=kw):
+                Function(plain, **kw)
+
+    def test_bare_and_called_decorator(self):
+        self.assertIsInstance(function(plain), Function)
+        f = function(cpu=2)(plain)
+        self.assertEqual((f.cpu, f.memory, f.gpu_count, f.keep_warm_seconds), (2, 128, 0, 10))
+        self.assertEqual(f(3), 3, "calling it runs it here")
+        self.assertEqual(f.__name__, "plain")
+
+
+class ImageTest(unittest.TestCase):
+    def test_chaining_records_and_changes_the_id(self):
+        base = Image()
+        img = Image().add_python_packages(["numpy"]).add_commands(["echo hi"]).with_envs({"A": "1"})
+        self.assertIs(img.with_secrets(["S"]), img)
+        self.assertIs(img.micromamba().add_micromamba_packages(["x"], ["conda-forge"]).build_with_gpu("T4"), img)
+        self.assertEqual((img.python_packages, img.commands, img.env_vars), (["numpy"], ["echo hi"], ["A=1"]))
+        self.assertNotEqual(base.image_id, img.image_id)
+        self.assertRegex(base.image_id, r"^img-[0-9a-f]{16}$")
+        self.assertEqual(Image().image_id, base.image_id, "same spec, same id")
+
+    def test_registry_forms(self):
+        a = Image.from_registry("r.example/app:1")
+        b = Image(python_version="3.11").from_registry("r.example/app:1")
+        self.assertEqual((a.image_ref, b.image_ref, b.python_version), ("r.example/app:1", "r.example/app:1", "3.11"))
+        a.check_runnable("f")  # nothing to build
+
+    def test_builds_are_refused_naming_what_was_asked(self):
+        for img, word in (
+            (Image(python_packages=["torch"]), "torch"),
+            (Image(commands=["apt-get install x"]), "apt-get install x"),
+            (Image.from_id("snap-1"), "snap-1"),
+            (Image.from_dockerfile("/tmp/Dockerfile"), "Dockerfile"),
+            (Image().micromamba(), "micromamba"),
+        ):
+            with self.assertRaises(ImageBuildError) as ctx:
+                img.check_runnable("fn")
+            self.assertIn(word, str(ctx.exception))
+
+    def test_env_vars_forms(self):
+        self.assertEqual(Image(env_vars="A=1").env_vars, ["A=1"])
+        self.assertEqual(Image(env_vars=["A=1", "B=2"]).env_vars, ["A=1", "B=2"])
+        with self.assertRaises(ValueError):
+            Image(env_vars="nokey")
+
+
+class ContextTest(unittest.TestCase):
+    def test_fields_and_defaults(self):
+        fields = {f.name: f.default for f in dataclasses.fields(Context)}
+        self.assertEqual(
+            fields,
+            {
+                "container_id": None,
+                "stub_id": None,
+                "stub_type": None,
+                "callback_url": None,
+                "task_id": None,
+                "timeout": None,
+                "on_start_value": None,
+                "bind_port": 0,
+                "python_version": "",
+            },
+        )
+
+
+if __name__ == "__main__":
+    unittest.main()
