@@ -7,6 +7,7 @@ import { createInterface } from "node:readline";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import Database from "better-sqlite3";
 import { cleanupNetworkByPrefix } from "../../agent/network/index.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
@@ -194,6 +195,25 @@ test("functions end to end on a berth up cluster: remote, map, retry, timeout, r
       const out = await py("crash");
       assert.match(out, /crash: survived attempt 2/, out);
       assert.match(out, /crashing on attempt 1/, "the first attempt's output reached the caller");
+      // The task's id, from the coordinator's store; its history comes from the REST route.
+      const db = new Database(join(dataDir, "coordinator", "berth.db"), { readonly: true });
+      const row = db
+        .prepare(
+          "SELECT t.id FROM tasks t JOIN stubs s ON s.id = t.stub_id WHERE s.name = 'crash_once' ORDER BY t.created_at DESC LIMIT 1",
+        )
+        .get() as { id: string };
+      db.close();
+      const ws = (await api("/api/v1/workspace/current")).body.external_id as string;
+      const rest = await api(`/api/v1/task/${ws}/${row.id}`);
+      assert.equal(rest.body.status, "COMPLETE");
+      const history = (rest.body.history as { status: string; attempt: number }[]).map(
+        (h) => `${h.status}:${h.attempt}`,
+      );
+      assert.deepEqual(
+        history.slice(-4),
+        ["RUNNING:1", "RETRY:1", "RUNNING:2", "COMPLETE:2"],
+        history.join(" "),
+      );
     },
   );
 
