@@ -361,6 +361,7 @@ export class ContainerManager implements ContainerCounts {
         void this.track(this.failPending(stub.id, "resource_exhausted", placed.reason));
       } else {
         this.waiting(stub.id, placed.reason);
+        this.yieldIdleFor(stub);
       }
       return false;
     }
@@ -433,6 +434,32 @@ export class ContainerManager implements ContainerCounts {
   }
 
   /** Logs why a stub waits, once per distinct reason. */
+  /**
+   * A warm container keeps its room while idle; when tasks of another stub
+   * cannot be placed, the longest-idle container of a stub with no tasks at
+   * all gives its room up (one per failed placement: the next pass places,
+   * or takes another).
+   */
+  private yieldIdleFor(stub: StubRecord): void {
+    const victim = this.containers
+      .live((c) => c.stubId !== stub.id && c.state === "running")
+      .filter((c) => {
+        const d = this.o.activity.demandOf(c.stubId);
+        return !this.o.activity.containerActivity(c.id)?.busy && !d?.pending && !d?.running;
+      })
+      .map((c) => ({
+        c,
+        idleSince: Math.max(this.o.activity.containerActivity(c.id)?.lastActiveAt ?? 0, c.since),
+      }))
+      .sort((a, b) => a.idleSince - b.idleSince)[0];
+    if (!victim) return;
+    this.o.log.info(
+      { containerId: victim.c.id, stubId: victim.c.stubId, forStubId: stub.id, agentId: victim.c.agentId },
+      "stopping an idle warm container to make room for waiting tasks",
+    );
+    void this.track(this.stopOne(victim.c));
+  }
+
   private waiting(stubId: string, reason: string): void {
     if (this.lastWait.get(stubId) === reason) return;
     this.lastWait.set(stubId, reason);

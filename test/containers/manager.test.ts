@@ -422,3 +422,33 @@ test("stop({ stopContainers: false }) leaves them running", async () => {
   assert.equal(a.running.size, 1);
   assert.equal(a.count("stopContainer"), 0);
 });
+
+test("an idle warm container of a stub with no tasks gives its room to waiting tasks of another stub", async () => {
+  const w = world();
+  const a = w.addAgent("agent-a", capacity(2, 64));
+  w.stubs.set(
+    "stub-1",
+    stubRecord("stub-1", { config: { keep_warm_seconds: 300 }, extra: { cpu_millicores: 2000 } }),
+  );
+  w.stubs.set("stub-2", stubRecord("stub-2", { extra: { cpu_millicores: 2000 } }));
+  w.activity.set("stub-1", 1);
+  await w.tick();
+  const [warm] = w.mgr.list().map((c) => c.id) as [string];
+  // Busy: it keeps its room even though stub-2 waits.
+  w.activity.activity.set(warm, { busy: true, lastActiveAt: w.clock.now });
+  w.activity.set("stub-1", 0, 1);
+  w.activity.set("stub-2", 1);
+  await w.tick(1000);
+  assert.equal(a.count("stopContainer"), 0);
+  // Done and idle, well within its keep-warm time: it yields to stub-2.
+  w.activity.activity.set(warm, { busy: false, lastActiveAt: w.clock.now });
+  w.activity.set("stub-1", 0);
+  await w.tick(1000);
+  assert.deepEqual(
+    a.calls.filter((c) => c[0] === "stopContainer").map((c) => c[1]),
+    [warm],
+  );
+  await w.tick(1000);
+  assert.equal(w.mgr.activeContainers("stub-2"), 1);
+  assert.equal(w.mgr.activeContainers("stub-1"), 0);
+});
