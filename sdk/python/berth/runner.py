@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
@@ -222,36 +223,23 @@ class Runner:
             return self.failure(e)
         return self.success(value)
 
-    def run_task(self, task: dict, hb_client: BridgeClient) -> dict:
+    def run_task(self, task: dict, heartbeat: "Heartbeat") -> dict:
         task_id = str(task.get("id"))
         # Process-wide, for handlers that read them (with several workers, the latest task's).
         os.environ["BERTH_TASK_ID"] = task_id
         os.environ["BERTH_TASK_ATTEMPT"] = str(task.get("attempt", 1))
-        stop = threading.Event()
-        hb = threading.Thread(target=self._heartbeat, args=(task_id, stop, hb_client), daemon=True)
-        hb.start()
+        heartbeat.begin(task_id)
         out = self.capture.start(task_id)
         try:
             result = self.execute(task)
         finally:
             self.capture.finish(out)
-            stop.set()
-        hb.join()
+            heartbeat.end()
         return result
-
-    def _heartbeat(self, task_id: str, stop: threading.Event, client: BridgeClient) -> None:
-        while not stop.wait(HEARTBEAT_INTERVAL_S):
-            try:
-                status, _ = client.post(f"/v1/tasks/{task_id}/heartbeat", {})
-            except AgentGone:
-                return
-            if status == 410:
-                log(f"task {task_id} was cancelled; the agent stops this container")
-                return
 
     def worker(self) -> None:
         client = BridgeClient(self.cfg.socket, timeout=NEXT_TIMEOUT_S)
-        hb_client = BridgeClient(self.cfg.socket, timeout=30.0)
+        heartbeat = Heartbeat(BridgeClient(self.cfg.socket, timeout=30.0))
         try:
             while not self.gone.is_set():
                 status, body = client.post("/v1/tasks/next", {})
@@ -266,7 +254,7 @@ class Runner:
                     self.gone.wait(1.0)
                     continue
                 try:
-                    result = self.run_task(task, hb_client)
+                    result = self.run_task(task, heartbeat)
                 except Exception as e:  # noqa: BLE001 - a runner fault still ends the task
                     log(f"runner fault on task {task['id']}:\n{traceback.format_exc()}")
                     result = self.refused(f"the berth runner failed: {type(e).__name__}: {e}", "berth.RunnerError")
@@ -287,6 +275,50 @@ class Runner:
         while any(t.is_alive() for t in threads) and not self.gone.wait(0.5):
             pass
         return 1 if self.gone.is_set() else 0
+
+
+class Heartbeat:
+    """One long-lived thread per worker that signs of life for the task it runs.
+
+    A thread per task would cost its start on every task of a warm container.
+    """
+
+    def __init__(self, client: BridgeClient):
+        self.client = client
+        self.cond = threading.Condition()
+        self.task_id: Optional[str] = None
+        self.due = 0.0
+        self.thread: Optional[threading.Thread] = None
+
+    def begin(self, task_id: str) -> None:
+        with self.cond:
+            self.task_id = task_id
+            self.due = time.monotonic() + HEARTBEAT_INTERVAL_S
+            self.cond.notify()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="berth-heartbeat", daemon=True)
+                self.thread.start()
+
+    def end(self) -> None:
+        with self.cond:
+            self.task_id = None
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while self.task_id is None or time.monotonic() < self.due:
+                    self.cond.wait(None if self.task_id is None else max(0.0, self.due - time.monotonic()))
+                task_id = self.task_id
+                self.due = time.monotonic() + HEARTBEAT_INTERVAL_S
+            try:
+                status, _ = self.client.post(f"/v1/tasks/{task_id}/heartbeat", {})
+            except AgentGone:
+                return
+            if status == 410:
+                log(f"task {task_id} was cancelled; the agent stops this container")
+                with self.cond:
+                    if self.task_id == task_id:
+                        self.task_id = None
 
 
 def main() -> int:

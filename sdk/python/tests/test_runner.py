@@ -263,6 +263,20 @@ class HeartbeatTest(RunnerCase):
         self.assertEqual(self.bridge.kinds("t-cancelled").count("heartbeat"), 1)
 
 
+class SequentialHeartbeatTest(RunnerCase):
+    handler = "app:slow"
+    env = {"BERTH_HEARTBEAT_INTERVAL_S": "0.05", "BERTH_WORKERS": "1"}
+
+    def test_each_task_of_a_worker_gets_heartbeats(self):
+        # One heartbeat thread serves the worker's tasks one after another.
+        self.bridge.add("t-first", args(0.3))
+        self.assertEqual(value(self.bridge.wait_result("t-first")), 0.3)
+        self.bridge.add("t-second", args(0.3))
+        self.assertEqual(value(self.bridge.wait_result("t-second")), 0.3)
+        self.assertGreaterEqual(self.bridge.kinds("t-first").count("heartbeat"), 2)
+        self.assertGreaterEqual(self.bridge.kinds("t-second").count("heartbeat"), 2)
+
+
 class WorkersTest(RunnerCase):
     handler = "app:rendezvous"
     env = {"BERTH_WORKERS": "3"}
