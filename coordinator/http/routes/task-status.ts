@@ -97,8 +97,11 @@ export function taskStatusRoutes(store: Store, tasks: TaskService): FastifyPlugi
         const { ws, taskId } = req.params as { ws: string; taskId: string };
         const workspace = principalOf(req).workspace;
         if (ws !== workspace.externalId) throw new BerthError("not_found", `task ${taskId} not found`);
+        // History first: it reads committed rows, the task its newer live state, so the
+        // answer never shows a status older than its own history.
+        const committed = await tasks.history(workspace.id, taskId);
         const t = await tasks.getTask(workspace.id, taskId);
-        const history = (await tasks.history(workspace.id, taskId)).map((h) => ({
+        const history = committed.map((h) => ({
           status: h.status,
           attempt: h.attempt,
           container_id: h.containerId,
