@@ -2,30 +2,14 @@
 // path never reads the store: status and attempt per task, demand per stub
 // (the container manager's input) and what each container is doing.
 
-import type { TaskError, TaskStatus } from "../../shared/tasks.ts";
+import type { TaskStatus } from "../../shared/tasks.ts";
 import type { NewTask, TaskRecord } from "../store/tasks.ts";
 import type { StubDemand } from "./activity.ts";
 
-export interface LiveTask {
-  id: string;
-  workspaceId: string;
-  stubId: string;
-  status: TaskStatus;
-  attempt: number;
-  containerId: string | null;
-  agentId: string | null;
-  streamSeq: number | null;
-  headless: boolean;
-  callbackUrl: string | null;
-  expiresAt: number | null;
-  createdAt: string;
-  startedAt: string | null;
-  endedAt: string | null;
-  updatedAt: string;
-  error: TaskError | null;
+/** A task row as the live index holds it: the result stays base64, as the event carried it. */
+export interface LiveTask extends Omit<TaskRecord, "result"> {
   /** base64 pickle. */
   result: string | null;
-  resultJson: string | null;
 }
 
 export function liveFromRecord(r: TaskRecord): LiveTask {

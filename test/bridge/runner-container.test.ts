@@ -4,16 +4,14 @@
 // over the mounted socket and calls the archive's handler.
 
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { ContainerHost } from "../../agent/host/index.ts";
 import { ImageStore } from "../../agent/images/index.ts";
 import type { RunContainerRequest } from "../../agent/rpc/container-api.ts";
-import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
+import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { Runc } from "../../agent/runtime/runc.ts";
 import { TaskRunners } from "../../agent/tasks/runners.ts";
 import { waitFor } from "../../shared/net.ts";
@@ -22,7 +20,7 @@ import { chunks, sha256Hex, tarGz } from "../code/tar-builder.ts";
 import { needs } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage } from "../helpers/test-image.ts";
-import { execAll, HOST_COMMANDS, MiB } from "../host/harness.ts";
+import { execAll, HOST_COMMANDS, hostTempDir, MiB } from "../host/harness.ts";
 import { startTestNetwork, sweepAfter, Teardown, testNames } from "../network/helpers.ts";
 import { eventsOf, publishTask, queueEmpty, startTaskNats } from "./helpers.ts";
 
@@ -87,21 +85,8 @@ const payload = (o: object) => Buffer.from(JSON.stringify(o));
 test("runner containers take tasks through the bridge", { timeout: 300_000 }, async (t) => {
   if (!needs(t, { root: true, commands: [...HOST_COMMANDS, "nats-server"] })) return;
   const down = new Teardown(t);
-  const dir = mkdtempSync(join(tmpdir(), "berth-runner-"));
+  const dir = hostTempDir(down, "berth-runner-");
   const runcRoot = join(dir, "containers", ".runc");
-  down.defer(() => {
-    try {
-      const left = JSON.parse(
-        execFileSync("runc", ["--root", runcRoot, "list", "--format", "json"]).toString() || "null",
-      );
-      for (const c of (left ?? []) as { id: string }[])
-        execFileSync("runc", ["--root", runcRoot, "delete", "--force", c.id], { stdio: "ignore" });
-    } catch {
-      // no runc state dir
-    }
-    for (const m of mountsUnder(dir)) execFileSync("umount", ["-l", m], { stdio: "ignore" });
-    rmSync(dir, { recursive: true, force: true });
-  });
   const names = await testNames();
   sweepAfter(down, names);
   const { net } = await startTestNetwork(t, down, names, { dataDir: join(dir, "net") });

@@ -12,6 +12,7 @@ import { BerthError } from "../../shared/errors.ts";
 import type { HostCapacity } from "../../shared/fleet.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
+import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
 export const GiB = 1024 ** 3;
 
@@ -169,32 +170,8 @@ export function stubRecord(
   id: string,
   over: { config?: Partial<StubConfig>; extra?: Partial<StubExtra>; workspaceId?: string } = {},
 ): StubRecord {
-  const config: StubConfig = {
-    runtime: { cpu: 1, gpu: "", memory: 512, image_id: "" },
-    handler: "app:square",
-    on_start: "",
-    python_version: "python3",
-    keep_warm_seconds: 10,
-    max_pending_tasks: 100,
-    callback_url: "",
-    task_policy: { max_retries: 3, timeout: 3600, expires: "" },
-    workers: 1,
-    authorized: true,
-    volumes: null,
-    autoscaler: { type: "queue_depth", max_containers: 1, tasks_per_container: 1 },
-    ...over.config,
-  };
-  const extra: StubExtra = {
-    cpu_millicores: 1000,
-    gpu_types: [],
-    gpu_count: 0,
-    retry_for: [],
-    image_ref: "",
-    code_sha256: "",
-    secrets: [],
-    headless: false,
-    ...over.extra,
-  };
+  const config = stubConfig({ runtime: { cpu: 1, gpu: "", memory: 512, image_id: "" }, ...over.config });
+  const extra = stubExtra(over.extra);
   return { id, workspaceId: over.workspaceId ?? "ws-1", name: id, type: "function", config, extra };
 }
 

@@ -4,13 +4,9 @@ import { request } from "node:http";
 import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { JoinService } from "../../coordinator/fleet/join.ts";
-import { buildHttpApp } from "../../coordinator/http/app.ts";
-import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { waitFor } from "../../shared/net.ts";
 import { MAX_TASK_ARGS_BYTES } from "../../shared/tasks.ts";
-import { startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
+import { startTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
 
 describe("gateway and task status routes (inject and a real socket, real NATS)", () => {
   let h: TaskHarness;
@@ -24,25 +20,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
 
   before(async () => {
     h = await startTaskHarness({ after: (fn) => cleanups.push(fn) });
-    const pki = await ClusterPki.load(h.store.kv);
-    const join = new JoinService({
-      joinTokens: h.store.joinTokens,
-      agents: h.store.agents,
-      pki,
-      agentNats: { url: h.nats.url, user: "agent", password: "pw" },
-      heartbeatIntervalMs: 2000,
-    });
-    app = await buildHttpApp({
-      store: h.store,
-      fleet: new FleetView(),
-      join,
-      logger: false,
-      version: "test",
-      tasks: h.tasks,
-      objects: h.objects,
-    });
-    cleanups.unshift(() => app.close());
-    await app.listen({ host: "127.0.0.1", port: 0 });
+    app = await startTaskApp(h, cleanups);
     port = (app.server.address() as { port: number }).port;
     admin = (await h.store.tokens.create(h.ws.id, { admin: true })).secret;
     user = (await h.store.tokens.create(h.ws.id)).secret;

@@ -8,17 +8,24 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestContext } from "node:test";
-import { waitFor } from "../../shared/net.ts";
 import { ContainerHost, type ContainerHostOptions, type HostEvent } from "../../agent/host/index.ts";
 import { ImageStore } from "../../agent/images/index.ts";
 import type { Network } from "../../agent/network/index.ts";
 import type { ExecSession, LogEntry } from "../../agent/rpc/container-api.ts";
-import { Runc } from "../../agent/runtime/runc.ts";
-import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
-import { PROBE, startTestNetwork, sweepAfter, Teardown, type TestNames, testNames } from "../network/helpers.ts";
+import { mountsUnder } from "../../agent/runtime/rootfs.ts";
+import { Runc } from "../../agent/runtime/runc.ts";
+import { waitFor } from "../../shared/net.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage } from "../helpers/test-image.ts";
+import {
+  PROBE,
+  startTestNetwork,
+  sweepAfter,
+  Teardown,
+  type TestNames,
+  testNames,
+} from "../network/helpers.ts";
 
 export const HOST_COMMANDS = ["runc", "skopeo", "umoci", "docker-registry", "ip", "nft", "python3"];
 
@@ -40,11 +47,13 @@ export interface HostHarness {
 
 export const MiB = 1024 * 1024;
 
-export async function hostHarness(t: TestContext): Promise<HostHarness> {
-  const down = new Teardown(t);
-  const dir = mkdtempSync(join(tmpdir(), "berth-host-"));
+/**
+ * A temp root for a container host; at teardown, the runc containers left
+ * under its state dir are deleted, its mounts unmounted and the dir removed.
+ */
+export function hostTempDir(down: Teardown, prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
   const runcRoot = join(dir, "containers", ".runc");
-  // Deferred first, so it runs last: after the host and network are gone.
   down.defer(() => {
     try {
       const left = JSON.parse(
@@ -58,6 +67,14 @@ export async function hostHarness(t: TestContext): Promise<HostHarness> {
     for (const m of mountsUnder(dir)) execFileSync("umount", ["-l", m], { stdio: "ignore" });
     rmSync(dir, { recursive: true, force: true });
   });
+  return dir;
+}
+
+export async function hostHarness(t: TestContext): Promise<HostHarness> {
+  const down = new Teardown(t);
+  // Deferred first, so it runs last: after the host and network are gone.
+  const dir = hostTempDir(down, "berth-host-");
+  const runcRoot = join(dir, "containers", ".runc");
   const names = await testNames();
   sweepAfter(down, names);
   const { net } = await startTestNetwork(t, down, names, { dataDir: join(dir, "net") });

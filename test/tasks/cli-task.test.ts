@@ -1,14 +1,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { JoinService } from "../../coordinator/fleet/join.ts";
-import { buildHttpApp } from "../../coordinator/http/app.ts";
-import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { waitFor } from "../../shared/net.ts";
 import { runCli } from "../helpers/cluster.ts";
 import { tempDir } from "../helpers/env.ts";
-import { startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
+import { startTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
 
 describe("berth task get / cancel against a coordinator", () => {
   let h: TaskHarness;
@@ -19,25 +15,7 @@ describe("berth task get / cancel against a coordinator", () => {
 
   before(async () => {
     h = await startTaskHarness({ after: (fn) => cleanups.push(fn) });
-    const pki = await ClusterPki.load(h.store.kv);
-    const join = new JoinService({
-      joinTokens: h.store.joinTokens,
-      agents: h.store.agents,
-      pki,
-      agentNats: { url: h.nats.url, user: "agent", password: "pw" },
-      heartbeatIntervalMs: 2000,
-    });
-    app = await buildHttpApp({
-      store: h.store,
-      fleet: new FleetView(),
-      join,
-      logger: false,
-      version: "test",
-      tasks: h.tasks,
-      objects: h.objects,
-    });
-    cleanups.unshift(() => app.close());
-    await app.listen({ host: "127.0.0.1", port: 0 });
+    app = await startTaskApp(h, cleanups);
     const port = (app.server.address() as { port: number }).port;
     const token = (await h.store.tokens.create(h.ws.id)).secret;
     env = {

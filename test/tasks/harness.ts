@@ -1,9 +1,14 @@
 // A task service over a real nats-server and a real SQLite store, with an
 // "agent" connection that publishes task events the way agents do.
 
+import type { FastifyInstance } from "fastify";
 import { connect, type NatsConnection } from "nats";
 import pino from "pino";
+import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
+import { JoinService } from "../../coordinator/fleet/join.ts";
+import { buildHttpApp } from "../../coordinator/http/app.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
+import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import type { ContainerCounts } from "../../coordinator/tasks/activity.ts";
@@ -99,4 +104,28 @@ export async function startTaskHarness(suite: { after: (fn: () => unknown) => vo
       agentNc.publish(taskOutputSubject("agent-1", taskId), enc.encode(JSON.stringify(m)));
     },
   };
+}
+
+/** The coordinator's HTTP app over the harness's store and task service, listening on a loopback port. */
+export async function startTaskApp(h: TaskHarness, cleanups: (() => unknown)[]): Promise<FastifyInstance> {
+  const pki = await ClusterPki.load(h.store.kv);
+  const join = new JoinService({
+    joinTokens: h.store.joinTokens,
+    agents: h.store.agents,
+    pki,
+    agentNats: { url: h.nats.url, user: "agent", password: "pw" },
+    heartbeatIntervalMs: 2000,
+  });
+  const app = await buildHttpApp({
+    store: h.store,
+    fleet: new FleetView(),
+    join,
+    logger: false,
+    version: "test",
+    tasks: h.tasks,
+    objects: h.objects,
+  });
+  cleanups.unshift(() => app.close());
+  await app.listen({ host: "127.0.0.1", port: 0 });
+  return app;
 }
