@@ -54,6 +54,9 @@ def _guard(name: str) -> None:
 
 
 class Function:
+    # The registered stub's type; the deployment kinds (deployable.py) are Functions of other types.
+    stub_type = "function"
+
     def __init__(
         self,
         func: Callable,
@@ -174,7 +177,7 @@ class Function:
             sha = sync_code(client, loc.root)
             body = {
                 "name": self.stub_name,
-                "type": "function",
+                "type": self.stub_type,
                 "config": self.stub_config(loc),
                 "extra": self.stub_extra(sha),
             }

@@ -46,6 +46,7 @@ class FakeGateway:
         self.stubs = {}
         self.stub_bodies = []
         self.submissions = []  # (stub id, number of inputs, headless)
+        self.enqueued = []  # (stub id, task id, args, kwargs) of task queue puts
         self.results = {}  # task id -> (status, result, error)
         self.closed_streams = 0
         self.connections = set()
@@ -142,7 +143,21 @@ class FakeGateway:
                 m = re.match(r"^/api/v1/gateway/stubs/([^/]+)/tasks$", self.path)
                 if m:
                     return self.submit(m.group(1), body)
+                m = re.match(r"^/api/v1/gateway/stubs/([^/]+)/enqueue$", self.path)
+                if m:
+                    return self.enqueue(m.group(1), body)
                 self.send_json({"ok": False, "error": {"code": "route_not_found", "message": self.path}})
+
+            def enqueue(self, stub_id, body):
+                if stub_id not in gw.stubs:
+                    return self.send_json({"ok": False, "error": {"code": "not_found", "message": "no stub"}})
+                args, kwargs = pickle.loads(base64.b64decode(body["args"]))
+                with gw.lock:
+                    gw.task_seq += 1
+                    tid = f"task-{gw.task_seq}"
+                    gw.enqueued.append((stub_id, tid, args, kwargs))
+                    gw.results[tid] = ("PENDING", None, None)
+                self.send_json({"ok": True, "task_id": tid})
 
             def submit(self, stub_id, body):
                 name = gw.stubs[stub_id]["name"]

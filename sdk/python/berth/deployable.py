@@ -1,0 +1,320 @@
+"""Deployment decorators: ``@endpoint``, ``@asgi``, ``@realtime``, ``@task_queue``, ``@schedule``.
+
+Each decorated object is a :class:`berth.Function` of another stub type: the
+same resource options, code location, code sync and stub registration, plus
+what a deployment adds (workers, concurrency, the autoscaler, authorization).
+``berth deploy FILE.py:OBJECT`` reads them through ``python -m berth.describe``.
+Calling the object runs the function here. Parameters and defaults:
+docs/deployments-sdk.md.
+"""
+
+import re
+from typing import Any, Callable, Dict, Optional
+from urllib.parse import quote
+
+from . import serialize
+from .autoscaler import QueueDepthAutoscaler
+from .errors import BerthError
+from .function import MAX_PENDING_TASKS, Function, _guard, default_client
+from .handler_call import describe_params
+from .locate import Location
+from .options import check_int
+
+# Spec, Limits: an endpoint request not started within 180 s is EXPIRED; its default run timeout is the same.
+ENDPOINT_REQUEST_TIMEOUT_S = 180
+# Spec defaults keep realtime containers 10 s; endpoints, ASGI apps and task queues serve bursts of
+# requests, so their containers stay 180 s (one request timeout) before scaling to zero.
+DEFAULT_KEEP_WARM_S = 180
+REALTIME_KEEP_WARM_S = 10
+
+# Options Function.__init__ validates; the rest are the deployment's own.
+_FUNCTION_OPTIONS = (
+    "cpu",
+    "memory",
+    "gpu",
+    "gpu_count",
+    "image",
+    "timeout",
+    "retries",
+    "callback_url",
+    "volumes",
+    "secrets",
+    "name",
+    "task_policy",
+    "retry_for",
+    "keep_warm_seconds",
+    "on_start",
+)
+
+_REQUIRED = object()
+
+_SERVICE_DEFAULTS: Dict[str, Any] = {
+    "cpu": 1.0,
+    "memory": 128,
+    "gpu": None,
+    "gpu_count": 0,
+    "image": None,
+    "timeout": 3600,
+    "callback_url": None,
+    "volumes": None,
+    "secrets": None,
+    "name": None,
+    "workers": 1,
+    "concurrent_requests": 1,
+    "keep_warm_seconds": DEFAULT_KEEP_WARM_S,
+    "max_pending_tasks": MAX_PENDING_TASKS,
+    "on_start": None,
+    "authorized": True,
+    "autoscaler": None,  # QueueDepthAutoscaler()
+}
+
+
+class Deployable(Function):
+    """What the deployment kinds share; a subclass sets ``stub_type``, ``decorator`` and ``defaults``."""
+
+    decorator = ""
+    defaults: Dict[str, Any] = {}
+
+    def __init__(self, func: Callable, **options: Any):
+        if not callable(func):
+            raise TypeError(f"@{self.decorator} decorates a function, not {func!r}")
+        self.check_options(options)
+        o = {**self.defaults, **options}
+        missing = [k for k, v in o.items() if v is _REQUIRED]
+        if missing:
+            raise TypeError(f"@{self.decorator} needs {', '.join(missing)}=")
+        name = o.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
+            raise ValueError(f"@{self.decorator} name must be a non-empty string without '/', got {name!r}")
+        function_options = {k: o[k] for k in _FUNCTION_OPTIONS if k in o}
+        # Endpoints, ASGI apps and realtime handlers answer a caller that is waiting: no silent re-runs.
+        function_options.setdefault("retries", 0)
+        super().__init__(func, **function_options)
+        self.workers = check_int("workers", o.get("workers", 1), 1)
+        self.concurrent_requests = check_int("concurrent_requests", o.get("concurrent_requests", 1), 1)
+        self.max_pending_tasks = check_int("max_pending_tasks", o.get("max_pending_tasks", MAX_PENDING_TASKS), 1)
+        authorized = o.get("authorized", True)
+        if not isinstance(authorized, bool):
+            raise TypeError(f"authorized must be True or False, not {authorized!r}")
+        self.authorized = authorized
+        autoscaler = o.get("autoscaler")
+        if autoscaler is None:
+            autoscaler = QueueDepthAutoscaler()
+        elif not isinstance(autoscaler, QueueDepthAutoscaler):
+            raise TypeError(f"autoscaler must be a berth.QueueDepthAutoscaler, not {type(autoscaler).__name__}")
+        self.autoscaler = autoscaler
+
+    @classmethod
+    def check_options(cls, options: Dict[str, Any]) -> None:
+        unknown = sorted(set(options) - set(cls.defaults))
+        if unknown:
+            raise TypeError(
+                f"@{cls.decorator} has no parameter {', '.join(unknown)}; "
+                f"its parameters are {', '.join(cls.defaults)}"
+            )
+
+    def __repr__(self) -> str:
+        return f"<berth.{type(self).__name__} {self.stub_name}>"
+
+    def handler_params(self) -> Optional[Dict[str, Any]]:
+        return describe_params(self.func)
+
+    def stub_config(self, loc: Optional[Location] = None) -> Dict[str, Any]:
+        config = super().stub_config(loc)
+        config["workers"] = self.workers
+        config["authorized"] = self.authorized
+        config["max_pending_tasks"] = self.max_pending_tasks
+        config["autoscaler"] = self.autoscaler.to_config()
+        return config
+
+    def stub_extra(self, code_sha256: str = "") -> Dict[str, Any]:
+        extra = super().stub_extra(code_sha256)
+        extra["min_containers"] = self.autoscaler.min_containers
+        extra["concurrent_requests"] = self.concurrent_requests
+        params = self.handler_params()
+        if params is not None:
+            extra["handler_params"] = params
+        return extra
+
+    def _not_called_remotely(self) -> TypeError:
+        return TypeError(
+            f"{self.stub_name} is a @{self.decorator}: deploy it with `berth deploy FILE.py:{self.stub_name}` "
+            f"(or `berth serve`) and call it there, or call {self.stub_name}(...) to run it here"
+        )
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_called_remotely()
+
+    def map(self, iterable: Any) -> Any:
+        raise self._not_called_remotely()
+
+
+class Endpoint(Deployable):
+    """A web API: ``POST {base_url}/endpoint/{name}`` with a JSON body calls the handler (berth.handler_call)."""
+
+    stub_type = "endpoint"
+    decorator = "endpoint"
+    defaults = {**_SERVICE_DEFAULTS, "timeout": ENDPOINT_REQUEST_TIMEOUT_S}
+
+    def __init__(self, func: Callable, **options: Any):
+        super().__init__(func, **options)
+        # A request waits at most the spec's request timeout for a container; then it is EXPIRED.
+        self.expires = str(ENDPOINT_REQUEST_TIMEOUT_S)
+
+
+class ASGI(Deployable):
+    """An ASGI application (HTTP and websockets): the decorated function takes no arguments
+    (or only ``context``) and returns the app; it runs once per container."""
+
+    stub_type = "asgi"
+    decorator = "asgi"
+    defaults = dict(_SERVICE_DEFAULTS)
+
+    def __init__(self, func: Callable, **options: Any):
+        super().__init__(func, **options)
+        required = describe_params(func)["required"]
+        if required:
+            raise ValueError(
+                f"@asgi decorates a function that returns the ASGI app and is called with no arguments "
+                f"(a context parameter excepted), but {self.stub_name} needs {', '.join(required)}: "
+                "to serve an existing app write `@asgi def web(): return app`"
+            )
+
+    def handler_params(self) -> Optional[Dict[str, Any]]:
+        return None
+
+
+class Realtime(Deployable):
+    """A websocket endpoint: the handler runs for every received message; its return value is sent back."""
+
+    stub_type = "realtime"
+    decorator = "realtime"
+    defaults = {**_SERVICE_DEFAULTS, "keep_warm_seconds": REALTIME_KEEP_WARM_S}
+
+
+class TaskQueue(Deployable):
+    """A queue of tasks: ``.put(*args, **kwargs)`` (or a POST to its URL) enqueues one and returns its id."""
+
+    stub_type = "taskqueue"
+    decorator = "task_queue"
+    defaults = {**_SERVICE_DEFAULTS, "retries": 3, "task_policy": None, "retry_for": None}
+
+    def _not_called_remotely(self) -> TypeError:
+        return TypeError(f"{self.stub_name} is a @task_queue: enqueue with {self.stub_name}.put(...)")
+
+    def put(self, *args: Any, **kwargs: Any) -> str:
+        """Enqueues one task (syncing the code and registering the stub first); returns its id."""
+        what = f"{self.stub_name}.put()"
+        _guard(what)
+        payload = serialize.dump_args(args, kwargs, what=what)
+        client = default_client()
+        stub_id = self.prepare(client)
+        r = client.request(
+            "POST", f"/api/v1/gateway/stubs/{quote(stub_id, safe='')}/enqueue", {"args": serialize.b64(payload)}
+        )
+        task_id = r.get("task_id") if isinstance(r, dict) else None
+        if not task_id:
+            raise BerthError("internal", f"the coordinator's answer to {what} has no task_id")
+        return str(task_id)
+
+
+_CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*?/,\-]+$")
+
+
+def check_cron(when: Any) -> str:
+    """A light check (5 fields or a macro); the coordinator parses the expression exactly at deploy."""
+    if not isinstance(when, str):
+        raise TypeError(f"@schedule when must be a cron expression string, not {type(when).__name__}")
+    text = " ".join(when.split())
+    if text.startswith("@"):
+        if text.lower() not in _CRON_MACROS:
+            raise ValueError(f"@schedule when={when!r} is not a known macro: use one of {', '.join(_CRON_MACROS)}")
+        return text.lower()
+    fields = text.split(" ") if text else []
+    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+        raise ValueError(
+            f"@schedule when={when!r} is not a cron expression: give 5 fields (minute hour day-of-month "
+            f"month day-of-week) such as '*/5 * * * *', or one of {', '.join(_CRON_MACROS)}"
+        )
+    return text
+
+
+class Schedule(Deployable):
+    """Runs the function (with no arguments, or only ``context``) on a cron schedule while deployed."""
+
+    stub_type = "schedule"
+    decorator = "schedule"
+    defaults = {
+        "when": _REQUIRED,
+        "cpu": 1.0,
+        "memory": 128,
+        "gpu": None,
+        "gpu_count": 0,
+        "image": None,
+        "timeout": 3600,
+        "retries": 3,
+        "callback_url": None,
+        "volumes": None,
+        "secrets": None,
+        "name": None,
+        "task_policy": None,
+        "retry_for": None,
+        "keep_warm_seconds": REALTIME_KEEP_WARM_S,
+        "on_start": None,
+    }
+
+    def __init__(self, func: Callable, **options: Any):
+        super().__init__(func, **options)
+        self.when = check_cron(options["when"])
+        required = describe_params(func)["required"]
+        if required:
+            raise ValueError(
+                f"@schedule calls {self.stub_name}() with no arguments (a context parameter excepted), "
+                f"but it needs {', '.join(required)}: give them defaults"
+            )
+
+    def stub_extra(self, code_sha256: str = "") -> Dict[str, Any]:
+        extra = super().stub_extra(code_sha256)
+        extra["when"] = self.when
+        return extra
+
+    def _not_called_remotely(self) -> TypeError:
+        return TypeError(
+            f"{self.stub_name} is a @schedule: it runs on its schedule once deployed; call {self.stub_name}() "
+            "to run it here"
+        )
+
+
+def _decorate(cls: type, func: Any, options: Dict[str, Any]) -> Any:
+    if func is None:
+        cls.check_options(options)  # type: ignore[attr-defined]
+        return lambda f: cls(f, **options)
+    if cls is Schedule and isinstance(func, str):
+        raise TypeError(f"give the cron expression by name: @schedule(when={func!r})")
+    return cls(func, **options)
+
+
+def endpoint(func: Optional[Callable] = None, **options: Any) -> Any:
+    """``@endpoint`` or ``@endpoint(name=..., cpu=..., autoscaler=..., ...)``: a JSON web API."""
+    return _decorate(Endpoint, func, options)
+
+
+def asgi(func: Optional[Callable] = None, **options: Any) -> Any:
+    """``@asgi`` or ``@asgi(...)`` on a function returning an ASGI app."""
+    return _decorate(ASGI, func, options)
+
+
+def realtime(func: Optional[Callable] = None, **options: Any) -> Any:
+    """``@realtime`` or ``@realtime(...)``: a websocket handler called for every message."""
+    return _decorate(Realtime, func, options)
+
+
+def task_queue(func: Optional[Callable] = None, **options: Any) -> Any:
+    """``@task_queue`` or ``@task_queue(...)``: tasks enqueued with ``.put()`` or a POST."""
+    return _decorate(TaskQueue, func, options)
+
+
+def schedule(func: Optional[Callable] = None, **options: Any) -> Any:
+    """``@schedule(when="*/5 * * * *", ...)``: runs the function on a cron schedule while deployed."""
+    return _decorate(Schedule, func, options)

@@ -1,0 +1,184 @@
+"""``python3 -m berth.describe FILE.py:OBJECT``, run as a subprocess over temporary files."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+SDK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+APP = '''
+import sys
+from berth import Image, QueueDepthAutoscaler, endpoint, function, schedule
+
+print("printed while importing")
+print("to stderr too", file=sys.stderr)
+
+@endpoint(name="predictor", autoscaler=QueueDepthAutoscaler(max_containers=3, tasks_per_container=2))
+def predict(x, context=None):
+    return x
+
+@function(cpu=2)
+def square(x):
+    return x * x
+
+@schedule(when="@hourly")
+def tick():
+    pass
+
+@function(image=Image(base_image="docker.io/library/python:3.11").add_python_packages(["numpy"]))
+def needs_build():
+    pass
+
+def helper():
+    pass
+
+class Thing:
+    pass
+
+answer = 42
+
+if __name__ == "__main__":
+    open(__file__ + ".main-ran", "w").close()
+'''
+
+
+class DescribeTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = os.path.join(self.tmp.name, "project")
+        os.mkdir(self.dir)
+        self.write("app.py", APP)
+        self.write("README.txt", "synced too")
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(text))
+        return path
+
+    def describe(self, *args, cwd=None):
+        env = dict(os.environ, PYTHONPATH=SDK)
+        env.pop("BERTH_REMOTE", None)
+        p = subprocess.run(
+            [sys.executable, "-m", "berth.describe", *args],
+            cwd=cwd or self.tmp.name,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 1, f"one JSON line on stdout, got {p.stdout!r} (stderr {p.stderr!r})")
+        return p.returncode, json.loads(lines[0]), p.stderr
+
+    def failure(self, *args):
+        code, out, stderr = self.describe(*args)
+        self.assertEqual((code, out["ok"]), (2, False), out)
+        self.assertNotIn("Traceback", stderr, "describe's own errors are not stack traces")
+        return out
+
+    def test_endpoint(self):
+        code, out, stderr = self.describe("project/app.py:predict")
+        self.assertEqual(code, 0, out)
+        self.assertEqual(
+            {k: out[k] for k in ("ok", "type", "name", "root", "handler")},
+            {"ok": True, "type": "endpoint", "name": "predictor", "root": self.dir, "handler": "app:predict"},
+        )
+        self.assertEqual(out["config"]["autoscaler"], {"type": "queue_depth", "max_containers": 3, "tasks_per_container": 2})
+        self.assertEqual((out["config"]["authorized"], out["config"]["keep_warm_seconds"]), (True, 180))
+        self.assertEqual(out["extra"]["code_sha256"], "")
+        self.assertEqual(out["extra"]["handler_params"], {"names": ["x"], "required": ["x"], "var_keyword": False, "context": True})
+        self.assertIn("printed while importing", stderr, "the module's prints go to stderr")
+        self.assertIn("to stderr too", stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "app.py.main-ran")), "the main guard did not run")
+
+    def test_name_option_overrides_the_decorator(self):
+        for args in (["--name", "other"], ["--name=other"]):
+            code, out, _ = self.describe(*args, "project/app.py:predict")
+            self.assertEqual((code, out["name"]), (0, "other"))
+
+    def test_function_and_schedule(self):
+        code, out, _ = self.describe(os.path.join(self.dir, "app.py") + ":square")
+        self.assertEqual((code, out["type"], out["name"], out["handler"]), (0, "function", "square", "app:square"))
+        self.assertEqual(out["extra"]["cpu_millicores"], 2000)
+        code, out, _ = self.describe("project/app.py:tick")
+        self.assertEqual((code, out["type"], out["extra"]["when"]), (0, "schedule", "@hourly"))
+
+    def test_archive_of_the_root(self):
+        archive = os.path.join(self.tmp.name, "code.tar.gz")
+        code, out, _ = self.describe("project/app.py:predict", "--archive", archive)
+        self.assertEqual(code, 0, out)
+        with open(archive, "rb") as f:
+            data = f.read()
+        self.assertEqual(out["extra"]["code_sha256"], hashlib.sha256(data).hexdigest())
+        sys.path.insert(0, SDK)
+        try:
+            from tests.test_sync import names_in
+        finally:
+            sys.path.remove(SDK)
+        self.assertIn("README.txt", names_in(data))
+
+    def test_package_module_root_is_the_files_directory(self):
+        pkg = os.path.join(self.dir, "pkg")
+        os.mkdir(pkg)
+        self.write("pkg/__init__.py", "")
+        self.write("pkg/api.py", "from berth import endpoint\n@endpoint\ndef hello(**kw):\n    return kw\n")
+        code, out, _ = self.describe("project/pkg/api.py:hello")
+        self.assertEqual((code, out["root"], out["handler"]), (0, pkg, "api:hello"))
+
+    def test_missing_file(self):
+        out = self.failure("project/nope.py:predict")
+        self.assertIn("no such file: project/nope.py", out["error"])
+
+    def test_import_error_carries_the_message(self):
+        self.write("broken.py", "import os\nraise ValueError('kaboom at import')\n")
+        out = self.failure("project/broken.py:x")
+        self.assertIn("cannot import", out["error"])
+        self.assertIn("ValueError: kaboom at import", out["error"])
+        self.assertIn("broken.py", out["traceback"])
+        self.write("syntax.py", "def (:\n")
+        self.assertIn("SyntaxError", self.failure("project/syntax.py:x")["error"])
+        self.write("exits.py", "import sys\nsys.exit(3)\n")
+        self.assertIn("SystemExit", self.failure("project/exits.py:x")["error"])
+
+    def test_missing_object_lists_what_is_there(self):
+        out = self.failure("project/app.py:predikt")
+        self.assertIn("has no object named predikt", out["error"])
+        self.assertIn("needs_build, predict, square, tick", out["error"])
+        self.write("empty.py", "x = 1\n")
+        self.assertIn("it has none", self.failure("project/empty.py:y")["error"])
+
+    def test_not_deployable_says_what_it_is(self):
+        for attr, what in (("helper", "a plain function"), ("Thing", "a class"), ("answer", "an int")):
+            out = self.failure(f"project/app.py:{attr}")
+            self.assertIn(f"{attr} in project/app.py is {what}, not deployable", out["error"])
+            self.assertIn("@endpoint", out["error"])
+
+    def test_image_that_needs_a_build(self):
+        out = self.failure("project/app.py:needs_build")
+        self.assertIn("numpy", out["error"])
+
+    def test_bad_arguments(self):
+        self.assertIn("usage", self.failure()["error"])
+        self.assertIn("FILE.py:OBJECT", self.failure("project/app.py")["error"])
+        self.assertIn("unknown option --colour", self.failure("project/app.py:predict", "--colour")["error"])
+        self.assertIn("--name needs a value", self.failure("project/app.py:predict", "--name")["error"])
+        self.assertIn("unexpected argument", self.failure("project/app.py:predict", "extra")["error"])
+        self.write("notes.txt", "")
+        self.assertIn("not a .py file", self.failure("project/notes.txt:x")["error"])
+
+    def test_file_names_that_cannot_be_imported_in_the_container(self):
+        self.write("my-app.py", "")
+        self.assertIn("rename it", self.failure("project/my-app.py:x")["error"])
+        self.write("json.py", "")
+        self.assertIn("'json'", self.failure("project/json.py:x")["error"])
+
+
+if __name__ == "__main__":
+    unittest.main()
