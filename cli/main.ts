@@ -4,6 +4,7 @@ import { BERTH_VERSION } from "../shared/version.ts";
 import { agentCommands } from "./commands/agent.ts";
 import { configureCommand } from "./commands/configure.ts";
 import { coordinatorCommand } from "./commands/coordinator.ts";
+import { secretCommands } from "./commands/secret.ts";
 import { taskCommands } from "./commands/task.ts";
 import { upCommand } from "./commands/up.ts";
 import { workspaceCommands } from "./commands/workspace.ts";
@@ -20,6 +21,7 @@ export function buildProgram(): Command {
   configureCommand(program);
   workspaceCommands(program);
   taskCommands(program);
+  secretCommands(program);
   return program;
 }
 

@@ -13,6 +13,7 @@ import { buildHttpApp } from "./http/app.ts";
 import { Objects } from "./objects/objects.ts";
 import type { ResolvedCoordinatorOptions } from "./options.ts";
 import { ClusterPki } from "./pki/cluster-pki.ts";
+import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
 import { Store } from "./store/store.ts";
 import { TaskService } from "./tasks/service.ts";
 
@@ -23,6 +24,7 @@ export interface RunningCoordinator {
   fleet: FleetView;
   tasks: TaskService;
   containers: ContainerManager;
+  secrets: SecretService;
   stop(): Promise<void>;
 }
 
@@ -34,6 +36,12 @@ export async function startCoordinator(
   o: ResolvedCoordinatorOptions,
   log: Logger = pino({ level: o.logLevel }),
 ): Promise<RunningCoordinator> {
+  let secretKey: SecretKey;
+  try {
+    secretKey = loadSecretKey({ file: o.secretsKeyFile, fromEnv: process.env[SECRET_KEY_ENV] });
+  } catch (e) {
+    throw new StartupError(`cannot load the secrets key: ${describeError(e)}`);
+  }
   let store: Store;
   try {
     store = await Store.open(o.store);
@@ -94,6 +102,7 @@ export async function startCoordinator(
     await store.close();
     throw new StartupError(`cannot start the task service: ${describeError(e)}`);
   }
+  const secrets = new SecretService({ db: store.db, key: secretKey });
   const agentClients = await AgentClientPool.create({ fleet, pki });
   const containers = new ContainerManager({
     fleet,
@@ -108,6 +117,7 @@ export async function startCoordinator(
     },
     agents: agentClients,
     events: natsContainerEvents(nc, log.child({ area: "containers" })),
+    secrets,
     log: log.child({ area: "containers" }),
   });
   tasks.useContainerCounts(containers);
@@ -124,6 +134,7 @@ export async function startCoordinator(
     join,
     tasks,
     objects,
+    secrets,
     logger: log.child({ area: "http" }),
     version: BERTH_VERSION,
   });
@@ -147,6 +158,7 @@ export async function startCoordinator(
     fleet,
     tasks,
     containers,
+    secrets,
     async stop() {
       await app.close();
       await stopWork();

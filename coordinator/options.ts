@@ -28,6 +28,13 @@ export interface CoordinatorOptions {
   logLevel?: string;
   /** Retention of the container logs and events streams. @default 7 days / 1 GiB of logs, 30 days of events */
   streams?: StreamRetention;
+  /**
+   * Key file that seals workspace secrets: 32 bytes, made (0600, directory
+   * 0700) on first start when absent. BERTH_SECRETS_KEY (base64 of 32 bytes)
+   * wins when set. Every coordinator of one store needs the same key.
+   * @default "<dataDir>/keys/secrets.key"
+   */
+  secretsKeyFile?: string;
 }
 
 export interface ResolvedCoordinatorOptions {
@@ -42,6 +49,7 @@ export interface ResolvedCoordinatorOptions {
   bootstrap: { adminTokenFile: string; joinTokenFile: string };
   logLevel: string;
   streams: StreamRetention;
+  secretsKeyFile: string;
 }
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
@@ -75,6 +83,7 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     },
     logLevel: o.logLevel ?? "info",
     streams: o.streams ?? {},
+    secretsKeyFile: o.secretsKeyFile ?? join(dataDir, "keys", "secrets.key"),
   };
 }
 

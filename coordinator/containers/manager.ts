@@ -14,7 +14,7 @@ import { ContainerTable, type Managed, adoptedRecord } from "./container-table.t
 import { place } from "../scheduler/place.ts";
 import { CodePusher } from "./code-push.ts";
 import { placementRequest, workersOf } from "./runner-request.ts";
-import { StartFailures, classifyStartError } from "./start-failures.ts";
+import { SecretsError, StartFailures, classifyStartError } from "./start-failures.ts";
 import {
   type ContainerManagerOptions,
   type ManagedContainerInfo,
@@ -24,6 +24,7 @@ import {
 } from "./types.ts";
 
 const SYNC_RETRY_MS = 5000;
+const DEMAND_RECONCILE_GAP_MS = 20;
 
 export class ContainerManager implements ContainerCounts {
   private readonly o: ResolvedContainerManagerOptions;
@@ -42,6 +43,8 @@ export class ContainerManager implements ContainerCounts {
   private reconciling?: Promise<void>;
   private rerun = false;
   private tickQueued = false;
+  private lastReconcileAt = 0;
+  private readonly limitCache = new Map<string, { limit: number; at: number }>();
   private stopped = false;
 
   constructor(options: ContainerManagerOptions) {
@@ -116,13 +119,20 @@ export class ContainerManager implements ContainerCounts {
     return this.reconciling;
   }
 
+  /**
+   * Demand changes with every task event; a burst (a map's tasks finishing)
+   * is folded into one reconcile per DEMAND_RECONCILE_GAP_MS.
+   */
   private scheduleReconcile(): void {
     if (this.tickQueued || this.stopped) return;
     this.tickQueued = true;
-    setImmediate(() => {
+    const wait = Math.max(0, this.lastReconcileAt + DEMAND_RECONCILE_GAP_MS - Date.now());
+    const run = () => {
       this.tickQueued = false;
       if (!this.stopped) void this.reconcile();
-    });
+    };
+    if (wait === 0) setImmediate(run);
+    else setTimeout(run, wait);
   }
 
   private track<T>(p: Promise<T>): Promise<T> {
@@ -133,6 +143,7 @@ export class ContainerManager implements ContainerCounts {
 
   private async reconcileOnce(): Promise<void> {
     if (this.stopped) return;
+    this.lastReconcileAt = Date.now();
     const now = this.o.clock();
     this.syncFleet();
     const demand = new Map<string, StubDemand>(this.o.activity.demand().map((d) => [d.stubId, d]));
@@ -159,6 +170,15 @@ export class ContainerManager implements ContainerCounts {
     this.noteHealthy(stub, now);
     this.stopIdle(stub, tasks, now);
     if (d && d.pending > 0) await this.scaleUp(stub, tasks, now);
+  }
+
+  /** Cached like stubs: scale-up asks on every reconcile while tasks wait. */
+  private async workspaceLimit(workspaceId: string, now: number): Promise<number> {
+    const hit = this.limitCache.get(workspaceId);
+    if (hit && now - hit.at < this.o.stubCacheMs) return hit.limit;
+    const limit = await this.o.workspaceLimit(workspaceId);
+    this.limitCache.set(workspaceId, { limit, at: now });
+    return limit;
   }
 
   private async stub(stubId: string, now: number): Promise<StubRecord | undefined> {
@@ -330,7 +350,7 @@ export class ContainerManager implements ContainerCounts {
     const need = Math.ceil(tasks / workersOf(stub));
     const current = this.containers.live((c) => c.stubId === stub.id).length;
     if (current >= need) return;
-    const limit = await this.o.workspaceLimit(stub.workspaceId);
+    const limit = await this.workspaceLimit(stub.workspaceId, now);
     const inWorkspace = this.containers.live((c) => c.workspaceId === stub.workspaceId).length;
     const count = Math.min(need - current, limit - inWorkspace);
     if (count <= 0) {
@@ -391,8 +411,9 @@ export class ContainerManager implements ContainerCounts {
     const log = this.o.log.child({ containerId: c.id, stubId: stub.id, agentId: c.agentId });
     try {
       const api = this.api(c.agentId);
+      const secretEnv = await this.secretEnv(stub);
       if (stub.extra.code_sha256) await this.code.ensure(c.agentId, stub.extra.code_sha256, api);
-      const status = await api.runContainer(this.o.containerRequest(stub, c.id, gpuType));
+      const status = await api.runContainer(this.o.containerRequest(stub, c.id, gpuType, secretEnv));
       if (!this.containers.holds(c)) return; // exited already, or its agent is gone
       c.reservation.gpuUuids = status.gpus;
       if (c.state === "starting") {
@@ -405,6 +426,17 @@ export class ContainerManager implements ContainerCounts {
       const failure = classifyStartError(err);
       log.warn({ err, code: failure.code }, `cannot start a runner container: ${failure.message}`);
       await this.noteFailure(stub.id, this.o.clock(), failure);
+    }
+  }
+
+  /** Read at every start, so an updated secret reaches the next container. */
+  private async secretEnv(stub: StubRecord): Promise<Record<string, string> | undefined> {
+    const names = stub.extra.secrets ?? [];
+    if (names.length === 0) return undefined;
+    try {
+      return await this.o.secrets.resolve(stub.workspaceId, names);
+    } catch (e) {
+      throw new SecretsError(e);
     }
   }
 

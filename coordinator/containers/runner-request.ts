@@ -47,6 +47,7 @@ export function runnerRequest(
   stub: StubRecord,
   containerId: string,
   gpuType: string | undefined,
+  secretEnv?: Record<string, string>,
 ): RunContainerRequest {
   const { config, extra } = stub;
   const runner: RunnerConfig = {
@@ -77,5 +78,7 @@ export function runnerRequest(
   const gpu = gpuWish(stub);
   if (gpu.count > 0) req.gpu = { count: gpu.count, types: gpuType ? [gpuType] : gpu.types };
   if (extra.code_sha256) req.code = { sha256: extra.code_sha256 };
+  // The stub's secrets (`secrets=[...]`); the agent adds BERTH_*, which no secret may be named.
+  if (secretEnv && Object.keys(secretEnv).length > 0) req.env = { ...secretEnv };
   return req;
 }

@@ -1,7 +1,7 @@
 // Failed container starts per stub: exponential backoff between rounds, and
 // a count of rounds so a stub that can never start gives its tasks back.
 
-import { BerthError } from "../../shared/errors.ts";
+import { BerthError, describeError } from "../../shared/errors.ts";
 import { CodeSourceError } from "./code-push.ts";
 import type { StartBackoffOptions } from "./types.ts";
 
@@ -66,7 +66,26 @@ export interface ClassifiedError {
   message: string;
 }
 
+/** Resolving the stub's secrets failed; `cause` is the secret store's error. */
+export class SecretsError extends Error {
+  constructor(override readonly cause: unknown) {
+    super(describeError(cause));
+    this.name = "SecretsError";
+  }
+}
+
+// A missing secret or one this coordinator's key cannot open fails every start alike.
+const SECRETS_DETERMINISTIC = new Set(["not_found", "failed_precondition", "invalid_request"]);
+
 export function classifyStartError(e: unknown): ClassifiedError {
+  if (e instanceof SecretsError) {
+    const inner = e.cause instanceof BerthError ? e.cause : undefined;
+    return {
+      deterministic: inner !== undefined && SECRETS_DETERMINISTIC.has(inner.code),
+      code: inner?.code ?? "internal",
+      message: `cannot resolve the stub's secrets: ${e.message}`,
+    };
+  }
   if (e instanceof CodeSourceError) {
     const inner = e.cause instanceof BerthError ? e.cause : undefined;
     return {

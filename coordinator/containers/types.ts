@@ -5,6 +5,7 @@ import type { Logger } from "pino";
 import type { ContainerApi, RunContainerRequest } from "../../agent/rpc/container-api.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
+import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { TaskActivity } from "../tasks/activity.ts";
 import { runnerRequest } from "./runner-request.ts";
@@ -41,6 +42,12 @@ export interface ContainerEventSource {
   subscribe(handler: (event: ContainerEventMessage) => void): () => void;
 }
 
+/** The values of a stub's secrets (the coordinator's SecretService). */
+export interface SecretResolver {
+  /** By name; fails naming every secret it cannot give. */
+  resolve(workspaceId: string, names: readonly string[]): Promise<Record<string, string>>;
+}
+
 export interface StartBackoffOptions {
   /** Wait after the first failed start of a stub. @default 1000 */
   initialMs?: number;
@@ -66,6 +73,8 @@ export interface ContainerManagerOptions {
   code: CodeSource;
   agents: AgentClients;
   events: ContainerEventSource;
+  /** Resolves `extra.secrets` into the container's environment. @default none: a stub naming secrets cannot start */
+  secrets?: SecretResolver;
   log: Logger;
   /** ms since epoch. @default Date.now */
   clock?: () => number;
@@ -92,6 +101,8 @@ export interface ContainerManagerOptions {
     stub: StubRecord,
     containerId: string,
     gpuType: string | undefined,
+    /** The stub's resolved secrets, for the container's environment. */
+    secretEnv?: Record<string, string>,
   ) => RunContainerRequest;
 }
 
@@ -99,6 +110,16 @@ export interface ResolvedContainerManagerOptions
   extends Required<Omit<ContainerManagerOptions, "startBackoff">> {
   startBackoff: Required<StartBackoffOptions>;
 }
+
+const noSecretStore: SecretResolver = {
+  async resolve(_ws, names) {
+    if (names.length === 0) return {};
+    throw new BerthError(
+      "failed_precondition",
+      `the stub needs secrets ${names.join(", ")} but this coordinator has no secret store`,
+    );
+  },
+};
 
 export function resolveContainerManagerOptions(o: ContainerManagerOptions): ResolvedContainerManagerOptions {
   const positive = (name: string, v: number) => {
@@ -116,6 +137,7 @@ export function resolveContainerManagerOptions(o: ContainerManagerOptions): Reso
     stubCacheMs: o.stubCacheMs ?? 5000,
     stopContainersOnStop: o.stopContainersOnStop ?? true,
     containerRequest: o.containerRequest ?? runnerRequest,
+    secrets: o.secrets ?? noSecretStore,
     startBackoff: {
       initialMs: positive("startBackoff.initialMs", b.initialMs ?? 1000),
       maxMs: positive("startBackoff.maxMs", b.maxMs ?? 30_000),

@@ -3,6 +3,7 @@ import type { Logger } from "pino";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { JoinService } from "../fleet/join.ts";
 import type { Objects } from "../objects/objects.ts";
+import type { Secrets } from "../secrets/index.ts";
 import type { Store } from "../store/store.ts";
 import type { TaskService } from "../tasks/service.ts";
 import { installErrorHandlers } from "./errors.ts";
@@ -11,6 +12,7 @@ import { gatewayObjectRoutes } from "./routes/gateway-objects.ts";
 import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
 import { gatewayTaskRoutes } from "./routes/gateway-tasks.ts";
 import { healthRoutes } from "./routes/health.ts";
+import { secretRoutes } from "./routes/secrets.ts";
 import { taskStatusRoutes } from "./routes/task-status.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
 
@@ -23,6 +25,8 @@ export interface HttpDeps {
   /** Functions and tasks: the gateway and task status routes exist when both are given. */
   tasks?: TaskService;
   objects?: Objects;
+  /** Workspace secrets: the secret routes exist when given. */
+  secrets?: Secrets;
 }
 
 /** The coordinator's public HTTP API: one plugin per area. */
@@ -42,6 +46,7 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   await app.register(joinRoutes(deps.join));
   await app.register(workspaceRoutes(deps.store));
   await app.register(fleetRoutes(deps.store, deps.fleet));
+  if (deps.secrets) await app.register(secretRoutes(deps.store.tokens, deps.secrets));
   if (deps.tasks && deps.objects) {
     await app.register(gatewayObjectRoutes(deps.store.tokens, deps.objects));
     await app.register(gatewayStubRoutes(deps.store.tokens, deps.tasks));

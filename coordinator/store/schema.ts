@@ -112,6 +112,33 @@ export interface TaskEventTable {
   at: string;
 }
 
+/** One workspace secret, sealed with AES-256-GCM (coordinator/secrets). */
+export interface SecretTable {
+  workspace_id: string;
+  /** An environment variable name. */
+  name: string;
+  /** The sealed value followed by the 16-byte GCM tag. */
+  ciphertext: Buffer;
+  /** 12 bytes, fresh for every write. */
+  nonce: Buffer;
+  /** Fingerprint of the key that sealed the row (not the key). */
+  key_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/** One fired (or firing) tick of a schedule; (stub_id, tick_at) is the key. */
+export interface ScheduleTickTable {
+  stub_id: string;
+  /** The tick's cron time, ISO 8601 on a whole minute. */
+  tick_at: string;
+  /** The coordinator whose insert claimed the tick. */
+  coordinator_id: string;
+  /** The submitted task; null until submitted, and for good if submitting failed. */
+  task_id: string | null;
+  created_at: string;
+}
+
 export interface Database {
   workspaces: WorkspaceTable;
   tokens: TokenTable;
@@ -122,4 +149,6 @@ export interface Database {
   stubs: StubTable;
   tasks: TaskTable;
   task_events: TaskEventTable;
+  secrets: SecretTable;
+  schedule_ticks: ScheduleTickTable;
 }

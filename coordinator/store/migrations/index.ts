@@ -1,12 +1,16 @@
 import type { Migration, MigrationProvider } from "kysely";
 import * as m0001 from "./0001_foundation.ts";
 import * as m0002 from "./0002_tasks.ts";
+import * as m0003 from "./0003_secrets.ts";
+import * as m0004 from "./0004_schedules.ts";
 
 // Versioned migrations, applied in key order at coordinator start. Never edit
 // a released migration; add the next number.
 const MIGRATIONS: Record<string, Migration> = {
   "0001_foundation": m0001,
   "0002_tasks": m0002,
+  "0003_secrets": m0003,
+  "0004_schedules": m0004,
 };
 
 export const migrationProvider: MigrationProvider = {

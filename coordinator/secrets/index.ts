@@ -1,0 +1,18 @@
+export {
+  type LoadSecretKeyOptions,
+  type SecretKey,
+  SECRET_KEY_ENV,
+  loadSecretKey,
+  secretKeyFromBase64,
+  secretKeyFromBytes,
+} from "./key.ts";
+export {
+  SECRET_NAME_MAX,
+  SECRET_VALUE_MAX_BYTES,
+  type SecretInfo,
+  SecretService,
+  type SecretServiceOptions,
+  type Secrets,
+  checkSecretName,
+  checkSecretValue,
+} from "./service.ts";
