@@ -97,8 +97,14 @@ export const TaskHeaders = {
 
 /** Stream of task events (agent → coordinator), durable so none is lost while a coordinator restarts. */
 export const TASK_EVENTS_STREAM = "BERTH_TASK_EVENTS";
-export const taskEventSubject = (agentId: string, taskId: string) => `${AGENT_PREFIX}.${agentId}.task.${taskId}.event`;
+export const taskEventSubject = (agentId: string, taskId: string) =>
+  `${AGENT_PREFIX}.${agentId}.task.${taskId}.event`;
 export const ALL_TASK_EVENTS = `${AGENT_PREFIX}.*.task.*.event`;
+/**
+ * Several events of one agent in one stored message (TaskEventBatch); the
+ * `_batch` token matches ALL_TASK_EVENTS and is never a task id.
+ */
+export const taskEventBatchSubject = (agentId: string) => `${AGENT_PREFIX}.${agentId}.task._batch.event`;
 /** Core NATS (not stored): what a running task prints, for the caller's terminal. */
 export const taskOutputSubject = (agentId: string, taskId: string) =>
   `${AGENT_PREFIX}.${agentId}.task.${taskId}.output`;
@@ -138,8 +144,18 @@ export interface TaskStartedEvent extends TaskEventBase {
   type: "started";
 }
 
+/**
+ * A task that ends (or is retried) soon after it starts gets no `started`
+ * event of its own: its outcome carries when it started, and the coordinator
+ * records RUNNING at that time before the outcome.
+ */
+interface FoldedStart {
+  /** ms since epoch; set when no `started` event was sent for this attempt. */
+  startedAt?: number;
+}
+
 /** An attempt failed and the task goes back to the queue: status RETRY. */
-export interface TaskRetryEvent extends TaskEventBase {
+export interface TaskRetryEvent extends TaskEventBase, FoldedStart {
   type: "retry";
   /** container_exited, retry_for, timeout_heartbeat, ... */
   reason: string;
@@ -147,7 +163,7 @@ export interface TaskRetryEvent extends TaskEventBase {
 }
 
 /** The task ended. */
-export interface TaskFinishedEvent extends TaskEventBase {
+export interface TaskFinishedEvent extends TaskEventBase, FoldedStart {
   type: "finished";
   status: "COMPLETE" | "FAILED" | "TIMEOUT" | "EXPIRED" | "CANCELLED";
   /** base64 pickle of the return value (COMPLETE). */
@@ -159,6 +175,12 @@ export interface TaskFinishedEvent extends TaskEventBase {
 }
 
 export type TaskEvent = TaskStartedEvent | TaskRetryEvent | TaskFinishedEvent;
+
+/** What a message on taskEventBatchSubject holds: events in the order they happened. */
+export interface TaskEventBatch {
+  type: "batch";
+  events: TaskEvent[];
+}
 
 export interface TaskOutputMessage {
   taskId: string;

@@ -7,7 +7,7 @@ import { chmod, rm } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { describeError, isBerthError } from "../../shared/errors.ts";
 import { BridgeError } from "../tasks/bridge-error.ts";
-import type { TaskWorker } from "../tasks/worker.ts";
+import { MAX_HAND_OUT, type TaskWorker } from "../tasks/worker.ts";
 
 export interface BridgeLogger {
   error(obj: object, msg?: string): void;
@@ -16,9 +16,21 @@ export interface BridgeLogger {
 const KiB = 1024;
 const MiB = 1024 * KiB;
 /** Body limits per route: a result carries up to 4 MiB pickled (base64) plus its JSON copy. */
-const LIMITS = { next: 64 * KiB, heartbeat: 64 * KiB, output: 1 * MiB, result: 12 * MiB } as const;
+const LIMITS = {
+  next: 64 * KiB,
+  heartbeat: 64 * KiB,
+  output: 1 * MiB,
+  result: 12 * MiB,
+  results: 64 * MiB,
+  release: 1 * MiB,
+} as const;
 type Route = keyof typeof LIMITS;
 
+const TOP_ROUTES: Record<string, Route> = {
+  "/v1/tasks/next": "next",
+  "/v1/tasks/results": "results",
+  "/v1/tasks/release": "release",
+};
 const TASK_ROUTE = /^\/v1\/tasks\/([A-Za-z0-9_.:-]{1,200})\/(output|heartbeat|result)$/;
 
 const KIND_STATUS: Record<string, number> = {
@@ -68,6 +80,38 @@ function send(res: ServerResponse, status: number, body?: unknown): void {
   res.end(text);
 }
 
+interface ResultOutcome {
+  id: string;
+  status: number;
+  error?: { code: string; message: string };
+}
+
+/** `{max: N}`: how many tasks a runner worker takes at once (1 when absent). */
+function maxOf(body: unknown): number {
+  const max = (body as { max?: unknown } | null)?.max;
+  if (max === undefined || max === null) return 1;
+  if (typeof max !== "number" || !Number.isInteger(max) || max < 1)
+    throw new BridgeError(400, "invalid_request", "max must be a positive integer");
+  return Math.min(max, MAX_HAND_OUT);
+}
+
+/** The status and body of an error answer; nothing internal leaks out. */
+function errorAnswer(
+  e: unknown,
+  logInternal: (e: unknown) => void,
+): { status: number; body: { error: { code: string; message: string } } } {
+  if (e instanceof BridgeError)
+    return { status: e.status, body: { error: { code: e.code, message: e.message } } };
+  if (isBerthError(e)) {
+    return { status: KIND_STATUS[e.kind] ?? 500, body: { error: { code: e.code, message: e.message } } };
+  }
+  logInternal(e);
+  return {
+    status: 500,
+    body: { error: { code: "internal", message: "the agent failed to handle the request; see its log" } },
+  };
+}
+
 export class BridgeServer {
   private readonly server: Server;
 
@@ -105,11 +149,39 @@ export class BridgeServer {
     await rm(this.socketPath, { force: true });
   }
 
+  /** Aborts when the runner hangs up before the answer: its pull is withdrawn. */
+  private waiting(res: ServerResponse): AbortSignal {
+    const waiting = new AbortController();
+    res.once("close", () => {
+      if (!res.writableFinished) waiting.abort();
+    });
+    return waiting.signal;
+  }
+
+  /** One entry of a results batch: its own outcome, so one bad entry does not sink the others. */
+  private async oneResult(worker: TaskWorker, r: unknown): Promise<ResultOutcome> {
+    const id = (r as { id?: unknown })?.id;
+    if (typeof id !== "string" || id === "")
+      return { id: "", status: 400, error: { code: "invalid_request", message: "a result without an id" } };
+    try {
+      await worker.result(this.containerId, id, r);
+      return { id, status: 204 };
+    } catch (e) {
+      const { status, body } = errorAnswer(e, (err) =>
+        this.log.error(
+          { containerId: this.containerId, err: describeError(err) },
+          "task bridge result failed",
+        ),
+      );
+      return { id, status, ...body };
+    }
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
       const path = (req.url ?? "").split("?")[0] ?? "";
       const task = TASK_ROUTE.exec(path);
-      const route: Route | undefined = path === "/v1/tasks/next" ? "next" : (task?.[2] as Route | undefined);
+      const route: Route | undefined = TOP_ROUTES[path] ?? (task?.[2] as Route | undefined);
       if (!route) throw new BridgeError(404, "route_not_found", `no route ${req.method} ${path}`);
       if (req.method !== "POST") throw new BridgeError(405, "invalid_request", `${path} takes POST only`);
       const body = await readBody(req, LIMITS[route]);
@@ -119,12 +191,23 @@ export class BridgeServer {
       const taskId = task?.[1] ?? "";
       switch (route) {
         case "next": {
-          const waiting = new AbortController();
-          res.once("close", () => {
-            if (!res.writableFinished) waiting.abort();
-          });
-          const t = await worker.next(this.containerId, waiting.signal);
-          return t ? send(res, 200, { task: t }) : send(res, 204);
+          const tasks = await worker.next(this.containerId, this.waiting(res), maxOf(body));
+          return tasks.length > 0 ? send(res, 200, { task: tasks[0], tasks }) : send(res, 204);
+        }
+        case "results": {
+          const b = body as { results?: unknown; next?: unknown };
+          if (!Array.isArray(b.results) || b.results.length > 10 * MAX_HAND_OUT)
+            throw new BridgeError(400, "invalid_request", "results must be a list of {id, status, ...}");
+          const results = await Promise.all(b.results.map((r) => this.oneResult(worker, r)));
+          if (b.next === undefined || b.next === null) return send(res, 200, { results });
+          const tasks = await worker.next(this.containerId, this.waiting(res), maxOf(b.next));
+          return send(res, 200, { results, tasks });
+        }
+        case "release": {
+          const ids = (body as { ids?: unknown }).ids;
+          if (!Array.isArray(ids) || !ids.every((i) => typeof i === "string"))
+            throw new BridgeError(400, "invalid_request", "release takes {ids: [task id, ...]}");
+          return send(res, 200, { released: worker.release(this.containerId, ids as string[]) });
         }
         case "output": {
           const b = body as { stream?: unknown; data?: unknown };
@@ -146,15 +229,13 @@ export class BridgeServer {
           return send(res, 204);
       }
     } catch (e) {
-      if (e instanceof BridgeError)
-        return send(res, e.status, { error: { code: e.code, message: e.message } });
-      if (isBerthError(e)) {
-        return send(res, KIND_STATUS[e.kind] ?? 500, { error: { code: e.code, message: e.message } });
-      }
-      this.log.error({ containerId: this.containerId, err: describeError(e) }, "task bridge request failed");
-      send(res, 500, {
-        error: { code: "internal", message: "the agent failed to handle the request; see its log" },
-      });
+      const { status, body } = errorAnswer(e, (err) =>
+        this.log.error(
+          { containerId: this.containerId, err: describeError(err) },
+          "task bridge request failed",
+        ),
+      );
+      send(res, status, body);
     }
   }
 }

@@ -4,9 +4,13 @@
 import { MAX_TASK_RESULT_BYTES, type TaskError } from "../../shared/tasks.ts";
 import { BridgeError } from "./bridge-error.ts";
 
-export type ResultBody =
+export type ResultBody = (
   | { status: "COMPLETE"; result: string; resultJson?: string; tooLarge?: TaskError }
-  | { status: "FAILED"; error: TaskError; retry: boolean };
+  | { status: "FAILED"; error: TaskError; retry: boolean }
+) & {
+  /** When the runner started the task (ms since epoch), if it says. */
+  startedAt?: number;
+};
 
 /** Above this the JSON copy is dropped, so the event stays under NATS's payload limit. */
 const MAX_RESULT_JSON_CHARS = 1024 * 1024;
@@ -42,6 +46,17 @@ function taskError(v: unknown): TaskError {
 
 export function checkResult(body: unknown): ResultBody {
   if (!isObject(body)) throw bad("the result body must be a JSON object");
+  const r = checkOutcome(body);
+  const at = body.started_at;
+  if (at !== undefined && at !== null) {
+    if (typeof at !== "number" || !Number.isFinite(at) || at < 0)
+      throw bad("started_at must be a time in ms since the epoch");
+    r.startedAt = at;
+  }
+  return r;
+}
+
+function checkOutcome(body: Record<string, unknown>): ResultBody {
   if (body.status === "COMPLETE") {
     if (typeof body.result !== "string" || !B64_RE.test(body.result)) {
       throw bad("result must be base64 text (the pickled return value)");

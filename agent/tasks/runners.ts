@@ -16,7 +16,10 @@ export interface TaskRunnersOptions {
   kill: (containerId: string) => Promise<void>;
   logger?: TaskWorkerLogger;
   /** Passed to the TaskWorker (tests shorten them). */
-  worker?: Pick<TaskWorkerOptions, "pullWaitMs" | "workingIntervalMs" | "cancelMemoryMs">;
+  worker?: Pick<
+    TaskWorkerOptions,
+    "pullWaitMs" | "workingIntervalMs" | "cancelMemoryMs" | "startedDelayMs" | "readyHoldMs"
+  >;
 }
 
 const silent: TaskWorkerLogger = { info() {}, warn() {}, error() {} };

@@ -20,6 +20,13 @@ export interface TaskWorkerOptions {
   workingIntervalMs?: number;
   /** How long a cancelled task id is remembered. @default 600_000 */
   cancelMemoryMs?: number;
+  /**
+   * How long a task's `started` event is held back: a task that ends sooner
+   * folds its start into its outcome (one event instead of two). @default 50
+   */
+  startedDelayMs?: number;
+  /** How long released tasks wait on this agent for a runner of their stub before going back to the queue. @default 30_000 */
+  readyHoldMs?: number;
 }
 
 export interface RunnerSlotInfo {
@@ -41,18 +48,36 @@ export interface TaskAssignment {
   created_at: number;
 }
 
+/** The tasks handed to one runner worker in one answer; it runs them in order. */
+export interface HandOut {
+  tasks: InFlight[];
+}
+
 export interface InFlight {
   msg: JsMsg;
   taskId: string;
   attempt: number;
   maxRetries: number;
-  slot: Slot;
-  started: Promise<void>;
-  timers: NodeJS.Timeout[];
+  timeoutS: number;
+  callbackUrl: string;
+  createdAt: number;
+  /** The slot (runner container) holding it; undefined while it waits in the agent's ready queue. */
+  slot: Slot | undefined;
+  handOut: HandOut | undefined;
+  /** ms since epoch when it was last handed to a runner. */
+  handedAt: number;
+  /** Set once a `started` event went out for this attempt; later events wait for it. */
+  started: Promise<void> | undefined;
+  /** Pending: the `started` event is held back, to be folded into the outcome if it comes first. */
+  startTimer: NodeJS.Timeout | undefined;
+  timeoutTimer: NodeJS.Timeout | undefined;
+  workingTimer: NodeJS.Timeout;
 }
 
 export interface Slot extends RunnerSlotInfo {
   inFlight: Map<string, InFlight>;
+  /** Hand-outs with tasks not yet answered: each is one busy runner worker. */
+  handOuts: Set<HandOut>;
   /** Stops each pull in progress (unsubscribing drops the server's pending request). */
   pulls: Set<() => void>;
   closed: boolean;

@@ -6,6 +6,7 @@
 // ack, nak or term. One TaskWorker per agent; one slot per runner container.
 
 import type { Consumer, JetStreamClient, JsMsg, Subscription } from "nats";
+import { TaskEventPublisher } from "./event-publisher.ts";
 import { describeError } from "../../shared/errors.ts";
 import {
   TASK_CANCEL_SUBJECT,
@@ -15,11 +16,11 @@ import {
   TaskHeaders,
   TASKS_STREAM,
   stubConsumerName,
-  taskEventSubject,
   taskOutputSubject,
 } from "../../shared/tasks.ts";
 import { BridgeError } from "./bridge-error.ts";
 import type {
+  HandOut,
   InFlight,
   RunnerSlotInfo,
   Slot,
@@ -27,38 +28,45 @@ import type {
   TaskWorkerLogger,
   TaskWorkerOptions,
 } from "./types.ts";
+import { endedOnDelivery, headerNumber, pullOne, pullQueued } from "./pulls.ts";
+import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
 import { checkResult, type ResultBody } from "./result.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
+/** Most tasks one runner worker is handed at once (it asks for a batch when its tasks are short). */
+export const MAX_HAND_OUT = 64;
 const silent: TaskWorkerLogger = { info() {}, warn() {}, error() {} };
-
-const headerNumber = (msg: JsMsg, name: string, fallback: number): number => {
-  const v = msg.headers?.get(name);
-  const n = v ? Number(v) : Number.NaN;
-  return Number.isFinite(n) ? n : fallback;
-};
 
 const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
 
 export class TaskWorker {
   private readonly js: JetStreamClient;
+  private readonly events: TaskEventPublisher;
   private readonly log: TaskWorkerLogger;
   private readonly slots = new Map<string, Slot>();
   private readonly consumers = new Map<string, Promise<Consumer>>();
+  /** Released by a runner before it started them: the next runner of the stub on this agent takes them first. */
+  private readonly ready: ReadyQueues;
+  /** Per stub: messages left in its queue after the last one this agent pulled. */
+  private readonly pendingHint = new Map<string, number>();
   private readonly cancelled: RecentSet;
   /** Tasks this agent ended for their timeout: a late call from the runner gets 410, not 404. */
   private readonly timedOutTasks: RecentSet;
   private readonly pullWaitMs: number;
   private readonly workingIntervalMs: number;
+  private readonly startedDelayMs: number;
   private sub?: Subscription;
 
   constructor(private readonly o: TaskWorkerOptions) {
     this.js = o.nc.jetstream();
+    this.events = new TaskEventPublisher(this.js, o.agentId);
     this.log = o.logger ?? silent;
     this.pullWaitMs = o.pullWaitMs ?? 25_000;
     this.workingIntervalMs = o.workingIntervalMs ?? 10_000;
+    this.startedDelayMs = o.startedDelayMs ?? 50;
+    this.ready = new ReadyQueues(o.readyHoldMs ?? 30_000);
     this.cancelled = new RecentSet(o.cancelMemoryMs ?? 600_000, 100_000);
     this.timedOutTasks = new RecentSet(o.cancelMemoryMs ?? 600_000, 10_000);
   }
@@ -84,11 +92,18 @@ export class TaskWorker {
     for (const slot of this.slots.values()) {
       for (const t of slot.inFlight.values()) this.settle(t);
     }
+    this.ready.clear(false);
     this.slots.clear();
   }
 
   addSlot(info: RunnerSlotInfo): void {
-    this.slots.set(info.containerId, { ...info, inFlight: new Map(), pulls: new Set(), closed: false });
+    this.slots.set(info.containerId, {
+      ...info,
+      inFlight: new Map(),
+      handOuts: new Set(),
+      pulls: new Set(),
+      closed: false,
+    });
   }
 
   /** The container is gone: tasks it still held count as a crash. */
@@ -124,69 +139,73 @@ export class TaskWorker {
   }
 
   /**
-   * One task for the runner of `containerId`, or undefined when none came
-   * within the pull wait. Aborting `signal` (the runner stopped waiting)
-   * withdraws the pull, so the message goes to another runner.
+   * Up to `max` tasks for one runner worker of `containerId`, run in order;
+   * empty when none came within the pull wait. More than one only when that
+   * many are queued right now: a batch never waits to fill. Aborting `signal`
+   * (the runner stopped waiting) withdraws the pull, so the message goes to
+   * another runner.
    */
-  async next(containerId: string, signal: AbortSignal): Promise<TaskAssignment | undefined> {
+  async next(containerId: string, signal: AbortSignal, max = 1): Promise<TaskAssignment[]> {
     const slot = this.slot(containerId);
-    if (slot.inFlight.size + slot.pulls.size >= slot.workers) {
+    if (slot.handOuts.size + slot.pulls.size >= slot.workers) {
       throw new BridgeError(
         409,
         "conflict",
         `this container already holds ${slot.inFlight.size} task(s) and waits for ${slot.pulls.size} (workers=${slot.workers})`,
       );
     }
-    let consumer: Consumer;
-    try {
-      consumer = await this.consumer(slot.stubId);
-    } catch (e) {
-      throw new BridgeError(
-        503,
-        "unavailable",
-        `the task queue of stub ${slot.stubId} is not ready: ${describeError(e)}`,
-      );
+    const want = Math.max(1, Math.min(MAX_HAND_OUT, Math.floor(max) || 1));
+    const handOut: HandOut = { tasks: [] };
+    this.fromReady(slot, handOut, want);
+    let consumer: Consumer | undefined;
+    if (handOut.tasks.length < want) {
+      try {
+        consumer = await this.consumer(slot.stubId);
+      } catch (e) {
+        if (handOut.tasks.length === 0) {
+          throw new BridgeError(
+            503,
+            "unavailable",
+            `the task queue of stub ${slot.stubId} is not ready: ${describeError(e)}`,
+          );
+        }
+      }
     }
+    // A no-wait pull first only while the queue was seen non-empty: a warm
+    // container's lone task should not pay for a pull that finds nothing.
+    if (consumer && want > 1 && (this.pendingHint.get(slot.stubId) ?? 0) > 0)
+      await this.topUp(slot, handOut, want);
     const deadline = Date.now() + this.pullWaitMs;
-    for (;;) {
+    while (consumer && handOut.tasks.length === 0) {
       const wait = deadline - Date.now();
-      if (wait < 1000 || signal.aborted || slot.closed) return undefined;
-      const msg = await this.pullOne(slot, consumer, wait, signal);
-      if (!msg) return undefined;
-      if (signal.aborted || slot.closed) {
+      if (wait < 1000 || signal.aborted || slot.closed) break;
+      const msg = await pullOne(slot, consumer, wait, signal);
+      if (msg && (signal.aborted || slot.closed)) {
         // It arrived as the pull was withdrawn: counted as a delivery, but nobody is there to run it.
         msg.nak();
-        return undefined;
+        break;
       }
-      const task = await this.take(slot, msg);
-      if (task) return task;
+      if (msg) {
+        this.pendingHint.set(slot.stubId, msg.info.pending);
+        const t = await this.take(slot, msg);
+        if (t) this.hand(slot, handOut, t);
+        if (want > 1 && msg.info.pending > 0) await this.topUp(slot, handOut, want);
+      }
+      // A pull also ends early when a runner released tasks this one can take.
+      if (!signal.aborted && !slot.closed) this.fromReady(slot, handOut, want);
     }
+    return handOut.tasks.map((t) => this.assignment(t));
   }
 
-  private async pullOne(
-    slot: Slot,
-    consumer: Consumer,
-    waitMs: number,
-    signal: AbortSignal,
-  ): Promise<JsMsg | undefined> {
-    let batch: Awaited<ReturnType<Consumer["fetch"]>>;
-    try {
-      batch = await consumer.fetch({ max_messages: 1, expires: waitMs });
-    } catch (e) {
-      throw new BridgeError(503, "unavailable", `cannot pull from the task queue: ${describeError(e)}`);
-    }
-    const stop = () => batch.stop();
-    slot.pulls.add(stop);
-    signal.addEventListener("abort", stop, { once: true });
-    try {
-      for await (const m of batch) return m;
-      return undefined;
-    } catch (e) {
-      if (signal.aborted || slot.closed) return undefined;
-      throw new BridgeError(503, "unavailable", `pulling from the task queue failed: ${describeError(e)}`);
-    } finally {
-      signal.removeEventListener("abort", stop);
-      slot.pulls.delete(stop);
+  /** Adds what is queued right now to the hand-out, up to `want`. */
+  private async topUp(slot: Slot, handOut: HandOut, want: number): Promise<void> {
+    if (handOut.tasks.length >= want) return;
+    const msgs = await pullQueued(this.js, slot, want - handOut.tasks.length, this.log);
+    const last = msgs.at(-1);
+    this.pendingHint.set(slot.stubId, last ? last.info.pending : 0);
+    for (const msg of msgs) {
+      const t = await this.take(slot, msg);
+      if (t) this.hand(slot, handOut, t);
     }
   }
 
@@ -202,16 +221,8 @@ export class TaskWorker {
     };
   }
 
-  private async publish(e: TaskEvent): Promise<void> {
-    // The message id lets JetStream drop a duplicate when a publish is retried.
-    const detail = e.type === "finished" ? e.status : "";
-    await this.js.publish(taskEventSubject(this.o.agentId, e.taskId), enc.encode(JSON.stringify(e)), {
-      msgID: `${e.taskId}:${e.attempt}:${e.type}${detail}`,
-    });
-  }
-
-  /** Decides what a delivery means; an assignment when the runner should run it. */
-  private async take(slot: Slot, msg: JsMsg): Promise<TaskAssignment | undefined> {
+  /** Decides what a delivery means; the task when a runner should run it. */
+  private async take(slot: Slot, msg: JsMsg): Promise<InFlight | undefined> {
     const taskId = msg.headers?.get(TaskHeaders.taskId) ?? "";
     const attempt = msg.info.redeliveryCount;
     if (!taskId) {
@@ -223,35 +234,11 @@ export class TaskWorker {
       msg.term();
       return undefined;
     }
-    const base = this.base(slot, taskId, attempt);
-    const expiresAt = headerNumber(msg, TaskHeaders.expiresAt, 0);
     const maxRetries = Math.max(0, headerNumber(msg, TaskHeaders.maxRetries, 0));
     try {
-      if (expiresAt > 0 && Date.now() > expiresAt) {
-        await this.publish({
-          ...base,
-          type: "finished",
-          status: "EXPIRED",
-          reason: "expired",
-          error: taskError(
-            "TaskExpired",
-            `the task expired at ${new Date(expiresAt).toISOString()} before it started`,
-          ),
-        });
-        msg.term();
-        return undefined;
-      }
-      if (attempt > maxRetries + 1) {
-        await this.publish({
-          ...base,
-          type: "finished",
-          status: "FAILED",
-          reason: "retries_exhausted",
-          error: taskError(
-            "RetriesExhausted",
-            `the task was delivered ${attempt} times and allows ${maxRetries} retries (an earlier attempt was lost)`,
-          ),
-        });
+      const ended = endedOnDelivery(msg, attempt, maxRetries, Date.now());
+      if (ended) {
+        await this.events.publish({ ...this.base(slot, taskId, attempt), ...ended });
         msg.term();
         return undefined;
       }
@@ -260,30 +247,107 @@ export class TaskWorker {
       msg.nak();
       throw new BridgeError(503, "unavailable", `cannot record task ${taskId}: ${describeError(e)}`);
     }
-    const timeoutS = headerNumber(msg, TaskHeaders.timeout, -1);
-    const t: InFlight = { msg, taskId, attempt, maxRetries, slot, started: Promise.resolve(), timers: [] };
-    // Answering the runner does not wait for `started`: both events of the
-    // task go out in order on one connection, and every later event waits for it.
-    t.started = this.publish({ ...base, type: "started" }).catch((e) =>
-      this.log.error({ taskId, err: describeError(e) }, "publishing task started"),
-    );
-    t.timers.push(setInterval(() => msg.working(), this.workingIntervalMs));
-    if (timeoutS > 0) t.timers.push(setTimeout(() => void this.timedOut(t, timeoutS), timeoutS * 1000));
-    slot.inFlight.set(taskId, t);
     return {
-      id: taskId,
-      args: Buffer.from(msg.data).toString("base64"),
+      msg,
+      taskId,
       attempt,
-      timeout: timeoutS,
-      callback_url: msg.headers?.get(TaskHeaders.callbackUrl) || slot.callbackUrl || "",
-      created_at: headerNumber(msg, TaskHeaders.createdAt, 0),
+      maxRetries,
+      timeoutS: headerNumber(msg, TaskHeaders.timeout, -1),
+      callbackUrl: msg.headers?.get(TaskHeaders.callbackUrl) || slot.callbackUrl || "",
+      createdAt: headerNumber(msg, TaskHeaders.createdAt, 0),
+      slot: undefined,
+      handOut: undefined,
+      handedAt: 0,
+      started: undefined,
+      startTimer: undefined,
+      timeoutTimer: undefined,
+      workingTimer: setInterval(() => msg.working(), this.workingIntervalMs),
     };
+  }
+
+  /** Gives the task to a runner worker: its start (held back briefly) and its timeout begin now. */
+  private hand(slot: Slot, handOut: HandOut, t: InFlight): void {
+    t.slot = slot;
+    t.handOut = handOut;
+    t.handedAt = Date.now();
+    if (!t.started) {
+      t.startTimer = setTimeout(() => {
+        t.startTimer = undefined;
+        if (!t.slot) return;
+        t.started = this.events
+          .publish({ ...this.base(t.slot, t.taskId, t.attempt), type: "started", at: t.handedAt })
+          .catch((e) =>
+            this.log.error({ taskId: t.taskId, err: describeError(e) }, "publishing task started"),
+          );
+      }, this.startedDelayMs);
+    }
+    if (t.timeoutS > 0)
+      t.timeoutTimer = setTimeout(() => void this.timedOut(t, t.timeoutS), t.timeoutS * 1000);
+    if (handOut.tasks.length === 0) slot.handOuts.add(handOut);
+    handOut.tasks.push(t);
+    slot.inFlight.set(t.taskId, t);
+  }
+
+  private assignment(t: InFlight): TaskAssignment {
+    return {
+      id: t.taskId,
+      args: Buffer.from(t.msg.data).toString("base64"),
+      attempt: t.attempt,
+      timeout: t.timeoutS,
+      callback_url: t.callbackUrl,
+      created_at: t.createdAt,
+    };
+  }
+
+  /** Takes released tasks of the slot's stub into the hand-out, up to `want` in all. */
+  private fromReady(slot: Slot, handOut: HandOut, want: number): void {
+    while (handOut.tasks.length < want) {
+      const t = this.ready.shift(slot.stubId);
+      if (!t) return;
+      this.hand(slot, handOut, t);
+    }
+  }
+
+  /** Forgets a task's hand-out: the runner answered for it, or it was released or ended. */
+  private unhand(t: InFlight): void {
+    const slot = t.slot;
+    if (slot) {
+      slot.inFlight.delete(t.taskId);
+      if (t.handOut) {
+        const i = t.handOut.tasks.indexOf(t);
+        if (i >= 0) t.handOut.tasks.splice(i, 1);
+        if (t.handOut.tasks.length === 0) slot.handOuts.delete(t.handOut);
+      }
+    }
+    clearTimeout(t.timeoutTimer);
+    t.timeoutTimer = undefined;
+    t.slot = undefined;
+    t.handOut = undefined;
   }
 
   /** Stops the task's timers and forgets it; false when something else already settled it. */
   private settle(t: InFlight): boolean {
-    for (const timer of t.timers) clearTimeout(timer);
-    return t.slot.inFlight.delete(t.taskId);
+    const held = t.slot?.inFlight.get(t.taskId) === t;
+    this.unhand(t);
+    clearInterval(t.workingTimer);
+    return held;
+  }
+
+  /**
+   * What an outcome event needs about the start: the start folded in when
+   * its `started` event was still held back, else nothing (after waiting for
+   * that event, so the two arrive in order).
+   */
+  private async startOf(t: InFlight, startedAt?: number): Promise<{ startedAt?: number }> {
+    if (t.startTimer) {
+      clearTimeout(t.startTimer);
+      t.startTimer = undefined;
+      const at = startedAt !== undefined && startedAt >= t.handedAt - 1000 ? startedAt : t.handedAt;
+      return { startedAt: Math.min(at, Date.now()) };
+    }
+    if (t.started) await t.started;
+    else return { startedAt: t.handedAt };
+    return {};
   }
 
   private inFlight(containerId: string, taskId: string): InFlight {
@@ -310,15 +374,46 @@ export class TaskWorker {
     this.inFlight(containerId, taskId);
   }
 
+  /**
+   * The runner did not start these tasks of its hand-out (one before them
+   * runs long): another runner of the stub on this agent takes them, without
+   * a redelivery that would count as an attempt.
+   */
+  release(containerId: string, taskIds: string[]): number {
+    const slot = this.slots.get(containerId);
+    let n = 0;
+    for (const id of taskIds) {
+      const t = slot?.inFlight.get(id);
+      if (!t || !slot) continue;
+      const held = t.startTimer !== undefined;
+      this.unhand(t);
+      if (held) {
+        clearTimeout(t.startTimer);
+        t.startTimer = undefined;
+      }
+      this.ready.push(slot.stubId, t);
+      n++;
+    }
+    // A runner of the stub waiting in a pull takes them now rather than after its pull.
+    if (n > 0 && slot) {
+      for (const other of this.slots.values()) {
+        if (other.stubId !== slot.stubId || other.closed) continue;
+        for (const stop of other.pulls) stop();
+      }
+    }
+    return n;
+  }
+
+  /** One result from the runner; the event is published (batched with others of the same moment) before the ack. */
   async result(containerId: string, taskId: string, body: unknown): Promise<void> {
     const t = this.inFlight(containerId, taskId);
     const r: ResultBody = checkResult(body);
+    const slot = t.slot as Slot;
     if (!this.settle(t)) return;
-    const base = this.base(t.slot, taskId, t.attempt);
-    await t.started;
+    const base = { ...this.base(slot, taskId, t.attempt), ...(await this.startOf(t, r.startedAt)) };
     try {
       if (r.status === "COMPLETE" && r.tooLarge) {
-        await this.publish({
+        await this.events.publish({
           ...base,
           type: "finished",
           status: "FAILED",
@@ -329,13 +424,13 @@ export class TaskWorker {
       } else if (r.status === "COMPLETE") {
         const e: TaskEvent = { ...base, type: "finished", status: "COMPLETE", result: r.result };
         if (r.resultJson !== undefined) e.resultJson = r.resultJson;
-        await this.publish(e);
+        await this.events.publish(e);
         t.msg.ack();
       } else if (r.retry && t.attempt <= t.maxRetries) {
-        await this.publish({ ...base, type: "retry", reason: "retry_for", error: r.error });
+        await this.events.publish({ ...base, type: "retry", reason: "retry_for", error: r.error });
         t.msg.nak();
       } else {
-        await this.publish({ ...base, type: "finished", status: "FAILED", error: r.error });
+        await this.events.publish({ ...base, type: "finished", status: "FAILED", error: r.error });
         t.msg.term();
       }
     } catch (e) {
@@ -350,64 +445,86 @@ export class TaskWorker {
   }
 
   private async timedOut(t: InFlight, timeoutS: number): Promise<void> {
-    if (!this.settle(t)) return;
+    const slot = t.slot;
+    if (!slot || !this.settle(t)) return;
     this.timedOutTasks.add(t.taskId);
-    const kill = this.killContainer(t.slot.containerId, `task ${t.taskId} timed out`);
-    await t.started;
-    await this.publish({
-      ...this.base(t.slot, t.taskId, t.attempt),
-      type: "finished",
-      status: "TIMEOUT",
-      reason: "timeout",
-      error: taskError(
-        "TaskTimeout",
-        `the task ran longer than its timeout of ${timeoutS} s; its container was killed`,
-      ),
-    }).catch((e) => this.log.error({ taskId: t.taskId, err: describeError(e) }, "publishing task timeout"));
+    const kill = this.killContainer(slot.containerId, `task ${t.taskId} timed out`);
+    const start = await this.startOf(t);
+    await this.events
+      .publish({
+        ...this.base(slot, t.taskId, t.attempt),
+        ...start,
+        type: "finished",
+        status: "TIMEOUT",
+        reason: "timeout",
+        error: taskError(
+          "TaskTimeout",
+          `the task ran longer than its timeout of ${timeoutS} s; its container was killed`,
+        ),
+      })
+      .catch((e) => this.log.error({ taskId: t.taskId, err: describeError(e) }, "publishing task timeout"));
     t.msg.term();
     await kill;
   }
 
-  /** The runner container ended: each task it held is retried or, on its last attempt, failed. */
+  /**
+   * The runner container ended. In each hand-out the first unanswered task
+   * was running: it is retried or, on its last attempt, failed. The rest of
+   * that hand-out never started and goes to the ready queue untouched.
+   */
   containerExited(containerId: string, exitCode: number | undefined): void {
     const slot = this.slots.get(containerId);
     if (!slot) return;
     this.closeSlot(slot);
     const code = exitCode === undefined ? "unknown" : String(exitCode);
-    for (const t of [...slot.inFlight.values()]) {
-      if (!this.settle(t)) continue;
-      const base = this.base(slot, t.taskId, t.attempt);
-      void (async () => {
-        await t.started;
-        if (t.attempt <= t.maxRetries) {
-          await this.publish({ ...base, type: "retry", reason: `container_exited: exit code ${code}` });
-          t.msg.nak();
-        } else {
-          await this.publish({
-            ...base,
-            type: "finished",
-            status: "FAILED",
-            reason: "container_exited",
-            error: taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
-          });
-          t.msg.term();
-        }
-      })().catch((e) => {
-        this.log.error(
-          { taskId: t.taskId, err: describeError(e) },
-          "recording a task whose container exited",
-        );
-        t.msg.nak();
-      });
+    for (const handOut of [...slot.handOuts]) {
+      const [running, ...unstarted] = handOut.tasks;
+      for (const t of unstarted) {
+        this.unhand(t);
+        clearTimeout(t.startTimer);
+        t.startTimer = undefined;
+        this.ready.push(slot.stubId, t);
+      }
+      if (running) this.crashed(slot, running, code);
     }
+  }
+
+  private crashed(slot: Slot, t: InFlight, code: string): void {
+    if (!this.settle(t)) return;
+    void (async () => {
+      const base = { ...this.base(slot, t.taskId, t.attempt), ...(await this.startOf(t)) };
+      if (t.attempt <= t.maxRetries) {
+        await this.events.publish({ ...base, type: "retry", reason: `container_exited: exit code ${code}` });
+        t.msg.nak();
+      } else {
+        await this.events.publish({
+          ...base,
+          type: "finished",
+          status: "FAILED",
+          reason: "container_exited",
+          error: taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
+        });
+        t.msg.term();
+      }
+    })().catch((e) => {
+      this.log.error({ taskId: t.taskId, err: describeError(e) }, "recording a task whose container exited");
+      t.msg.nak();
+    });
   }
 
   private onCancel(m: TaskCancelMessage): void {
     if (typeof m?.taskId !== "string" || m.taskId === "") return;
     this.cancelled.add(m.taskId);
+    const waiting = this.ready.remove(m.taskId);
+    if (waiting) {
+      clearInterval(waiting.workingTimer);
+      waiting.msg.term();
+    }
     for (const slot of this.slots.values()) {
       const t = slot.inFlight.get(m.taskId);
-      if (!t || !this.settle(t)) continue;
+      if (!t) continue;
+      clearTimeout(t.startTimer);
+      if (!this.settle(t)) continue;
       // No event: the coordinator recorded the cancel (or expiry) itself.
       t.msg.term();
       void this.killContainer(

@@ -1,7 +1,7 @@
 import { mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import SQLite from "better-sqlite3";
-import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
+import { Kysely, Migrator, PostgresDialect, SqliteDialect, type SqliteDatabase } from "kysely";
 import pg from "pg";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { migrationProvider } from "./migrations/index.ts";
@@ -51,8 +51,31 @@ export async function openDatabase(url: string): Promise<OpenedDatabase> {
   } catch (e) {
     throw new BerthError("unavailable", `cannot open SQLite store ${path}: ${describeError(e)}`);
   }
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
   return { db, engine: "sqlite", display: `sqlite:${path}` };
+}
+
+/**
+ * Kysely's SQLite driver prepares every query anew; preparing costs more than
+ * running the small statements the task path issues, so statements are kept
+ * by their SQL text (bounded: the oldest is dropped past the limit).
+ */
+function cachingStatements(sqlite: SQLite.Database, limit = 512): SqliteDatabase {
+  const cache = new Map<string, SQLite.Statement>();
+  return {
+    close: () => {
+      cache.clear();
+      sqlite.close();
+    },
+    prepare(text: string) {
+      let st = cache.get(text);
+      if (st) return st;
+      st = sqlite.prepare(text);
+      if (cache.size >= limit) cache.delete(cache.keys().next().value as string);
+      cache.set(text, st);
+      return st;
+    },
+  };
 }
 
 /** Applies every pending migration; throws with the failing migration's name. */

@@ -93,19 +93,28 @@ export class TaskEngine {
     };
     t.attempt = patch.attempt as number;
     t.agentId = ev.agentId;
+    // An outcome that folds its start in (no `started` event was sent) says when it started.
+    const folded = ev.type !== "started" && typeof ev.startedAt === "number" && ev.startedAt <= ev.at;
+    const startIso = folded ? new Date(ev.startedAt as number).toISOString() : atIso;
     for (const step of steps) {
-      this.index.setStatus(t, step.status, ev.containerId || null, ev.at);
-      if (step.status === "RUNNING" && !t.startedAt) {
-        t.startedAt = atIso;
-        patch.startedAt = atIso;
+      const running = step.status === "RUNNING";
+      this.index.setStatus(
+        t,
+        step.status,
+        ev.containerId || null,
+        running && folded ? (ev.startedAt as number) : ev.at,
+      );
+      if (running && !t.startedAt) {
+        t.startedAt = startIso;
+        patch.startedAt = startIso;
       }
       this.writer.history({
         taskId: t.id,
         status: step.status,
         attempt: t.attempt,
         containerId: t.containerId,
-        reason: step.reason,
-        at: atIso,
+        reason: running && folded && step.reason === "implied" ? null : step.reason,
+        at: running ? startIso : atIso,
       });
     }
     patch.status = t.status;

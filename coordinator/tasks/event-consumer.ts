@@ -17,6 +17,7 @@ import {
   ALL_TASK_OUTPUT,
   TASK_EVENTS_STREAM,
   type TaskEvent,
+  type TaskEventBatch,
   type TaskOutputMessage,
 } from "../../shared/tasks.ts";
 import type { TaskRepo } from "../store/tasks.ts";
@@ -62,16 +63,29 @@ export class TaskEventConsumer {
   }
 
   private async onEvent(m: JsMsg): Promise<void> {
-    let ev: TaskEvent;
+    let events: TaskEvent[];
     try {
-      ev = m.json<TaskEvent>();
-      if (!ev || typeof ev.taskId !== "string" || typeof ev.attempt !== "number")
-        throw new Error("not a task event");
+      const body = m.json<TaskEvent | TaskEventBatch>();
+      events =
+        body && body.type === "batch" && Array.isArray(body.events) ? body.events : [body as TaskEvent];
+      for (const ev of events) {
+        if (!ev || typeof ev.taskId !== "string" || typeof ev.attempt !== "number")
+          throw new Error("not a task event");
+      }
     } catch (e) {
       this.log.warn({ subject: m.subject, err: describeError(e) }, "ignoring a malformed task event");
       m.ack();
       return;
     }
+    // A batch is acknowledged once every event in it is committed.
+    let left = events.length;
+    const ackOne = () => {
+      if (--left === 0) m.ack();
+    };
+    for (const ev of events) await this.applyOne(ev, ackOne);
+  }
+
+  private async applyOne(ev: TaskEvent, ack: () => void): Promise<void> {
     let t = this.engine.index.get(ev.taskId);
     if (!t) {
       // Not in memory: ended already (a late event), or queued by another coordinator.
@@ -82,11 +96,11 @@ export class TaskEventConsumer {
         this.engine.index.add(t);
       }
       if (!t) {
-        m.ack();
+        ack();
         return;
       }
     }
-    this.engine.applyEvent(t, ev, () => m.ack());
+    this.engine.applyEvent(t, ev, ack);
   }
 
   private onOutput(subject: string, data: Uint8Array): void {

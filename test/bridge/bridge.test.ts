@@ -186,9 +186,9 @@ test("task bridge", { timeout: 120_000 }, async (t) => {
       assert.equal((hb.body as { error: { code: string } }).error.code, "failed_precondition");
       await queueEmpty(n);
       assert.deepEqual(
-        shape(await storedEvents(n, "task-cancel")),
-        [["started", "", 1]],
-        "no event for the cancel",
+        shape(await storedEvents(n, "task-cancel")).filter(([type]) => type !== "started"),
+        [],
+        "no event for the cancel (a start may have gone out before it)",
       );
       await runners.close(r.containerId);
 

@@ -11,6 +11,7 @@ import { waitFor } from "../../shared/net.ts";
 import {
   TASK_EVENTS_STREAM,
   type TaskEvent,
+  type TaskEventBatch,
   TaskHeaders,
   TASKS_STREAM,
   taskSubject,
@@ -98,15 +99,32 @@ export async function publishTask(n: TaskNats, o: TaskOptions): Promise<void> {
   });
 }
 
-/** The events of `taskId` stored on BERTH_TASK_EVENTS, in stream order. */
-export async function storedEvents(n: TaskNats, taskId: string): Promise<TaskEvent[]> {
+/** The events of `taskId` stored on BERTH_TASK_EVENTS, in stream order, batches unpacked, as sent. */
+export async function rawEvents(n: TaskNats, taskId: string): Promise<TaskEvent[]> {
   const info = await n.jsm.streams.info(TASK_EVENTS_STREAM);
   const out: TaskEvent[] = [];
   for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
     const m = await n.jsm.streams.getMessage(TASK_EVENTS_STREAM, { seq }).catch(() => undefined);
     if (!m) continue;
-    const e = JSON.parse(new TextDecoder().decode(m.data)) as TaskEvent;
-    if (e.taskId === taskId) out.push(e);
+    const body = JSON.parse(new TextDecoder().decode(m.data)) as TaskEvent | TaskEventBatch;
+    for (const e of body.type === "batch" ? body.events : [body]) if (e.taskId === taskId) out.push(e);
+  }
+  return out;
+}
+
+/**
+ * Like rawEvents, with each start that was folded into an outcome (its
+ * `startedAt`) shown as the `started` event it stands for, so a test reads
+ * the same sequence whether or not the agent held the start back.
+ */
+export async function storedEvents(n: TaskNats, taskId: string): Promise<TaskEvent[]> {
+  const out: TaskEvent[] = [];
+  for (const e of await rawEvents(n, taskId)) {
+    if (e.type !== "started" && e.startedAt !== undefined) {
+      const { startedAt, ...rest } = e;
+      out.push({ ...rest, type: "started", at: startedAt } as TaskEvent);
+    }
+    out.push(e);
   }
   return out;
 }

@@ -7,6 +7,7 @@ error, so no task waits for a runner that can never run it.
 """
 
 import asyncio
+import collections
 import importlib
 import inspect
 import json
@@ -17,7 +18,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from . import env, serialize
 from .bridge import AgentGone, BridgeClient, log
@@ -30,6 +31,13 @@ HEARTBEAT_INTERVAL_S = float(os.environ.get("BERTH_HEARTBEAT_INTERVAL_S") or 5.0
 MAX_RESULT_JSON_CHARS = 1024 * 1024
 # The agent answers `next` after ~25 s without a task; a socket silent for longer is broken.
 NEXT_TIMEOUT_S = 90.0
+# Batching: a worker asks for up to MAX_BATCH tasks at once while its tasks take under
+# SHORT_TASK_S each; a batch still running after RELEASE_AFTER_S gives its unstarted rest back.
+MAX_BATCH = 32
+SHORT_TASK_S = 0.01
+RELEASE_AFTER_S = 0.05
+# Results are posted before the batch ends once this much pickled data waits.
+RESULTS_FLUSH_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -223,12 +231,12 @@ class Runner:
             return self.failure(e)
         return self.success(value)
 
-    def run_task(self, task: dict, heartbeat: "Heartbeat") -> dict:
+    def run_task(self, task: dict, heartbeat: "Heartbeat", batch: Optional["Batch"] = None) -> dict:
         task_id = str(task.get("id"))
         # Process-wide, for handlers that read them (with several workers, the latest task's).
         os.environ["BERTH_TASK_ID"] = task_id
         os.environ["BERTH_TASK_ATTEMPT"] = str(task.get("attempt", 1))
-        heartbeat.begin(task_id)
+        heartbeat.begin(task_id, batch)
         out = self.capture.start(task_id)
         try:
             result = self.execute(task)
@@ -240,30 +248,75 @@ class Runner:
     def worker(self) -> None:
         client = BridgeClient(self.cfg.socket, timeout=NEXT_TIMEOUT_S)
         heartbeat = Heartbeat(BridgeClient(self.cfg.socket, timeout=30.0))
+        # Short tasks come in batches (one agent round trip for many); a slow one drops back to one at a time.
+        want = 1
         try:
+            status, body = client.post("/v1/tasks/next", {"max": want})
             while not self.gone.is_set():
-                status, body = client.post("/v1/tasks/next", {})
-                if status == 204:
-                    continue
-                if status == 410:
-                    log("the agent takes no more tasks from this container")
+                tasks = self._tasks_of(status, body)
+                if tasks is None:
                     return
-                task = body.get("task") if isinstance(body, dict) else None
-                if status != 200 or not isinstance(task, dict) or not task.get("id"):
-                    log(f"unexpected answer to /v1/tasks/next: {status} {body!r}")
-                    self.gone.wait(1.0)
+                if not tasks:
+                    status, body = client.post("/v1/tasks/next", {"max": want})
                     continue
-                try:
-                    result = self.run_task(task, heartbeat)
-                except Exception as e:  # noqa: BLE001 - a runner fault still ends the task
-                    log(f"runner fault on task {task['id']}:\n{traceback.format_exc()}")
-                    result = self.refused(f"the berth runner failed: {type(e).__name__}: {e}", "berth.RunnerError")
-                status, body = client.post(f"/v1/tasks/{task['id']}/result", result)
-                if status >= 300:
-                    log(f"the agent refused the result of task {task['id']}: {status} {body!r}")
+                batch = Batch(tasks)
+                results: List[dict] = []
+                t0 = time.monotonic()
+                while True:
+                    task = batch.take()
+                    if task is None:
+                        break
+                    results.append(self._run_one(task, heartbeat, batch))
+                    if sum(len(r.get("result") or "") for r in results) > RESULTS_FLUSH_BYTES:
+                        self._post_results(client, results, None)
+                        results = []
+                per_task = (time.monotonic() - t0) / max(1, batch.ran)
+                want = min(want * 2, MAX_BATCH) if per_task < SHORT_TASK_S and not batch.released else 1
+                status, body = self._post_results(client, results, want)
         except AgentGone as e:
             log(f"{e}; exiting")
             self.gone.set()
+
+    def _tasks_of(self, status: int, body: Any) -> Optional[List[dict]]:
+        """The tasks of an answer; [] to ask again, None when the agent takes no more from this container."""
+        if status == 204:
+            return []
+        if status == 410:
+            log("the agent takes no more tasks from this container")
+            return None
+        tasks = body.get("tasks") if isinstance(body, dict) else None
+        if tasks is None and isinstance(body, dict) and isinstance(body.get("task"), dict):
+            tasks = [body["task"]]
+        if status != 200 or not isinstance(tasks, list) or not all(isinstance(t, dict) and t.get("id") for t in tasks):
+            log(f"unexpected answer from the agent: {status} {body!r}")
+            self.gone.wait(1.0)
+            return []
+        return tasks
+
+    def _run_one(self, task: dict, heartbeat: "Heartbeat", batch: "Batch") -> dict:
+        started_at = int(time.time() * 1000)
+        try:
+            result = self.run_task(task, heartbeat, batch)
+        except Exception as e:  # noqa: BLE001 - a runner fault still ends the task
+            log(f"runner fault on task {task['id']}:\n{traceback.format_exc()}")
+            result = self.refused(f"the berth runner failed: {type(e).__name__}: {e}", "berth.RunnerError")
+        result["id"] = str(task["id"])
+        result["started_at"] = started_at
+        return result
+
+    def _post_results(self, client: BridgeClient, results: List[dict], want: Optional[int]) -> Tuple[int, Any]:
+        """Posts the results; with ``want``, the same call asks for the next tasks."""
+        body: Dict[str, Any] = {"results": results}
+        if want is not None:
+            body["next"] = {"max": want}
+        status, answer = client.post("/v1/tasks/results", body)
+        if status >= 300:
+            log(f"the agent refused a batch of {len(results)} result(s): {status} {answer!r}")
+            return status, answer
+        for r in (answer or {}).get("results") or []:
+            if isinstance(r, dict) and int(r.get("status") or 0) >= 300:
+                log(f"the agent refused the result of task {r.get('id')}: {r.get('status')} {r.get('error')!r}")
+        return status, answer
 
     def serve(self) -> int:
         self.capture.install()
@@ -277,22 +330,59 @@ class Runner:
         return 1 if self.gone.is_set() else 0
 
 
+class Batch:
+    """The tasks the agent handed to one worker, run in order.
+
+    When they stop being short (the batch runs past RELEASE_AFTER_S), the
+    heartbeat thread gives the ones not yet started back to the agent, which
+    hands them to another runner instead of letting them wait here.
+    """
+
+    def __init__(self, tasks: List[dict]):
+        self.lock = threading.Lock()
+        self.rest: Deque[dict] = collections.deque(tasks)
+        self.release_at = time.monotonic() + RELEASE_AFTER_S
+        self.ran = 0
+        self.released = False
+
+    def take(self) -> Optional[dict]:
+        with self.lock:
+            if not self.rest:
+                return None
+            self.ran += 1
+            return self.rest.popleft()
+
+    def has_rest(self) -> bool:
+        with self.lock:
+            return bool(self.rest)
+
+    def release_rest(self) -> List[str]:
+        with self.lock:
+            ids = [str(t["id"]) for t in self.rest]
+            self.rest.clear()
+            self.released = self.released or bool(ids)
+            return ids
+
+
 class Heartbeat:
     """One long-lived thread per worker that signs of life for the task it runs.
 
     A thread per task would cost its start on every task of a warm container.
+    It also releases the unstarted rest of a batch that runs long.
     """
 
     def __init__(self, client: BridgeClient):
         self.client = client
         self.cond = threading.Condition()
         self.task_id: Optional[str] = None
+        self.batch: Optional[Batch] = None
         self.due = 0.0
         self.thread: Optional[threading.Thread] = None
 
-    def begin(self, task_id: str) -> None:
+    def begin(self, task_id: str, batch: Optional[Batch] = None) -> None:
         with self.cond:
             self.task_id = task_id
+            self.batch = batch
             self.due = time.monotonic() + HEARTBEAT_INTERVAL_S
             self.cond.notify()
             if self.thread is None:
@@ -303,13 +393,35 @@ class Heartbeat:
         with self.cond:
             self.task_id = None
 
+    def _wake_at(self) -> Optional[float]:
+        """Monotonic time of the next thing to do; None while no task runs."""
+        if self.task_id is None:
+            return None
+        if self.batch is not None and self.batch.has_rest():
+            return min(self.due, self.batch.release_at)
+        return self.due
+
     def _loop(self) -> None:
         while True:
             with self.cond:
-                while self.task_id is None or time.monotonic() < self.due:
-                    self.cond.wait(None if self.task_id is None else max(0.0, self.due - time.monotonic()))
+                while True:
+                    wake = self._wake_at()
+                    if wake is not None and time.monotonic() >= wake:
+                        break
+                    self.cond.wait(None if wake is None else max(0.0, wake - time.monotonic()))
                 task_id = self.task_id
-                self.due = time.monotonic() + HEARTBEAT_INTERVAL_S
+                batch = self.batch
+                release = batch is not None and batch.has_rest() and time.monotonic() >= batch.release_at
+                if not release:
+                    self.due = time.monotonic() + HEARTBEAT_INTERVAL_S
+            if release and batch is not None:
+                ids = batch.release_rest()
+                if ids:
+                    try:
+                        self.client.post("/v1/tasks/release", {"ids": ids})
+                    except AgentGone:
+                        return
+                continue
             try:
                 status, _ = self.client.post(f"/v1/tasks/{task_id}/heartbeat", {})
             except AgentGone:

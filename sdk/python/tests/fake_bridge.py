@@ -31,6 +31,11 @@ class FakeBridge:
         self.events = []
         self.cancelled = set()
         self.closed = False
+        self.released = []
+        # add_many queues its tasks all at once: an ask takes all of them or none.
+        self.adding = threading.Lock()
+        # The `max` of each ask for tasks, in order.
+        self.asks = []
         bridge = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,11 +59,28 @@ class FakeBridge:
                 if self.path == "/v1/tasks/next" and bridge.closed:
                     return self.reply(410, {"error": {"code": "failed_precondition", "message": "no more tasks"}})
                 if self.path == "/v1/tasks/next":
-                    try:
-                        task = bridge.tasks.get(timeout=0.2)
-                    except queue.Empty:
-                        return self.reply(204)
-                    return self.reply(200, {"task": task})
+                    tasks = bridge.take(body.get("max") or 1)
+                    return self.reply(200, {"task": tasks[0], "tasks": tasks}) if tasks else self.reply(204)
+                if self.path == "/v1/tasks/results":
+                    outcomes = []
+                    with bridge.cond:
+                        for r in body.get("results") or []:
+                            bridge.events.append(("result", r["id"], r))
+                            bridge.results[r["id"]] = r
+                            outcomes.append({"id": r["id"], "status": 204})
+                        bridge.cond.notify_all()
+                    if not body.get("next"):
+                        return self.reply(200, {"results": outcomes})
+                    if bridge.closed:
+                        return self.reply(410, {"error": {"code": "failed_precondition", "message": "no more tasks"}})
+                    return self.reply(200, {"results": outcomes, "tasks": bridge.take(body["next"].get("max") or 1)})
+                if self.path == "/v1/tasks/release":
+                    with bridge.cond:
+                        for task_id in body.get("ids") or []:
+                            bridge.events.append(("release", task_id, {}))
+                            bridge.released.append(task_id)
+                        bridge.cond.notify_all()
+                    return self.reply(200, {"released": len(body.get("ids") or [])})
                 m = re.match(r"^/v1/tasks/([^/]+)/(output|heartbeat|result)$", self.path)
                 if not m:
                     return self.reply(404, {"error": {"code": "route_not_found", "message": self.path}})
@@ -76,6 +98,22 @@ class FakeBridge:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def take(self, max_tasks: int) -> list:
+        """Up to max_tasks queued tasks: waits briefly for the first, never for the rest."""
+        with self.cond:
+            self.asks.append(max_tasks)
+        with self.adding:
+            try:
+                tasks = [self.tasks.get(timeout=0.2)]
+            except queue.Empty:
+                return []
+            while len(tasks) < max_tasks:
+                try:
+                    tasks.append(self.tasks.get_nowait())
+                except queue.Empty:
+                    break
+            return tasks
+
     def close(self):
         self.server.shutdown()
         self.server.server_close()
@@ -84,6 +122,12 @@ class FakeBridge:
         self.tasks.put(
             {"id": task_id, "args": args_b64, "attempt": attempt, "timeout": timeout, "callback_url": "", "created_at": ""}
         )
+
+    def add_many(self, tasks) -> None:
+        """(task_id, args_b64) pairs, queued so that one ask sees them all."""
+        with self.adding:
+            for task_id, payload in tasks:
+                self.add(task_id, payload)
 
     def wait_result(self, task_id: str, timeout: float = 20.0) -> dict:
         deadline = time.monotonic() + timeout

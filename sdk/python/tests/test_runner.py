@@ -288,6 +288,40 @@ class WorkersTest(RunnerCase):
         self.assertEqual([value(self.bridge.wait_result(f"t-par-{i}")) for i in range(3)], [True] * 3)
 
 
+class BatchTest(RunnerCase):
+    handler = "app:slow"
+
+    def test_short_tasks_are_asked_for_in_growing_batches(self):
+        for i in range(60):
+            self.bridge.add(f"t-batch-{i}", args(0))
+        for i in range(60):
+            r = self.bridge.wait_result(f"t-batch-{i}")
+            self.assertEqual(r["status"], "COMPLETE")
+            self.assertIsInstance(r["started_at"], int)
+        with self.bridge.cond:
+            asks = list(self.bridge.asks)
+        self.assertGreater(max(asks), 1, f"asks: {asks}")
+
+    def test_a_long_task_gives_the_unstarted_rest_of_its_batch_back(self):
+        # Grow the batch size with short tasks first.
+        for i in range(30):
+            self.bridge.add(f"t-warm-{i}", args(0))
+        self.bridge.wait_result("t-warm-29")
+        with self.bridge.cond:
+            self.assertGreater(self.bridge.asks[-1], 3, f"asks: {self.bridge.asks}")
+        # Queued together, the next ask takes all four: the first runs 0.6 s, the rest must be released.
+        self.bridge.add_many((f"t-mixed-{i}", args(s)) for i, s in enumerate([0.6, 0, 0, 0]))
+        self.assertEqual(value(self.bridge.wait_result("t-mixed-0")), 0.6)
+        with self.bridge.cond:
+            released = list(self.bridge.released)
+            ran = set(self.bridge.results)
+        self.assertEqual(released, ["t-mixed-1", "t-mixed-2", "t-mixed-3"])
+        self.assertFalse({"t-mixed-1", "t-mixed-2", "t-mixed-3"} & ran)
+        with self.bridge.cond:
+            # After a released batch the worker asks for one task at a time again.
+            self.assertEqual(self.bridge.asks[-1], 1)
+
+
 class LifecycleTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()

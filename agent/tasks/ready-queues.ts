@@ -1,0 +1,62 @@
+// Tasks a runner was handed but did not start (released from a batch that
+// ran long, or the unstarted rest of a dead container's batch). They wait on
+// this agent for the next runner of their stub: handing them back to
+// JetStream would count a delivery, and so an attempt, that never ran.
+
+import type { InFlight } from "./types.ts";
+
+export class ReadyQueues {
+  private readonly queues = new Map<string, InFlight[]>();
+  private readonly timers = new Map<string, NodeJS.Timeout>();
+
+  /** After `holdMs` without a runner of the stub taking them, a stub's tasks go back to JetStream. */
+  constructor(private readonly holdMs: number) {}
+
+  push(stubId: string, t: InFlight): void {
+    let queue = this.queues.get(stubId);
+    if (!queue) {
+      queue = [];
+      this.queues.set(stubId, queue);
+      const timer = setTimeout(() => this.drop(stubId, true), this.holdMs);
+      timer.unref?.();
+      this.timers.set(stubId, timer);
+    }
+    queue.push(t);
+  }
+
+  /** The oldest waiting task of the stub, if any. */
+  shift(stubId: string): InFlight | undefined {
+    const queue = this.queues.get(stubId);
+    const t = queue?.shift();
+    if (queue && queue.length === 0) this.drop(stubId, false);
+    return t;
+  }
+
+  /** Removes a task wherever it waits (it was cancelled); undefined when it does not. */
+  remove(taskId: string): InFlight | undefined {
+    for (const [stubId, queue] of this.queues) {
+      const i = queue.findIndex((t) => t.taskId === taskId);
+      if (i < 0) continue;
+      const [t] = queue.splice(i, 1);
+      if (queue.length === 0) this.drop(stubId, false);
+      return t;
+    }
+    return undefined;
+  }
+
+  /** Forgets every queue; with `requeue`, their tasks go back to JetStream now. */
+  clear(requeue: boolean): void {
+    for (const stubId of [...this.queues.keys()]) this.drop(stubId, requeue);
+  }
+
+  private drop(stubId: string, requeue: boolean): void {
+    clearTimeout(this.timers.get(stubId));
+    this.timers.delete(stubId);
+    const queue = this.queues.get(stubId) ?? [];
+    this.queues.delete(stubId);
+    for (const t of queue) {
+      clearInterval(t.workingTimer);
+      if (requeue) t.msg.nak();
+    }
+  }
+}
