@@ -28,6 +28,7 @@ import type {
   TaskWorkerLogger,
   TaskWorkerOptions,
 } from "./types.ts";
+import { assignment, dropHeldStart, foldedStart, settle, unhand } from "./in-flight.ts";
 import { endedOnDelivery, headerNumber, pullOne, pullQueued } from "./pulls.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
@@ -90,7 +91,7 @@ export class TaskWorker {
   close(): void {
     this.sub?.unsubscribe();
     for (const slot of this.slots.values()) {
-      for (const t of slot.inFlight.values()) this.settle(t);
+      for (const t of slot.inFlight.values()) settle(t);
     }
     this.ready.clear(false);
     this.slots.clear();
@@ -194,7 +195,7 @@ export class TaskWorker {
       // A pull also ends early when a runner released tasks this one can take.
       if (!signal.aborted && !slot.closed) this.fromReady(slot, handOut, want);
     }
-    return handOut.tasks.map((t) => this.assignment(t));
+    return handOut.tasks.map((t) => assignment(t));
   }
 
   /** Adds what is queued right now to the hand-out, up to `want`. */
@@ -288,17 +289,6 @@ export class TaskWorker {
     slot.inFlight.set(t.taskId, t);
   }
 
-  private assignment(t: InFlight): TaskAssignment {
-    return {
-      id: t.taskId,
-      args: Buffer.from(t.msg.data).toString("base64"),
-      attempt: t.attempt,
-      timeout: t.timeoutS,
-      callback_url: t.callbackUrl,
-      created_at: t.createdAt,
-    };
-  }
-
   /** Takes released tasks of the slot's stub into the hand-out, up to `want` in all. */
   private fromReady(slot: Slot, handOut: HandOut, want: number): void {
     while (handOut.tasks.length < want) {
@@ -306,48 +296,6 @@ export class TaskWorker {
       if (!t) return;
       this.hand(slot, handOut, t);
     }
-  }
-
-  /** Forgets a task's hand-out: the runner answered for it, or it was released or ended. */
-  private unhand(t: InFlight): void {
-    const slot = t.slot;
-    if (slot) {
-      slot.inFlight.delete(t.taskId);
-      if (t.handOut) {
-        const i = t.handOut.tasks.indexOf(t);
-        if (i >= 0) t.handOut.tasks.splice(i, 1);
-        if (t.handOut.tasks.length === 0) slot.handOuts.delete(t.handOut);
-      }
-    }
-    clearTimeout(t.timeoutTimer);
-    t.timeoutTimer = undefined;
-    t.slot = undefined;
-    t.handOut = undefined;
-  }
-
-  /** Stops the task's timers and forgets it; false when something else already settled it. */
-  private settle(t: InFlight): boolean {
-    const held = t.slot?.inFlight.get(t.taskId) === t;
-    this.unhand(t);
-    clearInterval(t.workingTimer);
-    return held;
-  }
-
-  /**
-   * What an outcome event needs about the start: the start folded in when
-   * its `started` event was still held back, else nothing (after waiting for
-   * that event, so the two arrive in order).
-   */
-  private async startOf(t: InFlight, startedAt?: number): Promise<{ startedAt?: number }> {
-    if (t.startTimer) {
-      clearTimeout(t.startTimer);
-      t.startTimer = undefined;
-      const at = startedAt !== undefined && startedAt >= t.handedAt - 1000 ? startedAt : t.handedAt;
-      return { startedAt: Math.min(at, Date.now()) };
-    }
-    if (t.started) await t.started;
-    else return { startedAt: t.handedAt };
-    return {};
   }
 
   private inFlight(containerId: string, taskId: string): InFlight {
@@ -385,12 +333,8 @@ export class TaskWorker {
     for (const id of taskIds) {
       const t = slot?.inFlight.get(id);
       if (!t || !slot) continue;
-      const held = t.startTimer !== undefined;
-      this.unhand(t);
-      if (held) {
-        clearTimeout(t.startTimer);
-        t.startTimer = undefined;
-      }
+      unhand(t);
+      dropHeldStart(t);
       this.ready.push(slot.stubId, t);
       n++;
     }
@@ -409,8 +353,8 @@ export class TaskWorker {
     const t = this.inFlight(containerId, taskId);
     const r: ResultBody = checkResult(body);
     const slot = t.slot as Slot;
-    if (!this.settle(t)) return;
-    const base = { ...this.base(slot, taskId, t.attempt), ...(await this.startOf(t, r.startedAt)) };
+    if (!settle(t)) return;
+    const base = { ...this.base(slot, taskId, t.attempt), ...(await foldedStart(t, r.startedAt)) };
     try {
       if (r.status === "COMPLETE" && r.tooLarge) {
         await this.events.publish({
@@ -446,10 +390,10 @@ export class TaskWorker {
 
   private async timedOut(t: InFlight, timeoutS: number): Promise<void> {
     const slot = t.slot;
-    if (!slot || !this.settle(t)) return;
+    if (!slot || !settle(t)) return;
     this.timedOutTasks.add(t.taskId);
     const kill = this.killContainer(slot.containerId, `task ${t.taskId} timed out`);
-    const start = await this.startOf(t);
+    const start = await foldedStart(t);
     await this.events
       .publish({
         ...this.base(slot, t.taskId, t.attempt),
@@ -480,9 +424,8 @@ export class TaskWorker {
     for (const handOut of [...slot.handOuts]) {
       const [running, ...unstarted] = handOut.tasks;
       for (const t of unstarted) {
-        this.unhand(t);
-        clearTimeout(t.startTimer);
-        t.startTimer = undefined;
+        unhand(t);
+        dropHeldStart(t);
         this.ready.push(slot.stubId, t);
       }
       if (running) this.crashed(slot, running, code);
@@ -490,9 +433,9 @@ export class TaskWorker {
   }
 
   private crashed(slot: Slot, t: InFlight, code: string): void {
-    if (!this.settle(t)) return;
+    if (!settle(t)) return;
     void (async () => {
-      const base = { ...this.base(slot, t.taskId, t.attempt), ...(await this.startOf(t)) };
+      const base = { ...this.base(slot, t.taskId, t.attempt), ...(await foldedStart(t)) };
       if (t.attempt <= t.maxRetries) {
         await this.events.publish({ ...base, type: "retry", reason: `container_exited: exit code ${code}` });
         t.msg.nak();
@@ -523,8 +466,8 @@ export class TaskWorker {
     for (const slot of this.slots.values()) {
       const t = slot.inFlight.get(m.taskId);
       if (!t) continue;
-      clearTimeout(t.startTimer);
-      if (!this.settle(t)) continue;
+      dropHeldStart(t);
+      if (!settle(t)) continue;
       // No event: the coordinator recorded the cancel (or expiry) itself.
       t.msg.term();
       void this.killContainer(

@@ -1,7 +1,7 @@
 """A standard-library ASGI 3.0 server for the in-container runner (docs/asgi.md).
 
 The runner hosts an ``@asgi`` or ``@realtime`` app with it when the image has
-no uvicorn or hypercorn: HTTP/1.1 (asgi_http.py), RFC 6455 websockets
+no uvicorn or hypercorn: HTTP/1.1 (asgi_http.py, requests read by asgi_parse.py), RFC 6455 websockets
 (asgi_websocket.py) and the lifespan protocol, on TCP or a unix socket.
 TLS and HTTP/2 end at the coordinator, so neither is here.
 
