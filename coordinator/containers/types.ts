@@ -3,22 +3,15 @@
 
 import type { Logger } from "pino";
 import type { ContainerApi, RunContainerRequest } from "../../agent/rpc/container-api.ts";
-import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
+import type { StubRecord as StoredStub } from "../store/stubs.ts";
 import type { TaskActivity } from "../tasks/activity.ts";
 import { runnerRequest } from "./runner-request.ts";
 
-export interface StubRecord {
-  id: string;
-  workspaceId: string;
-  name: string;
-  /** stub.type, e.g. "function". */
-  type: string;
-  config: StubConfig;
-  extra: StubExtra;
-}
+/** What the manager needs of a stored stub. */
+export type StubRecord = Pick<StoredStub, "id" | "workspaceId" | "name" | "type" | "config" | "extra">;
 
 export interface StubSource {
   get(stubId: string): Promise<StubRecord | undefined>;

@@ -7,17 +7,14 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { test } from "node:test";
 import { TaskRunners } from "../../agent/tasks/runners.ts";
+import type { TaskAssignment } from "../../agent/tasks/types.ts";
 import { TASK_EVENTS_STREAM, type TaskEvent } from "../../shared/tasks.ts";
 import { tempDir } from "../helpers/env.ts";
 import { eventsOf, post, publishTask, queueEmpty, rawEvents, startTaskNats } from "./helpers.ts";
 
-interface Assigned {
-  id: string;
-  attempt: number;
-}
 interface Answer {
-  task?: Assigned;
-  tasks?: Assigned[];
+  task?: TaskAssignment;
+  tasks?: TaskAssignment[];
   results?: { id: string; status: number; error?: { message: string } }[];
 }
 

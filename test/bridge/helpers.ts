@@ -4,6 +4,7 @@
 
 import { request } from "node:http";
 import { connect, headers, type JetStreamManager, type NatsConnection } from "nats";
+import type { TaskAssignment } from "../../agent/tasks/types.ts";
 import { ensureStubConsumer, ensureTaskStreams } from "../../coordinator/tasks/streams.ts";
 import { closeNats } from "../../shared/nats-server.ts";
 import { clusterNatsUsers } from "../../shared/subjects.ts";
@@ -189,18 +190,9 @@ export function post(
   });
 }
 
-export interface Assigned {
-  id: string;
-  args: string;
-  attempt: number;
-  timeout: number;
-  callback_url: string;
-  created_at: number;
-}
-
 /** `POST /v1/tasks/next`, expecting a task. */
-export async function nextTask(socketPath: string): Promise<Assigned> {
+export async function nextTask(socketPath: string): Promise<TaskAssignment> {
   const r = await post(socketPath, "/v1/tasks/next");
   if (r.status !== 200) throw new Error(`next answered ${r.status} ${JSON.stringify(r.body)}`);
-  return (r.body as { task: Assigned }).task;
+  return (r.body as { task: TaskAssignment }).task;
 }

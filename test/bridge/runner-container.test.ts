@@ -4,7 +4,7 @@
 // over the mounted socket and calls the archive's handler.
 
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { ContainerHost } from "../../agent/host/index.ts";

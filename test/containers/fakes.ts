@@ -166,6 +166,25 @@ export function capacity(
   };
 }
 
+/** A fleet of one agent seen just now, with a heartbeat interval long enough that it never goes lost in a test. */
+export function oneAgentFleet(agentId: string, cap: HostCapacity): FleetView {
+  const fleet = new FleetView();
+  const now = Date.now();
+  fleet.observe(
+    {
+      agentId,
+      hostname: agentId,
+      version: "t",
+      sentAt: now,
+      intervalMs: 600_000,
+      grpcAddress: "127.0.0.1:1",
+      capacity: cap,
+    },
+    now,
+  );
+  return fleet;
+}
+
 export function stubRecord(
   id: string,
   over: { config?: Partial<StubConfig>; extra?: Partial<StubExtra>; workspaceId?: string } = {},

@@ -11,14 +11,13 @@ import { AgentRpcClient } from "../../agent/rpc/client.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { ContainerManager } from "../../coordinator/containers/manager.ts";
 import { runnerRequest } from "../../coordinator/containers/runner-request.ts";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { waitFor } from "../../shared/net.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { HOST_COMMANDS, hostHarness } from "../host/harness.ts";
 import { FakeAgent } from "../rpc/fake-agent.ts";
-import { FakeActivity, capacity, stubRecord } from "./fakes.ts";
+import { FakeActivity, capacity, oneAgentFleet, stubRecord } from "./fakes.ts";
 
 const AGENT = "agent-real";
 
@@ -31,19 +30,7 @@ test("a real agent runs containers for demand and stops them after keep-warm", a
   const client = new AgentRpcClient({ address: `unix://${sock}` });
   t.after(() => client.close());
 
-  const fleet = new FleetView();
-  fleet.observe(
-    {
-      agentId: AGENT,
-      hostname: AGENT,
-      version: "t",
-      sentAt: Date.now(),
-      intervalMs: 600_000,
-      grpcAddress: "127.0.0.1:1",
-      capacity: capacity(2, 4),
-    },
-    Date.now(),
-  );
+  const fleet = oneAgentFleet(AGENT, capacity(2, 4));
   const activity = new FakeActivity();
   const stub = stubRecord("stub-real", {
     config: { keep_warm_seconds: 2, runtime: { cpu: 0, gpu: "", memory: 64, image_id: "" } },

@@ -6,6 +6,7 @@ import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { waitFor } from "../../shared/net.ts";
 import { MAX_TASK_ARGS_BYTES } from "../../shared/tasks.ts";
+import { SPEC_TASK_FIELDS } from "../tasks/fixtures.ts";
 import { startTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
 
 describe("gateway and task status routes (inject and a real socket, real NATS)", () => {
@@ -196,18 +197,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const r = await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: auth(user) });
     assert.equal(r.statusCode, 200);
     const t = r.json();
-    assert.deepEqual(Object.keys(t).sort(), [
-      "container_id",
-      "created_at",
-      "ended_at",
-      "id",
-      "outputs",
-      "started_at",
-      "stats",
-      "status",
-      "stub",
-      "updated_at",
-    ]);
+    assert.deepEqual(Object.keys(t).sort(), SPEC_TASK_FIELDS);
     assert.equal(t.id, id);
     assert.equal(t.status, "PENDING");
     assert.equal(t.started_at, null);

@@ -13,6 +13,7 @@ import { resolveAgentOptions } from "../../agent/options.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
 import { CLI_MAIN, runCli } from "../helpers/cluster.ts";
 import { needs } from "../helpers/env.ts";
+import { SPEC_TASK_FIELDS } from "../tasks/fixtures.ts";
 import { testRootfs } from "../helpers/rootfs.ts";
 import { Teardown, testNames } from "../network/helpers.ts";
 
@@ -230,18 +231,7 @@ test("functions end to end on a berth up cluster: remote, map, retry, timeout, r
   await t.test("the task status API answers the spec's Task shape", async () => {
     const { status, body } = await api(`/v2/task/${timeoutTaskId}/`);
     assert.equal(status, 200, JSON.stringify(body));
-    assert.deepEqual(Object.keys(body).sort(), [
-      "container_id",
-      "created_at",
-      "ended_at",
-      "id",
-      "outputs",
-      "started_at",
-      "stats",
-      "status",
-      "stub",
-      "updated_at",
-    ]);
+    assert.deepEqual(Object.keys(body).sort(), SPEC_TASK_FIELDS);
     assert.equal(body.status, "TIMEOUT");
     const stub = body.stub as Record<string, unknown>;
     const config = JSON.parse(stub.config as string) as { task_policy: { timeout: number } };

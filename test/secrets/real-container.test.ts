@@ -10,11 +10,10 @@ import { AgentRpcClient } from "../../agent/rpc/client.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { ContainerManager } from "../../coordinator/containers/manager.ts";
 import { runnerRequest } from "../../coordinator/containers/runner-request.ts";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { SecretService } from "../../coordinator/secrets/index.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { waitFor } from "../../shared/net.ts";
-import { FakeActivity, capacity, stubRecord } from "../containers/fakes.ts";
+import { FakeActivity, capacity, oneAgentFleet, stubRecord } from "../containers/fakes.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { HOST_COMMANDS, hostHarness } from "../host/harness.ts";
 import { FakeAgent } from "../rpc/fake-agent.ts";
@@ -37,19 +36,7 @@ test("a stub's secret is an environment variable inside its container", async (t
   const value = "hf_real value with spaces & $dollars\nand a second line";
   await secrets.create(ws.id, "HF_TOKEN", value);
 
-  const fleet = new FleetView();
-  fleet.observe(
-    {
-      agentId: AGENT,
-      hostname: AGENT,
-      version: "t",
-      sentAt: Date.now(),
-      intervalMs: 600_000,
-      grpcAddress: "127.0.0.1:1",
-      capacity: capacity(2, 4),
-    },
-    Date.now(),
-  );
+  const fleet = oneAgentFleet(AGENT, capacity(2, 4));
   const activity = new FakeActivity();
   const stub = stubRecord("stub-secret", {
     workspaceId: ws.id,

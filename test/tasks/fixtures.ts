@@ -1,5 +1,19 @@
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 
+/** The top-level fields of the spec's Task object (the task status API), sorted. */
+export const SPEC_TASK_FIELDS = [
+  "container_id",
+  "created_at",
+  "ended_at",
+  "id",
+  "outputs",
+  "started_at",
+  "stats",
+  "status",
+  "stub",
+  "updated_at",
+];
+
 export function stubConfig(over: Partial<StubConfig> = {}): StubConfig {
   return {
     runtime: { cpu: 1, gpu: "", memory: 128, image_id: "" },
