@@ -19,7 +19,8 @@ export const headerNumber = (msg: JsMsg, name: string, fallback: number): number
   return Number.isFinite(n) ? n : fallback;
 };
 
-const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
+/** An error the agent itself reports for a task (no traceback: nothing ran, or it was killed). */
+export const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
 
 /**
  * The outcome of a delivery that must not run: expired while queued, or

@@ -11,7 +11,6 @@ import { describeError } from "../../shared/errors.ts";
 import {
   TASK_CANCEL_SUBJECT,
   type TaskCancelMessage,
-  type TaskError,
   type TaskEvent,
   TaskHeaders,
   TASKS_STREAM,
@@ -29,7 +28,7 @@ import type {
   TaskWorkerOptions,
 } from "./types.ts";
 import { assignment, dropHeldStart, foldedStart, settle, unhand } from "./in-flight.ts";
-import { endedOnDelivery, headerNumber, pullOne, pullQueued } from "./pulls.ts";
+import { endedOnDelivery, headerNumber, pullOne, pullQueued, taskError } from "./pulls.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
 import { checkResult, type ResultBody } from "./result.ts";
@@ -40,7 +39,6 @@ const dec = new TextDecoder();
 export const MAX_HAND_OUT = 64;
 const silent: TaskWorkerLogger = { info() {}, warn() {}, error() {} };
 
-const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
 
 export class TaskWorker {
   private readonly js: JetStreamClient;

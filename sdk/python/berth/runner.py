@@ -261,15 +261,18 @@ class Runner:
                     continue
                 batch = Batch(tasks)
                 results: List[dict] = []
+                waiting_bytes = 0
                 t0 = time.monotonic()
                 while True:
                     task = batch.take()
                     if task is None:
                         break
-                    results.append(self._run_one(task, heartbeat, batch))
-                    if sum(len(r.get("result") or "") for r in results) > RESULTS_FLUSH_BYTES:
+                    result = self._run_one(task, heartbeat, batch)
+                    results.append(result)
+                    waiting_bytes += len(result.get("result") or "")
+                    if waiting_bytes > RESULTS_FLUSH_BYTES:
                         self._post_results(client, results, None)
-                        results = []
+                        results, waiting_bytes = [], 0
                 per_task = (time.monotonic() - t0) / max(1, batch.ran)
                 want = min(want * 2, MAX_BATCH) if per_task < SHORT_TASK_S and not batch.released else 1
                 status, body = self._post_results(client, results, want)
