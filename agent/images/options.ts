@@ -57,6 +57,8 @@ export interface ImageStoreOptions {
    */
   ecrLogin?: EcrLogin | null;
   logger?: ImageStoreLogger;
+  /** Clock for the tag freshness window (tests move it by hand). @default Date.now */
+  now?: () => number;
 }
 
 export interface ResolvedImageStoreOptions {
@@ -75,6 +77,7 @@ export interface ResolvedImageStoreOptions {
   ecrLogin: EcrLogin | undefined;
   rootless: boolean;
   logger: ImageStoreLogger;
+  now: () => number;
 }
 
 const silent: ImageStoreLogger = { info() {}, warn() {} };
@@ -121,5 +124,6 @@ export function resolveImageStoreOptions(o: ImageStoreOptions): ResolvedImageSto
     ecrLogin: o.ecrLogin === null ? undefined : (o.ecrLogin ?? sigV4EcrLogin()),
     rootless: process.getuid?.() !== 0,
     logger: o.logger ?? silent,
+    now: o.now ?? Date.now,
   };
 }

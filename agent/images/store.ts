@@ -146,7 +146,7 @@ export class ImageStore {
     // Keyed by the credentials too: a caller without them (or with others) must
     // not skip the registry's access check on the strength of someone else's pull.
     const freshnessKey = `${ref.canonical}\0${credentialsFingerprint(opts.credentials)}`;
-    const startedAt = Date.now();
+    const startedAt = this.options.now();
     const resolvedAt = this.tagResolvedAt.get(freshnessKey);
     if (known && resolvedAt !== undefined && startedAt - resolvedAt <= this.options.tagFreshnessMs) {
       return this.info(known, ref.canonical);
