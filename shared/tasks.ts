@@ -69,7 +69,28 @@ export interface StubExtra {
   code_sha256: string;
   secrets: string[];
   headless: boolean;
+  /** Deployments (docs/deployments.md): the autoscaler's baseline, kept while the deployment is active. */
+  min_containers?: number;
+  /** Requests one container handles at once (endpoint, asgi, realtime). @default 1 */
+  concurrent_requests?: number;
+  /** A schedule's cron expression (shared/cron.ts). */
+  when?: string;
+  /** How the handler takes a JSON body (sdk/python/berth/handler_call.py describe_params). */
+  handler_params?: HandlerParams;
 }
+
+/** A handler's signature as JSON bodies are checked against it (docs/deployments-sdk.md). */
+export interface HandlerParams {
+  names: string[];
+  required: string[];
+  var_keyword: boolean;
+  context: boolean;
+}
+
+/** Stub types whose containers serve HTTP themselves (the coordinator proxies to them). */
+export const HTTP_SERVED_TYPES: ReadonlySet<string> = new Set(["endpoint", "asgi", "realtime"]);
+/** "endpoint/deployment" → "endpoint". */
+export const baseStubType = (type: string): string => type.split("/")[0] ?? type;
 
 /** The work-queue stream holding every pending task; one subject per stub. */
 export const TASKS_STREAM = "BERTH_TASKS";
@@ -93,6 +114,12 @@ export const TaskHeaders = {
   createdAt: "Berth-Created-At",
   /** Per-task callback URL overriding the stub's; absent = the stub's. */
   callbackUrl: "Berth-Callback-Url",
+  /**
+   * "json": the payload is a JSON object bound to the handler's parameters
+   * (sdk/python/berth/handler_call.py), as a task queue POST or a schedule
+   * tick sends it; absent: the pickled `(args, kwargs)`.
+   */
+  payloadFormat: "Berth-Payload-Format",
 } as const;
 
 /** Stream of task events (agent → coordinator), durable so none is lost while a coordinator restarts. */

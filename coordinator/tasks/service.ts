@@ -54,6 +54,8 @@ export interface SubmitOptions {
   callbackUrl?: string | null;
   /** ms since epoch; default: the stub's task_policy.expires. */
   expiresAt?: number | null;
+  /** "json": each input is a JSON object for the handler's parameters (TaskHeaders.payloadFormat). */
+  payloadFormat?: "json";
   /** Called with the ids once the rows exist, before any message is published (register watchers here). */
   onCreated?: (taskIds: string[]) => void;
 }
@@ -191,6 +193,7 @@ export class TaskService implements TaskActivity {
       [TaskHeaders.createdAt, String(now)],
       ...(expiresAt !== null ? [[TaskHeaders.expiresAt, String(expiresAt)] as [string, string]] : []),
       ...(callbackUrl ? [[TaskHeaders.callbackUrl, callbackUrl] as [string, string]] : []),
+      ...(o.payloadFormat ? [[TaskHeaders.payloadFormat, o.payloadFormat] as [string, string]] : []),
     ];
     const subject = taskSubject(stubId);
     // All publishes go out at once; each ack (or failure) is handled as it comes.

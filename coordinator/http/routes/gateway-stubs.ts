@@ -45,6 +45,17 @@ export const StubExtraSchema = Type.Object({
   code_sha256: Type.String({ pattern: "^([0-9a-f]{64})?$" }),
   secrets: Type.Array(Type.String()),
   headless: Type.Boolean(),
+  min_containers: Type.Optional(Type.Integer({ minimum: 0 })),
+  concurrent_requests: Type.Optional(Type.Integer({ minimum: 1 })),
+  when: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  handler_params: Type.Optional(
+    Type.Object({
+      names: Type.Array(Type.String()),
+      required: Type.Array(Type.String()),
+      var_keyword: Type.Boolean(),
+      context: Type.Boolean(),
+    }),
+  ),
 });
 
 const StubBody = Type.Object({
