@@ -1,6 +1,7 @@
 // The bookkeeping of one task between its delivery and its outcome: where it
 // is handed out, its timers, and what its outcome event says about its start.
 
+import { payloadFormat } from "./pulls.ts";
 import type { InFlight, TaskAssignment } from "./types.ts";
 
 /** What the runner gets for the task. */
@@ -12,6 +13,7 @@ export function assignment(t: InFlight): TaskAssignment {
     timeout: t.timeoutS,
     callback_url: t.callbackUrl,
     created_at: t.createdAt,
+    ...(payloadFormat(t.msg) ? { payload_format: "json" as const } : {}),
   };
 }
 

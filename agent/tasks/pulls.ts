@@ -19,6 +19,14 @@ export const headerNumber = (msg: JsMsg, name: string, fallback: number): number
   return Number.isFinite(n) ? n : fallback;
 };
 
+/**
+ * "json" when the payload is a JSON object for the handler's parameters (a
+ * task queue POST, a schedule tick: TaskHeaders.payloadFormat), undefined for
+ * the pickled `(args, kwargs)`. The runner gets it as the task's `payload_format`.
+ */
+export const payloadFormat = (msg: JsMsg): "json" | undefined =>
+  msg.headers?.get(TaskHeaders.payloadFormat) === "json" ? "json" : undefined;
+
 /** An error the agent itself reports for a task (no traceback: nothing ran, or it was killed). */
 export const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
 

@@ -46,6 +46,8 @@ export interface TaskAssignment {
   timeout: number;
   callback_url: string;
   created_at: number;
+  /** "json": `args` is a base64 JSON object bound to the handler's parameters; absent: pickled `(args, kwargs)`. */
+  payload_format?: "json";
 }
 
 /** The tasks handed to one runner worker in one answer; it runs them in order. */

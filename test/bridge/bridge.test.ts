@@ -112,6 +112,40 @@ test("task bridge", { timeout: 120_000 }, async (t) => {
   });
 
   await t.test(
+    "a JSON payload reaches the runner marked payload_format json; a pickled one unmarked",
+    async () => {
+      const r = await openRunner("stub-json");
+      const body = JSON.stringify({ x: 5 });
+      await publishTask(n, {
+        stubId: "stub-json",
+        taskId: "task-json",
+        payload: Buffer.from(body),
+        payloadFormat: "json",
+      });
+      await publishTask(n, {
+        stubId: "stub-json",
+        taskId: "task-pickled",
+        payload: Buffer.from([0x80, 0x04]),
+      });
+      const result = { status: "COMPLETE", result: Buffer.from("5").toString("base64"), result_json: "5" };
+      const taken: Record<string, unknown>[] = [];
+      for (const id of ["task-json", "task-pickled"]) {
+        const reply = await post(r.socket, "/v1/tasks/next");
+        assert.equal(reply.status, 200);
+        const task = (reply.body as { task: Record<string, unknown> }).task;
+        assert.equal(task.id, id);
+        taken.push(task);
+        assert.equal((await post(r.socket, `/v1/tasks/${id}/result`, result)).status, 204);
+      }
+      assert.equal(taken[0]?.payload_format, "json");
+      assert.equal(Buffer.from(String(taken[0]?.args), "base64").toString(), body);
+      assert.equal("payload_format" in (taken[1] ?? {}), false);
+      await queueEmpty(n);
+      await runners.close(r.containerId);
+    },
+  );
+
+  await t.test(
     "FAILED with retry is redelivered as attempt 2; the last attempt's failure is final",
     async () => {
       const r = await openRunner("stub-retry");

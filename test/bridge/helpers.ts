@@ -81,6 +81,8 @@ export interface TaskOptions {
   timeoutS?: number;
   expiresAt?: number;
   callbackUrl?: string;
+  /** TaskHeaders.payloadFormat: "json" for a JSON object payload. */
+  payloadFormat?: "json";
 }
 
 /** Publishes a task message the way the coordinator does. */
@@ -95,6 +97,7 @@ export async function publishTask(n: TaskNats, o: TaskOptions): Promise<void> {
   h.set(TaskHeaders.createdAt, String(Date.now()));
   if (o.expiresAt !== undefined) h.set(TaskHeaders.expiresAt, String(o.expiresAt));
   if (o.callbackUrl) h.set(TaskHeaders.callbackUrl, o.callbackUrl);
+  if (o.payloadFormat) h.set(TaskHeaders.payloadFormat, o.payloadFormat);
   await n.coord.jetstream().publish(taskSubject(o.stubId), o.payload ?? Buffer.from(`args of ${o.taskId}`), {
     headers: h,
   });

@@ -8,7 +8,6 @@ error, so no task waits for a runner that can never run it.
 
 import asyncio
 import collections
-import importlib
 import inspect
 import json
 import os
@@ -18,12 +17,21 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
-from . import env, serialize
+from . import serialize
 from .bridge import AgentGone, BridgeClient, log
 from .capture import Capture
 from .context import Context
+from .handler_call import HandlerArgumentsError, bind_endpoint_call
+from .handler_load import (
+    error_of,
+    import_handler,
+    load_failure,
+    resolve,
+    takes_context,
+    trimmed_traceback,
+)
 
 # The agent only needs a sign of life well within its ack wait; tests shorten it.
 HEARTBEAT_INTERVAL_S = float(os.environ.get("BERTH_HEARTBEAT_INTERVAL_S") or 5.0)
@@ -38,6 +46,7 @@ SHORT_TASK_S = 0.01
 RELEASE_AFTER_S = 0.05
 # Results are posted before the batch ends once this much pickled data waits.
 RESULTS_FLUSH_BYTES = 4 * 1024 * 1024
+EVERY_TASK_FAILS = "every task will fail"
 
 
 @dataclass
@@ -78,35 +87,6 @@ class RunnerConfig:
         )
 
 
-def qualified_name(cls: type) -> str:
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-
-
-def resolve(spec: str, what: str) -> Callable:
-    """Imports ``module:function`` (a ``@function`` object gives its function)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"{what} {spec!r} is not of the form module:function")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    from .function import Function
-
-    if isinstance(obj, Function):
-        obj = obj.func
-    if not callable(obj):
-        raise TypeError(f"{spec} is a {type(obj).__name__}, not a function")
-    return obj
-
-
-def trimmed_traceback(e: BaseException) -> str:
-    """The exception as Python prints it, without the runner's own frames."""
-    tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(e), e, tb))
-
-
 class Runner:
     def __init__(self, cfg: RunnerConfig):
         self.cfg = cfg
@@ -122,31 +102,18 @@ class Runner:
     # ---- startup ----
 
     def load(self) -> None:
-        env.set_importing(True)
         try:
-            self.fn = resolve(self.cfg.handler, "BERTH_HANDLER")
+            self.fn = import_handler(self.cfg.handler)
         except (Exception, SystemExit) as e:
-            self.load_error = self._load_failure(f"cannot import the handler {self.cfg.handler}", e)
+            self.load_error = load_failure(f"cannot import the handler {self.cfg.handler}", e, EVERY_TASK_FAILS)
             return
-        finally:
-            env.set_importing(False)
         self.fn_name = getattr(self.fn, "__qualname__", self.cfg.handler)
-        try:
-            params = inspect.signature(self.fn).parameters
-            p = params.get("context")
-            self.wants_context = p is not None and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        except (TypeError, ValueError):
-            self.wants_context = False
+        self.wants_context = takes_context(self.fn)
         if self.cfg.on_start:
             try:
                 self.on_start_value = self._await(resolve(self.cfg.on_start, "BERTH_ON_START")())
             except (Exception, SystemExit) as e:
-                self.load_error = self._load_failure(f"on_start {self.cfg.on_start} failed", e)
-
-    def _load_failure(self, what: str, e: BaseException) -> dict:
-        tb = trimmed_traceback(e)
-        log(f"{what}: {type(e).__name__}: {e}; every task will fail\n{tb}")
-        return {"type": qualified_name(type(e)), "message": f"{what}: {type(e).__name__}: {e}", "traceback": tb}
+                self.load_error = load_failure(f"on_start {self.cfg.on_start} failed", e, EVERY_TASK_FAILS)
 
     @staticmethod
     def _await(value: Any) -> Any:
@@ -174,7 +141,7 @@ class Runner:
         )
 
     def failure(self, e: BaseException) -> dict:
-        error = {"type": qualified_name(type(e)), "message": str(e), "traceback": trimmed_traceback(e)}
+        error = error_of(e)
         try:
             data = serialize.dumps(e)
             serialize.loads(data)  # an exception whose __init__ rejects its args pickles but never unpickles
@@ -215,6 +182,21 @@ class Runner:
     def execute(self, task: dict) -> dict:
         if self.load_error is not None:
             return {"status": "FAILED", "error": dict(self.load_error), "retry": False}
+        if task.get("payload_format") == "json":
+            call = self._json_call(task)
+        else:
+            call = self._pickled_call(task)
+        if isinstance(call, dict):
+            return call
+        args, kwargs = call
+        try:
+            value = self._await(self.fn(*args, **kwargs))  # type: ignore[misc]
+        except BaseException as e:  # noqa: BLE001 - SystemExit in a handler is its failure too
+            return self.failure(e)
+        return self.success(value)
+
+    def _pickled_call(self, task: dict) -> Union[Tuple[tuple, dict], dict]:
+        """The pickled ``(args, kwargs)`` of a ``.remote()``/``.put()``; a FAILED result when they do not unpickle."""
         try:
             args, kwargs = serialize.loads(serialize.unb64(task.get("args") or ""))
             args, kwargs = tuple(args), dict(kwargs)
@@ -225,11 +207,18 @@ class Runner:
             )
         if self.wants_context and "context" not in kwargs:
             kwargs["context"] = self.context(task)
+        return args, kwargs
+
+    def _json_call(self, task: dict) -> Union[Tuple[tuple, dict], dict]:
+        """A JSON object (a task queue POST, a schedule tick) bound by the endpoint rules (handler_call.py)."""
         try:
-            value = self._await(self.fn(*args, **kwargs))  # type: ignore[misc]
-        except BaseException as e:  # noqa: BLE001 - SystemExit in a handler is its failure too
-            return self.failure(e)
-        return self.success(value)
+            body = json.loads(serialize.unb64(task.get("args") or ""))
+        except ValueError as e:  # UnicodeDecodeError and binascii.Error included
+            return self.refused(f"the JSON payload of task {task.get('id')} does not parse: {e}", "berth.PayloadError")
+        try:
+            return bind_endpoint_call(self.fn, body, self.context(task))  # type: ignore[arg-type]
+        except HandlerArgumentsError as e:
+            return self.refused(str(e), "berth.HandlerArgumentsError")
 
     def run_task(self, task: dict, heartbeat: "Heartbeat", batch: Optional["Batch"] = None) -> dict:
         task_id = str(task.get("id"))

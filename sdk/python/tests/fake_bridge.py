@@ -118,9 +118,11 @@ class FakeBridge:
         self.server.shutdown()
         self.server.server_close()
 
-    def add(self, task_id: str, args_b64: str, attempt: int = 1, timeout: int = 60):
+    def add(self, task_id: str, args_b64: str, attempt: int = 1, timeout: int = 60, **extra):
+        """``extra``: more task fields, such as ``payload_format="json"``."""
         self.tasks.put(
-            {"id": task_id, "args": args_b64, "attempt": attempt, "timeout": timeout, "callback_url": "", "created_at": ""}
+            {"id": task_id, "args": args_b64, "attempt": attempt, "timeout": timeout, "callback_url": "", "created_at": "",
+             **extra}
         )
 
     def add_many(self, tasks) -> None:

@@ -248,6 +248,40 @@ class ContextTest(RunnerCase):
         )
 
 
+class JsonPayloadTest(RunnerCase):
+    """Tasks of a task queue POSTed to over HTTP, or a schedule tick: a JSON object bound like an endpoint body."""
+
+    handler = "app:with_context"
+    env = {"BERTH_ON_START": "app:setup"}
+
+    def run_json(self, task_id, payload):
+        self.bridge.add(task_id, base64.b64encode(payload).decode(), payload_format="json")
+        return self.bridge.wait_result(task_id)
+
+    def test_keys_become_arguments_and_context_is_given(self):
+        r = self.run_json("t-json", json.dumps({"x": 5}).encode())
+        self.assertEqual(r["status"], "COMPLETE", r)
+        got = json.loads(r["result_json"])
+        self.assertEqual((got["x"], got["task_id"], got["on_start_value"]), (5, "t-json", "warmed"))
+
+    def test_keys_that_do_not_bind_fail_without_retry_naming_them(self):
+        r = self.run_json("t-json-bad", json.dumps({"x": 1, "y": 2}).encode())
+        self.assertEqual(r["status"], "FAILED")
+        self.assertFalse(r["retry"])
+        self.assertEqual(r["error"]["type"], "berth.HandlerArgumentsError")
+        self.assertIn("does not accept the key 'y'", r["error"]["message"])
+
+    def test_a_payload_that_is_not_an_object_fails(self):
+        r = self.run_json("t-json-list", b"[1, 2]")
+        self.assertEqual((r["status"], r["retry"]), ("FAILED", False))
+        self.assertIn("must be a JSON object", r["error"]["message"])
+
+    def test_a_payload_that_does_not_parse_fails(self):
+        r = self.run_json("t-json-garbled", b"\x80\x04 not json")
+        self.assertEqual((r["status"], r["retry"]), ("FAILED", False))
+        self.assertIn("does not parse", r["error"]["message"])
+
+
 class HeartbeatTest(RunnerCase):
     handler = "app:slow"
     env = {"BERTH_HEARTBEAT_INTERVAL_S": "0.05", "BERTH_WORKERS": "2"}
