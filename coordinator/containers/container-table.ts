@@ -1,18 +1,49 @@
-// The containers one manager runs, with what each holds on its agent.
+// The containers one manager runs, with what each holds on its agent. Its
+// listeners hear when a container becomes running, starts stopping or is
+// gone (the endpoint router sends requests to running ones only).
 
 import type { ContainerStatus } from "../../agent/rpc/container-api.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { type AgentView, type Reservation, gpuTypeOf } from "../scheduler/cluster-view.ts";
+import { CONFIG_VERSION_LABEL } from "./runner-request.ts";
 import type { ManagedContainerInfo } from "./types.ts";
 
 export interface Managed extends ManagedContainerInfo {
   reservation: Reservation;
   /** Whether this manager stopped it (its exit is expected). */
   stopRequested: boolean;
+  /** The stub's config_version it started with; undefined when unknown (adopted without the label). */
+  configVersion?: number;
 }
+
+type ChangeListener = (stubId: string) => void;
 
 export class ContainerTable {
   private readonly byId = new Map<string, Managed>();
+  private readonly listeners = new Set<ChangeListener>();
+
+  /** Returns an unsubscribe. */
+  onChange(listener: ChangeListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private changed(c: Managed): void {
+    for (const l of this.listeners) {
+      try {
+        l(c.stubId);
+      } catch {
+        // A listener's failure is its own; the table's state is already right.
+      }
+    }
+  }
+
+  /** Moves a tracked container to `state`; listeners hear of running and stopping. */
+  setState(c: Managed, state: Managed["state"]): void {
+    if (c.state === state) return;
+    c.state = state;
+    if (this.holds(c) && state !== "starting") this.changed(c);
+  }
 
   get(id: string): Managed | undefined {
     return this.byId.get(id);
@@ -26,12 +57,17 @@ export class ContainerTable {
   }
   add(c: Managed): void {
     this.byId.set(c.id, c);
+    if (c.state !== "starting") this.changed(c);
   }
   remove(c: Managed): void {
-    if (this.holds(c)) this.byId.delete(c.id);
+    if (!this.holds(c)) return;
+    this.byId.delete(c.id);
+    this.changed(c);
   }
   clear(): void {
+    const all = this.all();
     this.byId.clear();
+    for (const c of all) this.changed(c);
   }
   all(): Managed[] {
     return [...this.byId.values()];
@@ -52,19 +88,22 @@ export class ContainerTable {
     for (const c of this.all()) {
       if (c.agentId !== agentId) continue;
       this.byId.delete(c.id);
+      this.changed(c);
       n++;
     }
     return n;
   }
-  info(): ManagedContainerInfo[] {
-    return this.all().map(({ id, stubId, workspaceId, agentId, state, since }) => ({
-      id,
-      stubId,
-      workspaceId,
-      agentId,
-      state,
-      since,
-    }));
+  info(pred: (c: Managed) => boolean = () => true): ManagedContainerInfo[] {
+    return this.all()
+      .filter(pred)
+      .map(({ id, stubId, workspaceId, agentId, state, since }) => ({
+        id,
+        stubId,
+        workspaceId,
+        agentId,
+        state,
+        since,
+      }));
   }
 }
 
@@ -74,6 +113,7 @@ export function adoptedRecord(s: ContainerStatus, agent: AgentView, now: number)
   const workspaceId = s.labels[RunnerLabels.workspaceId];
   if (!stubId || !workspaceId) return undefined;
   const gpuType = s.gpus[0] ? gpuTypeOf(agent, s.gpus[0]) : undefined;
+  const version = Number(s.labels[CONFIG_VERSION_LABEL]);
   return {
     id: s.id,
     stubId,
@@ -82,6 +122,7 @@ export function adoptedRecord(s: ContainerStatus, agent: AgentView, now: number)
     state: "running",
     since: s.startedAt ?? now,
     stopRequested: false,
+    ...(Number.isInteger(version) && version > 0 ? { configVersion: version } : {}),
     reservation: {
       agentId: agent.agentId,
       cpuMillicores: Math.round(s.cpu * 1000),

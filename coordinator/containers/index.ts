@@ -1,13 +1,16 @@
 export { AgentClientPool, type AgentClientPoolOptions } from "./agent-clients.ts";
 export { natsContainerEvents } from "./events.ts";
 export { ContainerManager } from "./manager.ts";
-export { placementRequest, runnerRequest } from "./runner-request.ts";
+export { desiredContainers } from "./autoscale.ts";
+export { ENDPOINT_PORT, placementRequest, runnerRequest } from "./runner-request.ts";
 export type {
   AgentClients,
   CodeSource,
   ContainerEventSource,
   ContainerManagerOptions,
+  DeploymentStates,
   ManagedContainerInfo,
+  ScaleEvent,
   StartBackoffOptions,
   StubRecord,
   StubSource,

@@ -2,11 +2,20 @@
 // and the RunContainer request of one runner container.
 
 import type { RunContainerRequest, RunnerConfig } from "../../agent/rpc/container-api.ts";
-import { RunnerLabels } from "../../shared/tasks.ts";
+import { HTTP_SERVED_TYPES, RunnerLabels, baseStubType } from "../../shared/tasks.ts";
 import type { PlacementRequest } from "../scheduler/place.ts";
 import type { StubRecord } from "./types.ts";
 
 const MiB = 1024 * 1024;
+
+/** The port `berth.http_runner` listens on in a direct-served container (docs/deployments.md). */
+export const ENDPOINT_PORT = 8000;
+
+/**
+ * The stub's config_version a container started with, so a coordinator that
+ * adopts it after a restart can still tell it apart from a newer config.
+ */
+export const CONFIG_VERSION_LABEL = "berth.config_version";
 
 export function gpuWish(stub: StubRecord): { types: string[]; count: number } {
   const types =
@@ -27,9 +36,15 @@ export function cpuMillicores(stub: StubRecord): number {
     : Math.round(stub.config.runtime.cpu * 1000);
 }
 
-/** Tasks one container of the stub takes at once. */
-export function workersOf(stub: StubRecord): number {
+/** Processes in one container of the stub (each takes one task at a time, or concurrent_requests requests). */
+export function workersOf(stub: Pick<StubRecord, "config">): number {
   return Number.isInteger(stub.config.workers) && stub.config.workers > 0 ? stub.config.workers : 1;
+}
+
+/** Requests one worker of a direct-served container handles at once. */
+export function concurrentRequestsOf(stub: Pick<StubRecord, "extra">): number {
+  const n = stub.extra.concurrent_requests;
+  return n !== undefined && Number.isInteger(n) && n > 0 ? n : 1;
 }
 
 export function placementRequest(stub: StubRecord, preferAgents: string[]): PlacementRequest {
@@ -70,9 +85,25 @@ export function runnerRequest(
       [RunnerLabels.stubId]: stub.id,
       [RunnerLabels.workspaceId]: stub.workspaceId,
       [RunnerLabels.managed]: "1",
+      [CONFIG_VERSION_LABEL]: String(stub.configVersion),
     },
     runner,
   };
+  // Direct-served types run the HTTP server instead of the task loop; the
+  // runner config stays, for the code and SDK mounts and the BERTH_* settings.
+  if (HTTP_SERVED_TYPES.has(baseStubType(stub.type))) {
+    req.args = [
+      "python3",
+      "-u",
+      "-m",
+      "berth.http_runner",
+      "--port",
+      String(ENDPOINT_PORT),
+      "--concurrent-requests",
+      String(concurrentRequestsOf(stub)),
+    ];
+    req.exposedPorts = [ENDPOINT_PORT];
+  }
   // Empty: the agent's default image.
   if (extra.image_ref) req.image = extra.image_ref;
   const gpu = gpuWish(stub);

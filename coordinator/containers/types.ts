@@ -11,7 +11,10 @@ import type { TaskActivity } from "../tasks/activity.ts";
 import { runnerRequest } from "./runner-request.ts";
 
 /** What the manager needs of a stored stub. */
-export type StubRecord = Pick<StoredStub, "id" | "workspaceId" | "name" | "type" | "config" | "extra">;
+export type StubRecord = Pick<
+  StoredStub,
+  "id" | "workspaceId" | "name" | "type" | "config" | "extra" | "configVersion"
+>;
 
 export interface StubSource {
   get(stubId: string): Promise<StubRecord | undefined>;
@@ -41,6 +44,27 @@ export interface SecretResolver {
   resolve(workspaceId: string, names: readonly string[]): Promise<Record<string, string>>;
 }
 
+/** Deployment state of stubs (the deployment service implements it). */
+export interface DeploymentStates {
+  /** undefined: the stub belongs to no deployment (a function's stub): it runs on demand. */
+  of(stubId: string): { active: boolean; minContainers: number } | undefined;
+  /** Active deployments' stubs whose baseline is > 0 (reconciled even without demand). */
+  baselines(): { stubId: string; minContainers: number }[];
+}
+
+/** A change of a stub's container target (docs/deployments.md "Autoscaling"). */
+export interface ScaleEvent {
+  stubId: string;
+  workspaceId: string;
+  /** ms since epoch. */
+  at: number;
+  from: number;
+  to: number;
+  reason: string;
+  /** Tasks waiting for a container when the target changed. */
+  queueDepth: number;
+}
+
 export interface StartBackoffOptions {
   /** Wait after the first failed start of a stub. @default 1000 */
   initialMs?: number;
@@ -66,6 +90,10 @@ export interface ContainerManagerOptions {
   code: CodeSource;
   agents: AgentClients;
   events: ContainerEventSource;
+  /** Deployment states: baselines, stopped deployments. @default none: every stub runs on demand */
+  deployments?: DeploymentStates;
+  /** Called when a stub's container target changes (not on every reconcile). @default none (it is logged either way) */
+  onScale?: (ev: ScaleEvent) => void;
   /** Resolves `extra.secrets` into the container's environment. @default none: a stub naming secrets cannot start */
   secrets?: SecretResolver;
   log: Logger;
@@ -100,8 +128,10 @@ export interface ContainerManagerOptions {
 }
 
 export interface ResolvedContainerManagerOptions
-  extends Required<Omit<ContainerManagerOptions, "startBackoff">> {
+  extends Required<Omit<ContainerManagerOptions, "startBackoff" | "deployments" | "onScale">> {
   startBackoff: Required<StartBackoffOptions>;
+  deployments: DeploymentStates | undefined;
+  onScale: ((ev: ScaleEvent) => void) | undefined;
 }
 
 const noSecretStore: SecretResolver = {
@@ -131,6 +161,8 @@ export function resolveContainerManagerOptions(o: ContainerManagerOptions): Reso
     stopContainersOnStop: o.stopContainersOnStop ?? true,
     containerRequest: o.containerRequest ?? runnerRequest,
     secrets: o.secrets ?? noSecretStore,
+    deployments: o.deployments,
+    onScale: o.onScale,
     startBackoff: {
       initialMs: positive("startBackoff.initialMs", b.initialMs ?? 1000),
       maxMs: positive("startBackoff.maxMs", b.maxMs ?? 30_000),

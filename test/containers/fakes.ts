@@ -5,7 +5,11 @@
 import pino from "pino";
 import type { ContainerApi, ContainerStatus, RunContainerRequest } from "../../agent/rpc/container-api.ts";
 import { ContainerManager } from "../../coordinator/containers/manager.ts";
-import type { ContainerManagerOptions, StubRecord } from "../../coordinator/containers/types.ts";
+import type {
+  ContainerManagerOptions,
+  DeploymentStates,
+  StubRecord,
+} from "../../coordinator/containers/types.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import type { StubDemand, TaskActivity } from "../../coordinator/tasks/activity.ts";
 import { BerthError } from "../../shared/errors.ts";
@@ -46,6 +50,23 @@ export class FakeActivity implements TaskActivity {
     const n = d?.pending ?? 0;
     if (d) this.set(stubId, 0, d.running, d.workspaceId);
     return n;
+  }
+}
+
+/** Deployment states the test sets per stub; a stub not set belongs to no deployment. */
+export class FakeDeployments implements DeploymentStates {
+  readonly states = new Map<string, { active: boolean; minContainers: number }>();
+
+  set(stubId: string, active: boolean, minContainers = 0): void {
+    this.states.set(stubId, { active, minContainers });
+  }
+  of(stubId: string) {
+    return this.states.get(stubId);
+  }
+  baselines() {
+    return [...this.states]
+      .filter(([, s]) => s.active && s.minContainers > 0)
+      .map(([stubId, s]) => ({ stubId, minContainers: s.minContainers }));
   }
 }
 
@@ -187,11 +208,25 @@ export function oneAgentFleet(agentId: string, cap: HostCapacity): FleetView {
 
 export function stubRecord(
   id: string,
-  over: { config?: Partial<StubConfig>; extra?: Partial<StubExtra>; workspaceId?: string } = {},
+  over: {
+    config?: Partial<StubConfig>;
+    extra?: Partial<StubExtra>;
+    workspaceId?: string;
+    type?: string;
+    configVersion?: number;
+  } = {},
 ): StubRecord {
   const config = stubConfig({ runtime: { cpu: 1, gpu: "", memory: 512, image_id: "" }, ...over.config });
   const extra = stubExtra(over.extra);
-  return { id, workspaceId: over.workspaceId ?? "ws-1", name: id, type: "function", config, extra };
+  return {
+    id,
+    workspaceId: over.workspaceId ?? "ws-1",
+    name: id,
+    type: over.type ?? "function",
+    config,
+    extra,
+    configVersion: over.configVersion ?? 1,
+  };
 }
 
 export interface World {

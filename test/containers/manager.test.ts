@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { test } from "node:test";
+import { CONFIG_VERSION_LABEL } from "../../coordinator/containers/runner-request.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { capacity, stubRecord, world } from "./fakes.ts";
@@ -38,6 +39,7 @@ test("starts one runner per waiting task with the stub's runner request", async 
         [RunnerLabels.stubId]: "stub-1",
         [RunnerLabels.workspaceId]: "ws-1",
         [RunnerLabels.managed]: "1",
+        [CONFIG_VERSION_LABEL]: "1",
       },
       runner: {
         stubId: "stub-1",

@@ -1,0 +1,152 @@
+// Starting one container of a stub: placement, the code push, secrets and
+// RunContainer; and what a failed start means for the stub's waiting tasks
+// (backoff, or failing them when it can never work).
+
+import { randomBytes } from "node:crypto";
+import { describeError } from "../../shared/errors.ts";
+import { buildClusterView } from "../scheduler/cluster-view.ts";
+import { place } from "../scheduler/place.ts";
+import type { CodePusher } from "./code-push.ts";
+import type { ContainerTable, Managed } from "./container-table.ts";
+import type { FleetSync } from "./fleet-sync.ts";
+import { placementRequest } from "./runner-request.ts";
+import { SecretsError, StartFailures, classifyStartError } from "./start-failures.ts";
+import type { ResolvedContainerManagerOptions, StubRecord } from "./types.ts";
+
+export interface StarterDeps {
+  o: ResolvedContainerManagerOptions;
+  containers: ContainerTable;
+  code: CodePusher;
+  fleet: FleetSync;
+  track<T>(p: Promise<T>): Promise<T>;
+  /** Nothing fits now: another stub's idle warm container may give its room up. */
+  makeRoomFor(stub: StubRecord): void;
+}
+
+export class ContainerStarter {
+  readonly failures: StartFailures;
+  private readonly lastWait = new Map<string, string>();
+
+  constructor(private readonly d: StarterDeps) {
+    this.failures = new StartFailures(d.o.startBackoff);
+  }
+
+  /** Places and starts one container; false when nothing more can be placed now. */
+  placeOne(stub: StubRecord): boolean {
+    const { o, containers, code } = this.d;
+    const sha = stub.extra.code_sha256;
+    const prefer = new Set(sha ? code.holders(sha) : []);
+    for (const c of containers.live((c) => c.stubId === stub.id)) prefer.add(c.agentId);
+    const req = placementRequest(stub, [...prefer]);
+    const view = buildClusterView(o.fleet.list(), containers.reservations(), (id) =>
+      this.d.fleet.isSynced(id),
+    );
+    const placed = place(view, req);
+    if (!placed.ok) {
+      if (placed.permanent) {
+        o.log.warn(
+          { stubId: stub.id, reason: placed.reason },
+          "no agent can ever run this stub's containers",
+        );
+        void this.d.track(this.failPending(stub.id, "resource_exhausted", placed.reason));
+      } else {
+        this.waiting(stub.id, placed.reason);
+        this.d.makeRoomFor(stub);
+      }
+      return false;
+    }
+    this.lastWait.delete(stub.id);
+    const c: Managed = {
+      id: `ctr-${randomBytes(8).toString("hex")}`,
+      stubId: stub.id,
+      workspaceId: stub.workspaceId,
+      agentId: placed.agentId,
+      state: "starting",
+      since: o.clock(),
+      stopRequested: false,
+      configVersion: stub.configVersion,
+      reservation: {
+        agentId: placed.agentId,
+        cpuMillicores: req.cpuMillicores,
+        memoryBytes: req.memoryBytes,
+        gpuCount: req.gpuCount,
+        ...(placed.gpuType ? { gpuType: placed.gpuType } : {}),
+      },
+    };
+    containers.add(c);
+    void this.d.track(this.startOne(c, stub, placed.gpuType));
+    return true;
+  }
+
+  private async startOne(c: Managed, stub: StubRecord, gpuType: string | undefined): Promise<void> {
+    const { o, containers } = this.d;
+    const log = o.log.child({ containerId: c.id, stubId: stub.id, agentId: c.agentId });
+    try {
+      const api = this.d.fleet.api(c.agentId);
+      const secretEnv = await this.secretEnv(stub);
+      if (stub.extra.code_sha256) await this.d.code.ensure(c.agentId, stub.extra.code_sha256, api);
+      const status = await api.runContainer(o.containerRequest(stub, c.id, gpuType, secretEnv));
+      if (!containers.holds(c)) return; // exited already, or its agent is gone
+      c.reservation.gpuUuids = status.gpus;
+      if (c.state === "starting") {
+        c.since = o.clock();
+        containers.setState(c, "running");
+      }
+      log.info("runner container started");
+    } catch (err) {
+      containers.remove(c);
+      const failure = classifyStartError(err);
+      log.warn({ err, code: failure.code }, `cannot start a runner container: ${failure.message}`);
+      await this.noteFailure(stub.id, o.clock(), failure);
+    }
+  }
+
+  /** Read at every start, so an updated secret reaches the next container. */
+  private async secretEnv(stub: StubRecord): Promise<Record<string, string> | undefined> {
+    const names = stub.extra.secrets ?? [];
+    if (names.length === 0) return undefined;
+    try {
+      return await this.d.o.secrets.resolve(stub.workspaceId, names);
+    } catch (e) {
+      throw new SecretsError(e);
+    }
+  }
+
+  async noteFailure(
+    stubId: string,
+    now: number,
+    f: { deterministic: boolean; code: string; message: string },
+  ): Promise<void> {
+    const exhausted = this.failures.record(stubId, now, f.message);
+    if (f.deterministic) await this.failPending(stubId, f.code, f.message);
+    else if (exhausted) {
+      await this.failPending(
+        stubId,
+        f.code,
+        `no runner container could start after ${this.d.o.startBackoff.maxAttempts} attempts; last error: ${f.message}`,
+      );
+    }
+  }
+
+  private async failPending(stubId: string, code: string, message: string): Promise<void> {
+    const { activity, log } = this.d.o;
+    try {
+      const n = await activity.failPending(stubId, { code, message });
+      if (n > 0) log.warn({ stubId, tasks: n, code }, `failed waiting tasks: ${message}`);
+    } catch (err) {
+      log.error({ err, stubId }, `cannot fail the waiting tasks: ${describeError(err)}`);
+    }
+  }
+
+  /** Logs why a stub waits, once per distinct reason. */
+  waiting(stubId: string, reason: string): void {
+    if (this.lastWait.get(stubId) === reason) return;
+    this.lastWait.set(stubId, reason);
+    this.d.o.log.info({ stubId, reason }, "tasks wait for room to start a container");
+  }
+
+  /** The stub left the manager's view: its log-once memory goes. */
+  forget(stubId: string): void {
+    this.lastWait.delete(stubId);
+  }
+}
