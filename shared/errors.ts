@@ -27,6 +27,7 @@ export const CATALOG = {
   registry_auth_failed: { kind: "PermissionDenied", summary: "the image registry refused or needs credentials" },
   resource_exhausted: { kind: "ResourceExhausted", summary: "a limit was reached" },
   failed_precondition: { kind: "FailedPrecondition", summary: "the object is not in a state that allows this" },
+  deployment_stopped: { kind: "Conflict", summary: "the deployment is stopped: start it or call another version" },
   task_args_too_large: { kind: "InvalidArgument", summary: "a task's pickled arguments exceed 4 MiB" },
   object_hash_mismatch: { kind: "InvalidArgument", summary: "the uploaded bytes do not hash to the object's name" },
   object_too_large: { kind: "ResourceExhausted", summary: "the object exceeds 256 MiB" },

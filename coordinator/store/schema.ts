@@ -139,6 +139,26 @@ export interface ScheduleTickTable {
   created_at: string;
 }
 
+/** One version of a named deployment (docs/deployments.md). */
+export interface DeploymentTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  /** 1, 2, ... per (workspace, name); 0 for a serve session. */
+  version: number;
+  /** endpoint, asgi, realtime, taskqueue, schedule or function. */
+  kind: string;
+  /** Null only while the version's stub is being created. */
+  stub_id: string | null;
+  active: number;
+  serve: number;
+  last_request_at: string | null;
+  /** When it was deployed or last started (a schedule fires no tick before it). */
+  started_at: string;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface Database {
   workspaces: WorkspaceTable;
   tokens: TokenTable;
@@ -151,4 +171,5 @@ export interface Database {
   task_events: TaskEventTable;
   secrets: SecretTable;
   schedule_ticks: ScheduleTickTable;
+  deployments: DeploymentTable;
 }

@@ -1,6 +1,7 @@
 import type { Kysely } from "kysely";
 import { AgentRepo, ClusterKv, JoinTokenRepo } from "./cluster.ts";
 import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
+import { DeploymentRepo } from "./deployments.ts";
 import type { Database } from "./schema.ts";
 import { ObjectRepo, StubRepo } from "./stubs.ts";
 import { TaskRepo } from "./tasks.ts";
@@ -16,6 +17,7 @@ export class Store {
   readonly stubs: StubRepo;
   readonly objects: ObjectRepo;
   readonly tasks: TaskRepo;
+  readonly deployments: DeploymentRepo;
 
   constructor(
     readonly db: Kysely<Database>,
@@ -30,6 +32,7 @@ export class Store {
     this.stubs = new StubRepo(db);
     this.objects = new ObjectRepo(db);
     this.tasks = new TaskRepo(db);
+    this.deployments = new DeploymentRepo(db);
   }
 
   /** Opens the store at `url` and brings its schema up to date. */

@@ -1,0 +1,28 @@
+// Entry point of deployments (docs/deployments.md).
+
+export { checkBody, describeBodyMismatch } from "./handler-params.ts";
+export {
+  autoscalerSubject,
+  KEPT_SCALING_EVENTS,
+  type ScalingEvent,
+  type ScalingEventJson,
+} from "./scaling-events.ts";
+export {
+  createDeploymentTicker,
+  DeploymentScheduleSource,
+  type DeploymentTickerOptions,
+  submitScheduleTick,
+} from "./schedules.ts";
+export {
+  checkDeployment,
+  DEPLOYMENT_KINDS,
+  DEPLOYMENT_NAME,
+  type DeployInput,
+  type DeploymentKind,
+  DeploymentService,
+  type DeploymentServiceDeps,
+  type DeploymentTasks,
+  type Resolved,
+  SERVE_IDLE_MS,
+} from "./service.ts";
+export { DeploymentCache, type DeploymentStates, latestActiveVersions } from "./states.ts";
