@@ -23,6 +23,7 @@ import type { TaskHistoryEntry, TaskRecord } from "../store/tasks.ts";
 import type { ContainerCounts, StubDemand, TaskActivity } from "./activity.ts";
 import type { BatchWriterOptions } from "./batch-writer.ts";
 import { buildCallback, CallbackSender } from "./callbacks.ts";
+import { DirectTasks } from "./direct.ts";
 import { TaskEngine, type TaskListener, type TaskUpdate } from "./engine.ts";
 import { type LiveTask, liveFromRecord, pendingTask } from "./live-index.ts";
 import { checkInputs, policyExpiresAt } from "./policy.ts";
@@ -85,6 +86,8 @@ export class TaskService implements TaskActivity {
   private jsm: JetStreamManager | undefined;
   private readonly events: TaskEventConsumer;
   private sweeper: NodeJS.Timeout | undefined;
+  /** Requests the coordinator proxies itself (endpoint, asgi, realtime): tasks without a queue. */
+  readonly direct: DirectTasks;
 
   constructor(d: TaskServiceDeps) {
     this.store = d.store;
@@ -97,6 +100,7 @@ export class TaskService implements TaskActivity {
     this.callbacks = new CallbackSender(d.log);
     this.engine = new TaskEngine(d.store.tasks, d.log, (t) => void this.sendCallback(t), d.writer);
     this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
+    this.direct = new DirectTasks(d.store.tasks, this.engine, d.log, this.clock);
   }
 
   useContainerCounts(counts: ContainerCounts): void {
@@ -108,6 +112,7 @@ export class TaskService implements TaskActivity {
     this.jsm = jsm;
     await ensureTaskStreams(jsm);
     for (const r of await this.store.tasks.listLive()) this.engine.index.add(liveFromRecord(r), true);
+    await this.direct.failOrphans(this.engine.index.values(), async (id) => (await this.stubById(id))?.type);
     for (const d of this.engine.index.demandList()) this.engine.index.notify(d.stubId);
     await this.events.start(jsm);
     this.sweeper = setInterval(() => this.sweep(), this.sweepIntervalMs);
@@ -410,7 +415,9 @@ export class TaskService implements TaskActivity {
   private sweep(): void {
     const now = this.clock();
     for (const t of [...this.engine.index.values()]) {
-      if ((t.status === "PENDING" || t.status === "RETRY") && t.expiresAt !== null && t.expiresAt <= now) {
+      // A direct task's expiry is its request's to decide (it answers the caller 503).
+      const waiting = (t.status === "PENDING" || t.status === "RETRY") && !this.direct.owns(t.id);
+      if (waiting && t.expiresAt !== null && t.expiresAt <= now) {
         const when = new Date(t.expiresAt).toISOString();
         this.endAndWithdraw(
           t,

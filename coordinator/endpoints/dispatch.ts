@@ -1,0 +1,374 @@
+// Requests to direct-served deployments (endpoint, asgi, realtime): each is
+// a task the coordinator records itself, waits for a container slot and is
+// proxied through the agent tunnel (docs/deployments.md, Invocation).
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Readable } from "node:stream";
+import type { TaskError } from "../../shared/tasks.ts";
+import { checkBody, describeBodyMismatch } from "../deployments/handler-params.ts";
+import type { StubRecord } from "../store/stubs.ts";
+import type { DirectOutcome, DirectTaskInfo } from "../tasks/direct.ts";
+import { forward, upstreamHeaders, writeJson } from "./proxy.ts";
+import {
+  EndpointAuth,
+  EndpointRefusal,
+  parseEndpointPath,
+  type Resolved,
+  refusalOf,
+  resolveEndpoint,
+} from "./resolve.ts";
+import { type Slot, SlotWaitEnded, EndpointSlots } from "./slots.ts";
+import { ENDPOINT_BODY_LIMIT, type EndpointDeps, RUNNER_HTTP_PORT } from "./types.ts";
+
+/** Times one request goes back to the head of the queue because its container could not be reached. */
+export const MAX_UNREACHABLE_TRIES = 3;
+
+/** How one try on a slot went. */
+export type TryResult =
+  | { kind: "retry"; error: string }
+  | { kind: "done"; outcome: DirectOutcome }
+  | { kind: "aborted" };
+
+/** Why a request's task ends without a container answer. */
+export type AbortReason = "caller" | "timeout" | "ended";
+
+export interface TaskRun {
+  stub: StubRecord;
+  task: DirectTaskInfo;
+  controller: AbortController;
+  /** Set before `controller` aborts. */
+  why: AbortReason | undefined;
+}
+
+const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
+
+export class EndpointDispatcher {
+  readonly slots: EndpointSlots;
+  readonly auth: EndpointAuth;
+  readonly clock: () => number;
+
+  constructor(readonly deps: EndpointDeps) {
+    this.clock = deps.clock ?? Date.now;
+    this.slots = new EndpointSlots(deps.containers, this.clock);
+    this.auth = new EndpointAuth(deps.tokens, this.clock);
+  }
+
+  close(): void {
+    this.slots.close();
+  }
+
+  /** The deployment a request is for, or the refusal to answer with. */
+  async resolve(
+    url: string,
+    authorization: string | undefined,
+  ): Promise<{ r: Resolved; rest: string; query: string; prefix: string }> {
+    const path = parseEndpointPath(url);
+    if (!path)
+      throw new EndpointRefusal(
+        404,
+        "not_found",
+        "no endpoint named: use /endpoint/{name} or /endpoint/id/{deployment_id}",
+      );
+    const r = await resolveEndpoint(path, authorization, this.auth, this.deps.deployments);
+    this.deps.deployments.noteRequest(r.deployment.id);
+    return { r, rest: path.rest, query: path.query, prefix: path.prefix };
+  }
+
+  /** Serves one plain HTTP request to /endpoint/...: writes the whole answer. */
+  async serveHttp(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let target: Awaited<ReturnType<EndpointDispatcher["resolve"]>>;
+    let body: Buffer | Readable = req;
+    let callbackUrl: string | null = null;
+    try {
+      target = await this.resolve(req.url ?? "", req.headers.authorization);
+      const { r } = target;
+      if (r.kind === "realtime") {
+        throw new EndpointRefusal(
+          426,
+          "invalid_request",
+          "a realtime deployment takes websocket connections (Upgrade: websocket)",
+          undefined,
+          { upgrade: "websocket" },
+        );
+      }
+      if (r.kind === "endpoint") {
+        if (req.method !== "POST") {
+          throw new EndpointRefusal(
+            405,
+            "invalid_request",
+            `an endpoint takes POST with a JSON object body, not ${req.method}`,
+            undefined,
+            { allow: "POST" },
+          );
+        }
+        const raw = await readBody(req, ENDPOINT_BODY_LIMIT);
+        const json = parseObject(raw);
+        const params = r.stub.extra.handler_params;
+        if (params) {
+          const m = checkBody(params, json);
+          if (m.unknown.length || m.missing.length) {
+            throw new EndpointRefusal(400, "invalid_request", describeBodyMismatch(m), {
+              unknown: m.unknown,
+              missing: m.missing,
+            });
+          }
+        }
+        callbackUrl = callbackOf(json);
+        body = raw;
+      }
+    } catch (e) {
+      return refuse(res, refusalOf(e));
+    }
+    const { r, rest, query, prefix } = target;
+    const run = await this.open(r.stub, callbackUrl, (e) => refuse(res, e));
+    if (!run) return;
+    const headers = upstreamHeaders(req.headers, {
+      dropAuthorization: r.tokenUsed,
+      remoteAddress: req.socket.remoteAddress,
+      prefix,
+    });
+    headers["x-task-id"] = run.task.id;
+    if (callbackUrl) headers["x-callback-url"] = callbackUrl;
+    if (Buffer.isBuffer(body)) {
+      headers["content-length"] = String(body.length);
+      headers["content-type"] ??= "application/json";
+    }
+    const path = r.kind === "asgi" ? `${rest}${query}` : "/";
+    const onClose = () => {
+      if (!res.writableFinished) this.abort(run, "caller");
+    };
+    res.on("close", onClose);
+    try {
+      await this.dispatch(
+        run,
+        (slot) =>
+          forward({
+            agent: this.deps.tunnels.httpAgent(slot.agentId, slot.containerId, RUNNER_HTTP_PORT),
+            containerId: slot.containerId,
+            port: RUNNER_HTTP_PORT,
+            method: req.method ?? "GET",
+            path,
+            headers,
+            body,
+            res,
+            taskId: run.task.id,
+            signal: run.controller.signal,
+            jsonResult: r.kind === "endpoint",
+          }),
+        (status, body) => {
+          if (res.headersSent) res.destroy();
+          else writeJson(res, status, body, run.task.id);
+        },
+      );
+    } finally {
+      res.off("close", onClose);
+    }
+  }
+
+  /**
+   * Admits a request (max_pending_tasks) and creates its task; answers the
+   * caller itself (429, 500) and returns undefined when it cannot.
+   */
+  async open(
+    stub: StubRecord,
+    callbackUrl: string | null,
+    say: (e: EndpointRefusal) => void,
+  ): Promise<TaskRun | undefined> {
+    if (!this.slots.admit(stub)) {
+      say(
+        new EndpointRefusal(
+          429,
+          "resource_exhausted",
+          `too many requests waiting for '${stub.name}': ${stub.config.max_pending_tasks} (max_pending_tasks) already wait for a container; retry later`,
+        ),
+      );
+      return undefined;
+    }
+    let task: DirectTaskInfo;
+    try {
+      task = await this.deps.tasks.direct.create(stub, { callbackUrl });
+    } catch (e) {
+      this.slots.unreserve(stub);
+      this.deps.log.error(
+        { err: (e as Error).message, stubId: stub.id },
+        "could not create an endpoint task",
+      );
+      say(new EndpointRefusal(500, "internal", "internal error"));
+      return undefined;
+    }
+    return { stub, task, controller: new AbortController(), why: undefined };
+  }
+
+  abort(run: TaskRun, why: AbortReason): void {
+    if (run.controller.signal.aborted) return;
+    run.why = why;
+    run.controller.abort();
+  }
+
+  /**
+   * Waits for a slot, marks the task RUNNING there and runs `attempt` on it;
+   * a container that cannot be reached sends the request back to the head of
+   * the queue (RETRY). Ends the task; `answer` gives the caller an error when
+   * the task ends without the container's answer.
+   */
+  async dispatch(
+    run: TaskRun,
+    attempt: (slot: Slot) => Promise<TryResult>,
+    answer: (status: number, body: unknown) => void,
+  ): Promise<void> {
+    const { stub, task } = run;
+    const direct = this.deps.tasks.direct;
+    let ending = false;
+    const unwatch = this.deps.tasks.watch([task.id], (u) => {
+      if (u.type === "result" && !ending) this.abort(run, "ended");
+    });
+    const finish = (o: DirectOutcome) => {
+      ending = true;
+      direct.finished(task.id, o);
+    };
+    let timer: NodeJS.Timeout | undefined;
+    let unreachable = 0;
+    const avoid = new Set<string>();
+    try {
+      for (;;) {
+        let slot: Slot;
+        try {
+          slot = await this.slots.acquire(stub, {
+            expiresAt: task.expiresAt,
+            signal: run.controller.signal,
+            front: unreachable > 0,
+            avoid,
+          });
+        } catch (e) {
+          if (e instanceof SlotWaitEnded && e.why === "expired") {
+            const secs =
+              task.expiresAt === null ? 0 : Math.round((task.expiresAt - Date.parse(task.createdAt)) / 1000);
+            const message = `no container took the request within ${secs} s (task_policy.expires)`;
+            finish({ status: "EXPIRED", error: taskError("TaskExpired", message), reason: "expired" });
+            answer(503, { error: { code: "task_expired", message }, task_id: task.id });
+          } else {
+            this.endAborted(run, finish, answer);
+          }
+          return;
+        }
+        if (!direct.started(task.id, slot.containerId, slot.agentId)) {
+          this.slots.release(stub.id, slot);
+          this.endAborted(run, finish, answer);
+          return;
+        }
+        const timeout = stub.config.task_policy.timeout;
+        if (!timer && timeout > 0) timer = setTimeout(() => this.abort(run, "timeout"), timeout * 1000);
+        let result: TryResult;
+        try {
+          result = await attempt(slot);
+        } finally {
+          this.slots.release(stub.id, slot);
+        }
+        if (result.kind === "done") return finish(result.outcome);
+        if (result.kind === "aborted") return this.endAborted(run, finish, answer);
+        this.deps.tunnels.forget(slot.containerId);
+        avoid.add(slot.containerId);
+        this.deps.log.warn(
+          { taskId: task.id, containerId: slot.containerId, err: result.error },
+          "could not reach an endpoint container",
+        );
+        if (++unreachable >= MAX_UNREACHABLE_TRIES) {
+          const message = `could not reach a container of '${stub.name}': ${result.error}`;
+          finish({
+            status: "FAILED",
+            error: taskError("EndpointProxyError", message),
+            reason: "unreachable",
+          });
+          answer(502, { error: { code: "bad_gateway", message }, task_id: task.id });
+          return;
+        }
+        direct.retry(task.id, taskError("EndpointProxyError", result.error));
+      }
+    } finally {
+      clearTimeout(timer);
+      unwatch();
+    }
+  }
+
+  private endAborted(
+    run: TaskRun,
+    finish: (o: DirectOutcome) => void,
+    answer: (status: number, body: unknown) => void,
+  ): void {
+    const id = run.task.id;
+    if (run.why === "timeout") {
+      const message = `the request ran past its timeout of ${run.stub.config.task_policy.timeout} s (task_policy.timeout)`;
+      finish({ status: "TIMEOUT", error: taskError("TaskTimeout", message), reason: "timeout" });
+      answer(504, { error: { code: "task_timeout", message }, task_id: id });
+    } else if (run.why === "ended") {
+      answer(409, {
+        error: { code: "task_cancelled", message: "the request's task was ended (cancelled) while it ran" },
+        task_id: id,
+      });
+    } else {
+      finish({
+        status: "CANCELLED",
+        error: taskError("TaskCancelled", "the caller disconnected"),
+        reason: "client_disconnected",
+      });
+    }
+  }
+}
+
+function refuse(res: ServerResponse, e: EndpointRefusal): void {
+  if (res.headersSent || res.destroyed) return;
+  for (const [k, v] of Object.entries(e.headers ?? {})) res.setHeader(k, v);
+  writeJson(res, e.status, e.body());
+}
+
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers["content-length"] ?? 0);
+    if (declared > limit) return reject(tooLarge(limit));
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (c: Buffer) => {
+      size += c.length;
+      if (size > limit) {
+        req.destroy();
+        reject(tooLarge(limit));
+      } else chunks.push(c);
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks)));
+    req.on("error", reject);
+  });
+}
+
+const tooLarge = (limit: number) =>
+  new EndpointRefusal(
+    413,
+    "resource_exhausted",
+    `the body is over ${limit / 1024 / 1024} MiB: send large inputs through a bucket or volume and pass their names`,
+  );
+
+function parseObject(raw: Buffer): Record<string, unknown> {
+  if (raw.length === 0) return {};
+  let v: unknown;
+  try {
+    v = JSON.parse(raw.toString("utf8"));
+  } catch (e) {
+    throw new EndpointRefusal(400, "invalid_json", `the body is not valid JSON: ${(e as Error).message}`);
+  }
+  if (!v || typeof v !== "object" || Array.isArray(v)) {
+    throw new EndpointRefusal(
+      400,
+      "invalid_request",
+      "the body must be a JSON object whose keys are the handler's arguments",
+    );
+  }
+  return v as Record<string, unknown>;
+}
+
+function callbackOf(body: Record<string, unknown>): string | null {
+  const v = body.callback_url;
+  if (v === undefined || v === null || v === "") return null;
+  if (typeof v !== "string" || !/^https?:\/\/\S+$/i.test(v)) {
+    throw new EndpointRefusal(400, "invalid_request", "callback_url must be an http(s) URL");
+  }
+  return v;
+}

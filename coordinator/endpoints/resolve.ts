@@ -1,0 +1,201 @@
+// Which deployment an /endpoint/... request is for, and whether the caller
+// may call it (docs/deployments.md, Invocation). Shared by plain HTTP and
+// websocket upgrades.
+
+import { BerthError, isBerthError } from "../../shared/errors.ts";
+import { baseStubType, HTTP_SERVED_TYPES } from "../../shared/tasks.ts";
+import { bearerToken } from "../http/auth.ts";
+import type { Principal, TokenRepo } from "../store/workspaces.ts";
+import type { DeploymentTargets, ResolvedDeployment } from "./types.ts";
+
+export interface EndpointPath {
+  /** By name (in the token's workspace) or by deployment id. */
+  by: "name" | "id";
+  key: string;
+  version?: number;
+  /** What follows, with a leading "/" ("/" when nothing). */
+  rest: string;
+  /** The query string with its "?", or "". */
+  query: string;
+  /** The part of the URL that names the deployment (X-Forwarded-Prefix). */
+  prefix: string;
+}
+
+/** An answer the endpoint path gives before any task exists: status and error body. */
+export class EndpointRefusal extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details?: Record<string, unknown>,
+    readonly headers?: Record<string, string>,
+  ) {
+    super(message);
+  }
+
+  body(): { error: { code: string; message: string; details?: Record<string, unknown> } } {
+    return {
+      error: { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}) },
+    };
+  }
+}
+
+const STATUS_OF: Record<string, number> = {
+  Unauthenticated: 401,
+  PermissionDenied: 403,
+  NotFound: 404,
+  InvalidArgument: 400,
+  Conflict: 409,
+  FailedPrecondition: 409,
+  Unavailable: 503,
+};
+
+/** A BerthError (from auth or the deployment service) as the endpoint path answers it. */
+export function refusalOf(e: unknown): EndpointRefusal {
+  if (e instanceof EndpointRefusal) return e;
+  if (isBerthError(e)) {
+    const stopped = e.kind === "FailedPrecondition" || e.kind === "Conflict";
+    return new EndpointRefusal(
+      STATUS_OF[e.kind] ?? 500,
+      stopped ? "deployment_stopped" : e.code,
+      e.kind === "Internal" ? "internal error" : e.message,
+      e.details,
+    );
+  }
+  return new EndpointRefusal(500, "internal", "internal error");
+}
+
+const VERSION = /^v(\d+)$/;
+
+/** Parses `/endpoint/{name}[/v{N}][/rest]` and `/endpoint/id/{id}[/rest]`; undefined for other URLs. */
+export function parseEndpointPath(url: string): EndpointPath | undefined {
+  const q = url.indexOf("?");
+  const path = q < 0 ? url : url.slice(0, q);
+  const query = q < 0 ? "" : url.slice(q);
+  if (!path.startsWith("/endpoint/")) return undefined;
+  const segs = path.slice("/endpoint/".length).split("/");
+  let i = 0;
+  let by: "name" | "id" = "name";
+  if (segs[0] === "id" && segs.length > 1) {
+    by = "id";
+    i = 1;
+  }
+  const key = decodeSegment(segs[i] ?? "");
+  if (!key) return undefined;
+  i++;
+  let version: number | undefined;
+  const v = by === "name" ? VERSION.exec(segs[i] ?? "") : null;
+  if (v) {
+    version = Number(v[1]);
+    i++;
+  }
+  const prefix = `/endpoint/${segs.slice(0, i).join("/")}`;
+  return {
+    by,
+    key,
+    ...(version !== undefined ? { version } : {}),
+    rest: `/${segs.slice(i).join("/")}`,
+    query,
+    prefix,
+  };
+}
+
+function decodeSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+export interface Resolved extends ResolvedDeployment {
+  kind: string;
+  /** Whether the caller's Authorization header was berth's (then it is not passed to the app). */
+  tokenUsed: boolean;
+}
+
+const PRINCIPAL_TTL_MS = 5_000;
+
+/**
+ * Resolves tokens with a short memory: the endpoint path authenticates every
+ * request, and a store round trip per request would be most of its added
+ * latency. A revoked token keeps working here for up to PRINCIPAL_TTL_MS.
+ */
+export class EndpointAuth {
+  private readonly cache = new Map<string, { p: Principal | undefined; until: number }>();
+
+  constructor(
+    private readonly tokens: TokenRepo,
+    private readonly clock: () => number,
+  ) {}
+
+  async principal(authorization: string | undefined): Promise<Principal | undefined> {
+    if (!authorization) return undefined;
+    const secret = bearerToken(authorization);
+    const now = this.clock();
+    const hit = this.cache.get(secret);
+    if (hit && hit.until > now) return hit.p;
+    const p = await this.tokens.authenticate(secret);
+    if (this.cache.size > 10_000) this.cache.clear();
+    this.cache.set(secret, { p, until: now + PRINCIPAL_TTL_MS });
+    if (p && (!hit || hit.p?.token.id !== p.token.id)) void this.tokens.touch(p.token.id).catch(() => {});
+    return p;
+  }
+}
+
+const unauthenticated = (why: string) => new EndpointRefusal(401, "unauthenticated", why);
+
+/** The deployment the request is for, checked against the caller's token. */
+export async function resolveEndpoint(
+  path: EndpointPath,
+  authorization: string | undefined,
+  auth: EndpointAuth,
+  deployments: DeploymentTargets,
+): Promise<Resolved> {
+  let r: ResolvedDeployment;
+  let tokenUsed = false;
+  try {
+    if (path.by === "name") {
+      if (!authorization) {
+        throw unauthenticated(
+          "calling a deployment by name needs 'Authorization: Bearer <token>' of its workspace (a public deployment is also reachable without one at /endpoint/id/{deployment_id})",
+        );
+      }
+      const p = await auth.principal(authorization);
+      if (!p) throw unauthenticated("unknown or revoked token");
+      tokenUsed = true;
+      r = await deployments.resolveByName(p.workspace.id, path.key, path.version);
+    } else {
+      r = await deployments.resolveById(path.key);
+      if (r.stub.config.authorized !== false) {
+        if (!authorization)
+          throw unauthenticated("this deployment needs 'Authorization: Bearer <token>' of its workspace");
+        const p = await auth.principal(authorization);
+        if (!p) throw unauthenticated("unknown or revoked token");
+        if (p.workspace.id !== r.deployment.workspaceId) {
+          throw new BerthError("not_found", `deployment ${path.key} not found`);
+        }
+        tokenUsed = true;
+      }
+    }
+  } catch (e) {
+    throw refusalOf(e);
+  }
+  const kind = baseStubType(r.deployment.kind || r.stub.type);
+  const label = path.by === "name" ? `'${path.key}'` : path.key;
+  if (!HTTP_SERVED_TYPES.has(kind)) {
+    const hint =
+      kind === "taskqueue"
+        ? `: it is a task queue; POST to /taskqueue/${r.deployment.name} instead`
+        : `: it is a ${kind} deployment, which has no HTTP endpoint`;
+    throw new EndpointRefusal(404, "not_found", `no endpoint ${label}${hint}`);
+  }
+  if (!r.deployment.active) {
+    throw new EndpointRefusal(
+      409,
+      "deployment_stopped",
+      `deployment ${label} (version ${r.deployment.version}) is stopped: start it with 'berth deployment start'`,
+    );
+  }
+  return { ...r, kind, tokenUsed };
+}

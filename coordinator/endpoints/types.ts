@@ -1,0 +1,81 @@
+// What the endpoint invocation path needs from its neighbours, as interfaces
+// the real classes satisfy structurally: the deployment service (names →
+// stubs), the container manager (which containers serve a stub) and the
+// agent tunnel (a byte stream to a container's port).
+
+import type { Agent } from "node:http";
+import type { Duplex } from "node:stream";
+import type { Logger } from "pino";
+import type { StubRecord } from "../store/stubs.ts";
+import type { TokenRepo } from "../store/workspaces.ts";
+import type { TaskListener } from "../tasks/engine.ts";
+import type { DirectTasks } from "../tasks/direct.ts";
+
+export interface DeploymentInfo {
+  id: string;
+  name: string;
+  version: number;
+  workspaceId: string;
+  kind: string;
+  active: boolean;
+}
+
+export interface ResolvedDeployment {
+  deployment: DeploymentInfo;
+  stub: StubRecord;
+}
+
+export interface DeploymentTargets {
+  /** Latest active version when `version` is undefined; throws not_found, or failed_precondition when stopped. */
+  resolveByName(workspaceId: string, name: string, version?: number): Promise<ResolvedDeployment>;
+  resolveById(id: string): Promise<ResolvedDeployment>;
+  noteRequest(deploymentId: string): void;
+}
+
+export interface EndpointContainer {
+  id: string;
+  agentId: string;
+  state: string;
+}
+
+export interface EndpointContainers {
+  /** Live containers of the stub; only "running" ones take requests. */
+  containersOf(stubId: string): EndpointContainer[];
+  onContainersChange(listener: (stubId: string) => void): () => void;
+}
+
+export interface TunnelDialer {
+  connect(
+    agentId: string,
+    containerId: string,
+    port: number,
+    o?: { timeoutMs?: number; signal?: AbortSignal },
+  ): Promise<Duplex>;
+  /** Keep-alive agent whose connections go through the tunnel. */
+  httpAgent(agentId: string, containerId: string, port: number): Agent;
+  forget(containerId: string): void;
+}
+
+/** The part of the task service the endpoints use. */
+export interface EndpointTasks {
+  readonly direct: DirectTasks;
+  watch(taskIds: Iterable<string>, listener: TaskListener): () => void;
+}
+
+export interface EndpointDeps {
+  tokens: TokenRepo;
+  deployments: DeploymentTargets;
+  containers: EndpointContainers;
+  tunnels: TunnelDialer;
+  tasks: EndpointTasks;
+  log: Logger;
+  /** ms since epoch. @default Date.now */
+  clock?: () => number;
+}
+
+/** The port `berth.http_runner` listens on in the container. */
+export const RUNNER_HTTP_PORT = 8000;
+/** Endpoint bodies (docs/deployments.md, Invocation). */
+export const ENDPOINT_BODY_LIMIT = 32 * 1024 * 1024;
+/** Largest response kept as the task's JSON result (callbacks' `data`). */
+export const MAX_RESULT_JSON_BYTES = 4 * 1024 * 1024;

@@ -1,0 +1,228 @@
+// Websockets to realtime and asgi deployments: the upgrade request goes
+// through the agent tunnel as it came and the bytes are piped both ways. The
+// whole session is one task: RUNNING while open, COMPLETE when closed.
+
+import type { IncomingMessage, Server } from "node:http";
+import type { Duplex } from "node:stream";
+import type { DirectOutcome } from "../tasks/direct.ts";
+import type { EndpointDispatcher, TaskRun, TryResult } from "./dispatch.ts";
+import { upstreamHeaders } from "./proxy.ts";
+import { type EndpointRefusal, refusalOf } from "./resolve.ts";
+import { RUNNER_HTTP_PORT } from "./types.ts";
+
+const REASONS: Record<number, string> = {
+  400: "Bad Request",
+  401: "Unauthorized",
+  404: "Not Found",
+  409: "Conflict",
+  429: "Too Many Requests",
+  500: "Internal Server Error",
+  502: "Bad Gateway",
+  503: "Service Unavailable",
+  504: "Gateway Timeout",
+};
+
+/** An HTTP answer written straight onto the caller's socket (no upgrade happened). */
+function answerOnSocket(
+  socket: Duplex,
+  status: number,
+  body: unknown,
+  extra: Record<string, string> = {},
+): void {
+  if (socket.destroyed) return;
+  const text = JSON.stringify(body);
+  const head = [
+    `HTTP/1.1 ${status} ${REASONS[status] ?? "Error"}`,
+    "content-type: application/json; charset=utf-8",
+    `content-length: ${Buffer.byteLength(text)}`,
+    "connection: close",
+    ...Object.entries(extra).map(([k, v]) => `${k}: ${v}`),
+  ];
+  socket.end(`${head.join("\r\n")}\r\n\r\n${text}`);
+}
+
+/**
+ * Serves websocket upgrades of /endpoint/... on `server`. Other upgrade paths
+ * are left to other listeners (404 when there is none).
+ */
+export function attachEndpointUpgrades(server: Server, endpoints: EndpointDispatcher): () => void {
+  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (!(req.url ?? "").startsWith("/endpoint/")) {
+      if (server.listenerCount("upgrade") === 1)
+        answerOnSocket(socket, 404, {
+          error: { code: "route_not_found", message: `no websocket route ${req.url?.split("?")[0]}` },
+        });
+      return;
+    }
+    socket.on("error", () => {});
+    void serveUpgrade(endpoints, req, socket, head).catch((e) => {
+      endpoints.deps.log.error({ err: (e as Error).message }, "websocket endpoint request failed");
+      answerOnSocket(socket, 500, { error: { code: "internal", message: "internal error" } });
+    });
+  };
+  server.on("upgrade", onUpgrade);
+  return () => server.off("upgrade", onUpgrade);
+}
+
+async function serveUpgrade(
+  endpoints: EndpointDispatcher,
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+): Promise<void> {
+  const say = (e: EndpointRefusal) => answerOnSocket(socket, e.status, e.body(), e.headers);
+  let target: Awaited<ReturnType<EndpointDispatcher["resolve"]>>;
+  try {
+    target = await endpoints.resolve(req.url ?? "", req.headers.authorization);
+  } catch (e) {
+    return say(refusalOf(e));
+  }
+  const { r, rest, query, prefix } = target;
+  if (r.kind === "endpoint") {
+    return answerOnSocket(socket, 400, {
+      error: {
+        code: "invalid_request",
+        message: "an endpoint takes POST requests with a JSON body, not websockets",
+      },
+    });
+  }
+  const run = await endpoints.open(r.stub, null, say);
+  if (!run) return;
+  const onClose = () => endpoints.abort(run, "caller");
+  socket.once("close", onClose);
+
+  const headers = upstreamHeaders(req.headers, {
+    dropAuthorization: r.tokenUsed,
+    remoteAddress: req.socket.remoteAddress,
+    prefix,
+  });
+  // The handshake's own headers are what this connection is for.
+  headers.connection = "Upgrade";
+  if (req.headers.upgrade) headers.upgrade = req.headers.upgrade;
+  headers["x-task-id"] = run.task.id;
+  const path = r.kind === "asgi" ? `${rest}${query}` : `/${query}`;
+  const requestHead = `${req.method ?? "GET"} ${path} HTTP/1.1\r\n${Object.entries(headers)
+    .flatMap(([k, v]) => (Array.isArray(v) ? v : [v]).map((x) => `${k}: ${x}\r\n`))
+    .join("")}\r\n`;
+
+  const attempt = async (slot: { containerId: string; agentId: string }): Promise<TryResult> => {
+    let upstream: Duplex;
+    try {
+      upstream = await endpoints.deps.tunnels.connect(slot.agentId, slot.containerId, RUNNER_HTTP_PORT, {
+        signal: run.controller.signal,
+      });
+    } catch (e) {
+      if (run.controller.signal.aborted) return { kind: "aborted" };
+      return { kind: "retry", error: (e as Error).message };
+    }
+    return session(run, socket, upstream, requestHead, head);
+  };
+  try {
+    await endpoints.dispatch(run, attempt, (status, body) =>
+      answerOnSocket(socket, status, body, { "x-task-id": run.task.id }),
+    );
+  } finally {
+    socket.off("close", onClose);
+    if (!socket.destroyed) socket.destroy();
+  }
+}
+
+/**
+ * Pipes one websocket session; resolves when either side closes. The
+ * container's handshake answer gets the X-Task-Id header.
+ */
+function session(
+  run: TaskRun,
+  client: Duplex,
+  upstream: Duplex,
+  requestHead: string,
+  head: Buffer,
+): Promise<TryResult> {
+  const signal = run.controller.signal;
+  return new Promise<TryResult>((resolve) => {
+    let answered = false;
+    let failedByApp = false;
+    let pending = Buffer.alloc(0);
+    let done = false;
+    const finish = (r: TryResult) => {
+      if (done) return;
+      done = true;
+      signal.removeEventListener("abort", onAbort);
+      upstream.destroy();
+      client.destroy();
+      resolve(r);
+    };
+    const outcome = (by: "client" | "upstream"): DirectOutcome =>
+      !answered
+        ? {
+            status: "FAILED",
+            error: {
+              type: "EndpointProxyError",
+              message: "the container closed the websocket connection without answering",
+              traceback: "",
+            },
+            reason: "proxy_failed",
+          }
+        : failedByApp
+          ? {
+              status: "FAILED",
+              error: {
+                type: "EndpointError",
+                message: "the app failed the websocket handshake",
+                traceback: "",
+              },
+              reason: "handler_error",
+            }
+          : { status: "COMPLETE", reason: by === "client" ? "client_closed" : "server_closed" };
+    // A caller that hangs up on an open session ends it normally; before the answer it cancels.
+    const onAbort = () =>
+      finish(
+        run.why === "caller" && answered ? { kind: "done", outcome: outcome("client") } : { kind: "aborted" },
+      );
+    if (signal.aborted) return onAbort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    const toClient = (c: Buffer) => {
+      if (!client.write(c)) {
+        upstream.pause();
+        client.once("drain", () => upstream.resume());
+      }
+    };
+    upstream.on("data", (c: Buffer) => {
+      if (answered) return toClient(c);
+      pending = Buffer.concat([pending, c]);
+      const end = pending.indexOf("\r\n\r\n");
+      if (end < 0 && pending.length < 65536) return;
+      answered = true;
+      const headText = pending.subarray(0, end < 0 ? pending.length : end + 2).toString("latin1");
+      failedByApp = /\r\nx-berth-error:\s*1\r\n/i.test(headText);
+      const line = pending.indexOf("\r\n");
+      toClient(
+        line >= 0 && end >= 0
+          ? Buffer.concat([
+              pending.subarray(0, line + 2),
+              Buffer.from(`x-task-id: ${run.task.id}\r\n`),
+              pending.subarray(line + 2),
+            ])
+          : pending,
+      );
+      pending = Buffer.alloc(0);
+    });
+    client.on("data", (c: Buffer) => {
+      if (!upstream.write(c)) {
+        client.pause();
+        upstream.once("drain", () => client.resume());
+      }
+    });
+    const closed = (by: "client" | "upstream") => () => {
+      if (by === "client" && !answered) return finish({ kind: "aborted" });
+      finish({ kind: "done", outcome: outcome(by) });
+    };
+    upstream.on("close", closed("upstream"));
+    upstream.on("end", closed("upstream"));
+    upstream.on("error", () => {});
+    client.on("close", closed("client"));
+    client.on("end", closed("client"));
+    upstream.write(requestHead);
+    if (head.length > 0) upstream.write(head);
+  });
+}
