@@ -9,6 +9,10 @@ import { FleetWatcher } from "./fleet/fleet-watcher.ts";
 import { JoinService } from "./fleet/join.ts";
 import { ensureStreams } from "./fleet/streams.ts";
 import { AgentClientPool, ContainerManager, natsContainerEvents } from "./containers/index.ts";
+import { ContainerTunnels } from "./containers/tunnels.ts";
+import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
+import { EndpointDispatcher } from "./endpoints/dispatch.ts";
+import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
 import { buildHttpApp } from "./http/app.ts";
 import { Objects } from "./objects/objects.ts";
 import type { ResolvedCoordinatorOptions } from "./options.ts";
@@ -25,6 +29,7 @@ export interface RunningCoordinator {
   tasks: TaskService;
   containers: ContainerManager;
   secrets: SecretService;
+  deployments: DeploymentService;
   stop(): Promise<void>;
 }
 
@@ -104,7 +109,27 @@ export async function startCoordinator(
   }
   const secrets = new SecretService({ db: store.db, key: secretKey });
   const agentClients = await AgentClientPool.create({ fleet, pki });
-  const containers = new ContainerManager({
+  const tunnels = await ContainerTunnels.create({ fleet, pki });
+  // Late-bound: the deployment service tells the container manager about changes, and the manager reads its states.
+  let containers: ContainerManager | undefined;
+  const deployments = new DeploymentService({
+    repo: store.deployments,
+    tasks,
+    log: log.child({ area: "deployments" }),
+    baseUrl: o.publicUrl,
+    nats: nc,
+    onStubChange: (stubId) => containers?.invalidateStub(stubId),
+  });
+  try {
+    await deployments.open();
+  } catch (e) {
+    await tasks.stop();
+    await watcher.stop();
+    await closeNats(nc);
+    await store.close();
+    throw new StartupError(`cannot load the deployments: ${describeError(e)}`);
+  }
+  containers = new ContainerManager({
     fleet,
     activity: tasks,
     stubs: store.stubs,
@@ -118,12 +143,42 @@ export async function startCoordinator(
     agents: agentClients,
     events: natsContainerEvents(nc, log.child({ area: "containers" })),
     secrets,
+    deployments: deployments.states,
+    onScale: (ev) => deployments.recordScaling(ev),
     log: log.child({ area: "containers" }),
   });
-  tasks.useContainerCounts(containers);
-  containers.start();
+  const manager = containers;
+  tasks.useContainerCounts(manager);
+  manager.start();
+  // A container that is gone takes its tunnels (keep-alive sockets) with it.
+  const tunnelled = new Map<string, Set<string>>();
+  manager.onContainersChange((stubId) => {
+    const live = new Set(manager.containersOf(stubId).map((c) => c.id));
+    for (const id of tunnelled.get(stubId) ?? []) if (!live.has(id)) tunnels.forget(id);
+    if (live.size > 0) tunnelled.set(stubId, live);
+    else tunnelled.delete(stubId);
+  });
+  const ticker = createDeploymentTicker({
+    db: store.db,
+    repo: store.deployments,
+    tasks,
+    log: log.child({ area: "schedules" }),
+  });
+  ticker.start();
+  const endpoints = new EndpointDispatcher({
+    tokens: store.tokens,
+    deployments,
+    containers: manager,
+    tunnels,
+    tasks,
+    log: log.child({ area: "endpoints" }),
+  });
   const stopWork = async () => {
-    await containers.stop();
+    endpoints.close();
+    await ticker.stop();
+    await deployments.close();
+    await manager.stop();
+    tunnels.close();
     agentClients.close();
     await tasks.stop();
   };
@@ -135,9 +190,14 @@ export async function startCoordinator(
     tasks,
     objects,
     secrets,
+    deployments,
+    containers: manager,
+    agents: agentClients,
+    endpoints,
     logger: log.child({ area: "http" }),
     version: BERTH_VERSION,
   });
+  attachEndpointUpgrades(app.server, endpoints);
   try {
     await app.listen({ host: o.host, port: o.port });
   } catch (e) {
@@ -157,8 +217,9 @@ export async function startCoordinator(
     store,
     fleet,
     tasks,
-    containers,
+    containers: manager,
     secrets,
+    deployments,
     async stop() {
       await app.close();
       await stopWork();

@@ -222,7 +222,12 @@ export class ContainerManager implements ContainerCounts {
       if (workspaceId) this.targets.note({ id: stubId, workspaceId }, 0, now, "stub deleted", queueDepth);
       return;
     }
-    const dep = this.o.deployments?.of(stub.id);
+    // A deployment's or serve session's stub whose record is gone (deleted) drains like a stopped one.
+    const dep =
+      this.o.deployments?.of(stub.id) ??
+      (this.o.deployments && /\/(deployment|serve)$/.test(stub.type)
+        ? { active: false, minContainers: 0 }
+        : undefined);
     const draining = dep !== undefined && !dep.active;
     const baseline = dep?.active ? dep.minContainers : 0;
     const demand = { pending: d?.pending ?? 0, running: d?.running ?? 0 };

@@ -54,6 +54,12 @@ export interface DeploymentServiceDeps {
   nats?: NatsConnection;
   /** ms since epoch. @default Date.now */
   clock?: () => number;
+  /**
+   * Called with a stub id whenever this service changes what its containers
+   * should be (deployed, re-synced, stopped, started, deleted): the container
+   * manager drops its cached copy and reconciles at once.
+   */
+  onStubChange?: (stubId: string) => void;
   /** How often the in-memory states are reloaded from the store. @default 5000 */
   refreshIntervalMs?: number;
   /** How often idle serve sessions are looked for. @default 30000 */
@@ -81,6 +87,7 @@ export class DeploymentService {
   private readonly tasks: DeploymentTasks;
   private readonly log: Logger;
   private readonly clock: () => number;
+  private readonly onStubChange: (stubId: string) => void;
   private readonly baseUrl: string;
   private readonly cache = new DeploymentCache();
   private readonly events: ScalingEvents;
@@ -98,6 +105,7 @@ export class DeploymentService {
     this.tasks = d.tasks;
     this.log = d.log;
     this.clock = d.clock ?? Date.now;
+    this.onStubChange = d.onStubChange ?? (() => {});
     this.baseUrl = d.baseUrl.replace(/\/+$/, "");
     this.events = new ScalingEvents(d.log, d.nats);
     this.o = {
@@ -168,6 +176,7 @@ export class DeploymentService {
       const { stub } = await this.upsertStub(workspaceId, { name, type: `${kind}/serve`, config, extra });
       const { deployment } = await this.repo.upsertServe(workspaceId, name, kind, stub.id, at);
       this.cache.put({ ...deployment, config: stub.config, extra: stub.extra });
+      this.onStubChange(stub.id);
       this.log.info(
         { workspaceId, deploymentId: deployment.id, name, kind },
         "deployments: serve session synced",
@@ -190,6 +199,7 @@ export class DeploymentService {
     }
     const deployment = await this.repo.attachStub(reserved.id, stub.id, at);
     this.cache.put({ ...deployment, config: stub.config, extra: stub.extra });
+    this.onStubChange(stub.id);
     this.log.info(
       { workspaceId, deploymentId: deployment.id, name, kind, version: deployment.version },
       "deployments: deployed",

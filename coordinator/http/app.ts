@@ -1,5 +1,7 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { Logger } from "pino";
+import type { DeploymentService } from "../deployments/index.ts";
+import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { JoinService } from "../fleet/join.ts";
 import type { Objects } from "../objects/objects.ts";
@@ -8,11 +10,16 @@ import type { Store } from "../store/store.ts";
 import type { TaskService } from "../tasks/service.ts";
 import { installErrorHandlers } from "./errors.ts";
 import { fleetRoutes, joinRoutes } from "./routes/agents.ts";
+import { type DeploymentLogDeps, deploymentLogRoutes } from "./routes/deployment-logs.ts";
+import { deploymentRoutes } from "./routes/deployments.ts";
+import { endpointRoutes } from "./routes/endpoints.ts";
+import { gatewayDeploymentRoutes } from "./routes/gateway-deployments.ts";
 import { gatewayObjectRoutes } from "./routes/gateway-objects.ts";
 import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
 import { gatewayTaskRoutes } from "./routes/gateway-tasks.ts";
 import { healthRoutes } from "./routes/health.ts";
 import { secretRoutes } from "./routes/secrets.ts";
+import { taskQueueRoutes } from "./routes/taskqueue.ts";
 import { taskStatusRoutes } from "./routes/task-status.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
 
@@ -27,6 +34,16 @@ export interface HttpDeps {
   objects?: Objects;
   /** Workspace secrets: the secret routes exist when given. */
   secrets?: Secrets;
+  /** Deployments (with tasks): the deployment, deploy and task-queue routes exist when given. */
+  deployments?: DeploymentService;
+  /** Live containers per stub (deployment details, log streams). */
+  containers?: Pick<DeploymentLogDeps, "containersOf" | "onContainersChange"> & {
+    activeContainers(stubId: string): number;
+  };
+  /** Agents' container APIs, for the deployment log stream. */
+  agents?: DeploymentLogDeps["agents"];
+  /** Endpoint invocation (/endpoint/...). */
+  endpoints?: EndpointDispatcher;
 }
 
 /** The coordinator's public HTTP API: one plugin per area. */
@@ -53,5 +70,31 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     await app.register(gatewayTaskRoutes(deps.store.tokens, deps.tasks));
     await app.register(taskStatusRoutes(deps.store, deps.tasks));
   }
+  if (deps.tasks && deps.deployments) {
+    const deployments = deps.deployments;
+    await app.register(gatewayDeploymentRoutes(deps.store.tokens, deployments));
+    await app.register(
+      deploymentRoutes({
+        tokens: deps.store.tokens,
+        deployments,
+        tasks: deps.tasks,
+        containers: deps.containers ?? deps.tasks,
+      }),
+    );
+    await app.register(taskQueueRoutes({ tokens: deps.store.tokens, deployments, tasks: deps.tasks }));
+    const containers = deps.containers;
+    if (containers && deps.agents) {
+      await app.register(
+        deploymentLogRoutes({
+          tokens: deps.store.tokens,
+          lookup: async (ws, id) => ({ stubId: (await deployments.get(ws, id)).stubId }),
+          containersOf: (stubId) => containers.containersOf(stubId),
+          onContainersChange: (fn) => containers.onContainersChange(() => fn()),
+          agents: deps.agents,
+        }),
+      );
+    }
+  }
+  if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
   return app;
 }

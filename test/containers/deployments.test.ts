@@ -54,7 +54,8 @@ test("a baseline starts without any task and is kept with no demand", async () =
 });
 
 test("max_containers clamps: 50 waiting with max 3 places exactly 3", async () => {
-  const { w, a, events } = deployedWorld();
+  const { w, a, events, deployments } = deployedWorld();
+  deployments.set("stub-q", true);
   w.stubs.set(
     "stub-q",
     stubRecord("stub-q", {
@@ -71,7 +72,8 @@ test("max_containers clamps: 50 waiting with max 3 places exactly 3", async () =
 });
 
 test("tasks_per_container sets how many tasks make one container", async () => {
-  const { w, a } = deployedWorld();
+  const { w, a, deployments } = deployedWorld();
+  deployments.set("stub-q", true);
   w.stubs.set(
     "stub-q",
     stubRecord("stub-q", {
@@ -82,6 +84,19 @@ test("tasks_per_container sets how many tasks make one container", async () => {
   w.activity.set("stub-q", 12);
   await w.tick();
   assert.equal(a.runs().length, 3);
+});
+
+test("a deployment's stub whose record is gone drains like a stopped one", async () => {
+  const { w, a, deployments, stops } = deployedWorld();
+  w.stubs.set("stub-ep", endpoint("stub-ep"));
+  deployments.set("stub-ep", true);
+  w.activity.set("stub-ep", 1);
+  await w.tick();
+  assert.equal(a.runs().length, 1);
+  w.activity.set("stub-ep", 0);
+  deployments.states.delete("stub-ep");
+  await w.tick(1000);
+  assert.equal(stops().length, 1, "its idle container stops at once, not after keep_warm_seconds");
 });
 
 test("above the target, idle containers stop after keep_warm_seconds, never a busy one, never the baseline", async () => {
