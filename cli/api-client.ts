@@ -1,6 +1,18 @@
 import { BerthError, type ErrorCode, CATALOG } from "../shared/errors.ts";
 import { currentCredentials } from "./config.ts";
 
+interface SendOptions {
+  body?: unknown;
+  /** Raw bytes sent as they are (uploads); `body` is sent as JSON otherwise. */
+  bytes?: Uint8Array<ArrayBuffer>;
+  contentType?: string;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+const asErrorCode = (code: string | undefined): ErrorCode =>
+  (code && code in CATALOG ? code : "internal") as ErrorCode;
+
 /** Calls the coordinator's REST API with the configured credentials. */
 export class ApiClient {
   constructor(
@@ -14,26 +26,74 @@ export class ApiClient {
   }
 
   async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    return this.json<T>(await this.send(method, path, body !== undefined ? { body } : {}));
+  }
+
+  /**
+   * A gateway route (`/api/v1/gateway/...`): these answer HTTP 200 with
+   * `{ok: false, error}` on failure, which becomes the BerthError it names.
+   */
+  async gateway<T>(method: string, path: string, body?: unknown): Promise<T> {
+    return gatewayResult<T>(await this.request<unknown>(method, path, body));
+  }
+
+  /** Uploads bytes to a gateway route (code archives); large uploads get up to 10 minutes. */
+  async gatewayUpload<T>(path: string, bytes: Uint8Array<ArrayBuffer>): Promise<T> {
+    const res = await this.send("PUT", path, {
+      bytes,
+      contentType: "application/octet-stream",
+      timeoutMs: 600_000,
+    });
+    return gatewayResult<T>(await this.json<unknown>(res));
+  }
+
+  /**
+   * Opens a streaming response (NDJSON logs): no timeout, ended by `signal`.
+   * An error answer (JSON, gateway or REST style) is thrown as its BerthError.
+   */
+  async openStream(path: string, signal: AbortSignal): Promise<Response> {
+    const res = await this.send("GET", path, { signal, timeoutMs: 0 });
+    const type = res.headers.get("content-type") ?? "";
+    if (!res.ok || type.startsWith("application/json")) {
+      gatewayResult(await this.json<unknown>(res));
+      throw new BerthError("internal", `${this.url}${path} answered HTTP ${res.status} instead of a stream`);
+    }
+    return res;
+  }
+
+  private async send(method: string, path: string, o: SendOptions): Promise<Response> {
     if (!this.token) {
       throw new BerthError(
         "unauthenticated",
         "no token: run `berth configure default --token T`, or set SERVICE_TOKEN",
       );
     }
-    let res: Response;
+    const timeoutMs = o.timeoutMs ?? 30_000;
+    const signals = [o.signal, timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : undefined].filter(
+      (s): s is AbortSignal => s !== undefined,
+    );
+    const contentType = o.contentType ?? (o.body !== undefined ? "application/json" : undefined);
     try {
-      res = await fetch(`${this.url}${path}`, {
+      return await fetch(`${this.url}${path}`, {
         method,
         headers: {
           authorization: `Bearer ${this.token}`,
-          ...(body !== undefined ? { "content-type": "application/json" } : {}),
+          ...(contentType ? { "content-type": contentType } : {}),
         },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-        signal: AbortSignal.timeout(30_000),
+        ...(o.bytes !== undefined
+          ? { body: o.bytes }
+          : o.body !== undefined
+            ? { body: JSON.stringify(o.body) }
+            : {}),
+        ...(signals.length > 0 ? { signal: AbortSignal.any(signals) } : {}),
       });
     } catch (e) {
+      if (o.signal?.aborted) throw e;
       throw new BerthError("unavailable", `cannot reach ${this.url}: ${(e as Error).message}`);
     }
+  }
+
+  private async json<T>(res: Response): Promise<T> {
     const text = await res.text();
     let json: unknown;
     try {
@@ -43,9 +103,16 @@ export class ApiClient {
     }
     if (!res.ok) {
       const err = (json as { error?: { code?: string; message?: string } }).error;
-      const code = (err?.code && err.code in CATALOG ? err.code : "internal") as ErrorCode;
-      throw new BerthError(code, err?.message ?? `HTTP ${res.status}`);
+      throw new BerthError(asErrorCode(err?.code), err?.message ?? `HTTP ${res.status}`);
     }
     return json as T;
   }
+}
+
+/** A gateway answer's success value, or its `{ok: false, error}` as a BerthError. */
+export function gatewayResult<T>(answer: unknown): T {
+  const a = answer as { ok?: boolean; error?: { code?: string; message?: string } };
+  if (a.ok === false)
+    throw new BerthError(asErrorCode(a.error?.code), a.error?.message ?? "the request failed");
+  return answer as T;
 }

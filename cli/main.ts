@@ -4,7 +4,10 @@ import { BERTH_VERSION } from "../shared/version.ts";
 import { agentCommands } from "./commands/agent.ts";
 import { configureCommand } from "./commands/configure.ts";
 import { coordinatorCommand } from "./commands/coordinator.ts";
+import { deployCommand } from "./commands/deploy.ts";
+import { deploymentCommands } from "./commands/deployment.ts";
 import { secretCommands } from "./commands/secret.ts";
+import { serveCommand } from "./commands/serve.ts";
 import { taskCommands } from "./commands/task.ts";
 import { upCommand } from "./commands/up.ts";
 import { workspaceCommands } from "./commands/workspace.ts";
@@ -22,6 +25,9 @@ export function buildProgram(): Command {
   workspaceCommands(program);
   taskCommands(program);
   secretCommands(program);
+  deployCommand(program);
+  deploymentCommands(program);
+  serveCommand(program);
   return program;
 }
 

@@ -149,6 +149,7 @@ export async function startCoordinator(
   });
   const manager = containers;
   tasks.useContainerCounts(manager);
+  tasks.onStubChange((stubId) => manager.invalidateStub(stubId));
   manager.start();
   // A container that is gone takes its tunnels (keep-alive sockets) with it.
   const tunnelled = new Map<string, Set<string>>();

@@ -81,6 +81,7 @@ export class TaskService implements TaskActivity {
   private readonly callbacks: CallbackSender;
   private readonly stubs = new Map<string, StubRecord>();
   private readonly ensuredConsumers = new Set<string>();
+  private readonly stubListeners: ((stubId: string) => void)[] = [];
   private readonly signatureTokens = new Map<string, string>();
   private readonly sweepIntervalMs: number;
   private jsm: JetStreamManager | undefined;
@@ -101,6 +102,11 @@ export class TaskService implements TaskActivity {
     this.engine = new TaskEngine(d.store.tasks, d.log, (t) => void this.sendCallback(t), d.writer);
     this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
     this.direct = new DirectTasks(d.store.tasks, this.engine, d.log, this.clock);
+  }
+
+  /** Called with a stub's id when its config, extra or code changed (warm containers of the old one are replaced). */
+  onStubChange(fn: (stubId: string) => void): void {
+    this.stubListeners.push(fn);
   }
 
   useContainerCounts(counts: ContainerCounts): void {
@@ -141,6 +147,7 @@ export class TaskService implements TaskActivity {
     }
     const r = await this.store.stubs.upsert(workspaceId, { ...s, objectId });
     this.stubs.set(r.stub.id, r.stub);
+    if (r.changed) for (const fn of this.stubListeners) fn(r.stub.id);
     await this.ensureConsumer(r.stub.id);
     return r;
   }

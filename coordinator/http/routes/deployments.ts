@@ -22,6 +22,9 @@ export const DeploymentBody = Type.Object({
   url: Type.String({ description: "where it is called; empty for schedules and functions" }),
   created_at: Type.String(),
   updated_at: Type.String(),
+  last_request_at: Type.Union([Type.String(), Type.Null()], {
+    description: "the last call (written at most every few seconds); null before the first",
+  }),
 });
 
 const ScalingEventBody = Type.Object({
@@ -54,6 +57,7 @@ export function deploymentJson(deployments: DeploymentService, d: DeploymentReco
     url: deployments.urlOf(d),
     created_at: d.createdAt,
     updated_at: d.updatedAt,
+    last_request_at: d.lastRequestAt,
   };
 }
 

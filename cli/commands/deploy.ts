@@ -1,0 +1,30 @@
+import type { Command } from "commander";
+import { ApiClient } from "../api-client.ts";
+import { DescribeFailed } from "../deploy/describe.ts";
+import { invocationLines, publish } from "../deploy/publish.ts";
+
+/** Prints why describe refused the target (its traceback too) and sets exit code 2. */
+export function reportDescribeFailure(e: DescribeFailed, out: NodeJS.WritableStream = process.stderr): void {
+  out.write(`berth: ${e.message}\n`);
+  if (e.traceback) out.write(e.traceback.endsWith("\n") ? e.traceback : `${e.traceback}\n`);
+}
+
+export function deployCommand(program: Command): void {
+  program
+    .command("deploy")
+    .description("deploy an @endpoint, @asgi, @realtime, @task_queue, @schedule or @function; prints its URL")
+    .argument("<target>", "FILE.py:OBJECT, e.g. app.py:predict")
+    .option("--name <name>", "deployment name (default: the decorator's name, else the function's)")
+    .action(async (target: string, o: { name?: string }) => {
+      try {
+        const p = await publish(ApiClient.fromEnv(), target, o.name !== undefined ? { name: o.name } : {});
+        const d = p.deployment;
+        process.stdout.write(`deployed ${d.name} version ${d.version}\n`);
+        for (const line of invocationLines(d, p.described)) process.stdout.write(`${line}\n`);
+      } catch (e) {
+        if (!(e instanceof DescribeFailed)) throw e;
+        reportDescribeFailure(e);
+        process.exitCode = 2;
+      }
+    });
+}

@@ -1,0 +1,90 @@
+// One `berth deploy` (or one serve re-sync): describe the object with its
+// code archive, upload the archive unless the coordinator has it, register
+// the deployment. The archive lives in a temp dir that is always removed.
+
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { ApiClient } from "../api-client.ts";
+import { type Described, describeTarget } from "./describe.ts";
+
+/** A deployment record (docs/deployments.md), as the REST and gateway routes answer it. */
+export interface DeploymentJson {
+  id: string;
+  name: string;
+  version: number;
+  type: string;
+  stub_id: string;
+  active: boolean;
+  serve: boolean;
+  url: string;
+  created_at: string;
+  updated_at: string;
+  /** When the deployment last got a request; absent until the coordinator records it. */
+  last_request_at?: string | null;
+}
+
+export interface Published {
+  described: Described;
+  deployment: DeploymentJson;
+  /** Whether the archive had to be sent (the coordinator did not have it yet). */
+  uploaded: boolean;
+}
+
+export interface PublishOptions {
+  name?: string;
+  serve?: boolean;
+  env?: NodeJS.ProcessEnv;
+  stderr?: NodeJS.WritableStream;
+}
+
+/** Makes sure the coordinator holds the archive at path; returns whether it was sent. */
+export async function uploadArchive(api: ApiClient, sha256: string, path: string): Promise<boolean> {
+  const objectPath = `/api/v1/gateway/objects/${sha256}`;
+  const have = await api.gateway<{ exists: boolean }>("GET", objectPath);
+  if (have.exists) return false;
+  await api.gatewayUpload(objectPath, readFileSync(path));
+  return true;
+}
+
+export async function publish(api: ApiClient, target: string, o: PublishOptions = {}): Promise<Published> {
+  const dir = mkdtempSync(join(tmpdir(), "berth-deploy-"));
+  try {
+    const archive = join(dir, "code.tar.gz");
+    const described = await describeTarget(target, {
+      archive,
+      ...(o.name !== undefined ? { name: o.name } : {}),
+      ...(o.env ? { env: o.env } : {}),
+      ...(o.stderr ? { stderr: o.stderr } : {}),
+    });
+    const uploaded = await uploadArchive(api, described.extra.code_sha256, archive);
+    const answer = await api.gateway<{ deployment: DeploymentJson }>("POST", "/api/v1/gateway/deployments", {
+      name: described.name,
+      type: described.type,
+      config: described.config,
+      extra: described.extra,
+      ...(o.serve ? { serve: true } : {}),
+    });
+    return { described, deployment: answer.deployment, uploaded };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** How to call what was deployed, one line per way. */
+export function invocationLines(d: DeploymentJson, described: Described): string[] {
+  switch (described.type) {
+    case "endpoint":
+      return [`POST JSON to ${d.url}`];
+    case "asgi":
+      return [`serving HTTP at ${d.url}`];
+    case "realtime":
+      return [`websocket at ${d.url.replace(/^http/, "ws")}`];
+    case "taskqueue":
+      return [`POST JSON to ${d.url} to enqueue a task (answers {"task_id"}); results through the task API`];
+    case "schedule":
+      return [`runs on the schedule ${described.extra.when ?? "?"} while active`];
+    default:
+      return d.url ? [d.url] : [];
+  }
+}
