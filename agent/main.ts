@@ -11,10 +11,11 @@ import { GpuWatcher } from "./capacity/gpu-watcher.ts";
 import { readHostCapacity } from "./capacity/host.ts";
 import { startContainers } from "./containers.ts";
 import { ContainerPublisher } from "./fleet/container-publisher.ts";
-import { HeartbeatPublisher } from "./fleet/heartbeat.ts";
+import { HeartbeatPublisher, withPort } from "./fleet/heartbeat.ts";
 import { type AgentIdentity, loadIdentity, saveIdentity } from "./fleet/identity.ts";
 import { joinWithRetry } from "./fleet/join-client.ts";
 import type { ResolvedAgentOptions } from "./options.ts";
+import { TunnelServer, tunnelContainers } from "./proxy/index.ts";
 import type { AgentApi } from "./rpc/api.ts";
 import { type AgentRpcServer, startAgentRpcServer } from "./rpc/server.ts";
 
@@ -84,12 +85,29 @@ export async function startAgent(
     await containers.close();
     throw new BerthError("unavailable", `cannot serve the agent API: ${describeError(e)}`);
   }
+  let tunnel: TunnelServer | undefined;
+  if (identity) {
+    tunnel = await TunnelServer.start({
+      host: o.grpcHost,
+      port: o.proxyPort,
+      tls: identity.tls,
+      containers: tunnelContainers(containers.api),
+      allowedClientNames: [COORDINATOR_CLIENT_NAME],
+      log: log.child({ area: "tunnel" }),
+    }).catch(async (e: unknown) => {
+      gpu.stop();
+      await rpc.close();
+      await containers.close();
+      throw e;
+    });
+  }
 
   let heartbeats: HeartbeatPublisher | undefined;
   let nc: NatsConnection | undefined;
   let stopping = false;
   if (identity) {
     const advertised = o.advertiseAddress.replace(/:0$/, `:${rpc.tcpPort}`);
+    const proxyAddress = tunnel ? withPort(advertised, tunnel.port) : undefined;
     const build = async (): Promise<Heartbeat> => ({
       agentId: identity.agentId,
       hostname: o.hostname,
@@ -97,6 +115,7 @@ export async function startAgent(
       sentAt: Date.now(),
       intervalMs: identity.heartbeatIntervalMs,
       grpcAddress: advertised,
+      ...(proxyAddress ? { proxyAddress } : {}),
       capacity: await capacity(),
     });
     heartbeats = new HeartbeatPublisher(identity.agentId, identity.heartbeatIntervalMs, build, log);
@@ -119,6 +138,7 @@ export async function startAgent(
       agentId: identity?.agentId,
       socket: o.unixSocket,
       grpcPort: rpc.tcpPort,
+      proxyPort: tunnel?.port,
       coordinator: identity?.coordinator,
     },
     identity ? "agent ready" : "agent ready (edge mode: no coordinator)",
@@ -132,6 +152,7 @@ export async function startAgent(
       await heartbeats?.stop(true);
       if (nc) await closeNats(nc);
       gpu.stop();
+      await tunnel?.stop();
       await rpc.close();
       await containers.close();
     },

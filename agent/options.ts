@@ -18,6 +18,12 @@ export interface AgentOptions {
   grpcPort?: number;
   /** host:port coordinators dial. @default "<hostname>:<grpcPort>" */
   advertiseAddress?: string;
+  /**
+   * Port of the tunnel coordinators reach container ports through; it
+   * listens on grpcHost and is advertised at advertiseAddress's host.
+   * 0 picks a free port. @default 0
+   */
+  proxyPort?: number;
   /** nvidia-smi to probe GPUs with. @default "nvidia-smi" */
   nvidiaSmi?: string;
   /** Seconds between GPU re-fingerprints. @default 60 */
@@ -55,6 +61,7 @@ export interface ResolvedAgentOptions {
   grpcHost: string;
   grpcPort: number;
   advertiseAddress: string;
+  proxyPort: number;
   nvidiaSmi: string;
   gpuProbeIntervalMs: number;
   logLevel: string;
@@ -85,6 +92,10 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
   if (!Number.isInteger(grpcPort) || grpcPort < 0 || grpcPort > 65535) {
     throw new BerthError("invalid_request", `--grpc-port ${grpcPort} is not a TCP port`);
   }
+  const proxyPort = o.proxyPort ?? 0;
+  if (!Number.isInteger(proxyPort) || proxyPort < 0 || proxyPort > 65535) {
+    throw new BerthError("invalid_request", `--proxy-port ${proxyPort} is not a TCP port`);
+  }
   const dataDir = o.dataDir ?? "/var/lib/berth-agent";
   const host = o.hostname ?? hostname();
   return {
@@ -95,6 +106,7 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     grpcHost: o.grpcHost ?? "0.0.0.0",
     grpcPort,
     advertiseAddress: o.advertiseAddress ?? `${host}:${grpcPort}`,
+    proxyPort,
     nvidiaSmi: o.nvidiaSmi ?? "nvidia-smi",
     gpuProbeIntervalMs: (o.gpuProbeIntervalS ?? 60) * 1000,
     logLevel: o.logLevel ?? "info",

@@ -44,6 +44,12 @@ export interface Heartbeat {
   intervalMs: number;
   /** host:port of the agent's TLS gRPC endpoint, as seen by coordinators. */
   grpcAddress: string;
+  /**
+   * host:port of the agent's tunnel to container ports (mutual TLS,
+   * `CONNECT {containerId}:{port}`), as seen by coordinators. Absent when
+   * the agent runs no tunnel (edge mode, older agents).
+   */
+  proxyAddress?: string;
   capacity: HostCapacity;
 }
 

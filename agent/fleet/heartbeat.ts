@@ -47,3 +47,10 @@ export class HeartbeatPublisher {
     }
   }
 }
+
+/** `address` (host:port, [v6]:port) with its port replaced: a listener bound to port 0 is advertised at the port it got. */
+export function withPort(address: string, port: number): string {
+  const colon = address.lastIndexOf(":");
+  const host = colon > 0 && !address.endsWith("]") ? address.slice(0, colon) : address;
+  return `${host}:${port}`;
+}
