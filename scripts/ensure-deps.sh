@@ -7,7 +7,7 @@ mode="${1:-test}"
 cd "$(dirname "$0")/.."
 
 runtime_pkgs=(nats-server runc nftables skopeo umoci iproute2 python3 python3-cloudpickle iptables procps debootstrap)  # debootstrap: berth up's default Python image
-test_pkgs=(postgresql docker-registry systemd)  # systemd: systemd-analyze checks the unit files
+test_pkgs=(postgresql docker-registry systemd curl)  # systemd: systemd-analyze checks the unit files; curl: the deployments end-to-end test calls an endpoint as a user would
 pkgs=("${runtime_pkgs[@]}")
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi
 

@@ -8,6 +8,7 @@ import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { currentCredentials } from "../../cli/config.ts";
 import { cleanupNetworkByPrefix } from "../../agent/network/index.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
@@ -17,13 +18,19 @@ import { benchTempDir } from "./fs.ts";
 import { exec, mustExec } from "./proc.ts";
 
 const CLI_MAIN = fileURLToPath(new URL("../../cli/main.ts", import.meta.url));
+const CLI_BIN = fileURLToPath(new URL("../../cli/bin.js", import.meta.url));
 const SDK_DIR = fileURLToPath(new URL("../../sdk/python", import.meta.url));
 const APP = fileURLToPath(new URL("./functions_app.py", import.meta.url));
 
 export interface BenchCluster {
   /** Runs `python3 functions_app.py MODE ARGS` against the cluster; returns its JSON. */
   app<T>(mode: string, args: number[], timeoutMs?: number): Promise<T>;
+  /** Runs `berth ARGS` (the CLI, configured for this cluster) in `cwd`; resolves with its stdout. */
+  cli(args: string[], cwd: string, timeoutMs?: number): Promise<string>;
   rootfs: string;
+  /** The coordinator's base URL and the workspace token `berth up` configured. */
+  url: string;
+  token: string;
 }
 
 export async function startBenchCluster(cleanup: Cleanup): Promise<BenchCluster> {
@@ -77,8 +84,21 @@ export async function startBenchCluster(cleanup: Cleanup): Promise<BenchCluster>
   const appDir = join(home, "app");
   mkdirSync(appDir);
   copyFileSync(APP, join(appDir, "functions_app.py"));
+  const profile = currentCredentials(env);
   return {
     rootfs,
+    url: profile.url,
+    token: profile.token ?? "",
+    async cli(args: string[], cwd: string, timeoutMs = 300_000): Promise<string> {
+      const r = await exec(process.execPath, [CLI_BIN, ...args], {
+        env: { ...env, PYTHONPATH: SDK_DIR },
+        timeoutMs,
+        cwd,
+      });
+      if (r.code !== 0)
+        throw new Error(`berth ${args.join(" ")} failed (${r.code}): ${r.stderr.slice(-2000)}`);
+      return r.stdout;
+    },
     async app<T>(mode: string, args: number[], timeoutMs = 600_000): Promise<T> {
       const r = await exec("python3", ["functions_app.py", mode, ...args.map(String)], {
         env: { ...env, PYTHONPATH: SDK_DIR },

@@ -1,0 +1,143 @@
+// A real `berth up` cluster (coordinator, agent, nats-server) in a temp home,
+// for end-to-end tests: started as a child process group, torn down through
+// the test's Teardown (runner containers stopped through the agent first,
+// then the cluster, then its network and home).
+
+import { execFile, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { cleanupNetworkByPrefix } from "../../agent/network/index.ts";
+import { resolveAgentOptions } from "../../agent/options.ts";
+import { freePort, waitFor } from "../../shared/net.ts";
+import type { Teardown } from "../network/helpers.ts";
+import { testNames } from "../network/helpers.ts";
+import { CLI_MAIN, runCli } from "./cluster.ts";
+import { testRootfs } from "./rootfs.ts";
+
+export const SDK_DIR = fileURLToPath(new URL("../../sdk/python", import.meta.url));
+/** The `berth` executable; runs from any working directory (tsx resolves next to it). */
+export const CLI_BIN = fileURLToPath(new URL("../../cli/bin.js", import.meta.url));
+
+export interface BerthUp {
+  url: string;
+  token: string;
+  home: string;
+  dataDir: string;
+  /** A directory for the test's Python app. */
+  appDir: string;
+  /** The environment the CLI and the SDK need (HOME with the profile `berth up` saved, PYTHONPATH). */
+  env: NodeJS.ProcessEnv;
+  /** Everything `berth up` printed so far. */
+  output(): string;
+  /** Runs `berth ARGS` in appDir; never rejects. */
+  cli(args: string[], timeoutMs?: number): Promise<{ code: number; stdout: string; stderr: string }>;
+  /** Runs `python3 ARGS` in appDir; rejects with both outputs and the cluster's on a failure. */
+  python(args: string[], timeoutMs?: number): Promise<string>;
+  /** fetch against the coordinator with the admin token. */
+  api(path: string, init?: RequestInit): Promise<Response>;
+}
+
+export const UP_COMMANDS = ["runc", "skopeo", "umoci", "nats-server", "ip", "nft", "python3", "debootstrap"];
+
+export async function startBerthUp(td: Teardown, extraArgs: string[] = []): Promise<BerthUp> {
+  const names = await testNames();
+  const home = mkdtempSync(join(tmpdir(), "berth-up-home-"));
+  td.defer(() => rmSync(home, { recursive: true, force: true }));
+  const dataDir = join(home, "data");
+  const appDir = join(home, "app");
+  mkdirSync(appDir);
+  const rootfs = await testRootfs();
+  const [port, natsPort, grpcPort] = [await freePort(), await freePort(), await freePort()];
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    HOME: home,
+    SERVICE_TOKEN: "",
+    BERTH_URL: "",
+    BERTH_PROFILE: "",
+    BERTH_CONFIG: "",
+    PYTHONPATH: SDK_DIR,
+  };
+  td.defer(() => cleanupNetworkByPrefix(resolveAgentOptions({ networkPrefix: names.namePrefix }).network));
+  const child = spawn(
+    process.execPath,
+    [
+      ...["--import", "tsx", CLI_MAIN, "up", "--data-dir", dataDir],
+      ...["--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)],
+      ...["--network-prefix", names.namePrefix, "--subnet4", names.subnet4, "--subnet6", names.subnet6],
+      ...["--python-rootfs", rootfs, ...extraArgs],
+    ],
+    { env, stdio: ["ignore", "pipe", "pipe"], detached: true },
+  );
+  let out = "";
+  for (const s of [child.stdout, child.stderr])
+    if (s) createInterface({ input: s }).on("line", (l) => (out += `${l}\n`));
+  const exited = new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
+  const pid = child.pid as number;
+  td.defer(async () => {
+    try {
+      process.kill(-pid, "SIGKILL");
+    } catch {}
+    await exited;
+  });
+  // Runs before the cluster goes: whatever runner containers are left are stopped through the agent.
+  td.defer(async () => {
+    const sock = join(dataDir, "agent", "agent.sock");
+    const ps = await runCli(["agent", "ps", "--all", "--json", "--socket", sock]);
+    if (ps.code === 0) {
+      for (const row of JSON.parse(ps.stdout) as { id: string }[])
+        await runCli(["agent", "stop", "--rm", "--grace", "1", "--socket", sock, row.id]);
+    }
+    try {
+      process.kill(-pid, "SIGINT");
+    } catch {}
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 30_000))]);
+  });
+  await waitFor(() => out.includes("Press Ctrl-C to stop."), {
+    timeoutMs: 300_000,
+    what: "berth up to be ready",
+  }).catch((e) => {
+    throw new Error(`${(e as Error).message}; its output:\n${out}`);
+  });
+  const url = /URL:\s+(\S+)/.exec(out)?.[1];
+  const token = /admin token:\s+(\S+)/.exec(out)?.[1];
+  if (!url || !token) throw new Error(`berth up printed no URL or token:\n${out}`);
+
+  const run = (cmd: string, args: string[], timeoutMs: number) =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(
+        cmd,
+        args,
+        { cwd: appDir, env, timeout: timeoutMs, maxBuffer: 64 << 20 },
+        (err, stdout, stderr) => {
+          const code = err ? (typeof err.code === "number" ? err.code : 1) : 0;
+          resolve({ code, stdout, stderr });
+        },
+      );
+    });
+  return {
+    url,
+    token,
+    home,
+    dataDir,
+    appDir,
+    env,
+    output: () => out,
+    cli: (args, timeoutMs = 240_000) => run(process.execPath, [CLI_BIN, ...args], timeoutMs),
+    async python(args, timeoutMs = 240_000) {
+      const r = await run("python3", args, timeoutMs);
+      if (r.code !== 0)
+        throw new Error(
+          `python3 ${args.join(" ")} failed (${r.code}):\n${r.stdout}\n${r.stderr}\nberth up:\n${out}`,
+        );
+      return r.stdout + r.stderr;
+    },
+    api: (path, init = {}) =>
+      fetch(`${url}${path}`, {
+        ...init,
+        headers: { authorization: `Bearer ${token}`, ...((init.headers as Record<string, string>) ?? {}) },
+      }),
+  };
+}
