@@ -35,6 +35,13 @@ export interface CoordinatorOptions {
    * @default "<dataDir>/keys/secrets.key"
    */
   secretsKeyFile?: string;
+  /**
+   * Per-deployment host names: a request whose Host is
+   * `{deployment_id}.{endpointDomain}` reaches that deployment as
+   * `/endpoint/id/{deployment_id}` does (point a wildcard DNS record at the
+   * coordinator). Deployment records then carry `host_url`. @default none
+   */
+  endpointDomain?: string;
 }
 
 export interface ResolvedCoordinatorOptions {
@@ -50,12 +57,16 @@ export interface ResolvedCoordinatorOptions {
   logLevel: string;
   streams: StreamRetention;
   secretsKeyFile: string;
+  endpointDomain?: string;
 }
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
   if (!o.nats?.url) throw new BerthError("invalid_request", "coordinator config: nats.url is required");
   if (!o.agentNats?.password) {
-    throw new BerthError("invalid_request", "coordinator config: agentNats.password (handed to joining agents) is required");
+    throw new BerthError(
+      "invalid_request",
+      "coordinator config: agentNats.password (handed to joining agents) is required",
+    );
   }
   const host = o.host ?? "127.0.0.1";
   const port = o.port ?? 8420;
@@ -66,7 +77,10 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
   const urlHost = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host;
   const heartbeatIntervalMs = o.heartbeatIntervalMs ?? 5000;
   if (!(heartbeatIntervalMs >= 100 && heartbeatIntervalMs <= 60_000)) {
-    throw new BerthError("invalid_request", "coordinator config: heartbeatIntervalMs must be within 100..60000");
+    throw new BerthError(
+      "invalid_request",
+      "coordinator config: heartbeatIntervalMs must be within 100..60000",
+    );
   }
   return {
     host,
@@ -75,7 +89,11 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     dataDir,
     store: o.store ?? `sqlite:${join(dataDir, "berth.db")}`,
     nats: o.nats,
-    agentNats: { url: o.agentNats.url ?? o.nats.url, user: o.agentNats.user ?? "agent", password: o.agentNats.password },
+    agentNats: {
+      url: o.agentNats.url ?? o.nats.url,
+      user: o.agentNats.user ?? "agent",
+      password: o.agentNats.password,
+    },
     heartbeatIntervalMs,
     bootstrap: {
       adminTokenFile: o.bootstrap?.adminTokenFile ?? join(dataDir, "admin-token"),
@@ -84,7 +102,27 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     logLevel: o.logLevel ?? "info",
     streams: o.streams ?? {},
     secretsKeyFile: o.secretsKeyFile ?? join(dataDir, "keys", "secrets.key"),
+    ...(o.endpointDomain !== undefined ? { endpointDomain: checkEndpointDomain(o.endpointDomain) } : {}),
   };
+}
+
+const DOMAIN = /^(?=.{1,200}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
+
+function checkEndpointDomain(v: unknown): string {
+  const d =
+    typeof v === "string"
+      ? v
+          .trim()
+          .toLowerCase()
+          .replace(/^\.+|\.+$/g, "")
+      : "";
+  if (!DOMAIN.test(d)) {
+    throw new BerthError(
+      "invalid_request",
+      `coordinator config: endpointDomain ${JSON.stringify(v)} is not a DNS name (such as apps.example.com)`,
+    );
+  }
+  return d;
 }
 
 export function readCoordinatorConfig(path: string): CoordinatorOptions {

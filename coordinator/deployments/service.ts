@@ -7,6 +7,7 @@
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import { parseCron } from "../../shared/cron.ts";
+import { hostUrl } from "../endpoints/host-names.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import type { DeploymentRecord, DeploymentRepo, DeploymentWithStub } from "../store/deployments.ts";
@@ -50,6 +51,8 @@ export interface DeploymentServiceDeps {
   log: Logger;
   /** The URL clients reach this coordinator at (deployment URLs start with it). */
   baseUrl: string;
+  /** Per-deployment host names `{id}.{endpointDomain}` for endpoint, asgi and realtime deployments. */
+  endpointDomain?: string;
   /** Scaling events are also published on `berth.events.{workspace}.autoscaler` when given. */
   nats?: NatsConnection;
   /** ms since epoch. @default Date.now */
@@ -88,6 +91,7 @@ export class DeploymentService {
   private readonly log: Logger;
   private readonly clock: () => number;
   private readonly onStubChange: (stubId: string) => void;
+  private readonly endpointDomain: string | undefined;
   private readonly baseUrl: string;
   private readonly cache = new DeploymentCache();
   private readonly events: ScalingEvents;
@@ -107,6 +111,7 @@ export class DeploymentService {
     this.clock = d.clock ?? Date.now;
     this.onStubChange = d.onStubChange ?? (() => {});
     this.baseUrl = d.baseUrl.replace(/\/+$/, "");
+    this.endpointDomain = d.endpointDomain;
     this.events = new ScalingEvents(d.log, d.nats);
     this.o = {
       refreshIntervalMs: d.refreshIntervalMs ?? 5000,
@@ -251,6 +256,12 @@ export class DeploymentService {
     const authorized = this.cache.get(d.id)?.config.authorized ?? true;
     if (d.serve || !authorized) return `${this.baseUrl}/${prefix}/id/${d.id}`;
     return `${this.baseUrl}/${prefix}/${encodeURIComponent(d.name)}/v${d.version}`;
+  }
+
+  /** `http://{id}.{endpointDomain}[:port]` for direct-served deployments when a domain is configured. */
+  hostUrlOf(d: DeploymentRecord): string | undefined {
+    if (!this.endpointDomain || URL_PREFIX[d.kind] !== "endpoint") return undefined;
+    return hostUrl(this.baseUrl, this.endpointDomain, d.id);
   }
 
   /** Notes a request (serve sessions end after 10 idle minutes); written at most every few seconds. */

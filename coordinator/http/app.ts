@@ -1,7 +1,9 @@
+import type { IncomingMessage } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
 import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
+import { rewriteEndpointHost } from "../endpoints/host-names.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { JoinService } from "../fleet/join.ts";
 import type { Objects } from "../objects/objects.ts";
@@ -44,6 +46,8 @@ export interface HttpDeps {
   agents?: DeploymentLogDeps["agents"];
   /** Endpoint invocation (/endpoint/...). */
   endpoints?: EndpointDispatcher;
+  /** Per-deployment host names `{deployment_id}.{endpointDomain}` (coordinator option). */
+  endpointDomain?: string;
 }
 
 /** The coordinator's public HTTP API: one plugin per area. */
@@ -53,6 +57,9 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     // Per-request lines would drown the log; errors are logged by the error handler.
     logController: new LogController({ disableRequestLogging: true }),
     ajv: { customOptions: { removeAdditional: false as const, coerceTypes: "array" as const } },
+    ...(deps.endpointDomain
+      ? { rewriteUrl: (req: IncomingMessage) => rewriteEndpointHost(deps.endpointDomain as string, req) }
+      : {}),
   };
   const app: FastifyInstance = deps.logger
     ? Fastify({ ...common, loggerInstance: deps.logger as FastifyBaseLogger })

@@ -20,6 +20,7 @@ import type {
 import { attachEndpointUpgrades } from "../../coordinator/endpoints/websocket.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { JoinService } from "../../coordinator/fleet/join.ts";
+import { attachEndpointHostRewrite } from "../../coordinator/endpoints/host-names.ts";
 import { buildHttpApp } from "../../coordinator/http/app.ts";
 import { endpointRoutes } from "../../coordinator/http/routes/endpoints.ts";
 import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
@@ -216,9 +217,10 @@ export interface EndpointHarness {
 
 let seq = 0;
 
-export async function startEndpointHarness(suite: {
-  after: (fn: () => unknown) => void;
-}): Promise<EndpointHarness> {
+export async function startEndpointHarness(
+  suite: { after: (fn: () => unknown) => void },
+  o: { endpointDomain?: string } = {},
+): Promise<EndpointHarness> {
   const cleanups: (() => unknown)[] = [];
   suite.after(async () => {
     for (const fn of cleanups.reverse()) await fn();
@@ -253,8 +255,10 @@ export async function startEndpointHarness(suite: {
     version: "test",
     tasks: h.tasks,
     objects: h.objects,
+    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
   });
   await app.register(endpointRoutes(endpoints));
+  if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
   attachEndpointUpgrades(app.server, endpoints);
   await app.listen({ host: "127.0.0.1", port: 0 });
   cleanups.push(() => app.close());

@@ -20,6 +20,9 @@ export const DeploymentBody = Type.Object({
   active: Type.Boolean(),
   serve: Type.Boolean(),
   url: Type.String({ description: "where it is called; empty for schedules and functions" }),
+  host_url: Type.Optional(
+    Type.String({ description: "its own host name, when the coordinator has an endpointDomain" }),
+  ),
   created_at: Type.String(),
   updated_at: Type.String(),
   last_request_at: Type.Union([Type.String(), Type.Null()], {
@@ -55,6 +58,7 @@ export function deploymentJson(deployments: DeploymentService, d: DeploymentReco
     active: d.active,
     serve: d.serve,
     url: deployments.urlOf(d),
+    ...(deployments.hostUrlOf(d) ? { host_url: deployments.hostUrlOf(d) } : {}),
     created_at: d.createdAt,
     updated_at: d.updatedAt,
     last_request_at: d.lastRequestAt,
