@@ -3,13 +3,12 @@
 // stubs), the container manager (which containers serve a stub) and the
 // agent tunnel (a byte stream to a container's port).
 
-import type { Agent } from "node:http";
-import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import type { StubRecord } from "../store/stubs.ts";
 import type { TokenRepo } from "../store/workspaces.ts";
 import type { TaskListener } from "../tasks/engine.ts";
 import type { DirectTasks } from "../tasks/direct.ts";
+import type { TunnelDialer } from "../containers/tunnels.ts";
 
 export interface DeploymentInfo {
   id: string;
@@ -44,17 +43,8 @@ export interface EndpointContainers {
   onContainersChange(listener: (stubId: string) => void): () => void;
 }
 
-export interface TunnelDialer {
-  connect(
-    agentId: string,
-    containerId: string,
-    port: number,
-    o?: { timeoutMs?: number; signal?: AbortSignal },
-  ): Promise<Duplex>;
-  /** Keep-alive agent whose connections go through the tunnel. */
-  httpAgent(agentId: string, containerId: string, port: number): Agent;
-  forget(containerId: string): void;
-}
+/** The agent tunnel (coordinator/containers/tunnels.ts). */
+export type { TunnelDialer };
 
 /** The part of the task service the endpoints use. */
 export interface EndpointTasks {

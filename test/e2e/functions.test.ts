@@ -1,24 +1,12 @@
 import assert from "node:assert/strict";
-import { execFile, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import Database from "better-sqlite3";
-import { cleanupNetworkByPrefix } from "../../agent/network/index.ts";
-import { resolveAgentOptions } from "../../agent/options.ts";
-import { freePort, waitFor } from "../../shared/net.ts";
-import { CLI_MAIN, runCli } from "../helpers/cluster.ts";
+import { UP_COMMANDS, startBerthUp } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
+import { Teardown } from "../network/helpers.ts";
 import { SPEC_TASK_FIELDS } from "../tasks/fixtures.ts";
-import { testRootfs } from "../helpers/rootfs.ts";
-import { Teardown, testNames } from "../network/helpers.ts";
-
-const SDK_DIR = fileURLToPath(new URL("../../sdk/python", import.meta.url));
-const exec = promisify(execFile);
 
 // The user's file of the issue, plus the retry and timeout cases. Calls sit
 // under the main guard: the runner imports this module in the container.
@@ -66,111 +54,17 @@ if __name__ == "__main__":
             print("caught:", repr(e))
 `;
 
-interface Up {
-  output: () => string;
-  exited: Promise<number | null>;
-  pid: number;
-}
-
-function startUp(args: string[], env: NodeJS.ProcessEnv): Up {
-  const child = spawn(process.execPath, ["--import", "tsx", CLI_MAIN, "up", ...args], {
-    env: { ...process.env, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-    detached: true,
-  });
-  let out = "";
-  for (const s of [child.stdout, child.stderr])
-    if (s) createInterface({ input: s }).on("line", (l) => (out += `${l}\n`));
-  const exited = new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
-  return { output: () => out, exited, pid: child.pid as number };
-}
-
 test("functions end to end on a berth up cluster: remote, map, retry, timeout, remote errors, task API", async (t) => {
-  if (
-    !needs(t, {
-      root: true,
-      commands: ["runc", "skopeo", "umoci", "nats-server", "ip", "nft", "python3", "debootstrap"],
-    })
-  )
-    return;
+  if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
   const td = new Teardown(t);
-  const names = await testNames();
-  const home = mkdtempSync(join(tmpdir(), "berth-fn-home-"));
-  td.defer(() => rmSync(home, { recursive: true, force: true }));
-  const dataDir = join(home, "data");
-  const appDir = join(home, "app");
-  const rootfs = await testRootfs();
-  const [port, natsPort, grpcPort] = [await freePort(), await freePort(), await freePort()];
-  const env = { HOME: home, SERVICE_TOKEN: "", BERTH_URL: "", BERTH_PROFILE: "", BERTH_CONFIG: "" };
-  td.defer(() => cleanupNetworkByPrefix(resolveAgentOptions({ networkPrefix: names.namePrefix }).network));
-  const up = startUp(
-    [
-      ...[
-        "--data-dir",
-        dataDir,
-        "--port",
-        String(port),
-        "--nats-port",
-        String(natsPort),
-        "--grpc-port",
-        String(grpcPort),
-      ],
-      ...["--network-prefix", names.namePrefix, "--subnet4", names.subnet4, "--subnet6", names.subnet6],
-      ...["--python-rootfs", rootfs],
-    ],
-    env,
-  );
-  td.defer(async () => {
-    try {
-      process.kill(-up.pid, "SIGKILL");
-    } catch {}
-    await up.exited;
-  });
-  // Runs before the cluster goes: whatever runner containers are left are stopped through the agent.
-  td.defer(async () => {
-    const sock = join(dataDir, "agent", "agent.sock");
-    const ps = await runCli(["agent", "ps", "--all", "--json", "--socket", sock]);
-    if (ps.code === 0) {
-      for (const row of JSON.parse(ps.stdout) as { id: string }[])
-        await runCli(["agent", "stop", "--rm", "--grace", "1", "--socket", sock, row.id]);
-    }
-    try {
-      process.kill(-up.pid, "SIGINT");
-    } catch {}
-    await Promise.race([up.exited, new Promise((r) => setTimeout(r, 30_000))]);
-  });
-  await waitFor(() => up.output().includes("Press Ctrl-C to stop."), {
-    timeoutMs: 300_000,
-    what: "berth up to be ready",
-  }).catch((e) => {
-    throw new Error(`${e.message}; its output:\n${up.output()}`);
-  });
-  const url = /URL:\s+(\S+)/.exec(up.output())?.[1];
-  const token = /admin token:\s+(\S+)/.exec(up.output())?.[1];
-  assert.ok(url && token, up.output());
-
-  const mk = await exec("mkdir", ["-p", appDir]);
-  assert.equal(mk.stderr, "");
+  const up = await startBerthUp(td);
+  const { appDir, dataDir } = up;
   writeFileSync(join(appDir, "app.py"), APP);
   writeFileSync(join(appDir, ".berthignore"), "big.bin\n");
   writeFileSync(join(appDir, "big.bin"), Buffer.alloc(1024));
-  const py = async (scenario: string) => {
-    try {
-      const r = await exec("python3", ["app.py", scenario], {
-        cwd: appDir,
-        env: { ...process.env, ...env, PYTHONPATH: SDK_DIR },
-        timeout: 240_000,
-      });
-      return r.stdout + r.stderr;
-    } catch (e) {
-      const err = e as { stdout?: string; stderr?: string; message: string };
-      throw new Error(
-        `app.py ${scenario} failed: ${err.message}\n${err.stdout}\n${err.stderr}\nberth up:\n${up.output()}`,
-      );
-    }
-  };
+  const py = (scenario: string) => up.python(["app.py", scenario]);
   const api = async (path: string) => {
-    const r = await fetch(`${url}${path}`, { headers: { authorization: `Bearer ${token}` } });
+    const r = await up.api(path);
     return { status: r.status, body: (await r.json()) as Record<string, unknown> };
   };
 
