@@ -136,6 +136,26 @@ describe("deployment service", () => {
     await assert.rejects(svc.resolveById("dep-nope"), { code: "not_found" });
   });
 
+  test("deployments survive a restart: a new service over the same store lists, resolves and knows states", async () => {
+    const d = await svc.deploy(h.ws.id, deployInput("durable", "endpoint"));
+    await svc.stop(h.ws.id, (await svc.deploy(h.ws.id, deployInput("paused", "endpoint"))).id);
+    const { service: restarted } = deploymentService(h);
+    await restarted.open();
+    try {
+      assert.deepEqual(
+        (await restarted.list(h.ws.id, { name: "durable" })).map((x) => x.id),
+        [d.id],
+      );
+      const r = await restarted.resolveByName(h.ws.id, "durable");
+      assert.equal(r.deployment.id, d.id);
+      assert.equal(r.stub.id, d.stubId);
+      assert.deepEqual(restarted.states.of(d.stubId)?.active, true);
+      await assert.rejects(restarted.resolveByName(h.ws.id, "paused"), /stopped/);
+    } finally {
+      await restarted.close();
+    }
+  });
+
   test("a deploy made by another coordinator is resolved at once (a miss reloads from the store)", async () => {
     const { service: other } = deploymentService(h);
     await other.open();
