@@ -4,6 +4,7 @@ import pino, { type Logger } from "pino";
 import { COORDINATOR_CLIENT_NAME } from "../shared/cluster-names.ts";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { Heartbeat } from "../shared/fleet.ts";
+import { readHostId } from "../shared/host-id.ts";
 import { closeNats } from "../shared/nats-server.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
 import { createGpuProbe } from "./capacity/gpu-probe.ts";
@@ -32,6 +33,7 @@ export async function startAgent(
 ): Promise<RunningAgent> {
   const startedAt = Date.now();
   mkdirSync(o.dataDir, { recursive: true, mode: 0o700 });
+  const hostId = readHostId(o.dataDir);
   const identity = await resolveIdentity(o, log);
 
   const gpu = new GpuWatcher({
@@ -116,6 +118,7 @@ export async function startAgent(
       intervalMs: identity.heartbeatIntervalMs,
       grpcAddress: advertised,
       ...(proxyAddress ? { proxyAddress } : {}),
+      hostId,
       capacity: await capacity(),
     });
     heartbeats = new HeartbeatPublisher(identity.agentId, identity.heartbeatIntervalMs, build, log);

@@ -1,6 +1,7 @@
 import { connect, type NatsConnection } from "nats";
 import pino, { type Logger } from "pino";
 import { describeError } from "../shared/errors.ts";
+import { readHostId } from "../shared/host-id.ts";
 import { closeNats } from "../shared/nats-server.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
 import { bootstrapEmptyStore } from "./bootstrap.ts";
@@ -9,9 +10,11 @@ import { FleetWatcher } from "./fleet/fleet-watcher.ts";
 import { JoinService } from "./fleet/join.ts";
 import { ensureStreams } from "./fleet/streams.ts";
 import { AgentClientPool, ContainerManager, natsContainerEvents } from "./containers/index.ts";
+import { ContainerAddresses } from "./containers/container-addresses.ts";
 import { ContainerTunnels } from "./containers/tunnels.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
 import { EndpointDispatcher } from "./endpoints/dispatch.ts";
+import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
 import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
 import { buildHttpApp } from "./http/app.ts";
 import { Objects } from "./objects/objects.ts";
@@ -109,7 +112,13 @@ export async function startCoordinator(
   }
   const secrets = new SecretService({ db: store.db, key: secretKey });
   const agentClients = await AgentClientPool.create({ fleet, pki });
-  const tunnels = await ContainerTunnels.create({ fleet, pki });
+  // On an agent's own host, its containers are dialled at their address rather than through its tunnel.
+  const tunnels = await ContainerTunnels.create({
+    fleet,
+    pki,
+    localHostId: readHostId(o.dataDir),
+    addresses: new ContainerAddresses({ agents: agentClients }),
+  });
   // Late-bound: the deployment service tells the container manager about changes, and the manager reads its states.
   let containers: ContainerManager | undefined;
   const deployments = new DeploymentService({
@@ -117,6 +126,7 @@ export async function startCoordinator(
     tasks,
     log: log.child({ area: "deployments" }),
     baseUrl: o.publicUrl,
+    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     nats: nc,
     onStubChange: (stubId) => containers?.invalidateStub(stubId),
   });
@@ -195,9 +205,11 @@ export async function startCoordinator(
     containers: manager,
     agents: agentClients,
     endpoints,
+    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     logger: log.child({ area: "http" }),
     version: BERTH_VERSION,
   });
+  if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
   attachEndpointUpgrades(app.server, endpoints);
   try {
     await app.listen({ host: o.host, port: o.port });

@@ -50,6 +50,13 @@ export interface Heartbeat {
    * the agent runs no tunnel (edge mode, older agents).
    */
   proxyAddress?: string;
+  /**
+   * The machine the agent runs on (shared/host-id.ts: a hash of /etc/machine-id, else
+   * an id kept in its data dir). A coordinator with the same id is on this
+   * host and reaches container ports directly instead of through the tunnel.
+   * Absent from older agents.
+   */
+  hostId?: string;
   capacity: HostCapacity;
 }
 

@@ -4,8 +4,11 @@
 // dialled by address but named by id), then `CONNECT {containerId}:{port}`.
 // Each container port gets a keep-alive http.Agent whose sockets are tunnels,
 // so requests to a warm container skip the TLS handshake and the CONNECT.
+// A coordinator on the agent's own host (same host id) skips the tunnel and
+// connects to the container's address itself (direct-dial.ts).
 
 import { Agent, type AgentOptions, type ClientRequest, type ClientRequestArgs } from "node:http";
+import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { type TLSSocket, checkServerIdentity, connect as tlsConnect } from "node:tls";
 import {
@@ -17,6 +20,7 @@ import {
 } from "../../agent/proxy/protocol.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import type { Heartbeat } from "../../shared/fleet.ts";
+import { dialDirect } from "./direct-dial.ts";
 
 /** What the endpoint router needs: a fake of it is enough to test the router. */
 export interface TunnelDialer {
@@ -35,7 +39,7 @@ export interface TunnelDialer {
 
 export interface ContainerTunnelsOptions {
   /** Where agents' tunnels listen: their latest heartbeat's proxyAddress. */
-  fleet: { get(agentId: string): { heartbeat: Pick<Heartbeat, "proxyAddress"> } | undefined };
+  fleet: { get(agentId: string): { heartbeat: Pick<Heartbeat, "proxyAddress" | "hostId"> } | undefined };
   /** The cluster CA and the coordinator's client certificate. */
   tls: { caPem: string; certPem: string; keyPem: string };
   /** Sockets per container port. @default 256 */
@@ -50,6 +54,22 @@ export interface ContainerTunnelsOptions {
   idleSocketTimeoutMs?: number;
   /** TLS handshake and CONNECT answer, on top of the connect timeout. @default 10000 */
   handshakeTimeoutMs?: number;
+  /**
+   * This machine's id (shared/host-id.ts). Containers of an agent whose
+   * heartbeat reports the same id are dialled directly at their address from
+   * `addresses`, never through the tunnel. @default none: always the tunnel
+   */
+  localHostId?: string;
+  /** Containers' IPv4 addresses (ContainerAddresses), for the same-host shortcut. */
+  addresses?: ContainerAddressSource;
+  /** Pause between direct attempts while a port refuses connections. @default 50 */
+  retryIntervalMs?: number;
+}
+
+export interface ContainerAddressSource {
+  /** The container's IPv4 on its agent's bridge when `port` is exposed; undefined when unknown (the tunnel is taken). */
+  lookup(agentId: string, containerId: string, port: number): Promise<string | undefined>;
+  forget(containerId: string): void;
 }
 
 export interface ContainerTunnelsCreateOptions extends Omit<ContainerTunnelsOptions, "tls"> {
@@ -63,7 +83,7 @@ const MAX_ANSWER_BYTES = 16 * 1024;
 export class ContainerTunnels implements TunnelDialer {
   private readonly agents = new Map<string, Map<number, TunnelHttpAgent>>();
   private readonly sockets = new Map<string, Set<Duplex>>();
-  private readonly o: Required<Omit<ContainerTunnelsOptions, "fleet" | "tls">>;
+  private readonly o: Required<Omit<ContainerTunnelsOptions, "fleet" | "tls" | "localHostId" | "addresses">>;
 
   constructor(private readonly options: ContainerTunnelsOptions) {
     this.o = {
@@ -71,6 +91,7 @@ export class ContainerTunnels implements TunnelDialer {
       maxFreeSockets: options.maxFreeSockets ?? 32,
       idleSocketTimeoutMs: options.idleSocketTimeoutMs ?? 4000,
       handshakeTimeoutMs: options.handshakeTimeoutMs ?? 10_000,
+      retryIntervalMs: options.retryIntervalMs ?? 50,
     };
   }
 
@@ -95,6 +116,43 @@ export class ContainerTunnels implements TunnelDialer {
       );
     }
     o.signal?.throwIfAborted();
+    const ipv4 = await this.sameHostAddress(agentId, containerId, port);
+    o.signal?.throwIfAborted();
+    const socket = ipv4
+      ? await dialDirect(
+          { containerId, ipv4, port },
+          { timeoutMs, retryIntervalMs: this.o.retryIntervalMs, ...(o.signal ? { signal: o.signal } : {}) },
+        )
+      : await this.dialTunnel(agentId, containerId, port, timeoutMs, o.signal);
+    const own = this.sockets.get(containerId) ?? new Set<Duplex>();
+    this.sockets.set(containerId, own);
+    own.add(socket);
+    socket.once("close", () => {
+      own.delete(socket);
+      if (own.size === 0 && this.sockets.get(containerId) === own) this.sockets.delete(containerId);
+    });
+    return socket;
+  }
+
+  /** The container's address when its agent runs on this machine and the address is known. */
+  private async sameHostAddress(
+    agentId: string,
+    containerId: string,
+    port: number,
+  ): Promise<string | undefined> {
+    const { localHostId, addresses } = this.options;
+    if (!localHostId || !addresses) return undefined;
+    if (this.options.fleet.get(agentId)?.heartbeat.hostId !== localHostId) return undefined;
+    return addresses.lookup(agentId, containerId, port);
+  }
+
+  private async dialTunnel(
+    agentId: string,
+    containerId: string,
+    port: number,
+    timeoutMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<TLSSocket> {
     const address = this.options.fleet.get(agentId)?.heartbeat.proxyAddress;
     if (!address) throw new BerthError("unavailable", `agent ${agentId} has not reported a tunnel address`);
     const { host, port: agentPort } = splitHostPort(address);
@@ -115,7 +173,7 @@ export class ContainerTunnels implements TunnelDialer {
       `${CONNECT_TIMEOUT_HEADER}: ${timeoutMs}\r\n\r\n`;
     socket.write(request);
     try {
-      await readAnswer(socket, timeoutMs + this.o.handshakeTimeoutMs, o.signal, {
+      await readAnswer(socket, timeoutMs + this.o.handshakeTimeoutMs, signal, {
         agentId,
         address,
         target: `port ${port} of container ${containerId}`,
@@ -124,13 +182,6 @@ export class ContainerTunnels implements TunnelDialer {
       socket.destroy();
       throw e;
     }
-    const own = this.sockets.get(containerId) ?? new Set<Duplex>();
-    this.sockets.set(containerId, own);
-    own.add(socket);
-    socket.once("close", () => {
-      own.delete(socket);
-      if (own.size === 0 && this.sockets.get(containerId) === own) this.sockets.delete(containerId);
-    });
     return socket;
   }
 
@@ -151,6 +202,7 @@ export class ContainerTunnels implements TunnelDialer {
     this.agents.delete(containerId);
     for (const s of this.sockets.get(containerId) ?? []) s.destroy();
     this.sockets.delete(containerId);
+    this.options.addresses?.forget(containerId);
   }
 
   close(): void {
@@ -158,7 +210,7 @@ export class ContainerTunnels implements TunnelDialer {
   }
 }
 
-/** An http.Agent whose every connection is a tunnel to one container port. */
+/** An http.Agent whose every connection reaches one container port (a tunnel, or direct on the same host). */
 class TunnelHttpAgent extends Agent {
   constructor(
     private readonly tunnels: ContainerTunnels,
@@ -192,12 +244,12 @@ class TunnelHttpAgent extends Agent {
   // one in use does not.
   override keepSocketAlive(socket: Duplex): boolean {
     const keep = (Agent.prototype.keepSocketAlive as (s: Duplex) => boolean).call(this, socket);
-    (socket as TLSSocket).setTimeout(this.o.idleSocketTimeoutMs);
+    (socket as Socket).setTimeout(this.o.idleSocketTimeoutMs);
     return keep;
   }
 
   override reuseSocket(socket: Duplex, request: ClientRequest): void {
-    (socket as TLSSocket).setTimeout(0);
+    (socket as Socket).setTimeout(0);
     super.reuseSocket(socket, request);
   }
 }
