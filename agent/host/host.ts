@@ -198,10 +198,12 @@ export class ContainerHost implements ContainerApi {
         mode: 0o644,
       });
       let bridgeDir: string | undefined;
+      const startupCpu = req.runner ? this.runnerStartupCpu(req.cpu) : undefined;
+      const endStartup = startupCpu === undefined ? undefined : this.startupEnder(id);
       if (req.runner) {
         step = "opening the task bridge";
         undo.push({ what: "task bridge", fn: () => this.bridges.close(id) });
-        bridgeDir = await this.bridges.open(id, req.runner);
+        bridgeDir = await this.bridges.open(id, req.runner, endStartup?.now);
       }
       step = "building the container spec";
       const run = applyRunner(req, req.runner, { codeDir, bridgeDir, sdkDir: this.options.sdkDir });
@@ -213,6 +215,7 @@ export class ContainerHost implements ContainerApi {
         hostsFile,
         gpu: injection,
       });
+      if (startupCpu !== undefined) spec.startupCpu = startupCpu;
       step = "saving the host record";
       const record = newHostRecord(run.req, image, gpus, net);
       undo.push({ what: "host record", fn: () => this.forget(id) });
@@ -220,6 +223,7 @@ export class ContainerHost implements ContainerApi {
       this.byId.set(id, record);
       step = "starting the container";
       const info = await this.runtime.run(spec);
+      endStartup?.arm();
       return recordStatus(record, this.runtime.get(id) ?? info);
     } catch (e) {
       this.allocations.free(id);
@@ -234,6 +238,43 @@ export class ContainerHost implements ContainerApi {
     } finally {
       this.starting.delete(id);
     }
+  }
+
+  /** The start-up CPU cap of a runner asking for `cpu` cores; undefined for none. */
+  private runnerStartupCpu(cpu: number): number | undefined {
+    const boost = this.options.runnerStartupCpu;
+    return this.runtime.endStartupCpu && boost > cpu ? boost : undefined;
+  }
+
+  /**
+   * Ends a runner's start-up boost once: at its first ask for a task (`now`),
+   * or runnerStartupMs after the container started (`arm`, called when the
+   * runtime has it running; an ask that comes sooner takes effect then).
+   */
+  private startupEnder(id: string): { now: () => void; arm: () => void } {
+    let [asked, running, done] = [false, false, false];
+    let timer: NodeJS.Timeout | undefined;
+    const end = () => {
+      if (done) return;
+      done = true;
+      if (timer) clearTimeout(timer);
+      try {
+        this.runtime.endStartupCpu?.(id);
+      } catch (e) {
+        this.options.logger.warn({ id, err: describeError(e) }, "cannot end a runner's start-up CPU boost");
+      }
+    };
+    const now = () => {
+      asked = true;
+      if (running) end();
+    };
+    const arm = () => {
+      running = true;
+      if (asked) return end();
+      timer = setTimeout(end, this.options.runnerStartupMs);
+      timer.unref();
+    };
+    return { now, arm };
   }
 
   private async injectGpus(

@@ -39,6 +39,8 @@ export interface HostRuntime {
   get(id: string): ContainerInfo | undefined;
   recover(): Promise<ContainerInfo[]>;
   logFiles(id: string): { stdout: string; stderr: string };
+  /** Ends a container's spec.startupCpu boost (ContainerRuntime.endStartupCpu). */
+  endStartupCpu?(id: string): void;
   close(): void;
 }
 
@@ -53,8 +55,16 @@ export interface HostGpuInjector {
 export interface HostRunners {
   /** Throws (a BerthError) when runner containers cannot run on this agent now. */
   check(): void;
-  /** Serves the bridge for `containerId` on `socketPath` (recreated when it exists). */
-  open(containerId: string, runner: RunnerConfig, socketPath: string): Promise<void>;
+  /**
+   * Serves the bridge for `containerId` on `socketPath` (recreated when it
+   * exists); `onFirstAsk` is called once, when the runner first asks for a task.
+   */
+  open(
+    containerId: string,
+    runner: RunnerConfig,
+    socketPath: string,
+    onFirstAsk?: () => void,
+  ): Promise<void>;
   /** Stops serving it; its in-flight tasks are left to exited() or JetStream's redelivery. */
   close(containerId: string): Promise<void>;
   /** The container ended: a task it held is retried or failed. */
@@ -120,6 +130,16 @@ export interface ContainerHostOptions {
   sdkDir?: string;
   /** Needed only to run runner containers (requests with `runner`). */
   runners?: HostRunners;
+  /**
+   * The CPU cap (cores) of a runner container until its runner first asks for
+   * a task, or runnerStartupMs has passed: Python's start-up and imports take
+   * tens of ms of CPU, which a small quota (0.25 cores) stretches 4x. The
+   * container's CFS share stays its own cpu, so the boost uses idle cores
+   * only. A container asking for more keeps its own. 0 = no boost. @default 1
+   */
+  runnerStartupCpu?: number;
+  /** The longest a runner's start-up boost lasts. @default 5_000 */
+  runnerStartupMs?: number;
 }
 
 export interface ResolvedContainerHostOptions {
@@ -140,6 +160,8 @@ export interface ResolvedContainerHostOptions {
   bridgeDir: string;
   sdkDir: string;
   runners: HostRunners | undefined;
+  runnerStartupCpu: number;
+  runnerStartupMs: number;
 }
 
 const silent: HostLogger = { info() {}, warn() {}, error() {} };
@@ -186,6 +208,14 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
   if (!Number.isInteger(defaultGraceMs) || defaultGraceMs < 0) {
     throw invalid(`container host: defaultGraceMs must be an integer >= 0, got ${defaultGraceMs}`);
   }
+  const runnerStartupCpu = o.runnerStartupCpu ?? 1;
+  if (!(runnerStartupCpu >= 0) || !Number.isFinite(runnerStartupCpu)) {
+    throw invalid(`container host: runnerStartupCpu must be a number >= 0, got ${runnerStartupCpu}`);
+  }
+  const runnerStartupMs = o.runnerStartupMs ?? 5_000;
+  if (!Number.isInteger(runnerStartupMs) || runnerStartupMs < 0) {
+    throw invalid(`container host: runnerStartupMs must be an integer >= 0, got ${runnerStartupMs}`);
+  }
   const root = resolve(o.root);
   return {
     root,
@@ -205,5 +235,7 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
     bridgeDir: resolve(o.bridgeDir ?? join(root, "bridge")),
     sdkDir: resolve(o.sdkDir ?? DEFAULT_SDK_DIR),
     runners: o.runners,
+    runnerStartupCpu,
+    runnerStartupMs,
   };
 }

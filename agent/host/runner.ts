@@ -131,11 +131,11 @@ export class RunnerBridges {
   }
 
   /** Creates the container's bridge directory and serves the bridge in it; returns the directory. */
-  async open(id: string, runner: RunnerConfig): Promise<string> {
+  async open(id: string, runner: RunnerConfig, onFirstAsk?: () => void): Promise<string> {
     const dir = join(this.root, id);
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { mode: 0o755 });
-    await (this.runners as HostRunners).open(id, runner, bridgeSocketPath(dir));
+    await (this.runners as HostRunners).open(id, runner, bridgeSocketPath(dir), onFirstAsk);
     return dir;
   }
 

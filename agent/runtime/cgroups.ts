@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, rmdirSync } from "node:fs";
+import { existsSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 // Reads what runc's cgroupfs driver made for a container. v1 has one
@@ -114,6 +114,17 @@ export function readCpuLimit(cg: CgroupLayout, cgroupsPath: string): CpuLimit {
   const quota = Number(readFileSync(join(dir, "cpu.cfs_quota_us"), "utf8").trim());
   const period = Number(readFileSync(join(dir, "cpu.cfs_period_us"), "utf8").trim());
   return { quotaUs: quota < 0 ? null : quota, periodUs: period };
+}
+
+/** Sets the CFS quota of a container's cgroup (the period stays). */
+export function writeCpuQuota(cg: CgroupLayout, cgroupsPath: string, quotaUs: number): void {
+  if (cg.version === 2) {
+    const file = join(cg.unifiedMount, cgroupsPath, "cpu.max");
+    const period = readFileSync(file, "utf8").trim().split(" ")[1];
+    writeFileSync(file, `${quotaUs} ${period}`);
+    return;
+  }
+  writeFileSync(join(v1Dir(cg, "cpu", cgroupsPath), "cpu.cfs_quota_us"), String(quotaUs));
 }
 
 export function readPidsLimit(cg: CgroupLayout, cgroupsPath: string): number | null {

@@ -66,6 +66,9 @@ const STANDARD_DEVICE_RULES: OciDeviceCgroup[] = [
 
 export const CPU_PERIOD_US = 100_000;
 
+/** The CFS quota (per CPU_PERIOD_US) for a cap of `cpu` cores. */
+export const cpuQuotaUs = (cpu: number): number => Math.max(1000, Math.round(cpu * CPU_PERIOD_US));
+
 export function cgroupsPathFor(id: string, parent = "/berth"): string {
   return `${parent}/${id}`;
 }
@@ -173,7 +176,7 @@ export function buildOciSpec(spec: ContainerSpec | ResolvedContainerSpec, host: 
         devices,
         memory,
         cpu: {
-          quota: Math.max(1000, Math.round(s.cpu * CPU_PERIOD_US)),
+          quota: cpuQuotaUs(s.startupCpu ?? s.cpu),
           period: CPU_PERIOD_US,
           shares: Math.max(2, Math.round(s.cpu * 1024)),
         },

@@ -9,9 +9,10 @@ import {
   readOomState,
   readUsage,
   removeCgroupDirs,
+  writeCpuQuota,
 } from "./cgroups.ts";
 import { LogFollower } from "./logs.ts";
-import { buildOciSpec, cgroupsPathFor, type HostFacts } from "./oci-spec.ts";
+import { buildOciSpec, cgroupsPathFor, cpuQuotaUs, type HostFacts } from "./oci-spec.ts";
 import { readHostHardLimits } from "./rlimits.ts";
 import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
 import {
@@ -201,6 +202,28 @@ export class ContainerRuntime {
     return { stdout: p.stdout, stderr: p.stderr };
   }
 
+  /**
+   * Ends a container's start-up CPU boost (spec.startupCpu): its cap becomes
+   * spec.cpu. No-op for a container without a boost, or one already ended or gone.
+   */
+  endStartupCpu(id: string): void {
+    const e = this.entries.get(id);
+    const spec = e?.meta.spec;
+    if (!e || !spec || spec.startupCpu === undefined || e.status === "stopped") return;
+    writeCpuQuota(this.cgroups, e.meta.cgroupsPath, cpuQuotaUs(spec.cpu));
+    const { startupCpu: _ended, ...capped } = spec;
+    e.meta.spec = capped;
+    writeMeta(e.paths.meta, e.meta);
+  }
+
+  private endStartupCpuQuietly(id: string): void {
+    try {
+      this.endStartupCpu(id);
+    } catch (e) {
+      this.options.logger?.warn({ id, err: describeError(e) }, "cannot end a container's start-up CPU boost");
+    }
+  }
+
   /** CPU and memory use from the container's cgroup (for metrics). */
   usage(id: string): CgroupUsage {
     return readUsage(this.cgroups, this.mustGet(id).meta.cgroupsPath);
@@ -255,6 +278,8 @@ export class ContainerRuntime {
       this.entries.set(id, entry);
       if (entry.status === "running") {
         this.startLogs(entry);
+        // Whoever would have ended a start-up boost went away with the previous agent.
+        this.endStartupCpuQuietly(id);
         await this.checkExit(entry);
       }
     }

@@ -27,6 +27,8 @@ export interface ResolvedContainerSpec {
   user: { uid: number; gid: number; additionalGids: number[] };
   hostname: string;
   cpu: number;
+  /** The CPU cap until the start-up ends; at least `cpu`. */
+  startupCpu?: number;
   memoryBytes: number;
   pidsLimit: number;
   shmBytes: number;
@@ -128,6 +130,7 @@ export function resolveContainerSpec(spec: ContainerSpec): ResolvedContainerSpec
     user: { uid: user.uid, gid: user.gid, additionalGids: user.additionalGids ?? [] },
     hostname,
     cpu: spec.cpu,
+    ...(spec.startupCpu === undefined ? {} : { startupCpu: startupCpuOf(spec.startupCpu, spec.cpu) }),
     memoryBytes,
     pidsLimit: spec.pidsLimit === undefined ? DEFAULT_PIDS_LIMIT : positiveInt(spec.pidsLimit, "pidsLimit"),
     shmBytes: spec.shmBytes === undefined ? DEFAULT_SHM_BYTES : positiveInt(spec.shmBytes, "shmBytes", 4096),
@@ -179,4 +182,11 @@ export function checkCpuAndMemory(cpu: unknown, memoryBytes: unknown): void {
       },
     );
   }
+}
+
+function startupCpuOf(v: unknown, cpu: number): number {
+  if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) {
+    throw invalid("startupCpu must be a positive number of cores", { field: "startupCpu" });
+  }
+  return Math.max(v, cpu);
 }

@@ -55,6 +55,13 @@ export interface ContainerSpec {
   hostname?: string;
   /** CPU cores, fractional allowed (0.5 = half a core). At least 0.01. */
   cpu: number;
+  /**
+   * A higher CPU cap (cores) for the container's start-up, until
+   * ContainerRuntime.endStartupCpu(id) sets the cap to `cpu`. The CFS share
+   * stays that of `cpu`, so the boost uses only cores others leave idle.
+   * @default no boost
+   */
+  startupCpu?: number;
   /** Memory limit in bytes (swap is disabled where the host accounts it). At least 6 MiB. */
   memoryBytes: number;
   /** @default 4096 */

@@ -55,7 +55,12 @@ export class TaskRunners implements HostRunners {
     }
   }
 
-  async open(containerId: string, runner: RunnerConfig, socketPath: string): Promise<void> {
+  async open(
+    containerId: string,
+    runner: RunnerConfig,
+    socketPath: string,
+    onFirstAsk?: () => void,
+  ): Promise<void> {
     await this.close(containerId);
     const slot: RunnerSlotInfo = {
       containerId,
@@ -63,6 +68,7 @@ export class TaskRunners implements HostRunners {
       workspaceId: runner.workspaceId,
       workers: runner.workers ?? 1,
       ...(runner.callbackUrl ? { callbackUrl: runner.callbackUrl } : {}),
+      ...(onFirstAsk ? { onFirstAsk } : {}),
     };
     const server = new BridgeServer(socketPath, containerId, () => this.worker, this.log);
     await server.listen();

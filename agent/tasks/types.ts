@@ -36,6 +36,8 @@ export interface RunnerSlotInfo {
   callbackUrl?: string;
   /** Tasks the runner may hold at once. */
   workers: number;
+  /** Called once, at the runner's first ask for a task (its start-up is over). */
+  onFirstAsk?: () => void;
 }
 
 /** What `POST /v1/tasks/next` answers. */

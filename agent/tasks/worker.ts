@@ -146,6 +146,11 @@ export class TaskWorker {
    */
   async next(containerId: string, signal: AbortSignal, max = 1): Promise<TaskAssignment[]> {
     const slot = this.slot(containerId);
+    if (slot.onFirstAsk) {
+      const first = slot.onFirstAsk;
+      slot.onFirstAsk = undefined;
+      first();
+    }
     if (slot.handOuts.size + slot.pulls.size >= slot.workers) {
       throw new BridgeError(
         409,

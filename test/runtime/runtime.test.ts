@@ -97,6 +97,39 @@ test("cpu quota, memory and pids limits reach the cgroup; pids are enforced", as
   assert.equal(h.rt.get(spec.id), undefined);
 });
 
+test("startupCpu caps the container until endStartupCpu, then cpu does (also after a restart of the runtime)", async (t) => {
+  if (!needs(t, REQ)) return;
+  const h = await runtimeHarness(t);
+  const quota = (id: string) => {
+    const cg = h.rt.cgroups;
+    const cgPath = h.rt.cgroupsPath(id);
+    if (cg.version === 1) {
+      return readFileSync(join(cg.controllers.get("cpu")!, cgPath, "cpu.cfs_quota_us"), "utf8").trim();
+    }
+    return readFileSync(join(cg.unifiedMount, cgPath, "cpu.max"), "utf8").trim().split(" ")[0];
+  };
+  const boosted = h.spec(["sleep", "100"], { cpu: 0.25, startupCpu: 1.5 });
+  await h.rt.run(boosted);
+  assert.equal(quota(boosted.id), "150000");
+  h.rt.endStartupCpu(boosted.id);
+  assert.equal(quota(boosted.id), "25000");
+  h.rt.endStartupCpu(boosted.id); // once ended, a no-op
+  assert.equal(quota(boosted.id), "25000");
+  // A boost below the container's own cpu is no boost.
+  const low = h.spec(["sleep", "100"], { cpu: 0.5, startupCpu: 0.1 });
+  await h.rt.run(low);
+  assert.equal(quota(low.id), "50000");
+  // Nobody is left to end a boost after a runtime restart: recover ends it.
+  const orphan = h.spec(["sleep", "100"], { cpu: 0.25, startupCpu: 1 });
+  await h.rt.run(orphan);
+  assert.equal(quota(orphan.id), "100000");
+  h.rt.close();
+  h.rt = h.make();
+  const listed = await h.rt.recover();
+  assert.equal(quota(orphan.id), "25000");
+  assert.equal(listed.find((c) => c.id === orphan.id)?.status, "running");
+});
+
 test("stop: SIGKILL after grace for a process ignoring SIGTERM", async (t) => {
   if (!needs(t, REQ)) return;
   const h = await runtimeHarness(t);
@@ -386,6 +419,7 @@ test("invalid specs are rejected before anything is created", async (t) => {
     [{ image: { rootfs: join(h.dir, "nope") } }, /image.rootfs .* does not exist/],
     [{ mounts: [{ source: "relative", destination: "/x" }] }, /mounts\[0\].source must be an absolute path/],
     [{ pidsLimit: 0 }, /pidsLimit must be an integer >= 1/],
+    [{ startupCpu: 0 }, /startupCpu must be a positive number of cores/],
   ];
   for (const [override, message] of cases) {
     const spec = { ...h.spec(["true"]), ...override };
