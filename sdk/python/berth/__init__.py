@@ -2,7 +2,6 @@
 
 from . import env
 from .autoscaler import QueueDepthAutoscaler
-from .client import Client, Deployment, FileRef, Task
 from .config import ConfigError, Credentials, current_credentials
 from .context import Context
 from .errors import (
@@ -63,3 +62,18 @@ __all__ = [
     "task_queue",
 ]
 __version__ = "0.1.0"
+
+# The client classes pull in HTTP, TLS and the task stream: loaded on first
+# use (PEP 562), so a container importing the user's module stays lean.
+_LAZY = {"Client": "client", "Deployment": "client", "FileRef": "client", "Task": "client"}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'berth' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -8,14 +8,11 @@ calling ``square(7)`` runs it here.
 import functools
 import sys
 import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import env, serialize
-from .client import Client
-from .config import current_credentials
 from .errors import BerthError, RemoteCallError
 from .image import Image
-from .invoke import MapRun, Printer, run_one
 from .locate import Location, locate
 from .options import (
     TaskPolicy,
@@ -27,15 +24,25 @@ from .options import (
     parse_memory,
     retry_names,
 )
-from .sync import sync_code
+
+if TYPE_CHECKING:
+    from .client import Client
+
+# The client side (HTTP, code sync, the task stream) is imported when a call is
+# made, not when the module is: a container imports this module through the
+# user's `from berth import function` and never calls remotely (a cold start
+# pays for every import).
 
 MAX_PENDING_TASKS = 100
-_clients: Dict[Tuple[str, Optional[str]], Client] = {}
+_clients: Dict[Tuple[str, Optional[str]], "Client"] = {}
 _clients_lock = threading.Lock()
 
 
-def default_client() -> Client:
+def default_client() -> "Client":
     """One client per (URL, token) in effect, so connections are reused across calls."""
+    from .client import Client
+    from .config import current_credentials
+
     creds = current_credentials()
     key = (creds.url, creds.token)
     with _clients_lock:
@@ -165,8 +172,10 @@ class Function:
             "headless": self.headless,
         }
 
-    def prepare(self, client: Client) -> str:
+    def prepare(self, client: "Client") -> str:
         """Syncs the code and gets or creates the stub (once per client); returns the stub id."""
+        from .sync import sync_code
+
         key = (client.url, client.token)
         with self._lock:
             stub_id = self._stubs.get(key)
@@ -192,6 +201,8 @@ class Function:
         """Runs once in a container and returns the result (or raises the remote exception)."""
         _guard(f"{self.stub_name}.remote()")
         payload = serialize.dump_args(args, kwargs, what=f"{self.stub_name}.remote()")
+        from .invoke import Printer, run_one
+
         client = default_client()
         stub_id = self.prepare(client)
         printer = Printer(sys.stdout, sys.stderr)
@@ -200,6 +211,8 @@ class Function:
     def map(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """One task per item (the item is the single argument); yields results in input order."""
         _guard(f"{self.stub_name}.map()")
+        from .invoke import MapRun, Printer
+
         client = default_client()
         stub_id = self.prepare(client)
         run = MapRun(client, stub_id, self.headless, Printer(sys.stdout, sys.stderr), f"{self.stub_name}.map()")

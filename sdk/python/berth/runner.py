@@ -6,7 +6,6 @@ import still serves: every task it takes fails at once, naming the import
 error, so no task waits for a runner that can never run it.
 """
 
-import asyncio
 import collections
 import inspect
 import json
@@ -117,7 +116,11 @@ class Runner:
 
     @staticmethod
     def _await(value: Any) -> Any:
-        return asyncio.run(value) if inspect.iscoroutine(value) else value
+        if not inspect.iscoroutine(value):
+            return value
+        import asyncio  # only for async handlers: a cold start pays for every import
+
+        return asyncio.run(value)
 
     # ---- tasks ----
 
