@@ -7,6 +7,6 @@ def greet(name: str = "world") -> dict:
     return {"hello": name}
 
 
-@endpoint(name="bench-hello", keep_warm_seconds=600)
+@endpoint(name="bench-hello", keep_warm_seconds=600, concurrent_requests=16)
 def hello(name: str = "world") -> dict:
     return greet(name)
