@@ -1,7 +1,16 @@
 import { mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import SQLite from "better-sqlite3";
-import { Kysely, Migrator, PostgresDialect, SqliteDialect, type SqliteDatabase } from "kysely";
+import {
+  type Compilable,
+  CompiledQuery,
+  Kysely,
+  Migrator,
+  PostgresDialect,
+  type QueryResult,
+  SqliteDialect,
+  type SqliteDatabase,
+} from "kysely";
 import pg from "pg";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { migrationProvider } from "./migrations/index.ts";
@@ -76,6 +85,36 @@ function cachingStatements(sqlite: SQLite.Database, limit = 512): SqliteDatabase
       return st;
     },
   };
+}
+
+/**
+ * SQL text compiled once per query shape. Building a query with Kysely on
+ * every call (operation nodes, freezing, compiling) costs more than SQLite
+ * takes to run the small statements of the task path; a shape (the same
+ * statement with other values) is compiled the first time and later calls
+ * bind only their parameters. The first compile checks that the caller's
+ * parameters are the ones Kysely put in the statement, in its order.
+ */
+export class QueryShapes {
+  private readonly texts = new Map<string, string>();
+
+  /** Runs the statement of shape `key` with `params`; `build` makes it (from these same values) the first time. */
+  run<R>(
+    db: Kysely<Database>,
+    key: string,
+    params: unknown[],
+    build: () => Compilable<R>,
+  ): Promise<QueryResult<R>> {
+    let text = this.texts.get(key);
+    if (text === undefined) {
+      const c = build().compile();
+      if (c.parameters.length !== params.length || c.parameters.some((p, i) => p !== params[i]))
+        throw new Error(`query shape ${key}: its parameters differ from the compiled statement's`);
+      text = c.sql;
+      this.texts.set(key, text);
+    }
+    return db.executeQuery(CompiledQuery.raw(text, params) as CompiledQuery<R>);
+  }
 }
 
 /** Applies every pending migration; throws with the failing migration's name. */

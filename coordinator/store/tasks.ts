@@ -1,6 +1,7 @@
-import type { Kysely } from "kysely";
+import type { Insertable, Kysely, Updateable } from "kysely";
 import type { TaskError, TaskStatus } from "../../shared/tasks.ts";
-import type { Database } from "./schema.ts";
+import { QueryShapes } from "./db.ts";
+import type { Database, TaskEventTable, TaskTable } from "./schema.ts";
 
 export interface TaskRecord {
   id: string;
@@ -60,8 +61,90 @@ export interface TaskHistoryEntry {
 
 export const LIVE_STATUSES: TaskStatus[] = ["PENDING", "RETRY", "RUNNING"];
 
+// Rows per multi-row INSERT: a batch of up to this many is one statement, and
+// at most this many statement shapes (one per row count) are kept per table.
 // SQLite allows 32766 bound parameters per statement; tasks rows have 18 columns.
-const INSERT_CHUNK = 500;
+const INSERT_CHUNK = 64;
+
+const TASK_COLUMNS = [
+  "id",
+  "workspace_id",
+  "stub_id",
+  "status",
+  "attempt",
+  "container_id",
+  "agent_id",
+  "stream_seq",
+  "headless",
+  "callback_url",
+  "expires_at",
+  "error_json",
+  "result",
+  "result_json",
+  "created_at",
+  "started_at",
+  "ended_at",
+  "updated_at",
+] as const;
+
+const EVENT_COLUMNS = ["task_id", "status", "attempt", "container_id", "reason", "at"] as const;
+
+/** A whole tasks row, in TASK_COLUMNS order. */
+function taskValues(t: TaskRecord): unknown[] {
+  return [
+    t.id,
+    t.workspaceId,
+    t.stubId,
+    t.status,
+    t.attempt,
+    t.containerId,
+    t.agentId,
+    t.streamSeq,
+    t.headless ? 1 : 0,
+    t.callbackUrl,
+    t.expiresAt === null ? null : new Date(t.expiresAt).toISOString(),
+    t.error ? JSON.stringify(t.error) : null,
+    t.result,
+    t.resultJson,
+    t.createdAt,
+    t.startedAt,
+    t.endedAt,
+    t.updatedAt,
+  ];
+}
+
+const eventValues = (h: TaskHistoryEntry): unknown[] => [
+  h.taskId,
+  h.status,
+  h.attempt,
+  h.containerId,
+  h.reason,
+  h.at,
+];
+
+/** The record of a task just created (PENDING, nothing run yet). */
+export function newTaskRecord(n: NewTask): TaskRecord {
+  return {
+    ...n,
+    status: "PENDING",
+    attempt: 0,
+    containerId: null,
+    agentId: null,
+    streamSeq: null,
+    startedAt: null,
+    endedAt: null,
+    updatedAt: n.createdAt,
+    error: null,
+    result: null,
+    resultJson: null,
+  };
+}
+
+const zip = (columns: readonly string[], values: unknown[], from: number): Record<string, unknown> => {
+  const row: Record<string, unknown> = {};
+  for (let i = 0; i < columns.length; i++) row[columns[i] as string] = values[from + i];
+  return row;
+};
 
 const toTask = (r: Database["tasks"]): TaskRecord => ({
   id: r.id,
@@ -84,77 +167,98 @@ const toTask = (r: Database["tasks"]): TaskRecord => ({
   updatedAt: r.updated_at,
 });
 
-function patchColumns(p: TaskPatch) {
-  return {
-    ...(p.status !== undefined ? { status: p.status } : {}),
-    ...(p.attempt !== undefined ? { attempt: p.attempt } : {}),
-    ...(p.containerId !== undefined ? { container_id: p.containerId } : {}),
-    ...(p.agentId !== undefined ? { agent_id: p.agentId } : {}),
-    ...(p.streamSeq !== undefined ? { stream_seq: p.streamSeq } : {}),
-    ...(p.error !== undefined ? { error_json: p.error ? JSON.stringify(p.error) : null } : {}),
-    ...(p.result !== undefined ? { result: p.result } : {}),
-    ...(p.resultJson !== undefined ? { result_json: p.resultJson } : {}),
-    ...(p.startedAt !== undefined ? { started_at: p.startedAt } : {}),
-    ...(p.endedAt !== undefined ? { ended_at: p.endedAt } : {}),
-    updated_at: p.updatedAt,
+/** The columns a patch sets, in a fixed order, and their values. */
+function patchColumns(p: TaskPatch): { columns: string[]; values: unknown[] } {
+  const columns: string[] = [];
+  const values: unknown[] = [];
+  const set = (c: string, v: unknown) => {
+    columns.push(c);
+    values.push(v);
   };
+  if (p.status !== undefined) set("status", p.status);
+  if (p.attempt !== undefined) set("attempt", p.attempt);
+  if (p.containerId !== undefined) set("container_id", p.containerId);
+  if (p.agentId !== undefined) set("agent_id", p.agentId);
+  if (p.streamSeq !== undefined) set("stream_seq", p.streamSeq);
+  if (p.error !== undefined) set("error_json", p.error ? JSON.stringify(p.error) : null);
+  if (p.result !== undefined) set("result", p.result);
+  if (p.resultJson !== undefined) set("result_json", p.resultJson);
+  if (p.startedAt !== undefined) set("started_at", p.startedAt);
+  if (p.endedAt !== undefined) set("ended_at", p.endedAt);
+  set("updated_at", p.updatedAt);
+  return { columns, values };
 }
 
+type Db = Kysely<Database>;
+
 export class TaskRepo {
-  constructor(private readonly db: Kysely<Database>) {}
+  // Statements of the task path are compiled once per shape (QueryShapes).
+  private readonly shapes = new QueryShapes();
+
+  constructor(private readonly db: Db) {}
 
   /** Inserts new PENDING tasks, all in one transaction. */
   async insertMany(tasks: NewTask[]): Promise<void> {
-    const rows = tasks.map((t) => ({
-      id: t.id,
-      workspace_id: t.workspaceId,
-      stub_id: t.stubId,
-      status: "PENDING",
-      attempt: 0,
-      headless: t.headless ? 1 : 0,
-      callback_url: t.callbackUrl,
-      expires_at: t.expiresAt === null ? null : new Date(t.expiresAt).toISOString(),
-      created_at: t.createdAt,
-      updated_at: t.createdAt,
-    }));
-    await this.db.transaction().execute(async (trx) => {
-      for (let i = 0; i < rows.length; i += INSERT_CHUNK) {
-        await trx
-          .insertInto("tasks")
-          .values(rows.slice(i, i + INSERT_CHUNK))
-          .execute();
-      }
-    });
+    if (tasks.length === 0) return;
+    await this.db.transaction().execute((trx) => this.insertRows(trx, tasks.map(newTaskRecord)));
   }
 
-  /** Writes a batch of task changes and history entries in one transaction. */
-  async applyBatch(patches: Map<string, TaskPatch>, history: TaskHistoryEntry[]): Promise<void> {
-    if (patches.size === 0 && history.length === 0) return;
+  /**
+   * Writes a batch in one transaction: whole rows first (`inserts`: tasks
+   * written for the first time), then row changes, then history entries.
+   */
+  async applyBatch(
+    patches: Map<string, TaskPatch>,
+    history: TaskHistoryEntry[],
+    inserts: TaskRecord[] = [],
+  ): Promise<void> {
+    if (patches.size === 0 && history.length === 0 && inserts.length === 0) return;
     await this.db.transaction().execute(async (trx) => {
+      await this.insertRows(trx, inserts);
       for (const [id, p] of patches) {
-        await trx.updateTable("tasks").set(patchColumns(p)).where("id", "=", id).execute();
+        const { columns, values } = patchColumns(p);
+        values.push(id);
+        await this.shapes.run(trx, `update tasks ${columns.join(",")}`, values, () =>
+          trx
+            .updateTable("tasks")
+            .set(zip(columns, values, 0) as Updateable<TaskTable>)
+            .where("id", "=", id),
+        );
       }
-      for (let i = 0; i < history.length; i += INSERT_CHUNK) {
-        await trx
-          .insertInto("task_events")
-          .values(
-            history.slice(i, i + INSERT_CHUNK).map((h) => ({
-              task_id: h.taskId,
-              status: h.status,
-              attempt: h.attempt,
-              container_id: h.containerId,
-              reason: h.reason,
-              at: h.at,
-            })),
-          )
-          .execute();
-      }
+      await this.insertChunks(trx, "task_events", EVENT_COLUMNS, history.map(eventValues));
     });
   }
 
   async get(id: string): Promise<TaskRecord | undefined> {
-    const r = await this.db.selectFrom("tasks").selectAll().where("id", "=", id).executeTakeFirst();
-    return r && toTask(r);
+    const r = await this.shapes.run(this.db, "get task", [id], () =>
+      this.db.selectFrom("tasks").selectAll().where("id", "=", id),
+    );
+    const row = r.rows[0];
+    return row && toTask(row);
+  }
+
+  private insertRows(db: Db, rows: TaskRecord[]): Promise<void> {
+    return this.insertChunks(db, "tasks", TASK_COLUMNS, rows.map(taskValues));
+  }
+
+  /** Multi-row INSERTs of up to INSERT_CHUNK rows each. */
+  private async insertChunks(
+    db: Db,
+    table: "tasks" | "task_events",
+    columns: readonly string[],
+    rows: unknown[][],
+  ): Promise<void> {
+    for (let i = 0; i < rows.length; i += INSERT_CHUNK) {
+      const chunk = rows.slice(i, i + INSERT_CHUNK);
+      const params = chunk.length === 1 ? (chunk[0] as unknown[]) : chunk.flat();
+      await this.shapes.run(db, `insert ${table} ${chunk.length}`, params, () =>
+        db
+          .insertInto(table)
+          .values(
+            chunk.map((v) => zip(columns, v, 0)) as Insertable<TaskTable>[] & Insertable<TaskEventTable>[],
+          ),
+      );
+    }
   }
 
   async history(taskId: string): Promise<TaskHistoryEntry[]> {

@@ -5,7 +5,7 @@
 
 import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
-import type { TaskHistoryEntry, TaskPatch, TaskRepo } from "../store/tasks.ts";
+import type { TaskHistoryEntry, TaskPatch, TaskRecord, TaskRepo } from "../store/tasks.ts";
 
 export interface BatchWriterOptions {
   /** @default 15 */
@@ -17,6 +17,8 @@ export interface BatchWriterOptions {
 }
 
 interface Batch {
+  /** Whole rows of tasks written for the first time (before the patches: a later change may follow). */
+  inserts: TaskRecord[];
   patches: Map<string, TaskPatch>;
   history: TaskHistoryEntry[];
   afterCommit: (() => void)[];
@@ -30,7 +32,7 @@ function newBatch(): Batch {
   const done = new Promise<void>((r) => {
     resolve = r;
   });
-  return { patches: new Map(), history: [], afterCommit: [], done, resolve, ops: 0 };
+  return { inserts: [], patches: new Map(), history: [], afterCommit: [], done, resolve, ops: 0 };
 }
 
 export class BatchWriter {
@@ -57,6 +59,14 @@ export class BatchWriter {
     const b = this.current;
     const prev = b.patches.get(taskId);
     b.patches.set(taskId, prev ? Object.assign(prev, p) : { ...p });
+    this.touched(b);
+  }
+
+  /** Writes a task's first row (as it is now) with its history so far. */
+  insert(row: TaskRecord, history: TaskHistoryEntry[]): void {
+    const b = this.current;
+    b.inserts.push(row);
+    for (const h of history) b.history.push(h);
     this.touched(b);
   }
 
@@ -125,13 +135,13 @@ export class BatchWriter {
   private async write(b: Batch): Promise<void> {
     for (;;) {
       try {
-        await this.repo.applyBatch(b.patches, b.history);
+        await this.repo.applyBatch(b.patches, b.history, b.inserts);
         break;
       } catch (e) {
         // Events stay unacknowledged until their rows are in, so nothing is lost;
         // a store that is down is retried until it is back.
         this.log.error(
-          { err: describeError(e), tasks: b.patches.size },
+          { err: describeError(e), tasks: b.patches.size + b.inserts.length },
           "writing task rows failed; retrying",
         );
         await new Promise((r) => setTimeout(r, this.retryAfterMs));

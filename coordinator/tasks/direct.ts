@@ -2,13 +2,15 @@
 // server (endpoint, asgi, realtime; docs/deployments.md). Each is a task like
 // a queued one (row, history, live index, demand, watchers, callbacks) but
 // never has a JetStream message: the coordinator decides every transition,
-// through the same engine the agents' events go through.
+// through the same engine the agents' events go through. A direct task's row
+// is written when it ends or once it has been open for FOLD_MS, whichever
+// comes first (coordinator/tasks/unwritten.ts): a short request costs one
+// batched write, not three.
 
 import type { Logger } from "pino";
 import { newId } from "../../shared/ids.ts";
 import { baseStubType, HTTP_SERVED_TYPES, type TaskError } from "../../shared/tasks.ts";
 import type { StubRecord } from "../store/stubs.ts";
-import type { TaskRepo } from "../store/tasks.ts";
 import type { TaskEngine } from "./engine.ts";
 import { type LiveTask, pendingTask } from "./live-index.ts";
 import { policyExpiresAt } from "./policy.ts";
@@ -39,7 +41,6 @@ export class DirectTasks {
   private readonly own = new Set<string>();
 
   constructor(
-    private readonly repo: TaskRepo,
     private readonly engine: TaskEngine,
     private readonly log: Logger,
     private readonly clock: () => number,
@@ -47,7 +48,8 @@ export class DirectTasks {
 
   /**
    * Records a PENDING task for one request to `stub`; it counts in demand()
-   * (the container manager scales from it) until started or ended.
+   * (the container manager scales from it) until started or ended. Its row is
+   * written later (see above); until then the live index answers for it.
    */
   async create(stub: StubRecord, o: { callbackUrl?: string | null } = {}): Promise<DirectTaskInfo> {
     const now = this.clock();
@@ -60,10 +62,9 @@ export class DirectTasks {
       expiresAt: policyExpiresAt(stub.config, now),
       createdAt: new Date(now).toISOString(),
     };
-    await this.repo.insertMany([row]);
     const t = pendingTask(row);
     this.own.add(t.id);
-    this.engine.index.add(t);
+    this.engine.addUnwritten(t);
     return { id: t.id, expiresAt: t.expiresAt, createdAt: t.createdAt };
   }
 
@@ -136,7 +137,11 @@ export class DirectTasks {
   /**
    * Direct tasks left unfinished by an earlier run of the coordinator: their
    * callers' connections died with it, so nobody will ever end them (and they
-   * would hold containers up as demand). Ends them FAILED.
+   * would hold containers up as demand). Ends them FAILED. Only written rows
+   * are found here: a task whose row was never written (it was open for less
+   * than FOLD_MS when the process died without stopping) left no trace, so
+   * no API ever shows it after the restart. A coordinator that stops writes
+   * every unwritten row first (TaskEngine.stop).
    */
   async failOrphans(live: Iterable<LiveTask>, stubType: (stubId: string) => Promise<string | undefined>) {
     let n = 0;

@@ -3,10 +3,11 @@
 
 import type { Logger } from "pino";
 import type { TaskError, TaskEvent, TaskStatus } from "../../shared/tasks.ts";
-import type { TaskPatch, TaskRepo } from "../store/tasks.ts";
+import type { TaskHistoryEntry, TaskPatch, TaskRepo } from "../store/tasks.ts";
 import { BatchWriter, type BatchWriterOptions } from "./batch-writer.ts";
-import { type LiveTask, LiveIndex } from "./live-index.ts";
+import { type LiveTask, LiveIndex, recordFromLive } from "./live-index.ts";
 import { isTerminal, mayEnd, stepsFor } from "./transitions.ts";
+import { FOLD_MS, type Unwritten, UnwrittenTasks } from "./unwritten.ts";
 
 /** What a watcher of a task hears. */
 export type TaskUpdate =
@@ -28,6 +29,7 @@ export class TaskEngine {
   readonly index = new LiveIndex();
   readonly writer: BatchWriter;
   private readonly watchers = new Map<string, Set<TaskListener>>();
+  private readonly unwritten: UnwrittenTasks;
 
   constructor(
     repo: TaskRepo,
@@ -35,8 +37,36 @@ export class TaskEngine {
     /** Called once a task's final row is committed (callbacks). */
     private readonly onFinished: (t: LiveTask) => void,
     writerOptions?: BatchWriterOptions,
+    /** How long a task added with addUnwritten may stay unwritten (ms). @default FOLD_MS */
+    foldMs = FOLD_MS,
   ) {
     this.writer = new BatchWriter(repo, log, writerOptions);
+    this.unwritten = new UnwrittenTasks(foldMs, (u) => this.writeRow(u));
+  }
+
+  /**
+   * Tracks a new task whose row is written only when it ends or once it has
+   * been open for `foldMs` (coordinator/tasks/unwritten.ts), with its history.
+   */
+  addUnwritten(t: LiveTask): void {
+    this.index.add(t);
+    this.unwritten.add(t);
+  }
+
+  /** Whether the task's row has not been queued for writing yet. */
+  isUnwritten(taskId: string): boolean {
+    return this.unwritten.has(taskId);
+  }
+
+  /** The history of a task whose row is not written yet, else undefined. */
+  unwrittenHistory(taskId: string): TaskHistoryEntry[] | undefined {
+    return this.unwritten.history(taskId);
+  }
+
+  /** Writes every row still unwritten and everything queued, then stops the writer. */
+  async stop(): Promise<void> {
+    for (const u of this.unwritten.takeAll()) this.writeRow(u);
+    await this.writer.stop();
   }
 
   watch(taskIds: Iterable<string>, listener: TaskListener): () => void {
@@ -108,7 +138,7 @@ export class TaskEngine {
         t.startedAt = startIso;
         patch.startedAt = startIso;
       }
-      this.writer.history({
+      this.record({
         taskId: t.id,
         status: step.status,
         attempt: t.attempt,
@@ -132,8 +162,8 @@ export class TaskEngine {
       patch.error = t.error;
     }
     t.updatedAt = atIso;
-    this.writer.patch(t.id, patch);
-    this.writer.afterCommit(ack);
+    if (!this.unwritten.has(t.id)) this.writer.patch(t.id, patch);
+    if (!this.unwritten.afterCommit(t.id, ack)) this.writer.afterCommit(ack);
     this.announce(t);
     return true;
   }
@@ -149,7 +179,7 @@ export class TaskEngine {
     this.index.setStatus(t, status, null, at);
     t.updatedAt = atIso;
     if (o.error) t.error = o.error;
-    this.writer.history({
+    this.record({
       taskId: t.id,
       status,
       attempt: t.attempt,
@@ -157,14 +187,29 @@ export class TaskEngine {
       reason: o.reason,
       at: atIso,
     });
-    this.writer.patch(t.id, { status, updatedAt: atIso, ...(o.error ? { error: o.error } : {}) });
+    this.patchRow(t.id, { status, updatedAt: atIso, ...(o.error ? { error: o.error } : {}) });
     this.announce(t);
     return true;
   }
 
   /** Records a column change that is not a status change (the stream sequence). */
   patch(t: LiveTask, p: Omit<TaskPatch, "updatedAt">): void {
-    this.writer.patch(t.id, { ...p, updatedAt: t.updatedAt });
+    this.patchRow(t.id, { ...p, updatedAt: t.updatedAt });
+  }
+
+  // An unwritten task's changes are in its live state, which its row is made from.
+  private patchRow(taskId: string, p: TaskPatch): void {
+    if (!this.unwritten.has(taskId)) this.writer.patch(taskId, p);
+  }
+
+  private record(h: TaskHistoryEntry): void {
+    if (!this.unwritten.record(h)) this.writer.history(h);
+  }
+
+  /** Queues the whole row of an unwritten task (as it is now) with its history, in one batch. */
+  private writeRow(u: Unwritten): void {
+    this.writer.insert(recordFromLive(u.task), u.history);
+    for (const fn of u.afterCommit) this.writer.afterCommit(fn);
   }
 
   private announce(t: LiveTask): void {
@@ -173,7 +218,9 @@ export class TaskEngine {
       return;
     }
     t.endedAt = t.updatedAt;
-    this.writer.patch(t.id, { endedAt: t.endedAt, updatedAt: t.updatedAt });
+    const u = this.unwritten.take(t.id);
+    if (u) this.writeRow(u);
+    else this.writer.patch(t.id, { endedAt: t.endedAt, updatedAt: t.updatedAt });
     this.emit({
       type: "result",
       taskId: t.id,

@@ -35,6 +35,11 @@ export function liveFromRecord(r: TaskRecord): LiveTask {
   };
 }
 
+/** The task's whole row as the live index has it (every column is kept there). */
+export function recordFromLive(t: LiveTask): TaskRecord {
+  return { ...t, result: t.result ? Buffer.from(t.result, "base64") : null };
+}
+
 /** A task just created, before its message is published. */
 export function pendingTask(n: NewTask): LiveTask {
   return {

@@ -25,7 +25,7 @@ import type { BatchWriterOptions } from "./batch-writer.ts";
 import { buildCallback, CallbackSender } from "./callbacks.ts";
 import { DirectTasks } from "./direct.ts";
 import { TaskEngine, type TaskListener, type TaskUpdate } from "./engine.ts";
-import { type LiveTask, liveFromRecord, pendingTask } from "./live-index.ts";
+import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./live-index.ts";
 import { checkInputs, policyExpiresAt } from "./policy.ts";
 import { TaskEventConsumer } from "./event-consumer.ts";
 import { ensureStubConsumer, ensureTaskStreams } from "./streams.ts";
@@ -47,6 +47,8 @@ export interface TaskServiceDeps {
   /** @default 1000 */
   sweepIntervalMs?: number;
   writer?: BatchWriterOptions;
+  /** How long a direct task stays unwritten at most (ms). @default FOLD_MS (coordinator/tasks/unwritten.ts) */
+  directFoldMs?: number;
 }
 
 export interface SubmitOptions {
@@ -99,9 +101,15 @@ export class TaskService implements TaskActivity {
     this.clock = d.clock ?? Date.now;
     this.sweepIntervalMs = d.sweepIntervalMs ?? 1000;
     this.callbacks = new CallbackSender(d.log);
-    this.engine = new TaskEngine(d.store.tasks, d.log, (t) => void this.sendCallback(t), d.writer);
+    this.engine = new TaskEngine(
+      d.store.tasks,
+      d.log,
+      (t) => void this.sendCallback(t),
+      d.writer,
+      d.directFoldMs,
+    );
     this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
-    this.direct = new DirectTasks(d.store.tasks, this.engine, d.log, this.clock);
+    this.direct = new DirectTasks(this.engine, d.log, this.clock);
   }
 
   /** Called with a stub's id when its config, extra or code changed (warm containers of the old one are replaced). */
@@ -128,7 +136,7 @@ export class TaskService implements TaskActivity {
   async stop(): Promise<void> {
     clearInterval(this.sweeper);
     await this.events.stop();
-    await this.engine.writer.stop();
+    await this.engine.stop();
     await this.callbacks.drain();
   }
 
@@ -227,32 +235,23 @@ export class TaskService implements TaskActivity {
     return this.engine.watch(taskIds, listener);
   }
 
-  /** The task as the store has it, with any change not yet written laid over it. */
+  /**
+   * The task: from the live index while this coordinator tracks it (it holds
+   * every column, also of a task whose row is not written yet), else the store's row.
+   */
   async getTask(workspaceId: string, taskId: string): Promise<TaskRecord> {
-    const row = await this.store.tasks.get(taskId);
+    const t = this.engine.index.get(taskId);
+    const row = t ? recordFromLive(t) : await this.store.tasks.get(taskId);
     if (!row || row.workspaceId !== workspaceId)
       throw new BerthError("not_found", `task ${taskId} not found`);
-    const t = this.engine.index.get(taskId);
-    if (!t) return row;
-    return {
-      ...row,
-      status: t.status,
-      attempt: t.attempt,
-      containerId: t.containerId,
-      agentId: t.agentId,
-      streamSeq: t.streamSeq,
-      error: t.error,
-      result: t.result ? Buffer.from(t.result, "base64") : row.result,
-      resultJson: t.resultJson ?? row.resultJson,
-      startedAt: t.startedAt,
-      endedAt: t.endedAt,
-      updatedAt: t.updatedAt,
-    };
+    return row;
   }
 
-  /** The task's status history (committed entries). */
+  /** The task's status history (committed entries, or all of them for a task whose row is not written yet). */
   async history(workspaceId: string, taskId: string): Promise<TaskHistoryEntry[]> {
     await this.getTask(workspaceId, taskId);
+    const unwritten = this.engine.unwrittenHistory(taskId);
+    if (unwritten) return unwritten;
     await this.engine.writer.committed();
     return this.store.tasks.history(taskId);
   }

@@ -101,6 +101,7 @@ describe("deployment routes (inject)", () => {
       "active",
       "created_at",
       "id",
+      "last_request_at",
       "name",
       "serve",
       "stub_id",

@@ -38,6 +38,8 @@ export class FakeRunner {
   readonly seen: { method: string; url: string; headers: IncomingMessage["headers"]; body: string }[] = [];
   /** Requests whose caller went away before the answer. */
   aborted = 0;
+  /** Requests with `{"op": "hold"}` wait here until release(). */
+  private held: (() => void)[] = [];
   private readonly sockets = new Set<Socket>();
 
   constructor() {
@@ -60,7 +62,13 @@ export class FakeRunner {
     return this;
   }
 
+  /** Answers every held request. */
+  release(): void {
+    for (const r of this.held.splice(0)) r();
+  }
+
   async stop(): Promise<void> {
+    this.release();
     for (const s of this.sockets) s.destroy();
     await new Promise((r) => this.server.close(r));
   }
@@ -91,6 +99,7 @@ export class FakeRunner {
       return;
     }
     if (input.op === "hang") return;
+    if (input.op === "hold") await new Promise<void>((r) => this.held.push(r));
     if (input.op === "slow") await new Promise((r) => setTimeout(r, input.ms ?? 200));
     res.writeHead(200, { "content-type": "application/json" });
     res.end(JSON.stringify({ got: input, task_id: req.headers["x-task-id"] }));
@@ -219,13 +228,13 @@ let seq = 0;
 
 export async function startEndpointHarness(
   suite: { after: (fn: () => unknown) => void },
-  o: { endpointDomain?: string } = {},
+  o: { endpointDomain?: string; directFoldMs?: number } = {},
 ): Promise<EndpointHarness> {
   const cleanups: (() => unknown)[] = [];
   suite.after(async () => {
     for (const fn of cleanups.reverse()) await fn();
   });
-  const h = await startTaskHarness({ after: (fn) => cleanups.push(fn) });
+  const h = await startTaskHarness({ after: (fn) => cleanups.push(fn) }, o);
   const containers = new FakeContainers();
   const tunnels = new FakeTunnels();
   cleanups.push(() => tunnels.close());

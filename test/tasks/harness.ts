@@ -44,7 +44,10 @@ export interface TaskHarness {
   newService(): TaskService;
 }
 
-export async function startTaskHarness(suite: { after: (fn: () => unknown) => void }): Promise<TaskHarness> {
+export async function startTaskHarness(
+  suite: { after: (fn: () => unknown) => void },
+  o: { directFoldMs?: number } = {},
+): Promise<TaskHarness> {
   const cleanups: (() => unknown)[] = [];
   suite.after(async () => {
     for (const fn of cleanups.reverse()) await fn();
@@ -67,7 +70,15 @@ export async function startTaskHarness(suite: { after: (fn: () => unknown) => vo
   const containerCounts: ContainerCounts = { activeContainers: (stubId) => counts.get(stubId) ?? 0 };
   const log = pino({ level: "silent" });
   const newService = () =>
-    new TaskService({ store, nats: nc, objects, counts: containerCounts, log, sweepIntervalMs: 50 });
+    new TaskService({
+      store,
+      nats: nc,
+      objects,
+      counts: containerCounts,
+      log,
+      sweepIntervalMs: 50,
+      ...(o.directFoldMs !== undefined ? { directFoldMs: o.directFoldMs } : {}),
+    });
   const tasks = newService();
   await tasks.start();
   cleanups.push(() => tasks.stop());
