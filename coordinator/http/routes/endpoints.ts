@@ -1,3 +1,4 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
 import type { EndpointDispatcher } from "../../endpoints/dispatch.ts";
 import { writeJson } from "../../endpoints/proxy.ts";
@@ -12,20 +13,28 @@ export function endpointRoutes(endpoints: EndpointDispatcher): FastifyPluginAsyn
   return async (app) => {
     app.removeAllContentTypeParsers();
     app.addContentTypeParser("*", (_req, _payload, done) => done(null, undefined));
-    const serve = async (
-      req: { raw: import("node:http").IncomingMessage },
-      reply: import("fastify").FastifyReply,
-    ) => {
+    app.all("/endpoint/*", async (req, reply) => {
       reply.hijack();
-      try {
-        await endpoints.serveHttp(req.raw, reply.raw);
-      } catch (e) {
-        endpoints.deps.log.error({ err: (e as Error).message, url: req.raw.url }, "endpoint request failed");
-        if (!reply.raw.headersSent)
-          writeJson(reply.raw, 500, { error: { code: "internal", message: "internal error" } });
-        else reply.raw.destroy();
-      }
-    };
-    app.all("/endpoint/*", serve);
+      await serveEndpointRequest(endpoints, req.raw, reply.raw);
+    });
   };
+}
+
+/**
+ * One /endpoint/... request, start to end; never rejects. The coordinator's
+ * server calls it before Fastify sees the request (the hot path skips routing
+ * and hooks); the Fastify route above serves inject() and servers built without it.
+ */
+export async function serveEndpointRequest(
+  endpoints: EndpointDispatcher,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  try {
+    await endpoints.serveHttp(req, res);
+  } catch (e) {
+    endpoints.deps.log.error({ err: (e as Error).message, url: req.url }, "endpoint request failed");
+    if (!res.headersSent) writeJson(res, 500, { error: { code: "internal", message: "internal error" } });
+    else res.destroy();
+  }
 }
