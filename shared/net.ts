@@ -1,4 +1,4 @@
-import { createServer } from "node:net";
+import { createServer, connect as netConnect, type Socket } from "node:net";
 
 /** A TCP port on loopback that was free a moment ago. */
 export function freePort(host = "127.0.0.1"): Promise<number> {
@@ -36,4 +36,37 @@ export async function waitFor<T>(
   }
   const why = lastError instanceof Error ? `: ${lastError.message}` : "";
   throw new Error(`timed out after ${opts.timeoutMs ?? 10_000} ms waiting for ${opts.what ?? "condition"}${why}`);
+}
+
+/**
+ * One TCP connection attempt, bounded by the time left and an optional
+ * signal: the socket, the connect error, or "timeout". Never rejects; a
+ * socket that is not returned is destroyed.
+ */
+export function connectAttempt(
+  host: string,
+  port: number,
+  leftMs: number,
+  signal?: AbortSignal,
+  o: { allowHalfOpen?: boolean } = {},
+): Promise<Socket | Error | "timeout"> {
+  if (leftMs <= 0) return Promise.resolve("timeout");
+  return new Promise((resolve) => {
+    const s = netConnect({ host, port, allowHalfOpen: o.allowHalfOpen ?? false });
+    const done = (r: Socket | Error | "timeout") => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      s.off("connect", onConnect);
+      s.off("error", onError);
+      if (r !== s) s.destroy();
+      resolve(r);
+    };
+    const onConnect = () => done(s);
+    const onError = (e: Error) => done(e);
+    const onAbort = () => done(new Error("aborted"));
+    const timer = setTimeout(() => done("timeout"), leftMs);
+    s.once("connect", onConnect);
+    s.once("error", onError);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }

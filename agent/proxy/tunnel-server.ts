@@ -8,11 +8,12 @@
 import type { IncomingMessage } from "node:http";
 import { STATUS_CODES } from "node:http";
 import { type Server, createServer } from "node:https";
-import { isIP, type Socket, connect as netConnect } from "node:net";
+import { isIP, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { TLSSocket } from "node:tls";
 import { BerthError, type ErrorCode, describeError } from "../../shared/errors.ts";
+import { connectAttempt } from "../../shared/net.ts";
 import type { ContainerState } from "../rpc/container-api.ts";
 import {
   ERROR_CODE_HEADER,
@@ -230,7 +231,7 @@ export class TunnelServer {
       if (c.state === "stopped") return refuse(409, "failed_precondition", `container ${id} is not running`);
       if (c.state === "running") {
         if (!c.ipv4) return refuse(502, "unavailable", `container ${id} has no IPv4 address`);
-        const r = await attempt(c.ipv4, port, deadline - Date.now(), signal);
+        const r = await connectAttempt(c.ipv4, port, deadline - Date.now(), signal, { allowHalfOpen: true });
         if (signal.aborted) {
           if (r instanceof Error || r === "timeout") return undefined;
           r.destroy();
@@ -301,33 +302,6 @@ export function resolveTunnelServerOptions(o: TunnelServerOptions): ResolvedTunn
   };
 }
 
-/** One TCP connection attempt, bounded by the time left and the tunnel's signal. */
-function attempt(
-  host: string,
-  port: number,
-  leftMs: number,
-  signal: AbortSignal,
-): Promise<Socket | Error | "timeout"> {
-  if (leftMs <= 0) return Promise.resolve("timeout");
-  return new Promise((resolve) => {
-    const s = netConnect({ host, port, allowHalfOpen: true });
-    const done = (r: Socket | Error | "timeout") => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", onAbort);
-      s.off("connect", onConnect);
-      s.off("error", onError);
-      if (r !== s) s.destroy();
-      resolve(r);
-    };
-    const onConnect = () => done(s);
-    const onError = (e: Error) => done(e);
-    const onAbort = () => done(new Error("aborted"));
-    const timer = setTimeout(() => done("timeout"), leftMs);
-    s.once("connect", onConnect);
-    s.once("error", onError);
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
-}
 
 /**
  * Pipes both ways. A FIN is passed on (half-close); an error or an abrupt

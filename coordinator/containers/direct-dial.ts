@@ -3,9 +3,10 @@
 // host → container path the agent's tunnel takes (its nftables rules let the
 // host reach exposed ports). No TLS on either end, no CONNECT.
 
-import { type Socket, connect as netConnect } from "node:net";
+import type { Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { BerthError, describeError } from "../../shared/errors.ts";
+import { connectAttempt } from "../../shared/net.ts";
 
 export interface DirectDialTarget {
   containerId: string;
@@ -32,7 +33,7 @@ export async function dialDirect(t: DirectDialTarget, o: DirectDialOptions): Pro
   const deadline = Date.now() + o.timeoutMs;
   for (;;) {
     o.signal?.throwIfAborted();
-    const r = await attempt(t.ipv4, t.port, deadline - Date.now(), o.signal);
+    const r = await connectAttempt(t.ipv4, t.port, deadline - Date.now(), o.signal);
     if (!(r instanceof Error) && r !== "timeout") {
       r.setNoDelay(true);
       return r;
@@ -57,30 +58,3 @@ export async function dialDirect(t: DirectDialTarget, o: DirectDialOptions): Pro
   }
 }
 
-/** One TCP connection attempt, bounded by the time left and the caller's signal. */
-function attempt(
-  host: string,
-  port: number,
-  leftMs: number,
-  signal: AbortSignal | undefined,
-): Promise<Socket | Error | "timeout"> {
-  if (leftMs <= 0) return Promise.resolve("timeout");
-  return new Promise((resolve) => {
-    const s = netConnect({ host, port });
-    const done = (r: Socket | Error | "timeout") => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-      s.off("connect", onConnect);
-      s.off("error", onError);
-      if (r !== s) s.destroy();
-      resolve(r);
-    };
-    const onConnect = () => done(s);
-    const onError = (e: Error) => done(e);
-    const onAbort = () => done(new Error("aborted"));
-    const timer = setTimeout(() => done("timeout"), leftMs);
-    s.once("connect", onConnect);
-    s.once("error", onError);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}

@@ -3,7 +3,7 @@
 // (the container manager's input) and what each container is doing.
 
 import type { TaskStatus } from "../../shared/tasks.ts";
-import type { NewTask, TaskRecord } from "../store/tasks.ts";
+import { type NewTask, type TaskRecord, newTaskRecord } from "../store/tasks.ts";
 import type { StubDemand } from "./activity.ts";
 
 /** A task row as the live index holds it: the result stays base64, as the event carried it. */
@@ -42,20 +42,7 @@ export function recordFromLive(t: LiveTask): TaskRecord {
 
 /** A task just created, before its message is published. */
 export function pendingTask(n: NewTask): LiveTask {
-  return {
-    ...n,
-    status: "PENDING",
-    attempt: 0,
-    containerId: null,
-    agentId: null,
-    streamSeq: null,
-    startedAt: null,
-    endedAt: null,
-    updatedAt: n.createdAt,
-    error: null,
-    result: null,
-    resultJson: null,
-  };
+  return { ...newTaskRecord(n), result: null };
 }
 
 interface ContainerState {

@@ -71,7 +71,8 @@ def _import_file(path: str) -> Any:
         raise DescribeError(
             f"{base} cannot be imported by name in the container: rename it to a Python identifier (such as app.py)"
         )
-    if module_name in sys.modules or module_name in sys.builtin_module_names:
+    stdlib = getattr(sys, "stdlib_module_names", frozenset())
+    if module_name in sys.modules or module_name in sys.builtin_module_names or module_name in stdlib:
         # The container's runner has that module imported already, so it would never load this file.
         raise DescribeError(f"{base} has the name of the module {module_name!r} that Python or berth uses: rename it")
     sys.path.insert(0, directory)
