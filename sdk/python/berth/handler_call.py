@@ -23,6 +23,7 @@ Positional-only parameters are filled from the body keys of their names too
 (passed by position). ``*args`` never receives anything from a body.
 """
 
+import functools
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -45,11 +46,22 @@ def _unwrap(func: Callable) -> Callable:
     return inner if callable(inner) and getattr(func, "stub_type", None) else func
 
 
-def _parameters(func: Callable) -> Optional[List[inspect.Parameter]]:
+def _signature_parameters(func: Callable) -> Optional[List[inspect.Parameter]]:
     try:
         return list(inspect.signature(_unwrap(func)).parameters.values())
     except (TypeError, ValueError):  # builtins and C callables without a signature
         return None
+
+
+# An endpoint binds a body on every request: a handler's parameters are worked out once.
+_cached_parameters = functools.lru_cache(maxsize=1024)(_signature_parameters)
+
+
+def _parameters(func: Callable) -> Optional[List[inspect.Parameter]]:
+    try:
+        return _cached_parameters(func)
+    except TypeError:  # an unhashable callable: not cached
+        return _signature_parameters(func)
 
 
 def _is_context(p: inspect.Parameter) -> bool:
