@@ -14,6 +14,7 @@ import { ContainerAddresses } from "./containers/container-addresses.ts";
 import { ContainerTunnels } from "./containers/tunnels.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
 import { EndpointDispatcher } from "./endpoints/dispatch.ts";
+import { EventStream, WorkspaceEvents, taskEvents } from "./events/index.ts";
 import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
 import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
 import { buildHttpApp } from "./http/app.ts";
@@ -101,8 +102,22 @@ export async function startCoordinator(
     heartbeatIntervalMs: o.heartbeatIntervalMs,
   });
   const objects = new Objects(store.objects, o.dataDir);
-  const tasks = new TaskService({ store, nats: nc, objects, log: log.child({ area: "tasks" }) });
+  const events = new EventStream({
+    nats: nc,
+    log: log.child({ area: "events" }),
+    ...(o.streams.eventsMaxAgeMs ? { maxAgeMs: o.streams.eventsMaxAgeMs } : {}),
+    ...(o.streams.eventsMaxBytes ? { maxBytes: o.streams.eventsMaxBytes } : {}),
+  });
+  const workspaceEvents = new WorkspaceEvents(events, store.workspaces, log.child({ area: "events" }));
+  const tasks = new TaskService({
+    store,
+    nats: nc,
+    objects,
+    log: log.child({ area: "tasks" }),
+    onTaskStatus: taskEvents(workspaceEvents.emit),
+  });
   try {
+    await events.start();
     await tasks.start();
   } catch (e) {
     await watcher.stop();
@@ -128,6 +143,7 @@ export async function startCoordinator(
     baseUrl: o.publicUrl,
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     nats: nc,
+    events: workspaceEvents.emit,
     onStubChange: (stubId) => containers?.invalidateStub(stubId),
   });
   try {
@@ -192,6 +208,7 @@ export async function startCoordinator(
     tunnels.close();
     agentClients.close();
     await tasks.stop();
+    await events.stop();
   };
 
   const app = await buildHttpApp({
@@ -205,6 +222,7 @@ export async function startCoordinator(
     containers: manager,
     agents: agentClients,
     endpoints,
+    events,
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     logger: log.child({ area: "http" }),
     version: BERTH_VERSION,

@@ -9,9 +9,11 @@ import type { Logger } from "pino";
 import { parseCron } from "../../shared/cron.ts";
 import { hostUrl } from "../endpoints/host-names.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
+import type { EventType } from "../../shared/events.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import type { DeploymentRecord, DeploymentRepo, DeploymentWithStub } from "../store/deployments.ts";
 import type { StubRecord } from "../store/stubs.ts";
+import type { EmitEvent } from "../events/emitter.ts";
 import type { TaskService } from "../tasks/service.ts";
 import { ScalingEvents, type ScalingEvent, type ScalingEventJson } from "./scaling-events.ts";
 import { DeploymentCache, type DeploymentStates } from "./states.ts";
@@ -71,6 +73,8 @@ export interface DeploymentServiceDeps {
   serveIdleMs?: number;
   /** last_request_at is written at most this often per deployment. @default 5000 */
   touchEveryMs?: number;
+  /** Workspace events (coordinator/events WorkspaceEvents.emit): stub.deploy, deployment.*. */
+  events?: EmitEvent;
 }
 
 export interface Resolved {
@@ -103,6 +107,7 @@ export class DeploymentService {
   private lastRefresh = 0;
   private timers: NodeJS.Timeout[] = [];
   private sweeping: Promise<number> | undefined;
+  private readonly emit: EmitEvent;
 
   constructor(d: DeploymentServiceDeps) {
     this.repo = d.repo;
@@ -113,6 +118,7 @@ export class DeploymentService {
     this.baseUrl = d.baseUrl.replace(/\/+$/, "");
     this.endpointDomain = d.endpointDomain;
     this.events = new ScalingEvents(d.log, d.nats);
+    this.emit = d.events ?? (() => {});
     this.o = {
       refreshIntervalMs: d.refreshIntervalMs ?? 5000,
       sweepIntervalMs: d.sweepIntervalMs ?? 30_000,
@@ -182,6 +188,7 @@ export class DeploymentService {
       const { deployment } = await this.repo.upsertServe(workspaceId, name, kind, stub.id, at);
       this.cache.put({ ...deployment, config: stub.config, extra: stub.extra });
       this.onStubChange(stub.id);
+      this.announce("stub.deploy", deployment);
       this.log.info(
         { workspaceId, deploymentId: deployment.id, name, kind },
         "deployments: serve session synced",
@@ -205,6 +212,7 @@ export class DeploymentService {
     const deployment = await this.repo.attachStub(reserved.id, stub.id, at);
     this.cache.put({ ...deployment, config: stub.config, extra: stub.extra });
     this.onStubChange(stub.id);
+    this.announce("stub.deploy", deployment);
     this.log.info(
       { workspaceId, deploymentId: deployment.id, name, kind, version: deployment.version },
       "deployments: deployed",
@@ -325,7 +333,12 @@ export class DeploymentService {
 
   /** Keeps the event for GET /deployment/{ws}/{id} and publishes it (NATS, log). */
   recordScaling(ev: ScalingEvent): void {
-    this.events.record(this.cache.byStub(ev.stubId)?.id, ev);
+    const d = this.cache.byStub(ev.stubId);
+    this.events.record(d?.id, ev);
+    if (d) {
+      const scale = { from: ev.from, to: ev.to, reason: ev.reason, queue_depth: ev.queueDepth };
+      this.announce("deployment.scale", d, scale);
+    }
   }
 
   /** The deployment's recent scaling events, oldest first. */
@@ -390,11 +403,18 @@ export class DeploymentService {
     }
   }
 
+  private announce(type: EventType, d: DeploymentRecord, more: Record<string, unknown> = {}): void {
+    const { id, name, kind, version, stubId, active, serve } = d;
+    const base = { deployment_id: id, name, kind, version, stub_id: stubId, active, serve };
+    this.emit(d.workspaceId, type, id, { ...base, ...more });
+  }
+
   private async setActive(workspaceId: string, id: string, active: boolean): Promise<DeploymentRecord> {
-    await this.get(workspaceId, id);
+    const was = await this.get(workspaceId, id);
     const at = new Date(this.clock()).toISOString();
     const d = await this.repo.setActive(id, active, at);
     if (!d) throw new BerthError("not_found", `deployment ${id} not found`);
+    if (was.active !== active) this.announce(active ? "deployment.start" : "deployment.stop", d);
     const cached = this.cache.get(id);
     if (cached) this.cache.put({ ...cached, ...d });
     else await this.refresh();
@@ -407,6 +427,7 @@ export class DeploymentService {
 
   private async remove(d: DeploymentRecord, reason: "deleted" | "serve_idle"): Promise<void> {
     await this.repo.remove(d.id);
+    this.announce("deployment.delete", d, { reason });
     this.cache.remove(d.id);
     this.events.forget(d.id);
     this.lastTouched.delete(d.id);

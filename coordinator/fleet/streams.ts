@@ -6,8 +6,10 @@ export interface StreamRetention {
   logsMaxAgeMs?: number;
   /** @default 1 GiB */
   logsMaxBytes?: number;
-  /** @default 30 days */
+  /** Container events and workspace events (BERTH_EVENTS, docs/events.md). @default 30 days */
   eventsMaxAgeMs?: number;
+  /** Workspace events (BERTH_EVENTS). @default 1 GiB */
+  eventsMaxBytes?: number;
 }
 
 const ns = (ms: number) => ms * 1_000_000;

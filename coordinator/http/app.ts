@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
 import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
 import { rewriteEndpointHost } from "../endpoints/host-names.ts";
+import type { EventStream } from "../events/index.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { JoinService } from "../fleet/join.ts";
 import type { Objects } from "../objects/objects.ts";
@@ -15,6 +16,7 @@ import { fleetRoutes, joinRoutes } from "./routes/agents.ts";
 import { type DeploymentLogDeps, deploymentLogRoutes } from "./routes/deployment-logs.ts";
 import { deploymentRoutes } from "./routes/deployments.ts";
 import { endpointRoutes, serveEndpointRequest } from "./routes/endpoints.ts";
+import { eventRoutes } from "./routes/events.ts";
 import { gatewayDeploymentRoutes } from "./routes/gateway-deployments.ts";
 import { gatewayObjectRoutes } from "./routes/gateway-objects.ts";
 import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
@@ -48,6 +50,8 @@ export interface HttpDeps {
   endpoints?: EndpointDispatcher;
   /** Per-deployment host names `{deployment_id}.{endpointDomain}` (coordinator option). */
   endpointDomain?: string;
+  /** Workspace events: the events history and stream routes exist when given. */
+  events?: EventStream;
 }
 
 /**
@@ -118,5 +122,6 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     }
   }
   if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
+  if (deps.events) await app.register(eventRoutes({ tokens: deps.store.tokens, events: deps.events }));
   return app;
 }

@@ -25,6 +25,9 @@ export type TaskUpdate =
 
 export type TaskListener = (u: TaskUpdate) => void;
 
+/** Hears every status a task takes, in order; `from` null: the task was just created (PENDING). */
+export type TaskStatusListener = (t: LiveTask, from: TaskStatus | null, to: TaskStatus) => void;
+
 export class TaskEngine {
   readonly index = new LiveIndex();
   readonly writer: BatchWriter;
@@ -39,6 +42,8 @@ export class TaskEngine {
     writerOptions?: BatchWriterOptions,
     /** How long a task added with addUnwritten may stay unwritten (ms). @default FOLD_MS */
     foldMs = FOLD_MS,
+    /** Workspace events (coordinator/events): called synchronously, so it must not block. */
+    private readonly onStatus?: TaskStatusListener,
   ) {
     this.writer = new BatchWriter(repo, log, writerOptions);
     this.unwritten = new UnwrittenTasks(foldMs, (u) => this.writeRow(u));
@@ -51,6 +56,12 @@ export class TaskEngine {
   addUnwritten(t: LiveTask): void {
     this.index.add(t);
     this.unwritten.add(t);
+    this.created(t);
+  }
+
+  /** Announces a task just created (the caller added it to the index). */
+  created(t: LiveTask): void {
+    this.statusChanged(t, null, t.status);
   }
 
   /** Whether the task's row has not been queued for writing yet. */
@@ -126,6 +137,7 @@ export class TaskEngine {
     // An outcome that folds its start in (no `started` event was sent) says when it started.
     const folded = ev.type !== "started" && typeof ev.startedAt === "number" && ev.startedAt <= ev.at;
     const startIso = folded ? new Date(ev.startedAt as number).toISOString() : atIso;
+    const from = t.status;
     for (const step of steps) {
       const running = step.status === "RUNNING";
       this.index.setStatus(
@@ -162,6 +174,11 @@ export class TaskEngine {
       patch.error = t.error;
     }
     t.updatedAt = atIso;
+    let prev = from;
+    for (const step of steps) {
+      this.statusChanged(t, prev, step.status);
+      prev = step.status;
+    }
     if (!this.unwritten.has(t.id)) this.writer.patch(t.id, patch);
     if (!this.unwritten.afterCommit(t.id, ack)) this.writer.afterCommit(ack);
     this.announce(t);
@@ -176,9 +193,11 @@ export class TaskEngine {
     if (isTerminal(t.status) || !mayEnd(t.status, status)) return false;
     const at = o.at ?? Date.now();
     const atIso = new Date(at).toISOString();
+    const from = t.status;
     this.index.setStatus(t, status, null, at);
     t.updatedAt = atIso;
     if (o.error) t.error = o.error;
+    this.statusChanged(t, from, status);
     this.record({
       taskId: t.id,
       status,
@@ -200,6 +219,15 @@ export class TaskEngine {
   // An unwritten task's changes are in its live state, which its row is made from.
   private patchRow(taskId: string, p: TaskPatch): void {
     if (!this.unwritten.has(taskId)) this.writer.patch(taskId, p);
+  }
+
+  private statusChanged(t: LiveTask, from: TaskStatus | null, to: TaskStatus): void {
+    if (!this.onStatus) return;
+    try {
+      this.onStatus(t, from, to);
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message, taskId: t.id }, "task status listener failed");
+    }
   }
 
   private record(h: TaskHistoryEntry): void {

@@ -24,7 +24,7 @@ import type { ContainerCounts, StubDemand, TaskActivity } from "./activity.ts";
 import type { BatchWriterOptions } from "./batch-writer.ts";
 import { buildCallback, CallbackSender } from "./callbacks.ts";
 import { DirectTasks } from "./direct.ts";
-import { TaskEngine, type TaskListener, type TaskUpdate } from "./engine.ts";
+import { TaskEngine, type TaskListener, type TaskStatusListener, type TaskUpdate } from "./engine.ts";
 import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./live-index.ts";
 import { checkInputs, policyExpiresAt } from "./policy.ts";
 import { TaskEventConsumer } from "./event-consumer.ts";
@@ -49,6 +49,8 @@ export interface TaskServiceDeps {
   writer?: BatchWriterOptions;
   /** How long a direct task stays unwritten at most (ms). @default FOLD_MS (coordinator/tasks/unwritten.ts) */
   directFoldMs?: number;
+  /** Hears every task status change (workspace events: coordinator/events taskEvents). */
+  onTaskStatus?: TaskStatusListener;
 }
 
 export interface SubmitOptions {
@@ -107,6 +109,7 @@ export class TaskService implements TaskActivity {
       (t) => void this.sendCallback(t),
       d.writer,
       d.directFoldMs,
+      d.onTaskStatus,
     );
     this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
     this.direct = new DirectTasks(this.engine, d.log, this.clock);
@@ -199,6 +202,7 @@ export class TaskService implements TaskActivity {
     const live = rows.map((r) => {
       const t = pendingTask(r);
       this.engine.index.add(t, true);
+      this.engine.created(t);
       return t;
     });
     this.engine.index.notify(stubId);

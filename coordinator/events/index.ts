@@ -1,0 +1,16 @@
+// Workspace events (issue 7): the JetStream-backed stream, and the emitter the
+// task engine and the deployment service announce changes through.
+
+export { type EmitEvent, taskEvents, WorkspaceEvents } from "./emitter.ts";
+export {
+  DEFAULT_EVENTS_MAX_AGE_MS,
+  DEFAULT_EVENTS_MAX_BYTES,
+  EVENTS_STREAM,
+  type EventFollow,
+  EventStream,
+  type EventStreamOptions,
+  eventSubject,
+  type HistoryPage,
+  type HistoryQuery,
+  parseTypePatterns,
+} from "./stream.ts";

@@ -1,0 +1,149 @@
+// `/api/v1/events/{ws}` (docs/events.md): the workspace's events as
+// CloudEvents, a page at a time (history) or live as server-sent events
+// (stream), resumable from an event id. Only the caller's own workspace is
+// ever read: the stream filters by its internal id.
+
+import { PassThrough } from "node:stream";
+import { Type } from "@sinclair/typebox";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { BerthError } from "../../../shared/errors.ts";
+import { toCloudEvent } from "../../../shared/events.ts";
+import type { EventStream } from "../../events/stream.ts";
+import { MAX_HISTORY_LIMIT } from "../../events/stream.ts";
+import type { TokenRepo } from "../../store/workspaces.ts";
+import { authenticator, principalOf } from "../auth.ts";
+import { ErrorResponse } from "../schemas.ts";
+
+/** Spec, Limits: webhook changes apply in about 15 s; the stream's keep-alive uses the same beat. */
+export const SSE_HEARTBEAT_MS = 15_000;
+
+export interface EventRouteDeps {
+  tokens: TokenRepo;
+  events: Pick<EventStream, "history" | "follow">;
+  /** @default SSE_HEARTBEAT_MS */
+  heartbeatMs?: number;
+}
+
+export const CloudEventBody = Type.Object(
+  {
+    specversion: Type.Literal("1.0"),
+    id: Type.String(),
+    source: Type.String(),
+    type: Type.String(),
+    subject: Type.String(),
+    time: Type.String({ format: "date-time" }),
+    datacontenttype: Type.Literal("application/json"),
+    data: Type.Record(Type.String(), Type.Unknown()),
+  },
+  { additionalProperties: false },
+);
+
+const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
+const WsParams = Type.Object({ ws: Type.String() });
+const HistoryQuery = Type.Object(
+  {
+    after: Type.Optional(Type.String({ description: "ISO 8601: only events after this time" })),
+    before: Type.Optional(Type.String({ description: "ISO 8601: only events before this time" })),
+    type: Type.Optional(
+      Type.String({ description: 'comma-separated: exact types, "prefix.*" or "*"', maxLength: 1000 }),
+    ),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_HISTORY_LIMIT, default: 100 })),
+    cursor: Type.Optional(Type.String({ maxLength: 40, description: "next_cursor of the previous page" })),
+  },
+  { additionalProperties: false },
+);
+const StreamQuery = Type.Object(
+  { from_id: Type.Optional(Type.String({ maxLength: 100, description: "resume after this event id" })) },
+  { additionalProperties: false },
+);
+
+/** `{ws}` is the caller's own workspace (external id); any other reads as not found. */
+function workspaceOf(req: FastifyRequest): string {
+  const { ws } = req.params as { ws: string };
+  const workspace = principalOf(req).workspace;
+  if (ws !== workspace.externalId) throw new BerthError("not_found", `workspace ${ws} not found`);
+  return workspace.id;
+}
+
+export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsync {
+  const heartbeatMs = deps.heartbeatMs ?? SSE_HEARTBEAT_MS;
+  return async (app) => {
+    app.addHook("onRequest", authenticator(deps.tokens));
+
+    app.get(
+      "/api/v1/events/:ws/history",
+      {
+        schema: {
+          params: WsParams,
+          querystring: HistoryQuery,
+          response: {
+            200: Type.Object({
+              events: Type.Array(CloudEventBody),
+              next_cursor: Type.Union([Type.String(), Type.Null()]),
+            }),
+            ...errors,
+          },
+        },
+      },
+      async (req) => {
+        const ws = workspaceOf(req);
+        const q = req.query as { after?: string; before?: string; type?: string; limit?: number; cursor?: string };
+        const page = await deps.events.history(ws, q);
+        return { events: page.events.map(toCloudEvent), next_cursor: page.next_cursor };
+      },
+    );
+
+    app.get(
+      "/api/v1/events/:ws/stream",
+      {
+        schema: {
+          params: WsParams,
+          querystring: StreamQuery,
+          headers: Type.Object({ "last-event-id": Type.Optional(Type.String({ maxLength: 100 })) }),
+          response: {
+            200: Type.String({ description: "text/event-stream: id = event id, event = type, data = CloudEvent JSON" }),
+            ...errors,
+          },
+        },
+      },
+      async (req, reply) => {
+        const ws = workspaceOf(req);
+        // A reconnecting browser sends the last id it saw: newer than the URL's from_id.
+        const lastEventId = req.headers["last-event-id"];
+        const fromId = (typeof lastEventId === "string" && lastEventId) || (req.query as { from_id?: string }).from_id;
+        // Before the response starts, so an unknown id is an ordinary 400.
+        const feed = await deps.events.follow(ws, fromId ? { fromId } : {});
+
+        const out = new PassThrough();
+        let ended = false;
+        const heartbeat = setInterval(() => out.write(": keep-alive\n\n"), heartbeatMs);
+        const end = () => {
+          if (ended) return;
+          ended = true;
+          clearInterval(heartbeat);
+          feed.close();
+          out.end();
+        };
+        reply.raw.on("close", end);
+        out.write(": connected\n\n");
+        void (async () => {
+          try {
+            for await (const ev of feed) {
+              if (ended) break;
+              out.write(`id: ${ev.id}\nevent: ${ev.type}\ndata: ${JSON.stringify(toCloudEvent(ev))}\n\n`);
+            }
+          } catch (e) {
+            req.log.warn({ err: (e as Error).message }, "events: the stream ended");
+          } finally {
+            end();
+          }
+        })();
+        return reply
+          .header("cache-control", "no-cache")
+          .header("x-accel-buffering", "no")
+          .type("text/event-stream")
+          .send(out);
+      },
+    );
+  };
+}
