@@ -15,6 +15,7 @@ import { ContainerTunnels } from "./containers/tunnels.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
 import { EndpointDispatcher } from "./endpoints/dispatch.ts";
 import { EventStream, WorkspaceEvents, taskEvents } from "./events/index.ts";
+import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
 import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
 import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
 import { buildHttpApp } from "./http/app.ts";
@@ -192,6 +193,20 @@ export async function startCoordinator(
     log: log.child({ area: "schedules" }),
   });
   ticker.start();
+  const webhookDispatcher = new WebhookDispatcher({
+    repo: store.webhooks,
+    key: secretKey,
+    log: log.child({ area: "webhooks" }),
+  });
+  // Events this coordinator stored: each is delivered once across coordinators.
+  await webhookDispatcher.start(events.localFeed);
+  let listeningPort = o.port;
+  const webhooks = new WebhookService({
+    store,
+    key: secretKey,
+    dispatcher: webhookDispatcher,
+    isSelf: selfUrlMatcher({ publicUrl: o.publicUrl, port: () => listeningPort }),
+  });
   const endpoints = new EndpointDispatcher({
     tokens: store.tokens,
     deployments,
@@ -208,6 +223,7 @@ export async function startCoordinator(
     tunnels.close();
     agentClients.close();
     await tasks.stop();
+    await webhookDispatcher.stop();
     await events.stop();
   };
 
@@ -223,6 +239,7 @@ export async function startCoordinator(
     agents: agentClients,
     endpoints,
     events,
+    webhooks,
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     logger: log.child({ area: "http" }),
     version: BERTH_VERSION,
@@ -240,6 +257,7 @@ export async function startCoordinator(
   }
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : o.port;
+  listeningPort = port;
   log.info({ url: o.publicUrl, store: store.display, nats: o.nats.url }, "coordinator ready");
 
   return {

@@ -118,6 +118,18 @@ export class EventStream implements EventSink, EventFeed {
   private readonly maxAgeMs: number;
   private readonly maxBytes: number;
   private readonly subscribers = new Set<(ev: BerthEvent) => void>();
+  private readonly localSubscribers = new Set<(ev: BerthEvent) => void>();
+  /**
+   * Only the events this coordinator published, once stored: the webhook
+   * dispatcher's feed, so each event is delivered once however many
+   * coordinators share the stream.
+   */
+  readonly localFeed: EventFeed = {
+    subscribe: (fn) => {
+      this.localSubscribers.add(fn);
+      return () => this.localSubscribers.delete(fn);
+    },
+  };
   private readonly recent = new Map<string, { seq: number; workspaceId: string }>();
   private readonly inFlight = new Set<Promise<void>>();
   private live: LiveFeed | undefined;
@@ -179,7 +191,16 @@ export class EventStream implements EventSink, EventFeed {
     try {
       // Messages of one connection are stored in the order they were sent.
       p = this.js.publish(eventSubject(ev.workspaceId, ev.type), enc.encode(JSON.stringify(ev))).then(
-        (ack) => this.remember(ev.id, ack.seq, ev.workspaceId),
+        (ack) => {
+          this.remember(ev.id, ack.seq, ev.workspaceId);
+          for (const fn of this.localSubscribers) {
+            try {
+              fn(ev);
+            } catch (e) {
+              this.log.warn({ err: describeError(e), eventId: ev.id }, "an event subscriber failed");
+            }
+          }
+        },
         (e) => this.publishFailed(ev, e),
       );
     } catch (e) {

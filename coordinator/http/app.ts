@@ -6,6 +6,7 @@ import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
 import { rewriteEndpointHost } from "../endpoints/host-names.ts";
 import type { EventStream } from "../events/index.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
+import type { WebhookService } from "../webhooks/index.ts";
 import type { JoinService } from "../fleet/join.ts";
 import type { Objects } from "../objects/objects.ts";
 import type { Secrets } from "../secrets/index.ts";
@@ -17,6 +18,7 @@ import { type DeploymentLogDeps, deploymentLogRoutes } from "./routes/deployment
 import { deploymentRoutes } from "./routes/deployments.ts";
 import { endpointRoutes, serveEndpointRequest } from "./routes/endpoints.ts";
 import { eventRoutes } from "./routes/events.ts";
+import { webhookRoutes } from "./routes/webhooks.ts";
 import { gatewayDeploymentRoutes } from "./routes/gateway-deployments.ts";
 import { gatewayObjectRoutes } from "./routes/gateway-objects.ts";
 import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
@@ -52,6 +54,8 @@ export interface HttpDeps {
   endpointDomain?: string;
   /** Workspace events: the events history and stream routes exist when given. */
   events?: EventStream;
+  /** Signed webhooks: the webhook routes exist when given. */
+  webhooks?: WebhookService;
 }
 
 /**
@@ -123,5 +127,6 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   }
   if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
   if (deps.events) await app.register(eventRoutes({ tokens: deps.store.tokens, events: deps.events }));
+  if (deps.webhooks) await app.register(webhookRoutes(deps.store.tokens, deps.webhooks));
   return app;
 }

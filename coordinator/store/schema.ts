@@ -159,6 +159,38 @@ export interface DeploymentTable {
   updated_at: string;
 }
 
+/** A webhook subscription (coordinator/webhooks). */
+export interface WebhookTable {
+  id: string;
+  workspace_id: string;
+  url: string;
+  /** The `event_types` patterns as a JSON array; empty means all eligible events. */
+  event_types_json: string;
+  description: string;
+  enabled: number;
+  /** The `whsec_...` signing secret sealed with the secrets key, followed by the GCM tag. */
+  secret_ciphertext: Buffer;
+  secret_nonce: Buffer;
+  /** Fingerprint of the key that sealed the secret. */
+  secret_key_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/** One delivery attempt of one event to one webhook. */
+export interface WebhookDeliveryTable {
+  id: string;
+  webhook_id: string;
+  event_id: string;
+  event_type: string;
+  /** The consumer's HTTP status; null when no response came (see error). */
+  status_code: number | null;
+  /** Why no response came (timeout, connection refused, ...); null when one did. */
+  error: string | null;
+  duration_ms: number;
+  attempted_at: string;
+}
+
 export interface Database {
   workspaces: WorkspaceTable;
   tokens: TokenTable;
@@ -172,4 +204,6 @@ export interface Database {
   secrets: SecretTable;
   schedule_ticks: ScheduleTickTable;
   deployments: DeploymentTable;
+  webhooks: WebhookTable;
+  webhook_deliveries: WebhookDeliveryTable;
 }

@@ -5,6 +5,7 @@ import { DeploymentRepo } from "./deployments.ts";
 import type { Database } from "./schema.ts";
 import { ObjectRepo, StubRepo } from "./stubs.ts";
 import { TaskRepo } from "./tasks.ts";
+import { WebhookRepo } from "./webhooks.ts";
 import { TokenRepo, WorkspaceRepo } from "./workspaces.ts";
 
 /** The coordinator's record of truth, over SQLite or PostgreSQL. */
@@ -18,6 +19,7 @@ export class Store {
   readonly objects: ObjectRepo;
   readonly tasks: TaskRepo;
   readonly deployments: DeploymentRepo;
+  readonly webhooks: WebhookRepo;
 
   constructor(
     readonly db: Kysely<Database>,
@@ -33,6 +35,7 @@ export class Store {
     this.objects = new ObjectRepo(db);
     this.tasks = new TaskRepo(db);
     this.deployments = new DeploymentRepo(db);
+    this.webhooks = new WebhookRepo(db);
   }
 
   /** Opens the store at `url` and brings its schema up to date. */

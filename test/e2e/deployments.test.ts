@@ -252,6 +252,47 @@ test("deployments end to end on a berth up cluster", async (t) => {
   });
 
   await t.test(
+    "a webhook on task.* gets signed CloudEvents of a task; the events history has them",
+    async () => {
+      const hook = await up.api(`/api/v1/webhook/${ws}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ url: receiver.url, event_types: ["task.*"], description: "e2e" }),
+      });
+      assert.equal(hook.status, 201);
+      const secret = ((await hook.json()) as { signing_secret: string }).signing_secret;
+      assert.match(secret, /^whsec_/);
+      const r = await fetch(`${up.url}/taskqueue/jobs`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${up.token}` },
+        body: '{"x": 5}',
+      });
+      const taskId = ((await r.json()) as { task_id: string }).task_id;
+      const delivered = () =>
+        receiver.got.filter(
+          (c) => c.headers["x-service-event"] === "task.complete" && JSON.parse(c.body).subject === taskId,
+        );
+      await waitFor(() => delivered().length > 0, { timeoutMs: 120_000, what: "the task.complete delivery" });
+      const d = delivered()[0] as Callback;
+      assert.equal(d.headers["content-type"], "application/cloudevents+json");
+      const expected = `sha256=${createHmac("sha256", secret).update(d.body).digest("hex")}`;
+      assert.equal(d.headers["x-service-signature"], expected);
+      const ce = JSON.parse(d.body) as { specversion: string; id: string; type: string };
+      assert.equal(ce.specversion, "1.0");
+      assert.equal(d.headers["x-service-delivery"], ce.id);
+      const history = (await (
+        await up.api(`/api/v1/events/${ws}/history?type=task.*&limit=1000`)
+      ).json()) as {
+        events: { id: string; type: string; subject: string }[];
+      };
+      const mine = history.events.filter((e) => e.subject === taskId).map((e) => e.type);
+      assert.deepEqual(mine.slice(0, 1), ["task.created"]);
+      assert.ok(mine.includes("task.complete"), mine.join(" "));
+      assert.ok(history.events.some((e) => e.id === ce.id));
+    },
+  );
+
+  await t.test(
     "berth serve picks up an edited handler within seconds and leaves nothing running",
     async () => {
       writeFileSync(join(up.appDir, "dev.py"), devApp("one"));

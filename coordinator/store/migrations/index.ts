@@ -4,6 +4,7 @@ import * as m0002 from "./0002_tasks.ts";
 import * as m0003 from "./0003_secrets.ts";
 import * as m0004 from "./0004_schedules.ts";
 import * as m0005 from "./0005_deployments.ts";
+import * as m0006 from "./0006_webhooks.ts";
 
 // Versioned migrations, applied in key order at coordinator start. Never edit
 // a released migration; add the next number.
@@ -13,6 +14,7 @@ const MIGRATIONS: Record<string, Migration> = {
   "0003_secrets": m0003,
   "0004_schedules": m0004,
   "0005_deployments": m0005,
+  "0006_webhooks": m0006,
 };
 
 export const migrationProvider: MigrationProvider = {
