@@ -18,16 +18,12 @@ import type {
   TunnelDialer,
 } from "../../coordinator/endpoints/types.ts";
 import { attachEndpointUpgrades } from "../../coordinator/endpoints/websocket.ts";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { JoinService } from "../../coordinator/fleet/join.ts";
 import { attachEndpointHostRewrite } from "../../coordinator/endpoints/host-names.ts";
-import { buildHttpApp } from "../../coordinator/http/app.ts";
 import { endpointRoutes } from "../../coordinator/http/routes/endpoints.ts";
-import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
-import { startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
+import { buildTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
 
 /** A stand-in for berth.http_runner: behaviour chosen by the JSON body's `op` (or the asgi path). */
 export class FakeRunner {
@@ -248,24 +244,7 @@ export async function startEndpointHarness(
     log: pino({ level: "silent" }),
   });
   cleanups.push(() => endpoints.close());
-  const pki = await ClusterPki.load(h.store.kv);
-  const join = new JoinService({
-    joinTokens: h.store.joinTokens,
-    agents: h.store.agents,
-    pki,
-    agentNats: { url: h.nats.url, user: "agent", password: "pw" },
-    heartbeatIntervalMs: 2000,
-  });
-  const app = await buildHttpApp({
-    store: h.store,
-    fleet: new FleetView(),
-    join,
-    logger: false,
-    version: "test",
-    tasks: h.tasks,
-    objects: h.objects,
-    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
-  });
+  const app = await buildTaskApp(h, o.endpointDomain ? { endpointDomain: o.endpointDomain } : {});
   await app.register(endpointRoutes(endpoints));
   if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
   attachEndpointUpgrades(app.server, endpoints);

@@ -6,7 +6,7 @@ import { connect, type NatsConnection } from "nats";
 import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { JoinService } from "../../coordinator/fleet/join.ts";
-import { buildHttpApp } from "../../coordinator/http/app.ts";
+import { buildHttpApp, type HttpDeps } from "../../coordinator/http/app.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
 import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { Store } from "../../coordinator/store/store.ts";
@@ -117,8 +117,8 @@ export async function startTaskHarness(
   };
 }
 
-/** The coordinator's HTTP app over the harness's store and task service, listening on a loopback port. */
-export async function startTaskApp(h: TaskHarness, cleanups: (() => unknown)[]): Promise<FastifyInstance> {
+/** The coordinator's HTTP app over the harness's store and task service (plus `extra` deps), not listening yet. */
+export async function buildTaskApp(h: TaskHarness, extra: Partial<HttpDeps> = {}): Promise<FastifyInstance> {
   const pki = await ClusterPki.load(h.store.kv);
   const join = new JoinService({
     joinTokens: h.store.joinTokens,
@@ -127,7 +127,7 @@ export async function startTaskApp(h: TaskHarness, cleanups: (() => unknown)[]):
     agentNats: { url: h.nats.url, user: "agent", password: "pw" },
     heartbeatIntervalMs: 2000,
   });
-  const app = await buildHttpApp({
+  return buildHttpApp({
     store: h.store,
     fleet: new FleetView(),
     join,
@@ -135,7 +135,13 @@ export async function startTaskApp(h: TaskHarness, cleanups: (() => unknown)[]):
     version: "test",
     tasks: h.tasks,
     objects: h.objects,
+    ...extra,
   });
+}
+
+/** buildTaskApp, listening on a loopback port. */
+export async function startTaskApp(h: TaskHarness, cleanups: (() => unknown)[]): Promise<FastifyInstance> {
+  const app = await buildTaskApp(h);
   cleanups.unshift(() => app.close());
   await app.listen({ host: "127.0.0.1", port: 0 });
   return app;
