@@ -40,7 +40,7 @@ class HandlerArgumentsError(TypeError):
         self.missing = list(missing or [])
 
 
-def _unwrap(func: Callable) -> Callable:
+def unwrap_handler(func: Callable) -> Callable:
     # A decorated berth object (Function and its kinds) holds the user's function.
     inner = getattr(func, "func", None)
     return inner if callable(inner) and getattr(func, "stub_type", None) else func
@@ -48,7 +48,7 @@ def _unwrap(func: Callable) -> Callable:
 
 def _signature_parameters(func: Callable) -> Optional[List[inspect.Parameter]]:
     try:
-        return list(inspect.signature(_unwrap(func)).parameters.values())
+        return list(inspect.signature(unwrap_handler(func)).parameters.values())
     except (TypeError, ValueError):  # builtins and C callables without a signature
         return None
 
@@ -94,7 +94,7 @@ def describe_params(func: Callable) -> Dict[str, Any]:
 
 
 def _signature_text(func: Callable, params: List[inspect.Parameter]) -> str:
-    name = getattr(_unwrap(func), "__qualname__", None) or getattr(func, "__name__", "the handler")
+    name = getattr(unwrap_handler(func), "__qualname__", None) or getattr(func, "__name__", "the handler")
     return f"{name}({', '.join(str(p) for p in params)})"
 
 

@@ -22,6 +22,8 @@ from typing import Any, Callable, Optional
 
 from .asgi_http import log
 from .context import Context
+from .handler_call import unwrap_handler
+from .handler_load import takes_context
 
 
 def realtime_asgi(
@@ -33,20 +35,6 @@ def realtime_asgi(
 ) -> "RealtimeApp":
     """``context``: the Context handlers get (its ``on_start_value`` is replaced); default from BERTH_* env."""
     return RealtimeApp(handler, on_start_value, concurrent_requests, context)
-
-
-def _unwrap(func: Callable) -> Callable:
-    # A decorated berth object (Function and its kinds) holds the user's function.
-    inner = getattr(func, "func", None)
-    return inner if callable(inner) and getattr(func, "stub_type", None) else func
-
-
-def _takes_context(func: Callable) -> bool:
-    try:
-        p = inspect.signature(func).parameters.get("context")
-    except (TypeError, ValueError):
-        return False
-    return p is not None and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
 
 
 def decode_message(message: dict) -> Any:
@@ -85,8 +73,8 @@ class RealtimeApp:
     ):
         if concurrent_requests < 1:
             raise ValueError(f"concurrent_requests must be at least 1, not {concurrent_requests}")
-        self.handler = _unwrap(handler)
-        self.wants_context = _takes_context(self.handler)
+        self.handler = unwrap_handler(handler)
+        self.wants_context = takes_context(self.handler)
         call = getattr(self.handler, "__call__", None)
         self.is_async = inspect.iscoroutinefunction(self.handler) or inspect.iscoroutinefunction(call)
         base = context or Context(
