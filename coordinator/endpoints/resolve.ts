@@ -5,6 +5,7 @@
 import { BerthError, isBerthError } from "../../shared/errors.ts";
 import { baseStubType, HTTP_SERVED_TYPES } from "../../shared/tasks.ts";
 import { bearerToken } from "../http/auth.ts";
+import { HTTP_STATUS } from "../http/errors.ts";
 import type { Principal, TokenRepo } from "../store/workspaces.ts";
 import type { DeploymentTargets, ResolvedDeployment } from "./types.ts";
 
@@ -40,24 +41,13 @@ export class EndpointRefusal extends Error {
   }
 }
 
-const STATUS_OF: Record<string, number> = {
-  Unauthenticated: 401,
-  PermissionDenied: 403,
-  NotFound: 404,
-  InvalidArgument: 400,
-  Conflict: 409,
-  FailedPrecondition: 409,
-  Unavailable: 503,
-};
-
-/** A BerthError (from auth or the deployment service) as the endpoint path answers it. */
+/** A BerthError (from auth or the deployment service) as the endpoint path answers it: the API's one status mapping. */
 export function refusalOf(e: unknown): EndpointRefusal {
   if (e instanceof EndpointRefusal) return e;
   if (isBerthError(e)) {
-    const stopped = e.kind === "FailedPrecondition" || e.kind === "Conflict";
     return new EndpointRefusal(
-      STATUS_OF[e.kind] ?? 500,
-      stopped ? "deployment_stopped" : e.code,
+      HTTP_STATUS[e.kind],
+      e.code,
       e.kind === "Internal" ? "internal error" : e.message,
       e.details,
     );
@@ -189,13 +179,6 @@ export async function resolveEndpoint(
         ? `: it is a task queue; POST to /taskqueue/${r.deployment.name} instead`
         : `: it is a ${kind} deployment, which has no HTTP endpoint`;
     throw new EndpointRefusal(404, "not_found", `no endpoint ${label}${hint}`);
-  }
-  if (!r.deployment.active) {
-    throw new EndpointRefusal(
-      409,
-      "deployment_stopped",
-      `deployment ${label} (version ${r.deployment.version}) is stopped: start it with 'berth deployment start'`,
-    );
   }
   return { ...r, kind, tokenUsed };
 }

@@ -25,7 +25,7 @@ export interface ResolvedDeployment {
 }
 
 export interface DeploymentTargets {
-  /** Latest active version when `version` is undefined; throws not_found, or failed_precondition when stopped. */
+  /** Latest active version when `version` is undefined; throws not_found, or deployment_stopped (409) when stopped. */
   resolveByName(workspaceId: string, name: string, version?: number): Promise<ResolvedDeployment>;
   resolveById(id: string): Promise<ResolvedDeployment>;
   noteRequest(deploymentId: string): void;

@@ -184,13 +184,15 @@ export class FakeDeployments implements DeploymentTargets {
             .sort((a, b) => b.deployment.version - a.deployment.version)[0] ?? all[0])
         : all.find((x) => x.deployment.version === version);
     if (!r) throw new BerthError("not_found", `deployment ${name} not found`);
-    if (!r.deployment.active) throw new BerthError("failed_precondition", `deployment ${name} is stopped`);
+    if (!r.deployment.active) throw new BerthError("deployment_stopped", `deployment ${name} is stopped`);
     return r;
   }
 
   async resolveById(id: string): Promise<ResolvedDeployment> {
     const r = this.byId.get(id);
     if (!r) throw new BerthError("not_found", `deployment ${id} not found`);
+    // As the deployment service does: a stopped deployment is refused before anything else.
+    if (!r.deployment.active) throw new BerthError("deployment_stopped", `deployment ${id} is stopped`);
     return r;
   }
 
