@@ -39,16 +39,8 @@ export interface WebhookDeliveryRecord {
   attemptedAt: string;
 }
 
-export interface NewWebhook {
-  id: string;
-  workspaceId: string;
-  url: string;
-  eventTypes: string[];
-  description: string;
-  enabled: boolean;
-  sealedSecret: SealedWebhookSecret;
-  at: string;
-}
+/** A webhook to create: its record and sealed secret, stamped `at`. */
+export type NewWebhook = Omit<WebhookWithSecret, "createdAt" | "updatedAt"> & { at: string };
 
 export interface WebhookPatch {
   url?: string;
