@@ -1,8 +1,10 @@
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { freePort } from "../../shared/net.ts";
 import { type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
 import { clusterNatsUsers, type NatsCredentials } from "../../shared/subjects.ts";
-import { tempDir } from "./env.ts";
 
 export interface TestNats extends RunningNats {
   coordinator: NatsCredentials;
@@ -13,16 +15,23 @@ export interface TestNats extends RunningNats {
 
 /** A real nats-server with JetStream on a free loopback port, stopped after the suite. */
 export async function startTestNats(t: { after: (fn: () => unknown) => void }): Promise<TestNats> {
-  const dir = tempDir(t, "berth-nats-");
+  // Not tempDir: the server must stop before its store is removed, whatever
+  // order the caller runs its after-hooks in (node:test runs them first-in, first-out).
+  const dir = mkdtempSync(join(tmpdir(), "berth-nats-"));
   const port = await freePort();
   const coordinatorPassword = randomBytes(12).toString("hex");
   const agentPassword = randomBytes(12).toString("hex");
-  const nats = await startNatsServer({
-    dir,
-    port,
-    users: clusterNatsUsers({ coordinatorPassword, agentPassword }),
+  let nats: RunningNats;
+  try {
+    nats = await startNatsServer({ dir, port, users: clusterNatsUsers({ coordinatorPassword, agentPassword }) });
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
+  t.after(async () => {
+    await nats.stop();
+    rmSync(dir, { recursive: true, force: true });
   });
-  t.after(() => nats.stop());
   return {
     ...nats,
     port,
