@@ -31,6 +31,18 @@ export const CATALOG = {
   task_args_too_large: { kind: "InvalidArgument", summary: "a task's pickled arguments exceed 4 MiB" },
   object_hash_mismatch: { kind: "InvalidArgument", summary: "the uploaded bytes do not hash to the object's name" },
   object_too_large: { kind: "ResourceExhausted", summary: "the object exceeds 256 MiB" },
+  sandbox_terminated: {
+    kind: "FailedPrecondition",
+    summary: "the sandbox was terminated or its container ended; create or connect to another",
+  },
+  process_not_found: { kind: "NotFound", summary: "no process with this pid in the sandbox" },
+  path_not_found: { kind: "NotFound", summary: "no file or directory at this path in the container" },
+  path_invalid: { kind: "InvalidArgument", summary: "the path is not usable here (wrong type, escapes the root, ...)" },
+  checkpoint_unavailable: {
+    kind: "FailedPrecondition",
+    summary: "memory snapshots need CRIU, and `criu check` fails on the host",
+  },
+  limit_exceeded: { kind: "ResourceExhausted", summary: "a workspace limit set by the operator was reached" },
   not_implemented: { kind: "Unimplemented", summary: "this route is not implemented yet" },
   internal: { kind: "Internal", summary: "an unexpected error; see the server log" },
 } as const satisfies Record<string, { kind: ErrorKind; summary: string }>;

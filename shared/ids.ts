@@ -19,7 +19,7 @@ function base32(bytes: Buffer): string {
   return out;
 }
 
-export type IdKind = "ws" | "tok" | "agent" | "stub" | "task" | "ctr" | "dep" | "app" | "wh" | "evt" | "img";
+export type IdKind = "ws" | "tok" | "agent" | "stub" | "task" | "ctr" | "dep" | "app" | "wh" | "evt" | "img" | "snap";
 
 /** Opaque id with a kind prefix, e.g. `ws-9x2k...`. 80 random bits. */
 export function newId(kind: IdKind): string {

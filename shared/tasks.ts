@@ -77,6 +77,15 @@ export interface StubExtra {
   when?: string;
   /** How the handler takes a JSON body (sdk/python/berth/handler_call.py describe_params). */
   handler_params?: HandlerParams;
+  /** Pods and sandboxes (docs/sandboxes.md): the command the container runs instead of the runner. */
+  entrypoint?: string[];
+  /** Pods and sandboxes: container ports exposed at start, each with a public URL. */
+  ports?: number[];
+  /** Pods and sandboxes: outbound policy (shared/egress.ts rules). */
+  block_network?: boolean;
+  allow_list?: string[];
+  /** Sandboxes: idle seconds before the sandbox is terminated; -1 never. */
+  ttl_seconds?: number;
 }
 
 /** A handler's signature as JSON bodies are checked against it (docs/deployments-sdk.md). */

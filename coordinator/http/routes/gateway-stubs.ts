@@ -56,6 +56,11 @@ export const StubExtraSchema = Type.Object({
       context: Type.Boolean(),
     }),
   ),
+  entrypoint: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
+  ports: Type.Optional(Type.Array(Type.Integer({ minimum: 1, maximum: 65535 }), { maxItems: 32 })),
+  block_network: Type.Optional(Type.Boolean()),
+  allow_list: Type.Optional(Type.Array(Type.String({ maxLength: 64 }))),
+  ttl_seconds: Type.Optional(Type.Integer({ minimum: -1 })),
 });
 
 const StubBody = Type.Object({
