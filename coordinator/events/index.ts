@@ -2,14 +2,17 @@
 // task engine and the deployment service announce changes through.
 
 export { type EmitEvent, taskEvents, WorkspaceEvents } from "./emitter.ts";
+export { type EventPosition, formatCursor, parseCursor } from "./batch.ts";
 export {
+  DEFAULT_EVENTS_BATCH_WINDOW_MS,
   DEFAULT_EVENTS_MAX_AGE_MS,
   DEFAULT_EVENTS_MAX_BYTES,
   EVENTS_STREAM,
   type EventFollow,
   EventStream,
   type EventStreamOptions,
-  eventSubject,
+  type EventStreamStats,
+  eventBatchSubject,
   type HistoryPage,
   type HistoryQuery,
   parseTypePatterns,

@@ -1,9 +1,10 @@
-// The workspace event stream (docs/events.md): every event is one message of
-// the JetStream stream BERTH_EVENTS on `berth.events.{workspaceId}.evt.{type}`.
+// The workspace event stream (docs/events.md): the events a workspace emits
+// within one short window (batchWindowMs) are one message of the JetStream
+// stream BERTH_EVENTS on `berth.events.{workspaceId}.evt.batch` (batch.ts).
 // The `.evt.` token keeps these apart from the scaling notices the deployment
 // service publishes on core NATS at `berth.events.{workspaceId}.autoscaler`,
-// which are not stored. Stream sequence numbers order the events: history
-// pages by them and follow resumes after one.
+// which are not stored. Stream sequence numbers, then the index inside a
+// message, order the events: history pages by them and follow resumes after one.
 
 import {
   AckPolicy,
@@ -11,26 +12,31 @@ import {
   type ConsumerMessages,
   type JetStreamClient,
   type JetStreamManager,
-  type JsMsg,
   type NatsConnection,
   RetentionPolicy,
   StorageType,
 } from "nats";
 import type { Logger } from "pino";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
-import { type BerthEvent, EVENT_TYPES, type EventFeed, type EventSink } from "../../shared/events.ts";
+import type { BerthEvent, EventFeed, EventSink } from "../../shared/events.ts";
 import { newId } from "../../shared/ids.ts";
+import { type EventPosition, MAX_BATCH_BYTES, batchBody, decodeBatch, formatCursor, parseCursor } from "./batch.ts";
+import { matchesAny, parseTime, parseTypePatterns } from "./filters.ts";
+
+export { parseTypePatterns };
 
 export const EVENTS_STREAM = "BERTH_EVENTS";
-export const eventSubject = (workspaceId: string, type: string) => `berth.events.${workspaceId}.evt.${type}`;
+/** Where a workspace's batches of events are stored. */
+export const eventBatchSubject = (workspaceId: string) => `berth.events.${workspaceId}.evt.batch`;
 export const workspaceEventsFilter = (workspaceId: string) => `berth.events.${workspaceId}.evt.>`;
 const ALL_EVENTS = "berth.events.*.evt.>";
 
 export const DEFAULT_EVENTS_MAX_AGE_MS = 30 * 86_400_000;
 export const DEFAULT_EVENTS_MAX_BYTES = 1024 ** 3;
+export const DEFAULT_EVENTS_BATCH_WINDOW_MS = 2;
 export const DEFAULT_HISTORY_LIMIT = 100;
 export const MAX_HISTORY_LIMIT = 1000;
-/** Event ids → stream sequence remembered for resuming without a scan. */
+/** Event ids → stored position remembered for resuming without a scan. */
 const RECENT_IDS = 10_000;
 
 export interface EventStreamOptions {
@@ -40,6 +46,12 @@ export interface EventStreamOptions {
   maxAgeMs?: number;
   /** How many bytes of events are kept (the oldest go first). @default 1 GiB */
   maxBytes?: number;
+  /**
+   * How long a workspace's events gather before they are stored as one
+   * message; 0 stores what one event-loop turn emitted. Followers and
+   * webhooks see an event at most this much later. @default 2
+   */
+  batchWindowMs?: number;
 }
 
 export interface HistoryQuery {
@@ -51,7 +63,7 @@ export interface HistoryQuery {
   type?: string;
   /** @default 100, at most 1000 */
   limit?: number;
-  /** next_cursor of the previous page. */
+  /** next_cursor of the previous page (`{seq}:{index}`). */
   cursor?: string;
 }
 
@@ -61,6 +73,13 @@ export interface HistoryPage {
   next_cursor: string | null;
 }
 
+/** What was published since start: stored events, the messages they took, and events lost. */
+export interface EventStreamStats {
+  stored: number;
+  messages: number;
+  lost: number;
+}
+
 interface LiveFeed {
   stopped: boolean;
   msgs?: ConsumerMessages;
@@ -68,47 +87,19 @@ interface LiveFeed {
   done: Promise<void>;
 }
 
+/** Events of one workspace waiting for their batch to be stored. */
+interface Gathering {
+  events: BerthEvent[];
+  json: string[];
+  bytes: number;
+  timer: NodeJS.Timeout | NodeJS.Immediate;
+}
+
 /** A live follow; close() (or the iterator's return) ends it at once. */
 export interface EventFollow extends AsyncIterable<BerthEvent> {
   close(): void;
 }
 
-/**
- * Checks `type` patterns against EVENT_TYPES (a pattern that can match
- * nothing is refused with the valid names); returns them.
- */
-export function parseTypePatterns(type: string | undefined): string[] {
-  if (type === undefined || type.trim() === "") return [];
-  const patterns = type.split(",").map((p) => p.trim());
-  for (const p of patterns) {
-    const ok =
-      p === "*" ||
-      (EVENT_TYPES as readonly string[]).includes(p) ||
-      (p.endsWith(".*") && EVENT_TYPES.some((t) => t.startsWith(p.slice(0, -1))));
-    if (!ok)
-      throw invalid(
-        `unknown event type pattern ${JSON.stringify(p)}: use an event type, "prefix.*" or "*"; the types are ${EVENT_TYPES.join(", ")}`,
-        { event_types: [...EVENT_TYPES] },
-      );
-  }
-  return patterns;
-}
-
-/** The subject filter for one pattern (types are two tokens: `task.complete`). */
-const patternFilter = (workspaceId: string, p: string) =>
-  p === "*" ? workspaceEventsFilter(workspaceId) : eventSubject(workspaceId, p);
-
-function parseTime(name: string, v: string | undefined): number | undefined {
-  if (v === undefined) return undefined;
-  const ms = Date.parse(v);
-  if (Number.isNaN(ms)) throw invalid(`${name} ${JSON.stringify(v)} is not an ISO 8601 time`);
-  return ms;
-}
-
-const matchesAny = (patterns: string[], type: string) =>
-  patterns.some((p) => p === "*" || p === type || (p.endsWith(".*") && type.startsWith(p.slice(0, -1))));
-
-const dec = new TextDecoder();
 const enc = new TextEncoder();
 
 export class EventStream implements EventSink, EventFeed {
@@ -117,6 +108,7 @@ export class EventStream implements EventSink, EventFeed {
   private readonly log: Logger;
   private readonly maxAgeMs: number;
   private readonly maxBytes: number;
+  private readonly batchWindowMs: number;
   private readonly subscribers = new Set<(ev: BerthEvent) => void>();
   private readonly localSubscribers = new Set<(ev: BerthEvent) => void>();
   /**
@@ -130,8 +122,10 @@ export class EventStream implements EventSink, EventFeed {
       return () => this.localSubscribers.delete(fn);
     },
   };
-  private readonly recent = new Map<string, { seq: number; workspaceId: string }>();
+  private readonly recent = new Map<string, EventPosition & { workspaceId: string }>();
+  private readonly gathering = new Map<string, Gathering>();
   private readonly inFlight = new Set<Promise<void>>();
+  private readonly counts: EventStreamStats = { stored: 0, messages: 0, lost: 0 };
   private live: LiveFeed | undefined;
   private failures = 0;
   private lastFailureLog = 0;
@@ -142,6 +136,9 @@ export class EventStream implements EventSink, EventFeed {
     this.log = o.log;
     this.maxAgeMs = o.maxAgeMs ?? DEFAULT_EVENTS_MAX_AGE_MS;
     this.maxBytes = o.maxBytes ?? DEFAULT_EVENTS_MAX_BYTES;
+    this.batchWindowMs = o.batchWindowMs ?? DEFAULT_EVENTS_BATCH_WINDOW_MS;
+    if (!Number.isFinite(this.batchWindowMs) || this.batchWindowMs < 0 || this.batchWindowMs > 1000)
+      throw new Error(`events: batchWindowMs must be from 0 to 1000 ms, got ${o.batchWindowMs}`);
   }
 
   /** Creates the stream, or sets its retention to what the operator chose. */
@@ -163,16 +160,24 @@ export class EventStream implements EventSink, EventFeed {
     }
   }
 
-  /** Ends the live feed and waits for the publishes under way. */
+  /** Ends the live feed and stores (or fails) every event published so far. */
   async stop(): Promise<void> {
     this.subscribers.clear();
     await this.stopLive();
     await this.flush();
   }
 
-  /** Resolves once every event published so far is stored (or failed). */
+  /** Stores the gathered events now; resolves once every event published so far is stored (or failed). */
   async flush(): Promise<void> {
-    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+    while (this.gathering.size > 0 || this.inFlight.size > 0) {
+      for (const workspaceId of [...this.gathering.keys()]) this.send(workspaceId);
+      await Promise.allSettled([...this.inFlight]);
+    }
+  }
+
+  /** Counters since this stream was made (events stored, messages they took, events lost). */
+  stats(): EventStreamStats {
+    return { ...this.counts };
   }
 
   // ---- EventSink ----
@@ -187,24 +192,63 @@ export class EventStream implements EventSink, EventFeed {
       time: input.time ?? new Date().toISOString(),
       data: input.data,
     };
+    let json: string;
+    try {
+      json = JSON.stringify(ev);
+    } catch (e) {
+      this.publishFailed([ev], e);
+      return;
+    }
+    let g = this.gathering.get(ev.workspaceId);
+    if (g && g.bytes + json.length > MAX_BATCH_BYTES) {
+      this.send(ev.workspaceId);
+      g = undefined;
+    }
+    if (!g) {
+      const send = () => this.send(ev.workspaceId);
+      g = {
+        events: [],
+        json: [],
+        bytes: 2,
+        timer: this.batchWindowMs === 0 ? setImmediate(send) : setTimeout(send, this.batchWindowMs),
+      };
+      this.gathering.set(ev.workspaceId, g);
+    }
+    g.events.push(ev);
+    g.json.push(json);
+    g.bytes += json.length + 1;
+  }
+
+  /** Stores the workspace's gathered events as one message. */
+  private send(workspaceId: string): void {
+    const g = this.gathering.get(workspaceId);
+    if (!g) return;
+    this.gathering.delete(workspaceId);
+    clearTimeout(g.timer as NodeJS.Timeout);
+    clearImmediate(g.timer as NodeJS.Immediate);
+    const { events } = g;
     let p: Promise<void>;
     try {
-      // Messages of one connection are stored in the order they were sent.
-      p = this.js.publish(eventSubject(ev.workspaceId, ev.type), enc.encode(JSON.stringify(ev))).then(
+      // Messages of one connection are stored in the order they were sent, so a workspace's batches stay in order.
+      p = this.js.publish(eventBatchSubject(workspaceId), enc.encode(batchBody(g.json))).then(
         (ack) => {
-          this.remember(ev.id, ack.seq, ev.workspaceId);
-          for (const fn of this.localSubscribers) {
-            try {
-              fn(ev);
-            } catch (e) {
-              this.log.warn({ err: describeError(e), eventId: ev.id }, "an event subscriber failed");
+          this.counts.stored += events.length;
+          this.counts.messages++;
+          for (const [index, ev] of events.entries()) this.remember(ev.id, { seq: ack.seq, index }, workspaceId);
+          for (const ev of events) {
+            for (const fn of this.localSubscribers) {
+              try {
+                fn(ev);
+              } catch (e) {
+                this.log.warn({ err: describeError(e), eventId: ev.id }, "an event subscriber failed");
+              }
             }
           }
         },
-        (e) => this.publishFailed(ev, e),
+        (e) => this.publishFailed(events, e),
       );
     } catch (e) {
-      this.publishFailed(ev, e);
+      this.publishFailed(events, e);
       return;
     }
     this.inFlight.add(p);
@@ -241,38 +285,37 @@ export class EventStream implements EventSink, EventFeed {
     const after = parseTime("after", q.after);
     const before = parseTime("before", q.before);
     const patterns = parseTypePatterns(q.type);
-    let fromSeq: number | undefined;
-    if (q.cursor !== undefined) {
-      if (!/^\d{1,15}$/.test(q.cursor)) throw invalid(`cursor ${JSON.stringify(q.cursor)} is not valid`);
-      fromSeq = Number(q.cursor) + 1;
-    }
-    // One pattern is filtered by the server; several (rare) are filtered here.
-    const filter =
-      patterns.length === 1 ? patternFilter(workspaceId, patterns[0] as string) : workspaceEventsFilter(workspaceId);
+    // Events at or before `resume` were on earlier pages.
+    const resume = q.cursor === undefined ? undefined : parseCursor(q.cursor);
     const events: BerthEvent[] = [];
-    let lastSeq = 0;
+    let last: EventPosition | undefined;
     let more = false;
     // Stored times are never earlier than event times, so starting at `after` misses none.
     const start =
-      fromSeq !== undefined
-        ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: fromSeq }
+      resume !== undefined
+        ? {
+            deliver_policy: DeliverPolicy.StartSequence,
+            opt_start_seq: resume.index === undefined ? resume.seq + 1 : resume.seq,
+          }
         : after !== undefined
           ? { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(after).toISOString() }
           : { deliver_policy: DeliverPolicy.All };
-    await this.scan(filter, start, (ev, seq, pending) => {
-      const t = Date.parse(ev.time);
-      if (before !== undefined && t >= before) return false;
-      lastSeq = seq;
-      if ((after === undefined || t > after) && (patterns.length < 2 || matchesAny(patterns, ev.type))) {
-        events.push(ev);
-      }
-      if (events.length >= limit) {
-        more = pending > 0;
-        return false;
+    // Batches mix types, so types are filtered here, not by the server.
+    await this.scan(workspaceEventsFilter(workspaceId), start, (batch, seq) => {
+      for (let index = 0; index < batch.length; index++) {
+        if (resume?.index !== undefined && seq === resume.seq && index <= resume.index) continue;
+        const ev = batch[index] as BerthEvent;
+        if (before !== undefined && Date.parse(ev.time) >= before) return false;
+        if (events.length >= limit) {
+          more = true;
+          return false;
+        }
+        last = { seq, index };
+        if ((after === undefined || Date.parse(ev.time) > after) && matchesAny(patterns, ev.type)) events.push(ev);
       }
       return true;
     });
-    return { events, next_cursor: more ? String(lastSeq) : null };
+    return { events, next_cursor: more && last ? formatCursor(last) : null };
   }
 
   /**
@@ -280,8 +323,10 @@ export class EventStream implements EventSink, EventFeed {
    * then live; without fromId, only what is stored from now on.
    */
   async follow(workspaceId: string, o: { fromId?: string } = {}): Promise<EventFollow> {
-    const start = o.fromId
-      ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: (await this.seqOf(workspaceId, o.fromId)) + 1 }
+    const from = o.fromId ? await this.positionOf(workspaceId, o.fromId) : undefined;
+    // The message holding fromId is read again: the events after it in that batch come first.
+    const start = from
+      ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: from.seq }
       : { deliver_policy: DeliverPolicy.New };
     const consumer = await this.js.consumers.get(EVENTS_STREAM, {
       filterSubjects: workspaceEventsFilter(workspaceId),
@@ -292,14 +337,16 @@ export class EventStream implements EventSink, EventFeed {
     const close = () => {
       void msgs.close().catch(() => {});
     };
+    const ready: BerthEvent[] = [];
     const iterator: AsyncIterator<BerthEvent> = {
       next: async () => {
-        for (;;) {
+        while (ready.length === 0) {
           const r = await it.next();
           if (r.done) return { done: true, value: undefined };
-          const ev = this.decode(r.value);
-          if (ev) return { done: false, value: ev };
+          const batch = this.decode(r.value);
+          ready.push(...(from && r.value.seq === from.seq ? batch.slice(from.index + 1) : batch));
         }
+        return { done: false, value: ready.shift() as BerthEvent };
       },
       return: async () => {
         close();
@@ -311,15 +358,16 @@ export class EventStream implements EventSink, EventFeed {
 
   // ---- internals ----
 
-  /** The stream sequence of the workspace's event `id`: remembered, else looked for in the stream. */
-  private async seqOf(workspaceId: string, id: string): Promise<number> {
+  /** Where the workspace's event `id` is stored: remembered, else looked for in the stream. */
+  private async positionOf(workspaceId: string, id: string): Promise<EventPosition> {
     const known = this.recent.get(id);
-    if (known?.workspaceId === workspaceId) return known.seq;
-    let found: number | undefined;
+    if (known?.workspaceId === workspaceId) return { seq: known.seq, index: known.index };
+    let found: EventPosition | undefined;
     if (/^evt-[0-9a-z]{1,40}$/.test(id)) {
-      await this.scan(workspaceEventsFilter(workspaceId), { deliver_policy: DeliverPolicy.All }, (ev, seq) => {
-        if (ev.id !== id) return true;
-        found = seq;
+      await this.scan(workspaceEventsFilter(workspaceId), { deliver_policy: DeliverPolicy.All }, (batch, seq) => {
+        const index = batch.findIndex((ev) => ev.id === id);
+        if (index < 0) return true;
+        found = { seq, index };
         return false;
       });
     }
@@ -334,12 +382,12 @@ export class EventStream implements EventSink, EventFeed {
   /**
    * Reads stored messages matching `filter` in order through a short-lived
    * consumer until `visit` returns false or none are left. `pending` is how
-   * many more match after this one.
+   * many more messages match after this one.
    */
   private async scan(
     filter: string,
     start: { deliver_policy: DeliverPolicy; opt_start_seq?: number; opt_start_time?: string },
-    visit: (ev: BerthEvent, seq: number, pending: number) => boolean,
+    visit: (batch: BerthEvent[], seq: number, pending: number) => boolean,
   ): Promise<void> {
     const jsm: JetStreamManager = await this.nc.jetstreamManager();
     const info = await jsm.consumers.add(EVENTS_STREAM, {
@@ -360,9 +408,8 @@ export class EventStream implements EventSink, EventFeed {
         for await (const m of batch) {
           got++;
           pending = m.info.pending;
-          const ev = this.decode(m);
           // Leaving the loop ends the fetch (closing it from inside would wait on this loop).
-          if (ev && !visit(ev, m.seq, pending)) {
+          if (!visit(this.decode(m), m.seq, pending)) {
             stop = true;
             break;
           }
@@ -374,31 +421,28 @@ export class EventStream implements EventSink, EventFeed {
     }
   }
 
-  private decode(m: JsMsg): BerthEvent | undefined {
-    try {
-      const ev = JSON.parse(dec.decode(m.data)) as BerthEvent;
-      this.remember(ev.id, m.seq, ev.workspaceId);
-      return ev;
-    } catch (e) {
-      this.log.warn({ seq: m.seq, err: describeError(e) }, "events: skipping a message that is not an event");
-      return undefined;
-    }
+  private decode(m: { data: Uint8Array; seq: number }): BerthEvent[] {
+    const batch = decodeBatch(m, this.log);
+    for (const [index, ev] of batch.entries()) this.remember(ev.id, { seq: m.seq, index }, ev.workspaceId);
+    return batch;
   }
 
-  private remember(id: string, seq: number, workspaceId: string): void {
+  private remember(id: string, p: EventPosition, workspaceId: string): void {
     if (this.recent.has(id)) return;
-    this.recent.set(id, { seq, workspaceId });
+    this.recent.set(id, { ...p, workspaceId });
     if (this.recent.size > RECENT_IDS) this.recent.delete(this.recent.keys().next().value as string);
   }
 
-  // Logged at most once a second, with how many failed since: a NATS outage must not flood the log.
-  private publishFailed(ev: BerthEvent, e: unknown): void {
-    this.failures++;
+  // Counted always; logged at most once a second, with how many failed since: a NATS outage must not flood the log.
+  private publishFailed(events: BerthEvent[], e: unknown): void {
+    this.failures += events.length;
+    this.counts.lost += events.length;
     const now = Date.now();
     if (now - this.lastFailureLog < 1000) return;
     this.lastFailureLog = now;
+    const first = events[0];
     this.log.warn(
-      { type: ev.type, eventId: ev.id, failed: this.failures, err: describeError(e) },
+      { type: first?.type, eventId: first?.id, failed: this.failures, err: describeError(e) },
       "events: cannot store events; they are lost",
     );
     this.failures = 0;
@@ -425,13 +469,13 @@ export class EventStream implements EventSink, EventFeed {
         ready();
         if (live.stopped) return void (await msgs.close().catch(() => {}));
         for await (const m of msgs) {
-          const ev = this.decode(m);
-          if (!ev) continue;
-          for (const fn of [...this.subscribers]) {
-            try {
-              fn(ev);
-            } catch (e) {
-              this.log.warn({ err: describeError(e), eventId: ev.id }, "events: a subscriber failed");
+          for (const ev of this.decode(m)) {
+            for (const fn of [...this.subscribers]) {
+              try {
+                fn(ev);
+              } catch (e) {
+                this.log.warn({ err: describeError(e), eventId: ev.id }, "events: a subscriber failed");
+              }
             }
           }
         }
