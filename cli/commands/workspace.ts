@@ -1,4 +1,4 @@
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { ApiClient } from "../api-client.ts";
 import { printJson, printTable } from "../output.ts";
 
@@ -15,6 +15,28 @@ interface TokenInfo {
   created_at: string;
   last_used_at: string | null;
   revoked_at: string | null;
+}
+
+interface LimitsJson {
+  workspace_id: string;
+  limits: Record<string, number | null>;
+  usage: Record<string, number>;
+}
+
+/** Limit flags: their API field and how usage names the same thing. */
+const LIMIT_FLAGS = [
+  { flag: "--max-containers <n>", key: "maxContainers", field: "max_containers", usage: "containers" },
+  { flag: "--max-cpu-millicores <n>", key: "maxCpuMillicores", field: "max_cpu_millicores", usage: "cpu_millicores" },
+  { flag: "--max-memory-mb <n>", key: "maxMemoryMb", field: "max_memory_mb", usage: "memory_mb" },
+  { flag: "--max-gpus <n>", key: "maxGpus", field: "max_gpus", usage: "gpus" },
+  { flag: "--max-pending-tasks <n>", key: "maxPendingTasks", field: "max_pending_tasks", usage: "pending_tasks" },
+] as const;
+
+/** A limit value: a whole number, or `none` for no limit. */
+function limitValue(v: string): number | null {
+  if (/^(none|unlimited)$/i.test(v)) return null;
+  if (!/^\d{1,10}$/.test(v)) throw new InvalidArgumentError(`expected a whole number or "none", got ${JSON.stringify(v)}`);
+  return Number(v);
 }
 
 export function workspaceCommands(program: Command): void {
@@ -58,6 +80,28 @@ export function workspaceCommands(program: Command): void {
           "created_at",
         ]);
     });
+
+  const limits = ws
+    .command("limits")
+    .description("show a workspace's limits and usage; with flags, set them (admin token; `none` removes a limit)")
+    .argument("<ws>", "workspace external id (berth workspace list)")
+    .option("--json", "print JSON");
+  for (const f of LIMIT_FLAGS) limits.option(f.flag, `set ${f.field} (a number, or none)`, limitValue);
+  limits.action(async (wsId: string, o: Record<string, number | null | boolean | undefined>) => {
+    const api = ApiClient.fromEnv();
+    const path = `/api/v1/workspace/${encodeURIComponent(wsId)}/limits`;
+    const change: Record<string, number | null> = {};
+    for (const f of LIMIT_FLAGS) if (o[f.key] !== undefined) change[f.field] = o[f.key] as number | null;
+    const r =
+      Object.keys(change).length > 0
+        ? await api.request<LimitsJson>("PUT", path, change)
+        : await api.request<LimitsJson>("GET", path);
+    if (o.json) return printJson(r);
+    printTable(
+      LIMIT_FLAGS.map((f) => ({ limit: f.field, value: r.limits[f.field] ?? "none", in_use: r.usage[f.usage] ?? 0 })),
+      ["limit", "value", "in_use"],
+    );
+  });
 
   const tok = program.command("token").description("tokens of the current workspace");
   tok

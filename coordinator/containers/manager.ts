@@ -1,6 +1,8 @@
+import type { Reservation } from "../scheduler/cluster-view.ts";
 // Containers on demand: keeps each stub at the container count its demand and
 // deployment ask for (docs/tasks.md step 4, docs/deployments.md
-// "Autoscaling"), within the workspace's limit; stops containers idle past
+// "Autoscaling"), within the workspace's limits (docs/limits.md: a start
+// that would exceed one waits until usage drops); stops containers idle past
 // keep_warm_seconds, those of stopped deployments, and those of an older
 // config once idle. Runners pull from the stub's shared consumer, so warm
 // containers are reused by the next tasks.
@@ -8,11 +10,13 @@
 import { BerthError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
+import { type ContainerLimits, type WorkspaceUsage, everFitsLimits, fitsLimits, usageOf } from "../scheduler/quota.ts";
 import type { ContainerCounts, StubDemand } from "../tasks/activity.ts";
 import { type StopCandidate, type StopReason, containersToStop, desiredContainers } from "./autoscale.ts";
 import { CodePusher } from "./code-push.ts";
 import { ContainerTable, type Managed } from "./container-table.ts";
 import { FleetSync } from "./fleet-sync.ts";
+import { placementRequest } from "./runner-request.ts";
 import { ScaleTargets } from "./scale-targets.ts";
 import { ContainerStarter } from "./starter.ts";
 import {
@@ -32,7 +36,7 @@ export class ContainerManager implements ContainerCounts {
   private readonly starter: ContainerStarter;
   private readonly targets: ScaleTargets;
   private readonly stubCache = new Map<string, { stub: StubRecord | undefined; at: number }>();
-  private readonly limitCache = new Map<string, { limit: number; at: number }>();
+  private readonly limitCache = new Map<string, { limits: ContainerLimits; at: number }>();
   private readonly work = new Set<Promise<unknown>>();
   private timer?: NodeJS.Timeout;
   private unsubscribers: (() => void)[] = [];
@@ -64,7 +68,7 @@ export class ContainerManager implements ContainerCounts {
       code,
       fleet: this.fleet,
       track,
-      makeRoomFor: (stub) => this.yieldIdleFor(stub),
+      makeRoomFor: (stub) => this.yieldIdleFor(stub, false),
     });
     this.targets = new ScaleTargets(this.o.log, this.o.onScale);
   }
@@ -122,6 +126,31 @@ export class ContainerManager implements ContainerCounts {
    */
   invalidateStub(stubId: string): void {
     this.stubCache.delete(stubId);
+    this.scheduleReconcile();
+  }
+
+  /** What the workspace's containers hold now (starting and running ones), for its limits. */
+  /** What this manager's containers hold on each agent (the sandbox service places around them). */
+  reservations(): Reservation[] {
+    return this.containers.reservations();
+  }
+
+  workspaceUsage(workspaceId: string): WorkspaceUsage {
+    return usageOf(this.containers.live((c) => c.workspaceId === workspaceId).map((c) => c.reservation));
+  }
+
+  /** Why the stub's tasks wait for a container now (no room, a workspace limit); undefined when they do not. */
+  waitReason(stubId: string): string | undefined {
+    return this.starter.waitReason(stubId);
+  }
+
+  /**
+   * Forgets the workspace's cached limits and reconciles soon: the limits
+   * route calls it after an operator changed them, so a raised limit starts
+   * waiting containers at once.
+   */
+  invalidateLimits(workspaceId: string): void {
+    this.limitCache.delete(workspaceId);
     this.scheduleReconcile();
   }
 
@@ -238,6 +267,7 @@ export class ContainerManager implements ContainerCounts {
     const target = draining ? 0 : Math.max(desired, this.current(stub).length);
     this.targets.note(stub, target, now, this.reason(stops, draining, demand, baseline), queueDepth);
     if (!draining) await this.scaleUp(stub, desired, now);
+    else this.starter.notWaiting(stub.id);
   }
 
   /** Why a target changed: read by people, in the log and the deployment's events. */
@@ -255,12 +285,12 @@ export class ContainerManager implements ContainerCounts {
   }
 
   /** Cached like stubs: scale-up asks on every reconcile while tasks wait. */
-  private async workspaceLimit(workspaceId: string, now: number): Promise<number> {
+  private async workspaceLimits(workspaceId: string, now: number): Promise<ContainerLimits> {
     const hit = this.limitCache.get(workspaceId);
-    if (hit && now - hit.at < this.o.stubCacheMs) return hit.limit;
-    const limit = await this.o.workspaceLimit(workspaceId);
-    this.limitCache.set(workspaceId, { limit, at: now });
-    return limit;
+    if (hit && now - hit.at < this.o.stubCacheMs) return hit.limits;
+    const limits = await this.o.workspaceLimits(workspaceId);
+    this.limitCache.set(workspaceId, { limits, at: now });
+    return limits;
   }
 
   private async stub(stubId: string, now: number): Promise<StubRecord | undefined> {
@@ -352,11 +382,12 @@ export class ContainerManager implements ContainerCounts {
 
   /**
    * A warm container keeps its room while idle; when tasks of another stub
-   * cannot be placed, the longest-idle container of a stub with no tasks at
+   * cannot be placed (no room in the fleet, or sameWorkspace: the workspace
+   * is at a limit), the longest-idle container of a stub with no tasks at
    * all, above its deployment's baseline, gives its room up (one per failed
    * placement: the next pass places, or takes another).
    */
-  private yieldIdleFor(stub: StubRecord): void {
+  private yieldIdleFor(stub: StubRecord, sameWorkspace: boolean): void {
     const { activity } = this.o;
     const aboveBaseline = (stubId: string) => {
       const dep = this.o.deployments?.of(stubId);
@@ -364,7 +395,10 @@ export class ContainerManager implements ContainerCounts {
       return this.containers.live((c) => c.stubId === stubId).length > baseline;
     };
     const victim = this.containers
-      .live((c) => c.stubId !== stub.id && c.state === "running")
+      .live(
+        (c) =>
+          c.stubId !== stub.id && c.state === "running" && (!sameWorkspace || c.workspaceId === stub.workspaceId),
+      )
       .filter((c) => {
         const d = activity.demandOf(c.stubId);
         return !activity.containerActivity(c.id)?.busy && !d?.pending && !d?.running;
@@ -413,19 +447,26 @@ export class ContainerManager implements ContainerCounts {
 
   // ---- scale up ---------------------------------------------------------------
 
-  /** Starts containers up to `desired` (outdated ones do not count), within the workspace limit. */
+  /**
+   * Starts containers up to `desired` (outdated ones do not count), each
+   * only while the workspace stays within its limits; past one, the stub
+   * waits with that limit as its reason (and an idle warm container of
+   * another of the workspace's stubs may give its room up).
+   */
   private async scaleUp(stub: StubRecord, desired: number, now: number): Promise<void> {
     if (this.starter.failures.blocked(stub.id, now)) return;
-    const current = this.current(stub).length;
-    if (current >= desired) return;
-    const limit = await this.workspaceLimit(stub.workspaceId, now);
-    const inWorkspace = this.containers.live((c) => c.workspaceId === stub.workspaceId).length;
-    const count = Math.min(desired - current, limit - inWorkspace);
-    if (count <= 0) {
-      this.starter.waiting(stub.id, `the workspace runs ${inWorkspace} of its ${limit} containers`);
-      return;
-    }
-    for (let i = 0; i < count; i++) {
+    const missing = desired - this.current(stub).length;
+    if (missing <= 0) return this.starter.notWaiting(stub.id);
+    const limits = await this.workspaceLimits(stub.workspaceId, now);
+    const req = placementRequest(stub, []);
+    for (let i = 0; i < missing; i++) {
+      const check = fitsLimits(limits, this.workspaceUsage(stub.workspaceId), req);
+      if (!check.ok) {
+        if (!everFitsLimits(limits, req))
+          return this.starter.waiting(stub.id, `${check.reason}; it cannot start until an operator raises the limit`);
+        this.starter.waiting(stub.id, check.reason);
+        return this.yieldIdleFor(stub, true);
+      }
       if (!this.starter.placeOne(stub)) return;
     }
   }

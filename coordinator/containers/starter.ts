@@ -38,7 +38,7 @@ export class ContainerStarter {
     const prefer = new Set(sha ? code.holders(sha) : []);
     for (const c of containers.live((c) => c.stubId === stub.id)) prefer.add(c.agentId);
     const req = placementRequest(stub, [...prefer]);
-    const view = buildClusterView(o.fleet.list(), containers.reservations(), (id) =>
+    const view = buildClusterView(o.fleet.list(), [...containers.reservations(), ...o.otherReservations()], (id) =>
       this.d.fleet.isSynced(id),
     );
     const placed = place(view, req);
@@ -138,11 +138,21 @@ export class ContainerStarter {
     }
   }
 
-  /** Logs why a stub waits, once per distinct reason. */
+  /** Logs why a stub waits, once per distinct reason; waitReason gives it until the stub no longer waits. */
   waiting(stubId: string, reason: string): void {
     if (this.lastWait.get(stubId) === reason) return;
     this.lastWait.set(stubId, reason);
-    this.d.o.log.info({ stubId, reason }, "tasks wait for room to start a container");
+    this.d.o.log.info({ stubId, reason }, `tasks wait for room to start a container: ${reason}`);
+  }
+
+  /** Why the stub's tasks wait for a container now; undefined when they do not. */
+  waitReason(stubId: string): string | undefined {
+    return this.lastWait.get(stubId);
+  }
+
+  /** The stub has the containers it wants: a later wait is logged again. */
+  notWaiting(stubId: string): void {
+    this.lastWait.delete(stubId);
   }
 
   /** The stub left the manager's view: its log-once memory goes. */

@@ -1,3 +1,4 @@
+import type { Reservation } from "../scheduler/cluster-view.ts";
 // What the container manager depends on, as small interfaces, so the
 // composition root wires real services and logic tests feed fakes.
 
@@ -6,6 +7,7 @@ import type { ContainerApi, RunContainerRequest } from "../../agent/rpc/containe
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
+import type { ContainerLimits } from "../scheduler/quota.ts";
 import type { StubRecord as StoredStub } from "../store/stubs.ts";
 import type { TaskActivity } from "../tasks/activity.ts";
 import { runnerRequest } from "./runner-request.ts";
@@ -83,10 +85,21 @@ export interface StartBackoffOptions {
 
 export interface ContainerManagerOptions {
   fleet: FleetView;
+  /**
+   * What other placers (sandboxes and pods) hold on each agent, so a runner
+   * container is not placed into room they already took. @default none
+   */
+  otherReservations?: () => Iterable<Reservation>;
   activity: TaskActivity;
   stubs: StubSource;
-  /** Most containers a workspace may run at once. */
-  workspaceLimit(workspaceId: string): Promise<number>;
+  /**
+   * The workspace's container limits (docs/limits.md: containers, CPU,
+   * memory, GPUs; null = none): a start that would exceed one waits. One of
+   * workspaceLimits and workspaceLimit is needed.
+   */
+  workspaceLimits?(workspaceId: string): Promise<ContainerLimits>;
+  /** Only the most containers a workspace may run at once (older form of workspaceLimits). */
+  workspaceLimit?(workspaceId: string): Promise<number>;
   code: CodeSource;
   agents: AgentClients;
   events: ContainerEventSource;
@@ -128,7 +141,10 @@ export interface ContainerManagerOptions {
 }
 
 export interface ResolvedContainerManagerOptions
-  extends Required<Omit<ContainerManagerOptions, "startBackoff" | "deployments" | "onScale">> {
+  extends Required<
+    Omit<ContainerManagerOptions, "startBackoff" | "deployments" | "onScale" | "workspaceLimit" | "workspaceLimits">
+  > {
+  workspaceLimits(workspaceId: string): Promise<ContainerLimits>;
   startBackoff: Required<StartBackoffOptions>;
   deployments: DeploymentStates | undefined;
   onScale: ((ev: ScaleEvent) => void) | undefined;
@@ -151,14 +167,26 @@ export function resolveContainerManagerOptions(o: ContainerManagerOptions): Reso
     return v;
   };
   const b = o.startBackoff ?? {};
+  const { workspaceLimit, workspaceLimits, ...rest } = o;
+  if (!workspaceLimits && !workspaceLimit)
+    throw new Error("container manager: workspaceLimits (or workspaceLimit) is required");
   return {
-    ...o,
+    ...rest,
+    workspaceLimits:
+      workspaceLimits ??
+      (async (ws) => ({
+        maxContainers: await (workspaceLimit as (ws: string) => Promise<number>)(ws),
+        maxCpuMillicores: null,
+        maxMemoryMb: null,
+        maxGpus: null,
+      })),
     clock: o.clock ?? Date.now,
     reconcileIntervalMs: positive("reconcileIntervalMs", o.reconcileIntervalMs ?? 1000),
     stopGraceMs: o.stopGraceMs ?? 10_000,
     healthyAfterMs: o.healthyAfterMs ?? 30_000,
     stubCacheMs: o.stubCacheMs ?? 5000,
     stopContainersOnStop: o.stopContainersOnStop ?? true,
+    otherReservations: o.otherReservations ?? (() => []),
     containerRequest: o.containerRequest ?? runnerRequest,
     secrets: o.secrets ?? noSecretStore,
     deployments: o.deployments,

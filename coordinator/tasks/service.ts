@@ -16,6 +16,7 @@ import {
   TaskHeaders,
   taskSubject,
 } from "../../shared/tasks.ts";
+import { checkPendingTasks } from "../limits/limits.ts";
 import type { Objects } from "../objects/objects.ts";
 import type { Store } from "../store/store.ts";
 import type { StubRecord } from "../store/stubs.ts";
@@ -51,6 +52,8 @@ export interface TaskServiceDeps {
   directFoldMs?: number;
   /** Hears every task status change (workspace events: coordinator/events taskEvents). */
   onTaskStatus?: TaskStatusListener;
+  /** The workspace's max_pending_tasks (docs/limits.md; WorkspaceLimitsCache). @default no limit */
+  limits?: { maxPendingTasks(workspaceId: string): Promise<number | null> };
 }
 
 export interface SubmitOptions {
@@ -91,6 +94,9 @@ export class TaskService implements TaskActivity {
   private jsm: JetStreamManager | undefined;
   private readonly events: TaskEventConsumer;
   private sweeper: NodeJS.Timeout | undefined;
+  private readonly limits: TaskServiceDeps["limits"];
+  /** Tasks being submitted per workspace, not yet in the live index: counted as pending by the limit check. */
+  private readonly admitting = new Map<string, number>();
   /** Requests the coordinator proxies itself (endpoint, asgi, realtime): tasks without a queue. */
   readonly direct: DirectTasks;
 
@@ -102,6 +108,7 @@ export class TaskService implements TaskActivity {
     this.log = d.log;
     this.clock = d.clock ?? Date.now;
     this.sweepIntervalMs = d.sweepIntervalMs ?? 1000;
+    this.limits = d.limits;
     this.callbacks = new CallbackSender(d.log);
     this.engine = new TaskEngine(
       d.store.tasks,
@@ -182,6 +189,42 @@ export class TaskService implements TaskActivity {
   ): Promise<string[]> {
     const stub = await this.getStub(workspaceId, stubId);
     checkInputs(inputs);
+    const max = this.limits ? await this.limits.maxPendingTasks(workspaceId) : null;
+    // Checked and reserved in one step, so concurrent submissions cannot pass the limit together.
+    const admitting = this.admitting.get(workspaceId) ?? 0;
+    checkPendingTasks(max, this.pendingTasks(workspaceId) + admitting, inputs.length);
+    let reserved = max !== null;
+    if (reserved) this.admitting.set(workspaceId, admitting + inputs.length);
+    // Once the tasks are in the live index they count there.
+    const admitted = () => {
+      if (!reserved) return;
+      reserved = false;
+      const left = (this.admitting.get(workspaceId) ?? 0) - inputs.length;
+      if (left > 0) this.admitting.set(workspaceId, left);
+      else this.admitting.delete(workspaceId);
+    };
+    try {
+      return await this.submitAdmitted(workspaceId, stub, inputs, o, admitted);
+    } finally {
+      admitted();
+    }
+  }
+
+  /** Tasks of the workspace waiting for a runner (PENDING or RETRY), as this coordinator tracks them. */
+  pendingTasks(workspaceId: string): number {
+    let n = 0;
+    for (const d of this.engine.index.demandList()) if (d.workspaceId === workspaceId) n += d.pending;
+    return n;
+  }
+
+  private async submitAdmitted(
+    workspaceId: string,
+    stub: StubRecord,
+    inputs: Uint8Array[],
+    o: SubmitOptions,
+    admitted: () => void,
+  ): Promise<string[]> {
+    const stubId = stub.id;
     await this.ensureConsumer(stubId);
     const now = this.clock();
     const createdAt = new Date(now).toISOString();
@@ -205,6 +248,7 @@ export class TaskService implements TaskActivity {
       this.engine.created(t);
       return t;
     });
+    admitted();
     this.engine.index.notify(stubId);
     o.onCreated?.(ids);
 

@@ -168,6 +168,9 @@ export class FakeAgentContainers implements ContainerApi {
   setNetworkPolicy(): never {
     throw new Error("not used");
   }
+  exposePort(): never {
+    throw new Error("not used");
+  }
 }
 
 export function capacity(

@@ -1,0 +1,142 @@
+// `/api/v1/workspace/{ws}/limits` (docs/limits.md): the workspace's limits
+// and what it uses now. Any token of the workspace reads them; operators
+// (admin tokens) read and set them for any workspace. Another workspace's
+// ordinary token reads as not found, like every workspace route.
+
+import { Type } from "@sinclair/typebox";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { BerthError } from "../../../shared/errors.ts";
+import type { WorkspaceUsage } from "../../scheduler/quota.ts";
+import { MAX_LIMIT_VALUE, type LimitsRepo, type WorkspaceLimits } from "../../store/limits.ts";
+import type { TokenRepo, Workspace, WorkspaceRepo } from "../../store/workspaces.ts";
+import { authenticator, principalOf } from "../auth.ts";
+import { WorkspaceErrors, WsParams } from "./workspace-scope.ts";
+
+export interface LimitRouteDeps {
+  tokens: TokenRepo;
+  workspaces: Pick<WorkspaceRepo, "byExternalId">;
+  limits: Pick<LimitsRepo, "get" | "set">;
+  /** What the workspace uses now (ContainerManager.workspaceUsage, TaskService.pendingTasks); a part not given reads 0. */
+  usage: {
+    containers?(workspaceId: string): WorkspaceUsage;
+    pendingTasks?(workspaceId: string): number;
+  };
+  /** After limits changed here: caches forget them (WorkspaceLimitsCache.invalidate, ContainerManager.invalidateLimits). */
+  onChange?(workspaceId: string): void;
+}
+
+const MiB = 1024 * 1024;
+
+// Null first: with type coercion on, a null tried against the integer first would become 0.
+const Limit = (description: string) =>
+  Type.Union([Type.Null(), Type.Integer({ minimum: 0, maximum: MAX_LIMIT_VALUE })], { description });
+
+const LIMIT_FIELDS = {
+  max_containers: Limit("containers running or starting at once"),
+  max_cpu_millicores: Limit("CPU reserved by its containers, in millicores (1000 = one core)"),
+  max_memory_mb: Limit("memory reserved by its containers, in MiB"),
+  max_gpus: Limit("GPUs held by its containers"),
+  max_pending_tasks: Limit("tasks waiting for a container; a submission past it is refused (429 limit_exceeded)"),
+};
+
+const LimitsBody = Type.Object(LIMIT_FIELDS, { description: "null: no limit" });
+const LimitsChange = Type.Partial(Type.Object(LIMIT_FIELDS), {
+  additionalProperties: false,
+  description: "the limits to change (null: no limit); the others keep their values",
+});
+const UsageBody = Type.Object({
+  containers: Type.Integer(),
+  cpu_millicores: Type.Integer(),
+  memory_mb: Type.Integer(),
+  gpus: Type.Integer(),
+  pending_tasks: Type.Integer(),
+});
+const LimitsResponse = Type.Object({ workspace_id: Type.String(), limits: LimitsBody, usage: UsageBody });
+
+type LimitsJson = Record<keyof typeof LIMIT_FIELDS, number | null>;
+
+const limitsJson = (l: WorkspaceLimits): LimitsJson => ({
+  max_containers: l.maxContainers,
+  max_cpu_millicores: l.maxCpuMillicores,
+  max_memory_mb: l.maxMemoryMb,
+  max_gpus: l.maxGpus,
+  max_pending_tasks: l.maxPendingTasks,
+});
+
+const fromJson = (b: Partial<LimitsJson>): Partial<WorkspaceLimits> => {
+  const out: Partial<WorkspaceLimits> = {};
+  if (b.max_containers !== undefined) out.maxContainers = b.max_containers;
+  if (b.max_cpu_millicores !== undefined) out.maxCpuMillicores = b.max_cpu_millicores;
+  if (b.max_memory_mb !== undefined) out.maxMemoryMb = b.max_memory_mb;
+  if (b.max_gpus !== undefined) out.maxGpus = b.max_gpus;
+  if (b.max_pending_tasks !== undefined) out.maxPendingTasks = b.max_pending_tasks;
+  return out;
+};
+
+export function limitRoutes(d: LimitRouteDeps): FastifyPluginAsync {
+  /** `{ws}`: the caller's own workspace, or any workspace for an admin token; else not found. */
+  const target = async (req: FastifyRequest): Promise<Workspace> => {
+    const { ws } = req.params as { ws: string };
+    const p = principalOf(req);
+    if (ws === p.workspace.externalId) return p.workspace;
+    const other = p.token.admin ? await d.workspaces.byExternalId(ws) : undefined;
+    if (!other) throw new BerthError("not_found", `workspace ${ws} not found`);
+    return other;
+  };
+  const answer = (ws: Workspace, limits: WorkspaceLimits) => {
+    const u = d.usage.containers?.(ws.id);
+    return {
+      workspace_id: ws.externalId,
+      limits: limitsJson(limits),
+      usage: {
+        containers: u?.containers ?? 0,
+        cpu_millicores: u?.cpuMillicores ?? 0,
+        memory_mb: Math.ceil((u?.memoryBytes ?? 0) / MiB),
+        gpus: u?.gpus ?? 0,
+        pending_tasks: d.usage.pendingTasks?.(ws.id) ?? 0,
+      },
+    };
+  };
+
+  return async (app) => {
+    app.addHook("onRequest", authenticator(d.tokens));
+
+    app.get(
+      "/api/v1/workspace/:ws/limits",
+      {
+        schema: {
+          tags: ["workspaces"],
+          summary: "The workspace's limits (null: none) and what it uses now",
+          params: WsParams,
+          response: { 200: LimitsResponse, ...WorkspaceErrors },
+        },
+      },
+      async (req) => {
+        const ws = await target(req);
+        return answer(ws, await d.limits.get(ws.id));
+      },
+    );
+
+    app.put(
+      "/api/v1/workspace/:ws/limits",
+      {
+        schema: {
+          tags: ["workspaces"],
+          summary: "Set the workspace's limits (admin token); fields left out keep their values",
+          params: WsParams,
+          body: LimitsChange,
+          response: { 200: LimitsResponse, ...WorkspaceErrors },
+        },
+      },
+      async (req) => {
+        const ws = await target(req);
+        if (!principalOf(req).token.admin)
+          throw new BerthError("permission_denied", "setting workspace limits needs an admin (operator) token");
+        const limits = await d.limits.set(ws.id, fromJson((req.body ?? {}) as Partial<LimitsJson>));
+        d.onChange?.(ws.id);
+        req.log.info({ workspaceId: ws.id, limits: limitsJson(limits) }, "workspace limits changed");
+        return answer(ws, limits);
+      },
+    );
+  };
+}

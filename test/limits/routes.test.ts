@@ -1,0 +1,200 @@
+// `/api/v1/workspace/{ws}/limits` over a listening server with a real
+// SQLite store, a real nats-server and a real TaskService: who may read and
+// set limits, the response shape with usage, bad bodies, and task
+// submission refused with limit_exceeded once max_pending_tasks is reached.
+
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import Fastify, { type FastifyInstance } from "fastify";
+import { connect } from "nats";
+import pino from "pino";
+import { HTTP_STATUS, installErrorHandlers } from "../../coordinator/http/errors.ts";
+import { gatewayTaskRoutes } from "../../coordinator/http/routes/gateway-tasks.ts";
+import { limitRoutes } from "../../coordinator/http/routes/limits.ts";
+import { WorkspaceLimitsCache } from "../../coordinator/limits/limits.ts";
+import { Objects } from "../../coordinator/objects/objects.ts";
+import { Store } from "../../coordinator/store/store.ts";
+import type { Workspace } from "../../coordinator/store/workspaces.ts";
+import { TaskService } from "../../coordinator/tasks/service.ts";
+import { CATALOG } from "../../shared/errors.ts";
+import { closeNats } from "../../shared/nats-server.ts";
+import { tempDir } from "../helpers/env.ts";
+import { startTestNats } from "../helpers/nats.ts";
+import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
+
+/** The fields these tests read of any answer (limits route, gateway, error). */
+interface Answer {
+  ok?: boolean;
+  error: { code: string; message: string };
+  limits: Record<string, number | null>;
+  usage: Record<string, number>;
+  [k: string]: unknown;
+}
+
+describe("workspace limits routes", () => {
+  const cleanups: (() => unknown)[] = [];
+  const later = { after: (fn: () => unknown) => cleanups.push(fn) };
+  let app: FastifyInstance;
+  let baseUrl: string;
+  let store: Store;
+  let tasks: TaskService;
+  let ops: Workspace;
+  let team: Workspace;
+  let adminToken: string;
+  let teamToken: string;
+  let opsUserToken: string;
+  let stubId: string;
+  const changed: string[] = [];
+
+  before(async () => {
+    const nats = await startTestNats(later);
+    const dir = tempDir(later);
+    store = await Store.open(`sqlite:${dir}/berth.db`);
+    cleanups.push(() => store.close());
+    const nc = await connect({ servers: nats.url, user: nats.coordinator.user, pass: nats.coordinator.password });
+    cleanups.push(() => closeNats(nc));
+    const log = pino({ level: "silent" });
+    const cache = new WorkspaceLimitsCache({ repo: store.limits });
+    tasks = new TaskService({ store, nats: nc, objects: new Objects(store.objects, dir), log, limits: cache });
+    await tasks.start();
+    cleanups.push(() => tasks.stop());
+
+    ops = await store.workspaces.create("ops");
+    team = await store.workspaces.create("team");
+    adminToken = (await store.tokens.create(ops.id, { name: "admin", admin: true })).secret;
+    opsUserToken = (await store.tokens.create(ops.id, { name: "user" })).secret;
+    teamToken = (await store.tokens.create(team.id, { name: "user" })).secret;
+    stubId = (await tasks.upsertStub(team.id, { name: "f", type: "function", config: stubConfig(), extra: stubExtra() }))
+      .stub.id;
+
+    // The coordinator's validator options (coordinator/http/app.ts).
+    app = Fastify({ logger: false, ajv: { customOptions: { removeAdditional: false, coerceTypes: "array" } } });
+    app.decorateRequest("principal", null);
+    installErrorHandlers(app);
+    await app.register(
+      limitRoutes({
+        tokens: store.tokens,
+        workspaces: store.workspaces,
+        limits: store.limits,
+        usage: {
+          containers: (ws) =>
+            ws === team.id
+              ? { containers: 2, cpuMillicores: 1500, memoryBytes: 1536 * 1024 * 1024 + 1, gpus: 1 }
+              : { containers: 0, cpuMillicores: 0, memoryBytes: 0, gpus: 0 },
+          pendingTasks: (ws) => tasks.pendingTasks(ws),
+        },
+        onChange: (ws) => {
+          changed.push(ws);
+          cache.invalidate(ws);
+        },
+      }),
+    );
+    await app.register(gatewayTaskRoutes(store.tokens, tasks));
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    cleanups.push(() => app.close());
+    const addr = app.server.address();
+    baseUrl = `http://127.0.0.1:${typeof addr === "object" && addr ? addr.port : 0}`;
+  });
+  after(async () => {
+    for (const fn of cleanups.reverse()) await fn();
+  });
+
+  const call = async (method: string, path: string, token: string, body?: unknown) => {
+    const res = await fetch(`${baseUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    return { status: res.status, body: (await res.json()) as Answer };
+  };
+  const limitsOf = (ws: Workspace) => `/api/v1/workspace/${ws.externalId}/limits`;
+
+  test("any token of the workspace reads its limits and usage", async () => {
+    const r = await call("GET", limitsOf(team), teamToken);
+    assert.equal(r.status, 200);
+    assert.deepEqual(r.body, {
+      workspace_id: team.externalId,
+      limits: {
+        max_containers: 32,
+        max_cpu_millicores: null,
+        max_memory_mb: null,
+        max_gpus: null,
+        max_pending_tasks: null,
+      },
+      usage: { containers: 2, cpu_millicores: 1500, memory_mb: 1537, gpus: 1, pending_tasks: 0 },
+    });
+  });
+
+  test("another workspace's ordinary token gets 404 on both routes; an admin token reaches any workspace", async () => {
+    assert.equal((await call("GET", limitsOf(team), opsUserToken)).status, 404);
+    const put = await call("PUT", limitsOf(team), opsUserToken, { max_gpus: 1 });
+    assert.equal(put.status, 404);
+    assert.equal(put.body.error.code, "not_found");
+    assert.equal((await call("GET", limitsOf(ops), teamToken)).status, 404);
+    assert.equal((await call("GET", "/api/v1/workspace/ws-nope/limits", adminToken)).status, 404);
+    assert.equal((await call("GET", limitsOf(team), adminToken)).status, 200);
+    assert.equal((await call("GET", limitsOf(team), "bt_nope")).status, 401);
+  });
+
+  test("only an admin token sets limits; fields left out keep their values", async () => {
+    const denied = await call("PUT", limitsOf(team), teamToken, { max_pending_tasks: 1 });
+    assert.equal(denied.status, 403);
+    assert.match(denied.body.error.message, /admin/);
+    const set = await call("PUT", limitsOf(team), adminToken, { max_cpu_millicores: 4000, max_memory_mb: 8192 });
+    assert.equal(set.status, 200);
+    assert.deepEqual(set.body.limits, {
+      max_containers: 32,
+      max_cpu_millicores: 4000,
+      max_memory_mb: 8192,
+      max_gpus: null,
+      max_pending_tasks: null,
+    });
+    const again = await call("PUT", limitsOf(team), adminToken, { max_memory_mb: null, max_gpus: 2 });
+    assert.deepEqual(again.body.limits, {
+      max_containers: 32,
+      max_cpu_millicores: 4000,
+      max_memory_mb: null,
+      max_gpus: 2,
+      max_pending_tasks: null,
+    });
+    assert.deepEqual((await call("GET", limitsOf(team), teamToken)).body.limits, again.body.limits);
+    assert.deepEqual(changed.slice(-2), [team.id, team.id]);
+  });
+
+  test("bad bodies are 400 naming the cause", async () => {
+    for (const body of [{ max_gpus: -1 }, { max_containers: 1.5 }, { max_cpus: 3 }, { max_memory_mb: "lots" }]) {
+      const r = await call("PUT", limitsOf(team), adminToken, body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.equal(r.body.error.code, "invalid_request");
+      assert.match(r.body.error.message, /max_|additional properties/, JSON.stringify(r.body));
+    }
+  });
+
+  test("submission past max_pending_tasks is refused with limit_exceeded naming the limit", async () => {
+    const set = await call("PUT", limitsOf(team), adminToken, { max_pending_tasks: 3 });
+    assert.equal(set.body.limits.max_pending_tasks, 3);
+    const submit = (n: number) =>
+      call("POST", `/api/v1/gateway/stubs/${stubId}/tasks`, teamToken, {
+        inputs: Array.from({ length: n }, () => Buffer.from("x").toString("base64")),
+      });
+    const first = await submit(2);
+    assert.equal(first.body.ok, true);
+    // 2 waiting + 2 would pass 3: the whole submission is refused.
+    const refused = await submit(2);
+    assert.equal(refused.body.ok, false);
+    assert.equal(refused.body.error.code, "limit_exceeded");
+    assert.match(refused.body.error.message, /2 pending tasks.*max_pending_tasks is 3/);
+    assert.equal(HTTP_STATUS[CATALOG.limit_exceeded.kind], 429, "the REST routes answer 429");
+    assert.equal((await submit(1)).body.ok, true);
+    assert.equal((await call("GET", limitsOf(team), teamToken)).body.usage.pending_tasks, 3);
+    const full = await submit(1);
+    assert.equal(full.body.error.code, "limit_exceeded");
+    // Concurrent submissions cannot pass the limit together.
+    await call("PUT", limitsOf(team), adminToken, { max_pending_tasks: 10 });
+    const results = await Promise.all(Array.from({ length: 12 }, () => submit(1)));
+    assert.equal(results.filter((r) => r.body.ok).length, 7);
+    assert.equal(tasks.pendingTasks(team.id), 10);
+    // Another workspace is not held back by this one's limit.
+    assert.equal(tasks.pendingTasks(ops.id), 0);
+  });
+});
