@@ -51,6 +51,14 @@ export interface AgentOptions {
   imageGcUnusedForMs?: number;
   /** The Python SDK (the directory holding `berth/`) mounted into runner containers. @default the repository's sdk/python */
   sdkDir?: string;
+  /** Seconds between container metrics samples (docs/metrics.md). @default 10 */
+  metricsIntervalS?: number;
+  /** Port of the agent's Prometheus `/metrics`; absent: not served. 0 picks a free port. @default none */
+  metricsPort?: number;
+  /** Where `/metrics` listens. @default "127.0.0.1" */
+  metricsHost?: string;
+  /** The pool (agent group) this agent's capacity counts toward in pool metrics. @default "default" */
+  pool?: string;
 }
 
 export interface ResolvedAgentOptions {
@@ -74,6 +82,7 @@ export interface ResolvedAgentOptions {
   imageGcIntervalMs?: number;
   imageGcUnusedForMs?: number;
   sdkDir: string;
+  metrics: { intervalMs: number; port?: number; host: string; pool: string };
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -119,6 +128,28 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     ...(o.imageGcIntervalMs !== undefined ? { imageGcIntervalMs: o.imageGcIntervalMs } : {}),
     ...(o.imageGcUnusedForMs !== undefined ? { imageGcUnusedForMs: o.imageGcUnusedForMs } : {}),
     sdkDir: resolve(o.sdkDir ?? DEFAULT_SDK_DIR),
+    metrics: metricsOptions(o),
+  };
+}
+
+function metricsOptions(o: AgentOptions): ResolvedAgentOptions["metrics"] {
+  const intervalS = o.metricsIntervalS ?? 10;
+  if (!Number.isFinite(intervalS) || intervalS < 1 || intervalS > 3600) {
+    throw new BerthError("invalid_request", `--metrics-interval ${intervalS} must be 1..3600 seconds`);
+  }
+  const port = o.metricsPort;
+  if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535)) {
+    throw new BerthError("invalid_request", `--metrics-port ${port} is not a TCP port`);
+  }
+  const pool = o.pool ?? "default";
+  if (!/^[a-z0-9][a-z0-9_-]{0,62}$/.test(pool)) {
+    throw new BerthError("invalid_request", `--pool ${JSON.stringify(pool)} must be 1-63 characters [a-z0-9_-]`);
+  }
+  return {
+    intervalMs: Math.round(intervalS * 1000),
+    ...(port !== undefined ? { port } : {}),
+    host: o.metricsHost ?? "127.0.0.1",
+    pool,
   };
 }
 

@@ -39,6 +39,10 @@ interface AgentRunFlags {
   insecureRegistry?: string[];
   imageGcHours: number;
   imageGcUnusedHours: number;
+  metricsInterval?: number;
+  metricsPort?: number;
+  metricsHost?: string;
+  pool?: string;
 }
 
 function collect(v: string, acc: string[]): string[] {
@@ -74,6 +78,10 @@ export function agentCommands(program: Command): void {
     )
     .option("--image-gc-hours <h>", "collect unused images every H hours (0 disables)", (v) => Number(v), 1)
     .option("--image-gc-unused-hours <h>", "remove images unused this many hours", (v) => Number(v), 24)
+    .option("--metrics-interval <s>", "seconds between container metrics samples (default 10)", (v) => Number(v))
+    .option("--metrics-port <port>", "serve Prometheus /metrics on this port (default: not served)", (v) => Number(v))
+    .option("--metrics-host <host>", "address of /metrics (default 127.0.0.1)")
+    .option("--pool <name>", "the pool (agent group) this host counts toward (default: default)")
     .action(async (o: AgentRunFlags) => {
       await runUntilSignal("agent", () =>
         startAgent(
@@ -95,6 +103,10 @@ export function agentCommands(program: Command): void {
             ...(o.insecureRegistry?.length ? { insecureRegistries: o.insecureRegistry } : {}),
             imageGcIntervalMs: Math.round(o.imageGcHours * 3_600_000),
             imageGcUnusedForMs: Math.round(o.imageGcUnusedHours * 3_600_000),
+            ...(o.metricsInterval !== undefined ? { metricsIntervalS: o.metricsInterval } : {}),
+            ...(o.metricsPort !== undefined ? { metricsPort: o.metricsPort } : {}),
+            ...(o.metricsHost ? { metricsHost: o.metricsHost } : {}),
+            ...(o.pool ? { pool: o.pool } : {}),
           }),
         ),
       );
