@@ -13,9 +13,23 @@ export const subjects = {
   /** Agent → coordinators: a container started or ended (exit code and reason). */
   containerEvent: (agentId: string, containerId: string) => `${AGENT_PREFIX}.${agentId}.container.${containerId}.event`,
   allContainerEvents: `${AGENT_PREFIX}.*.container.*.event`,
-  /** Agent → the logs stream: one message per stdout/stderr line of a container. */
+  /** Superseded by containerLogs (agent/logs): not stored; kept until ContainerPublisher.log goes. */
   containerLog: (agentId: string, containerId: string) => `${AGENT_PREFIX}.${agentId}.container.${containerId}.log`,
-  allContainerLogs: `${AGENT_PREFIX}.*.container.*.log`,
+  /**
+   * Agent → the logs stream (BERTH_LOGS, docs/logs.md): a batch of one
+   * container's lines, all of one task or of none (`_`). Every token is a
+   * logSubjectToken, so coordinators filter by workspace, stub, container
+   * and task with subject filters alone.
+   */
+  containerLogs: (agentId: string, workspaceId: string, stubId: string, containerId: string, taskId: string) =>
+    `${AGENT_PREFIX}.${agentId}.logs.${workspaceId}.${stubId}.${containerId}.${taskId}`,
+  allContainerLogs: `${AGENT_PREFIX}.*.logs.*.*.*.*`,
+  /** One workspace's log batches, narrowed to a stub, container or task when given (already valid tokens). */
+  workspaceLogs: (workspaceId: string, f: { stubId?: string; containerId?: string; taskId?: string } = {}) =>
+    `${AGENT_PREFIX}.*.logs.${workspaceId}.${f.stubId ?? "*"}.${f.containerId ?? "*"}.${f.taskId ?? "*"}`,
+  /** Agent → coordinators: one round of container and host usage samples (AgentMetricsMessage). */
+  metrics: (agentId: string) => `${AGENT_PREFIX}.${agentId}.metrics`,
+  allMetrics: `${AGENT_PREFIX}.*.metrics`,
 } as const;
 
 /** JetStream streams the coordinator creates at start. */
@@ -36,7 +50,7 @@ export interface ContainerEventMessage {
   labels: Record<string, string>;
 }
 
-/** What a container log message carries (one line). */
+/** One line as the container host reports it (agent-internal; ContainerLogBatch is what is stored). */
 export interface ContainerLogMessage {
   agentId: string;
   containerId: string;
@@ -45,6 +59,51 @@ export interface ContainerLogMessage {
   ts: number;
   labels: Record<string, string>;
 }
+
+/** One sample round of an agent (docs/metrics.md): its allocation and each running container's use. */
+export interface AgentMetricsMessage {
+  agentId: string;
+  /** The agent's pool (agent group) for pool-timeseries. */
+  pool: string;
+  /** ms since epoch, by the agent's clock, when the round was read. */
+  at: number;
+  intervalMs: number;
+  /** What the agent's running containers were given. */
+  allocated: { containers: number; cpuCores: number; memoryBytes: number; gpus: number };
+  containers: ContainerMetricsSample[];
+}
+
+export interface ContainerMetricsSample {
+  containerId: string;
+  /** From the container's labels (berth.workspace_id, berth.stub_id); absent for containers berth did not start for a stub. */
+  workspaceId?: string;
+  stubId?: string;
+  /** Cores used on average over the last interval (since start for a container's first sample). */
+  cpuCores: number;
+  /** Working set: usage less inactive file cache. */
+  memoryBytes: number;
+  cpuLimitCores: number;
+  memoryLimitBytes: number;
+  /** Per assigned GPU; absent when nvidia-smi is absent or failed. */
+  gpus?: { uuid: string; utilizationPercent: number | null; memoryUsedBytes: number | null }[];
+}
+
+/** One message of BERTH_LOGS on subjects.containerLogs: lines of one container, in order. */
+export interface ContainerLogBatch {
+  agentId: string;
+  /** Internal ids from the container's labels; "" when it has none (not a coordinator's container). */
+  workspaceId: string;
+  stubId: string;
+  containerId: string;
+  /** The task that printed these lines, when the agent knows it. */
+  taskId: string | null;
+  lines: { ts: number; stream: "stdout" | "stderr"; line: string }[];
+}
+
+/** What a log subject token may be: berth's ids; anything else is written `_` (none). */
+export const LOG_TOKEN = /^[A-Za-z0-9_-]{1,128}$/;
+export const logSubjectToken = (id: string | null | undefined): string =>
+  id && LOG_TOKEN.test(id) ? id : "_";
 
 export interface NatsCredentials {
   url: string;

@@ -316,7 +316,7 @@ export class TaskWorker {
     this.inFlight(containerId, taskId);
     this.o.nc.publish(
       taskOutputSubject(this.o.agentId, taskId),
-      enc.encode(JSON.stringify({ taskId, stream, data, at: Date.now() })),
+      enc.encode(JSON.stringify({ taskId, containerId, stream, data, at: Date.now() })),
     );
   }
 

@@ -9,7 +9,7 @@ import { resolveAgentOptions } from "../../agent/options.ts";
 import { AgentRpcClient } from "../../agent/rpc/client.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
 import { closeNats } from "../../shared/nats-server.ts";
-import { streams, subjects } from "../../shared/subjects.ts";
+import { type ContainerLogBatch, streams, subjects } from "../../shared/subjects.ts";
 import { type CliProcess, spawnCli, startTestCluster } from "../helpers/cluster.ts";
 import { needs } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
@@ -92,19 +92,13 @@ test("a joined agent publishes container log lines to JetStream and exit events 
   const msg = await waitFor(
     () =>
       jsm.streams.getMessage(streams.logs.name, {
-        last_by_subj: subjects.containerLog(agentId, "ctr-events"),
+        last_by_subj: subjects.containerLogs(agentId, "_", "_", "ctr-events", "_"),
       }),
-    { timeoutMs: 10_000, what: "the log line in JetStream" },
+    { timeoutMs: 10_000, what: "the log batch in JetStream" },
   );
-  const line = JSON.parse(sc.decode(msg.data)) as {
-    line: string;
-    stream: string;
-    containerId: string;
-    labels: Record<string, string>;
-  };
+  const batch = JSON.parse(sc.decode(msg.data)) as ContainerLogBatch;
   assert.deepEqual(
-    [line.containerId, line.stream, line.line],
-    ["ctr-events", "stdout", "hello from a container"],
+    [batch.containerId, batch.workspaceId, batch.taskId, batch.lines.map((l) => [l.stream, l.line])],
+    ["ctr-events", "", null, [["stdout", "hello from a container"]]],
   );
-  assert.deepEqual(line.labels, { purpose: "test" });
 });

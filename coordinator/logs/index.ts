@@ -1,0 +1,12 @@
+export {
+  DEFAULT_LOG_LIMIT,
+  type LogFilters,
+  type LogLine,
+  type LogPage,
+  LogQuery,
+  type LogQueryInput,
+  type LogQueryOptions,
+  type LogWorkspace,
+  MAX_LOG_LIMIT,
+  parseLogCursor,
+} from "./query.ts";
