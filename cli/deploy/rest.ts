@@ -16,10 +16,22 @@ export class DeploymentRoutes {
     return `/api/v1/deployment/${encodeURIComponent(await this.ws)}`;
   }
 
+  /** Every deployment, following the list's cursor pages. */
   async list(name?: string): Promise<DeploymentJson[]> {
-    const q = name !== undefined ? `?name=${encodeURIComponent(name)}` : "";
-    return (await this.api.request<{ deployments: DeploymentJson[] }>("GET", `${await this.base()}${q}`))
-      .deployments;
+    const out: DeploymentJson[] = [];
+    let cursor: string | null = null;
+    do {
+      const q = new URLSearchParams({ limit: "500" });
+      if (name !== undefined) q.set("name", name);
+      if (cursor) q.set("cursor", cursor);
+      const page: { deployments: DeploymentJson[]; next_cursor: string | null } = await this.api.request(
+        "GET",
+        `${await this.base()}?${q}`,
+      );
+      out.push(...page.deployments);
+      cursor = page.next_cursor;
+    } while (cursor);
+    return out;
   }
 
   async get(id: string): Promise<DeploymentJson & { containers?: number; queue_depth?: number }> {

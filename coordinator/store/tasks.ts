@@ -61,6 +61,23 @@ export interface TaskHistoryEntry {
 
 export const LIVE_STATUSES: TaskStatus[] = ["PENDING", "RETRY", "RUNNING"];
 
+/** Which of a workspace's tasks a list wants; absent fields do not filter. */
+export interface TaskListFilter {
+  /** Any of these statuses. */
+  statuses?: TaskStatus[];
+  /** Any of these stubs (an empty list matches nothing). */
+  stubIds?: string[];
+  /** ISO 8601 (UTC, as created_at is stored): created strictly after / before. */
+  createdAfter?: string;
+  createdBefore?: string;
+}
+
+export interface TaskListPage {
+  limit: number;
+  /** Keyset position: the (created_at, id) of the last task of the previous page. */
+  after?: { createdAt: string; id: string };
+}
+
 // Rows per multi-row INSERT: a batch of up to this many is one statement, and
 // at most this many statement shapes (one per row count) are kept per table.
 // SQLite allows 32766 bound parameters per statement; tasks rows have 18 columns.
@@ -86,6 +103,11 @@ const TASK_COLUMNS = [
   "ended_at",
   "updated_at",
 ] as const;
+
+/** What a list reads: every column but the results. */
+const LIST_COLUMNS = TASK_COLUMNS.filter(
+  (c): c is Exclude<(typeof TASK_COLUMNS)[number], "result" | "result_json"> => c !== "result" && c !== "result_json",
+);
 
 const EVENT_COLUMNS = ["task_id", "status", "attempt", "container_id", "reason", "at"] as const;
 
@@ -276,6 +298,34 @@ export class TaskRepo {
       reason: r.reason,
       at: r.at,
     }));
+  }
+
+  /**
+   * A workspace's tasks, newest first (created_at, then id, descending),
+   * at most `page.limit` of them after the keyset position. Results and
+   * errors stay in the store: a list carries no payloads.
+   */
+  async list(workspaceId: string, f: TaskListFilter, page: TaskListPage): Promise<TaskRecord[]> {
+    if (f.stubIds?.length === 0 || f.statuses?.length === 0) return [];
+    let q = this.db
+      .selectFrom("tasks")
+      .select(LIST_COLUMNS)
+      .where("workspace_id", "=", workspaceId);
+    if (f.statuses) q = q.where("status", "in", f.statuses);
+    if (f.stubIds) q = q.where("stub_id", "in", f.stubIds);
+    if (f.createdAfter !== undefined) q = q.where("created_at", ">", f.createdAfter);
+    if (f.createdBefore !== undefined) q = q.where("created_at", "<", f.createdBefore);
+    const after = page.after;
+    if (after) {
+      q = q.where((eb) =>
+        eb.or([
+          eb("created_at", "<", after.createdAt),
+          eb.and([eb("created_at", "=", after.createdAt), eb("id", "<", after.id)]),
+        ]),
+      );
+    }
+    const rows = await q.orderBy("created_at", "desc").orderBy("id", "desc").limit(page.limit).execute();
+    return rows.map((r) => toTask({ ...r, result: null, result_json: null }));
   }
 
   /** Tasks not yet finished (PENDING, RETRY, RUNNING), without results: what a restarting coordinator tracks. */

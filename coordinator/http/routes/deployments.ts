@@ -6,6 +6,7 @@ import type { DeploymentRecord } from "../../store/deployments.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";
 import type { TaskService } from "../../tasks/service.ts";
 import { authenticator, principalOf } from "../auth.ts";
+import { NextCursor, pageQuery, pageRequest, paginate } from "../pagination.ts";
 import { ErrorResponse } from "../schemas.ts";
 
 // Deployment records of a workspace: list, details (with containers, queue
@@ -96,15 +97,22 @@ export function deploymentRoutes(d: DeploymentRouteDeps): FastifyPluginAsync {
       {
         schema: {
           params: WsParams,
-          querystring: Type.Object({ name: Type.Optional(Type.String({ minLength: 1 })) }),
-          response: { 200: Type.Object({ deployments: Type.Array(DeploymentBody) }), ...errors },
+          querystring: pageQuery({ name: Type.Optional(Type.String({ minLength: 1 })) }),
+          response: {
+            200: Type.Object({ deployments: Type.Array(DeploymentBody), next_cursor: NextCursor }),
+            ...errors,
+          },
         },
       },
       async (req) => {
         const ws = workspaceOf(req);
-        const { name } = req.query as { name?: string };
-        const list = await deployments.list(ws, name === undefined ? {} : { name });
-        return { deployments: list.map((x) => deploymentJson(deployments, x)) };
+        const q = req.query as { name?: string; limit?: number; cursor?: string };
+        const page = pageRequest("deployments", q, 3);
+        const list = await deployments.list(ws, q.name === undefined ? {} : { name: q.name });
+        // The store's order (newest, then highest version first), made total by the id.
+        const key = (x: DeploymentRecord) => [x.createdAt, x.version, x.id];
+        const { items, next_cursor } = paginate("deployments", list, key, page, "desc");
+        return { deployments: items.map((x) => deploymentJson(deployments, x)), next_cursor };
       },
     );
 

@@ -1,16 +1,41 @@
-import { Type } from "@sinclair/typebox";
+import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { BerthError } from "../../../shared/errors.ts";
 import type { Store } from "../../store/store.ts";
+import type { StubRecord } from "../../store/stubs.ts";
 import type { TaskRecord } from "../../store/tasks.ts";
+import { type CostRates, estimateTaskCost, requestedResources } from "../../tasks/cost.ts";
 import type { TaskService } from "../../tasks/service.ts";
+import { isTerminal } from "../../tasks/transitions.ts";
 import { authenticator, principalOf, requireAdmin } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 
 const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
-const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 
-/** The spec's Task object (task status API), field for field. */
+/** The cost estimate (docs/api.md "Task cost"); null until the task starts. */
+export const TaskCostBody = Type.Object(
+  {
+    estimate: Type.Number({ description: "cpu + memory + gpu" }),
+    currency: Type.Optional(Type.String({ description: "as the operator configured it" })),
+    cpu: Type.Number(),
+    memory: Type.Number(),
+    gpu: Type.Number(),
+    duration_seconds: Type.Number({ description: "ended_at - started_at (now - started_at while running)" }),
+    final: Type.Boolean({ description: "false while the task runs" }),
+    rates: Type.Object({
+      cpu_core_per_second: Type.Number(),
+      memory_gib_per_second: Type.Number(),
+      gpu_per_second: Type.Number({ description: "the rate of the GPU type the task requested" }),
+    }),
+  },
+  { description: "duration x per-second rates of the requested CPU, memory and GPU" },
+);
+
+/**
+ * The spec's Task object (task status API), field for field. The spec says
+ * the per-task cost is not returned by this API: the REST task routes
+ * (routes/tasks.ts) add it.
+ */
 export const TaskBody = Type.Object({
   id: Type.String(),
   started_at: Nullable(Type.String({ format: "date-time" })),
@@ -33,19 +58,16 @@ export const TaskBody = Type.Object({
   }),
 });
 
-const HistoryEntry = Type.Object({
-  status: Type.String(),
-  attempt: Type.Integer(),
-  container_id: Type.Union([Type.String(), Type.Null()]),
-  reason: Type.Union([Type.String(), Type.Null()]),
-  at: Type.String(),
-});
+/** The task's cost from its stub's request; an ended row without ended_at ends at its last update. */
+export function taskCost(t: TaskRecord, stub: StubRecord, rates: CostRates, now?: number) {
+  const endedAt = t.endedAt ?? (isTerminal(t.status) ? t.updatedAt : null);
+  return estimateTaskCost({ startedAt: t.startedAt, endedAt }, requestedResources(stub), rates, now);
+}
 
-const TaskWithHistory = Type.Composite([TaskBody, Type.Object({ history: Type.Array(HistoryEntry) })]);
-
-async function taskJson(tasks: TaskService, workspaceId: string, t: TaskRecord) {
+/** The spec's Task object, and the stub it was read with. */
+export async function taskJson(tasks: TaskService, workspaceId: string, t: TaskRecord) {
   const stub = await tasks.getStub(workspaceId, t.stubId);
-  return {
+  const json = {
     id: t.id,
     started_at: t.startedAt,
     ended_at: t.endedAt,
@@ -66,9 +88,10 @@ async function taskJson(tasks: TaskService, workspaceId: string, t: TaskRecord) 
       updated_at: stub.updatedAt,
     },
   };
+  return { json, stub };
 }
 
-/** The task status API (/v2/task/{id}/), the REST task route and the callback signature token. */
+/** The task status API (/v2/task/{id}/) and the callback signature token. */
 export function taskStatusRoutes(store: Store, tasks: TaskService): FastifyPluginAsync {
   return async (app) => {
     app.addHook("onRequest", authenticator(store.tokens));
@@ -76,45 +99,26 @@ export function taskStatusRoutes(store: Store, tasks: TaskService): FastifyPlugi
     const v2 = async (req: FastifyRequest) => {
       const { taskId } = req.params as { taskId: string };
       const ws = principalOf(req).workspace.id;
-      return taskJson(tasks, ws, await tasks.getTask(ws, taskId));
+      return (await taskJson(tasks, ws, await tasks.getTask(ws, taskId))).json;
     };
     const v2Schema = {
+      tags: ["tasks"],
+      summary: "The task status API: one task of the caller's workspace",
       params: Type.Object({ taskId: Type.String() }),
       response: { 200: TaskBody, ...errors },
     };
     app.get("/v2/task/:taskId/", { schema: v2Schema }, v2);
-    app.get("/v2/task/:taskId", { schema: v2Schema }, v2);
-
-    app.get(
-      "/api/v1/task/:ws/:taskId",
-      {
-        schema: {
-          params: Type.Object({ ws: Type.String(), taskId: Type.String() }),
-          response: { 200: TaskWithHistory, ...errors },
-        },
-      },
-      async (req) => {
-        const { ws, taskId } = req.params as { ws: string; taskId: string };
-        const workspace = principalOf(req).workspace;
-        if (ws !== workspace.externalId) throw new BerthError("not_found", `task ${taskId} not found`);
-        // History first: it reads committed rows, the task its newer live state, so the
-        // answer never shows a status older than its own history.
-        const committed = await tasks.history(workspace.id, taskId);
-        const t = await tasks.getTask(workspace.id, taskId);
-        const history = committed.map((h) => ({
-          status: h.status,
-          attempt: h.attempt,
-          container_id: h.containerId,
-          reason: h.reason,
-          at: h.at,
-        }));
-        return { ...(await taskJson(tasks, workspace.id, t)), history };
-      },
-    );
+    app.get("/v2/task/:taskId", { schema: { ...v2Schema, hide: true } }, v2);
 
     app.get(
       "/api/v1/workspace/current/signature-token",
-      { schema: { response: { 200: Type.Object({ signature_token: Type.String() }), ...errors } } },
+      {
+        schema: {
+          tags: ["workspace"],
+          summary: "The workspace's callback signature token (admin token)",
+          response: { 200: Type.Object({ signature_token: Type.String() }), ...errors },
+        },
+      },
       async (req) => {
         const p = requireAdmin(req);
         return { signature_token: await tasks.signatureToken(p.workspace.id) };

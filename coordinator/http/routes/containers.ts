@@ -1,0 +1,77 @@
+// `/api/v1/container/{ws}` (docs/api.md "Containers"): the workspace's
+// containers as the container manager tracks them (starting, running,
+// stopping), a page at a time.
+
+import { Type } from "@sinclair/typebox";
+import type { FastifyPluginAsync } from "fastify";
+import type { ManagedContainerInfo } from "../../containers/types.ts";
+import type { TokenRepo } from "../../store/workspaces.ts";
+import { authenticator } from "../auth.ts";
+import { NextCursor, pageQuery, pageRequest, paginate } from "../pagination.ts";
+import { scopedWorkspace, WorkspaceErrors, WsParams } from "./workspace-scope.ts";
+
+export interface ContainerRouteDeps {
+  tokens: TokenRepo;
+  /** The container manager's containers (every workspace's: the route keeps the caller's). */
+  containers: { list(): ManagedContainerInfo[] };
+}
+
+const ContainerStatus = Type.Union([Type.Literal("starting"), Type.Literal("running"), Type.Literal("stopping")]);
+
+export const ContainerBody = Type.Object({
+  id: Type.String(),
+  stub_id: Type.String(),
+  agent_id: Type.String({ description: "the host it runs on" }),
+  status: ContainerStatus,
+  since: Type.String({ format: "date-time", description: "when it was placed, then when it was running" }),
+});
+
+const containerJson = (c: ManagedContainerInfo) => ({
+  id: c.id,
+  stub_id: c.stubId,
+  agent_id: c.agentId,
+  status: c.state,
+  since: new Date(c.since).toISOString(),
+});
+
+const LIST = "containers";
+
+export function containerRoutes(d: ContainerRouteDeps): FastifyPluginAsync {
+  return async (app) => {
+    app.addHook("onRequest", authenticator(d.tokens));
+
+    app.get(
+      "/api/v1/container/:ws",
+      {
+        schema: {
+          tags: ["containers"],
+          summary: "The workspace's containers, newest first",
+          params: WsParams,
+          querystring: pageQuery({
+            stub_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+            status: Type.Optional(ContainerStatus),
+          }),
+          response: {
+            200: Type.Object({ containers: Type.Array(ContainerBody), next_cursor: NextCursor }),
+            ...WorkspaceErrors,
+          },
+        },
+      },
+      async (req) => {
+        const ws = scopedWorkspace(req);
+        const q = req.query as { stub_id?: string; status?: string; limit?: number; cursor?: string };
+        const page = pageRequest(LIST, q, 2);
+        const mine = d.containers
+          .list()
+          .filter(
+            (c) =>
+              c.workspaceId === ws.id &&
+              (q.stub_id === undefined || c.stubId === q.stub_id) &&
+              (q.status === undefined || c.state === q.status),
+          );
+        const { items, next_cursor } = paginate(LIST, mine, (c) => [c.since, c.id], page, "desc");
+        return { containers: items.map(containerJson), next_cursor };
+      },
+    );
+  };
+}
