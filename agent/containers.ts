@@ -228,6 +228,7 @@ function disabled(reason: string): ContainerSubsystem {
     importImage: async () => fail(),
     gcImages: async () => fail(),
     setNetworkPolicy: async () => fail(),
+    exposePort: async () => fail(),
     hasCode: async () => fail(),
     putCode: async () => fail(),
   };

@@ -6,9 +6,9 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, describeError, isBerthError, notFound } from "../../shared/errors.ts";
-import type { GpuDevice } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
 import { CodeStore } from "../code/store.ts";
+import { ContainerFiles } from "../files/index.ts";
 import type {
   ContainerApi,
   ContainerStatus,
@@ -18,7 +18,8 @@ import type {
   LogEntry,
   RunContainerRequest,
 } from "../rpc/container-api.ts";
-import type { BindMount, ContainerEvent, } from "../runtime/index.ts";
+import type { BindMount, ContainerEvent } from "../runtime/index.ts";
+import { ContainerSnapshots } from "../snapshots/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
 import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
@@ -27,13 +28,21 @@ import { streamLogFiles } from "./logs.ts";
 import { checkMountSource } from "./mounts.ts";
 import {
   type ContainerHostOptions,
-  type HostRuntime,
   type ResolvedContainerHostOptions,
   resolveContainerHostOptions,
 } from "./options.ts";
 import { type HostRecord, HostRecords, newHostRecord, recordStatus } from "./records.ts";
 import { resolveRunRequest } from "./request.ts";
 import { applyRunner, RunnerBridges } from "./runner.ts";
+import {
+  commitStore,
+  processRoot,
+  type RestoringRuntime,
+  restoreStep,
+  SandboxDelegation,
+  type StartStep,
+} from "./sandbox.ts";
+import { injectGpus, startupEnder } from "./startup.ts";
 
 /** Re-throws a step's failure saying which step it was, keeping its code and details. */
 function stepFailed(id: string, step: string, e: unknown): BerthError {
@@ -42,9 +51,10 @@ function stepFailed(id: string, step: string, e: unknown): BerthError {
   return new BerthError(code, `container ${id}: ${step} failed: ${describeError(e)}`, details);
 }
 
-export class ContainerHost implements ContainerApi {
+/** Also ContainerFilesApi and ContainerSnapshotApi, through `files` and `snapshots` (see SandboxDelegation). */
+export class ContainerHost extends SandboxDelegation implements ContainerApi {
   readonly options: ResolvedContainerHostOptions;
-  private readonly runtime: HostRuntime;
+  private readonly runtime: RestoringRuntime;
   private readonly records: HostRecords;
   private readonly byId = new Map<string, HostRecord>();
   private readonly allocations: Allocations;
@@ -53,8 +63,13 @@ export class ContainerHost implements ContainerApi {
   private recovering = false;
   readonly code: CodeStore;
   private readonly bridges: RunnerBridges;
+  /** Files inside running containers (agent/files). */
+  override readonly files: ContainerFiles;
+  /** Filesystem commits and memory checkpoints (agent/snapshots). */
+  override readonly snapshots: ContainerSnapshots;
 
   private constructor(opts: ContainerHostOptions) {
+    super();
     this.options = resolveContainerHostOptions(opts);
     this.records = new HostRecords(this.options.root);
     mkdirSync(this.hostsDir, { recursive: true });
@@ -67,6 +82,25 @@ export class ContainerHost implements ContainerApi {
       onLog: (l) =>
         this.options.onLog({ containerId: l.containerId, stream: l.stream, line: l.line, ts: l.ts }),
     });
+    this.files = new ContainerFiles({
+      rootOf: async (id) => {
+        this.mustGet(id);
+        return processRoot(id, this.runtime.get(id));
+      },
+    });
+    const { runc, runcRoot } = this.runtime.options;
+    this.snapshots = new ContainerSnapshots(
+      {
+        runc: { runc, runcRoot },
+        container: (id) => ({
+          imageDigest: this.mustGet(id).imageDigest,
+          running: this.runtime.get(id)?.status === "running",
+        }),
+        images: commitStore(this.options.images),
+        restore: (dir, req) => this.startContainer(req, restoreStep(this.runtime, dir)),
+      },
+      { dir: join(this.options.root, "snapshots") },
+    );
   }
 
   /**
@@ -141,7 +175,13 @@ export class ContainerHost implements ContainerApi {
     this.runtime.close();
   }
 
-  async runContainer(input: RunContainerRequest): Promise<ContainerStatus> {
+  runContainer(input: RunContainerRequest): Promise<ContainerStatus> {
+    return this.startContainer(input, (spec) => this.runtime.run(spec));
+  }
+
+  /** runContainer with the runtime's last step (`runc run`, or `runc restore` for a snapshot) given. */
+  private async startContainer(input: RunContainerRequest, start: StartStep): Promise<ContainerStatus> {
+    const log = this.options.logger;
     const req = resolveRunRequest(input);
     const { id } = req;
     this.assertNew(id);
@@ -188,7 +228,11 @@ export class ContainerHost implements ContainerApi {
       step = "marking the image in use";
       this.options.images.markInUse(image.digest, id);
       undo.push({ what: "image in-use mark", fn: () => this.options.images.release(image.digest, id) });
-      const injection = gpus.length > 0 ? await this.injectGpus(id, gpus, (s) => (step = s)) : undefined;
+      let injection: GpuInjection | undefined;
+      if (gpus.length > 0) {
+        step = `preparing GPUs ${gpus.map((g) => g.uuid).join(", ")}`;
+        injection = await injectGpus(this.options.gpuInjector!, log, id, gpus);
+      }
       step = "opening exposed ports";
       for (const port of req.exposedPorts) await this.options.network.allowInbound(id, port);
       step = "writing /etc/hosts";
@@ -199,7 +243,10 @@ export class ContainerHost implements ContainerApi {
       });
       let bridgeDir: string | undefined;
       const startupCpu = req.runner ? this.runnerStartupCpu(req.cpu) : undefined;
-      const endStartup = startupCpu === undefined ? undefined : this.startupEnder(id);
+      const endStartup =
+        startupCpu === undefined
+          ? undefined
+          : startupEnder(this.runtime, log, id, this.options.runnerStartupMs);
       if (req.runner) {
         step = "opening the task bridge";
         undo.push({ what: "task bridge", fn: () => this.bridges.close(id) });
@@ -222,7 +269,7 @@ export class ContainerHost implements ContainerApi {
       this.records.write(record);
       this.byId.set(id, record);
       step = "starting the container";
-      const info = await this.runtime.run(spec);
+      const info = await start(spec);
       endStartup?.arm();
       return recordStatus(record, this.runtime.get(id) ?? info);
     } catch (e) {
@@ -244,57 +291,6 @@ export class ContainerHost implements ContainerApi {
   private runnerStartupCpu(cpu: number): number | undefined {
     const boost = this.options.runnerStartupCpu;
     return this.runtime.endStartupCpu && boost > cpu ? boost : undefined;
-  }
-
-  /**
-   * Ends a runner's start-up boost once: at its first ask for a task (`now`),
-   * or runnerStartupMs after the container started (`arm`, called when the
-   * runtime has it running; an ask that comes sooner takes effect then).
-   */
-  private startupEnder(id: string): { now: () => void; arm: () => void } {
-    let [asked, running, done] = [false, false, false];
-    let timer: NodeJS.Timeout | undefined;
-    const end = () => {
-      if (done) return;
-      done = true;
-      if (timer) clearTimeout(timer);
-      try {
-        this.runtime.endStartupCpu?.(id);
-      } catch (e) {
-        this.options.logger.warn({ id, err: describeError(e) }, "cannot end a runner's start-up CPU boost");
-      }
-    };
-    const now = () => {
-      asked = true;
-      if (running) end();
-    };
-    const arm = () => {
-      running = true;
-      if (asked) return end();
-      timer = setTimeout(end, this.options.runnerStartupMs);
-      timer.unref();
-    };
-    return { now, arm };
-  }
-
-  private async injectGpus(
-    id: string,
-    gpus: GpuDevice[],
-    setStep: (s: string) => void,
-  ): Promise<GpuInjection> {
-    setStep(`preparing GPUs ${gpus.map((g) => g.uuid).join(", ")}`);
-    const injection = await (this.options.gpuInjector as NonNullable<typeof this.options.gpuInjector>).inject(
-      gpus,
-    );
-    const hooks = Object.entries(injection.hooks).filter(([, list]) => (list?.length ?? 0) > 0);
-    if (hooks.length > 0) {
-      // ContainerSpec has no hooks field yet: the CDI hooks (ldcache update, symlinks) are not run.
-      this.options.logger.warn(
-        { id, phases: hooks.map(([phase]) => phase) },
-        "GPU injection asked for OCI hooks the runtime cannot run; they are skipped",
-      );
-    }
-    return injection;
   }
 
   async stopContainer(
@@ -345,6 +341,24 @@ export class ContainerHost implements ContainerApi {
     const net = await this.options.network.setPolicy(id, p);
     record.egress = net.policy;
     this.records.write(record);
+    return recordStatus(record, this.runtime.get(id));
+  }
+
+  async exposePort(id: string, port: number): Promise<ContainerStatus> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      const got = JSON.stringify(port);
+      throw new BerthError("invalid_request", `port ${got} is not an integer 1..65535`, { field: "port" });
+    }
+    const record = this.mustGet(id);
+    if (record.released || this.runtime.get(id)?.status !== "running") {
+      throw new BerthError("failed_precondition", `container ${id} is not running; its network is gone`);
+    }
+    // The rule first: the tunnel connects to listed ports only, so a listed port is always open.
+    await this.options.network.allowInbound(id, port);
+    if (!record.exposedPorts.includes(port)) {
+      record.exposedPorts = [...record.exposedPorts, port];
+      this.records.write(record);
+    }
     return recordStatus(record, this.runtime.get(id));
   }
 

@@ -1,6 +1,7 @@
 // The agent's image store: pull (skopeo), cache (one shared OCI layout),
 // unpack (umoci), import for air-gapped hosts, and GC.
 export type { ImageRecord } from "./catalog.ts";
+export type { CommitLayerOptions } from "./commit.ts";
 export { type CommandResult, type CommandRunner, execaRunner, type RunCommandOptions } from "./commands.ts";
 export {
   type AwsEcrKeys,

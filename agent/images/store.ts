@@ -4,6 +4,7 @@ import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { BerthError, isBerthError, notFound } from "../../shared/errors.ts";
 import { ImageCatalog, type ImageRecord } from "./catalog.ts";
+import { type CommitLayerOptions, writeCommitBlobs } from "./commit.ts";
 import {
   type BasicRegistryCredentials,
   ecrExchangeUnavailable,
@@ -306,6 +307,26 @@ export class ImageStore {
       } finally {
         await rm(work, { recursive: true, force: true });
       }
+    });
+  }
+
+  /**
+   * Adds an image that is `base` (a cached image's reference or digest) plus
+   * one layer, an uncompressed OCI layer tarball (moved into the store), known
+   * as `opts.name` afterwards. Local like an import: never looked up in a registry.
+   */
+  async commitLayer(
+    base: string,
+    layerTar: string,
+    opts: ImportOptions & CommitLayerOptions,
+  ): Promise<ImageInfo> {
+    this.open();
+    const ref = parseImageReference(opts.name);
+    return this.lock.withShared(async () => {
+      const found = this.lookup(base);
+      if (!found || !existsSync(this.rootfsPath(found.record.digest))) throw notFound(`image ${base}`);
+      const manifest = await writeCommitBlobs(this.layout, found.record.manifestDigest, layerTar, opts);
+      return this.adoptImport(ref, manifest);
     });
   }
 

@@ -21,6 +21,14 @@ import { ContainerRpcClient, type RpcChannel, unaryCall } from "./container-clie
 import { type WireCapacity, type WireHealthResponse, capacityFromProto, healthFromProto } from "./convert.ts";
 import type { RpcExecSession } from "./exec-client.ts";
 import { loadAgentProto } from "./proto.ts";
+import type {
+  ContainerFilesApi,
+  ContainerSnapshotApi,
+  FileInfo,
+  FileSearchMatch,
+  ReplaceResult,
+} from "./sandbox-api.ts";
+import { SandboxRpcClient } from "./sandbox-client.ts";
 
 export interface AgentRpcClientTlsOptions {
   /** The cluster CA the agent's server certificate must chain to. */
@@ -106,11 +114,12 @@ export function resolveAgentRpcClientOptions(o: AgentRpcClientOptions): Resolved
   return { address: o.address, transport: "tls", tls: o.tls, deadlineMs, longDeadlineMs };
 }
 
-export class AgentRpcClient implements AgentApi, ContainerApi {
+export class AgentRpcClient implements AgentApi, ContainerApi, ContainerFilesApi, ContainerSnapshotApi {
   readonly options: ResolvedAgentRpcClientOptions;
   private readonly client: grpc.Client;
   private readonly channel: RpcChannel;
   private readonly containers: ContainerRpcClient;
+  private readonly sandboxes: SandboxRpcClient;
 
   constructor(options: AgentRpcClientOptions) {
     this.options = resolveAgentRpcClientOptions(options);
@@ -131,6 +140,7 @@ export class AgentRpcClient implements AgentApi, ContainerApi {
     const { address, deadlineMs, longDeadlineMs } = this.options;
     this.channel = { client: this.client, address, deadlineMs, longDeadlineMs };
     this.containers = new ContainerRpcClient(this.channel);
+    this.sandboxes = new SandboxRpcClient(this.channel);
   }
 
   async health(): Promise<AgentHealth> {
@@ -197,6 +207,10 @@ export class AgentRpcClient implements AgentApi, ContainerApi {
     return this.containers.setNetworkPolicy(id, policy);
   }
 
+  exposePort(id: string, port: number): Promise<ContainerStatus> {
+    return this.containers.exposePort(id, port);
+  }
+
   hasCode(sha256: string): Promise<boolean> {
     return this.containers.hasCode(sha256);
   }
@@ -204,6 +218,60 @@ export class AgentRpcClient implements AgentApi, ContainerApi {
   /** Streams the archive in chunks of at most 1 MiB; resolves once the agent stored and unpacked it. */
   putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void> {
     return this.containers.putCode(sha256, data);
+  }
+
+  statPath(id: string, path: string): Promise<FileInfo> {
+    return this.sandboxes.statPath(id, path);
+  }
+
+  listDir(id: string, path: string): Promise<FileInfo[]> {
+    return this.sandboxes.listDir(id, path);
+  }
+
+  /** 64 KiB chunks; aborting `signal` (or leaving the loop) cancels the read on the agent. */
+  readFile(id: string, path: string, opts?: { signal?: AbortSignal }): AsyncGenerator<Uint8Array> {
+    return this.sandboxes.readFile(id, path, opts);
+  }
+
+  /** Streams `data` in chunks of at most 64 KiB; the file appears once the agent has all of it. */
+  writeFile(id: string, path: string, data: AsyncIterable<Uint8Array>, opts?: { mode?: number }) {
+    return this.sandboxes.writeFile(id, path, data, opts);
+  }
+
+  deleteFile(id: string, path: string): Promise<void> {
+    return this.sandboxes.deleteFile(id, path);
+  }
+
+  createDirectory(id: string, path: string): Promise<FileInfo> {
+    return this.sandboxes.createDirectory(id, path);
+  }
+
+  deleteDirectory(id: string, path: string): Promise<void> {
+    return this.sandboxes.deleteDirectory(id, path);
+  }
+
+  findInFiles(id: string, path: string, pattern: string): Promise<FileSearchMatch[]> {
+    return this.sandboxes.findInFiles(id, path, pattern);
+  }
+
+  replaceInFiles(id: string, path: string, oldString: string, newString: string): Promise<ReplaceResult[]> {
+    return this.sandboxes.replaceInFiles(id, path, oldString, newString);
+  }
+
+  commitFilesystem(id: string, ref: string): Promise<ImageSummary> {
+    return this.sandboxes.commitFilesystem(id, ref);
+  }
+
+  checkpointSupport(): Promise<{ supported: boolean; reason?: string }> {
+    return this.sandboxes.checkpointSupport();
+  }
+
+  checkpointMemory(id: string, snapshotId: string): Promise<{ snapshotId: string; sizeBytes: number }> {
+    return this.sandboxes.checkpointMemory(id, snapshotId);
+  }
+
+  restoreMemory(snapshotId: string, req: RunContainerRequest): Promise<ContainerStatus> {
+    return this.sandboxes.restoreMemory(snapshotId, req);
   }
 
   close(): void {

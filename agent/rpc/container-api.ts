@@ -175,6 +175,12 @@ export interface ContainerApi {
    */
   gcImages(opts?: { unusedForMs?: number }): Promise<ImageGcResult>;
   setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus>;
+  /**
+   * Opens a port of a running container to the host (and so to the agent's
+   * tunnel), as RunContainerRequest.exposedPorts does at start. Opening a
+   * port already open changes nothing.
+   */
+  exposePort(id: string, port: number): Promise<ContainerStatus>;
   /** Whether the code archive with this sha256 (hex) is unpacked on this host. */
   hasCode(sha256: string): Promise<boolean>;
   /** Stores and unpacks a code archive (tar.gz of regular files and directories); the hash is checked. */

@@ -211,6 +211,16 @@ export class ContainerRpcClient implements ContainerApi {
     return containerFromProto(res as WireContainer);
   }
 
+  async exposePort(id: string, port: number): Promise<ContainerStatus> {
+    // uint32 on the wire: a negative or fractional port would arrive as another number.
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      const got = JSON.stringify(port);
+      throw new BerthError("invalid_request", `port ${got} is not an integer 1..65535`, { field: "port" });
+    }
+    const res = await unaryCall(this.ch, "ExposePort", { id, port });
+    return containerFromProto(res as WireContainer);
+  }
+
   async hasCode(sha256: string): Promise<boolean> {
     const res = (await unaryCall(this.ch, "HasCode", { sha256 })) as { exists: boolean };
     return res.exists;

@@ -223,6 +223,7 @@ export function containerHandlers(
       ImportImage: refuseUnary,
       GcImages: refuseUnary,
       SetNetworkPolicy: refuseUnary,
+      ExposePort: refuseUnary,
       HasCode: refuseUnary,
       PutCode: refuseUnary,
     };
@@ -268,6 +269,9 @@ export function containerHandlers(
       if (!req.egress) throw new BerthError("invalid_request", "SetNetworkPolicy needs an egress policy");
       return status(c.setNetworkPolicy(req.id, egressFromProto(req.egress, "request")));
     }),
+    ExposePort: unary(authorize, (req: { id: string; port: number }) =>
+      status(c.exposePort(req.id, req.port)),
+    ),
     HasCode: unary(authorize, async (req: { sha256: string }) => ({ exists: await c.hasCode(req.sha256) })),
     PutCode: putCode(c, authorize),
   };

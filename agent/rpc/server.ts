@@ -11,6 +11,7 @@ import type { ContainerApi } from "./container-api.ts";
 import { type Authorize, containerHandlers, unary } from "./container-handlers.ts";
 import { capacityToProto, healthToProto } from "./convert.ts";
 import { loadAgentProto } from "./proto.ts";
+import { isSandboxApi, type SandboxApi, sandboxHandlers } from "./sandbox-handlers.ts";
 import { bindUnixSocket, resolveUnixSocketPath } from "./unix-socket.ts";
 
 export interface AgentRpcTlsOptions {
@@ -43,6 +44,12 @@ export interface AgentRpcServerOptions {
    * @default undefined
    */
   containers?: ContainerApi;
+  /**
+   * Files and snapshots (sandbox-api.ts). Without it the sandbox RPCs answer
+   * UNIMPLEMENTED.
+   * @default `containers`, when it implements them too (ContainerHost does)
+   */
+  sandboxes?: SandboxApi;
   /** Absolute path of the local socket; created with mode 0600. */
   unixSocket?: string;
   tcp?: AgentRpcTcpOptions;
@@ -51,6 +58,7 @@ export interface AgentRpcServerOptions {
 export interface ResolvedAgentRpcServerOptions {
   impl: AgentApi;
   containers?: ContainerApi;
+  sandboxes?: SandboxApi;
   unixSocket?: string;
   tcp?: Required<Omit<AgentRpcTcpOptions, "allowedClientNames">> & { allowedClientNames?: Set<string> };
 }
@@ -76,6 +84,8 @@ export function resolveAgentRpcServerOptions(o: AgentRpcServerOptions): Resolved
   }
   const resolved: ResolvedAgentRpcServerOptions = { impl: o.impl };
   if (o.containers) resolved.containers = o.containers;
+  const sandboxes = o.sandboxes ?? (isSandboxApi(o.containers) ? o.containers : undefined);
+  if (sandboxes) resolved.sandboxes = sandboxes;
   if (o.unixSocket !== undefined) resolved.unixSocket = resolveUnixSocketPath(o.unixSocket);
   if (o.tcp) {
     const { host, port, tls } = o.tcp;
@@ -107,6 +117,7 @@ function handlers(o: ResolvedAgentRpcServerOptions, authorize: Authorize): grpc.
     Health: unary(authorize, async () => healthToProto(await impl.health())),
     GetCapacity: unary(authorize, async () => capacityToProto(await impl.capacity())),
     ...containerHandlers(o.containers, authorize),
+    ...sandboxHandlers(o.sandboxes, authorize),
   };
 }
 

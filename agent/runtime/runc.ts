@@ -1,6 +1,8 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { closeSync, openSync, readFileSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readFileSync, statSync } from "node:fs";
+import { isAbsolute, join } from "node:path";
 import { promisify } from "node:util";
+import { BerthError } from "../../shared/errors.ts";
 
 const execFileP = promisify(execFile);
 
@@ -53,6 +55,11 @@ export class Runc {
    * --keep leaves the stopped container and its cgroup, so OOM counters can
    * still be read after the exit. sh and runc run in their own session and
    * survive an agent restart.
+   *
+   * With `restore`, runc restores the checkpoint instead, also in the
+   * foreground (no --detach), so the exit status reaches exitFile the same
+   * way. `runc restore` has no --keep: runc deletes the container when it
+   * exits, and its OOM counters go with it.
    */
   waiterArgv(o: {
     bundle: string;
@@ -60,8 +67,12 @@ export class Runc {
     pidFile: string;
     exitFile: string;
     logFile: string;
+    restore?: RestoreImages;
   }): string[] {
     const script = 'exitfile=$1; shift; "$@"; echo $? > "$exitfile"';
+    const start = o.restore
+      ? ["restore", "--image-path", o.restore.imagePath, "--work-path", o.restore.workPath]
+      : ["run", "--keep"];
     return [
       "-c",
       script,
@@ -74,8 +85,7 @@ export class Runc {
       o.logFile,
       "--log-format",
       "json",
-      "run",
-      "--keep",
+      ...start,
       "--bundle",
       o.bundle,
       "--pid-file",
@@ -99,12 +109,52 @@ export class Runc {
   }
 }
 
+/** Where `runc restore` reads a checkpoint's CRIU images and keeps its own work files and logs. */
+export interface RestoreImages {
+  imagePath: string;
+  workPath: string;
+}
+
+/**
+ * The restore dirs of a container whose bundle is `bundle`: the checkpoint
+ * must be a directory already (invalid_request for a path that is not
+ * absolute, failed_precondition for one that is not there); CRIU's work
+ * dir is made inside the bundle, so its logs go with the container.
+ */
+export function restoreImages(checkpointDir: string, bundle: string): RestoreImages {
+  if (typeof checkpointDir !== "string" || !isAbsolute(checkpointDir) || checkpointDir.includes("\0")) {
+    throw new BerthError(
+      "invalid_request",
+      `restoreFrom must be an absolute path, got ${JSON.stringify(checkpointDir)}`,
+      { field: "restoreFrom" },
+    );
+  }
+  let isDir = false;
+  try {
+    isDir = statSync(checkpointDir).isDirectory();
+  } catch {
+    // Reported below, naming the path.
+  }
+  if (!isDir) {
+    throw new BerthError(
+      "failed_precondition",
+      `restoreFrom ${checkpointDir} is not a directory of CRIU images (runc checkpoint --image-path)`,
+      { field: "restoreFrom" },
+    );
+  }
+  const workPath = join(bundle, "criu-work");
+  mkdirSync(workPath, { recursive: true, mode: 0o700 });
+  return { imagePath: checkpointDir, workPath };
+}
+
 export interface WaiterFiles {
   bundle: string;
   id: string;
   pidFile: string;
   exitFile: string;
   logFile: string;
+  /** `runc restore` from these instead of `runc run`. */
+  restore?: RestoreImages;
   /** Log spools, opened O_APPEND and handed to runc as its stdout/stderr. */
   stdout: string;
   stderr: string;

@@ -20,7 +20,7 @@ import {
   type ResolvedContainerRuntimeOptions,
   resolveContainerRuntimeOptions,
 } from "./options.ts";
-import { Runc } from "./runc.ts";
+import { type RestoreImages, Runc, restoreImages } from "./runc.ts";
 import { checkSpecPaths, resolveContainerSpec } from "./spec.ts";
 import { waitForStart } from "./start-wait.ts";
 import {
@@ -118,7 +118,10 @@ export class ContainerRuntime {
     try {
       writeFileSync(paths.config, JSON.stringify(buildOciSpec(spec, this.host)));
       await mountOverlay(overlayPathsFor(paths.dir, spec.lowerDirs));
-      this.spawnWaiter(entry);
+      // Not kept in meta: a recovered container is past its start either way.
+      const restore =
+        input.restoreFrom === undefined ? undefined : restoreImages(input.restoreFrom, paths.dir);
+      this.spawnWaiter(entry, restore);
       writeMeta(paths.meta, entry.meta);
       entry.meta.pid = await this.waitForStart(entry);
     } catch (e) {
@@ -148,6 +151,11 @@ export class ContainerRuntime {
       for (const ev of held) this.emit(ev);
     }
     return this.info(entry);
+  }
+
+  /** run(), with the processes brought back by `runc restore` from the CRIU images in checkpointDir. */
+  restore(spec: ContainerSpec, checkpointDir: string): Promise<ContainerInfo> {
+    return this.run({ ...spec, restoreFrom: checkpointDir });
   }
 
   /** SIGTERM, then SIGKILL after graceMs; resolves once the container has exited. */
@@ -305,7 +313,7 @@ export class ContainerRuntime {
     this.entries.clear();
   }
 
-  private spawnWaiter(entry: Entry): void {
+  private spawnWaiter(entry: Entry, restore: RestoreImages | undefined): void {
     const p = entry.paths;
     const child = this.runc.spawnWaiter({
       bundle: p.dir,
@@ -315,6 +323,7 @@ export class ContainerRuntime {
       logFile: p.runcLog,
       stdout: p.stdout,
       stderr: p.stderr,
+      ...(restore ? { restore } : {}),
     });
     child.on("exit", () => {
       entry.wakeup.notify();

@@ -84,6 +84,13 @@ export interface ContainerSpec {
    * @default 0 (run() returns as soon as the process is started)
    */
   startupWindowMs?: number;
+  /**
+   * Start by `runc restore` from the CRIU images in this directory (a
+   * `runc checkpoint --image-path`) instead of `runc run`: the processes
+   * carry on where the checkpoint left them, and args/env/cwd/user are not used.
+   * @default a fresh start
+   */
+  restoreFrom?: string;
 }
 
 export type ContainerStatus = "created" | "running" | "stopped";

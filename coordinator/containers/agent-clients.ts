@@ -3,6 +3,8 @@
 // (agents are dialled by IP but named by id).
 
 import { AgentRpcClient } from "../../agent/rpc/client.ts";
+import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import type { ContainerFilesApi, ContainerSnapshotApi } from "../../agent/rpc/sandbox-api.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { AgentClients } from "./types.ts";
@@ -14,6 +16,9 @@ export interface AgentClientPoolOptions {
   /** Per-call deadline. @default 10000 */
   deadlineMs?: number;
 }
+
+/** What the coordinator calls on one agent: containers, their files and snapshots. AgentRpcClient is all three. */
+export type AgentClient = ContainerApi & ContainerFilesApi & ContainerSnapshotApi;
 
 export class AgentClientPool implements AgentClients {
   private readonly clients = new Map<string, AgentRpcClient>();
@@ -34,7 +39,7 @@ export class AgentClientPool implements AgentClients {
     );
   }
 
-  client(agentId: string): AgentRpcClient {
+  client(agentId: string): AgentRpcClient & AgentClient {
     const address = this.fleet.get(agentId)?.heartbeat.grpcAddress;
     if (!address) throw new BerthError("unavailable", `agent ${agentId} has not reported a gRPC address`);
     const existing = this.clients.get(agentId);

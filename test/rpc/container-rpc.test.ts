@@ -200,6 +200,21 @@ function containerSuite(name: string, setup: (fake: FakeContainers) => Promise<S
       );
     });
 
+    test("ExposePort carries id and port and answers the container; bad ports never leave the client", async () => {
+      const { client, fake } = h;
+      await client.runContainer({ id: "ctr-port", args: [], cpu: 1, memoryBytes: 1024 });
+      const s = await client.exposePort("ctr-port", 8000);
+      assert.deepEqual(fake.lastCall("exposePort"), ["ctr-port", 8000]);
+      assert.deepEqual(s.exposedPorts, [8000]);
+      assert.deepEqual((await client.exposePort("ctr-port", 65535)).exposedPorts, [8000, 65535]);
+      const calls = fake.calls.length;
+      for (const bad of [0, -1, 65536, 80.5]) {
+        await assert.rejects(client.exposePort("ctr-port", bad), isBerth("invalid_request", /1\.\.65535/));
+      }
+      assert.equal(fake.calls.length, calls, "refused before it was sent");
+      await assert.rejects(client.exposePort("ctr-none", 8000), isBerth("not_found"));
+    });
+
     test("images: pull with credentials, list, remove", async () => {
       const { client, fake } = h;
       assert.deepEqual(
@@ -502,6 +517,7 @@ test("an agent without a container host answers the container RPCs with not_impl
   await assert.rejects(client.listImages(), unimplemented);
   await assert.rejects(client.importImage({ path: "/a.tar", name: "a" }), unimplemented);
   await assert.rejects(client.gcImages(), unimplemented);
+  await assert.rejects(client.exposePort("ctr-1", 8000), unimplemented);
   await assert.rejects(collect(client.streamLogs("ctr-1", { follow: true })), unimplemented);
   await assert.rejects(client.exec("ctr-1", { args: ["sh"] }), unimplemented);
 });

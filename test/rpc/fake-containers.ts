@@ -270,6 +270,14 @@ export class FakeContainers implements ContainerApi {
     return s;
   }
 
+  async exposePort(id: string, port: number): Promise<ContainerStatus> {
+    this.record("exposePort", id, port);
+    const before = this.status(id);
+    const s = { ...before, exposedPorts: [...new Set([...before.exposedPorts, port])] };
+    this.statuses.set(id, s);
+    return s;
+  }
+
   /** Archives put with putCode, by sha256 as given (not checked: the real CodeStore does that). */
   readonly code = new Map<string, Buffer>();
 
