@@ -84,6 +84,8 @@ export interface StubExtra {
   /** Pods and sandboxes: outbound policy (shared/egress.ts rules). */
   block_network?: boolean;
   allow_list?: string[];
+  /** Pods and sandboxes: environment variables of the container. */
+  env?: Record<string, string>;
   /** Sandboxes: idle seconds before the sandbox is terminated; -1 never. */
   ttl_seconds?: number;
 }
@@ -220,6 +222,8 @@ export interface TaskEventBatch {
 
 export interface TaskOutputMessage {
   taskId: string;
+  /** The runner container that printed it (the log shipper narrows its matching to it). */
+  containerId?: string;
   stream: "stdout" | "stderr";
   data: string;
   at: number;

@@ -1,6 +1,8 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { STUB_TYPES, type StubConfig, type StubExtra } from "../../../shared/tasks.ts";
+import { resolveEgressPolicy } from "../../../shared/egress.ts";
+import { BerthError } from "../../../shared/errors.ts";
 import type { StubRecord } from "../../store/stubs.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";
 import type { TaskService } from "../../tasks/service.ts";
@@ -61,6 +63,14 @@ export const StubExtraSchema = Type.Object({
   block_network: Type.Optional(Type.Boolean()),
   allow_list: Type.Optional(Type.Array(Type.String({ maxLength: 64 }))),
   ttl_seconds: Type.Optional(Type.Integer({ minimum: -1 })),
+  /** Pods and sandboxes: the container's environment (`env=`); secrets win on a clash. */
+  env: Type.Optional(Type.Record(Type.String({ pattern: "^[A-Za-z_][A-Za-z0-9_]*$" }), Type.String())),
+});
+
+/** StubConfigSchema whose handler may be empty: sandbox and pod stubs run none (checked in the route). */
+const StubConfigOrNoHandlerSchema = Type.Object({
+  ...StubConfigSchema.properties,
+  handler: Type.String({ pattern: "^([A-Za-z_][\\w.]*:[A-Za-z_]\\w*)?$" }),
 });
 
 const StubBody = Type.Object({
@@ -99,7 +109,7 @@ export function gatewayStubRoutes(tokens: TokenRepo, tasks: TaskService): Fastif
             {
               name: Type.String({ minLength: 1, maxLength: 200 }),
               type: Type.String({ pattern: STUB_TYPE_PATTERN }),
-              config: StubConfigSchema,
+              config: StubConfigOrNoHandlerSchema,
               extra: StubExtraSchema,
             },
             { additionalProperties: false },
@@ -109,6 +119,15 @@ export function gatewayStubRoutes(tokens: TokenRepo, tasks: TaskService): Fastif
       },
       async (req) => {
         const b = req.body as { name: string; type: string; config: StubConfig; extra: StubExtra };
+        if (b.config.handler === "" && !["sandbox", "pod"].includes(b.type.split("/")[0] ?? "")) {
+          throw new BerthError("invalid_request", `a ${b.type} stub needs a handler (module:function)`, {
+            field: "config.handler",
+          });
+        }
+        // A bad egress combination is refused when registered, before any container starts.
+        if (b.extra.block_network !== undefined || b.extra.allow_list !== undefined) {
+          resolveEgressPolicy({ block_network: b.extra.block_network ?? false, allow_list: b.extra.allow_list ?? null });
+        }
         const { stub } = await tasks.upsertStub(principalOf(req).workspace.id, b);
         return { ok: true as const, stub: stubJson(stub) };
       },

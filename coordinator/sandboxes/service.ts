@@ -1,0 +1,465 @@
+// Sandboxes and pods on the coordinator (docs/sandboxes.md): one container
+// per create, placed by the pure scheduler and started on the chosen agent;
+// its record in the store; processes, files, ports, egress and snapshots
+// through that agent; the TTL and container exits end it (upkeep.ts).
+
+import { randomBytes } from "node:crypto";
+import type { ContainerStatus, ExecRequest, RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import type { ContainerFilesApi } from "../../agent/rpc/sandbox-api.ts";
+import {
+  type EgressPolicy,
+  type EgressRequest,
+  egressPolicyToRequest,
+  resolveEgressPolicy,
+} from "../../shared/egress.ts";
+import { BerthError, describeError, invalid } from "../../shared/errors.ts";
+import { hasKind, newId } from "../../shared/ids.ts";
+import { CodePusher } from "../containers/code-push.ts";
+import { placementRequest } from "../containers/runner-request.ts";
+import type { StubRecord } from "../containers/types.ts";
+import { portUrl, portUrls } from "../ports/urls.ts";
+import { type Reservation, buildClusterView } from "../scheduler/cluster-view.ts";
+import { place } from "../scheduler/place.ts";
+import type { SandboxKind, SandboxRecord } from "../store/sandboxes.ts";
+import { ProcessTable, type SandboxProcess } from "./processes.ts";
+import {
+  checkPorts,
+  checkTtl,
+  sandboxKindOf,
+  sandboxRequest,
+  stubEgress,
+  stubTtl,
+  terminatedError,
+} from "./request.ts";
+import {
+  type ResolvedSandboxServiceOptions,
+  type SandboxAgentApi,
+  type SandboxServiceOptions,
+  type SandboxView,
+  resolveSandboxServiceOptions,
+} from "./types.ts";
+import { SandboxUpkeep } from "./upkeep.ts";
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+interface StartPlan {
+  stub: StubRecord;
+  kind: SandboxKind;
+  egress: EgressPolicy;
+  ports: number[];
+  ttlSeconds: number;
+  /** The agent that must run it (it holds the snapshot). */
+  agentId?: string;
+  image?: string;
+  imageId: string | null;
+  entrypoint?: string[];
+  run(api: SandboxAgentApi, req: RunContainerRequest): Promise<ContainerStatus>;
+}
+
+export class SandboxService {
+  readonly processes: ProcessTable;
+  private readonly o: ResolvedSandboxServiceOptions;
+  private readonly code: CodePusher;
+  /** What each sandbox container this coordinator knows of holds on its agent. */
+  private readonly held = new Map<string, Reservation>();
+  /** Containers whose start is in flight here (upkeep leaves them alone). */
+  private readonly starting = new Set<string>();
+  private readonly upkeep: SandboxUpkeep;
+
+  constructor(options: SandboxServiceOptions) {
+    this.o = resolveSandboxServiceOptions(options);
+    this.code = new CodePusher(this.o.code);
+    this.processes = new ProcessTable({ clock: this.o.clock, ...this.o.processes });
+    this.upkeep = new SandboxUpkeep({
+      o: this.o,
+      processes: this.processes,
+      held: this.held,
+      starting: this.starting,
+      end: (s, reason) => this.end(s, reason),
+    });
+  }
+
+  /** Starts the TTL sweep, the reconciling of agents' sandbox containers and the exit events. */
+  open(): void {
+    this.upkeep.start();
+  }
+
+  async close(): Promise<void> {
+    await this.upkeep.stop();
+  }
+
+  /** One sweep now (tests; the timer does the same). */
+  sweep(): Promise<void> {
+    return this.upkeep.sweep();
+  }
+
+  /** What sandbox containers hold on agents, for the container manager's placement. */
+  reservations(): Reservation[] {
+    return [...this.held.values()];
+  }
+
+  /**
+   * Activity on a sandbox from outside the gateway (a request through one of
+   * its port URLs): its TTL starts again. Cheap; any container id may be given.
+   */
+  touch(containerId: string): void {
+    this.upkeep.touch(containerId);
+  }
+
+  // ---- lifecycle ----
+
+  /** Starts the stub's container and answers once it runs. `expect` refuses the other kind. */
+  async create(
+    workspaceId: string,
+    stubId: string,
+    opts: { expect?: SandboxKind; entrypoint?: string[] } = {},
+  ): Promise<SandboxView> {
+    const stub = await this.stubOf(workspaceId, stubId);
+    const kind = sandboxKindOf(stub);
+    if (opts.expect && kind !== opts.expect)
+      throw invalid(
+        `stub ${stub.id} is a ${kind} stub; ${opts.expect === "pod" ? "POST /api/v1/gateway/sandboxes" : "POST /api/v1/gateway/pods"} starts it`,
+        { stub_id: stub.id, type: stub.type },
+      );
+    let image: string | undefined = stub.extra.image_ref || undefined;
+    let imageId: string | null = null;
+    let agentId: string | undefined;
+    if (image && hasKind(image, "img")) {
+      const rec = await this.o.repo.findImage(workspaceId, image);
+      if (!rec) throw new BerthError("not_found", `image ${image} not found`, { image_id: image });
+      imageId = rec.id;
+      image = rec.imageRef;
+      agentId = rec.agentId;
+    }
+    return this.start({
+      stub,
+      kind,
+      egress: stubEgress(stub),
+      ports: checkPorts(stub.extra.ports),
+      ttlSeconds: stubTtl(stub, kind, this.o.defaultTtlSeconds),
+      ...(agentId ? { agentId } : {}),
+      ...(image ? { image } : {}),
+      imageId,
+      ...(opts.entrypoint ? { entrypoint: opts.entrypoint } : {}),
+      run: (api, req) => api.runContainer(req),
+    });
+  }
+
+  /** A new sandbox restored from a memory snapshot, on the agent holding it. */
+  async createFromMemorySnapshot(workspaceId: string, snapshotId: string): Promise<SandboxView> {
+    const snap = await this.o.repo.findSnapshot(workspaceId, snapshotId);
+    if (!snap)
+      throw new BerthError("not_found", `snapshot ${snapshotId} not found`, { snapshot_id: snapshotId });
+    const stub = await this.stubOf(workspaceId, snap.stubId);
+    return this.start({
+      stub,
+      kind: "sandbox",
+      egress: snap.egress,
+      ports: snap.ports,
+      ttlSeconds: stubTtl(stub, "sandbox", this.o.defaultTtlSeconds),
+      agentId: snap.agentId,
+      imageId: null,
+      run: (api, req) => api.restoreMemory(snap.id, req),
+    });
+  }
+
+  /** Any sandbox of the workspace, terminated ones included. */
+  async get(workspaceId: string, id: string): Promise<SandboxView> {
+    const s = await this.recordOf(workspaceId, id);
+    if (s.status !== "terminated") this.touch(id);
+    return this.view(s);
+  }
+
+  /** Stops and removes the container; a second call is sandbox_terminated. */
+  async terminate(workspaceId: string, id: string): Promise<true> {
+    const s = await this.recordOf(workspaceId, id);
+    if (s.status === "terminated") throw terminatedError(id, s.terminatedReason);
+    if (!(await this.end(s, "terminated by request"))) throw terminatedError(id);
+    return true;
+  }
+
+  async setTtl(workspaceId: string, id: string, ttlSeconds: number): Promise<string | null> {
+    checkTtl(ttlSeconds);
+    const s = await this.live(workspaceId, id);
+    return this.o.repo.setTtl(s.id, ttlSeconds, iso(this.o.clock()));
+  }
+
+  /** Applies a new egress policy at once (the agent's nftables rules); bad input is refused first. */
+  async updateNetwork(workspaceId: string, id: string, req: EgressRequest) {
+    const policy = resolveEgressPolicy(req);
+    return this.onAgent(workspaceId, id, async (api, s) => {
+      await api.setNetworkPolicy(s.id, policy);
+      await this.o.repo.setEgress(s.id, policy);
+      return egressPolicyToRequest(policy);
+    });
+  }
+
+  async exposePort(workspaceId: string, id: string, port: number): Promise<{ port: number; url: string }> {
+    checkPorts([port]);
+    return this.onAgent(workspaceId, id, async (api, s) => {
+      if (!s.ports.includes(port)) {
+        try {
+          await api.exposePort(s.id, port);
+        } catch (e) {
+          // An agent from before ExposePort answers UNIMPLEMENTED: say what still works.
+          if (!(e instanceof BerthError) || e.code !== "not_implemented") throw e;
+          throw new BerthError(
+            "failed_precondition",
+            `port ${port} was not exposed when sandbox ${s.id} was created (ports=[${s.ports.join(", ")}]), and its agent ${s.agentId} cannot open a port of a running container; pass it in ports=[...] at creation`,
+            { port },
+          );
+        }
+        const now = (await this.o.repo.get(s.id))?.ports ?? s.ports;
+        await this.o.repo.setPorts(s.id, [...new Set([...now, port])]);
+      }
+      return { port, url: this.portUrl(s.id, port) };
+    });
+  }
+
+  async urls(workspaceId: string, id: string): Promise<Record<string, string>> {
+    const s = await this.live(workspaceId, id);
+    return portUrls(this.o.publicUrl, this.o.endpointDomain, s.id, s.ports);
+  }
+
+  // ---- processes ----
+
+  async exec(workspaceId: string, id: string, req: ExecRequest): Promise<SandboxProcess> {
+    if (req.args.length === 0 || req.args[0] === "") throw invalid("args must name a program to run");
+    return this.onAgent(workspaceId, id, (api, s) => this.processes.start(s.id, api, req));
+  }
+
+  async process(workspaceId: string, id: string, pid: number): Promise<SandboxProcess> {
+    const s = await this.live(workspaceId, id);
+    return this.processes.get(s.id, pid);
+  }
+
+  async listProcesses(workspaceId: string, id: string) {
+    const s = await this.live(workspaceId, id);
+    return this.processes.list(s.id);
+  }
+
+  // ---- files ----
+
+  /**
+   * A file call on the sandbox's container. Failures come from the agent as
+   * they are (path_not_found, path_invalid naming the path), except that a
+   * container the agent no longer has ends the sandbox (sandbox_terminated).
+   */
+  async withFiles<T>(
+    workspaceId: string,
+    id: string,
+    fn: (api: ContainerFilesApi, containerId: string) => Promise<T>,
+  ): Promise<T> {
+    return this.onAgent(workspaceId, id, (api, s) => fn(api, s.id));
+  }
+
+  // ---- snapshots ----
+
+  async snapshotFilesystem(workspaceId: string, id: string): Promise<string> {
+    return this.onAgent(workspaceId, id, async (api, s) => {
+      const imageId = newId("img");
+      const img = await api.commitFilesystem(s.id, `berth-snapshots/${imageId}:latest`);
+      await this.o.repo.insertImage({
+        id: imageId,
+        workspaceId,
+        agentId: s.agentId,
+        imageRef: img.ref,
+        sourceSandboxId: s.id,
+        sizeBytes: img.sizeBytes,
+        createdAt: iso(this.o.clock()),
+      });
+      return imageId;
+    });
+  }
+
+  /** checkpoint_unavailable (with CRIU's output) where the host cannot checkpoint. */
+  async snapshotMemory(workspaceId: string, id: string): Promise<string> {
+    return this.onAgent(workspaceId, id, async (api, s) => {
+      const snapshotId = newId("snap");
+      const r = await api.checkpointMemory(s.id, snapshotId);
+      await this.o.repo.insertSnapshot({
+        id: snapshotId,
+        workspaceId,
+        agentId: s.agentId,
+        sourceSandboxId: s.id,
+        stubId: s.stubId,
+        ports: s.ports,
+        egress: s.egress,
+        sizeBytes: r.sizeBytes,
+        createdAt: iso(this.o.clock()),
+      });
+      return snapshotId;
+    });
+  }
+
+  // ---- internals ----
+
+  private async start(p: StartPlan): Promise<SandboxView> {
+    const { o } = this;
+    const { stub } = p;
+    // Refused before anything is placed (a pod without an entrypoint).
+    sandboxRequest({ ...p, containerId: "ctr-check", gpuType: undefined, image: p.image });
+    const req = placementRequest(stub, p.agentId ? [p.agentId] : []);
+    const agents = o.fleet.list().filter((a) => !p.agentId || a.agentId === p.agentId);
+    if (p.agentId && !agents.some((a) => a.state === "ready"))
+      throw new BerthError(
+        "unavailable",
+        `agent ${p.agentId}, which holds the snapshot this sandbox starts from, is not ready`,
+        { agent_id: p.agentId },
+      );
+    const view = buildClusterView(agents, [...this.held.values(), ...o.otherReservations()]);
+    const placed = place(view, req);
+    if (!placed.ok)
+      throw new BerthError(
+        view.agents.length === 0 ? "unavailable" : "resource_exhausted",
+        `cannot place the ${p.kind}: ${placed.reason}`,
+      );
+    const id = `ctr-${randomBytes(8).toString("hex")}`;
+    const reservation: Reservation = {
+      agentId: placed.agentId,
+      cpuMillicores: req.cpuMillicores,
+      memoryBytes: req.memoryBytes,
+      gpuCount: req.gpuCount,
+      ...(placed.gpuType ? { gpuType: placed.gpuType } : {}),
+    };
+    this.held.set(id, reservation);
+    this.starting.add(id);
+    const log = o.log.child({ sandboxId: id, stubId: stub.id, agentId: placed.agentId, kind: p.kind });
+    try {
+      await o.repo.insert({
+        id,
+        workspaceId: stub.workspaceId,
+        stubId: stub.id,
+        agentId: placed.agentId,
+        kind: p.kind,
+        ttlSeconds: p.ttlSeconds,
+        ports: p.ports,
+        egress: p.egress,
+        imageId: p.imageId,
+        at: iso(o.clock()),
+      });
+    } catch (e) {
+      this.held.delete(id);
+      this.starting.delete(id);
+      throw e;
+    }
+    try {
+      const api = o.agents.client(placed.agentId);
+      const secretEnv = await this.secretEnv(stub);
+      if (stub.extra.code_sha256) await this.code.ensure(placed.agentId, stub.extra.code_sha256, api);
+      const status = await p.run(
+        api,
+        sandboxRequest({
+          ...p,
+          containerId: id,
+          gpuType: placed.gpuType,
+          image: p.image,
+          ...(secretEnv ? { secretEnv } : {}),
+        }),
+      );
+      reservation.gpuUuids = status.gpus;
+      if (!(await o.repo.markRunning(id))) {
+        // Ended meanwhile (its container exited at once, or a terminate came first).
+        const s = await o.repo.get(id);
+        throw terminatedError(id, s?.terminatedReason);
+      }
+      log.info(`${p.kind} started`);
+    } catch (e) {
+      this.held.delete(id);
+      await o.repo.markTerminated(id, iso(o.clock()), `start failed: ${describeError(e)}`).catch(() => {});
+      await this.upkeep.removeOnAgent(placed.agentId, id, 0);
+      log.warn({ err: e }, `cannot start the ${p.kind}: ${describeError(e)}`);
+      throw e;
+    } finally {
+      this.starting.delete(id);
+    }
+    return this.view((await o.repo.get(id)) as SandboxRecord);
+  }
+
+  private async secretEnv(stub: StubRecord): Promise<Record<string, string> | undefined> {
+    const names = stub.extra.secrets ?? [];
+    if (names.length === 0) return undefined;
+    if (!this.o.secrets)
+      throw new BerthError(
+        "failed_precondition",
+        `the stub needs secrets ${names.join(", ")} but this coordinator has no secret store`,
+      );
+    return this.o.secrets.resolve(stub.workspaceId, names);
+  }
+
+  /** Ends a sandbox: its processes, its container, its room; true when this call marked it terminated. */
+  private async end(s: SandboxRecord, reason: string): Promise<boolean> {
+    this.processes.drop(s.id);
+    await this.upkeep.removeOnAgent(s.agentId, s.id, this.o.stopGraceMs);
+    this.held.delete(s.id);
+    const ended = await this.o.repo.markTerminated(s.id, iso(this.o.clock()), reason);
+    if (ended)
+      this.o.log.info({ sandboxId: s.id, agentId: s.agentId, reason }, `${s.kind} terminated: ${reason}`);
+    return ended;
+  }
+
+  private async stubOf(workspaceId: string, stubId: string): Promise<StubRecord> {
+    const stub = await this.o.stubs.get(stubId);
+    if (!stub || stub.workspaceId !== workspaceId)
+      throw new BerthError("not_found", `stub ${stubId} not found`);
+    return stub;
+  }
+
+  /** The workspace's record; not_found for an unknown id or another workspace's. */
+  private async recordOf(workspaceId: string, id: string): Promise<SandboxRecord> {
+    const s = await this.o.repo.find(workspaceId, id);
+    if (!s) throw new BerthError("not_found", `sandbox ${id} not found`, { sandbox_id: id });
+    return s;
+  }
+
+  /** A running sandbox of the workspace (the call counts as activity); sandbox_terminated once it ended. */
+  private async live(workspaceId: string, id: string): Promise<SandboxRecord> {
+    const s = await this.recordOf(workspaceId, id);
+    if (s.status === "terminated") throw terminatedError(id, s.terminatedReason);
+    this.touch(id);
+    return s;
+  }
+
+  /** A call on the sandbox's agent; a container the agent no longer has ends the sandbox. */
+  private async onAgent<T>(
+    workspaceId: string,
+    id: string,
+    fn: (api: SandboxAgentApi, s: SandboxRecord) => Promise<T>,
+  ): Promise<T> {
+    const s = await this.live(workspaceId, id);
+    try {
+      return await fn(this.o.agents.client(s.agentId), s);
+    } catch (e) {
+      if (e instanceof BerthError && e.code === "not_found" && this.starting.has(s.id) === false) {
+        const still = await this.o.repo.get(s.id);
+        if (still && still.status !== "terminated" && (await this.upkeep.containerGone(s))) {
+          await this.end(s, `its container is gone from agent ${s.agentId}`);
+          throw terminatedError(s.id, "its container is gone");
+        }
+      }
+      throw e;
+    }
+  }
+
+  private portUrl(id: string, port: number): string {
+    return portUrl(this.o.publicUrl, this.o.endpointDomain, id, port);
+  }
+
+  view(s: SandboxRecord): SandboxView {
+    return {
+      sandboxId: s.id,
+      stubId: s.stubId,
+      kind: s.kind,
+      agentId: s.agentId,
+      status: s.status,
+      createdAt: s.createdAt,
+      expiresAt: s.expiresAt,
+      ttlSeconds: s.ttlSeconds,
+      ports: [...s.ports],
+      urls: portUrls(this.o.publicUrl, this.o.endpointDomain, s.id, s.ports),
+      network: egressPolicyToRequest(s.egress),
+      terminatedAt: s.terminatedAt,
+      terminatedReason: s.terminatedReason,
+    };
+  }
+}

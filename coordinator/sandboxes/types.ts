@@ -1,0 +1,114 @@
+// What SandboxService depends on, as small interfaces: the composition root
+// wires the real services, logic tests feed fakes.
+
+import type { Logger } from "pino";
+import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import type { ContainerFilesApi, ContainerSnapshotApi } from "../../agent/rpc/sandbox-api.ts";
+import type { CodeSource, ContainerEventSource, SecretResolver, StubSource } from "../containers/types.ts";
+import type { FleetView } from "../fleet/fleet-view.ts";
+import type { Reservation } from "../scheduler/cluster-view.ts";
+import type { SandboxRepo } from "../store/sandboxes.ts";
+import type { ProcessTableOptions } from "./processes.ts";
+
+/** One agent as sandboxes use it: containers (exposePort included), files inside them, snapshots. */
+export type SandboxAgentApi = ContainerApi & ContainerFilesApi & ContainerSnapshotApi;
+
+export interface SandboxAgents {
+  client(agentId: string): SandboxAgentApi;
+}
+
+export interface SandboxServiceOptions {
+  repo: SandboxRepo;
+  stubs: StubSource;
+  fleet: FleetView;
+  agents: SandboxAgents;
+  /** The coordinator's code archives (pushed to the agent like a runner's). */
+  code: CodeSource;
+  /** Resolves `extra.secrets`. @default none: a stub naming secrets cannot start */
+  secrets?: SecretResolver;
+  /** Container exits from every agent (natsContainerEvents): an ended container ends its sandbox. @default none */
+  events?: ContainerEventSource;
+  /** The URL clients reach this coordinator at: exposed-port URLs start with it. */
+  publicUrl: string;
+  /** `{container_id}-{port}.{endpointDomain}` port URLs instead of path ones. @default none */
+  endpointDomain?: string;
+  /**
+   * What other placers (the container manager) hold on each agent, so a
+   * sandbox is not placed into room a runner container already took.
+   * @default none
+   */
+  otherReservations?: () => Iterable<Reservation>;
+  log: Logger;
+  /** ms since epoch. @default Date.now */
+  clock?: () => number;
+  /** A sandbox's idle lifetime when its stub sets none. @default 600 */
+  defaultTtlSeconds?: number;
+  /** How often expired sandboxes are looked for and agents' sandbox containers reconciled. @default 15000 */
+  sweepIntervalMs?: number;
+  /** last_active_at is written at most this often per sandbox. @default 5000 */
+  touchEveryMs?: number;
+  /** SIGTERM grace when a sandbox or pod is stopped. @default 5000 */
+  stopGraceMs?: number;
+  /**
+   * A labelled sandbox container with no record (its start was cut short) is
+   * removed once it is this old. @default 120000
+   */
+  orphanGraceMs?: number;
+  processes?: ProcessTableOptions;
+}
+
+export interface ResolvedSandboxServiceOptions
+  extends Required<
+    Omit<SandboxServiceOptions, "secrets" | "events" | "endpointDomain" | "otherReservations" | "processes">
+  > {
+  secrets: SecretResolver | undefined;
+  events: ContainerEventSource | undefined;
+  endpointDomain: string | undefined;
+  otherReservations: () => Iterable<Reservation>;
+  processes: ProcessTableOptions;
+}
+
+export function resolveSandboxServiceOptions(o: SandboxServiceOptions): ResolvedSandboxServiceOptions {
+  const positive = (name: string, v: number) => {
+    if (!Number.isFinite(v) || v <= 0)
+      throw new Error(`sandbox service: ${name} must be a positive number, got ${v}`);
+    return v;
+  };
+  const ttl = o.defaultTtlSeconds ?? 600;
+  if (!Number.isInteger(ttl) || (ttl !== -1 && ttl < 1))
+    throw new Error(`sandbox service: defaultTtlSeconds must be -1 or a whole number >= 1, got ${ttl}`);
+  return {
+    ...o,
+    publicUrl: o.publicUrl.replace(/\/+$/, ""),
+    secrets: o.secrets,
+    events: o.events,
+    endpointDomain: o.endpointDomain,
+    otherReservations: o.otherReservations ?? (() => []),
+    clock: o.clock ?? Date.now,
+    defaultTtlSeconds: ttl,
+    sweepIntervalMs: positive("sweepIntervalMs", o.sweepIntervalMs ?? 15_000),
+    touchEveryMs: positive("touchEveryMs", o.touchEveryMs ?? 5000),
+    stopGraceMs: o.stopGraceMs ?? 5000,
+    orphanGraceMs: positive("orphanGraceMs", o.orphanGraceMs ?? 120_000),
+    processes: o.processes ?? {},
+  };
+}
+
+/** A sandbox or pod as the routes answer it. */
+export interface SandboxView {
+  sandboxId: string;
+  stubId: string;
+  kind: "sandbox" | "pod";
+  agentId: string;
+  /** starting only while POST /sandboxes has not answered yet. */
+  status: "starting" | "running" | "terminated";
+  createdAt: string;
+  expiresAt: string | null;
+  ttlSeconds: number;
+  /** Exposed ports in the order they were given. */
+  ports: number[];
+  urls: Record<string, string>;
+  network: { block_network: boolean; allow_list: string[] | null };
+  terminatedAt: string | null;
+  terminatedReason: string | null;
+}

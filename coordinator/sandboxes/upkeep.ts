@@ -1,0 +1,221 @@
+// What keeps sandbox records and containers in step: activity and the TTL
+// sweep, container exits (events), and a periodic look at each agent's
+// sandbox containers, which also catches what happened while no coordinator
+// was listening (exits, agent restarts, starts cut short) and rebuilds what
+// the containers hold for placement after a coordinator restart.
+
+import type { ContainerStatus } from "../../agent/rpc/container-api.ts";
+import { BerthError, describeError } from "../../shared/errors.ts";
+import type { ContainerEventMessage } from "../../shared/subjects.ts";
+import { type AgentView, type Reservation, buildClusterView, gpuTypeOf } from "../scheduler/cluster-view.ts";
+import type { SandboxRecord } from "../store/sandboxes.ts";
+import type { ProcessTable } from "./processes.ts";
+import { SandboxLabels } from "./request.ts";
+import type { ResolvedSandboxServiceOptions } from "./types.ts";
+
+/** In-memory activity marks older than this are dropped (the store has them). */
+const ACTIVITY_MEMORY_MS = 3_600_000;
+
+export interface SandboxUpkeepDeps {
+  o: ResolvedSandboxServiceOptions;
+  processes: ProcessTable;
+  held: Map<string, Reservation>;
+  starting: Set<string>;
+  end(s: SandboxRecord, reason: string): Promise<boolean>;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export function exitReason(exitCode: number | undefined, reason: string | undefined): string {
+  const why = reason && reason !== "exited" ? `, ${reason}` : "";
+  return `its container exited (code ${exitCode ?? "unknown"}${why})`;
+}
+
+export class SandboxUpkeep {
+  /** Last activity seen here per container id (ms). */
+  private readonly active = new Map<string, number>();
+  /** When last_active_at was last written per id (ms). */
+  private readonly written = new Map<string, number>();
+  private readonly work = new Set<Promise<unknown>>();
+  private timer?: NodeJS.Timeout;
+  private unsubscribe?: () => void;
+  private sweeping?: Promise<void>;
+
+  constructor(private readonly d: SandboxUpkeepDeps) {}
+
+  start(): void {
+    const { o } = this.d;
+    this.unsubscribe = o.events?.subscribe((e) => this.onEvent(e));
+    this.timer = setInterval(() => void this.sweep(), o.sweepIntervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    this.unsubscribe?.();
+    this.unsubscribe = undefined;
+    await this.sweeping;
+    while (this.work.size > 0) await Promise.allSettled([...this.work]);
+  }
+
+  touch(id: string): void {
+    const now = this.d.o.clock();
+    this.active.set(id, now);
+    if (now - (this.written.get(id) ?? 0) < this.d.o.touchEveryMs) return;
+    this.written.set(id, now);
+    this.track(
+      this.d.o.repo
+        .touch(id, iso(now))
+        .catch((err) => this.d.o.log.warn({ err, sandboxId: id }, "cannot record sandbox activity")),
+    );
+  }
+
+  /** Expired sandboxes end; agents' sandbox containers are reconciled. Single-flight. */
+  sweep(): Promise<void> {
+    this.sweeping ??= (async () => {
+      try {
+        await this.expire();
+        await this.reconcile();
+      } catch (err) {
+        this.d.o.log.error({ err }, `sandbox sweep failed: ${describeError(err)}`);
+      }
+    })().finally(() => {
+      this.sweeping = undefined;
+    });
+    return this.sweeping;
+  }
+
+  /** Stops and removes a container; one the agent does not have is fine, other failures are logged. */
+  async removeOnAgent(agentId: string, id: string, graceMs: number): Promise<void> {
+    try {
+      await this.d.o.agents.client(agentId).stopContainer(id, { graceMs, remove: true });
+    } catch (err) {
+      if (err instanceof BerthError && err.code === "not_found") return;
+      this.d.o.log.warn(
+        { err, sandboxId: id, agentId },
+        `cannot remove sandbox container ${id}; the next sweep tries again: ${describeError(err)}`,
+      );
+    }
+  }
+
+  /** Whether the agent confirms the sandbox's container is gone or ended. */
+  async containerGone(s: SandboxRecord): Promise<boolean> {
+    try {
+      return (await this.d.o.agents.client(s.agentId).getContainer(s.id)).state === "stopped";
+    } catch (err) {
+      return err instanceof BerthError && err.code === "not_found";
+    }
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.work.add(p);
+    void p.finally(() => this.work.delete(p)).catch(() => {});
+    return p;
+  }
+
+  private onEvent(e: ContainerEventMessage): void {
+    if (e.type !== "exit" || e.labels?.[SandboxLabels.sandbox] !== "1") return;
+    this.track(this.exited(e.agentId, e.containerId, exitReason(e.exitCode, e.reason)));
+  }
+
+  /** The container ended on its own: the sandbox is terminated and the container removed. */
+  private async exited(agentId: string, id: string, why: string): Promise<void> {
+    const { o, processes, held } = this.d;
+    try {
+      const s = await o.repo.get(id);
+      if (s && s.agentId !== agentId) return;
+      processes.drop(id);
+      held.delete(id);
+      if (s && (await o.repo.markTerminated(id, iso(o.clock()), why)))
+        o.log.info({ sandboxId: id, agentId }, `${s.kind} ${id} terminated: ${why}`);
+      await this.removeOnAgent(agentId, id, 0);
+    } catch (err) {
+      o.log.warn({ err, sandboxId: id }, `cannot record the end of sandbox ${id}: ${describeError(err)}`);
+    }
+  }
+
+  private async expire(): Promise<void> {
+    const { o, processes } = this.d;
+    const now = o.clock();
+    for (const s of await o.repo.listExpired(iso(now))) {
+      const seen = this.active.get(s.id) ?? 0;
+      if (processes.hasRunning(s.id)) {
+        // A running process is activity.
+        await o.repo.touch(s.id, iso(now));
+      } else if (seen > Date.parse(s.lastActiveAt) && seen + s.ttlSeconds * 1000 > now) {
+        // Activity seen here that the throttled write has not stored yet.
+        await o.repo.touch(s.id, iso(seen));
+      } else if (s.status === "running" || now - Date.parse(s.createdAt) > o.orphanGraceMs) {
+        await this.d.end(s, `idle for more than ${s.ttlSeconds} s (ttl_seconds)`);
+      }
+    }
+    for (const m of [this.active, this.written])
+      for (const [id, at] of m) if (now - at > ACTIVITY_MEMORY_MS) m.delete(id);
+  }
+
+  private async reconcile(): Promise<void> {
+    const { o } = this.d;
+    for (const a of o.fleet.list()) {
+      if (a.state !== "ready") continue;
+      let found: ContainerStatus[];
+      try {
+        found = await o.agents.client(a.agentId).listContainers({ labels: { [SandboxLabels.sandbox]: "1" } });
+      } catch (err) {
+        o.log.debug({ err, agentId: a.agentId }, "cannot list sandbox containers; trying at the next sweep");
+        continue;
+      }
+      const view = buildClusterView([a], []).agents[0];
+      if (view) await this.reconcileAgent(a.agentId, view, found);
+    }
+  }
+
+  private async reconcileAgent(agentId: string, view: AgentView, found: ContainerStatus[]): Promise<void> {
+    const { o, processes, held, starting } = this.d;
+    const now = o.clock();
+    const seen = new Set<string>();
+    for (const c of found) {
+      seen.add(c.id);
+      if (starting.has(c.id)) continue;
+      const s = await o.repo.get(c.id);
+      if (!s) {
+        if (now - c.createdAt > o.orphanGraceMs) {
+          o.log.warn({ sandboxId: c.id, agentId }, "removing a sandbox container that has no record");
+          await this.removeOnAgent(agentId, c.id, 0);
+        }
+        continue;
+      }
+      if (s.status === "terminated") {
+        processes.drop(c.id);
+        held.delete(c.id);
+        await this.removeOnAgent(agentId, c.id, 0);
+      } else if (c.state === "stopped") {
+        await this.exited(agentId, c.id, exitReason(c.exitCode, c.reason));
+      } else if (s.status === "starting" && now - Date.parse(s.createdAt) > o.orphanGraceMs) {
+        await this.d.end(s, "its start was cut short");
+      } else {
+        held.set(c.id, reservationOf(c, view));
+      }
+    }
+    for (const s of await o.repo.listLive(agentId)) {
+      if (seen.has(s.id) || starting.has(s.id)) continue;
+      if (s.status === "starting" && now - Date.parse(s.createdAt) <= o.orphanGraceMs) continue;
+      await this.d.end(s, `its container is gone from agent ${agentId}`);
+    }
+    for (const [id, r] of held)
+      if (r.agentId === agentId && !seen.has(id) && !starting.has(id)) held.delete(id);
+  }
+}
+
+/** What a running sandbox container holds, read back from its status. */
+export function reservationOf(c: ContainerStatus, view: AgentView): Reservation {
+  const gpuType = c.gpus[0] ? gpuTypeOf(view, c.gpus[0]) : undefined;
+  return {
+    agentId: view.agentId,
+    cpuMillicores: Math.round(c.cpu * 1000),
+    memoryBytes: c.memoryBytes,
+    gpuCount: c.gpus.length,
+    gpuUuids: c.gpus,
+    ...(gpuType ? { gpuType } : {}),
+  };
+}
