@@ -82,6 +82,8 @@ export function invocationLines(d: DeploymentJson, described: Described): string
       return [`websocket at ${d.url.replace(/^http/, "ws")}`];
     case "taskqueue":
       return [`POST JSON to ${d.url} to enqueue a task (answers {"task_id"}); results through the task API`];
+    case "pod":
+      return [`serving HTTP at ${d.url} (proxied to the pod's first port)`];
     case "schedule":
       return [`runs on the schedule ${described.extra.when ?? "?"} while active`];
     default:

@@ -2,6 +2,7 @@
 // and the RunContainer request of one runner container.
 
 import type { RunContainerRequest, RunnerConfig } from "../../agent/rpc/container-api.ts";
+import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { HTTP_SERVED_TYPES, RunnerLabels, baseStubType } from "../../shared/tasks.ts";
 import type { PlacementRequest } from "../scheduler/place.ts";
 import type { StubRecord } from "./types.ts";
@@ -103,6 +104,13 @@ export function runnerRequest(
       String(concurrentRequestsOf(stub)),
     ];
     req.exposedPorts = [ENDPOINT_PORT];
+  }
+  // A pod runs its own entrypoint with no runner (docs/sandboxes.md, Pods).
+  if (baseStubType(stub.type) === "pod") {
+    delete req.runner;
+    req.args = [...(extra.entrypoint ?? [])];
+    req.exposedPorts = [...(extra.ports ?? [])];
+    req.egress = resolveEgressPolicy({ block_network: extra.block_network ?? false, allow_list: extra.allow_list ?? [] });
   }
   // Empty: the agent's default image.
   if (extra.image_ref) req.image = extra.image_ref;

@@ -7,6 +7,7 @@
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import { parseCron } from "../../shared/cron.ts";
+import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { hostUrl } from "../endpoints/host-names.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { EventType } from "../../shared/events.ts";
@@ -25,6 +26,7 @@ export const DEPLOYMENT_KINDS = [
   "taskqueue",
   "schedule",
   "function",
+  "pod",
 ] as const;
 export type DeploymentKind = (typeof DEPLOYMENT_KINDS)[number];
 export const DEPLOYMENT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
@@ -87,6 +89,8 @@ const URL_PREFIX: Record<string, string> = {
   asgi: "endpoint",
   realtime: "endpoint",
   taskqueue: "taskqueue",
+  // A pod's URL proxies to its first port (coordinator/endpoints/pods.ts).
+  pod: "endpoint",
 };
 
 export class DeploymentService {
@@ -471,6 +475,14 @@ export function checkDeployment(input: DeployInput): void {
     if (!extra.when) throw invalid("a schedule needs extra.when, its cron expression");
     parseCron(extra.when);
   }
+  if (kind === "pod") checkPod(extra);
   if (NEEDS_HANDLER_PARAMS.has(kind) && !extra.handler_params)
     throw invalid(`a ${kind} deployment needs extra.handler_params (berth.describe writes them)`);
+}
+
+/** A pod runs its own entrypoint (docs/sandboxes.md, Pods); its egress fields follow the sandbox rules. */
+function checkPod(extra: StubExtra): void {
+  if (!extra.entrypoint || extra.entrypoint.length === 0)
+    throw invalid("a pod deployment needs extra.entrypoint, the command its container runs");
+  resolveEgressPolicy({ block_network: extra.block_network ?? false, allow_list: extra.allow_list ?? [] });
 }

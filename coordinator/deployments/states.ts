@@ -92,7 +92,9 @@ export class DeploymentCache implements DeploymentStates {
     const states = new Map<string, { active: boolean; minContainers: number }>();
     const baselines: { stubId: string; minContainers: number }[] = [];
     for (const d of this.byId.values()) {
-      const minContainers = latestIds.has(d.id) ? Math.max(0, d.extra.min_containers ?? 0) : 0;
+      // A pod keeps one container at least (keep_warm_seconds -1: never scaled to zero).
+      const floor = d.kind === "pod" ? 1 : 0;
+      const minContainers = latestIds.has(d.id) ? Math.max(floor, d.extra.min_containers ?? 0) : 0;
       states.set(d.stubId, { active: d.active, minContainers });
       if (minContainers > 0) baselines.push({ stubId: d.stubId, minContainers });
     }

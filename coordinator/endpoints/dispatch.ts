@@ -8,6 +8,7 @@ import type { TaskError } from "../../shared/tasks.ts";
 import { checkBody, describeBodyMismatch } from "../deployments/handler-params.ts";
 import type { StubRecord } from "../store/stubs.ts";
 import type { DirectOutcome, DirectTaskInfo } from "../tasks/direct.ts";
+import { PodRouter } from "./pods.ts";
 import { forward, upstreamHeaders, writeJson } from "./proxy.ts";
 import {
   EndpointAuth,
@@ -46,11 +47,14 @@ export class EndpointDispatcher {
   readonly slots: EndpointSlots;
   readonly auth: EndpointAuth;
   readonly clock: () => number;
+  /** Deployed pods: a plain proxy, no tasks. */
+  readonly pods: PodRouter;
 
   constructor(readonly deps: EndpointDeps) {
     this.clock = deps.clock ?? Date.now;
     this.slots = new EndpointSlots(deps.containers, this.clock);
     this.auth = new EndpointAuth(deps.tokens, this.clock);
+    this.pods = new PodRouter(deps, deps.podStartWaitMs);
   }
 
   close(): void {
@@ -119,6 +123,7 @@ export class EndpointDispatcher {
     } catch (e) {
       return refuse(res, refusalOf(e));
     }
+    if (target.r.kind === "pod") return this.pods.serveHttp(target, req, res);
     const { r, rest, query, prefix } = target;
     const run = await this.open(r.stub, callbackUrl, (e) => refuse(res, e));
     if (!run) return;

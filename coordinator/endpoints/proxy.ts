@@ -71,14 +71,17 @@ export function upstreamHeaders(
   return out;
 }
 
-function responseHeaders(h: IncomingHttpHeaders, taskId: string): Record<string, string | string[]> {
+/** The container's response headers as the caller gets them, with `extra` (X-Task-Id) set. */
+export function responseHeaders(
+  h: IncomingHttpHeaders,
+  extra: Record<string, string> = {},
+): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(h)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
-  out["x-task-id"] = taskId;
-  return out;
+  return Object.assign(out, extra);
 }
 
-const errorOf = (e: unknown): string => {
+export const errorOf = (e: unknown): string => {
   const code = (e as NodeJS.ErrnoException)?.code;
   const msg = e instanceof Error ? e.message : String(e);
   return code && !msg.includes(code) ? `${code}: ${msg}` : msg;
@@ -194,7 +197,8 @@ function relay(f: ForwardRequest, ur: IncomingMessage, settle: (r: ForwardResult
   const keep = f.jsonResult || type.includes("json");
   const kept: Buffer[] = [];
   let keptBytes = 0;
-  if (!res.destroyed) res.writeHead(ur.statusCode ?? 502, responseHeaders(ur.headers, f.taskId));
+  if (!res.destroyed)
+    res.writeHead(ur.statusCode ?? 502, responseHeaders(ur.headers, { "x-task-id": f.taskId }));
   ur.on("data", (c: Buffer) => {
     if (keep && keptBytes <= MAX_RESULT_JSON_BYTES) {
       keptBytes += c.length;
@@ -248,4 +252,63 @@ export function writeJson(res: ServerResponse, status: number, body: unknown, ta
     ...(taskId ? { "x-task-id": taskId } : {}),
   });
   res.end(text);
+}
+
+export interface RawForwardRequest {
+  agent: Agent;
+  containerId: string;
+  port: number;
+  method: string;
+  path: string;
+  headers: Record<string, string | string[]>;
+  /** The caller's request: its body streams to the container as it comes. */
+  req: IncomingMessage;
+  res: ServerResponse;
+}
+
+/**
+ * Proxies one request to a container port with no task around it (exposed
+ * ports, pods): the container's answer goes back as it is. Resolves when the
+ * exchange is over; a container that cannot be reached is answered 502.
+ */
+export function forwardRaw(f: RawForwardRequest): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const { req, res } = f;
+    const up = request({
+      agent: f.agent,
+      // The tunnel's agent makes the connection; the name only keys its pool and never resolves.
+      host: f.containerId,
+      port: f.port,
+      method: f.method,
+      path: f.path,
+      headers: f.headers,
+    });
+    const onCallerGone = () => {
+      if (!res.writableFinished) up.destroy();
+      resolve();
+    };
+    res.once("close", onCallerGone);
+    up.on("error", (e) => {
+      if (!res.headersSent) {
+        writeJson(res, 502, {
+          error: {
+            code: "bad_gateway",
+            message: `the request to port ${f.port} of container ${f.containerId} failed: ${errorOf(e)}`,
+          },
+        });
+      } else res.destroy();
+      resolve();
+    });
+    up.on("response", (ur) => {
+      if (!res.destroyed) res.writeHead(ur.statusCode ?? 502, responseHeaders(ur.headers));
+      ur.pipe(res);
+      ur.on("error", () => {});
+      ur.on("close", () => {
+        // The container (or the tunnel) dropped the response half way; the caller's answer is cut short too.
+        if (!ur.complete) res.destroy();
+        resolve();
+      });
+    });
+    req.pipe(up);
+  });
 }

@@ -173,7 +173,8 @@ export async function resolveEndpoint(
   }
   const kind = baseStubType(r.deployment.kind || r.stub.type);
   const label = path.by === "name" ? `'${path.key}'` : path.key;
-  if (!HTTP_SERVED_TYPES.has(kind)) {
+  // A pod deployment serves HTTP itself on its first port (coordinator/endpoints/pods.ts).
+  if (!HTTP_SERVED_TYPES.has(kind) && kind !== "pod") {
     const hint =
       kind === "taskqueue"
         ? `: it is a task queue; POST to /taskqueue/${r.deployment.name} instead`

@@ -61,6 +61,8 @@ export interface EndpointDeps {
   log: Logger;
   /** ms since epoch. @default Date.now */
   clock?: () => number;
+  /** How long a request to a pod deployment waits for a running container. @default POD_START_WAIT_MS (60 s) */
+  podStartWaitMs?: number;
 }
 
 /** The port `berth.http_runner` listens on in the container. */

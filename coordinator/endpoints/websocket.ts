@@ -23,7 +23,7 @@ const REASONS: Record<number, string> = {
 };
 
 /** An HTTP answer written straight onto the caller's socket (no upgrade happened). */
-function answerOnSocket(
+export function answerOnSocket(
   socket: Duplex,
   status: number,
   body: unknown,
@@ -41,19 +41,81 @@ function answerOnSocket(
   socket.end(`${head.join("\r\n")}\r\n\r\n${text}`);
 }
 
+const claimed = new WeakSet<IncomingMessage>();
+const withFallback = new WeakSet<Server>();
+
+/**
+ * Marks an upgrade request as taken by one of the server's upgrade listeners
+ * (endpoints, exposed ports, shells); one no listener claims is answered 404.
+ */
+export function claimUpgrade(server: Server, req: IncomingMessage): void {
+  claimed.add(req);
+  ensureUpgradeFallback(server);
+}
+
+/** Answers 404 to upgrades no listener claimed (once every listener has run: they run synchronously). */
+export function ensureUpgradeFallback(server: Server): void {
+  if (withFallback.has(server)) return;
+  withFallback.add(server);
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex) => {
+    process.nextTick(() => {
+      if (claimed.has(req)) return;
+      socket.on("error", () => {});
+      answerOnSocket(socket, 404, {
+        error: { code: "route_not_found", message: `no websocket route ${req.url?.split("?")[0]}` },
+      });
+    });
+  });
+}
+
+/** The request line and headers of an upgrade as sent to the container. */
+export function upgradeHead(
+  method: string,
+  path: string,
+  headers: Record<string, string | string[]>,
+): string {
+  return `${method} ${path} HTTP/1.1\r\n${Object.entries(headers)
+    .flatMap(([k, v]) => (Array.isArray(v) ? v : [v]).map((x) => `${k}: ${x}\r\n`))
+    .join("")}\r\n`;
+}
+
+/**
+ * Pipes an upgrade with no task around it (exposed ports, pods): sends the
+ * handshake to the container and the bytes both ways, answer included, until
+ * either side closes.
+ */
+export function spliceUpgrade(
+  client: Duplex,
+  upstream: Duplex,
+  requestHead: string,
+  head: Buffer,
+): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const end = () => {
+      upstream.destroy();
+      client.destroy();
+      resolve();
+    };
+    upstream.on("error", () => {});
+    client.on("error", () => {});
+    upstream.on("close", end);
+    client.on("close", end);
+    upstream.write(requestHead);
+    if (head.length > 0) upstream.write(head);
+    upstream.pipe(client);
+    client.pipe(upstream);
+  });
+}
+
 /**
  * Serves websocket upgrades of /endpoint/... on `server`. Other upgrade paths
- * are left to other listeners (404 when there is none).
+ * are left to other listeners (404 when none claims them).
  */
 export function attachEndpointUpgrades(server: Server, endpoints: EndpointDispatcher): () => void {
+  ensureUpgradeFallback(server);
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    if (!(req.url ?? "").startsWith("/endpoint/")) {
-      if (server.listenerCount("upgrade") === 1)
-        answerOnSocket(socket, 404, {
-          error: { code: "route_not_found", message: `no websocket route ${req.url?.split("?")[0]}` },
-        });
-      return;
-    }
+    if (!(req.url ?? "").startsWith("/endpoint/")) return;
+    claimUpgrade(server, req);
     socket.on("error", () => {});
     void serveUpgrade(endpoints, req, socket, head).catch((e) => {
       endpoints.deps.log.error({ err: (e as Error).message }, "websocket endpoint request failed");
@@ -77,6 +139,7 @@ async function serveUpgrade(
   } catch (e) {
     return say(refusalOf(e));
   }
+  if (target.r.kind === "pod") return endpoints.pods.serveUpgrade(target, req, socket, head);
   const { r, rest, query, prefix } = target;
   if (r.kind === "endpoint") {
     return answerOnSocket(socket, 400, {
@@ -101,9 +164,7 @@ async function serveUpgrade(
   if (req.headers.upgrade) headers.upgrade = req.headers.upgrade;
   headers["x-task-id"] = run.task.id;
   const path = r.kind === "asgi" ? `${rest}${query}` : `/${query}`;
-  const requestHead = `${req.method ?? "GET"} ${path} HTTP/1.1\r\n${Object.entries(headers)
-    .flatMap(([k, v]) => (Array.isArray(v) ? v : [v]).map((x) => `${k}: ${x}\r\n`))
-    .join("")}\r\n`;
+  const requestHead = upgradeHead(req.method ?? "GET", path, headers);
 
   const attempt = async (slot: { containerId: string; agentId: string }): Promise<TryResult> => {
     let upstream: Duplex;

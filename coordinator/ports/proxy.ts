@@ -1,0 +1,232 @@
+// Exposed container ports (docs/sandboxes.md, Exposed ports):
+// `/port/{containerId}/{port}/...` and `{containerId}-{port}.{endpointDomain}`
+// are proxied, HTTP and websockets, through the agent's tunnel (or straight to
+// the container on the same host) to that port. Nothing is recorded per
+// request beyond the activity hook (a sandbox's TTL counts from it).
+
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
+import type { Logger } from "pino";
+import type { TunnelDialer } from "../containers/tunnels.ts";
+import { errorOf, forwardRaw, upstreamHeaders, writeJson } from "../endpoints/proxy.ts";
+import { EndpointAuth, EndpointRefusal, refusalOf } from "../endpoints/resolve.ts";
+import { answerOnSocket, claimUpgrade, spliceUpgrade, upgradeHead } from "../endpoints/websocket.ts";
+import type { TokenRepo } from "../store/workspaces.ts";
+
+/** Who runs an exposed port and who may reach it. */
+export interface PortTarget {
+  agentId: string;
+  workspaceId: string;
+  /** Pods deployed with authorized=True: a Bearer token of the workspace is needed. */
+  requiresAuth: boolean;
+}
+
+/** The containers whose ports are exposed (the sandbox service); undefined: not an exposed port. */
+export interface PortTargets {
+  find(containerId: string, port: number): Promise<PortTarget | undefined>;
+}
+
+export interface PortProxyDeps {
+  targets: PortTargets;
+  tunnels: TunnelDialer;
+  tokens: TokenRepo;
+  log: Logger;
+  /** Host names `{containerId}-{port}.{endpointDomain}` serve the port too. */
+  endpointDomain?: string;
+  /** Called with the container id for each request and websocket (a sandbox's TTL runs from its last activity). */
+  onActivity?: (containerId: string) => void;
+  /** ms since epoch. @default Date.now */
+  clock?: () => number;
+}
+
+/** Which port a request is for and what the container gets as its path. */
+export interface PortRoute {
+  containerId: string;
+  port: number;
+  /** The path and query the container gets ("/..."). */
+  path: string;
+  /** The part of the URL naming the port (X-Forwarded-Prefix); "" for a host name. */
+  prefix: string;
+}
+
+const PATH = /^\/port\/([^/?#]+)\/([^/?#]+)(\/[^?#]*)?(\?.*)?$/;
+const HOST_LABEL = /^([a-z0-9][a-z0-9_.-]*?)-(\d{1,5})$/;
+
+function portNumber(text: string): number {
+  const n = /^\d{1,5}$/.test(text) ? Number(text) : Number.NaN;
+  if (!(n >= 1 && n <= 65535))
+    throw new EndpointRefusal(
+      400,
+      "invalid_request",
+      `port ${JSON.stringify(text)} is not a number from 1 to 65535`,
+    );
+  return n;
+}
+
+function decode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+/**
+ * The port a request names, by path (`/port/{id}/{port}/...`) or by host
+ * name; undefined when it is for neither. Throws EndpointRefusal for a bad port number.
+ */
+export function portRoute(
+  url: string,
+  host: string | undefined,
+  endpointDomain: string | undefined,
+): PortRoute | undefined {
+  if (url.startsWith("/port/")) {
+    const m = PATH.exec(url);
+    if (!m) throw new EndpointRefusal(404, "not_found", "use /port/{container_id}/{port}/...");
+    const containerId = decode(m[1] as string);
+    const port = portNumber(m[2] as string);
+    return { containerId, port, path: `${m[3] ?? "/"}${m[4] ?? ""}`, prefix: `/port/${m[1]}/${m[2]}` };
+  }
+  // A deployment's host name was already rewritten to /endpoint/id/... (endpoints/host-names.ts).
+  if (!endpointDomain || !host || url.startsWith("/endpoint/")) return undefined;
+  const name = host.toLowerCase().replace(/:\d+$/, "").replace(/\.$/, "");
+  const suffix = `.${endpointDomain.toLowerCase()}`;
+  if (!name.endsWith(suffix)) return undefined;
+  const m = HOST_LABEL.exec(name.slice(0, -suffix.length));
+  if (!m) return undefined;
+  return {
+    containerId: m[1] as string,
+    port: portNumber(m[2] as string),
+    path: url.startsWith("/") ? url : `/${url}`,
+    prefix: "",
+  };
+}
+
+export class PortProxy {
+  private readonly auth: EndpointAuth;
+
+  constructor(private readonly deps: PortProxyDeps) {
+    this.auth = new EndpointAuth(deps.tokens, deps.clock ?? Date.now);
+  }
+
+  /** Whether the request is for an exposed port (by path or host name). */
+  claims(req: IncomingMessage): boolean {
+    const url = req.url ?? "/";
+    if (url.startsWith("/port/")) return true;
+    try {
+      return portRoute(url, req.headers.host, this.deps.endpointDomain) !== undefined;
+    } catch {
+      return true;
+    }
+  }
+
+  /** The route and target of a request, checked against the caller's token when the port needs one. */
+  private async resolve(
+    req: IncomingMessage,
+  ): Promise<{ route: PortRoute; target: PortTarget; tokenUsed: boolean }> {
+    const route = portRoute(req.url ?? "/", req.headers.host, this.deps.endpointDomain);
+    if (!route) throw new EndpointRefusal(404, "not_found", "not an exposed port URL");
+    const notFound = () =>
+      new EndpointRefusal(
+        404,
+        "not_found",
+        `port ${route.port} of container ${route.containerId} is not exposed (or the container is gone)`,
+      );
+    const target = await this.deps.targets.find(route.containerId, route.port);
+    if (!target) throw notFound();
+    if (!target.requiresAuth) return { route, target, tokenUsed: false };
+    const authorization = req.headers.authorization;
+    if (!authorization)
+      throw new EndpointRefusal(
+        401,
+        "unauthenticated",
+        "this port needs 'Authorization: Bearer <token>' of its workspace",
+      );
+    const p = await this.auth.principal(authorization);
+    if (!p) throw new EndpointRefusal(401, "unauthenticated", "unknown or revoked token");
+    if (p.workspace.id !== target.workspaceId) throw notFound();
+    return { route, target, tokenUsed: true };
+  }
+
+  /** One plain HTTP request to an exposed port: writes the whole answer; never rejects. */
+  async serveHttp(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      let resolved: Awaited<ReturnType<PortProxy["resolve"]>>;
+      try {
+        resolved = await this.resolve(req);
+      } catch (e) {
+        const r = refusalOf(e);
+        return writeJson(res, r.status, r.body());
+      }
+      const { route, target, tokenUsed } = resolved;
+      this.deps.onActivity?.(route.containerId);
+      await forwardRaw({
+        agent: this.deps.tunnels.httpAgent(target.agentId, route.containerId, route.port),
+        containerId: route.containerId,
+        port: route.port,
+        method: req.method ?? "GET",
+        path: route.path,
+        headers: upstreamHeaders(req.headers, {
+          dropAuthorization: tokenUsed,
+          remoteAddress: req.socket.remoteAddress,
+          prefix: route.prefix,
+        }),
+        req,
+        res,
+      });
+    } catch (e) {
+      this.deps.log.error({ err: (e as Error).message, url: req.url }, "exposed port request failed");
+      if (!res.headersSent) writeJson(res, 500, { error: { code: "internal", message: "internal error" } });
+      else res.destroy();
+    }
+  }
+
+  /** One upgrade (websocket) to an exposed port; never rejects. */
+  async serveUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    socket.on("error", () => {});
+    let resolved: Awaited<ReturnType<PortProxy["resolve"]>>;
+    try {
+      resolved = await this.resolve(req);
+    } catch (e) {
+      const r = refusalOf(e);
+      return answerOnSocket(socket, r.status, r.body());
+    }
+    this.deps.onActivity?.(resolved.route.containerId);
+    let upstream: Duplex;
+    try {
+      upstream = await this.deps.tunnels.connect(
+        resolved.target.agentId,
+        resolved.route.containerId,
+        resolved.route.port,
+      );
+    } catch (e) {
+      const message = `the connection to port ${resolved.route.port} of container ${resolved.route.containerId} failed: ${errorOf(e)}`;
+      return answerOnSocket(socket, 502, { error: { code: "bad_gateway", message } });
+    }
+    const { route, tokenUsed } = resolved;
+    const headers = upstreamHeaders(req.headers, {
+      dropAuthorization: tokenUsed,
+      remoteAddress: req.socket.remoteAddress,
+      prefix: route.prefix,
+    });
+    headers.connection = "Upgrade";
+    if (req.headers.upgrade) headers.upgrade = req.headers.upgrade;
+    await spliceUpgrade(socket, upstream, upgradeHead(req.method ?? "GET", route.path, headers), head);
+  }
+}
+
+/** One request to an exposed port, for the coordinator's server (before Fastify); never rejects. */
+export function servePortRequest(ports: PortProxy, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  return ports.serveHttp(req, res);
+}
+
+/** Serves upgrades to exposed ports on `server`; others are left to other listeners. Returns a detach. */
+export function attachPortUpgrades(server: Server, ports: PortProxy): () => void {
+  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (!ports.claims(req)) return;
+    claimUpgrade(server, req);
+    void ports.serveUpgrade(req, socket, head);
+  };
+  server.on("upgrade", onUpgrade);
+  return () => server.off("upgrade", onUpgrade);
+}
