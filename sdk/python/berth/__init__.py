@@ -11,6 +11,9 @@ from .errors import (
     RemoteCallError,
     RemoteError,
     RemoteTraceback,
+    SandboxConnectionError,
+    SandboxFileSystemError,
+    SandboxProcessError,
     SerializationError,
     TaskCancelledError,
     TaskError,
@@ -39,10 +42,27 @@ __all__ = [
     "Image",
     "ImageBuildError",
     "QueueDepthAutoscaler",
+    "Pod",
+    "PodCreateResult",
     "Realtime",
     "RemoteCallError",
     "RemoteError",
     "RemoteTraceback",
+    "Sandbox",
+    "SandboxConnectionError",
+    "SandboxFileInfo",
+    "SandboxFileReplacement",
+    "SandboxFileSearchMatch",
+    "SandboxFilePosition",
+    "SandboxFileSearchRange",
+    "SandboxFileSystem",
+    "SandboxFileSystemError",
+    "SandboxInstance",
+    "SandboxProcess",
+    "SandboxProcessError",
+    "SandboxProcessManager",
+    "SandboxProcessResponse",
+    "SandboxProcessStream",
     "Schedule",
     "SerializationError",
     "Task",
@@ -63,9 +83,28 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-# The client classes pull in HTTP, TLS and the task stream: loaded on first
-# use (PEP 562), so a container importing the user's module stays lean.
-_LAZY = {"Client": "client", "Deployment": "client", "FileRef": "client", "Task": "client"}
+# The client, sandbox and pod classes pull in HTTP, TLS and the task stream:
+# loaded on first use (PEP 562), so a container importing the user's module stays lean.
+_LAZY = {
+    "Client": "client",
+    "Deployment": "client",
+    "FileRef": "client",
+    "Task": "client",
+    "Pod": "pod",
+    "PodCreateResult": "pod",
+    "Sandbox": "sandbox",
+    "SandboxInstance": "sandbox",
+    "SandboxFileInfo": "sandbox_fs",
+    "SandboxFilePosition": "sandbox_fs",
+    "SandboxFileReplacement": "sandbox_fs",
+    "SandboxFileSearchMatch": "sandbox_fs",
+    "SandboxFileSearchRange": "sandbox_fs",
+    "SandboxFileSystem": "sandbox_fs",
+    "SandboxProcess": "sandbox_process",
+    "SandboxProcessManager": "sandbox_process",
+    "SandboxProcessResponse": "sandbox_process",
+    "SandboxProcessStream": "sandbox_process",
+}
 
 
 def __getattr__(name: str):

@@ -22,9 +22,11 @@ from typing import Any, Dict, List, Optional, TextIO
 
 from .errors import BerthError, ImageBuildError
 from .function import Function
+from .pod import Pod
 
 USAGE = "usage: python3 -m berth.describe FILE.py:OBJECT [--name NAME] [--archive PATH]"
-DECORATORS = "@endpoint, @asgi, @realtime, @task_queue, @schedule or @function"
+DECORATORS = "@endpoint, @asgi, @realtime, @task_queue, @schedule or @function, or make it a berth.Pod"
+DEPLOYABLE = (Function, Pod)
 
 
 class DescribeError(Exception):
@@ -92,7 +94,7 @@ def _import_file(path: str) -> Any:
 
 
 def _deployables(module: Any) -> List[str]:
-    return sorted(k for k, v in vars(module).items() if isinstance(v, Function) and not k.startswith("_"))
+    return sorted(k for k, v in vars(module).items() if isinstance(v, DEPLOYABLE) and not k.startswith("_"))
 
 
 def _find(module: Any, path: str, attr: str) -> Any:
@@ -103,7 +105,7 @@ def _find(module: Any, path: str, attr: str) -> Any:
             hint = f"; its deployable objects: {', '.join(found)}" if found else f"; it has none ({DECORATORS})"
             raise DescribeError(f"{path} has no object named {attr}{hint}")
         obj = getattr(obj, part)
-    if not isinstance(obj, Function):
+    if not isinstance(obj, DEPLOYABLE):
         if isinstance(obj, type):
             kind = "a class"
         elif callable(obj) and hasattr(obj, "__code__"):
@@ -123,9 +125,18 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
     if not os.path.isfile(path):
         raise DescribeError(f"no such file: {file_part}")
     obj = _find(_import_file(path), file_part, attr)
-    stub_name = name or obj.stub_name
+    if isinstance(obj, Pod):
+        # An unnamed pod deploys under its variable's name, as a function under its own.
+        stub_name = name or obj.name or attr.split(".")[-1]
+        if not obj.entrypoint:
+            raise DescribeError(f"the pod {attr} in {file_part} has no entrypoint: a deployed pod runs Pod(entrypoint=[...])")
+    else:
+        stub_name = name or obj.stub_name
     try:
-        obj.image.check_runnable(stub_name)
+        if isinstance(obj, Pod):
+            obj.check_image(stub_name)
+        else:
+            obj.image.check_runnable(stub_name)
         loc = obj.location()
         sha = ""
         if archive:

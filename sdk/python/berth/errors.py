@@ -91,6 +91,32 @@ class RemoteError(TaskError):
         return f"{head}\n\nRemote traceback:\n{self.traceback}" if self.traceback else head
 
 
+class SandboxConnectionError(BerthError):
+    """The sandbox is unknown, terminated or expired (or this instance terminated it)."""
+
+    def __init__(self, code: str, message: str, status: int = 0, sandbox_id: str = ""):
+        super().__init__(code, message, status)
+        self.sandbox_id = sandbox_id
+
+
+class SandboxProcessError(BerthError):
+    """No process with this pid in the sandbox."""
+
+    def __init__(self, code: str, message: str, status: int = 0, pid: Optional[int] = None):
+        super().__init__(code, message, status)
+        self.pid = pid
+
+
+class SandboxFileSystemError(BerthError):
+    """A sandbox path is missing, of the wrong kind or outside the sandbox; ``path`` names it."""
+
+    def __init__(self, code: str, message: str, status: int = 0, path: str = ""):
+        if path and path not in message:
+            message = f"{path}: {message}"
+        super().__init__(code, message, status)
+        self.path = path
+
+
 TASK_ERRORS = {
     "TIMEOUT": TaskTimeoutError,
     "CANCELLED": TaskCancelledError,

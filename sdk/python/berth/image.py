@@ -166,8 +166,12 @@ class Image:
     def __repr__(self) -> str:
         return f"Image(image_id={self.image_id!r}, base_image={self.base_image!r})"
 
-    def unsupported(self) -> List[str]:
-        """What was asked for that this cluster cannot do yet (each as a phrase)."""
+    def unsupported(self, allow_snapshot: bool = False) -> List[str]:
+        """What was asked for that this cluster cannot do yet (each as a phrase).
+
+        ``allow_snapshot``: sandboxes and pods run from a filesystem snapshot (their stub's
+        ``extra.image_ref`` is the ``img-`` id); functions cannot yet.
+        """
         out = []
         if self.python_packages:
             out.append(f"python packages {self.python_packages}")
@@ -177,7 +181,7 @@ class Image:
             out.append(f"a Dockerfile build ({self.dockerfile['path']})")
         if self.use_micromamba or self.micromamba_packages:
             out.append(f"micromamba packages {self.micromamba_packages}" if self.micromamba_packages else "micromamba")
-        if self.snapshot_id:
+        if self.snapshot_id and not allow_snapshot:
             out.append(f"the snapshot {self.snapshot_id}")
         if self.env_vars:
             out.append(f"image environment variables {[e.split('=', 1)[0] for e in self.env_vars]}")
@@ -189,8 +193,8 @@ class Image:
             out.append("private registry credentials")
         return out
 
-    def check_runnable(self, function_name: str) -> None:
-        wanted = self.unsupported()
+    def check_runnable(self, function_name: str, allow_snapshot: bool = False) -> None:
+        wanted = self.unsupported(allow_snapshot)
         if wanted:
             raise ImageBuildError(
                 f"the image of {function_name} asks for {'; '.join(wanted)}, but image builds of those kinds "

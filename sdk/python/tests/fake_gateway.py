@@ -54,6 +54,8 @@ class FakeGateway:
         self.result_delay_s = 0.0
         self.reverse = True
         self.task_seq = 0
+        # More routes (tests/fake_sandboxes.py): each ``route(handler, method)`` answers and returns True, or returns False.
+        self.routes = []
         gw = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,6 +87,8 @@ class FakeGateway:
             def do_GET(self):
                 if not self.authorized():
                     return
+                if any(route(self, "GET") for route in gw.routes):
+                    return
                 m = re.match(r"^/api/v1/gateway/objects/([0-9a-f]{64})$", self.path)
                 if m:
                     sha = m.group(1)
@@ -115,6 +119,8 @@ class FakeGateway:
             def do_PUT(self):
                 if not self.authorized():
                     return
+                if any(route(self, "PUT") for route in gw.routes):
+                    return
                 data = self.body()
                 sha = self.path.rsplit("/", 1)[-1]
                 if hashlib.sha256(data).hexdigest() != sha:
@@ -126,6 +132,8 @@ class FakeGateway:
 
             def do_POST(self):
                 if not self.authorized():
+                    return
+                if any(route(self, "POST") for route in gw.routes):
                     return
                 body = json.loads(self.body() or b"{}")
                 if self.path == "/api/v1/gateway/stubs":
@@ -146,6 +154,13 @@ class FakeGateway:
                 m = re.match(r"^/api/v1/gateway/stubs/([^/]+)/enqueue$", self.path)
                 if m:
                     return self.enqueue(m.group(1), body)
+                self.send_json({"ok": False, "error": {"code": "route_not_found", "message": self.path}})
+
+            def do_DELETE(self):
+                if not self.authorized():
+                    return
+                if any(route(self, "DELETE") for route in gw.routes):
+                    return
                 self.send_json({"ok": False, "error": {"code": "route_not_found", "message": self.path}})
 
             def enqueue(self, stub_id, body):

@@ -1,0 +1,191 @@
+"""Pods: one container running its own entrypoint, usually a server on a port (docs/sandboxes.md).
+
+``Pod(entrypoint=[...], ports=[8000]).create()`` starts one container and
+returns ``ok``, ``container_id`` and ``url``; ``pod.deploy()`` (or
+``berth deploy app.py:pod``) makes a named deployment whose containers run the
+entrypoint, never scaled to zero by default. The directory of the module that
+defines the pod is synced into the container, as for a function.
+"""
+
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from .errors import BerthError
+from .image import Image
+from .locate import Location, locate
+from .options import check_int
+from .sandbox_api import SandboxApi
+from .sandbox_stub import ContainerSpec, api_for
+
+CREATE_TIMEOUT_S = 900.0
+
+
+@dataclass
+class PodCreateResult:
+    """What ``create()`` answers; ``error`` says why when ``ok`` is False."""
+
+    ok: bool
+    container_id: str = ""
+    url: str = ""
+    # Port → public URL of every exposed port; ``url`` is the first port's.
+    urls: Dict[int, str] = field(default_factory=dict)
+    error: str = ""
+    code: str = ""
+
+
+def _defining_module() -> str:
+    """The module that called Pod(...), past berth's own frames."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("berth."):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_globals.get("__name__", "__main__") if frame is not None else "__main__"
+
+
+def check_entrypoint(entrypoint: Any) -> List[str]:
+    if entrypoint is None:
+        return []
+    if isinstance(entrypoint, str) or not isinstance(entrypoint, (list, tuple)):
+        raise ValueError(f"entrypoint must be a list of strings such as ['python3', 'server.py'], not {entrypoint!r}")
+    if not all(isinstance(a, str) for a in entrypoint):
+        raise ValueError(f"entrypoint holds something other than strings: {entrypoint!r}")
+    if entrypoint and not entrypoint[0]:
+        raise ValueError("the entrypoint's program name is empty")
+    return list(entrypoint)
+
+
+class Pod(ContainerSpec):
+    """A pod's options (spec, SDK objects → Pod). ``token``/``url`` default to SERVICE_TOKEN/BERTH_URL."""
+
+    stub_type = "pod"
+    handler = "berth.pod:Pod"
+
+    def __init__(
+        self,
+        entrypoint: Optional[Sequence[str]] = None,
+        ports: Optional[Sequence[int]] = None,
+        name: Optional[str] = None,
+        cpu: Union[int, float, str] = 1.0,
+        memory: Union[int, str] = 128,
+        gpu: Union[str, Sequence[str], None] = None,
+        gpu_count: int = 0,
+        image: Optional[Image] = None,
+        volumes: Optional[List[Any]] = None,
+        secrets: Optional[List[str]] = None,
+        env: Optional[Dict[str, str]] = None,
+        keep_warm_seconds: int = -1,
+        authorized: bool = False,
+        block_network: bool = False,
+        allow_list: Optional[Sequence[str]] = None,
+        token: str = "",
+        url: Optional[str] = None,
+    ):
+        super().__init__(
+            cpu=cpu,
+            memory=memory,
+            gpu=gpu,
+            gpu_count=gpu_count,
+            image=image,
+            volumes=volumes,
+            secrets=secrets,
+            env=env,
+            ports=ports,
+            block_network=block_network,
+            allow_list=allow_list,
+        )
+        self.entrypoint = check_entrypoint(entrypoint)
+        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
+            raise ValueError(f"Pod name must be a non-empty string without '/', got {name!r}")
+        self.name = name
+        self.keep_warm_seconds = check_int("keep_warm_seconds", keep_warm_seconds, -1)
+        if not isinstance(authorized, bool):
+            raise TypeError(f"authorized must be True or False, not {authorized!r}")
+        self.authorized = authorized
+        self.module = _defining_module()
+        self._token = token
+        self._url = url
+        self._api: Optional[SandboxApi] = None
+        self.deployment: Optional[Dict[str, Any]] = None
+        self.last_error = ""
+
+    def __repr__(self) -> str:
+        return f"<berth.Pod {self.name or ''} {self.entrypoint!r} ports={self.ports}>"
+
+    @property
+    def api(self) -> SandboxApi:
+        if self._api is None:
+            self._api = api_for(self._token, self._url)
+        return self._api
+
+    @property
+    def stub_name(self) -> str:
+        return self.name or self.default_name()
+
+    def keep_warm(self) -> int:
+        return self.keep_warm_seconds
+
+    def authorized_flag(self) -> bool:
+        return self.authorized
+
+    def location(self) -> Location:
+        """Where the pod is defined: its directory is what code sync uploads."""
+        return locate(types.SimpleNamespace(__module__=self.module, __qualname__="Pod"))
+
+    def code_root(self) -> Optional[str]:
+        try:
+            return self.location().root
+        except BerthError:
+            return None  # defined where there is no file (an interactive session): nothing to sync
+
+    def stub_config(self, loc: Optional[Location] = None) -> Dict[str, Any]:
+        return super().stub_config()
+
+    def stub_extra(self, code_sha256: str = "") -> Dict[str, Any]:
+        extra = super().stub_extra(code_sha256)
+        if self.entrypoint:
+            extra["entrypoint"] = list(self.entrypoint)
+        return extra
+
+    def create(self, entrypoint: Optional[Sequence[str]] = None) -> PodCreateResult:
+        """Starts one container running the entrypoint (this one, else the constructor's)."""
+        command = check_entrypoint(entrypoint) or self.entrypoint
+        if not command:
+            raise ValueError("a pod needs an entrypoint: Pod(entrypoint=[...]) or create(entrypoint=[...])")
+        try:
+            stub_id = self.register(self.api, self.stub_name)
+            body: Dict[str, Any] = {"stub_id": stub_id}
+            if entrypoint is not None:
+                body["entrypoint"] = command
+            r = self.api.call("POST", "/pods", body, timeout=CREATE_TIMEOUT_S)
+        except BerthError as e:
+            self.last_error = e.message
+            return PodCreateResult(ok=False, error=e.message, code=e.code)
+        urls = {int(k): str(v) for k, v in (r.get("urls") or {}).items() if str(k).isdigit()}
+        return PodCreateResult(
+            ok=True, container_id=str(r.get("container_id", "")), url=str(r.get("url") or ""), urls=urls
+        )
+
+    def deploy(self, name: Optional[str] = None) -> bool:
+        """Deploys the pod as a named deployment; False (with the reason printed and in ``last_error``) if refused."""
+        deploy_name = name or self.name
+        if not deploy_name:
+            raise ValueError("deploying a pod needs a name: Pod(name=...), deploy(name=...) or `berth deploy --name`")
+        if not self.entrypoint:
+            raise ValueError("a deployed pod runs its entrypoint: give Pod(entrypoint=[...])")
+        try:
+            self.check_image(deploy_name)
+            sha = self.sync(self.api)
+            body = {
+                "name": deploy_name,
+                "type": self.stub_type,
+                "config": self.stub_config(),
+                "extra": self.stub_extra(sha),
+            }
+            r = self.api.call("POST", "/deployments", body, timeout=CREATE_TIMEOUT_S)
+        except BerthError as e:
+            self.last_error = e.message
+            print(f"berth: deploying pod {deploy_name} failed: {e}", file=sys.stderr)
+            return False
+        self.deployment = r.get("deployment") or {}
+        return True
