@@ -11,10 +11,12 @@ import { createGpuProbe } from "./capacity/gpu-probe.ts";
 import { GpuWatcher } from "./capacity/gpu-watcher.ts";
 import { readHostCapacity } from "./capacity/host.ts";
 import { startContainers } from "./containers.ts";
-import { ContainerPublisher } from "./fleet/container-publisher.ts";
+import type { ContainerPublisher } from "./fleet/container-publisher.ts";
 import { HeartbeatPublisher, withPort } from "./fleet/heartbeat.ts";
 import { type AgentIdentity, loadIdentity, saveIdentity } from "./fleet/identity.ts";
 import { joinWithRetry } from "./fleet/join-client.ts";
+import { type AgentMetrics, startAgentMetrics } from "./metrics/index.ts";
+import { LogShipper, ShippingContainerPublisher } from "./logs/index.ts";
 import type { ResolvedAgentOptions } from "./options.ts";
 import { TunnelServer, tunnelContainers } from "./proxy/index.ts";
 import type { AgentApi } from "./rpc/api.ts";
@@ -63,6 +65,22 @@ export async function startAgent(
     () => publisher,
   );
   if (containers.disabledReason) log.warn(containers.disabledReason);
+  let metrics: AgentMetrics | undefined;
+  try {
+    metrics = await startAgentMetrics({
+      agentId: identity?.agentId ?? o.hostname,
+      ...o.metrics,
+      nvidiaSmi: o.nvidiaSmi,
+      containers: containers.api,
+      containersEnabled: !containers.disabledReason,
+      capacity,
+      warn: (message) => log.warn(message),
+    });
+  } catch (e) {
+    gpu.stop();
+    await containers.close();
+    throw new BerthError("unavailable", `cannot serve /metrics on ${o.metrics.host}:${o.metrics.port}: ${describeError(e)}`);
+  }
 
   let rpc: AgentRpcServer;
   try {
@@ -83,6 +101,7 @@ export async function startAgent(
         : {}),
     });
   } catch (e) {
+    await metrics?.stop();
     gpu.stop();
     await containers.close();
     throw new BerthError("unavailable", `cannot serve the agent API: ${describeError(e)}`);
@@ -97,6 +116,7 @@ export async function startAgent(
       allowedClientNames: [COORDINATOR_CLIENT_NAME],
       log: log.child({ area: "tunnel" }),
     }).catch(async (e: unknown) => {
+      await metrics?.stop();
       gpu.stop();
       await rpc.close();
       await containers.close();
@@ -105,6 +125,7 @@ export async function startAgent(
   }
 
   let heartbeats: HeartbeatPublisher | undefined;
+  let logShipper: LogShipper | undefined;
   let nc: NatsConnection | undefined;
   let stopping = false;
   if (identity) {
@@ -122,7 +143,8 @@ export async function startAgent(
       capacity: await capacity(),
     });
     heartbeats = new HeartbeatPublisher(identity.agentId, identity.heartbeatIntervalMs, build, log);
-    const events = new ContainerPublisher(identity.agentId);
+    logShipper = new LogShipper({ agentId: identity.agentId });
+    const events = new ShippingContainerPublisher(identity.agentId, logShipper);
     heartbeats.start();
     // NATS may be down now; the connection is retried forever in the background.
     void connectNatsForever(identity, log, () => stopping).then((conn) => {
@@ -130,6 +152,7 @@ export async function startAgent(
       nc = conn;
       heartbeats?.attach(conn);
       events.attach(conn);
+      metrics?.attach(conn);
       publisher = events;
       containers
         .attachNats(conn, identity.agentId)
@@ -142,6 +165,7 @@ export async function startAgent(
       socket: o.unixSocket,
       grpcPort: rpc.tcpPort,
       proxyPort: tunnel?.port,
+      metricsPort: metrics?.port,
       coordinator: identity?.coordinator,
     },
     identity ? "agent ready" : "agent ready (edge mode: no coordinator)",
@@ -153,6 +177,8 @@ export async function startAgent(
     async stop() {
       stopping = true;
       await heartbeats?.stop(true);
+      logShipper?.close();
+      await metrics?.stop();
       if (nc) await closeNats(nc);
       gpu.stop();
       await tunnel?.stop();

@@ -6,8 +6,10 @@ import { configureCommand } from "./commands/configure.ts";
 import { coordinatorCommand } from "./commands/coordinator.ts";
 import { deployCommand } from "./commands/deploy.ts";
 import { deploymentCommands } from "./commands/deployment.ts";
+import { logsCommand } from "./commands/logs.ts";
 import { secretCommands } from "./commands/secret.ts";
 import { serveCommand } from "./commands/serve.ts";
+import { shellCommand } from "./commands/shell.ts";
 import { taskCommands } from "./commands/task.ts";
 import { upCommand } from "./commands/up.ts";
 import { workspaceCommands } from "./commands/workspace.ts";
@@ -28,6 +30,8 @@ export function buildProgram(): Command {
   deployCommand(program);
   deploymentCommands(program);
   serveCommand(program);
+  shellCommand(program);
+  logsCommand(program);
   return program;
 }
 

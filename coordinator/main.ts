@@ -1,3 +1,4 @@
+import { hostname } from "node:os";
 import { connect, type NatsConnection } from "nats";
 import pino, { type Logger } from "pino";
 import { describeError } from "../shared/errors.ts";
@@ -19,9 +20,17 @@ import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/in
 import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
 import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
 import { buildHttpApp } from "./http/app.ts";
+import { WorkspaceLimitsCache } from "./limits/limits.ts";
+import { LogQuery } from "./logs/index.ts";
+import { CoordinatorMetrics, MetricsIngest, PoolSampler } from "./metrics/index.ts";
 import { Objects } from "./objects/objects.ts";
 import type { ResolvedCoordinatorOptions } from "./options.ts";
 import { ClusterPki } from "./pki/cluster-pki.ts";
+import { PortProxy, attachPortUpgrades } from "./ports/proxy.ts";
+import { attachShellUpgrades, managedShellTargets } from "./http/routes/shell.ts";
+import type { Reservation } from "./scheduler/cluster-view.ts";
+import { SandboxService } from "./sandboxes/index.ts";
+import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
 import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
 import { Store } from "./store/store.ts";
 import { TaskService } from "./tasks/service.ts";
@@ -110,8 +119,10 @@ export async function startCoordinator(
     ...(o.streams.eventsMaxBytes ? { maxBytes: o.streams.eventsMaxBytes } : {}),
   });
   const workspaceEvents = new WorkspaceEvents(events, store.workspaces, log.child({ area: "events" }));
+  const limitsCache = new WorkspaceLimitsCache({ repo: store.limits });
   const tasks = new TaskService({
     store,
+    limits: limitsCache,
     nats: nc,
     objects,
     log: log.child({ area: "tasks" }),
@@ -160,7 +171,7 @@ export async function startCoordinator(
     fleet,
     activity: tasks,
     stubs: store.stubs,
-    workspaceLimit: (ws) => store.workspaces.maxContainers(ws),
+    workspaceLimits: (ws) => limitsCache.get(ws),
     code: {
       open: (sha) =>
         (async function* () {
@@ -172,12 +183,12 @@ export async function startCoordinator(
     secrets,
     deployments: deployments.states,
     onScale: (ev) => deployments.recordScaling(ev),
+    otherReservations: (): Reservation[] => sandboxes.reservations(),
     log: log.child({ area: "containers" }),
   });
   const manager = containers;
   tasks.useContainerCounts(manager);
   tasks.onStubChange((stubId) => manager.invalidateStub(stubId));
-  manager.start();
   // A container that is gone takes its tunnels (keep-alive sockets) with it.
   const tunnelled = new Map<string, Set<string>>();
   manager.onContainersChange((stubId) => {
@@ -185,6 +196,43 @@ export async function startCoordinator(
     for (const id of tunnelled.get(stubId) ?? []) if (!live.has(id)) tunnels.forget(id);
     if (live.size > 0) tunnelled.set(stubId, live);
     else tunnelled.delete(stubId);
+  });
+  const sandboxes = new SandboxService({
+    repo: store.sandboxes,
+    stubs: store.stubs,
+    fleet,
+    agents: agentClients,
+    code: {
+      open: (sha) =>
+        (async function* () {
+          yield* await objects.open(sha);
+        })(),
+    },
+    secrets,
+    events: natsContainerEvents(nc, log.child({ area: "sandboxes" })),
+    publicUrl: o.publicUrl,
+    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
+    otherReservations: (): Reservation[] => manager.reservations(),
+    log: log.child({ area: "sandboxes" }),
+  });
+  manager.start();
+  sandboxes.open();
+  const metricsIngest = new MetricsIngest({ nats: nc, repo: store.metrics, log: log.child({ area: "metrics" }) });
+  metricsIngest.start();
+  const poolSampler = new PoolSampler({
+    repo: store.metrics,
+    agents: () => fleet.ready(),
+    latest: (id) => metricsIngest.latest(id),
+    coordinatorId: `${hostname()}/${process.pid}`,
+    retentionMs: o.metricsRetentionMs,
+    log: log.child({ area: "metrics" }),
+  });
+  poolSampler.start();
+  const prometheus = new CoordinatorMetrics({
+    taskCounts: () => store.metrics.taskStatusCounts(),
+    containers: () => manager.list(),
+    stubType: async (id) => (await store.stubs.get(id))?.type,
+    agentStates: () => fleet.list().map((a) => a.state),
   });
   const ticker = createDeploymentTicker({
     db: store.db,
@@ -220,14 +268,27 @@ export async function startCoordinator(
     await ticker.stop();
     await deployments.close();
     await manager.stop();
+    await sandboxes.close();
     tunnels.close();
     agentClients.close();
     await tasks.stop();
     await webhookDispatcher.stop();
+    await poolSampler.stop();
+    await metricsIngest.stop();
     await events.stop();
   };
 
+  const ports = new PortProxy({
+    targets: sandboxPortTargets(store.sandboxes, store.stubs),
+    tunnels,
+    tokens: store.tokens,
+    log: log.child({ area: "ports" }),
+    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
+    onActivity: (id) => sandboxes.touch(id),
+  });
+  const logs = new LogQuery({ nats: nc, log: log.child({ area: "logs" }) });
   const app = await buildHttpApp({
+    logs,
     store,
     fleet,
     join,
@@ -240,12 +301,30 @@ export async function startCoordinator(
     endpoints,
     events,
     webhooks,
+    costRates: o.costRates,
+    limits: {
+      usage: { containers: (ws) => manager.workspaceUsage(ws), pendingTasks: (ws) => tasks.pendingTasks(ws) },
+      onChange: (ws) => {
+        limitsCache.invalidate(ws);
+        manager.invalidateLimits(ws);
+      },
+    },
+    sandboxes,
+    ports,
+    prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     logger: log.child({ area: "http" }),
     version: BERTH_VERSION,
   });
   if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
   attachEndpointUpgrades(app.server, endpoints);
+  attachPortUpgrades(app.server, ports);
+  attachShellUpgrades(app.server, {
+    tokens: store.tokens,
+    targets: [managedShellTargets(manager), sandboxShellTargets(store.sandboxes)],
+    agents: agentClients,
+    log: log.child({ area: "shell" }),
+  });
   try {
     await app.listen({ host: o.host, port: o.port });
   } catch (e) {

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { NatsCredentials } from "../shared/subjects.ts";
 import type { StreamRetention } from "./fleet/streams.ts";
+import { type CostRates, type CostRatesOptions, resolveCostRates } from "./tasks/cost.ts";
 
 /** Coordinator settings, as read from its JSON config file and flags. */
 export interface CoordinatorOptions {
@@ -42,6 +43,19 @@ export interface CoordinatorOptions {
    * coordinator). Deployment records then carry `host_url`. @default none
    */
   endpointDomain?: string;
+  /**
+   * Per-second rates for the task cost estimate (docs/api.md "Task cost"):
+   * `{cpuCorePerSecond, memoryGibPerSecond, gpuPerSecond: {default, <type>...}, currency}`.
+   * @default every rate 0
+   */
+  costRates?: CostRatesOptions;
+  /**
+   * Bearer token Prometheus must send to scrape `/metrics` (docs/metrics.md).
+   * @default none: `/metrics` is open (it carries cluster aggregates only)
+   */
+  metricsToken?: string;
+  /** Days container and pool samples are kept. @default 7 */
+  metricsRetentionDays?: number;
 }
 
 export interface ResolvedCoordinatorOptions {
@@ -58,6 +72,9 @@ export interface ResolvedCoordinatorOptions {
   streams: StreamRetention;
   secretsKeyFile: string;
   endpointDomain?: string;
+  costRates: CostRates;
+  metricsToken?: string;
+  metricsRetentionMs: number;
 }
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
@@ -103,6 +120,22 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     streams: o.streams ?? {},
     secretsKeyFile: o.secretsKeyFile ?? join(dataDir, "keys", "secrets.key"),
     ...(o.endpointDomain !== undefined ? { endpointDomain: checkEndpointDomain(o.endpointDomain) } : {}),
+    ...metricsOptions(o),
+    costRates: resolveCostRates(o.costRates),
+  };
+}
+
+function metricsOptions(o: CoordinatorOptions): Pick<ResolvedCoordinatorOptions, "metricsToken" | "metricsRetentionMs"> {
+  if (o.metricsToken !== undefined && (typeof o.metricsToken !== "string" || o.metricsToken.length < 16)) {
+    throw new BerthError("invalid_request", "coordinator config: metricsToken must be a string of at least 16 characters");
+  }
+  const days = o.metricsRetentionDays ?? 7;
+  if (typeof days !== "number" || !(days > 0 && days <= 3650)) {
+    throw new BerthError("invalid_request", `coordinator config: metricsRetentionDays ${days} must be within (0, 3650]`);
+  }
+  return {
+    ...(o.metricsToken !== undefined ? { metricsToken: o.metricsToken } : {}),
+    metricsRetentionMs: Math.round(days * 86_400_000),
   };
 }
 

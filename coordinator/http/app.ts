@@ -4,23 +4,39 @@ import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
 import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
 import { rewriteEndpointHost } from "../endpoints/host-names.ts";
+import { type PortProxy, servePortRequest } from "../ports/proxy.ts";
 import type { EventStream } from "../events/index.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { WebhookService } from "../webhooks/index.ts";
 import type { JoinService } from "../fleet/join.ts";
+import type { LogQuery } from "../logs/query.ts";
 import type { Objects } from "../objects/objects.ts";
+import type { SandboxService } from "../sandboxes/service.ts";
 import type { Secrets } from "../secrets/index.ts";
 import type { Store } from "../store/store.ts";
 import type { TaskService } from "../tasks/service.ts";
 import { installErrorHandlers } from "./errors.ts";
+import { metricsRoutes } from "./routes/metrics.ts";
+import { type PrometheusRouteDeps, prometheusRoutes } from "./routes/prometheus.ts";
+import { registerOpenApi } from "./openapi.ts";
+import { appRoutes } from "./routes/apps.ts";
+import { containerRoutes } from "./routes/containers.ts";
+import { notYetRoutes } from "./routes/later.ts";
+import { taskRoutes } from "./routes/tasks.ts";
+import type { CostRates } from "../tasks/cost.ts";
+import type { ManagedContainerInfo } from "../containers/types.ts";
 import { fleetRoutes, joinRoutes } from "./routes/agents.ts";
 import { type DeploymentLogDeps, deploymentLogRoutes } from "./routes/deployment-logs.ts";
 import { deploymentRoutes } from "./routes/deployments.ts";
 import { endpointRoutes, serveEndpointRequest } from "./routes/endpoints.ts";
 import { eventRoutes } from "./routes/events.ts";
+import { type LimitRouteDeps, limitRoutes } from "./routes/limits.ts";
+import { logRoutes } from "./routes/logs.ts";
 import { webhookRoutes } from "./routes/webhooks.ts";
 import { gatewayDeploymentRoutes } from "./routes/gateway-deployments.ts";
 import { gatewayObjectRoutes } from "./routes/gateway-objects.ts";
+import { gatewayPodRoutes } from "./routes/gateway-pods.ts";
+import { gatewaySandboxRoutes } from "./routes/gateway-sandboxes.ts";
 import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
 import { gatewayTaskRoutes } from "./routes/gateway-tasks.ts";
 import { healthRoutes } from "./routes/health.ts";
@@ -45,6 +61,8 @@ export interface HttpDeps {
   /** Live containers per stub (deployment details, log streams). */
   containers?: Pick<DeploymentLogDeps, "containersOf" | "onContainersChange"> & {
     activeContainers(stubId: string): number;
+    /** Every container the manager tracks: the container list route exists when given. */
+    list?(): ManagedContainerInfo[];
   };
   /** Agents' container APIs, for the deployment log stream. */
   agents?: DeploymentLogDeps["agents"];
@@ -56,6 +74,18 @@ export interface HttpDeps {
   events?: EventStream;
   /** Signed webhooks: the webhook routes exist when given. */
   webhooks?: WebhookService;
+  /** Sandboxes and pods: the sandbox and pod gateway routes exist when given. */
+  sandboxes?: SandboxService;
+  /** Workspace limits (docs/limits.md): the limits routes exist when given. */
+  limits?: Omit<LimitRouteDeps, "tokens" | "workspaces" | "limits">;
+  /** Prometheus `/metrics` and the request counters (docs/metrics.md): served when given. */
+  prometheus?: PrometheusRouteDeps;
+  /** Per-second rates of the task cost estimate (coordinator option costRates). @default all 0 */
+  costRates?: CostRates;
+  /** Container log lines (docs/logs.md): the logs routes exist when given. */
+  logs?: LogQuery;
+  /** Exposed container ports (/port/... and `{container_id}-{port}.{endpointDomain}`), served before Fastify. */
+  ports?: PortProxy;
 }
 
 /**
@@ -63,11 +93,16 @@ export interface HttpDeps {
  * invocation path is the hot one (its added-latency budget is 2 ms) and
  * needs none of Fastify's routing, hooks or body parsing.
  */
-function endpointFirstServer(endpoints: EndpointDispatcher, endpointDomain: string | undefined) {
+function endpointFirstServer(
+  endpoints: EndpointDispatcher | undefined,
+  endpointDomain: string | undefined,
+  ports?: PortProxy,
+) {
   return (handler: (req: IncomingMessage, res: ServerResponse) => void) =>
     createServer((req, res) => {
       if (endpointDomain) rewriteEndpointHost(endpointDomain, req);
-      if (req.url?.startsWith("/endpoint/")) void serveEndpointRequest(endpoints, req, res);
+      if (endpoints && req.url?.startsWith("/endpoint/")) void serveEndpointRequest(endpoints, req, res);
+      else if (ports?.claims(req)) void servePortRequest(ports, req, res);
       else handler(req, res);
     });
 }
@@ -82,13 +117,19 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     ...(deps.endpointDomain
       ? { rewriteUrl: (req: IncomingMessage) => rewriteEndpointHost(deps.endpointDomain as string, req) }
       : {}),
-    ...(deps.endpoints ? { serverFactory: endpointFirstServer(deps.endpoints, deps.endpointDomain) } : {}),
+    ...(deps.endpoints || deps.ports
+      ? { serverFactory: endpointFirstServer(deps.endpoints, deps.endpointDomain, deps.ports) }
+      : {}),
   };
   const app: FastifyInstance = deps.logger
     ? Fastify({ ...common, loggerInstance: deps.logger as FastifyBaseLogger })
     : Fastify({ ...common, logger: false });
   app.decorateRequest("principal", null);
   installErrorHandlers(app);
+  // First, so its request hook (not encapsulated) covers every route registered after it.
+  if (deps.prometheus) await app.register(prometheusRoutes(deps.prometheus));
+  await registerOpenApi(app, deps.version);
+  await app.register(notYetRoutes(deps.store.tokens));
   await app.register(healthRoutes(deps.version));
   await app.register(joinRoutes(deps.join));
   await app.register(workspaceRoutes(deps.store));
@@ -99,6 +140,15 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     await app.register(gatewayStubRoutes(deps.store.tokens, deps.tasks));
     await app.register(gatewayTaskRoutes(deps.store.tokens, deps.tasks));
     await app.register(taskStatusRoutes(deps.store, deps.tasks));
+    await app.register(
+      taskRoutes({
+        tokens: deps.store.tokens,
+        tasks: deps.tasks,
+        rows: deps.store.tasks,
+        ...(deps.deployments ? { deployments: deps.deployments } : {}),
+        ...(deps.costRates ? { costRates: deps.costRates } : {}),
+      }),
+    );
   }
   if (deps.tasks && deps.deployments) {
     const deployments = deps.deployments;
@@ -112,6 +162,7 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
       }),
     );
     await app.register(taskQueueRoutes({ tokens: deps.store.tokens, deployments, tasks: deps.tasks }));
+    await app.register(appRoutes({ tokens: deps.store.tokens, deployments }));
     const containers = deps.containers;
     if (containers && deps.agents) {
       await app.register(
@@ -125,8 +176,22 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
       );
     }
   }
+  if (deps.containers?.list) {
+    const list = deps.containers.list.bind(deps.containers);
+    await app.register(containerRoutes({ tokens: deps.store.tokens, containers: { list } }));
+  }
   if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
   if (deps.events) await app.register(eventRoutes({ tokens: deps.store.tokens, events: deps.events }));
   if (deps.webhooks) await app.register(webhookRoutes(deps.store.tokens, deps.webhooks));
+  if (deps.sandboxes) {
+    await app.register(gatewaySandboxRoutes(deps.store.tokens, deps.sandboxes));
+    await app.register(gatewayPodRoutes(deps.store.tokens, deps.sandboxes));
+  }
+  if (deps.limits)
+    await app.register(
+      limitRoutes({ tokens: deps.store.tokens, workspaces: deps.store.workspaces, limits: deps.store.limits, ...deps.limits }),
+    );
+  await app.register(metricsRoutes({ tokens: deps.store.tokens, metrics: deps.store.metrics, stubs: deps.store.stubs }));
+  if (deps.logs) await app.register(logRoutes({ tokens: deps.store.tokens, logs: deps.logs }));
   return app;
 }

@@ -191,6 +191,104 @@ export interface WebhookDeliveryTable {
   attempted_at: string;
 }
 
+/** A sandbox or pod container (docs/sandboxes.md); the id is the container id. */
+export interface SandboxTable {
+  id: string;
+  workspace_id: string;
+  stub_id: string;
+  agent_id: string;
+  /** sandbox | pod */
+  kind: string;
+  /** starting | running | terminated */
+  status: string;
+  /** Idle seconds before it is terminated; -1 never. */
+  ttl_seconds: number;
+  last_active_at: string;
+  /** last_active_at + ttl_seconds; null when it never expires. */
+  expires_at: string | null;
+  /** Exposed container ports as a JSON array. */
+  ports_json: string;
+  /** The EgressPolicy (shared/egress.ts) as JSON. */
+  egress_json: string;
+  /** The filesystem snapshot (img-...) it started from, if any. */
+  image_id: string | null;
+  created_at: string;
+  terminated_at: string | null;
+  terminated_reason: string | null;
+}
+
+/** A filesystem snapshot of a sandbox: an image in one agent's image store. */
+export interface SandboxImageTable {
+  id: string;
+  workspace_id: string;
+  agent_id: string;
+  image_ref: string;
+  source_sandbox_id: string;
+  /** bigint: PostgreSQL returns it as a string. */
+  size_bytes: number | string;
+  created_at: string;
+}
+
+/** A memory snapshot (runc checkpoint) of a sandbox, in one agent's snapshot store. */
+export interface SandboxSnapshotTable {
+  id: string;
+  workspace_id: string;
+  agent_id: string;
+  source_sandbox_id: string;
+  stub_id: string;
+  ports_json: string;
+  egress_json: string;
+  size_bytes: number | string;
+  created_at: string;
+}
+
+/** Per-workspace limits set by operators (docs/limits.md); null = no limit. */
+export interface WorkspaceLimitsTable {
+  workspace_id: string;
+  max_containers: number | null;
+  max_cpu_millicores: number | null;
+  max_memory_mb: number | null;
+  max_gpus: number | null;
+  max_pending_tasks: number | null;
+  updated_at: string;
+}
+
+/** One container's usage at one sample (coordinator/metrics). bigint columns read as strings on PostgreSQL. */
+export interface ContainerSampleTable {
+  container_id: string;
+  /** ms since epoch. */
+  at_ms: number | string;
+  agent_id: string;
+  pool: string;
+  workspace_id: string | null;
+  stub_id: string | null;
+  cpu_cores: number;
+  memory_bytes: number | string;
+  cpu_limit_cores: number;
+  memory_limit_bytes: number | string;
+  gpu_count: Generated<number>;
+  /** Mean over the container's GPUs; null when not sampled. */
+  gpu_utilization: number | null;
+  gpu_memory_bytes: number | string | null;
+}
+
+/** One pool's capacity vs use for one 15 s interval; (pool, bucket_ms) is the key. */
+export interface PoolSampleTable {
+  pool: string;
+  bucket_ms: number | string;
+  at_ms: number | string;
+  coordinator_id: string;
+  agents: number;
+  cpu_capacity_cores: number;
+  cpu_allocated_cores: number;
+  cpu_used_cores: number;
+  memory_capacity_bytes: number | string;
+  memory_allocated_bytes: number | string;
+  memory_used_bytes: number | string;
+  gpu_capacity: number;
+  gpu_allocated: number;
+}
+
 export interface Database {
   workspaces: WorkspaceTable;
   tokens: TokenTable;
@@ -206,4 +304,10 @@ export interface Database {
   deployments: DeploymentTable;
   webhooks: WebhookTable;
   webhook_deliveries: WebhookDeliveryTable;
+  workspace_limits: WorkspaceLimitsTable;
+  sandboxes: SandboxTable;
+  sandbox_images: SandboxImageTable;
+  sandbox_snapshots: SandboxSnapshotTable;
+  container_samples: ContainerSampleTable;
+  pool_samples: PoolSampleTable;
 }

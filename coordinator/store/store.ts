@@ -2,7 +2,10 @@ import type { Kysely } from "kysely";
 import { AgentRepo, ClusterKv, JoinTokenRepo } from "./cluster.ts";
 import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
 import { DeploymentRepo } from "./deployments.ts";
+import { MetricsRepo } from "./metrics.ts";
+import { LimitsRepo } from "./limits.ts";
 import type { Database } from "./schema.ts";
+import { SandboxRepo } from "./sandboxes.ts";
 import { ObjectRepo, StubRepo } from "./stubs.ts";
 import { TaskRepo } from "./tasks.ts";
 import { WebhookRepo } from "./webhooks.ts";
@@ -20,6 +23,9 @@ export class Store {
   readonly tasks: TaskRepo;
   readonly deployments: DeploymentRepo;
   readonly webhooks: WebhookRepo;
+  readonly metrics: MetricsRepo;
+  readonly limits: LimitsRepo;
+  readonly sandboxes: SandboxRepo;
 
   constructor(
     readonly db: Kysely<Database>,
@@ -36,6 +42,9 @@ export class Store {
     this.tasks = new TaskRepo(db);
     this.deployments = new DeploymentRepo(db);
     this.webhooks = new WebhookRepo(db);
+    this.metrics = new MetricsRepo(db, engine);
+    this.limits = new LimitsRepo(db);
+    this.sandboxes = new SandboxRepo(db);
   }
 
   /** Opens the store at `url` and brings its schema up to date. */

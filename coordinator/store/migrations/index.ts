@@ -5,6 +5,9 @@ import * as m0003 from "./0003_secrets.ts";
 import * as m0004 from "./0004_schedules.ts";
 import * as m0005 from "./0005_deployments.ts";
 import * as m0006 from "./0006_webhooks.ts";
+import * as m0007 from "./0007_limits.ts";
+import * as m0008 from "./0008_sandboxes.ts";
+import * as m0009 from "./0009_metrics.ts";
 
 // Versioned migrations, applied in key order at coordinator start. Never edit
 // a released migration; add the next number.
@@ -15,6 +18,9 @@ const MIGRATIONS: Record<string, Migration> = {
   "0004_schedules": m0004,
   "0005_deployments": m0005,
   "0006_webhooks": m0006,
+  "0007_limits": m0007,
+  "0008_sandboxes": m0008,
+  "0009_metrics": m0009,
 };
 
 export const migrationProvider: MigrationProvider = {
