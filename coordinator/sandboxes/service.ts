@@ -388,11 +388,17 @@ export class SandboxService {
   }
 
   /** Ends a sandbox: its processes, its container, its room; true when this call marked it terminated. */
+  /**
+   * The record is marked first, so the exit event of the container stopped
+   * here reads as an end already recorded (not a second, racing one); a stop
+   * that fails is retried by the sweep, which removes terminated sandboxes'
+   * containers.
+   */
   private async end(s: SandboxRecord, reason: string): Promise<boolean> {
+    const ended = await this.o.repo.markTerminated(s.id, iso(this.o.clock()), reason);
     this.processes.drop(s.id);
     await this.upkeep.removeOnAgent(s.agentId, s.id, this.o.stopGraceMs);
     this.held.delete(s.id);
-    const ended = await this.o.repo.markTerminated(s.id, iso(this.o.clock()), reason);
     if (ended)
       this.o.log.info({ sandboxId: s.id, agentId: s.agentId, reason }, `${s.kind} terminated: ${reason}`);
     return ended;

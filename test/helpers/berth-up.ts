@@ -13,7 +13,7 @@ import { cleanupNetworkByPrefix } from "../../agent/network/index.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
 import type { Teardown } from "../network/helpers.ts";
-import { testNames } from "../network/helpers.ts";
+import { type TestNames, testNames } from "../network/helpers.ts";
 import { CLI_MAIN, runCli } from "./cluster.ts";
 import { testRootfs } from "./rootfs.ts";
 
@@ -26,6 +26,8 @@ export interface BerthUp {
   token: string;
   home: string;
   dataDir: string;
+  /** The network names and subnets of this cluster's agent (for an outside namespace: createOutside). */
+  names: TestNames;
   /** A directory for the test's Python app. */
   appDir: string;
   /** The environment the CLI and the SDK need (HOME with the profile `berth up` saved, PYTHONPATH). */
@@ -122,6 +124,7 @@ export async function startBerthUp(td: Teardown, extraArgs: string[] = []): Prom
     token,
     home,
     dataDir,
+    names,
     appDir,
     env,
     output: () => out,

@@ -147,8 +147,12 @@ export class FakeSandboxAgent implements SandboxAgentApi {
     this.containers.set(s.id, s);
     return s;
   }
+  /** Runs inside stopContainer, before it answers (e.g. the exit event of the stopped container). */
+  onStop?: (id: string) => Promise<void>;
+
   async stopContainer(id: string, opts?: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus> {
     this.stops.push(id);
+    await this.onStop?.(id);
     const c = this.must(id);
     if (opts?.remove) this.containers.delete(id);
     else c.state = "stopped";

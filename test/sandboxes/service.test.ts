@@ -113,6 +113,22 @@ test("terminate stops and removes the container once; afterwards every call is s
   assert.equal(after.terminatedReason, "terminated by request");
 });
 
+test("terminate answers true when the stopped container's exit event is handled before the stop returns", async (t) => {
+  const w = await sandboxWorld(t);
+  const a = w.addAgent("agent-a");
+  const v = await w.svc.create(w.ws, (await w.stub("sb", "sandbox")).id);
+  a.onStop = async (id) => {
+    a.onStop = undefined;
+    w.emit({ agentId: "agent-a", containerId: id, type: "exit", exitCode: 0, labels: { [SandboxLabels.sandbox]: "1" } });
+    // The event's handling (a store read and write) runs to its end here, before the stop answers.
+    await new Promise((r) => setTimeout(r, 50));
+  };
+  assert.equal(await w.svc.terminate(w.ws, v.sandboxId), true);
+  const after = await w.svc.get(w.ws, v.sandboxId);
+  assert.equal(after.status, "terminated");
+  assert.equal(after.terminatedReason, "terminated by request");
+});
+
 test("TTL: an idle sandbox ends after ttl_seconds; activity and running processes keep it; -1 keeps it forever", async (t) => {
   const w = await sandboxWorld(t);
   const a = w.addAgent("agent-a");
