@@ -127,9 +127,10 @@ export class SandboxUpkeep {
       if (s && s.agentId !== agentId) return;
       processes.drop(id);
       held.delete(id);
-      if (s && (await o.repo.markTerminated(id, iso(o.clock()), why)))
-        o.log.info({ sandboxId: id, agentId }, `${s.kind} ${id} terminated: ${why}`);
-      await this.removeOnAgent(agentId, id, 0);
+      const ended = s ? await o.repo.markTerminated(id, iso(o.clock()), why) : false;
+      if (s && ended) o.log.info({ sandboxId: id, agentId }, `${s.kind} ${id} terminated: ${why}`);
+      // A sandbox ended by terminate or the TTL is removed by that path; removing it here too would race it.
+      if (!s || ended) await this.removeOnAgent(agentId, id, 0);
     } catch (err) {
       o.log.warn({ err, sandboxId: id }, `cannot record the end of sandbox ${id}: ${describeError(err)}`);
     }
