@@ -24,7 +24,7 @@ import { WorkspaceLimitsCache } from "./limits/limits.ts";
 import { LogQuery } from "./logs/index.ts";
 import { CoordinatorMetrics, MetricsIngest, PoolSampler } from "./metrics/index.ts";
 import { Objects } from "./objects/objects.ts";
-import type { ResolvedCoordinatorOptions } from "./options.ts";
+import { loadTlsCredentials, type ResolvedCoordinatorOptions } from "./options.ts";
 import { ClusterPki } from "./pki/cluster-pki.ts";
 import { PortProxy, attachPortUpgrades } from "./ports/proxy.ts";
 import { attachShellUpgrades, managedShellTargets } from "./http/routes/shell.ts";
@@ -55,6 +55,12 @@ export async function startCoordinator(
   o: ResolvedCoordinatorOptions,
   log: Logger = pino({ level: o.logLevel }),
 ): Promise<RunningCoordinator> {
+  let tls: ReturnType<typeof loadTlsCredentials> | undefined;
+  try {
+    tls = o.tls ? loadTlsCredentials(o.tls) : undefined;
+  } catch (e) {
+    throw new StartupError(`cannot load the TLS certificate: ${describeError(e)}`);
+  }
   let secretKey: SecretKey;
   try {
     secretKey = loadSecretKey({ file: o.secretsKeyFile, fromEnv: process.env[SECRET_KEY_ENV] });
@@ -313,6 +319,7 @@ export async function startCoordinator(
     ports,
     prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
+    ...(tls ? { tls } : {}),
     logger: log.child({ area: "http" }),
     version: BERTH_VERSION,
   });

@@ -1,4 +1,6 @@
+import { X509Certificate, createPrivateKey } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { createSecureContext } from "node:tls";
 import { join } from "node:path";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { NatsCredentials } from "../shared/subjects.ts";
@@ -11,8 +13,14 @@ export interface CoordinatorOptions {
   host?: string;
   /** @default 8420 */
   port?: number;
-  /** URL clients use to reach this coordinator. @default http://<host>:<port> */
+  /** URL clients use to reach this coordinator. @default http://<host>:<port> (https:// with `tls`) */
   publicUrl?: string;
+  /**
+   * Serve the API over HTTPS (HTTP/1.1) with this PEM certificate (chain,
+   * server certificate first) and PEM private key: both or neither. Read and
+   * checked at start-up. @default none: plain HTTP
+   */
+  tls?: TlsFiles;
   /** Where state lives. @default "/var/lib/berth" */
   dataDir?: string;
   /** `sqlite:PATH` or `postgres://...`. @default "sqlite:<dataDir>/berth.db" */
@@ -58,10 +66,16 @@ export interface CoordinatorOptions {
   metricsRetentionDays?: number;
 }
 
+export interface TlsFiles {
+  certFile: string;
+  keyFile: string;
+}
+
 export interface ResolvedCoordinatorOptions {
   host: string;
   port: number;
   publicUrl: string;
+  tls?: TlsFiles;
   dataDir: string;
   store: string;
   nats: { url: string; user?: string; password?: string };
@@ -99,10 +113,12 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
       "coordinator config: heartbeatIntervalMs must be within 100..60000",
     );
   }
+  const tls = o.tls !== undefined ? checkTlsFiles(o.tls) : undefined;
   return {
     host,
     port,
-    publicUrl: (o.publicUrl ?? `http://${urlHost}:${port}`).replace(/\/+$/, ""),
+    publicUrl: (o.publicUrl ?? `${tls ? "https" : "http"}://${urlHost}:${port}`).replace(/\/+$/, ""),
+    ...(tls ? { tls } : {}),
     dataDir,
     store: o.store ?? `sqlite:${join(dataDir, "berth.db")}`,
     nats: o.nats,
@@ -137,6 +153,73 @@ function metricsOptions(o: CoordinatorOptions): Pick<ResolvedCoordinatorOptions,
     ...(o.metricsToken !== undefined ? { metricsToken: o.metricsToken } : {}),
     metricsRetentionMs: Math.round(days * 86_400_000),
   };
+}
+
+function checkTlsFiles(v: unknown): TlsFiles {
+  const t = (typeof v === "object" && v !== null ? v : {}) as Partial<Record<keyof TlsFiles, unknown>>;
+  const given = (x: unknown): x is string => typeof x === "string" && x.trim() !== "";
+  if (!given(t.certFile) && !given(t.keyFile)) {
+    throw new BerthError("invalid_request", "coordinator config: tls needs certFile (--tls-cert) and keyFile (--tls-key)");
+  }
+  if (!given(t.keyFile)) {
+    throw new BerthError(
+      "invalid_request",
+      "coordinator config: tls.certFile (--tls-cert) is set but tls.keyFile (--tls-key), its private key, is missing",
+    );
+  }
+  if (!given(t.certFile)) {
+    throw new BerthError(
+      "invalid_request",
+      "coordinator config: tls.keyFile (--tls-key) is set but tls.certFile (--tls-cert), its certificate, is missing",
+    );
+  }
+  return { certFile: t.certFile, keyFile: t.keyFile };
+}
+
+/**
+ * The certificate and key an HTTPS server is made with, read and checked:
+ * each is PEM, and the key is the certificate's. Errors name the file.
+ */
+export function loadTlsCredentials(files: TlsFiles): { cert: Buffer; key: Buffer } {
+  const read = (path: string, what: string): Buffer => {
+    try {
+      return readFileSync(path);
+    } catch (e) {
+      throw new BerthError("invalid_request", `cannot read the TLS ${what} file ${path}: ${describeError(e)}`);
+    }
+  };
+  const cert = read(files.certFile, "certificate");
+  const key = read(files.keyFile, "key");
+  let x509: X509Certificate;
+  try {
+    x509 = new X509Certificate(cert);
+  } catch {
+    throw new BerthError("invalid_request", `the TLS certificate file ${files.certFile} holds no PEM certificate`);
+  }
+  let privateKey: ReturnType<typeof createPrivateKey>;
+  try {
+    privateKey = createPrivateKey(key);
+  } catch {
+    throw new BerthError(
+      "invalid_request",
+      `the TLS key file ${files.keyFile} holds no unencrypted PEM private key`,
+    );
+  }
+  if (!x509.checkPrivateKey(privateKey)) {
+    throw new BerthError(
+      "invalid_request",
+      `the TLS key file ${files.keyFile} is not the key of the certificate in ${files.certFile}`,
+    );
+  }
+  try {
+    createSecureContext({ cert, key });
+  } catch (e) {
+    throw new BerthError(
+      "invalid_request",
+      `cannot use the TLS certificate ${files.certFile} with key ${files.keyFile}: ${describeError(e)}`,
+    );
+  }
+  return { cert, key };
 }
 
 const DOMAIN = /^(?=.{1,200}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;

@@ -17,6 +17,8 @@ export function coordinatorCommand(program: Command): void {
     .option("--store <url>", "sqlite:PATH or postgres://...")
     .option("--data-dir <dir>", "state directory")
     .option("--public-url <url>", "URL clients use")
+    .option("--tls-cert <file>", "serve HTTPS with this PEM certificate (chain); needs --tls-key")
+    .option("--tls-key <file>", "the PEM private key of --tls-cert")
     .action(
       async (opts: {
         config?: string;
@@ -25,6 +27,8 @@ export function coordinatorCommand(program: Command): void {
         store?: string;
         dataDir?: string;
         publicUrl?: string;
+        tlsCert?: string;
+        tlsKey?: string;
       }) => {
         await runUntilSignal("coordinator", async () => {
           const file: Partial<CoordinatorOptions> = opts.config ? readCoordinatorConfig(opts.config) : {};
@@ -35,9 +39,26 @@ export function coordinatorCommand(program: Command): void {
             ...(opts.store ? { store: opts.store } : {}),
             ...(opts.dataDir ? { dataDir: opts.dataDir } : {}),
             ...(opts.publicUrl ? { publicUrl: opts.publicUrl } : {}),
+            ...tlsFlags(file.tls, opts.tlsCert, opts.tlsKey),
           } as CoordinatorOptions;
           return startCoordinator(resolveCoordinatorOptions(merged));
         });
       },
     );
+}
+
+/** --tls-cert/--tls-key over the config file's `tls`, field by field (a missing half is reported by resolve). */
+function tlsFlags(
+  file: CoordinatorOptions["tls"],
+  certFile: string | undefined,
+  keyFile: string | undefined,
+): Pick<CoordinatorOptions, "tls"> {
+  if (certFile === undefined && keyFile === undefined) return {};
+  return {
+    tls: {
+      ...file,
+      ...(certFile !== undefined ? { certFile } : {}),
+      ...(keyFile !== undefined ? { keyFile } : {}),
+    } as NonNullable<CoordinatorOptions["tls"]>,
+  };
 }

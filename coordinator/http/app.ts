@@ -1,4 +1,5 @@
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
@@ -86,6 +87,22 @@ export interface HttpDeps {
   logs?: LogQuery;
   /** Exposed container ports (/port/... and `{container_id}-{port}.{endpointDomain}`), served before Fastify. */
   ports?: PortProxy;
+  /** PEM certificate (chain) and key: the server is HTTPS (HTTP/1.1, so upgrades work as over HTTP). @default plain HTTP */
+  tls?: TlsCredentials;
+}
+
+/** What an HTTPS server is made with (coordinator option `tls`, read by loadTlsCredentials). */
+export interface TlsCredentials {
+  cert: string | Buffer;
+  key: string | Buffer;
+}
+
+type RequestHandler = (req: IncomingMessage, res: ServerResponse) => void;
+
+/** node:http's server, or node:https's with these credentials: the same handler either way. */
+function serverConstructor(tls: TlsCredentials | undefined): (handler: RequestHandler) => Server {
+  if (!tls) return (handler) => createServer(handler);
+  return (handler) => createHttpsServer({ cert: tls.cert, key: tls.key }, handler);
 }
 
 /**
@@ -94,12 +111,13 @@ export interface HttpDeps {
  * needs none of Fastify's routing, hooks or body parsing.
  */
 function endpointFirstServer(
+  create: (handler: RequestHandler) => Server,
   endpoints: EndpointDispatcher | undefined,
   endpointDomain: string | undefined,
   ports?: PortProxy,
 ) {
-  return (handler: (req: IncomingMessage, res: ServerResponse) => void) =>
-    createServer((req, res) => {
+  return (handler: RequestHandler) =>
+    create((req, res) => {
       if (endpointDomain) rewriteEndpointHost(endpointDomain, req);
       if (endpoints && req.url?.startsWith("/endpoint/")) void serveEndpointRequest(endpoints, req, res);
       else if (ports?.claims(req)) void servePortRequest(ports, req, res);
@@ -117,8 +135,17 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     ...(deps.endpointDomain
       ? { rewriteUrl: (req: IncomingMessage) => rewriteEndpointHost(deps.endpointDomain as string, req) }
       : {}),
-    ...(deps.endpoints || deps.ports
-      ? { serverFactory: endpointFirstServer(deps.endpoints, deps.endpointDomain, deps.ports) }
+    // Fastify only reads it to say "https://" in its listening line; serverFactory makes the server.
+    ...(deps.tls ? { https: { cert: deps.tls.cert, key: deps.tls.key } } : {}),
+    ...(deps.endpoints || deps.ports || deps.tls
+      ? {
+          serverFactory: endpointFirstServer(
+            serverConstructor(deps.tls),
+            deps.endpoints,
+            deps.endpointDomain,
+            deps.ports,
+          ),
+        }
       : {}),
   };
   const app: FastifyInstance = deps.logger
