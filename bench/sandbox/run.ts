@@ -1,0 +1,227 @@
+// Sandboxes (issue 6 item 10): create → first exec output, exec round trip on
+// a warm sandbox and a 100 MB upload, through the Python SDK against a
+// `berth up` cluster, interleaved with `podman run` / `podman exec` /
+// `podman cp` on the same image in the same run.
+// Usage: node --import tsx bench/sandbox/run.ts [--iterations 20] [--warmup 2] [--uploads 5] [--upload-mb 100] [--log FILE]
+import { randomBytes } from "node:crypto";
+import { closeSync, openSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { TEST_IMAGE_TAG, testImageLayout } from "../../test/helpers/test-image.ts";
+import { CONTAINER_ARGS, READY_LINE } from "../container-start/contender.ts";
+import { Cleanup } from "../lib/cleanup.ts";
+import { benchTempDir } from "../lib/fs.ts";
+import { machineInfo, toolVersion } from "../lib/machine.ts";
+import { fmtMs, fmtRatio, formatTable, type Summary, summarize, writeResults } from "../lib/stats.ts";
+import { BerthSide, type CreateSample, type ExecSample, type HttpTiming } from "./berth.ts";
+import { createBreakdown } from "./breakdown.ts";
+import { PodmanReference } from "./podman.ts";
+
+const TARGETS = { createToFirstOutputP50Ms: 200, execRoundTripP50Ms: 10 };
+const UPLOAD_DEST = "/root/bench-upload.bin";
+
+function positiveInt(name: string, value: string | undefined, min: number): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min)
+    throw new Error(`--${name} must be an integer >= ${min}, not ${value}`);
+  return n;
+}
+
+/** A file of `mb` MiB of random bytes. */
+function randomFile(path: string, mb: number): number {
+  const fd = openSync(path, "w");
+  try {
+    for (let i = 0; i < mb; i++) writeSync(fd, randomBytes(1 << 20));
+  } finally {
+    closeSync(fd);
+  }
+  return mb << 20;
+}
+
+/** "POST /sandboxes/{id}/processes/{pid}/wait" from the concrete route. */
+const routeShape = (req: string) =>
+  req.replace(/ctr-[0-9a-f]+/g, "{id}").replace(/\/processes\/\d+/g, "/processes/{pid}");
+
+/** Per request shape: median ms (p50 over samples), in the order the requests were sent. */
+function httpMedians(samples: { http: HttpTiming[] }[]): Record<string, Summary> {
+  const by = new Map<string, number[]>();
+  for (const s of samples)
+    for (const h of s.http) {
+      const key = routeShape(h.req);
+      if (!by.has(key)) by.set(key, []);
+      by.get(key)?.push(h.ms);
+    }
+  return Object.fromEntries([...by].map(([k, v]) => [k, summarize(v)]));
+}
+
+async function main() {
+  const { values } = parseArgs({
+    options: {
+      iterations: { type: "string", default: "20" },
+      warmup: { type: "string", default: "2" },
+      uploads: { type: "string", default: "5" },
+      "upload-mb": { type: "string", default: "100" },
+      log: { type: "string" },
+    },
+  });
+  const iterations = positiveInt("iterations", values.iterations, 1);
+  const warmup = positiveInt("warmup", values.warmup, 0);
+  const uploads = positiveInt("uploads", values.uploads, 0);
+  const uploadMb = positiveInt("upload-mb", values["upload-mb"], 1);
+  const cleanup = new Cleanup();
+  cleanup.onSignals();
+  try {
+    const machine = machineInfo();
+    const versions = {
+      podman: await toolVersion("podman"),
+      runc: await toolVersion("runc"),
+      python3: await toolVersion("python3"),
+      node: process.version,
+    };
+    const runId = `s${process.pid}`;
+    const podman = new PodmanReference(cleanup, runId);
+    await podman.setup(await testImageLayout(), TEST_IMAGE_TAG);
+    const berth = await BerthSide.start(cleanup, values.log);
+    const file = join(benchTempDir(cleanup, "berth-bench-sandbox-"), "upload.bin");
+    const uploadBytes = randomFile(file, uploadMb);
+
+    // The warm containers the exec and upload samples use, each exec'd once.
+    await berth.call({ op: "warm" });
+    const idle = `${runId}-idle`;
+    await podman.startIdle(idle);
+    await podman.exec(idle, ["true"]);
+
+    const create = { berth: [] as CreateSample[], podman: [] as number[] };
+    const exec = { berth: [] as ExecSample[], podman: [] as number[] };
+    const upload = { berth: [] as number[], podman: [] as number[] };
+    const startedAt = new Date().toISOString();
+    console.log(`${warmup} warm-up + ${iterations} iterations, then ${uploads} uploads of ${uploadMb} MiB`);
+    for (let i = 0; i < warmup + iterations && !cleanup.interrupted; i++) {
+      const keep = i >= warmup;
+      // Who goes first alternates, so noise and caches fall on both sides alike.
+      const steps = [
+        async () => {
+          const s = await berth.call<CreateSample>({ op: "create", data_dir: berth.cluster.dataDir });
+          if (keep) create.berth.push(s);
+        },
+        async () => {
+          const ms = await podman.runUntilLine(CONTAINER_ARGS, READY_LINE);
+          if (keep) create.podman.push(ms);
+        },
+        async () => {
+          const s = await berth.call<ExecSample>({ op: "exec" });
+          if (keep) exec.berth.push(s);
+        },
+        async () => {
+          const r = await podman.exec(idle, ["echo", "hi"]);
+          if (r.stdout !== "hi\n") throw new Error(`podman exec echo hi printed ${JSON.stringify(r.stdout)}`);
+          if (keep) exec.podman.push(r.ms);
+        },
+      ];
+      const order = i % 2 === 0 ? [0, 1, 2, 3] : [1, 0, 3, 2];
+      for (const k of order) await (steps[k] as () => Promise<void>)();
+      process.stdout.write(".");
+    }
+    for (let i = 0; i < uploads && !cleanup.interrupted; i++) {
+      const berthUpload = async () => {
+        const r = await berth.call<{ ms: number; size: number }>({ op: "upload", path: file }, 600_000);
+        if (r.size !== uploadBytes) throw new Error(`berth stored ${r.size} bytes of ${uploadBytes}`);
+        upload.berth.push(r.ms);
+      };
+      const podmanUpload = async () => upload.podman.push(await podman.copyIn(file, idle, UPLOAD_DEST));
+      for (const f of i % 2 === 0 ? [berthUpload, podmanUpload] : [podmanUpload, berthUpload]) await f();
+      process.stdout.write("u");
+    }
+    console.log("");
+    if (cleanup.interrupted) {
+      console.log("interrupted: no results written");
+      return;
+    }
+
+    const mbps = (msList: number[]) => msList.map((ms) => uploadBytes / (1 << 20) / (ms / 1000));
+    const rows: Record<string, Summary> = {
+      "berth: Sandbox().create() → exec python3 → first output": summarize(create.berth.map((s) => s.ms)),
+      "podman run --rm python3 → first output": summarize(create.podman),
+      "berth: exec echo → wait() → stdout.read() (warm sandbox)": summarize(exec.berth.map((s) => s.ms)),
+      "podman exec echo (running container)": summarize(exec.podman),
+      [`berth: fs.upload_file ${uploadMb} MiB (ms)`]: summarize(upload.berth),
+      [`podman cp ${uploadMb} MiB (ms)`]: summarize(upload.podman),
+    };
+    const names = Object.keys(rows);
+    const refOf = (i: number) => rows[names[i % 2 === 0 ? i + 1 : i] as string];
+    console.log(
+      formatTable(
+        ["what", "n", "p50 ms", "p95 ms", "p50 vs podman"],
+        names.map((k, i) => {
+          const s = rows[k] as Summary;
+          return [k, String(s.n), fmtMs(s.p50), fmtMs(s.p95), fmtRatio(s.p50, refOf(i)?.p50)];
+        }),
+      ),
+    );
+    const throughput = { berth: summarize(mbps(upload.berth)), podman: summarize(mbps(upload.podman)) };
+    console.log(
+      `upload MiB/s p50: berth ${throughput.berth.p50.toFixed(0)}, podman cp ${throughput.podman.p50.toFixed(0)}`,
+    );
+    const createHttp = httpMedians(create.berth);
+    const execHttp = httpMedians(exec.berth);
+    const fmtHttp = (h: Record<string, Summary>) =>
+      Object.entries(h)
+        .map(([k, s]) => `  ${k}: p50 ${fmtMs(s.p50)} ms`)
+        .join("\n");
+    console.log(`berth create, per HTTP request the SDK sent:\n${fmtHttp(createHttp)}`);
+    const session = summarize(exec.berth.flatMap((s) => (s.session_ms === null ? [] : [s.session_ms])));
+    console.log(
+      `berth exec round trip, per HTTP request:\n${fmtHttp(execHttp)}\n  (the process itself, coordinator's started_at → ended_at: p50 ${fmtMs(session.p50)} ms)`,
+    );
+    const breakdown = createBreakdown(create.berth);
+    console.log(`berth create → first output, step by step (p50 over samples):\n${breakdown.text}`);
+    const raced = create.berth.filter((s) => s.terminate_raced).length;
+    if (raced > 0)
+      console.log(
+        `terminate answered sandbox_terminated (exit-event race) in ${raced} of ${create.berth.length}`,
+      );
+
+    const createP50 = rows[names[0] as string]?.p50 ?? Number.NaN;
+    const execP50 = rows[names[2] as string]?.p50 ?? Number.NaN;
+    const verdict = {
+      createToFirstOutputP50Ms: createP50,
+      execRoundTripP50Ms: execP50,
+      createMeetsTarget: createP50 <= TARGETS.createToFirstOutputP50Ms,
+      execMeetsTarget: execP50 <= TARGETS.execRoundTripP50Ms,
+    };
+    console.log(
+      `targets: create → first output p50 <= ${TARGETS.createToFirstOutputP50Ms} ms: ${verdict.createMeetsTarget ? "met" : "NOT met"}; exec round trip p50 <= ${TARGETS.execRoundTripP50Ms} ms: ${verdict.execMeetsTarget ? "met" : "NOT met"}`,
+    );
+    const path = writeResults("sandbox", {
+      startedAt,
+      machine,
+      loadAvgAtEnd: machineInfo().loadAvg1,
+      versions,
+      options: { iterations, warmup, uploads, uploadMb },
+      targets: TARGETS,
+      verdict,
+      summaries: rows,
+      uploadMiBps: throughput,
+      http: { create: createHttp, exec: execHttp },
+      execSession: session,
+      createBreakdown: breakdown.steps,
+      terminateRaced: raced,
+      samples: {
+        createBerth: create.berth.map((s) => s.ms),
+        createPodman: create.podman,
+        execBerth: exec.berth.map((s) => s.ms),
+        execPodman: exec.podman,
+        uploadBerth: upload.berth,
+        uploadPodman: upload.podman,
+        createBerthDetail: create.berth,
+        execBerthSession: exec.berth.map((s) => s.session_ms),
+        execBerthHttp: exec.berth.map((s) => s.http),
+      },
+    });
+    console.log(`results: ${path}`);
+  } finally {
+    await cleanup.run();
+  }
+}
+
+await main();
