@@ -29,6 +29,7 @@ import { ClusterPki } from "./pki/cluster-pki.ts";
 import { PortProxy, attachPortUpgrades } from "./ports/proxy.ts";
 import { attachShellUpgrades, managedShellTargets } from "./http/routes/shell.ts";
 import type { Reservation } from "./scheduler/cluster-view.ts";
+import type { WorkspaceUsage } from "./scheduler/quota.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
 import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
@@ -190,6 +191,7 @@ export async function startCoordinator(
     deployments: deployments.states,
     onScale: (ev) => deployments.recordScaling(ev),
     otherReservations: (): Reservation[] => sandboxes.reservations(),
+    otherUsage: (ws): WorkspaceUsage => sandboxes.usage(ws),
     log: log.child({ area: "containers" }),
   });
   const manager = containers;
@@ -219,6 +221,8 @@ export async function startCoordinator(
     publicUrl: o.publicUrl,
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     otherReservations: (): Reservation[] => manager.reservations(),
+    limits: (ws) => limitsCache.get(ws),
+    workspaceUsage: (ws): WorkspaceUsage => manager.workspaceUsage(ws),
     log: log.child({ area: "sandboxes" }),
   });
   manager.start();

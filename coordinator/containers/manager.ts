@@ -10,7 +10,14 @@ import type { Reservation } from "../scheduler/cluster-view.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
-import { type ContainerLimits, type WorkspaceUsage, everFitsLimits, fitsLimits, usageOf } from "../scheduler/quota.ts";
+import {
+  type ContainerLimits,
+  type WorkspaceUsage,
+  addUsage,
+  everFitsLimits,
+  fitsLimits,
+  usageOf,
+} from "../scheduler/quota.ts";
 import type { ContainerCounts, StubDemand } from "../tasks/activity.ts";
 import { type StopCandidate, type StopReason, containersToStop, desiredContainers } from "./autoscale.ts";
 import { CodePusher } from "./code-push.ts";
@@ -129,14 +136,19 @@ export class ContainerManager implements ContainerCounts {
     this.scheduleReconcile();
   }
 
-  /** What the workspace's containers hold now (starting and running ones), for its limits. */
   /** What this manager's containers hold on each agent (the sandbox service places around them). */
   reservations(): Reservation[] {
     return this.containers.reservations();
   }
 
-  workspaceUsage(workspaceId: string): WorkspaceUsage {
+  /** What this manager's containers of the workspace hold now (starting and running ones). */
+  ownUsage(workspaceId: string): WorkspaceUsage {
     return usageOf(this.containers.live((c) => c.workspaceId === workspaceId).map((c) => c.reservation));
+  }
+
+  /** What the workspace holds now, sandboxes and pods included: what its limits count. */
+  workspaceUsage(workspaceId: string): WorkspaceUsage {
+    return addUsage(this.ownUsage(workspaceId), this.o.otherUsage(workspaceId));
   }
 
   /** Why the stub's tasks wait for a container now (no room, a workspace limit); undefined when they do not. */

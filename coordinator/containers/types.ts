@@ -1,3 +1,4 @@
+import { NO_USAGE, type WorkspaceUsage } from "../scheduler/quota.ts";
 import type { Reservation } from "../scheduler/cluster-view.ts";
 // What the container manager depends on, as small interfaces, so the
 // composition root wires real services and logic tests feed fakes.
@@ -90,6 +91,8 @@ export interface ContainerManagerOptions {
    * container is not placed into room they already took. @default none
    */
   otherReservations?: () => Iterable<Reservation>;
+  /** What other placers hold of a workspace (its limits count them too). @default nothing */
+  otherUsage?: (workspaceId: string) => WorkspaceUsage;
   activity: TaskActivity;
   stubs: StubSource;
   /**
@@ -187,6 +190,7 @@ export function resolveContainerManagerOptions(o: ContainerManagerOptions): Reso
     stubCacheMs: o.stubCacheMs ?? 5000,
     stopContainersOnStop: o.stopContainersOnStop ?? true,
     otherReservations: o.otherReservations ?? (() => []),
+    otherUsage: o.otherUsage ?? (() => NO_USAGE),
     containerRequest: o.containerRequest ?? runnerRequest,
     secrets: o.secrets ?? noSecretStore,
     deployments: o.deployments,

@@ -3,6 +3,7 @@
 // its record in the store; processes, files, ports, egress and snapshots
 // through that agent; the TTL and container exits end it (upkeep.ts).
 
+import { type WorkspaceUsage, fitsLimits, usageOf } from "../scheduler/quota.ts";
 import { randomBytes } from "node:crypto";
 import type { ContainerStatus, ExecRequest, RunContainerRequest } from "../../agent/rpc/container-api.ts";
 import type { ContainerFilesApi } from "../../agent/rpc/sandbox-api.ts";
@@ -91,6 +92,11 @@ export class SandboxService {
   /** One sweep now (tests; the timer does the same). */
   sweep(): Promise<void> {
     return this.upkeep.sweep();
+  }
+
+  /** What the workspace's sandboxes and pods hold now (the container manager adds it to its own for limits). */
+  usage(workspaceId: string): WorkspaceUsage {
+    return usageOf([...this.held.values()].filter((r) => r.workspaceId === workspaceId));
   }
 
   /** What sandbox containers hold on agents, for the container manager's placement. */
@@ -307,6 +313,16 @@ export class SandboxService {
         `agent ${p.agentId}, which holds the snapshot this sandbox starts from, is not ready`,
         { agent_id: p.agentId },
       );
+    const limits = o.limits ? await o.limits(stub.workspaceId) : undefined;
+    // No await from here to held.set below: concurrent creates see each other's room.
+    if (limits) {
+      const usage = o.workspaceUsage ? o.workspaceUsage(stub.workspaceId) : this.usage(stub.workspaceId);
+      const check = fitsLimits(limits, usage, req);
+      if (!check.ok)
+        throw new BerthError("limit_exceeded", `cannot start the ${p.kind}: ${check.reason}`, {
+          limit: check.limit,
+        });
+    }
     const view = buildClusterView(agents, [...this.held.values(), ...o.otherReservations()]);
     const placed = place(view, req);
     if (!placed.ok)
@@ -321,6 +337,7 @@ export class SandboxService {
       memoryBytes: req.memoryBytes,
       gpuCount: req.gpuCount,
       ...(placed.gpuType ? { gpuType: placed.gpuType } : {}),
+      workspaceId: stub.workspaceId,
     };
     this.held.set(id, reservation);
     this.starting.add(id);

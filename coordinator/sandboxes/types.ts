@@ -7,6 +7,7 @@ import type { ContainerFilesApi, ContainerSnapshotApi } from "../../agent/rpc/sa
 import type { CodeSource, ContainerEventSource, SecretResolver, StubSource } from "../containers/types.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { Reservation } from "../scheduler/cluster-view.ts";
+import type { ContainerLimits, WorkspaceUsage } from "../scheduler/quota.ts";
 import type { SandboxRepo } from "../store/sandboxes.ts";
 import type { ProcessTableOptions } from "./processes.ts";
 
@@ -38,6 +39,14 @@ export interface SandboxServiceOptions {
    * @default none
    */
   otherReservations?: () => Iterable<Reservation>;
+  /**
+   * The workspace's limits (docs/limits.md): a sandbox or pod past one is
+   * refused with limit_exceeded (interactive callers are not queued).
+   * @default none: no limits
+   */
+  limits?: (workspaceId: string) => Promise<ContainerLimits>;
+  /** What the workspace holds now, everything counted (the container manager's workspaceUsage). @default this service's own */
+  workspaceUsage?: (workspaceId: string) => WorkspaceUsage;
   log: Logger;
   /** ms since epoch. @default Date.now */
   clock?: () => number;
@@ -59,12 +68,17 @@ export interface SandboxServiceOptions {
 
 export interface ResolvedSandboxServiceOptions
   extends Required<
-    Omit<SandboxServiceOptions, "secrets" | "events" | "endpointDomain" | "otherReservations" | "processes">
+    Omit<
+      SandboxServiceOptions,
+      "secrets" | "events" | "endpointDomain" | "otherReservations" | "processes" | "limits" | "workspaceUsage"
+    >
   > {
   secrets: SecretResolver | undefined;
   events: ContainerEventSource | undefined;
   endpointDomain: string | undefined;
   otherReservations: () => Iterable<Reservation>;
+  limits: ((workspaceId: string) => Promise<ContainerLimits>) | undefined;
+  workspaceUsage: ((workspaceId: string) => WorkspaceUsage) | undefined;
   processes: ProcessTableOptions;
 }
 
@@ -84,6 +98,8 @@ export function resolveSandboxServiceOptions(o: SandboxServiceOptions): Resolved
     events: o.events,
     endpointDomain: o.endpointDomain,
     otherReservations: o.otherReservations ?? (() => []),
+    limits: o.limits,
+    workspaceUsage: o.workspaceUsage,
     clock: o.clock ?? Date.now,
     defaultTtlSeconds: ttl,
     sweepIntervalMs: positive("sweepIntervalMs", o.sweepIntervalMs ?? 15_000),

@@ -195,7 +195,7 @@ export class SandboxUpkeep {
       } else if (s.status === "starting" && now - Date.parse(s.createdAt) > o.orphanGraceMs) {
         await this.d.end(s, "its start was cut short");
       } else {
-        held.set(c.id, reservationOf(c, view));
+        held.set(c.id, { ...reservationOf(c, view), workspaceId: s.workspaceId });
       }
     }
     for (const s of await o.repo.listLive(agentId)) {

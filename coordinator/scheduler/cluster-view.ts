@@ -34,6 +34,8 @@ export interface Reservation {
   gpuCount: number;
   /** The devices the agent assigned, once known. */
   gpuUuids?: string[];
+  /** Whose container holds it (workspace limits count it); placement ignores it. */
+  workspaceId?: string;
 }
 
 /** Total resources of a host as its heartbeat reports them; GPUs only when the agent offers them. */

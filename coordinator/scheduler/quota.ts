@@ -38,6 +38,16 @@ export function usageOf(reservations: readonly Pick<Reservation, "cpuMillicores"
   return u;
 }
 
+/** Two usages together. */
+export function addUsage(a: WorkspaceUsage, b: WorkspaceUsage): WorkspaceUsage {
+  return {
+    containers: a.containers + b.containers,
+    cpuMillicores: a.cpuMillicores + b.cpuMillicores,
+    memoryBytes: a.memoryBytes + b.memoryBytes,
+    gpus: a.gpus + b.gpus,
+  };
+}
+
 export type QuotaCheck = { ok: true } | { ok: false; limit: keyof ContainerLimits; reason: string };
 
 const fmtMb = (bytes: number) => `${Math.ceil(bytes / MiB)} MiB`;

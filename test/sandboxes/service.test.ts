@@ -113,6 +113,29 @@ test("terminate stops and removes the container once; afterwards every call is s
   assert.equal(after.terminatedReason, "terminated by request");
 });
 
+test("workspace limits: a sandbox past max_containers or max_cpu is refused with limit_exceeded; a terminated one frees its share", async (t) => {
+  const limits = { maxContainers: 2, maxCpuMillicores: 1500, maxMemoryMb: null, maxGpus: null };
+  const w = await sandboxWorld(t, { limits: async () => limits });
+  w.addAgent("agent-a", 16);
+  const stub = await w.stub("sb", "sandbox", { cpu_millicores: 1000 });
+  const first = await w.svc.create(w.ws, stub.id);
+  await assert.rejects(w.svc.create(w.ws, stub.id), (e: unknown) => {
+    assert.ok(e instanceof BerthError);
+    assert.equal(e.code, "limit_exceeded");
+    assert.match(e.message, /max_cpu_millicores/);
+    return true;
+  });
+  assert.equal(w.svc.usage(w.ws).containers, 1);
+  assert.equal(w.svc.usage(w.ws).cpuMillicores, 1000);
+  assert.equal(w.svc.usage(w.otherWs).containers, 0);
+  await w.svc.terminate(w.ws, first.sandboxId);
+  assert.equal(w.svc.usage(w.ws).containers, 0);
+  const small = await w.stub("small", "sandbox", { cpu_millicores: 500 });
+  await w.svc.create(w.ws, small.id);
+  await w.svc.create(w.ws, small.id);
+  await assert.rejects(w.svc.create(w.ws, small.id), /max_containers/);
+});
+
 test("terminate answers true when the stopped container's exit event is handled before the stop returns", async (t) => {
   const w = await sandboxWorld(t);
   const a = w.addAgent("agent-a");
