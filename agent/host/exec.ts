@@ -80,7 +80,7 @@ export function runcExecArgv(t: ExecTarget, r: ResolvedExecRequest, pidFile: str
 }
 
 /** Output chunks in arrival order; ends when every source has ended. */
-class OutputQueue implements AsyncIterable<ExecOutput> {
+export class OutputQueue implements AsyncIterable<ExecOutput> {
   private readonly items: ExecOutput[] = [];
   private waiting?: () => void;
   private open: number;

@@ -23,6 +23,7 @@ import { ContainerSnapshots } from "../snapshots/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
 import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
+import { startInitExec } from "./init-exec.ts";
 import { gcImages, imageOpsStore, imageSummary, importImage } from "./image-ops.ts";
 import { streamLogFiles } from "./logs.ts";
 import { checkMountSource } from "./mounts.ts";
@@ -42,6 +43,7 @@ import {
   SandboxDelegation,
   type StartStep,
 } from "./sandbox.ts";
+import { SandboxInits } from "./sandbox-init.ts";
 import { injectGpus, startupEnder } from "./startup.ts";
 
 /** Re-throws a step's failure saying which step it was, keeping its code and details. */
@@ -63,6 +65,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   private recovering = false;
   readonly code: CodeStore;
   private readonly bridges: RunnerBridges;
+  /** Sockets of sandbox containers' process servers (pid 1); exec uses them before runc exec. */
+  private readonly inits: SandboxInits;
   /** Files inside running containers (agent/files). */
   override readonly files: ContainerFiles;
   /** Filesystem commits and memory checkpoints (agent/snapshots). */
@@ -77,6 +81,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     this.allocations = new Allocations(this.options.cpuOvercommit);
     this.code = new CodeStore(this.options.codeDir);
     this.bridges = new RunnerBridges(this.options.bridgeDir, this.options.runners);
+    this.inits = new SandboxInits(join(this.options.root, "sandbox-init"));
     this.runtime = this.options.runtime({
       onEvent: (e) => this.onRuntimeEvent(e),
       onLog: (l) =>
@@ -145,6 +150,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       if (!info) {
         log.warn({ id: r.id }, "dropping the record of a container that no longer exists");
         await this.bridges.close(r.id);
+        this.inits.close(r.id);
         this.forget(r.id);
         continue;
       }
@@ -263,6 +269,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
         gpu: injection,
       });
       if (startupCpu !== undefined) spec.startupCpu = startupCpu;
+      undo.push({ what: "sandbox init directory", fn: () => this.inits.close(id) });
+      this.inits.prepare(spec, this.options.sdkDir);
       step = "saving the host record";
       const record = newHostRecord(run.req, image, gpus, net);
       undo.push({ what: "host record", fn: () => this.forget(id) });
@@ -309,6 +317,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     if (opts.remove) {
       await this.runtime.delete(id);
       await this.bridges.close(id);
+      this.inits.close(id);
       await this.options.network.detach(id);
       this.options.images.release(record.imageDigest, id);
       this.forget(id);
@@ -395,7 +404,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       containerId: id,
       tmpDir: this.execDir,
     };
-    return r.tty ? startTtyExec(target, r) : startPipeExec(target, r);
+    if (r.tty) return startTtyExec(target, r);
+    return (await startInitExec(this.inits.socketOf(id), r)) ?? startPipeExec(target, r);
   }
 
   async pullImage(ref: string, opts: { credentials?: { username: string; password: string } } = {}) {

@@ -21,6 +21,12 @@ export const SandboxLabels = {
   sandbox: "berth.sandbox",
   /** "sandbox" or "pod". */
   kind: "berth.sandbox_kind",
+  /**
+   * "1" where pid 1 is only a keep-alive: the agent may run its process
+   * server there instead (agent/host/sandbox-init.ts, when the image has
+   * python3), which starts processes much faster than runc exec.
+   */
+  init: "berth.sandbox_init",
 } as const;
 
 /** Spec default of a sandbox's idle lifetime (docs/sandboxes.md, Lifetime). */
@@ -116,6 +122,7 @@ export function sandboxRequest(i: SandboxRequestInput): RunContainerRequest {
       [RunnerLabels.workspaceId]: stub.workspaceId,
       [SandboxLabels.sandbox]: "1",
       [SandboxLabels.kind]: kind,
+      ...(entrypoint.length === 0 ? { [SandboxLabels.init]: "1" } : {}),
     },
     egress: i.egress,
     exposedPorts: i.ports,

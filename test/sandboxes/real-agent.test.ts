@@ -78,6 +78,18 @@ test("a sandbox on a real agent: exec, output, block network, files, terminate",
   assert.equal(p.output("stdout").read(0).data.toString(), "2\n");
   assert.equal(p.output("combined").read(0).data.toString(), "2\n");
 
+  // The coordinator asked for the process server (the test image has python3):
+  // once it listens, processes are its children (PPID 1), not runc exec's (0).
+  const ppid = async () => {
+    const q = await svc.exec(ws, v.sandboxId, { args: ["sh", "-c", "echo $PPID"] });
+    await q.wait(30_000);
+    return q.output("stdout").read(0).data.toString();
+  };
+  for (let i = 0; (await ppid()) !== "1\n"; i++) {
+    assert.ok(i < 100, "the sandbox's process server never answered");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+
   // Two processes at once, one reading stdin.
   const cat = await svc.exec(ws, v.sandboxId, { args: ["cat"] });
   const echo = await svc.exec(ws, v.sandboxId, {

@@ -1,0 +1,117 @@
+// A sandbox's pid 1 as a process server (docs/sandboxes.md, "Process server").
+// The coordinator labels a sandbox container whose pid 1 only keeps it alive
+// (SANDBOX_INIT_LABEL); the agent, which can see the image's rootfs, then runs
+// sdk/python/berth/sandbox_init.py as pid 1 when the image has python3, and
+// keeps the requested keep-alive args otherwise. The server's socket lives in
+// a directory of this container's own (`<root>/<id>/`), bind-mounted at
+// /berth/init, owned by the container's user and closed to everyone else.
+
+import { chownSync, lstatSync, mkdirSync, readlinkSync, rmSync, statSync } from "node:fs";
+import { join, posix } from "node:path";
+import type { ContainerSpec } from "../runtime/index.ts";
+
+/** "1" on a container whose args may be replaced by the process server. */
+export const SANDBOX_INIT_LABEL = "berth.sandbox_init";
+
+export const SandboxInitPaths = {
+  dir: "/berth/init",
+  socket: "/berth/init/init.sock",
+  sdk: "/berth/sdk",
+  script: "/berth/sdk/berth/sandbox_init.py",
+} as const;
+
+const INIT_SOCKET_NAME = "init.sock";
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const MAX_LINKS = 40;
+
+/**
+ * `path` (absolute, as the container sees it) resolved inside `rootfs`:
+ * symlinks are followed with absolute targets taken from the rootfs, never
+ * from the host. The host path, or undefined when it does not resolve.
+ */
+export function resolveInRootfs(rootfs: string, path: string): string | undefined {
+  const pending = path.split("/").filter((p) => p !== "" && p !== ".");
+  const done: string[] = [];
+  let links = 0;
+  while (pending.length > 0) {
+    const part = pending.shift() as string;
+    if (part === "..") {
+      done.pop();
+      continue;
+    }
+    const host = join(rootfs, ...done, part);
+    let isLink: boolean;
+    try {
+      isLink = lstatSync(host).isSymbolicLink();
+    } catch {
+      return undefined;
+    }
+    if (!isLink) {
+      done.push(part);
+      continue;
+    }
+    if (++links > MAX_LINKS) return undefined;
+    const target = readlinkSync(host);
+    if (target.startsWith("/")) done.length = 0;
+    pending.unshift(...target.split("/").filter((p) => p !== "" && p !== "."));
+  }
+  return join(rootfs, ...done);
+}
+
+/** The path (in the container) of the first executable `name` on PATH, if any. */
+export function findCommandInRootfs(rootfs: string, env: Record<string, string>, name: string) {
+  for (const dir of (env.PATH ?? DEFAULT_PATH).split(":")) {
+    if (!dir.startsWith("/")) continue;
+    const inContainer = posix.join(dir, name);
+    const host = resolveInRootfs(rootfs, inContainer);
+    if (!host) continue;
+    try {
+      const st = statSync(host);
+      if (st.isFile() && (st.mode & 0o111) !== 0) return inContainer;
+    } catch {
+      // not there
+    }
+  }
+  return undefined;
+}
+
+/** The per-container socket directories of sandbox process servers. */
+export class SandboxInits {
+  constructor(private readonly root: string) {
+    mkdirSync(root, { recursive: true, mode: 0o700 });
+  }
+
+  /** Where the agent connects to run a process in container `id`. */
+  socketOf(id: string): string {
+    return join(this.root, id, INIT_SOCKET_NAME);
+  }
+
+  /**
+   * For a container labelled for it whose image has python3: the process
+   * server becomes pid 1 (spec changed in place) and its directory is made.
+   * False when the spec is left as it was.
+   */
+  prepare(spec: ContainerSpec, sdkDir: string): boolean {
+    if (spec.labels?.[SANDBOX_INIT_LABEL] !== "1") return false;
+    // An overlay stack (uppermost first) is searched layer by layer: enough to find a python3.
+    const layers = Array.isArray(spec.image.rootfs) ? spec.image.rootfs : [spec.image.rootfs];
+    const python = layers.map((l) => findCommandInRootfs(l, spec.env ?? {}, "python3")).find(Boolean);
+    if (!python) return false;
+    const dir = join(this.root, spec.id);
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { mode: 0o700 });
+    const user = spec.user ?? { uid: 0, gid: 0 };
+    chownSync(dir, user.uid, user.gid);
+    spec.args = [python, "-u", "-I", SandboxInitPaths.script, SandboxInitPaths.socket];
+    spec.mounts = [
+      ...(spec.mounts ?? []),
+      { source: dir, destination: SandboxInitPaths.dir, readonly: false },
+      { source: sdkDir, destination: SandboxInitPaths.sdk, readonly: true },
+    ];
+    return true;
+  }
+
+  close(id: string): void {
+    rmSync(join(this.root, id), { recursive: true, force: true });
+  }
+}
