@@ -70,6 +70,12 @@ elif step == "pod":
     out(ok=r.ok, container_id=r.container_id, url=r.url)
 `;
 
+const POD_APP = `
+from berth import Pod
+
+web = Pod(name="web", entrypoint=["python3", "-m", "http.server", "8000"], ports=[8000], cpu=0.25, memory=128)
+`;
+
 const result = (stdout: string) => {
   const line = stdout.split("\n").find((l) => l.startsWith("RESULT "));
   assert.ok(line, `no RESULT line in:\n${stdout}`);
@@ -148,6 +154,23 @@ test("sandboxes and pods end to end on a berth up cluster", async (t) => {
         return got.code === 200;
       },
       { timeoutMs: 30_000, what: `the pod's URL ${r.url}` },
+    );
+    assert.match(got.body, /Directory listing/);
+  });
+
+  await t.test("berth deploy app.py:pod prints a URL that serves the pod's port", async () => {
+    writeFileSync(join(up.appDir, "pod_app.py"), POD_APP);
+    const d = await up.cli(["deploy", "pod_app.py:web"]);
+    assert.equal(d.code, 0, d.stdout + d.stderr);
+    const podUrl = /(https?:\/\/\S+\/endpoint\/\S+)/.exec(d.stdout)?.[1];
+    assert.ok(podUrl, d.stdout);
+    let got = { code: 0, body: "" };
+    await waitFor(
+      async () => {
+        got = await curl(podUrl);
+        return got.code === 200;
+      },
+      { timeoutMs: 120_000, what: `the deployed pod's URL ${podUrl}` },
     );
     assert.match(got.body, /Directory listing/);
   });
