@@ -70,6 +70,30 @@ describe("webhook routes (inject)", () => {
       ...(payload !== undefined ? { payload: payload as object } : {}),
     });
 
+  test("the list pages with limit and cursor, oldest first; a foreign or altered cursor is 400", async () => {
+    const rx = await startReceiver(hooks);
+    const made: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const c = await call("POST", `/api/v1/webhook/${wsExt}`, { url: rx.url(`/page${i}`) });
+      made.push(c.json().id);
+    }
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const r = await call("GET", `/api/v1/webhook/${wsExt}?limit=2${cursor ? `&cursor=${cursor}` : ""}`);
+      assert.equal(r.statusCode, 200, r.body);
+      const body = r.json() as { webhooks: { id: string }[]; next_cursor: string | null };
+      assert.ok(body.webhooks.length <= 2);
+      seen.push(...body.webhooks.map((w) => w.id));
+      cursor = body.next_cursor;
+    } while (cursor);
+    for (const id of made) assert.equal(seen.filter((s) => s === id).length, 1, `${id} listed exactly once`);
+    const bad = await call("GET", `/api/v1/webhook/${wsExt}?cursor=bm90LWEtY3Vyc29y`);
+    assert.equal(bad.statusCode, 400);
+    assert.match(bad.json().error.message, /invalid cursor/);
+    for (const id of made) await call("DELETE", `/api/v1/webhook/${wsExt}/${id}`);
+  });
+
   test("create 201 with the secret once; list, update, test, deliveries and delete", async () => {
     const rx = await startReceiver(hooks);
     const c = await call("POST", `/api/v1/webhook/${wsExt}`, {
@@ -89,7 +113,7 @@ describe("webhook routes (inject)", () => {
 
     const l = await call("GET", `/api/v1/webhook/${wsExt}`);
     assert.equal(l.statusCode, 200);
-    assert.deepEqual(l.json(), { webhooks: [record] });
+    assert.deepEqual(l.json(), { webhooks: [record], next_cursor: null });
     assert.ok(!l.body.includes(secret.slice(6)), "the secret is never listed");
 
     const u = await call("PATCH", `/api/v1/webhook/${wsExt}/${created.id}`, {
@@ -148,7 +172,7 @@ describe("webhook routes (inject)", () => {
     const del = await call("DELETE", `/api/v1/webhook/${wsExt}/${created.id}`);
     assert.equal(del.statusCode, 204);
     assert.equal(del.body, "");
-    assert.deepEqual((await call("GET", `/api/v1/webhook/${wsExt}`)).json(), { webhooks: [] });
+    assert.deepEqual((await call("GET", `/api/v1/webhook/${wsExt}`)).json(), { webhooks: [], next_cursor: null });
     const again = await call("DELETE", `/api/v1/webhook/${wsExt}/${created.id}`);
     assert.equal(again.statusCode, 404);
     assert.deepEqual(again.json().error, {
@@ -203,6 +227,7 @@ describe("webhook routes (inject)", () => {
     }
     assert.deepEqual((await call("GET", `/api/v1/webhook/${otherExt}`, undefined, otherToken)).json(), {
       webhooks: [],
+      next_cursor: null,
     });
     assert.equal(rx.got.length, 0, "no test delivery went out");
     const list = (await call("GET", `/api/v1/webhook/${wsExt}`)).json().webhooks;

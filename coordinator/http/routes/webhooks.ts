@@ -1,4 +1,5 @@
 import { Type } from "@sinclair/typebox";
+import { NextCursor, pageQuery, pageRequest, paginate } from "../pagination.ts";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";
@@ -77,6 +78,9 @@ function workspaceOf(req: FastifyRequest): string {
 
 const idOf = (req: FastifyRequest) => (req.params as { webhookId: string }).webhookId;
 
+/** The list name cursors of the webhook list carry. */
+const LIST = "webhooks";
+
 /** `/api/v1/webhook/{ws}`: list, create, update, delete and test the workspace's webhooks. */
 export function webhookRoutes(tokens: TokenRepo, webhooks: WebhookService): FastifyPluginAsync {
   return async (app) => {
@@ -87,10 +91,19 @@ export function webhookRoutes(tokens: TokenRepo, webhooks: WebhookService): Fast
       {
         schema: {
           params: WsParams,
-          response: { 200: Type.Object({ webhooks: Type.Array(WebhookBody) }), ...errors },
+          querystring: pageQuery({}),
+          response: {
+            200: Type.Object({ webhooks: Type.Array(WebhookBody), next_cursor: NextCursor }),
+            ...errors,
+          },
         },
       },
-      async (req) => ({ webhooks: (await webhooks.list(workspaceOf(req))).map(webhookJson) }),
+      async (req) => {
+        const page = pageRequest(LIST, req.query as { limit?: number; cursor?: string }, 2);
+        const all = await webhooks.list(workspaceOf(req));
+        const { items, next_cursor } = paginate(LIST, all, (w) => [w.createdAt, w.id], page);
+        return { webhooks: items.map(webhookJson), next_cursor };
+      },
     );
 
     app.post(
