@@ -2,11 +2,10 @@
 // GPU assignment and the runtime into "run this container", and undoes every
 // step when a later one fails. See docs/agent-host.md.
 
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
-import { BerthError, describeError, isBerthError, notFound } from "../../shared/errors.ts";
-import type { GpuInjection } from "../capacity/index.ts";
+import { BerthError, describeError, notFound } from "../../shared/errors.ts";
 import { CodeStore } from "../code/store.ts";
 import { ContainerFiles } from "../files/index.ts";
 import type {
@@ -21,10 +20,9 @@ import type {
 import type { BindMount, ContainerEvent } from "../runtime/index.ts";
 import { ContainerSnapshots } from "../snapshots/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
-import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
-import { startInitExec } from "./init-exec.ts";
 import { gcImages, imageOpsStore, imageSummary, importImage } from "./image-ops.ts";
+import { startInitExec } from "./init-exec.ts";
 import { streamLogFiles } from "./logs.ts";
 import { checkMountSource } from "./mounts.ts";
 import {
@@ -32,9 +30,10 @@ import {
   type ResolvedContainerHostOptions,
   resolveContainerHostOptions,
 } from "./options.ts";
-import { type HostRecord, HostRecords, newHostRecord, recordStatus } from "./records.ts";
+import { type ProvisionDeps, provisionContainer } from "./provision.ts";
+import { type HostRecord, HostRecords, recordStatus } from "./records.ts";
 import { resolveRunRequest } from "./request.ts";
-import { applyRunner, RunnerBridges } from "./runner.ts";
+import { RunnerBridges } from "./runner.ts";
 import {
   commitStore,
   processRoot,
@@ -44,14 +43,6 @@ import {
   type StartStep,
 } from "./sandbox.ts";
 import { SandboxInits } from "./sandbox-init.ts";
-import { injectGpus, startupEnder } from "./startup.ts";
-
-/** Re-throws a step's failure saying which step it was, keeping its code and details. */
-function stepFailed(id: string, step: string, e: unknown): BerthError {
-  const code = isBerthError(e) ? e.code : "internal";
-  const details = isBerthError(e) ? e.details : undefined;
-  return new BerthError(code, `container ${id}: ${step} failed: ${describeError(e)}`, details);
-}
 
 /** Also ContainerFilesApi and ContainerSnapshotApi, through `files` and `snapshots` (see SandboxDelegation). */
 export class ContainerHost extends SandboxDelegation implements ContainerApi {
@@ -71,6 +62,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   override readonly files: ContainerFiles;
   /** Filesystem commits and memory checkpoints (agent/snapshots). */
   override readonly snapshots: ContainerSnapshots;
+  private readonly provisioning: ProvisionDeps;
 
   private constructor(opts: ContainerHostOptions) {
     super();
@@ -87,6 +79,19 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       onLog: (l) =>
         this.options.onLog({ containerId: l.containerId, stream: l.stream, line: l.line, ts: l.ts }),
     });
+    this.provisioning = {
+      options: this.options,
+      runtime: this.runtime,
+      bridges: this.bridges,
+      inits: this.inits,
+      hostsDir: this.hostsDir,
+      keep: (record) => {
+        this.records.write(record);
+        this.byId.set(record.id, record);
+      },
+      forget: (id) => this.forget(id),
+      free: (id) => this.allocations.free(id),
+    };
     this.files = new ContainerFiles({
       rootOf: async (id) => {
         this.mustGet(id);
@@ -187,7 +192,6 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
 
   /** runContainer with the runtime's last step (`runc run`, or `runc restore` for a snapshot) given. */
   private async startContainer(input: RunContainerRequest, start: StartStep): Promise<ContainerStatus> {
-    const log = this.options.logger;
     const req = resolveRunRequest(input);
     const { id } = req;
     this.assertNew(id);
@@ -211,94 +215,11 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     }
     this.allocations.hold(id, { cpu: req.cpu, memoryBytes: req.memoryBytes, gpus: gpus.map((g) => g.uuid) });
     this.starting.add(id);
-    const undo: { what: string; fn: () => unknown }[] = [];
-    let step = "pulling the image";
     try {
-      const creds = req.credentials && {
-        kind: "basic" as const,
-        source: "generic" as const,
-        ...req.credentials,
-      };
-      // The image and the network are independent and both on the start path:
-      // get them side by side, and settle both before undoing either.
-      undo.push({ what: "network", fn: () => this.options.network.detach(id) });
-      const [pulled, attached] = await Promise.allSettled([
-        this.options.images.pull(req.image, creds ? { credentials: creds } : {}),
-        this.options.network.attach(id, req.egress),
-      ]);
-      if (pulled.status === "rejected") throw pulled.reason;
-      step = "attaching the network";
-      if (attached.status === "rejected") throw attached.reason;
-      const image = pulled.value;
-      const net = attached.value;
-      step = "marking the image in use";
-      this.options.images.markInUse(image.digest, id);
-      undo.push({ what: "image in-use mark", fn: () => this.options.images.release(image.digest, id) });
-      let injection: GpuInjection | undefined;
-      if (gpus.length > 0) {
-        step = `preparing GPUs ${gpus.map((g) => g.uuid).join(", ")}`;
-        injection = await injectGpus(this.options.gpuInjector!, log, id, gpus);
-      }
-      step = "opening exposed ports";
-      for (const port of req.exposedPorts) await this.options.network.allowInbound(id, port);
-      step = "writing /etc/hosts";
-      const hostsFile = join(this.hostsDir, id);
-      undo.push({ what: "hosts file", fn: () => rmSync(hostsFile, { force: true }) });
-      writeFileSync(hostsFile, hostsFileText(req.hostname ?? defaultHostname(id), net.ipv4, net.ipv6), {
-        mode: 0o644,
-      });
-      let bridgeDir: string | undefined;
-      const startupCpu = req.runner ? this.runnerStartupCpu(req.cpu) : undefined;
-      const endStartup =
-        startupCpu === undefined
-          ? undefined
-          : startupEnder(this.runtime, log, id, this.options.runnerStartupMs);
-      if (req.runner) {
-        step = "opening the task bridge";
-        undo.push({ what: "task bridge", fn: () => this.bridges.close(id) });
-        bridgeDir = await this.bridges.open(id, req.runner, endStartup?.now);
-      }
-      step = "building the container spec";
-      const run = applyRunner(req, req.runner, { codeDir, bridgeDir, sdkDir: this.options.sdkDir });
-      const spec = buildContainerSpec({
-        req: run.req,
-        image,
-        mounts: [...mounts, ...run.mounts],
-        net,
-        hostsFile,
-        gpu: injection,
-      });
-      if (startupCpu !== undefined) spec.startupCpu = startupCpu;
-      undo.push({ what: "sandbox init directory", fn: () => this.inits.close(id) });
-      this.inits.prepare(spec, this.options.sdkDir);
-      step = "saving the host record";
-      const record = newHostRecord(run.req, image, gpus, net);
-      undo.push({ what: "host record", fn: () => this.forget(id) });
-      this.records.write(record);
-      this.byId.set(id, record);
-      step = "starting the container";
-      const info = await start(spec);
-      endStartup?.arm();
-      return recordStatus(record, this.runtime.get(id) ?? info);
-    } catch (e) {
-      this.allocations.free(id);
-      for (const u of undo.reverse()) {
-        try {
-          await u.fn();
-        } catch (c) {
-          this.options.logger.error({ id, undo: u.what, err: describeError(c) }, "undoing a failed start");
-        }
-      }
-      throw stepFailed(id, step, e);
+      return await provisionContainer(this.provisioning, { req, gpus, mounts, codeDir }, start);
     } finally {
       this.starting.delete(id);
     }
-  }
-
-  /** The start-up CPU cap of a runner asking for `cpu` cores; undefined for none. */
-  private runnerStartupCpu(cpu: number): number | undefined {
-    const boost = this.options.runnerStartupCpu;
-    return this.runtime.endStartupCpu && boost > cpu ? boost : undefined;
   }
 
   async stopContainer(

@@ -1,4 +1,3 @@
-import type { ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
@@ -11,48 +10,37 @@ import {
   removeCgroupDirs,
   writeCpuQuota,
 } from "./cgroups.ts";
-import { LogFollower } from "./logs.ts";
+import {
+  type ContainerEntry,
+  newEntry,
+  observedExit,
+  persistEntryMeta,
+  signalEntry,
+  startEntryLogs,
+} from "./entry.ts";
 import { buildOciSpec, cgroupsPathFor, cpuQuotaUs, type HostFacts } from "./oci-spec.ts";
-import { readHostHardLimits } from "./rlimits.ts";
-import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
 import {
   type ContainerRuntimeOptions,
   type ResolvedContainerRuntimeOptions,
   resolveContainerRuntimeOptions,
 } from "./options.ts";
+import { readHostHardLimits } from "./rlimits.ts";
+import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
 import { type RestoreImages, Runc, restoreImages } from "./runc.ts";
 import { checkSpecPaths, resolveContainerSpec } from "./spec.ts";
 import { waitForStart } from "./start-wait.ts";
 import {
   type ContainerMeta,
-  type ContainerPaths,
   containerInfo,
   containerPaths,
   exitReason,
-  processAlive,
-  readExitFile,
   readMeta,
   writeMeta,
 } from "./state.ts";
 import type { ContainerEvent, ContainerInfo, ContainerSpec } from "./types.ts";
-import { Wakeup } from "./wakeup.ts";
 
 export type { ContainerRuntimeOptions, ResolvedContainerRuntimeOptions };
 export { resolveContainerRuntimeOptions };
-
-interface Entry {
-  meta: ContainerMeta;
-  paths: ContainerPaths;
-  status: ContainerInfo["status"];
-  child?: ChildProcess;
-  logs?: { stdout: LogFollower; stderr: LogFollower };
-  wakeup: Wakeup;
-  finalizing?: Promise<void>;
-  /** Set while run() waits out spec.startupWindowMs: events are held back. */
-  heldEvents?: ContainerEvent[];
-  persistedOffsets: string;
-  persistedAt: number;
-}
 
 const STOP_KILL_WAIT_MS = 30_000;
 
@@ -62,7 +50,7 @@ export class ContainerRuntime {
   readonly cgroups: CgroupLayout;
   private readonly host: HostFacts;
   private readonly runc: Runc;
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries = new Map<string, ContainerEntry>();
   private timer?: NodeJS.Timeout;
   private closed = false;
 
@@ -99,21 +87,15 @@ export class ContainerRuntime {
       }
       throw e;
     }
-    const entry: Entry = {
-      meta: {
-        version: 1,
-        spec,
-        cgroupsPath: this.cgroupsPath(spec.id),
-        createdAt: Date.now(),
-        pid: 0,
-        logOffsets: { stdout: 0, stderr: 0 },
-      },
-      paths,
-      status: "created",
-      wakeup: new Wakeup(),
-      persistedOffsets: "",
-      persistedAt: 0,
+    const meta: ContainerMeta = {
+      version: 1,
+      spec,
+      cgroupsPath: this.cgroupsPath(spec.id),
+      createdAt: Date.now(),
+      pid: 0,
+      logOffsets: { stdout: 0, stderr: 0 },
     };
+    const entry = newEntry(meta, paths, "created");
     this.entries.set(spec.id, entry);
     try {
       writeFileSync(paths.config, JSON.stringify(buildOciSpec(spec, this.host)));
@@ -166,12 +148,12 @@ export class ContainerRuntime {
     const graceMs = opts.graceMs ?? 10_000;
     if (entry.status === "running" && graceMs > 0) {
       this.setIntent(entry, "term");
-      this.signal(entry, "SIGTERM");
+      signalEntry(entry, "SIGTERM");
       await entry.wakeup.until(() => entry.status === "stopped", graceMs);
     }
     if (entry.status === "running") {
       this.setIntent(entry, "kill");
-      this.signal(entry, "SIGKILL");
+      signalEntry(entry, "SIGKILL");
       if (!(await entry.wakeup.until(() => entry.status === "stopped", STOP_KILL_WAIT_MS))) {
         throw new BerthError(
           "unavailable",
@@ -275,17 +257,10 @@ export class ContainerRuntime {
         await this.removeContainer(id, undefined);
         continue;
       }
-      const entry: Entry = {
-        meta: { ...meta, pid: r.pid || meta.pid },
-        paths,
-        status: meta.exit ? "stopped" : "running",
-        wakeup: new Wakeup(),
-        persistedOffsets: "",
-        persistedAt: 0,
-      };
+      const entry = newEntry({ ...meta, pid: r.pid || meta.pid }, paths, meta.exit ? "stopped" : "running");
       this.entries.set(id, entry);
       if (entry.status === "running") {
-        this.startLogs(entry);
+        startEntryLogs(entry, this.options);
         // Whoever would have ended a start-up boost went away with the previous agent.
         this.endStartupCpuQuietly(id);
         await this.checkExit(entry);
@@ -313,7 +288,7 @@ export class ContainerRuntime {
     this.entries.clear();
   }
 
-  private spawnWaiter(entry: Entry, restore: RestoreImages | undefined): void {
+  private spawnWaiter(entry: ContainerEntry, restore: RestoreImages | undefined): void {
     const p = entry.paths;
     const child = this.runc.spawnWaiter({
       bundle: p.dir,
@@ -335,40 +310,25 @@ export class ContainerRuntime {
     entry.meta.waiterPid = child.pid;
   }
 
-  private waitForStart(entry: Entry): Promise<number> {
+  private waitForStart(entry: ContainerEntry): Promise<number> {
     return waitForStart(
       { id: entry.meta.spec.id, paths: entry.paths, child: entry.child, wakeup: entry.wakeup },
       this.options.startTimeoutMs,
     );
   }
 
-  private markRunning(entry: Entry): void {
+  private markRunning(entry: ContainerEntry): void {
     const now = Date.now();
     entry.status = "running";
     entry.meta.startedAt = now;
     if (entry.meta.spec.timeoutMs) entry.meta.timeoutAt = now + entry.meta.spec.timeoutMs;
-    this.startLogs(entry);
+    startEntryLogs(entry, this.options);
     this.persistMeta(entry);
     this.emit({ type: "start", containerId: entry.meta.spec.id, pid: entry.meta.pid, at: now });
     this.updateTimer();
     // A short-lived process may be gone already, its child-exit event spent
     // while the entry was still "created".
     void this.checkExit(entry);
-  }
-
-  private startLogs(entry: Entry): void {
-    const make = (stream: "stdout" | "stderr") =>
-      new LogFollower({
-        path: entry.paths[stream],
-        containerId: entry.meta.spec.id,
-        stream,
-        offset: entry.meta.logOffsets[stream],
-        onLine: this.options.onLog,
-        maxSpoolBytes: this.options.maxLogSpoolBytes,
-      });
-    entry.logs = { stdout: make("stdout"), stderr: make("stderr") };
-    entry.logs.stdout.watch();
-    entry.logs.stderr.watch();
   }
 
   private tick(): void {
@@ -379,7 +339,7 @@ export class ContainerRuntime {
       void entry.logs?.stderr.poll().catch(() => {});
       if (entry.meta.timeoutAt && now >= entry.meta.timeoutAt && entry.meta.stopIntent !== "timeout") {
         this.setIntent(entry, "timeout");
-        this.signal(entry, "SIGKILL");
+        signalEntry(entry, "SIGKILL");
       }
       void this.checkExit(entry);
       const offsets = `${entry.logs?.stdout.offset}:${entry.logs?.stderr.offset}`;
@@ -388,22 +348,13 @@ export class ContainerRuntime {
     }
   }
 
-  private checkExit(entry: Entry): Promise<void> {
+  private checkExit(entry: ContainerEntry): Promise<void> {
     if (entry.status !== "running" || entry.finalizing) return entry.finalizing ?? Promise.resolve();
-    const exit = readExitFile(entry.paths.exitFile);
-    if (exit) return this.finalize(entry, exit.code, exit.at);
-    // No status yet. If the waiter is gone too (killed with the agent's
-    // cgroup, say), the code is lost: wait for the init process itself.
-    const waiterAlive = entry.child
-      ? entry.child.exitCode === null && entry.child.signalCode === null
-      : processAlive(entry.meta.waiterPid);
-    if (!waiterAlive && !readExitFile(entry.paths.exitFile) && !processAlive(entry.meta.pid)) {
-      return this.finalize(entry, -1, Date.now());
-    }
-    return Promise.resolve();
+    const exit = observedExit(entry);
+    return exit ? this.finalize(entry, exit.code, exit.at) : Promise.resolve();
   }
 
-  private finalize(entry: Entry, code: number, at: number): Promise<void> {
+  private finalize(entry: ContainerEntry, code: number, at: number): Promise<void> {
     entry.finalizing = (async () => {
       const oom = code < 0 ? {} : readOomState(this.cgroups, entry.meta.cgroupsPath);
       const reason = exitReason({ code, intent: entry.meta.stopIntent, oom });
@@ -425,7 +376,7 @@ export class ContainerRuntime {
     return entry.finalizing;
   }
 
-  private async removeContainer(id: string, entry: Entry | undefined): Promise<void> {
+  private async removeContainer(id: string, entry: ContainerEntry | undefined): Promise<void> {
     entry?.logs?.stdout.close();
     entry?.logs?.stderr.close();
     // runc keeps one state dir per container; skip the spawn when there is none.
@@ -437,37 +388,15 @@ export class ContainerRuntime {
     rmSync(dir, { recursive: true, force: true });
   }
 
-  private setIntent(entry: Entry, intent: NonNullable<ContainerMeta["stopIntent"]>): void {
+  private setIntent(entry: ContainerEntry, intent: NonNullable<ContainerMeta["stopIntent"]>): void {
     // A timeout is the reason even if stop() escalates afterwards.
     if (entry.meta.stopIntent === "timeout") return;
     entry.meta.stopIntent = intent;
     this.persistMeta(entry);
   }
 
-  private signal(entry: Entry, sig: NodeJS.Signals): void {
-    // Once the exit is seen the pid may be reused: never signal it again.
-    if (entry.status !== "running" || entry.finalizing || !entry.meta.pid) return;
-    try {
-      process.kill(entry.meta.pid, sig);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ESRCH") throw e;
-    }
-  }
-
-  private persistMeta(entry: Entry): void {
-    if (entry.logs) {
-      entry.meta.logOffsets = { stdout: entry.logs.stdout.offset, stderr: entry.logs.stderr.offset };
-    }
-    entry.persistedOffsets = `${entry.meta.logOffsets.stdout}:${entry.meta.logOffsets.stderr}`;
-    entry.persistedAt = Date.now();
-    try {
-      writeMeta(entry.paths.meta, entry.meta);
-    } catch (e) {
-      this.options.logger?.error(
-        { id: entry.meta.spec.id, err: describeError(e) },
-        "saving container metadata",
-      );
-    }
+  private persistMeta(entry: ContainerEntry): void {
+    persistEntryMeta(entry, this.options.logger);
   }
 
   private emit(ev: ContainerEvent): void {
@@ -493,11 +422,11 @@ export class ContainerRuntime {
     }
   }
 
-  private info(e: Entry): ContainerInfo {
+  private info(e: ContainerEntry): ContainerInfo {
     return containerInfo(e.meta, e.status);
   }
 
-  private mustGet(id: string): Entry {
+  private mustGet(id: string): ContainerEntry {
     const e = this.entries.get(id);
     if (!e) throw notFound(`container ${id}`);
     return e;

@@ -2,39 +2,28 @@
 // the task event consumer, cancel, expiry and callbacks. Implements the
 // TaskActivity the container manager reads.
 
-import { headers as natsHeaders, type JetStreamManager, type MsgHdrs, type NatsConnection } from "nats";
+import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
-import {
-  type StubConfig,
-  type StubExtra,
-  TASK_CANCEL_SUBJECT,
-  TASKS_STREAM,
-  type TaskCancelMessage,
-  type TaskError,
-  TaskHeaders,
-  taskSubject,
-} from "../../shared/tasks.ts";
-import { checkPendingTasks } from "../limits/limits.ts";
+import type { StubConfig, StubExtra, TaskError } from "../../shared/tasks.ts";
 import type { Objects } from "../objects/objects.ts";
 import type { Store } from "../store/store.ts";
 import type { StubRecord } from "../store/stubs.ts";
 import type { TaskHistoryEntry, TaskRecord } from "../store/tasks.ts";
 import type { ContainerCounts, StubDemand, TaskActivity } from "./activity.ts";
+import { PendingAdmissions } from "./admissions.ts";
 import type { BatchWriterOptions } from "./batch-writer.ts";
 import { buildCallback, CallbackSender } from "./callbacks.ts";
 import { DirectTasks } from "./direct.ts";
 import { TaskEngine, type TaskListener, type TaskStatusListener, type TaskUpdate } from "./engine.ts";
+import { TaskEventConsumer } from "./event-consumer.ts";
 import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./live-index.ts";
 import { checkInputs, policyExpiresAt } from "./policy.ts";
-import { TaskEventConsumer } from "./event-consumer.ts";
-import { ensureStubConsumer, ensureTaskStreams } from "./streams.ts";
+import { TaskQueue } from "./task-queue.ts";
 import { isTerminal } from "./transitions.ts";
 
 export type { TaskListener, TaskUpdate };
-
-const enc = new TextEncoder();
 
 export interface TaskServiceDeps {
   store: Store;
@@ -79,7 +68,6 @@ const taskError = (type: string, message: string): TaskError => ({ type, message
 
 export class TaskService implements TaskActivity {
   private readonly store: Store;
-  private readonly nc: NatsConnection;
   private readonly objects: Objects;
   private counts: ContainerCounts | undefined;
   private readonly log: Logger;
@@ -87,22 +75,19 @@ export class TaskService implements TaskActivity {
   private readonly engine: TaskEngine;
   private readonly callbacks: CallbackSender;
   private readonly stubs = new Map<string, StubRecord>();
-  private readonly ensuredConsumers = new Set<string>();
   private readonly stubListeners: ((stubId: string) => void)[] = [];
   private readonly signatureTokens = new Map<string, string>();
   private readonly sweepIntervalMs: number;
-  private jsm: JetStreamManager | undefined;
+  private readonly queue: TaskQueue;
   private readonly events: TaskEventConsumer;
   private sweeper: NodeJS.Timeout | undefined;
   private readonly limits: TaskServiceDeps["limits"];
-  /** Tasks being submitted per workspace, not yet in the live index: counted as pending by the limit check. */
-  private readonly admitting = new Map<string, number>();
+  private readonly admissions = new PendingAdmissions();
   /** Requests the coordinator proxies itself (endpoint, asgi, realtime): tasks without a queue. */
   readonly direct: DirectTasks;
 
   constructor(d: TaskServiceDeps) {
     this.store = d.store;
-    this.nc = d.nats;
     this.objects = d.objects;
     this.counts = d.counts;
     this.log = d.log;
@@ -110,6 +95,7 @@ export class TaskService implements TaskActivity {
     this.sweepIntervalMs = d.sweepIntervalMs ?? 1000;
     this.limits = d.limits;
     this.callbacks = new CallbackSender(d.log);
+    this.queue = new TaskQueue(d.nats, d.log);
     this.engine = new TaskEngine(
       d.store.tasks,
       d.log,
@@ -132,9 +118,7 @@ export class TaskService implements TaskActivity {
   }
 
   async start(): Promise<void> {
-    const jsm = await this.nc.jetstreamManager();
-    this.jsm = jsm;
-    await ensureTaskStreams(jsm);
+    const jsm = await this.queue.start();
     for (const r of await this.store.tasks.listLive()) this.engine.index.add(liveFromRecord(r), true);
     await this.direct.failOrphans(this.engine.index.values(), async (id) => (await this.stubById(id))?.type);
     for (const d of this.engine.index.demandList()) this.engine.index.notify(d.stubId);
@@ -166,7 +150,7 @@ export class TaskService implements TaskActivity {
     const r = await this.store.stubs.upsert(workspaceId, { ...s, objectId });
     this.stubs.set(r.stub.id, r.stub);
     if (r.changed) for (const fn of this.stubListeners) fn(r.stub.id);
-    await this.ensureConsumer(r.stub.id);
+    await this.queue.ensureConsumer(r.stub.id);
     return r;
   }
 
@@ -190,19 +174,7 @@ export class TaskService implements TaskActivity {
     const stub = await this.getStub(workspaceId, stubId);
     checkInputs(inputs);
     const max = this.limits ? await this.limits.maxPendingTasks(workspaceId) : null;
-    // Checked and reserved in one step, so concurrent submissions cannot pass the limit together.
-    const admitting = this.admitting.get(workspaceId) ?? 0;
-    checkPendingTasks(max, this.pendingTasks(workspaceId) + admitting, inputs.length);
-    let reserved = max !== null;
-    if (reserved) this.admitting.set(workspaceId, admitting + inputs.length);
-    // Once the tasks are in the live index they count there.
-    const admitted = () => {
-      if (!reserved) return;
-      reserved = false;
-      const left = (this.admitting.get(workspaceId) ?? 0) - inputs.length;
-      if (left > 0) this.admitting.set(workspaceId, left);
-      else this.admitting.delete(workspaceId);
-    };
+    const admitted = this.admissions.reserve(workspaceId, max, this.pendingTasks(workspaceId), inputs.length);
     try {
       return await this.submitAdmitted(workspaceId, stub, inputs, o, admitted);
     } finally {
@@ -225,7 +197,7 @@ export class TaskService implements TaskActivity {
     admitted: () => void,
   ): Promise<string[]> {
     const stubId = stub.id;
-    await this.ensureConsumer(stubId);
+    await this.queue.ensureConsumer(stubId);
     const now = this.clock();
     const createdAt = new Date(now).toISOString();
     const expiresAt = o.expiresAt !== undefined ? o.expiresAt : policyExpiresAt(stub.config, now);
@@ -251,31 +223,11 @@ export class TaskService implements TaskActivity {
     admitted();
     this.engine.index.notify(stubId);
     o.onCreated?.(ids);
-
-    const js = this.nc.jetstream();
-    const common: [string, string][] = [
-      [TaskHeaders.stubId, stubId],
-      [TaskHeaders.workspaceId, workspaceId],
-      [TaskHeaders.maxRetries, String(stub.config.task_policy.max_retries)],
-      [TaskHeaders.timeout, String(stub.config.task_policy.timeout)],
-      [TaskHeaders.createdAt, String(now)],
-      ...(expiresAt !== null ? [[TaskHeaders.expiresAt, String(expiresAt)] as [string, string]] : []),
-      ...(callbackUrl ? [[TaskHeaders.callbackUrl, callbackUrl] as [string, string]] : []),
-      ...(o.payloadFormat ? [[TaskHeaders.payloadFormat, o.payloadFormat] as [string, string]] : []),
-    ];
-    const subject = taskSubject(stubId);
-    // All publishes go out at once; each ack (or failure) is handled as it comes.
-    await Promise.all(
-      live.map((t, i) => {
-        const h: MsgHdrs = natsHeaders();
-        for (const [k, v] of common) h.set(k, v);
-        h.set(TaskHeaders.taskId, t.id);
-        return js.publish(subject, inputs[i], { headers: h, msgID: t.id }).then(
-          (ack) => this.onPublished(t, ack.seq),
-          (e) => this.onPublishFailed(t, e),
-        );
-      }),
-    );
+    const fields = { workspaceId, createdAt: now, expiresAt, callbackUrl, payloadFormat: o.payloadFormat };
+    await this.queue.publish(stub, live, inputs, fields, {
+      published: (t, seq) => this.onPublished(t, seq),
+      failed: (t, e) => this.onPublishFailed(t, e),
+    });
     return ids;
   }
 
@@ -379,7 +331,7 @@ export class TaskService implements TaskActivity {
     for (const t of [...this.engine.index.values()]) {
       if (t.stubId !== stubId || (t.status !== "PENDING" && t.status !== "RETRY")) continue;
       if (this.engine.end(t, "FAILED", { error: taskError(error.code, error.message), reason: error.code })) {
-        this.deleteMessage(t.streamSeq);
+        this.queue.deleteMessage(t.streamSeq);
         n++;
       }
     }
@@ -431,27 +383,16 @@ export class TaskService implements TaskActivity {
     reason: string,
   ): boolean {
     if (!this.engine.end(t, status, { error, reason, at: this.clock() })) return false;
-    this.deleteMessage(t.streamSeq);
-    const msg: TaskCancelMessage = { taskId: t.id, status };
-    this.nc.publish(TASK_CANCEL_SUBJECT, enc.encode(JSON.stringify(msg)));
+    this.queue.deleteMessage(t.streamSeq);
+    this.queue.publishCancel(t.id, status);
     return true;
-  }
-
-  private deleteMessage(seq: number | null): void {
-    if (!seq || !this.jsm) return;
-    this.jsm.streams.deleteMessage(TASKS_STREAM, seq, false).catch((e) => {
-      // Already taken and acked, or deleted: nothing left to withdraw.
-      if (!/not found|no message/i.test(describeError(e))) {
-        this.log.warn({ seq, err: describeError(e) }, "could not delete a task message");
-      }
-    });
   }
 
   private onPublished(t: LiveTask, seq: number): void {
     t.streamSeq = seq;
     if (isTerminal(t.status)) {
       // Cancelled or expired before its message was even stored.
-      if (t.status === "CANCELLED" || t.status === "EXPIRED") this.deleteMessage(seq);
+      if (t.status === "CANCELLED" || t.status === "EXPIRED") this.queue.deleteMessage(seq);
       return;
     }
     this.engine.patch(t, { streamSeq: seq });
@@ -503,11 +444,5 @@ export class TaskService implements TaskActivity {
       if (stub) this.stubs.set(stubId, stub);
     }
     return stub;
-  }
-
-  private async ensureConsumer(stubId: string): Promise<void> {
-    if (this.ensuredConsumers.has(stubId)) return;
-    await ensureStubConsumer(this.jsm ?? (await this.nc.jetstreamManager()), stubId);
-    this.ensuredConsumers.add(stubId);
   }
 }

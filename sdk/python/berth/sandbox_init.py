@@ -13,6 +13,7 @@ restrictions `runc exec` gives a process, minus the cost of starting runc.
 Stdlib only and Python 3.6+ syntax: the interpreter is the image's.
 """
 
+import importlib.util
 import json
 from contextlib import suppress
 import os
@@ -23,94 +24,28 @@ import struct
 import sys
 import time
 
-# A frame: kind (1 byte), payload length (4 bytes, big-endian), payload.
-HEADER = struct.Struct(">cI")
-MAX_FRAME = 1 << 20
+
+def _load_wire():
+    # -I leaves this directory off sys.path, and putting it there would let
+    # berth's own modules (http.py, ...) shadow the stdlib for this process:
+    # load the one sibling file by its path instead.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_init_wire.py")
+    spec = importlib.util.spec_from_file_location("berth_sandbox_init_wire", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_wire = _load_wire()
+HEADER, MAX_FRAME, ProtocolError, FrameReader = _wire.HEADER, _wire.MAX_FRAME, _wire.ProtocolError, _wire.FrameReader
+START, STDIN, CLOSE_STDIN, SIGNAL = _wire.START, _wire.STDIN, _wire.CLOSE_STDIN, _wire.SIGNAL
+STARTED, STDOUT, STDERR, EXIT, FAILED = _wire.STARTED, _wire.STDOUT, _wire.STDERR, _wire.EXIT, _wire.FAILED
+encode, encode_json, exit_code, parse_start = _wire.encode, _wire.encode_json, _wire.exit_code, _wire.parse_start
+
 READ_CHUNK = 64 * 1024
 # While a connection has this much unsent output, its process's pipes are not read.
 HIGH_WATER = 1 << 20
 STOP_WAIT_S = 2.0
-
-# Client -> server.
-START = b"S"  # JSON {args, env, cwd?, user?: [uid, gid]}; the first frame, once
-STDIN = b"I"  # raw bytes for the process's stdin
-CLOSE_STDIN = b"C"  # empty
-SIGNAL = b"K"  # JSON {signal: number}
-# Server -> client.
-STARTED = b"P"  # JSON {pid}: pid inside the container
-STDOUT = b"O"  # raw bytes
-STDERR = b"E"  # raw bytes
-EXIT = b"X"  # JSON {exit_code}: 128+signo when killed; after all output
-FAILED = b"F"  # JSON {stage, errno, message}: the process never ran (bad request, exec failed)
-
-
-class ProtocolError(Exception):
-    pass
-
-
-def encode(kind, payload=b""):
-    return HEADER.pack(kind, len(payload)) + payload
-
-
-def encode_json(kind, obj):
-    return encode(kind, json.dumps(obj, separators=(",", ":")).encode())
-
-
-class FrameReader:
-    """Splits a byte stream into (kind, payload) frames."""
-
-    def __init__(self, max_frame=MAX_FRAME):
-        self.buf = bytearray()
-        self.max_frame = max_frame
-
-    def feed(self, data):
-        self.buf += data
-        frames = []
-        while len(self.buf) >= HEADER.size:
-            kind, size = HEADER.unpack_from(self.buf)
-            if size > self.max_frame:
-                raise ProtocolError("frame of %d bytes is over the %d byte limit" % (size, self.max_frame))
-            if len(self.buf) < HEADER.size + size:
-                break
-            frames.append((kind, bytes(self.buf[HEADER.size:HEADER.size + size])))
-            del self.buf[:HEADER.size + size]
-        return frames
-
-
-def exit_code(status):
-    """A wait status as ExecSession reports it: the exit code, or 128+signo."""
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status)
-    return 255
-
-
-def _text(v):
-    return isinstance(v, str) and "\0" not in v
-
-
-def parse_start(payload):
-    """The START frame's request, checked; raises ValueError naming what is wrong."""
-    try:
-        req = json.loads(payload.decode())
-    except ValueError:
-        raise ValueError("start request is not JSON")
-    if not isinstance(req, dict):
-        raise ValueError("start request must be an object")
-    args, env, cwd, user = req.get("args"), req.get("env") or {}, req.get("cwd"), req.get("user")
-    if not isinstance(args, list) or not args or not all(_text(a) for a in args):
-        raise ValueError("args must be a non-empty list of strings")
-    if args[0] == "":
-        raise ValueError("args[0] must not be empty")
-    if not isinstance(env, dict) or not all(_text(k) and k and "=" not in k and _text(v) for k, v in env.items()):
-        raise ValueError("env must be an object of strings")
-    if cwd is not None and not (_text(cwd) and cwd.startswith("/")):
-        raise ValueError("cwd must be an absolute path")
-    ids = user if isinstance(user, list) and len(user) == 2 else [None]
-    if user is not None and not all(type(n) is int and 0 <= n <= 0xFFFFFFFF for n in ids):
-        raise ValueError("user must be [uid, gid]")
-    return {"args": args, "env": env, "cwd": cwd, "user": user}
 
 
 def _child(req, base_env, stdin_r, out_w, err_w, report_w):
