@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 
 // Crockford base32 keeps ids short, case-insensitive and free of look-alikes.
 const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz";
@@ -21,9 +21,20 @@ function base32(bytes: Buffer): string {
 
 export type IdKind = "ws" | "tok" | "agent" | "stub" | "task" | "ctr" | "dep" | "app" | "wh" | "evt" | "img" | "snap";
 
+/**
+ * 80 random bits from a v4 UUID's 122: randomUUID draws on Node's batched
+ * entropy cache, where randomBytes(10) is a call into OpenSSL per id (an
+ * endpoint request makes several ids, and that showed in its profile). The
+ * version nibble (hex 12) and the variant bits (hex 16) are skipped.
+ */
+function idBytes(): Buffer {
+  const hex = randomUUID().replace(/-/g, "");
+  return Buffer.from(hex.slice(0, 12) + hex.slice(13, 16) + hex.slice(17, 22), "hex");
+}
+
 /** Opaque id with a kind prefix, e.g. `ws-9x2k...`. 80 random bits. */
 export function newId(kind: IdKind): string {
-  return `${kind}-${base32(randomBytes(10))}`;
+  return `${kind}-${base32(idBytes())}`;
 }
 
 export function hasKind(id: string, kind: IdKind): boolean {
