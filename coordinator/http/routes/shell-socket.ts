@@ -43,6 +43,11 @@ export class FrameSocket {
     socket.on("data", (c: Buffer) => this.receive(c));
     socket.on("error", () => {});
     socket.on("close", () => this.ended(1006, ""));
+    // A peer gone without a close frame: an upgraded socket stays half-open (no "close") until ended here.
+    socket.on("end", () => {
+      this.ended(1006, "");
+      socket.destroy();
+    });
     if (head.length > 0) setImmediate(() => this.receive(head));
   }
 

@@ -1,0 +1,161 @@
+// The coordinator's whole HTTP app (buildHttpApp) over a real SQLite store, a
+// real nats-server and the real task, deployment, event, webhook and secret
+// services, with two workspaces: A (seeded with one object of each kind) and
+// B. Containers come from a real ContainerTable, the container manager's own
+// record of what runs where (no agent is started here).
+
+import { createHash } from "node:crypto";
+import type { FastifyInstance } from "fastify";
+import type { HttpDeps } from "../../coordinator/http/app.ts";
+import pino from "pino";
+import { ContainerTable } from "../../coordinator/containers/container-table.ts";
+import type { DeploymentService } from "../../coordinator/deployments/service.ts";
+import { EventStream } from "../../coordinator/events/index.ts";
+import { SecretService } from "../../coordinator/secrets/index.ts";
+import type { DeploymentRecord } from "../../coordinator/store/deployments.ts";
+import type { Workspace } from "../../coordinator/store/workspaces.ts";
+import type { CostRates } from "../../coordinator/tasks/cost.ts";
+import { BerthError } from "../../shared/errors.ts";
+import { deployInput, deploymentService } from "../deployments/helpers.ts";
+import { buildTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
+import { randomKey, webhookSystem } from "../webhooks/helpers.ts";
+
+export interface HttpHarness {
+  h: TaskHarness;
+  app: FastifyInstance;
+  deployments: DeploymentService;
+  containers: ContainerTable;
+  a: Workspace;
+  b: Workspace;
+  tokenA: string;
+  tokenB: string;
+  /** Ids of A's objects, by the path parameter names the routes use. */
+  seeded: {
+    deployment: DeploymentRecord;
+    stubId: string;
+    taskId: string;
+    webhookId: string;
+    secretName: string;
+    tokenId: string;
+    objectSha256: string;
+    containerId: string;
+  };
+}
+
+/** Adds a container of `stubId` to the table as the manager does once it runs. */
+export function addContainer(
+  table: ContainerTable,
+  c: {
+    id: string;
+    stubId: string;
+    workspaceId: string;
+    state?: "starting" | "running" | "stopping";
+    since: number;
+  },
+): void {
+  table.add({
+    id: c.id,
+    stubId: c.stubId,
+    workspaceId: c.workspaceId,
+    agentId: "agent-1",
+    state: c.state ?? "running",
+    since: c.since,
+    stopRequested: false,
+    reservation: { agentId: "agent-1", cpuMillicores: 1000, memoryBytes: 128 * 1024 * 1024, gpuCount: 0 },
+  });
+}
+
+export async function startHttpHarness(
+  suite: { after: (fn: () => unknown) => void },
+  o: {
+    costRates?: CostRates;
+    /** More services for the app, built on the harness's store, NATS and container table. */
+    more?: (
+      h: TaskHarness,
+      containers: ContainerTable,
+      suite: { after: (fn: () => unknown) => void },
+    ) => Promise<Partial<HttpDeps>>;
+  } = {},
+): Promise<HttpHarness> {
+  const cleanups: (() => unknown)[] = [];
+  suite.after(async () => {
+    for (const fn of cleanups.reverse()) await fn();
+  });
+  const later = { after: (fn: () => unknown) => cleanups.push(fn) };
+  const h = await startTaskHarness(later);
+  const log = pino({ level: "silent" });
+  const { service: deployments } = deploymentService(h);
+  await deployments.open();
+  cleanups.push(() => deployments.close());
+  const events = new EventStream({ nats: h.nc, log });
+  await events.start();
+  cleanups.push(() => events.stop());
+  const hooks = webhookSystem(h.store, { timeoutMs: 300 });
+  const secrets = new SecretService({ db: h.store.db, key: randomKey() });
+  const containers = new ContainerTable();
+  const more = o.more ? await o.more(h, containers, later) : {};
+  const app = await buildTaskApp(h, {
+    deployments,
+    events,
+    webhooks: hooks.service,
+    secrets,
+    containers: {
+      activeContainers: (stubId) => containers.live((c) => c.stubId === stubId).length,
+      containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
+      onContainersChange: (fn) => containers.onChange(() => fn()),
+      list: () => containers.info(),
+    },
+    ...(o.costRates ? { costRates: o.costRates } : {}),
+    agents: {
+      client: () => {
+        throw new BerthError("unavailable", "no agent runs in this test");
+      },
+    },
+    ...more,
+  });
+  cleanups.push(() => app.close());
+
+  const a = h.ws;
+  const b = h.otherWs;
+  const tokenA = await h.store.tokens.create(a.id, { name: "a" });
+  const tokenB = (await h.store.tokens.create(b.id, { name: "b" })).secret;
+
+  const deployment = await deployments.deploy(a.id, deployInput("canary-web", "endpoint"));
+  const { stub } = await h.tasks.upsertStub(a.id, {
+    name: "canary-fn",
+    type: "function",
+    config: stubConfig(),
+    extra: stubExtra(),
+  });
+  const [taskId] = await h.tasks.submit(a.id, stub.id, [new TextEncoder().encode("x")]);
+  const webhook = await hooks.service.create(a.id, {
+    url: "https://hooks.example.org/canary",
+    description: "canary",
+  });
+  await secrets.create(a.id, "CANARY_SECRET", "canary-value");
+  const bytes = new TextEncoder().encode("canary code");
+  const objectSha256 = createHash("sha256").update(bytes).digest("hex");
+  await h.objects.putBytes(a.id, objectSha256, bytes);
+  addContainer(containers, { id: "ctr-canary", stubId: stub.id, workspaceId: a.id, since: Date.now() });
+
+  return {
+    h,
+    app,
+    deployments,
+    containers,
+    a,
+    b,
+    tokenA: tokenA.secret,
+    tokenB,
+    seeded: {
+      deployment,
+      stubId: stub.id,
+      taskId: taskId as string,
+      webhookId: webhook.webhook.id,
+      secretName: "CANARY_SECRET",
+      tokenId: tokenA.record.id,
+      objectSha256,
+      containerId: "ctr-canary",
+    },
+  };
+}
