@@ -105,7 +105,10 @@ test("task bridge", { timeout: 120_000 }, async (t) => {
     await queueEmpty(n);
     await waitFor(() => output.length === 1 || undefined, { timeoutMs: 5000, what: "the output message" });
     const out = JSON.parse(new TextDecoder().decode(output[0]!.data));
-    assert.deepEqual({ ...out, at: 0 }, { taskId: "task-ok", stream: "stdout", data: "hello\n", at: 0 });
+    assert.deepEqual(
+      { ...out, at: 0 },
+      { taskId: "task-ok", containerId: r.containerId, stream: "stdout", data: "hello\n", at: 0 },
+    );
     // The task is over: nothing more is accepted for it.
     assert.equal((await post(r.socket, "/v1/tasks/task-ok/heartbeat")).status, 404);
     await runners.close(r.containerId);
