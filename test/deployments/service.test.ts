@@ -34,9 +34,13 @@ describe("deployment service", () => {
 
   test("refuses an unknown kind, a bad or reserved name, a bad cron (naming the reason), missing handler params or code", async () => {
     const ws = h.ws.id;
+    await assert.rejects(svc.deploy(ws, deployInput("a", "sandbox")), {
+      code: "invalid_request",
+      message: /unknown deployment type "sandbox"/,
+    });
     await assert.rejects(svc.deploy(ws, deployInput("a", "pod")), {
       code: "invalid_request",
-      message: /unknown deployment type "pod"/,
+      message: /a pod deployment needs extra.entrypoint/,
     });
     for (const name of ["", "has/slash", "-dash", "x".repeat(64), "spa ce"])
       await assert.rejects(svc.deploy(ws, deployInput(name, "endpoint")), {
