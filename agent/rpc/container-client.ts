@@ -89,6 +89,92 @@ export function unaryCall(
   });
 }
 
+/**
+ * A server-streaming call's messages. No deadline: it ends with the stream,
+ * quietly when `signal` aborts, and leaving the loop early stops the agent's
+ * side. A full queue pauses the call, so a slow reader holds the agent back.
+ */
+export async function* streamCall<W>(
+  ch: RpcChannel,
+  name: string,
+  request: object,
+  o: { signal?: AbortSignal; highWater?: number } = {},
+): AsyncGenerator<W> {
+  const { signal } = o;
+  if (signal?.aborted) return;
+  const call = method<StreamMethod>(ch, name).call(ch.client, request, new grpc.Metadata(), {});
+  const queue = new AsyncQueue<W>({
+    onFull: () => call.pause(),
+    onDrained: () => call.resume(),
+    ...(o.highWater !== undefined ? { highWater: o.highWater } : {}),
+  });
+  call.on("data", (w: W) => queue.push(w));
+  call.on("error", (e) => queue.fail(e));
+  call.on("end", () => queue.end());
+  const onAbort = () => call.cancel();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    yield* queue;
+  } catch (e) {
+    if (signal?.aborted && (e as Partial<grpc.ServiceError>).code === grpc.status.CANCELLED) return;
+    throw fromGrpcError(e, { address: ch.address, deadlineMs: ch.deadlineMs });
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+    call.cancel();
+  }
+}
+
+/**
+ * A client-streaming call with the long deadline: sends `first`, then `data`
+ * in messages of at most `chunkBytes`; the agent's answer. Once the agent
+ * answered early (it has the data already, or refused it) nothing more is
+ * sent; a failure while sending cancels the call, so the agent keeps nothing.
+ */
+export async function uploadCall(
+  ch: RpcChannel,
+  name: string,
+  first: object,
+  data: AsyncIterable<Uint8Array>,
+  chunkBytes: number,
+): Promise<unknown> {
+  const deadlineMs = ch.longDeadlineMs;
+  let settled = false;
+  let call!: grpc.ClientWritableStream<unknown>;
+  const done = new Promise<unknown>((resolve, reject) => {
+    call = method<ClientStreamMethod>(ch, name).call(
+      ch.client,
+      new grpc.Metadata(),
+      { deadline: new Date(Date.now() + deadlineMs) },
+      (err, res) => {
+        settled = true;
+        if (err) reject(fromGrpcError(err, { address: ch.address, deadlineMs }));
+        else resolve(res);
+      },
+    );
+  });
+  // Waits for room to write, or for the agent's answer (after which nothing drains).
+  const write = (msg: object) =>
+    call.write(msg)
+      ? Promise.resolve()
+      : Promise.race([new Promise<void>((r) => call.once("drain", () => r())), done.then(() => {})]);
+  try {
+    await write(first);
+    for await (const chunk of data) {
+      if (settled) break;
+      for (let off = 0; off < chunk.byteLength; off += chunkBytes) {
+        const part = chunk.subarray(off, off + chunkBytes);
+        await write({ data: Buffer.from(part.buffer, part.byteOffset, part.byteLength) });
+      }
+    }
+    call.end();
+  } catch (e) {
+    call.cancel();
+    await done.catch(() => {});
+    throw e;
+  }
+  return done;
+}
+
 function optionalUint(
   value: number | undefined,
   field: string,
@@ -144,30 +230,8 @@ export class ContainerRpcClient implements ContainerApi {
     const req: { id: string; follow: boolean; tail?: number } = { id, follow: opts.follow ?? false };
     const tail = optionalUint(opts.tail, "tail", 0xffff_ffff);
     if (tail !== undefined) req.tail = tail;
-    const call = method<StreamMethod>(this.ch, "StreamLogs").call(
-      this.ch.client,
-      req,
-      new grpc.Metadata(),
-      {},
-    );
-    const queue = new AsyncQueue<WireLogEntry>({
-      onFull: () => call.pause(),
-      onDrained: () => call.resume(),
-    });
-    call.on("data", (w: WireLogEntry) => queue.push(w));
-    call.on("error", (e) => queue.fail(e));
-    call.on("end", () => queue.end());
-    const onAbort = () => call.cancel();
-    signal?.addEventListener("abort", onAbort, { once: true });
-    try {
-      for await (const w of queue) yield logEntryFromProto(w);
-    } catch (e) {
-      if (signal?.aborted && (e as Partial<grpc.ServiceError>).code === grpc.status.CANCELLED) return;
-      throw fromGrpcError(e, { address: this.ch.address, deadlineMs: this.ch.deadlineMs });
-    } finally {
-      signal?.removeEventListener("abort", onAbort);
-      // Stops the agent's side when the caller leaves the loop early.
-      call.cancel();
+    for await (const w of streamCall<WireLogEntry>(this.ch, "StreamLogs", req, { signal })) {
+      yield logEntryFromProto(w);
     }
   }
 
@@ -230,43 +294,6 @@ export class ContainerRpcClient implements ContainerApi {
     if (typeof sha256 !== "string" || sha256 === "") {
       throw new BerthError("invalid_request", "putCode needs the archive's sha256");
     }
-    const deadline = new Date(Date.now() + this.ch.longDeadlineMs);
-    let settled = false;
-    let call!: grpc.ClientWritableStream<unknown>;
-    const done = new Promise<void>((resolve, reject) => {
-      call = method<ClientStreamMethod>(this.ch, "PutCode").call(
-        this.ch.client,
-        new grpc.Metadata(),
-        { deadline },
-        (err) => {
-          settled = true;
-          if (err)
-            reject(fromGrpcError(err, { address: this.ch.address, deadlineMs: this.ch.longDeadlineMs }));
-          else resolve();
-        },
-      );
-    });
-    // Waits for room to write, or for the agent's answer (after which nothing drains).
-    const write = (msg: object) =>
-      call.write(msg)
-        ? Promise.resolve()
-        : Promise.race([new Promise<void>((r) => call.once("drain", () => r())), done]);
-    try {
-      await write({ sha256 });
-      for await (const chunk of data) {
-        // The agent answered early (it has the archive, or refused it): stop sending.
-        if (settled) break;
-        for (let off = 0; off < chunk.byteLength; off += PUT_CODE_CHUNK_BYTES) {
-          const part = chunk.subarray(off, off + PUT_CODE_CHUNK_BYTES);
-          await write({ data: Buffer.from(part.buffer, part.byteOffset, part.byteLength) });
-        }
-      }
-      call.end();
-    } catch (e) {
-      call.cancel();
-      await done.catch(() => {});
-      throw e;
-    }
-    await done;
+    await uploadCall(this.ch, "PutCode", { sha256 }, data, PUT_CODE_CHUNK_BYTES);
   }
 }

@@ -3,11 +3,9 @@
 // memory get the long deadline; ReadFile has none (it ends with the file, or
 // when the caller aborts or leaves the loop), WriteFile the long one.
 
-import * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
-import { AsyncQueue } from "./async-queue.ts";
 import type { ContainerStatus, ImageSummary, RunContainerRequest } from "./container-api.ts";
-import { method, type RpcChannel, unaryCall } from "./container-client.ts";
+import { type RpcChannel, streamCall, unaryCall, uploadCall } from "./container-client.ts";
 import {
   containerFromProto,
   imageFromProto,
@@ -15,7 +13,6 @@ import {
   type WireContainer,
   type WireImage,
 } from "./container-convert.ts";
-import { fromGrpcError } from "./errors.ts";
 import type {
   ContainerFilesApi,
   ContainerSnapshotApi,
@@ -33,18 +30,6 @@ import {
 
 /** Largest data field of one WriteFile message. */
 export const WRITE_FILE_CHUNK_BYTES = 64 * 1024;
-
-type StreamMethod = (
-  request: object,
-  metadata: grpc.Metadata,
-  options: grpc.CallOptions,
-) => grpc.ClientReadableStream<unknown>;
-
-type ClientStreamMethod = (
-  metadata: grpc.Metadata,
-  options: grpc.CallOptions,
-  callback: (err: grpc.ServiceError | null, res?: unknown) => void,
-) => grpc.ClientWritableStream<unknown>;
 
 export class SandboxRpcClient implements ContainerFilesApi, ContainerSnapshotApi {
   constructor(private readonly ch: RpcChannel) {}
@@ -67,33 +52,8 @@ export class SandboxRpcClient implements ContainerFilesApi, ContainerSnapshotApi
     path: string,
     opts: { signal?: AbortSignal } = {},
   ): AsyncGenerator<Uint8Array> {
-    const { signal } = opts;
-    if (signal?.aborted) return;
-    const call = method<StreamMethod>(this.ch, "ReadFile").call(
-      this.ch.client,
-      { containerId, path },
-      new grpc.Metadata(),
-      {},
-    );
-    const queue = new AsyncQueue<{ data: Buffer }>({
-      onFull: () => call.pause(),
-      onDrained: () => call.resume(),
-      highWater: 64,
-    });
-    call.on("data", (w: { data: Buffer }) => queue.push(w));
-    call.on("error", (e) => queue.fail(e));
-    call.on("end", () => queue.end());
-    const onAbort = () => call.cancel();
-    signal?.addEventListener("abort", onAbort, { once: true });
-    try {
-      for await (const w of queue) yield new Uint8Array(w.data.buffer, w.data.byteOffset, w.data.byteLength);
-    } catch (e) {
-      if (signal?.aborted && (e as Partial<grpc.ServiceError>).code === grpc.status.CANCELLED) return;
-      throw fromGrpcError(e, { address: this.ch.address, deadlineMs: this.ch.deadlineMs });
-    } finally {
-      signal?.removeEventListener("abort", onAbort);
-      call.cancel();
-    }
+    const frames = streamCall<{ data: Buffer }>(this.ch, "ReadFile", { containerId, path }, { ...opts, highWater: 64 });
+    for await (const w of frames) yield new Uint8Array(w.data.buffer, w.data.byteOffset, w.data.byteLength);
   }
 
   async writeFile(
@@ -105,43 +65,9 @@ export class SandboxRpcClient implements ContainerFilesApi, ContainerSnapshotApi
     if (typeof containerId !== "string" || containerId === "" || typeof path !== "string" || path === "") {
       throw new BerthError("invalid_request", "writeFile needs a container id and a path");
     }
-    const deadlineMs = this.ch.longDeadlineMs;
-    let settled = false;
-    let call!: grpc.ClientWritableStream<unknown>;
-    const done = new Promise<FileInfo>((resolve, reject) => {
-      call = method<ClientStreamMethod>(this.ch, "WriteFile").call(
-        this.ch.client,
-        new grpc.Metadata(),
-        { deadline: new Date(Date.now() + deadlineMs) },
-        (err, res) => {
-          settled = true;
-          if (err) reject(fromGrpcError(err, { address: this.ch.address, deadlineMs }));
-          else resolve(fileInfoFromProto(res as WireFileInfo));
-        },
-      );
-    });
-    const write = (msg: object) =>
-      call.write(msg)
-        ? Promise.resolve()
-        : Promise.race([new Promise<void>((r) => call.once("drain", () => r())), done.then(() => {})]);
-    try {
-      await write(opts.mode === undefined ? { containerId, path } : { containerId, path, mode: opts.mode });
-      for await (const chunk of data) {
-        // The agent answered early (it refused the path): stop sending.
-        if (settled) break;
-        for (let off = 0; off < chunk.byteLength; off += WRITE_FILE_CHUNK_BYTES) {
-          const part = chunk.subarray(off, off + WRITE_FILE_CHUNK_BYTES);
-          await write({ data: Buffer.from(part.buffer, part.byteOffset, part.byteLength) });
-        }
-      }
-      call.end();
-    } catch (e) {
-      // Cancelled before the end: the agent drops its temp file, nothing appears.
-      call.cancel();
-      await done.catch(() => {});
-      throw e;
-    }
-    return done;
+    const first = opts.mode === undefined ? { containerId, path } : { containerId, path, mode: opts.mode };
+    const res = await uploadCall(this.ch, "WriteFile", first, data, WRITE_FILE_CHUNK_BYTES);
+    return fileInfoFromProto(res as WireFileInfo);
   }
 
   async deleteFile(containerId: string, path: string): Promise<void> {

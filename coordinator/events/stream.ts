@@ -7,11 +7,9 @@
 // message, order the events: history pages by them and follow resumes after one.
 
 import {
-  AckPolicy,
   DeliverPolicy,
   type ConsumerMessages,
   type JetStreamClient,
-  type JetStreamManager,
   type NatsConnection,
   RetentionPolicy,
   StorageType,
@@ -21,6 +19,7 @@ import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { BerthEvent, EventFeed, EventSink } from "../../shared/events.ts";
 import { newId } from "../../shared/ids.ts";
 import { type EventPosition, MAX_BATCH_BYTES, batchBody, decodeBatch, formatCursor, parseCursor } from "./batch.ts";
+import { type ScanStart, scanStored } from "../stream-scan.ts";
 import { matchesAny, parseTime, parseTypePatterns } from "./filters.ts";
 
 export { parseTypePatterns };
@@ -386,39 +385,11 @@ export class EventStream implements EventSink, EventFeed {
    */
   private async scan(
     filter: string,
-    start: { deliver_policy: DeliverPolicy; opt_start_seq?: number; opt_start_time?: string },
+    start: ScanStart,
     visit: (batch: BerthEvent[], seq: number, pending: number) => boolean,
   ): Promise<void> {
-    const jsm: JetStreamManager = await this.nc.jetstreamManager();
-    const info = await jsm.consumers.add(EVENTS_STREAM, {
-      filter_subject: filter,
-      ack_policy: AckPolicy.None,
-      mem_storage: true,
-      inactive_threshold: 30_000_000_000,
-      ...start,
-    });
-    try {
-      let pending = info.num_pending;
-      const consumer = await this.js.consumers.get(EVENTS_STREAM, info.config.name ?? info.name);
-      while (pending > 0) {
-        // Only as many as are stored, so the fetch ends as soon as they came.
-        const batch = await consumer.fetch({ max_messages: Math.min(pending, 256), expires: 5000 });
-        let got = 0;
-        let stop = false;
-        for await (const m of batch) {
-          got++;
-          pending = m.info.pending;
-          // Leaving the loop ends the fetch (closing it from inside would wait on this loop).
-          if (!visit(this.decode(m), m.seq, pending)) {
-            stop = true;
-            break;
-          }
-        }
-        if (stop || got === 0) return; // got 0: they aged out meanwhile
-      }
-    } finally {
-      await jsm.consumers.delete(EVENTS_STREAM, info.name).catch(() => {});
-    }
+    const nats = { nc: this.nc, js: this.js };
+    await scanStored(nats, EVENTS_STREAM, filter, start, (m, pending) => visit(this.decode(m), m.seq, pending));
   }
 
   private decode(m: { data: Uint8Array; seq: number }): BerthEvent[] {

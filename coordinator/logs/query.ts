@@ -6,7 +6,6 @@
 // batch}`: pages resume after one, and so does a live follow.
 
 import {
-  AckPolicy,
   type ConsumerMessages,
   DeliverPolicy,
   type JetStreamClient,
@@ -16,6 +15,7 @@ import {
 import type { Logger } from "pino";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import { type ContainerLogBatch, LOG_TOKEN, streams, subjects } from "../../shared/subjects.ts";
+import { scanStored } from "../stream-scan.ts";
 
 export const DEFAULT_LOG_LIMIT = 100;
 export const MAX_LOG_LIMIT = 1000;
@@ -260,37 +260,11 @@ export class LogQuery {
     c: Checked,
     visit: (m: JsMsg, b: ContainerLogBatch, pending: number) => boolean,
   ): Promise<void> {
-    const jsm = await this.nc.jetstreamManager();
-    const info = await jsm.consumers.add(streams.logs.name, {
-      filter_subject: c.filter,
-      ack_policy: AckPolicy.None,
-      mem_storage: true,
-      inactive_threshold: 30_000_000_000,
-      ...this.start(c, DeliverPolicy.All),
+    const nats = { nc: this.nc, js: this.js };
+    await scanStored(nats, streams.logs.name, c.filter, this.start(c, DeliverPolicy.All), (m, pending) => {
+      const b = this.decode(m);
+      return !b || visit(m, b, pending);
     });
-    try {
-      let pending = info.num_pending;
-      const consumer = await this.js.consumers.get(streams.logs.name, info.config.name ?? info.name);
-      while (pending > 0) {
-        // Only as many as are stored, so the fetch ends as soon as they came.
-        const batch = await consumer.fetch({ max_messages: Math.min(pending, 256), expires: 5000 });
-        let got = 0;
-        let stop = false;
-        for await (const m of batch) {
-          got++;
-          pending = m.info.pending;
-          const b = this.decode(m);
-          // Leaving the loop ends the fetch (closing it from inside would wait on this loop).
-          if (b && !visit(m, b, pending)) {
-            stop = true;
-            break;
-          }
-        }
-        if (stop || got === 0) return; // got 0: they aged out meanwhile
-      }
-    } finally {
-      await jsm.consumers.delete(streams.logs.name, info.name).catch(() => {});
-    }
   }
 
   private decode(m: JsMsg): ContainerLogBatch | undefined {

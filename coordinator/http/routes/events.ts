@@ -3,7 +3,6 @@
 // (stream), resumable from an event id. Only the caller's own workspace is
 // ever read: the stream filters by its internal id.
 
-import { PassThrough } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
@@ -13,9 +12,7 @@ import { MAX_HISTORY_LIMIT } from "../../events/stream.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";
 import { authenticator, principalOf } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
-
-/** Spec, Limits: webhook changes apply in about 15 s; the stream's keep-alive uses the same beat. */
-export const SSE_HEARTBEAT_MS = 15_000;
+import { openSse, pumpSse, resumeId, SSE_HEARTBEAT_MS } from "../sse.ts";
 
 export interface EventRouteDeps {
   tokens: TokenRepo;
@@ -108,41 +105,17 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsync {
       },
       async (req, reply) => {
         const ws = workspaceOf(req);
-        // A reconnecting browser sends the last id it saw: newer than the URL's from_id.
-        const lastEventId = req.headers["last-event-id"];
-        const fromId = (typeof lastEventId === "string" && lastEventId) || (req.query as { from_id?: string }).from_id;
+        const fromId = resumeId(req, (req.query as { from_id?: string }).from_id);
         // Before the response starts, so an unknown id is an ordinary 400.
         const feed = await deps.events.follow(ws, fromId ? { fromId } : {});
-
-        const out = new PassThrough();
-        let ended = false;
-        const heartbeat = setInterval(() => out.write(": keep-alive\n\n"), heartbeatMs);
-        const end = () => {
-          if (ended) return;
-          ended = true;
-          clearInterval(heartbeat);
-          feed.close();
-          out.end();
-        };
-        reply.raw.on("close", end);
-        out.write(": connected\n\n");
-        void (async () => {
-          try {
-            for await (const ev of feed) {
-              if (ended) break;
-              out.write(`id: ${ev.id}\nevent: ${ev.type}\ndata: ${JSON.stringify(toCloudEvent(ev))}\n\n`);
-            }
-          } catch (e) {
-            req.log.warn({ err: (e as Error).message }, "events: the stream ended");
-          } finally {
-            end();
-          }
-        })();
-        return reply
-          .header("cache-control", "no-cache")
-          .header("x-accel-buffering", "no")
-          .type("text/event-stream")
-          .send(out);
+        const sse = openSse(reply, { heartbeatMs, greeting: "connected", onEnd: () => feed.close() });
+        void pumpSse(
+          sse,
+          feed,
+          (ev) => ({ id: ev.id, event: ev.type, data: toCloudEvent(ev) }),
+          (e) => req.log.warn({ err: e.message }, "events: the stream ended"),
+        );
+        return reply;
       },
     );
   };

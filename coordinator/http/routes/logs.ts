@@ -3,8 +3,6 @@
 // line id. Only the caller's own workspace is ever read: the log query
 // filters by its internal id. Logs are never delivered to webhooks.
 
-import { once } from "node:events";
-import { PassThrough } from "node:stream";
 import { type Static, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
@@ -12,7 +10,7 @@ import { type LogQuery, type LogWorkspace, MAX_LOG_LIMIT } from "../../logs/quer
 import type { TokenRepo } from "../../store/workspaces.ts";
 import { authenticator, principalOf } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
-import { SSE_HEARTBEAT_MS } from "./events.ts";
+import { openSse, pumpSse, resumeId, SSE_HEARTBEAT_MS } from "../sse.ts";
 
 export interface LogRouteDeps {
   tokens: TokenRepo;
@@ -136,44 +134,18 @@ export function logRoutes(deps: LogRouteDeps): FastifyPluginAsync {
       async (req, reply) => {
         const ws = workspaceOf(req);
         const q = req.query as Static<typeof StreamQuery>;
-        // A reconnecting client sends the last id it saw: newer than the URL's cursor.
-        const lastEventId = req.headers["last-event-id"];
-        const from = (typeof lastEventId === "string" && lastEventId) || q.cursor;
+        const from = resumeId(req, q.cursor);
         const abort = new AbortController();
         // Before the response starts, so a bad filter or cursor is an ordinary 400.
         const feed = await deps.logs.follow(ws, filtersOf(q), from, abort.signal);
-
-        const out = new PassThrough();
-        let ended = false;
-        const heartbeat = setInterval(() => out.write(": keep-alive\n\n"), heartbeatMs);
-        const end = () => {
-          if (ended) return;
-          ended = true;
-          clearInterval(heartbeat);
-          abort.abort();
-          out.end();
-        };
-        reply.raw.on("close", end);
-        out.write(": connected\n\n");
-        void (async () => {
-          try {
-            for await (const l of feed) {
-              if (ended) break;
-              // A slow client holds the stream back instead of filling memory here.
-              if (!out.write(`id: ${l.id}\nevent: log\ndata: ${JSON.stringify(l)}\n\n`))
-                await once(out, "drain", { signal: abort.signal });
-            }
-          } catch (e) {
-            if (!abort.signal.aborted) req.log.warn({ err: (e as Error).message }, "logs: the stream ended");
-          } finally {
-            end();
-          }
-        })();
-        return reply
-          .header("cache-control", "no-cache")
-          .header("x-accel-buffering", "no")
-          .type("text/event-stream")
-          .send(out);
+        const sse = openSse(reply, { heartbeatMs, greeting: "connected", onEnd: () => abort.abort() });
+        void pumpSse(
+          sse,
+          feed,
+          (l) => ({ id: l.id, event: "log", data: l }),
+          (e) => req.log.warn({ err: e.message }, "logs: the stream ended"),
+        );
+        return reply;
       },
     );
   };

@@ -1,4 +1,4 @@
-import { Type } from "@sinclair/typebox";
+import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
 import {
@@ -59,6 +59,10 @@ export const TimeseriesBody = Type.Object({
   ),
 });
 
+/** The three routes differ only in their summary and query. */
+const timeseriesSchema = (summary: string, querystring: TSchema) => ({
+  schema: { tags: ["metrics"], summary, params: WsParams, querystring, response: { 200: TimeseriesBody, ...errors } },
+});
 
 export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
   const now = d.clock ?? Date.now;
@@ -67,15 +71,10 @@ export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
 
     app.get(
       "/api/v1/metrics/:ws/stub-timeseries",
-      {
-        schema: {
-          tags: ["metrics"],
-          summary: "One stub: containers, CPU, memory, GPU, tasks by status and task run times",
-          params: WsParams,
-          querystring: Type.Object({ stub_id: Type.String({ minLength: 1 }), ...RangeFields }),
-          response: { 200: TimeseriesBody, ...errors },
-        },
-      },
+      timeseriesSchema(
+        "One stub: containers, CPU, memory, GPU, tasks by status and task run times",
+        Type.Object({ stub_id: Type.String({ minLength: 1 }), ...RangeFields }),
+      ),
       async (req) => {
         const workspaceId = scopedWorkspace(req).id;
         const q = req.query as RangeQuery & { stub_id: string };
@@ -88,15 +87,10 @@ export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
 
     app.get(
       "/api/v1/metrics/:ws/workspace-timeseries",
-      {
-        schema: {
-          tags: ["metrics"],
-          summary: "The workspace's totals: containers, CPU, memory, GPU and tasks by status",
-          params: WsParams,
-          querystring: Type.Object(RangeFields),
-          response: { 200: TimeseriesBody, ...errors },
-        },
-      },
+      timeseriesSchema(
+        "The workspace's totals: containers, CPU, memory, GPU and tasks by status",
+        Type.Object(RangeFields),
+      ),
       async (req) => {
         const workspaceId = scopedWorkspace(req).id;
         const range = parseRange(req.query as RangeQuery, now());
@@ -106,15 +100,10 @@ export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
 
     app.get(
       "/api/v1/metrics/:ws/pool-timeseries",
-      {
-        schema: {
-          tags: ["metrics"],
-          summary: "Capacity, allocation and use of the pools this workspace can run in",
-          params: WsParams,
-          querystring: Type.Object(RangeFields),
-          response: { 200: TimeseriesBody, ...errors },
-        },
-      },
+      timeseriesSchema(
+        "Capacity, allocation and use of the pools this workspace can run in",
+        Type.Object(RangeFields),
+      ),
       async (req) => {
         const workspaceId = scopedWorkspace(req).id;
         const range = parseRange(req.query as RangeQuery, now());

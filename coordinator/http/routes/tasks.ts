@@ -2,7 +2,6 @@
 // at a time with filters; one task with its status history and cost; and a
 // task's status changes as server-sent events until it ends.
 
-import { PassThrough } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
@@ -16,6 +15,7 @@ import type { TaskService, TaskUpdate } from "../../tasks/service.ts";
 import { isTerminal } from "../../tasks/transitions.ts";
 import { authenticator } from "../auth.ts";
 import { NextCursor, pageOf, pageQuery, pageRequest } from "../pagination.ts";
+import { openSse, type SseStream } from "../sse.ts";
 import { TaskBody, TaskCostBody, taskCost, taskJson } from "./task-status.ts";
 import { isoQueryTime, scopedWorkspace, WorkspaceErrors, WsParams } from "./workspace-scope.ts";
 
@@ -210,32 +210,26 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
       async (req, reply) => {
         const ws = scopedWorkspace(req);
         const { taskId } = req.params as { taskId: string };
-        const out = new PassThrough();
         let last: TaskStatus | undefined;
         let attempt = 0;
-        let ended = false;
-        const timers: NodeJS.Timeout[] = [];
-        let unwatch: (() => void) | undefined;
-        const end = () => {
-          if (ended) return;
-          ended = true;
-          for (const t of timers) clearInterval(t);
-          unwatch?.();
-          out.end();
-        };
-        const send = (status: TaskStatus, at: string, atAttempt = attempt) => {
-          attempt = Math.max(attempt, atAttempt);
-          if (ended || status === last) return;
+        let poll: NodeJS.Timeout | undefined;
+        let sse: SseStream | undefined;
+        // Changes heard before the stream opens are sent first, in order, once it does.
+        const early: Array<[TaskStatus, string, number | undefined]> = [];
+        const send = (status: TaskStatus, at: string, atAttempt?: number) => {
+          if (!sse) return void early.push([status, at, atAttempt]);
+          attempt = Math.max(attempt, atAttempt ?? attempt);
+          if (sse.ended || status === last) return;
           last = status;
-          out.write(`event: status\ndata: ${JSON.stringify({ task_id: taskId, status, attempt, at })}\n\n`);
-          if (isTerminal(status)) end();
+          sse.send({ event: "status", data: { task_id: taskId, status, attempt, at } });
+          if (isTerminal(status)) sse.end();
         };
         const onUpdate = (u: TaskUpdate) => {
           if (u.type === "status") send(u.status, new Date().toISOString(), u.attempt);
           else if (u.type === "result") send(u.status, new Date().toISOString());
         };
         // Watching before the first read: a change between the two is not missed.
-        unwatch = tasks.watch([taskId], onUpdate);
+        const unwatch = tasks.watch([taskId], onUpdate);
         let first: Awaited<ReturnType<TaskService["getTask"]>>;
         try {
           first = await tasks.getTask(ws.id, taskId);
@@ -251,18 +245,18 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
             req.log.warn({ err: (e as Error).message, taskId }, "task subscribe: re-reading the task failed");
           }
         };
-        reply.raw.on("close", end);
-        out.write(": subscribed\n\n");
+        sse = openSse(reply, {
+          heartbeatMs,
+          greeting: "subscribed",
+          onEnd: () => {
+            clearInterval(poll);
+            unwatch();
+          },
+        });
+        for (const [status, at, atAttempt] of early) send(status, at, atAttempt);
         send(first.status, first.updatedAt, first.attempt);
-        if (!ended) {
-          timers.push(setInterval(() => out.write(": keep-alive\n\n"), heartbeatMs));
-          timers.push(setInterval(() => void reread(), pollMs));
-        }
-        return reply
-          .header("cache-control", "no-cache")
-          .header("x-accel-buffering", "no")
-          .type("text/event-stream")
-          .send(out);
+        if (!sse.ended) poll = setInterval(() => void reread(), pollMs);
+        return reply;
       },
     );
   };

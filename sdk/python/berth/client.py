@@ -4,7 +4,7 @@ import hashlib
 import json
 import os
 import threading
-from typing import IO, Any, Optional, Tuple, Union
+from typing import IO, Any, Dict, Optional, Tuple, Union
 from urllib.parse import quote
 
 from .config import current_credentials
@@ -12,6 +12,19 @@ from .errors import BerthError
 from .http import HttpConnection, read_json
 
 MAX_OBJECT_BYTES = 256 * 1024 * 1024
+
+
+def auth_headers(token: str, content_type: Optional[str] = None) -> Dict[str, str]:
+    """The bearer header (and the body's type); unauthenticated, saying how to get a token, without one."""
+    if not token:
+        raise BerthError(
+            "unauthenticated",
+            "no token: pass token=, set SERVICE_TOKEN, or run `berth configure default --token T`",
+        )
+    h = {"Authorization": f"Bearer {token}"}
+    if content_type:
+        h["Content-Type"] = content_type
+    return h
 
 
 class Client:
@@ -31,15 +44,7 @@ class Client:
     # ---- transport ----
 
     def _headers(self, content_type: Optional[str] = None) -> dict:
-        if not self.token:
-            raise BerthError(
-                "unauthenticated",
-                "no token: pass token=, set SERVICE_TOKEN, or run `berth configure default --token T`",
-            )
-        h = {"Authorization": f"Bearer {self.token}"}
-        if content_type:
-            h["Content-Type"] = content_type
-        return h
+        return auth_headers(self.token, content_type)
 
     def _conn(self) -> HttpConnection:
         conn = getattr(self._local, "conn", None)

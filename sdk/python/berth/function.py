@@ -52,6 +52,19 @@ def default_client() -> "Client":
         return client
 
 
+def image_option(image: Optional[Image]) -> Image:
+    """The ``image=`` option of a function, sandbox or pod; the default image where None."""
+    if image is not None and not isinstance(image, Image):
+        raise TypeError(f"image must be a berth.Image, not {type(image).__name__}")
+    return image if image is not None else Image()
+
+
+def volumes_option(volumes: Optional[List[Any]]) -> Optional[List[Any]]:
+    if volumes is not None and not isinstance(volumes, (list, tuple)):
+        raise TypeError("volumes must be a list")
+    return None if volumes is None else list(volumes)
+
+
 def _guard(name: str) -> None:
     if env.importing_user_code():
         raise RemoteCallError(
@@ -91,9 +104,7 @@ class Function:
         self.cpu, self.cpu_millicores = cpu_fields(cpu)
         self.memory = parse_memory(memory)
         self.gpu_types, self.gpu_count = parse_gpu(gpu, gpu_count)
-        if image is not None and not isinstance(image, Image):
-            raise TypeError(f"image must be a berth.Image, not {type(image).__name__}")
-        self.image = image if image is not None else Image()
+        self.image = image_option(image)
         policy = task_policy
         if policy is not None and not isinstance(policy, TaskPolicy):
             raise TypeError(f"task_policy must be a berth.TaskPolicy, not {type(policy).__name__}")
@@ -101,9 +112,7 @@ class Function:
         self.retries = check_int("retries", policy.max_retries if policy else retries, 0)
         self.expires = expires_text(policy.expires if policy else None)
         self.callback_url = callback_url or ""
-        if volumes is not None and not isinstance(volumes, (list, tuple)):
-            raise TypeError("volumes must be a list")
-        self.volumes = None if volumes is None else list(volumes)
+        self.volumes = volumes_option(volumes)
         self.secrets = [str(s) for s in (secrets or [])]
         self.name = name
         self.retry_for = retry_names(retry_for)

@@ -16,8 +16,7 @@ from .errors import BerthError
 from .image import Image
 from .locate import Location, locate
 from .options import check_int
-from .sandbox_api import SandboxApi
-from .sandbox_stub import ContainerSpec, api_for
+from .sandbox_stub import ContainerSpec
 
 CREATE_TIMEOUT_S = 900.0
 
@@ -93,6 +92,8 @@ class Pod(ContainerSpec):
             ports=ports,
             block_network=block_network,
             allow_list=allow_list,
+            token=token,
+            url=url,
         )
         self.entrypoint = check_entrypoint(entrypoint)
         if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
@@ -103,20 +104,11 @@ class Pod(ContainerSpec):
             raise TypeError(f"authorized must be True or False, not {authorized!r}")
         self.authorized = authorized
         self.module = _defining_module()
-        self._token = token
-        self._url = url
-        self._api: Optional[SandboxApi] = None
         self.deployment: Optional[Dict[str, Any]] = None
         self.last_error = ""
 
     def __repr__(self) -> str:
         return f"<berth.Pod {self.name or ''} {self.entrypoint!r} ports={self.ports}>"
-
-    @property
-    def api(self) -> SandboxApi:
-        if self._api is None:
-            self._api = api_for(self._token, self._url)
-        return self._api
 
     @property
     def stub_name(self) -> str:

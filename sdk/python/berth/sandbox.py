@@ -21,7 +21,7 @@ from .image import Image
 from .sandbox_api import SandboxApi, q
 from .sandbox_fs import SandboxFileSystem
 from .sandbox_process import SandboxProcessManager
-from .sandbox_stub import ContainerSpec, api_for
+from .sandbox_stub import ContainerSpec
 from .units import check_egress, check_port, check_ttl
 
 DEFAULT_TTL_S = 600
@@ -64,20 +64,13 @@ class Sandbox(ContainerSpec):
             ports=ports,
             block_network=block_network,
             allow_list=allow_list,
+            token=token,
+            url=url,
         )
         self.ttl_seconds = check_ttl(ttl_seconds)
-        self._token = token
-        self._url = url
-        self._api: Optional[SandboxApi] = None
 
     def __repr__(self) -> str:
         return f"<berth.Sandbox cpu={self.cpu_millicores}m memory={self.memory}Mi ports={self.ports}>"
-
-    @property
-    def api(self) -> SandboxApi:
-        if self._api is None:
-            self._api = api_for(self._token, self._url)
-        return self._api
 
     def stub_extra(self, code_sha256: str = "") -> Dict[str, Any]:
         extra = super().stub_extra(code_sha256)

@@ -22,6 +22,7 @@ import time
 from typing import IO, Any, Deque, Dict, Iterator, Optional, TextIO, Tuple
 from urllib.parse import quote, urlencode
 
+from .client import auth_headers
 from .errors import BerthError, SandboxConnectionError, SandboxFileSystemError, SandboxProcessError
 from .http import HttpConnection
 
@@ -121,15 +122,7 @@ class SandboxApi:
     # ---- transport ----
 
     def headers(self, content_type: Optional[str] = None) -> Dict[str, str]:
-        if not self.token:
-            raise BerthError(
-                "unauthenticated",
-                "no token: pass token=, set SERVICE_TOKEN, or run `berth configure default --token T`",
-            )
-        h = {"Authorization": f"Bearer {self.token}"}
-        if content_type:
-            h["Content-Type"] = content_type
-        return h
+        return auth_headers(self.token, content_type)
 
     def _conn(self, timeout: float) -> HttpConnection:
         conn = getattr(self._local, "conn", None)

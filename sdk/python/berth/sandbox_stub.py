@@ -12,6 +12,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import BerthError
+from .function import image_option, volumes_option
 from .image import Image
 from .sandbox_api import SandboxApi
 from .units import check_egress, check_ports, parse_cpu, parse_gpu, parse_memory
@@ -47,16 +48,14 @@ class ContainerSpec:
         ports: Optional[Sequence[int]] = None,
         block_network: bool = False,
         allow_list: Optional[Sequence[str]] = None,
+        token: str = "",
+        url: Optional[str] = None,
     ):
         self.cpu, self.cpu_millicores = parse_cpu(cpu)
         self.memory = parse_memory(memory)
         self.gpu_types, self.gpu_count = parse_gpu(gpu, gpu_count)
-        if image is not None and not isinstance(image, Image):
-            raise TypeError(f"image must be a berth.Image, not {type(image).__name__}")
-        self.image = image if image is not None else Image()
-        if volumes is not None and not isinstance(volumes, (list, tuple)):
-            raise TypeError("volumes must be a list")
-        self.volumes = None if volumes is None else list(volumes)
+        self.image = image_option(image)
+        self.volumes = volumes_option(volumes)
         if secrets is not None and (isinstance(secrets, str) or not isinstance(secrets, (list, tuple))):
             raise TypeError("secrets must be a list of secret names")
         self.secrets = [str(s) for s in (secrets or [])]
@@ -69,6 +68,16 @@ class ContainerSpec:
         self.block_network, self.allow_list = check_egress(block_network, allow_list)
         self._stubs: Dict[Tuple[str, Optional[str]], str] = {}
         self._lock = threading.Lock()
+        self._token = token
+        self._url = url
+        self._api: Optional[SandboxApi] = None
+
+    @property
+    def api(self) -> SandboxApi:
+        """The coordinator's routes, for ``token``/``url`` as given (looked up on first use)."""
+        if self._api is None:
+            self._api = api_for(self._token, self._url)
+        return self._api
 
     def check_image(self, name: str) -> None:
         # A sandbox or pod may start from a filesystem snapshot (Image.from_id): its img- ref is sent as is.
