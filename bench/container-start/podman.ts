@@ -2,8 +2,9 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { readHostHardLimits } from "../../agent/runtime/index.ts";
 import { removeCgroup } from "../lib/cgroups.ts";
+import type { Cleanup } from "../lib/cleanup.ts";
 import { benchTempDir } from "../lib/fs.ts";
-import { msUntilLine, mustExec } from "../lib/proc.ts";
+import { type ExecResult, msUntilLine, mustExec } from "../lib/proc.ts";
 import { type BenchContext, type Contender, READY_LINE, type StartSample } from "./contender.ts";
 
 const IMAGE = "localhost/berth-bench:latest";
@@ -22,8 +23,7 @@ export class Podman implements Contender {
     notes:
       "runtime runc, cgroupfs manager, file events, overlay storage; default_ulimits clamped to the host's hard limits",
   };
-  private base: string[] = [];
-  private env: NodeJS.ProcessEnv = {};
+  private own?: OwnPodman;
   /** Its own cgroup parent (conmon goes to <parent>/conmon), removed at the end. */
   private readonly cgroupParent: string;
 
@@ -32,29 +32,11 @@ export class Podman implements Contender {
   }
 
   async setup(): Promise<void> {
-    const dir = benchTempDir(this.ctx.cleanup, "berth-bench-podman-");
-    const conf = join(dir, "containers.conf");
-    writeFileSync(conf, containersConf(dir));
-    this.env = { ...process.env, CONTAINERS_CONF: conf };
-    this.base = [
-      "--root",
-      join(dir, "root"),
-      "--runroot",
-      join(dir, "runroot"),
-      "--storage-driver",
-      "overlay",
-    ];
-    this.ctx.cleanup.add("podman: remove containers and storage", async () => {
-      await this.podman(["rm", "--all", "--force", "--time", "0"]);
-      await this.podman(["system", "reset", "--force"]);
-      removeCgroup(`${this.cgroupParent}/conmon`);
-      removeCgroup(this.cgroupParent);
+    this.own = await ownPodman(this.ctx.cleanup, {
+      cgroupParent: this.cgroupParent,
+      source: `oci:${this.ctx.layout}:${this.ctx.imageTag}`,
+      image: IMAGE,
     });
-    const pulled = await this.podman(
-      ["pull", "--quiet", `oci:${this.ctx.layout}:${this.ctx.imageTag}`],
-      300_000,
-    );
-    await this.podman(["tag", pulled.stdout.trim(), IMAGE]);
   }
 
   async measure(i: number): Promise<StartSample> {
@@ -66,11 +48,10 @@ export class Podman implements Contender {
     // python exits at once; `rm --force` would race that exit ("container state improper").
     await this.podman(["wait", name], 30_000);
     await this.podman(["rm", name]);
-    const printMs = await msUntilLine(
-      "podman",
-      [...this.base, "run", "--rm", ...this.runFlags(), IMAGE, ...this.ctx.args],
+    const printMs = await this.started().untilLine(
+      ["run", "--rm", ...this.runFlags(), IMAGE, ...this.ctx.args],
       READY_LINE,
-      { env: this.env, timeoutMs: 30_000 },
+      30_000,
     );
     return { runningMs: detached.ms, printMs };
   }
@@ -79,9 +60,59 @@ export class Podman implements Contender {
     return ["--pull", "never", "--network", "none", "--cgroup-parent", this.cgroupParent];
   }
 
-  private podman(args: string[], timeoutMs = 60_000) {
-    return mustExec("podman", [...this.base, ...args], { env: this.env, timeoutMs });
+  private started(): OwnPodman {
+    if (!this.own) throw new Error("podman: setup() has not run");
+    return this.own;
   }
+
+  private podman(args: string[], timeoutMs = 60_000) {
+    return this.started().run(args, timeoutMs);
+  }
+}
+
+export interface OwnPodman {
+  /** `podman ARGS` with its own storage, to a zero exit. */
+  run(args: string[], timeoutMs?: number): Promise<ExecResult>;
+  /** spawn `podman ARGS` with its own storage → `line` read from its stdout (ms). */
+  untilLine(args: string[], line: string, timeoutMs: number): Promise<number>;
+}
+
+/**
+ * podman 4 as root with storage, run and tmp dirs of its own under a bench
+ * temp dir (nothing of the host's podman state is used or touched), `source`
+ * pulled into its overlay store and tagged `image`. Its containers, storage
+ * and cgroups (under `cgroupParent`, conmon's under <parent>/conmon) are
+ * removed at cleanup.
+ */
+export async function ownPodman(
+  cleanup: Cleanup,
+  o: { cgroupParent: string; source: string; image: string },
+): Promise<OwnPodman> {
+  const dir = benchTempDir(cleanup, "berth-bench-podman-");
+  const conf = join(dir, "containers.conf");
+  writeFileSync(conf, containersConf(dir));
+  const env = { ...process.env, CONTAINERS_CONF: conf };
+  const base = [
+    "--root",
+    join(dir, "root"),
+    "--runroot",
+    join(dir, "runroot"),
+    "--storage-driver",
+    "overlay",
+  ];
+  const own: OwnPodman = {
+    run: (args, timeoutMs = 60_000) => mustExec("podman", [...base, ...args], { env, timeoutMs }),
+    untilLine: (args, line, timeoutMs) => msUntilLine("podman", [...base, ...args], line, { env, timeoutMs }),
+  };
+  cleanup.add("podman: remove containers and storage", async () => {
+    await own.run(["rm", "--all", "--force", "--time", "0"]);
+    await own.run(["system", "reset", "--force"]);
+    removeCgroup(`${o.cgroupParent}/conmon`);
+    removeCgroup(o.cgroupParent);
+  });
+  const pulled = await own.run(["pull", "--quiet", o.source], 300_000);
+  await own.run(["tag", pulled.stdout.trim(), o.image]);
+  return own;
 }
 
 /**

@@ -1,10 +1,6 @@
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { containersConf } from "../container-start/podman.ts";
+import { type OwnPodman, ownPodman } from "../container-start/podman.ts";
 import type { Cleanup } from "../lib/cleanup.ts";
-import { removeCgroup } from "../lib/cgroups.ts";
-import { benchTempDir } from "../lib/fs.ts";
-import { type ExecResult, msUntilLine, mustExec } from "../lib/proc.ts";
+import type { ExecResult } from "../lib/proc.ts";
 
 const IMAGE = "localhost/berth-bench-sandbox:latest";
 
@@ -14,8 +10,7 @@ const IMAGE = "localhost/berth-bench-sandbox:latest";
  * through the `oci:` transport, so its containers run berth's default rootfs.
  */
 export class PodmanReference {
-  private base: string[] = [];
-  private env: NodeJS.ProcessEnv = {};
+  private own?: OwnPodman;
   private readonly cgroupParent: string;
 
   constructor(
@@ -26,26 +21,11 @@ export class PodmanReference {
   }
 
   async setup(layout: string, tag: string): Promise<void> {
-    const dir = benchTempDir(this.cleanup, "berth-bench-podman-");
-    const conf = join(dir, "containers.conf");
-    writeFileSync(conf, containersConf(dir));
-    this.env = { ...process.env, CONTAINERS_CONF: conf };
-    this.base = [
-      "--root",
-      join(dir, "root"),
-      "--runroot",
-      join(dir, "runroot"),
-      "--storage-driver",
-      "overlay",
-    ];
-    this.cleanup.add("podman: remove containers and storage", async () => {
-      await this.podman(["rm", "--all", "--force", "--time", "0"]);
-      await this.podman(["system", "reset", "--force"]);
-      removeCgroup(`${this.cgroupParent}/conmon`);
-      removeCgroup(this.cgroupParent);
+    this.own = await ownPodman(this.cleanup, {
+      cgroupParent: this.cgroupParent,
+      source: `oci:${layout}:${tag}`,
+      image: IMAGE,
     });
-    const pulled = await this.podman(["pull", "--quiet", `oci:${layout}:${tag}`], 300_000);
-    await this.podman(["tag", pulled.stdout.trim(), IMAGE]);
   }
 
   /** Flags of every container: no image pull, an empty netns, our cgroup parent, berth's sandbox cpu/memory. */
@@ -58,10 +38,7 @@ export class PodmanReference {
 
   /** spawn `podman run --rm IMAGE ARGS` → `line` read from its stdout (ms). */
   runUntilLine(args: string[], line: string): Promise<number> {
-    return msUntilLine("podman", [...this.base, "run", "--rm", ...this.runFlags(), IMAGE, ...args], line, {
-      env: this.env,
-      timeoutMs: 60_000,
-    });
+    return this.started().untilLine(["run", "--rm", ...this.runFlags(), IMAGE, ...args], line, 60_000);
   }
 
   /** A container that keeps running (`sleep infinity`) for exec and cp samples. */
@@ -79,7 +56,12 @@ export class PodmanReference {
     return (await this.podman(["cp", file, `${name}:${dest}`], 300_000)).ms;
   }
 
+  private started(): OwnPodman {
+    if (!this.own) throw new Error("podman: setup() has not run");
+    return this.own;
+  }
+
   private podman(args: string[], timeoutMs = 60_000): Promise<ExecResult> {
-    return mustExec("podman", [...this.base, ...args], { env: this.env, timeoutMs });
+    return this.started().run(args, timeoutMs);
   }
 }

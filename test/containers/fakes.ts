@@ -73,7 +73,33 @@ export class FakeDeployments implements DeploymentStates {
 type Call = [string, ...unknown[]];
 
 /** One agent's containers, in memory; `failRun` scripts errors for the next runContainer calls. */
-export class FakeAgentContainers implements ContainerApi {
+/**
+ * The agent calls neither the container manager nor the sandbox service
+ * makes (logs, images): the fakes of the agent extend this, so one that is
+ * made fails the test.
+ */
+export class UnusedAgentCalls {
+  streamLogs(): never {
+    throw new Error("not used");
+  }
+  pullImage(): never {
+    throw new Error("not used");
+  }
+  listImages(): never {
+    throw new Error("not used");
+  }
+  removeImage(): never {
+    throw new Error("not used");
+  }
+  importImage(): never {
+    throw new Error("not used");
+  }
+  gcImages(): never {
+    throw new Error("not used");
+  }
+}
+
+export class FakeAgentContainers extends UnusedAgentCalls implements ContainerApi {
   readonly calls: Call[] = [];
   readonly running = new Map<string, ContainerStatus>();
   readonly code = new Map<string, Buffer>();
@@ -84,7 +110,9 @@ export class FakeAgentContainers implements ContainerApi {
   constructor(
     readonly agentId: string,
     readonly gpuUuids: string[] = [],
-  ) {}
+  ) {
+    super();
+  }
 
   count(name: string): number {
     return this.calls.filter((c) => c[0] === name).length;
@@ -144,25 +172,7 @@ export class FakeAgentContainers implements ContainerApi {
   getContainer(): never {
     throw new Error("not used");
   }
-  streamLogs(): never {
-    throw new Error("not used");
-  }
   exec(): never {
-    throw new Error("not used");
-  }
-  pullImage(): never {
-    throw new Error("not used");
-  }
-  listImages(): never {
-    throw new Error("not used");
-  }
-  removeImage(): never {
-    throw new Error("not used");
-  }
-  importImage(): never {
-    throw new Error("not used");
-  }
-  gcImages(): never {
     throw new Error("not used");
   }
   setNetworkPolicy(): never {

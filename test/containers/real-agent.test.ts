@@ -4,31 +4,23 @@
 // and removed once idle past keep_warm_seconds.
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { test } from "node:test";
 import pino from "pino";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { ContainerManager } from "../../coordinator/containers/manager.ts";
 import { runnerRequest } from "../../coordinator/containers/runner-request.ts";
 import { waitFor } from "../../shared/net.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
-import { needs, tempDir } from "../helpers/env.ts";
-import { HOST_COMMANDS, hostHarness } from "../host/harness.ts";
-import { FakeAgent } from "../rpc/fake-agent.ts";
+import { needs } from "../helpers/env.ts";
+import { realAgent } from "../helpers/real-agent.ts";
+import { HOST_COMMANDS } from "../host/harness.ts";
 import { FakeActivity, capacity, oneAgentFleet, stubRecord } from "./fakes.ts";
 
 const AGENT = "agent-real";
 
 test("a real agent runs containers for demand and stops them after keep-warm", async (t) => {
   if (!needs(t, { root: true, commands: HOST_COMMANDS })) return;
-  const h = await hostHarness(t);
-  const sock = join(tempDir(t), "agent.sock");
-  const server = await startAgentRpcServer({ impl: new FakeAgent(), containers: h.host, unixSocket: sock });
-  t.after(() => server.close());
-  const client = new AgentRpcClient({ address: `unix://${sock}` });
-  t.after(() => client.close());
+  const { h, client } = await realAgent(t);
 
   const fleet = oneAgentFleet(AGENT, capacity(2, 4));
   const activity = new FakeActivity();

@@ -2,11 +2,10 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { JoinService } from "../../coordinator/fleet/join.ts";
 import { buildHttpApp } from "../../coordinator/http/app.ts";
-import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
+import { storeJoinService } from "../helpers/join.ts";
 
 describe("coordinator HTTP API (inject)", () => {
   let app: FastifyInstance;
@@ -20,15 +19,8 @@ describe("coordinator HTTP API (inject)", () => {
 
   before(async () => {
     store = await Store.open(`sqlite:${tempDir({ after: (fn) => cleanups.push(fn) })}/b.db`);
-    const pki = await ClusterPki.load(store.kv);
     fleet = new FleetView();
-    const join = new JoinService({
-      joinTokens: store.joinTokens,
-      agents: store.agents,
-      pki,
-      agentNats: { url: "nats://127.0.0.1:4222", user: "agent", password: "pw" },
-      heartbeatIntervalMs: 2000,
-    });
+    const join = await storeJoinService(store);
     app = await buildHttpApp({ store, fleet, join, logger: false, version: "test" });
     const ws = await store.workspaces.create("main");
     admin = (await store.tokens.create(ws.id, { admin: true })).secret;

@@ -15,17 +15,16 @@ import { after, before, describe, test } from "node:test";
 import pino from "pino";
 import type { ExecSession } from "../../agent/rpc/container-api.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { JoinService } from "../../coordinator/fleet/join.ts";
 import { buildHttpApp } from "../../coordinator/http/app.ts";
 import { attachShellUpgrades } from "../../coordinator/http/routes/shell.ts";
 import { type RunningCoordinator, StartupError, startCoordinator } from "../../coordinator/main.ts";
 import { loadTlsCredentials, resolveCoordinatorOptions } from "../../coordinator/options.ts";
 import { createClusterCa, issueCertificate } from "../../coordinator/pki/ca.ts";
-import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { portUrl } from "../../coordinator/ports/urls.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { freePort } from "../../shared/net.ts";
 import { tempDir } from "../helpers/env.ts";
+import { storeJoinService } from "../helpers/join.ts";
 import { startTestNats, type TestNats } from "../helpers/nats.ts";
 
 const CLI_BIN = fileURLToPath(new URL("../../cli/bin.js", import.meta.url));
@@ -269,14 +268,7 @@ describe("coordinator over TLS", () => {
   test("berth shell's client runs a session over TLS (bare HTTP app with tls, no endpoints)", async (t) => {
     const store = await Store.open(`sqlite:${tempDir(t)}/b.db`);
     t.after(() => store.close());
-    const pki = await ClusterPki.load(store.kv);
-    const joinService = new JoinService({
-      joinTokens: store.joinTokens,
-      agents: store.agents,
-      pki,
-      agentNats: { url: "nats://127.0.0.1:4222", user: "agent", password: "pw" },
-      heartbeatIntervalMs: 2000,
-    });
+    const joinService = await storeJoinService(store);
     const app = await buildHttpApp({
       store,
       fleet: new FleetView(),

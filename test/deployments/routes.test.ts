@@ -5,9 +5,8 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import Fastify, { type FastifyInstance } from "fastify";
+import type { FastifyInstance } from "fastify";
 import type { DeploymentService } from "../../coordinator/deployments/service.ts";
-import { installErrorHandlers } from "../../coordinator/http/errors.ts";
 import { deploymentRoutes } from "../../coordinator/http/routes/deployments.ts";
 import { gatewayDeploymentRoutes } from "../../coordinator/http/routes/gateway-deployments.ts";
 import { gatewayStubRoutes } from "../../coordinator/http/routes/gateway-stubs.ts";
@@ -15,16 +14,11 @@ import { taskQueueRoutes } from "../../coordinator/http/routes/taskqueue.ts";
 import { TASKS_STREAM, TaskHeaders } from "../../shared/tasks.ts";
 import { startTaskHarness, type TaskHarness } from "../tasks/harness.ts";
 import { deployInput, deploymentService } from "./helpers.ts";
+import { routesApp } from "../helpers/routes-app.ts";
 
 /** The routes as coordinator/http/app.ts registers them (same options and error mapping). */
 async function deploymentApp(h: TaskHarness, deployments: DeploymentService): Promise<FastifyInstance> {
-  const app = Fastify({
-    logger: false,
-    bodyLimit: 32 * 1024 * 1024,
-    ajv: { customOptions: { removeAdditional: false as const, coerceTypes: "array" as const } },
-  });
-  app.decorateRequest("principal", null);
-  installErrorHandlers(app);
+  const app = routesApp();
   const tokens = h.store.tokens;
   await app.register(gatewayStubRoutes(tokens, h.tasks));
   await app.register(gatewayDeploymentRoutes(tokens, deployments));

@@ -5,16 +5,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Store } from "../../coordinator/store/store.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestPostgres } from "../helpers/postgres.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
-const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
-  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
-  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
-];
 
-for (const engine of engines) {
+for (const engine of STORE_ENGINES) {
   describe(`deployment records on ${engine.name}`, () => {
     let store: Store;
     let ws: string;

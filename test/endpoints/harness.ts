@@ -24,6 +24,7 @@ import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import { buildTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
+import { teardownStack } from "../helpers/suite.ts";
 
 /** A stand-in for berth.http_runner: behaviour chosen by the JSON body's `op` (or the asgi path). */
 export class FakeRunner {
@@ -228,14 +229,11 @@ export async function startEndpointHarness(
   suite: { after: (fn: () => unknown) => void },
   o: { endpointDomain?: string; directFoldMs?: number } = {},
 ): Promise<EndpointHarness> {
-  const cleanups: (() => unknown)[] = [];
-  suite.after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
-  const h = await startTaskHarness({ after: (fn) => cleanups.push(fn) }, o);
+  const { defer, later } = teardownStack(suite);
+  const h = await startTaskHarness(later, o);
   const containers = new FakeContainers();
   const tunnels = new FakeTunnels();
-  cleanups.push(() => tunnels.close());
+  defer(() => tunnels.close());
   const deployments = new FakeDeployments();
   const endpoints = new EndpointDispatcher({
     tokens: h.store.tokens,
@@ -245,18 +243,18 @@ export async function startEndpointHarness(
     tasks: h.tasks,
     log: pino({ level: "silent" }),
   });
-  cleanups.push(() => endpoints.close());
+  defer(() => endpoints.close());
   const app = await buildTaskApp(h, o.endpointDomain ? { endpointDomain: o.endpointDomain } : {});
   await app.register(endpointRoutes(endpoints));
   if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
   attachEndpointUpgrades(app.server, endpoints);
   await app.listen({ host: "127.0.0.1", port: 0 });
-  cleanups.push(() => app.close());
+  defer(() => app.close());
   const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
   const token = (await h.store.tokens.create(h.ws.id)).secret;
   const otherToken = (await h.store.tokens.create(h.otherWs.id)).secret;
   const runners: FakeRunner[] = [];
-  cleanups.push(async () => {
+  defer(async () => {
     for (const r of runners) await r.stop();
   });
   return {

@@ -1,14 +1,15 @@
 import assert from "node:assert/strict";
 import { createServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { resolveCoordinatorOptions } from "../../coordinator/options.ts";
 import {
   attachEndpointHostRewrite,
   endpointUrlForHost,
   hostUrl,
 } from "../../coordinator/endpoints/host-names.ts";
-import { type EndpointHarness, startEndpointHarness } from "./harness.ts";
+import { perSuite } from "../helpers/suite.ts";
+import { startEndpointHarness } from "./harness.ts";
 
 test("a deployment's host name stands for /endpoint/id/{id}; other hosts are left alone", () => {
   const d = "apps.example.com";
@@ -65,14 +66,7 @@ test("websocket upgrades are rewritten before any other upgrade listener runs", 
 });
 
 describe("per-deployment host names through the coordinator's HTTP app", () => {
-  let e: EndpointHarness;
-  const cleanups: (() => unknown)[] = [];
-  before(async () => {
-    e = await startEndpointHarness({ after: (fn) => cleanups.push(fn) }, { endpointDomain: "apps.test" });
-  });
-  after(async () => {
-    for (const fn of cleanups) await fn();
-  });
+  const e = perSuite((suite) => startEndpointHarness(suite, { endpointDomain: "apps.test" }));
 
   const post = (host: string, path: string, body: string) =>
     new Promise<{ status: number; body: string }>((resolve, reject) => {

@@ -1,23 +1,17 @@
 import assert from "node:assert/strict";
 import { createServer, type IncomingHttpHeaders, request } from "node:http";
 import type { AddressInfo } from "node:net";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { waitFor } from "../../shared/net.ts";
 import type { TaskStatus } from "../../shared/tasks.ts";
 import { SPEC_TASK_FIELDS } from "../tasks/fixtures.ts";
-import { type EndpointHarness, startEndpointHarness } from "./harness.ts";
+import { perSuite } from "../helpers/suite.ts";
+import { startEndpointHarness } from "./harness.ts";
 
 const params = { names: ["a", "b"], required: ["a"], var_keyword: false, context: false };
 
 describe("endpoint invocation (real task service, fake containers over local HTTP)", () => {
-  let e: EndpointHarness;
-  const cleanups: (() => unknown)[] = [];
-  before(async () => {
-    e = await startEndpointHarness({ after: (fn) => cleanups.push(fn) });
-  });
-  after(async () => {
-    for (const fn of cleanups) await fn();
-  });
+  const e = perSuite((suite) => startEndpointHarness(suite));
 
   const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
     fetch(`${e.base}${path}`, {
@@ -169,7 +163,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
     assert.equal(e.endpoints.slots.inFlightOn("ctr-abandoned"), 0);
   });
 
-  test("callback_url in the body: the callback carries the response as data and the x-task-* headers", async () => {
+  test("callback_url in the body: the callback carries the response as data and the x-task-* headers", async (t) => {
     const got: { headers: IncomingHttpHeaders; body: string }[] = [];
     const receiver = createServer((req, res) => {
       let b = "";
@@ -180,7 +174,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
       });
     });
     await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
-    cleanups.push(() => new Promise((r) => receiver.close(r)));
+    t.after(() => new Promise((r) => receiver.close(r)));
     const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
     const d = await e.deploy("hooked", "endpoint", { extra: { handler_params: params } });
     const runner = await e.addContainer(d.stub.id, "ctr-hooked");

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { once } from "node:events";
 import { connect } from "node:net";
-import { after, before, describe, test } from "node:test";
+import { after, describe, test } from "node:test";
 import { runnerRequest } from "../../coordinator/containers/runner-request.ts";
 import { checkDeployment } from "../../coordinator/deployments/service.ts";
 import { DeploymentCache } from "../../coordinator/deployments/states.ts";
@@ -13,7 +13,8 @@ import { RunnerLabels, type StubConfig, type StubExtra } from "../../shared/task
 import { capacity, stubRecord, world } from "../containers/fakes.ts";
 import { readUntil } from "../proxy/harness.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
-import { type EndpointHarness, startEndpointHarness } from "./harness.ts";
+import { perSuite } from "../helpers/suite.ts";
+import { startEndpointHarness } from "./harness.ts";
 
 const podExtra = (over: Partial<StubExtra> = {}): StubExtra =>
   stubExtra({ entrypoint: ["python3", "-m", "http.server", "8080"], ports: [8080], ...over });
@@ -100,14 +101,7 @@ test("a deployed pod keeps one container with no demand and never idles it out (
 });
 
 describe("a pod deployment's URL (fake containers over local HTTP)", () => {
-  let e: EndpointHarness;
-  const cleanups: (() => unknown)[] = [];
-  before(async () => {
-    e = await startEndpointHarness({ after: (fn) => cleanups.push(fn) });
-  });
-  after(async () => {
-    for (const fn of cleanups) await fn();
-  });
+  const e = perSuite((suite) => startEndpointHarness(suite));
 
   test("authorized=False: plain HTTP to the first port by id without a token, no task recorded", async () => {
     const d = await e.deploy("web", "pod", { config: { authorized: false }, extra: podExtra() });

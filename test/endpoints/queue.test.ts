@@ -1,18 +1,12 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { waitFor } from "../../shared/net.ts";
 import type { TaskStatus } from "../../shared/tasks.ts";
-import { type EndpointHarness, startEndpointHarness } from "./harness.ts";
+import { perSuite } from "../helpers/suite.ts";
+import { startEndpointHarness } from "./harness.ts";
 
 describe("endpoint queue: slots, max_pending_tasks, expiry, unreachable containers", () => {
-  let e: EndpointHarness;
-  const cleanups: (() => unknown)[] = [];
-  before(async () => {
-    e = await startEndpointHarness({ after: (fn) => cleanups.push(fn) });
-  });
-  after(async () => {
-    for (const fn of cleanups) await fn();
-  });
+  const e = perSuite((suite) => startEndpointHarness(suite));
 
   const post = (path: string, body: unknown) =>
     fetch(`${e.base}${path}`, {

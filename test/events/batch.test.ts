@@ -6,23 +6,17 @@
 // split by size, and lost events counted.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { connect } from "nats";
 import pino from "pino";
 import { EVENTS_STREAM, EventStream } from "../../coordinator/events/index.ts";
 import type { BerthEvent, EventType } from "../../shared/events.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
-import { type EventHarness, startEventHarness, until } from "./helpers.ts";
+import { perSuite } from "../helpers/suite.ts";
+import { startEventHarness, until } from "./helpers.ts";
 
 describe("event batches", () => {
-  let h: EventHarness;
-  const cleanups: (() => unknown)[] = [];
-  before(async () => {
-    h = await startEventHarness({ after: (fn) => cleanups.push(fn) });
-  });
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const h = perSuite((suite) => startEventHarness(suite));
 
   const publish = (s: EventStream, ws: Workspace, type: EventType, n: number, data: Record<string, unknown> = {}) =>
     s.publish({

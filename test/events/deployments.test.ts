@@ -3,23 +3,17 @@
 // delete, in order, with their data.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import pino from "pino";
 import { DeploymentService } from "../../coordinator/deployments/service.ts";
 import { deployInput } from "../deployments/helpers.ts";
-import { type EventHarness, startEventHarness, until } from "./helpers.ts";
+import { perSuite } from "../helpers/suite.ts";
+import { startEventHarness, until } from "./helpers.ts";
 
 describe("deployment events", () => {
-  let h: EventHarness;
-  const cleanups: (() => unknown)[] = [];
-  before(async () => {
-    h = await startEventHarness({ after: (fn) => cleanups.push(fn) });
-  });
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const h = perSuite((suite) => startEventHarness(suite));
 
-  test("stub.deploy, deployment.stop/start/scale/delete in order with their data", async () => {
+  test("stub.deploy, deployment.stop/start/scale/delete in order with their data", async (t) => {
     const service = new DeploymentService({
       repo: h.store.deployments,
       tasks: h.tasks,
@@ -28,7 +22,7 @@ describe("deployment events", () => {
       events: h.emitter.emit,
     });
     await service.open();
-    cleanups.push(() => service.close());
+    t.after(() => service.close());
     const d = await service.deploy(h.ws.id, deployInput("web", "endpoint"));
     await service.stop(h.ws.id, d.id);
     await service.stop(h.ws.id, d.id);

@@ -2,36 +2,22 @@
 // whose status changes are emitted as events, and the event routes on a
 // listening Fastify app.
 
-import Fastify, { type FastifyInstance } from "fastify";
-import { connect, type NatsConnection } from "nats";
+import type { NatsConnection } from "nats";
 import pino from "pino";
 import { EventStream, taskEvents, WorkspaceEvents } from "../../coordinator/events/index.ts";
-import { installErrorHandlers } from "../../coordinator/http/errors.ts";
 import { eventRoutes } from "../../coordinator/http/routes/events.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
-import { Store } from "../../coordinator/store/store.ts";
-import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";
 import type { BerthEvent } from "../../shared/events.ts";
-import { closeNats } from "../../shared/nats-server.ts";
 import { type TaskEvent, taskEventSubject } from "../../shared/tasks.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestNats, type TestNats } from "../helpers/nats.ts";
+import { listenRoutes, type RoutesOnNats, startNatsStore, twoWorkspaces } from "../helpers/nats-store.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
-export interface EventHarness {
-  nats: TestNats;
-  store: Store;
+export interface EventHarness extends RoutesOnNats {
   nc: NatsConnection;
   stream: EventStream;
   emitter: WorkspaceEvents;
   tasks: TaskService;
-  app: FastifyInstance;
-  baseUrl: string;
-  ws: Workspace;
-  other: Workspace;
-  token: string;
-  otherToken: string;
   stubId: string;
   /** Publishes a task event as an agent would. */
   agentEvent(ev: Partial<TaskEvent> & Pick<TaskEvent, "type" | "taskId">): Promise<void>;
@@ -45,22 +31,11 @@ export async function startEventHarness(
   suite: { after: (fn: () => unknown) => void },
   o: { heartbeatMs?: number } = {},
 ): Promise<EventHarness> {
-  const cleanups: (() => unknown)[] = [];
-  suite.after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
-  const later = { after: (fn: () => unknown) => cleanups.push(fn) };
-  const nats = await startTestNats(later);
-  const dir = tempDir(later);
-  const store = await Store.open(`sqlite:${dir}/berth.db`);
-  cleanups.push(() => store.close());
-  const creds = { servers: nats.url, user: nats.coordinator.user, pass: nats.coordinator.password };
-  const nc = await connect(creds);
-  cleanups.push(() => closeNats(nc));
+  const { nats, dir, store, nc, agentNc, defer, connectCoordinator } = await startNatsStore(suite);
   const log = pino({ level: "silent" });
   const stream = new EventStream({ nats: nc, log });
   await stream.start();
-  cleanups.push(() => stream.stop());
+  defer(() => stream.stop());
   const emitter = new WorkspaceEvents(stream, store.workspaces, log);
   const tasks = new TaskService({
     store,
@@ -70,25 +45,14 @@ export async function startEventHarness(
     onTaskStatus: taskEvents(emitter.emit),
   });
   await tasks.start();
-  cleanups.push(() => tasks.stop());
-  const agentNc = await connect({ servers: nats.url, user: nats.agent.user, pass: nats.agent.password });
-  cleanups.push(() => closeNats(agentNc));
-
-  const app = Fastify({ logger: false });
-  app.decorateRequest("principal", null);
-  installErrorHandlers(app);
-  await app.register(
-    eventRoutes({ tokens: store.tokens, events: stream, ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}) }),
+  defer(() => tasks.stop());
+  const { app, baseUrl } = await listenRoutes(defer, (app) =>
+    app.register(
+      eventRoutes({ tokens: store.tokens, events: stream, ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}) }),
+    ),
   );
-  await app.listen({ host: "127.0.0.1", port: 0 });
-  cleanups.push(() => app.close());
-  const addr = app.server.address();
-  const baseUrl = `http://127.0.0.1:${typeof addr === "object" && addr ? addr.port : 0}`;
-
-  const ws = await store.workspaces.create("events-main");
-  const other = await store.workspaces.create("events-other");
-  const token = (await store.tokens.create(ws.id, { name: "user" })).secret;
-  const otherToken = (await store.tokens.create(other.id, { name: "user" })).secret;
+  const workspaces = await twoWorkspaces(store, "events");
+  const { ws } = workspaces;
   const { stub } = await tasks.upsertStub(ws.id, {
     name: "square",
     type: "function",
@@ -107,10 +71,7 @@ export async function startEventHarness(
     tasks,
     app,
     baseUrl,
-    ws,
-    other,
-    token,
-    otherToken,
+    ...workspaces,
     stubId: stub.id,
     async agentEvent(ev) {
       const full = {
@@ -125,11 +86,9 @@ export async function startEventHarness(
       await ajs.publish(taskEventSubject(full.agentId, full.taskId), enc.encode(JSON.stringify(full)));
     },
     async secondStream() {
-      const nc2 = await connect(creds);
-      cleanups.push(() => closeNats(nc2));
-      const s = new EventStream({ nats: nc2, log });
+      const s = new EventStream({ nats: await connectCoordinator(), log });
       await s.start();
-      cleanups.push(() => s.stop());
+      defer(() => s.stop());
       return s;
     },
     async collect() {

@@ -4,56 +4,14 @@
 // with from_id and Last-Event-ID, an unknown id refused.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import type { EventType } from "../../shared/events.ts";
-import { type EventHarness, startEventHarness } from "./helpers.ts";
-
-interface SseEvent {
-  id?: string;
-  event?: string;
-  data?: string;
-}
-
-/** Reads server-sent events (and comments) from a streaming response until `enough` says so. */
-async function readSse(res: Response, enough: (evs: SseEvent[], comments: string[]) => boolean) {
-  const reader = (res.body as ReadableStream<Uint8Array>).getReader();
-  const dec = new TextDecoder();
-  const evs: SseEvent[] = [];
-  const comments: string[] = [];
-  let buf = "";
-  while (!enough(evs, comments)) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let at = buf.indexOf("\n\n");
-    while (at >= 0) {
-      const block = buf.slice(0, at);
-      buf = buf.slice(at + 2);
-      const ev: SseEvent = {};
-      for (const line of block.split("\n")) {
-        if (line.startsWith(":")) comments.push(line.slice(1).trim());
-        else {
-          const i = line.indexOf(": ");
-          (ev as Record<string, string>)[line.slice(0, i)] = line.slice(i + 2);
-        }
-      }
-      if (ev.id) evs.push(ev);
-      at = buf.indexOf("\n\n");
-    }
-  }
-  await reader.cancel();
-  return { evs, comments };
-}
+import { readSse } from "../helpers/sse.ts";
+import { perSuite } from "../helpers/suite.ts";
+import { startEventHarness } from "./helpers.ts";
 
 describe("event routes", () => {
-  let h: EventHarness;
-  const cleanups: (() => unknown)[] = [];
-  before(async () => {
-    h = await startEventHarness({ after: (fn) => cleanups.push(fn) }, { heartbeatMs: 50 });
-  });
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const h = perSuite((suite) => startEventHarness(suite, { heartbeatMs: 50 }));
 
   const get = (path: string, token = h.token, headers: Record<string, string> = {}) =>
     fetch(`${h.baseUrl}${path}`, { headers: { authorization: `Bearer ${token}`, ...headers } });

@@ -3,23 +3,17 @@
 // coordinators' events, follow/resume, and publishing with NATS gone.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { connect } from "nats";
 import pino from "pino";
 import { EventStream, WorkspaceEvents } from "../../coordinator/events/index.ts";
 import type { BerthEvent, EventType } from "../../shared/events.ts";
 import type { BerthError } from "../../shared/errors.ts";
-import { type EventHarness, startEventHarness, until } from "./helpers.ts";
+import { perSuite } from "../helpers/suite.ts";
+import { startEventHarness, until } from "./helpers.ts";
 
 describe("event stream", () => {
-  let h: EventHarness;
-  const cleanups: (() => unknown)[] = [];
-  before(async () => {
-    h = await startEventHarness({ after: (fn) => cleanups.push(fn) });
-  });
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const h = perSuite((suite) => startEventHarness(suite));
 
   const publish = (workspaceId: string, ext: string, type: EventType, subject: string, n = 0) =>
     h.stream.publish({ type, workspaceId, workspaceExternalId: ext, subject, data: { n } });

@@ -6,18 +6,15 @@
 
 import assert from "node:assert/strict";
 import { type Agent, request } from "node:http";
-import { join } from "node:path";
 import { test } from "node:test";
 import { TunnelServer, tunnelContainers } from "../../agent/proxy/index.ts";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { ContainerTunnels } from "../../coordinator/containers/tunnels.ts";
 import { COORDINATOR_CLIENT_NAME, ClusterPki, type SecretStore } from "../../coordinator/pki/cluster-pki.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { connectAttempt, waitFor } from "../../shared/net.ts";
-import { needs, tempDir } from "../helpers/env.ts";
-import { FakeAgent } from "../rpc/fake-agent.ts";
-import { execAll, HOST_COMMANDS, hostHarness, MiB } from "./harness.ts";
+import { needs } from "../helpers/env.ts";
+import { realAgent } from "../helpers/real-agent.ts";
+import { execAll, HOST_COMMANDS, MiB } from "./harness.ts";
 
 const AGENT_ID = "agent-expose";
 const PORT = 8000;
@@ -59,12 +56,7 @@ test("exposePort opens a running container's port to the host and the tunnel", {
   timeout: 300_000,
 }, async (t) => {
   if (!needs(t, { root: true, commands: HOST_COMMANDS })) return;
-  const h = await hostHarness(t);
-  const sock = join(tempDir(t), "agent.sock");
-  const server = await startAgentRpcServer({ impl: new FakeAgent(), containers: h.host, unixSocket: sock });
-  t.after(() => server.close());
-  const client = new AgentRpcClient({ address: `unix://${sock}` });
-  t.after(() => client.close());
+  const { h, client } = await realAgent(t);
 
   const pki = await ClusterPki.load(memoryStore());
   const tunnel = await TunnelServer.start({

@@ -19,6 +19,7 @@ import { BerthError } from "../../shared/errors.ts";
 import { deployInput, deploymentService } from "../deployments/helpers.ts";
 import { buildTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
 import { randomKey, webhookSystem } from "../webhooks/helpers.ts";
+import { teardownStack } from "../helpers/suite.ts";
 
 export interface HttpHarness {
   h: TaskHarness;
@@ -77,19 +78,15 @@ export async function startHttpHarness(
     ) => Promise<Partial<HttpDeps>>;
   } = {},
 ): Promise<HttpHarness> {
-  const cleanups: (() => unknown)[] = [];
-  suite.after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
-  const later = { after: (fn: () => unknown) => cleanups.push(fn) };
+  const { defer, later } = teardownStack(suite);
   const h = await startTaskHarness(later);
   const log = pino({ level: "silent" });
   const { service: deployments } = deploymentService(h);
   await deployments.open();
-  cleanups.push(() => deployments.close());
+  defer(() => deployments.close());
   const events = new EventStream({ nats: h.nc, log });
   await events.start();
-  cleanups.push(() => events.stop());
+  defer(() => events.stop());
   const hooks = webhookSystem(h.store, { timeoutMs: 300 });
   const secrets = new SecretService({ db: h.store.db, key: randomKey() });
   const containers = new ContainerTable();
@@ -113,7 +110,7 @@ export async function startHttpHarness(
     },
     ...more,
   });
-  cleanups.push(() => app.close());
+  defer(() => app.close());
 
   const a = h.ws;
   const b = h.otherWs;

@@ -5,16 +5,11 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Store } from "../../coordinator/store/store.ts";
 import type { TaskRecord } from "../../coordinator/store/tasks.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestPostgres } from "../helpers/postgres.ts";
-import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
+import { storedStub, stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
-const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
-  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
-  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
-];
 
-for (const engine of engines) {
+for (const engine of STORE_ENGINES) {
   describe(`task list query on ${engine.name}`, () => {
     let store: Store;
     let ws: string;
@@ -40,13 +35,7 @@ for (const engine of engines) {
         });
         stubs.push(stub.id);
       }
-      const { stub: otherStub } = await store.stubs.upsert(other, {
-        name: "f",
-        type: "function",
-        config: stubConfig(),
-        extra: stubExtra(),
-        objectId: null,
-      });
+      const otherStub = await storedStub(store.stubs, other);
       // 12 tasks, three per second (ties on created_at), alternating stubs; one of another workspace.
       const rows = Array.from({ length: 12 }, (_, i) => ({
         id: `task-${String(i).padStart(2, "0")}`,

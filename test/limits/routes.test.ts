@@ -5,10 +5,10 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import Fastify, { type FastifyInstance } from "fastify";
+import type { FastifyInstance } from "fastify";
 import { connect } from "nats";
 import pino from "pino";
-import { HTTP_STATUS, installErrorHandlers } from "../../coordinator/http/errors.ts";
+import { HTTP_STATUS } from "../../coordinator/http/errors.ts";
 import { gatewayTaskRoutes } from "../../coordinator/http/routes/gateway-tasks.ts";
 import { limitRoutes } from "../../coordinator/http/routes/limits.ts";
 import { WorkspaceLimitsCache } from "../../coordinator/limits/limits.ts";
@@ -21,6 +21,7 @@ import { closeNats } from "../../shared/nats-server.ts";
 import { tempDir } from "../helpers/env.ts";
 import { startTestNats } from "../helpers/nats.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
+import { routesApp } from "../helpers/routes-app.ts";
 
 /** The fields these tests read of any answer (limits route, gateway, error). */
 interface Answer {
@@ -67,10 +68,7 @@ describe("workspace limits routes", () => {
     stubId = (await tasks.upsertStub(team.id, { name: "f", type: "function", config: stubConfig(), extra: stubExtra() }))
       .stub.id;
 
-    // The coordinator's validator options (coordinator/http/app.ts).
-    app = Fastify({ logger: false, ajv: { customOptions: { removeAdditional: false, coerceTypes: "array" } } });
-    app.decorateRequest("principal", null);
-    installErrorHandlers(app);
+    app = routesApp();
     await app.register(
       limitRoutes({
         tokens: store.tokens,

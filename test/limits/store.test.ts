@@ -8,15 +8,10 @@ import { Migrator } from "kysely";
 import { openDatabase } from "../../coordinator/store/db.ts";
 import { migrationProvider } from "../../coordinator/store/migrations/index.ts";
 import { Store } from "../../coordinator/store/store.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestPostgres } from "../helpers/postgres.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
 
-const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
-  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
-  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
-];
 
-for (const engine of engines) {
+for (const engine of STORE_ENGINES) {
   describe(`workspace limits on ${engine.name}`, () => {
     let store: Store;
     const cleanups: (() => unknown)[] = [];

@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { LogLine, LogQuery } from "../../coordinator/logs/index.ts";
 import { runCli } from "../helpers/cluster.ts";
-import { type LogHarness, readSse, startLogHarness } from "./helpers.ts";
+import { readSse } from "../helpers/sse.ts";
+import { type LogHarness, startLogHarness } from "./helpers.ts";
 
 describe("logs", () => {
   let h: LogHarness;

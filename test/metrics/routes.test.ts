@@ -5,15 +5,15 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import Fastify, { type FastifyInstance } from "fastify";
-import { installErrorHandlers } from "../../coordinator/http/errors.ts";
+import type { FastifyInstance } from "fastify";
 import { metricsRoutes } from "../../coordinator/http/routes/metrics.ts";
 import { prometheusRoutes } from "../../coordinator/http/routes/prometheus.ts";
 import { CoordinatorMetrics } from "../../coordinator/metrics/index.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
-import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
+import { storedStub } from "../tasks/fixtures.ts";
 import { parseProm } from "./prom-text.ts";
+import { routesApp } from "../helpers/routes-app.ts";
 
 const T0 = Date.parse("2030-06-01T00:00:00.000Z");
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -39,9 +39,7 @@ describe("metrics routes and /metrics", () => {
       agentStates: () => ["ready", "ready", "lost"],
       processMetrics: false,
     });
-    const a = Fastify({ logger: false, ajv: { customOptions: { removeAdditional: false, coerceTypes: "array" } } });
-    a.decorateRequest("principal", null);
-    installErrorHandlers(a);
+    const a = routesApp();
     await a.register(prometheusRoutes({ metrics, ...(metricsToken ? { token: metricsToken } : {}) }));
     await a.register(metricsRoutes({ tokens: store.tokens, metrics: store.metrics, stubs: store.stubs, clock: () => T0 + 3_600_000 }));
     cleanups.unshift(() => a.close());
@@ -57,10 +55,8 @@ describe("metrics routes and /metrics", () => {
     const other = await store.workspaces.create("other");
     otherExt = other.externalId;
     otherToken = (await store.tokens.create(other.id)).secret;
-    const mk = async (wsId: string, type: string) =>
-      (await store.stubs.upsert(wsId, { name: "f", type, config: stubConfig(), extra: stubExtra(), objectId: null })).stub.id;
-    stubId = await mk(ws.id, "function");
-    otherStubId = await mk(other.id, "endpoint");
+    stubId = (await storedStub(store.stubs, ws.id)).id;
+    otherStubId = (await storedStub(store.stubs, other.id, { type: "endpoint" })).id;
     await store.metrics.insertContainerSamples([
       {
         containerId: "ctr-1",

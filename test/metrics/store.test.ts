@@ -15,13 +15,9 @@ import { waitFor } from "../../shared/net.ts";
 import { type AgentMetricsMessage, subjects } from "../../shared/subjects.ts";
 import { tempDir } from "../helpers/env.ts";
 import { startTestNats } from "../helpers/nats.ts";
-import { startTestPostgres } from "../helpers/postgres.ts";
-import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
+import { storedStub } from "../tasks/fixtures.ts";
 
-const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
-  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
-  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
-];
 
 const T0 = Date.parse("2030-01-01T00:00:00.000Z");
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -71,7 +67,7 @@ function liveAgent(agentId: string, cpuCores: number, gpus: number): LiveAgent {
   };
 }
 
-for (const engine of engines) {
+for (const engine of STORE_ENGINES) {
   describe(`metrics store on ${engine.name}`, () => {
     let store: Store;
     const cleanups: (() => unknown)[] = [];
@@ -83,14 +79,7 @@ for (const engine of engines) {
       store = await Store.open(await engine.url(suite));
       const ws = await store.workspaces.create("metrics");
       wsId = ws.id;
-      const { stub } = await store.stubs.upsert(ws.id, {
-        name: "f",
-        type: "function",
-        config: stubConfig(),
-        extra: stubExtra(),
-        objectId: null,
-      });
-      stubId = stub.id;
+      stubId = (await storedStub(store.stubs, ws.id)).id;
     });
     after(async () => {
       await store?.close();

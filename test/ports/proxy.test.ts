@@ -10,12 +10,11 @@ import { test, type TestContext } from "node:test";
 import type { FastifyInstance } from "fastify";
 import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { JoinService } from "../../coordinator/fleet/join.ts";
 import { buildHttpApp } from "../../coordinator/http/app.ts";
-import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { attachPortUpgrades, PortProxy, type PortTarget } from "../../coordinator/ports/proxy.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
+import { storeJoinService } from "../helpers/join.ts";
 import { AGENT_ID, listen, readUntil, rig } from "../proxy/harness.ts";
 
 interface Seen {
@@ -85,13 +84,7 @@ async function setup(t: TestContext): Promise<Rig> {
     endpointDomain: "apps.test",
     onActivity: (id) => activity.push(id),
   });
-  const join = new JoinService({
-    joinTokens: store.joinTokens,
-    agents: store.agents,
-    pki: await ClusterPki.load(store.kv),
-    agentNats: { url: "nats://127.0.0.1:4222", user: "agent", password: "pw" },
-    heartbeatIntervalMs: 2000,
-  });
+  const join = await storeJoinService(store);
   const app = await buildHttpApp({
     store,
     fleet: new FleetView(),

@@ -21,7 +21,7 @@ import type { StubRecord } from "../../coordinator/store/stubs.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import type { StubExtra } from "../../shared/tasks.ts";
-import { capacity } from "../containers/fakes.ts";
+import { capacity, UnusedAgentCalls } from "../containers/fakes.ts";
 import { tempDir } from "../helpers/env.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
@@ -103,7 +103,7 @@ function status(req: RunContainerRequest, id: string): ContainerStatus {
 const notFound = (id: string) => new BerthError("not_found", `container ${id} not found`);
 
 /** One agent in memory. Unused methods throw. */
-export class FakeSandboxAgent implements SandboxAgentApi {
+export class FakeSandboxAgent extends UnusedAgentCalls implements SandboxAgentApi {
   readonly containers = new Map<string, ContainerStatus>();
   readonly runs: RunContainerRequest[] = [];
   readonly execs: FakeExec[] = [];
@@ -117,7 +117,9 @@ export class FakeSandboxAgent implements SandboxAgentApi {
   /** False: answers ExposePort as an agent from before that call (gRPC UNIMPLEMENTED) does. */
   servesExposePort = false;
 
-  constructor(readonly agentId: string) {}
+  constructor(readonly agentId: string) {
+    super();
+  }
 
   /** Makes the fake an agent that serves ExposePort. */
   withExposePort(): this {
@@ -269,25 +271,6 @@ export class FakeSandboxAgent implements SandboxAgentApi {
     const s = status(req, req.id ?? "ctr-r");
     this.containers.set(s.id, s);
     return s;
-  }
-
-  streamLogs(): never {
-    throw new Error("not used");
-  }
-  pullImage(): never {
-    throw new Error("not used");
-  }
-  listImages(): never {
-    throw new Error("not used");
-  }
-  removeImage(): never {
-    throw new Error("not used");
-  }
-  importImage(): never {
-    throw new Error("not used");
-  }
-  gcImages(): never {
-    throw new Error("not used");
   }
 }
 

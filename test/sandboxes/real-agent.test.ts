@@ -4,18 +4,15 @@
 // client implements them), terminate.
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { test } from "node:test";
 import pino from "pino";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { SandboxService } from "../../coordinator/sandboxes/service.ts";
 import type { SandboxAgentApi } from "../../coordinator/sandboxes/types.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { capacity, oneAgentFleet } from "../containers/fakes.ts";
 import { needs, tempDir } from "../helpers/env.ts";
-import { HOST_COMMANDS, hostHarness } from "../host/harness.ts";
-import { FakeAgent } from "../rpc/fake-agent.ts";
+import { realAgent } from "../helpers/real-agent.ts";
+import { HOST_COMMANDS } from "../host/harness.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
 const AGENT = "agent-real";
@@ -26,12 +23,7 @@ async function* bytes(s: string) {
 
 test("a sandbox on a real agent: exec, output, block network, files, terminate", async (t) => {
   if (!needs(t, { root: true, commands: HOST_COMMANDS })) return;
-  const h = await hostHarness(t);
-  const sock = join(tempDir(t), "agent.sock");
-  const server = await startAgentRpcServer({ impl: new FakeAgent(), containers: h.host, unixSocket: sock });
-  t.after(() => server.close());
-  const client = new AgentRpcClient({ address: `unix://${sock}` });
-  t.after(() => client.close());
+  const { h, client } = await realAgent(t);
   const store = await Store.open(`sqlite:${tempDir(t)}/berth.db`);
   t.after(() => store.close());
   const ws = (await store.workspaces.create("real")).id;

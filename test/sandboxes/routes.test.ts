@@ -4,20 +4,14 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import Fastify, { type FastifyInstance } from "fastify";
-import { installErrorHandlers } from "../../coordinator/http/errors.ts";
+import type { FastifyInstance } from "fastify";
 import { gatewayPodRoutes } from "../../coordinator/http/routes/gateway-pods.ts";
 import { gatewaySandboxRoutes } from "../../coordinator/http/routes/gateway-sandboxes.ts";
 import { type SandboxWorld, sandboxWorld } from "./fakes.ts";
+import { routesApp } from "../helpers/routes-app.ts";
 
 async function sandboxApp(w: SandboxWorld): Promise<FastifyInstance> {
-  const app = Fastify({
-    logger: false,
-    bodyLimit: 32 * 1024 * 1024,
-    ajv: { customOptions: { removeAdditional: false as const, coerceTypes: "array" as const } },
-  });
-  app.decorateRequest("principal", null);
-  installErrorHandlers(app);
+  const app = routesApp();
   await app.register(gatewaySandboxRoutes(w.store.tokens, w.svc));
   await app.register(gatewayPodRoutes(w.store.tokens, w.svc));
   return app;

@@ -5,8 +5,7 @@ import { ScheduleTickRepo } from "../../coordinator/schedules/claims.ts";
 import { createScheduleTicker } from "../../coordinator/schedules/index.ts";
 import type { ActiveSchedule, ScheduleTicker, SubmitTick } from "../../coordinator/schedules/ticker.ts";
 import { Store } from "../../coordinator/store/store.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestPostgres } from "../helpers/postgres.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { FakeTime } from "./fake-time.ts";
 
@@ -15,10 +14,6 @@ const iso = (ms: number) => new Date(ms).toISOString();
 
 // Each ticker gets its own connection to the one database, as separate
 // coordinator processes would.
-const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
-  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
-  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
-];
 
 interface Submitted {
   stubId: string;
@@ -33,7 +28,7 @@ function capturingLog() {
   return { log, lines };
 }
 
-for (const engine of engines) {
+for (const engine of STORE_ENGINES) {
   describe(`schedule ticker on ${engine.name}`, () => {
     let url: string;
     const stores: Store[] = [];

@@ -3,11 +3,8 @@
 // real agent container host (runc) over the agent's gRPC unix socket.
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { test } from "node:test";
 import pino from "pino";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { ContainerManager } from "../../coordinator/containers/manager.ts";
 import { runnerRequest } from "../../coordinator/containers/runner-request.ts";
 import { SecretService } from "../../coordinator/secrets/index.ts";
@@ -15,20 +12,15 @@ import { Store } from "../../coordinator/store/store.ts";
 import { waitFor } from "../../shared/net.ts";
 import { FakeActivity, capacity, oneAgentFleet, stubRecord } from "../containers/fakes.ts";
 import { needs, tempDir } from "../helpers/env.ts";
-import { HOST_COMMANDS, hostHarness } from "../host/harness.ts";
-import { FakeAgent } from "../rpc/fake-agent.ts";
+import { realAgent } from "../helpers/real-agent.ts";
+import { HOST_COMMANDS } from "../host/harness.ts";
 import { randomKey } from "./helpers.ts";
 
 const AGENT = "agent-secrets";
 
 test("a stub's secret is an environment variable inside its container", async (t) => {
   if (!needs(t, { root: true, commands: HOST_COMMANDS })) return;
-  const h = await hostHarness(t);
-  const sock = join(tempDir(t), "agent.sock");
-  const server = await startAgentRpcServer({ impl: new FakeAgent(), containers: h.host, unixSocket: sock });
-  t.after(() => server.close());
-  const client = new AgentRpcClient({ address: `unix://${sock}` });
-  t.after(() => client.close());
+  const { h, client } = await realAgent(t);
   const store = await Store.open(`sqlite:${tempDir(t)}/b.db`);
   t.after(() => store.close());
   const secrets = new SecretService({ db: store.db, key: randomKey() });

@@ -6,26 +6,18 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { JoinService } from "../../coordinator/fleet/join.ts";
 import { buildHttpApp } from "../../coordinator/http/app.ts";
-import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import type { SecretService } from "../../coordinator/secrets/index.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
+import { storeJoinService } from "../helpers/join.ts";
 import { secretService } from "./helpers.ts";
 
 /** The coordinator's HTTP app over a real SQLite store and secret service. */
 export async function secretsApp(cleanups: (() => unknown)[]) {
   const store = await Store.open(`sqlite:${tempDir({ after: (fn) => cleanups.push(fn) })}/b.db`);
   cleanups.unshift(() => store.close());
-  const pki = await ClusterPki.load(store.kv);
-  const join = new JoinService({
-    joinTokens: store.joinTokens,
-    agents: store.agents,
-    pki,
-    agentNats: { url: "nats://127.0.0.1:4222", user: "agent", password: "pw" },
-    heartbeatIntervalMs: 2000,
-  });
+  const join = await storeJoinService(store);
   const secrets = secretService(store);
   const app = await buildHttpApp({
     store,

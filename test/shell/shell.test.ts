@@ -11,16 +11,14 @@ import { fileURLToPath } from "node:url";
 import { test, type TestContext } from "node:test";
 import * as pty from "node-pty";
 import pino from "pino";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { bearerToken } from "../../coordinator/http/auth.ts";
 import { attachShellUpgrades, type ShellTarget } from "../../coordinator/http/routes/shell.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { openShell, type ShellOptions } from "../../cli/commands/shell.ts";
 import { waitFor } from "../../shared/net.ts";
 import { needs, tempDir } from "../helpers/env.ts";
-import { HOST_COMMANDS, hostHarness, MiB } from "../host/harness.ts";
-import { FakeAgent } from "../rpc/fake-agent.ts";
+import { realAgent } from "../helpers/real-agent.ts";
+import { HOST_COMMANDS, MiB } from "../host/harness.ts";
 
 const CLI_MAIN = fileURLToPath(new URL("../../cli/main.ts", import.meta.url));
 const CONTAINER = "ctr-shell1";
@@ -34,12 +32,7 @@ interface World {
 }
 
 async function world(t: TestContext): Promise<World> {
-  const h = await hostHarness(t);
-  const sock = join(tempDir(t), "agent.sock");
-  const server = await startAgentRpcServer({ impl: new FakeAgent(), containers: h.host, unixSocket: sock });
-  t.after(() => server.close());
-  const client = new AgentRpcClient({ address: `unix://${sock}` });
-  t.after(() => client.close());
+  const { h, client } = await realAgent(t);
   await h.host.runContainer({
     id: CONTAINER,
     image: h.imageRef,

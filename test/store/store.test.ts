@@ -1,17 +1,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Store } from "../../coordinator/store/store.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestPostgres } from "../helpers/postgres.ts";
-import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
+import { storedStub, stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
 // One suite, run against both engines.
-const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
-  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
-  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
-];
 
-for (const engine of engines) {
+for (const engine of STORE_ENGINES) {
   describe(`store on ${engine.name}`, () => {
     let store: Store;
     let url: string;
@@ -156,13 +151,7 @@ for (const engine of engines) {
 
     test("tasks: batch insert, batched updates with history, results as bytes, live listing", async () => {
       const ws = await store.workspaces.create("task-ws");
-      const { stub } = await store.stubs.upsert(ws.id, {
-        name: "f",
-        type: "function",
-        config: stubConfig(),
-        extra: stubExtra(),
-        objectId: null,
-      });
+      const stub = await storedStub(store.stubs, ws.id);
       const createdAt = new Date().toISOString();
       const ids = Array.from({ length: 1200 }, (_, i) => `task-store${i}`);
       await store.tasks.insertMany(

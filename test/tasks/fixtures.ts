@@ -1,3 +1,4 @@
+import type { StubRecord, StubRepo } from "../../coordinator/store/stubs.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 
 /** The top-level fields of the spec's Task object (the task status API), sorted. */
@@ -44,4 +45,14 @@ export function stubExtra(over: Partial<StubExtra> = {}): StubExtra {
     headless: false,
     ...over,
   };
+}
+
+/** A stub (by default a function named "f") with the default config and extra and no code object, stored in `stubs`. */
+export async function storedStub(
+  stubs: StubRepo,
+  workspaceId: string,
+  o: { name?: string; type?: string } = {},
+): Promise<StubRecord> {
+  const input = { name: o.name ?? "f", type: o.type ?? "function", config: stubConfig(), extra: stubExtra() };
+  return (await stubs.upsert(workspaceId, { ...input, objectId: null })).stub;
 }

@@ -2,26 +2,24 @@
 // "agent" connection that publishes task events the way agents do.
 
 import type { FastifyInstance } from "fastify";
-import { connect, type NatsConnection } from "nats";
+import type { NatsConnection } from "nats";
 import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { JoinService } from "../../coordinator/fleet/join.ts";
 import { buildHttpApp, type HttpDeps } from "../../coordinator/http/app.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
-import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import type { Store } from "../../coordinator/store/store.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import type { ContainerCounts } from "../../coordinator/tasks/activity.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";
-import { closeNats } from "../../shared/nats-server.ts";
 import {
   type TaskEvent,
   type TaskOutputMessage,
   taskEventSubject,
   taskOutputSubject,
 } from "../../shared/tasks.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestNats, type TestNats } from "../helpers/nats.ts";
+import { storeJoinService } from "../helpers/join.ts";
+import { startNatsStore } from "../helpers/nats-store.ts";
+import type { TestNats } from "../helpers/nats.ts";
 
 export { stubConfig, stubExtra } from "./fixtures.ts";
 
@@ -48,24 +46,8 @@ export async function startTaskHarness(
   suite: { after: (fn: () => unknown) => void },
   o: { directFoldMs?: number } = {},
 ): Promise<TaskHarness> {
-  const cleanups: (() => unknown)[] = [];
-  suite.after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
-  const later = { after: (fn: () => unknown) => cleanups.push(fn) };
-  const nats = await startTestNats(later);
-  const dataDir = tempDir(later);
-  const store = await Store.open(`sqlite:${dataDir}/berth.db`);
-  cleanups.push(() => store.close());
+  const { nats, dir: dataDir, store, nc, agentNc, defer } = await startNatsStore(suite);
   const objects = new Objects(store.objects, dataDir);
-  const nc = await connect({
-    servers: nats.url,
-    user: nats.coordinator.user,
-    pass: nats.coordinator.password,
-  });
-  cleanups.push(() => closeNats(nc));
-  const agentNc = await connect({ servers: nats.url, user: nats.agent.user, pass: nats.agent.password });
-  cleanups.push(() => closeNats(agentNc));
   const counts = new Map<string, number>();
   const containerCounts: ContainerCounts = { activeContainers: (stubId) => counts.get(stubId) ?? 0 };
   const log = pino({ level: "silent" });
@@ -81,7 +63,7 @@ export async function startTaskHarness(
     });
   const tasks = newService();
   await tasks.start();
-  cleanups.push(() => tasks.stop());
+  defer(() => tasks.stop());
   const ws = await store.workspaces.create("tasks-main");
   const otherWs = await store.workspaces.create("tasks-other");
   const js = agentNc.jetstream();
@@ -119,18 +101,10 @@ export async function startTaskHarness(
 
 /** The coordinator's HTTP app over the harness's store and task service (plus `extra` deps), not listening yet. */
 export async function buildTaskApp(h: TaskHarness, extra: Partial<HttpDeps> = {}): Promise<FastifyInstance> {
-  const pki = await ClusterPki.load(h.store.kv);
-  const join = new JoinService({
-    joinTokens: h.store.joinTokens,
-    agents: h.store.agents,
-    pki,
-    agentNats: { url: h.nats.url, user: "agent", password: "pw" },
-    heartbeatIntervalMs: 2000,
-  });
   return buildHttpApp({
     store: h.store,
     fleet: new FleetView(),
-    join,
+    join: await storeJoinService(h.store, h.nats.url),
     logger: false,
     version: "test",
     tasks: h.tasks,

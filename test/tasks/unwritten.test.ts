@@ -12,14 +12,9 @@ import { DirectTasks } from "../../coordinator/tasks/direct.ts";
 import { TaskEngine } from "../../coordinator/tasks/engine.ts";
 import type { LiveTask } from "../../coordinator/tasks/live-index.ts";
 import { waitFor } from "../../shared/net.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestPostgres } from "../helpers/postgres.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
 import { stubConfig, stubExtra } from "./fixtures.ts";
 
-const engines: { name: string; url: (t: { after: (fn: () => unknown) => void }) => Promise<string> }[] = [
-  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
-  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
-];
 
 interface Write {
   inserts: string[];
@@ -27,7 +22,7 @@ interface Write {
   history: TaskHistoryEntry[];
 }
 
-for (const engine of engines) {
+for (const engine of STORE_ENGINES) {
   describe(`direct tasks written once, on ${engine.name}`, () => {
     let store: Store;
     let stub: StubRecord;

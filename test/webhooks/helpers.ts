@@ -7,15 +7,11 @@ import type { Store } from "../../coordinator/store/store.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "../../coordinator/webhooks/index.ts";
 import type { BerthEvent, EventFeed, EventType } from "../../shared/events.ts";
 import { newId } from "../../shared/ids.ts";
-import { tempDir } from "../helpers/env.ts";
-import { startTestPostgres } from "../helpers/postgres.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
 
 type Hooks = { after: (fn: () => unknown) => void };
 
-export const ENGINES: { name: string; url: (t: Hooks) => Promise<string> }[] = [
-  { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
-  { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
-];
+export const ENGINES = STORE_ENGINES;
 
 export const randomKey = (): SecretKey => secretKeyFromBytes(randomBytes(32), "test key");
 

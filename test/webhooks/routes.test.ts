@@ -6,8 +6,7 @@
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import Fastify, { type FastifyInstance } from "fastify";
-import { installErrorHandlers } from "../../coordinator/http/errors.ts";
+import type { FastifyInstance } from "fastify";
 import { webhookRoutes } from "../../coordinator/http/routes/webhooks.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { VALID_EVENT_PATTERNS } from "../../coordinator/webhooks/index.ts";
@@ -20,6 +19,7 @@ import {
   startReceiver,
   webhookSystem,
 } from "./helpers.ts";
+import { routesApp } from "../helpers/routes-app.ts";
 
 describe("webhook routes (inject)", () => {
   let app: FastifyInstance;
@@ -41,13 +41,7 @@ describe("webhook routes (inject)", () => {
     feed = new MemoryFeed();
     await system.dispatcher.start(feed);
     cleanups.unshift(() => system.dispatcher.stop());
-    // The same Fastify options as the coordinator's app (coordinator/http/app.ts).
-    app = Fastify({
-      logger: false,
-      ajv: { customOptions: { removeAdditional: false, coerceTypes: "array" } },
-    });
-    app.decorateRequest("principal", null);
-    installErrorHandlers(app);
+    app = routesApp();
     await app.register(webhookRoutes(store.tokens, system.service));
     cleanups.unshift(() => app.close());
     ws = await store.workspaces.create("main");

@@ -1,0 +1,17 @@
+// A bare Fastify app configured as coordinator/http/app.ts configures the
+// coordinator's (body limit, validator options, principal, error mapping),
+// for tests that register just the routes under test.
+
+import Fastify, { type FastifyInstance } from "fastify";
+import { installErrorHandlers } from "../../coordinator/http/errors.ts";
+
+export function routesApp(): FastifyInstance {
+  const app = Fastify({
+    logger: false,
+    bodyLimit: 32 * 1024 * 1024,
+    ajv: { customOptions: { removeAdditional: false as const, coerceTypes: "array" as const } },
+  });
+  app.decorateRequest("principal", null);
+  installErrorHandlers(app);
+  return app;
+}
