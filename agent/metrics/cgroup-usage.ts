@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { parseFlatKeyed } from "../runtime/cgroups.ts";
 import { join } from "node:path";
 import type { CgroupLayout } from "../runtime/index.ts";
 
@@ -16,15 +17,6 @@ export interface CgroupSample {
   memoryUsageBytes: number;
 }
 
-/** "key value" lines (cpu.stat, memory.stat) → map. */
-export function parseFlatKeyed(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split("\n")) {
-    const [k, v] = line.trim().split(/\s+/);
-    if (k && v !== undefined) out.set(k, Number(v));
-  }
-  return out;
-}
 
 function readNumber(path: string): number {
   const text = readFileSync(path, "utf8").trim();

@@ -2,20 +2,13 @@
 // from GET /api/v1/logs/{ws} (every page) or, with --follow, live from
 // /api/v1/logs/{ws}/stream, reconnecting after the last line seen.
 
+import type { LogLine } from "../../coordinator/logs/query.ts";
 import type { Command } from "commander";
 import { BerthError } from "../../shared/errors.ts";
 import { ApiClient } from "../api-client.ts";
 
-export interface LogLineJson {
-  id: string;
-  timestamp: string;
-  workspace_id: string;
-  stub_id: string;
-  container_id: string;
-  task_id: string | null;
-  stream: "stdout" | "stderr";
-  line: string;
-}
+/** One line as `GET /api/v1/logs/{ws}` answers it. */
+export type LogLineJson = LogLine;
 
 export interface LogsOptions {
   follow?: boolean;
