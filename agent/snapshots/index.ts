@@ -3,7 +3,6 @@ export { type OverlayDirs, overlayDirsOf, upperEntries, writeUpperLayer } from "
 export { type CheckpointSupport, CriuCheck, checkpointUnavailable, type RuncTarget } from "./runc-ops.ts";
 export {
   ContainerSnapshots,
-  imageInfoSummary,
   type SnapshotHost,
   snapshotImageRef,
   type SnapshotOptions,

@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, w
 import { lstat, opendir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
+import { imageSummary } from "../host/image-ops.ts";
 import type { ImageInfo } from "../images/index.ts";
 import type { ContainerStatus, ImageSummary, RunContainerRequest } from "../rpc/container-api.ts";
 import type { ContainerSnapshotApi } from "../rpc/sandbox-api.ts";
@@ -57,17 +58,6 @@ interface SnapshotRecord {
 /** The image reference a memory snapshot's files are committed under. */
 export const snapshotImageRef = (snapshotId: string) => `localhost/berth-snapshot:${snapshotId}`;
 
-export function imageInfoSummary(i: ImageInfo): ImageSummary {
-  return {
-    ref: i.ref,
-    refs: [...i.refs],
-    digest: i.digest,
-    sizeBytes: i.sizeBytes,
-    pulledAt: i.pulledAt,
-    inUse: i.inUseBy.length > 0,
-  };
-}
-
 async function treeBytes(dir: string): Promise<number> {
   let total = 0;
   for await (const ent of await opendir(dir)) {
@@ -95,7 +85,7 @@ export class ContainerSnapshots implements ContainerSnapshotApi {
   }
 
   async commitFilesystem(containerId: string, ref: string): Promise<ImageSummary> {
-    return imageInfoSummary(await this.commit(containerId, ref));
+    return imageSummary(await this.commit(containerId, ref));
   }
 
   private async commit(containerId: string, ref: string): Promise<ImageInfo> {

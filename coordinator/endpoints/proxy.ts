@@ -3,6 +3,7 @@
 
 import {
   type Agent,
+  type ClientRequest,
   type IncomingHttpHeaders,
   type IncomingMessage,
   request,
@@ -26,13 +27,29 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
-export interface ForwardRequest {
+/** Where and what a proxied request goes to: a container port through the agent's tunnel. */
+export interface UpstreamTarget {
   agent: Agent;
   containerId: string;
   port: number;
   method: string;
   path: string;
   headers: Record<string, string | string[]>;
+}
+
+function upstreamRequest(f: UpstreamTarget): ClientRequest {
+  return request({
+    agent: f.agent,
+    // The tunnel's agent makes the connection; the name only keys its pool and never resolves.
+    host: f.containerId,
+    port: f.port,
+    method: f.method,
+    path: f.path,
+    headers: f.headers,
+  });
+}
+
+export interface ForwardRequest extends UpstreamTarget {
   /** The whole body (endpoint), or the caller's request stream (asgi). */
   body: Buffer | Readable;
   res: ServerResponse;
@@ -124,15 +141,7 @@ export function forward(f: ForwardRequest): Promise<ForwardResult> {
       f.signal.removeEventListener("abort", onAbort);
       resolve(r);
     };
-    const up = request({
-      agent: f.agent,
-      // The tunnel's agent makes the connection; the name only keys its pool and never resolves.
-      host: f.containerId,
-      port: f.port,
-      method: f.method,
-      path: f.path,
-      headers: f.headers,
-    });
+    const up = upstreamRequest(f);
     const onAbort = () => {
       up.destroy();
       settle({ kind: "aborted" });
@@ -254,13 +263,7 @@ export function writeJson(res: ServerResponse, status: number, body: unknown, ta
   res.end(text);
 }
 
-export interface RawForwardRequest {
-  agent: Agent;
-  containerId: string;
-  port: number;
-  method: string;
-  path: string;
-  headers: Record<string, string | string[]>;
+export interface RawForwardRequest extends UpstreamTarget {
   /** The caller's request: its body streams to the container as it comes. */
   req: IncomingMessage;
   res: ServerResponse;
@@ -274,15 +277,7 @@ export interface RawForwardRequest {
 export function forwardRaw(f: RawForwardRequest): Promise<void> {
   return new Promise<void>((resolve) => {
     const { req, res } = f;
-    const up = request({
-      agent: f.agent,
-      // The tunnel's agent makes the connection; the name only keys its pool and never resolves.
-      host: f.containerId,
-      port: f.port,
-      method: f.method,
-      path: f.path,
-      headers: f.headers,
-    });
+    const up = upstreamRequest(f);
     const onCallerGone = () => {
       if (!res.writableFinished) up.destroy();
       resolve();
