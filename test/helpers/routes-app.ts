@@ -15,3 +15,20 @@ export function routesApp(): FastifyInstance {
   installErrorHandlers(app);
   return app;
 }
+
+type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
+
+/**
+ * `call(method, url, payload?, token?)`: an inject with a Bearer token,
+ * `defaultToken()` unless another is given. Both are read per call: suites
+ * set them up in before().
+ */
+export function bearerInject(app: () => FastifyInstance, defaultToken: () => string) {
+  return (method: Method, url: string, payload?: unknown, token = defaultToken()) =>
+    app().inject({
+      method,
+      url,
+      headers: { authorization: `Bearer ${token}` },
+      ...(payload !== undefined ? { payload: payload as object } : {}),
+    });
+}

@@ -11,6 +11,8 @@ import type { SecretService } from "../../coordinator/secrets/index.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";
+import { twoWorkspaces } from "../helpers/nats-store.ts";
+import { bearerInject } from "../helpers/routes-app.ts";
 import { secretService } from "./helpers.ts";
 
 /** The coordinator's HTTP app over a real SQLite store and secret service. */
@@ -44,26 +46,21 @@ describe("secret routes (inject)", () => {
 
   before(async () => {
     ({ app, store, secrets } = await secretsApp(cleanups));
-    const ws = await store.workspaces.create("main");
-    wsExt = ws.externalId;
-    wsId = ws.id;
-    token = (await store.tokens.create(ws.id, { name: "user" })).secret;
-    const other = await store.workspaces.create("elsewhere");
-    otherExt = other.externalId;
-    otherToken = (await store.tokens.create(other.id)).secret;
+    const two = await twoWorkspaces(store, "secrets");
+    ({ token, otherToken } = two);
+    wsExt = two.ws.externalId;
+    wsId = two.ws.id;
+    otherExt = two.other.externalId;
   });
   after(async () => {
     for (const fn of cleanups) await fn();
   });
 
   const auth = (t: string) => ({ authorization: `Bearer ${t}` });
-  const call = (method: "GET" | "POST" | "PUT" | "DELETE", url: string, payload?: unknown, t = token) =>
-    app.inject({
-      method,
-      url,
-      headers: auth(t),
-      ...(payload !== undefined ? { payload: payload as object } : {}),
-    });
+  const call = bearerInject(
+    () => app,
+    () => token,
+  );
 
   test("create 201, list, update 200, delete 204; the value is never in a response", async () => {
     const value = "sk-live-value-1234";

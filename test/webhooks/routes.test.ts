@@ -19,7 +19,8 @@ import {
   startReceiver,
   webhookSystem,
 } from "./helpers.ts";
-import { routesApp } from "../helpers/routes-app.ts";
+import { twoWorkspaces } from "../helpers/nats-store.ts";
+import { bearerInject, routesApp } from "../helpers/routes-app.ts";
 
 describe("webhook routes (inject)", () => {
   let app: FastifyInstance;
@@ -44,25 +45,20 @@ describe("webhook routes (inject)", () => {
     app = routesApp();
     await app.register(webhookRoutes(store.tokens, system.service));
     cleanups.unshift(() => app.close());
-    ws = await store.workspaces.create("main");
+    const two = await twoWorkspaces(store, "hooks");
+    ({ ws, token, otherToken } = two);
     wsExt = ws.externalId;
-    token = (await store.tokens.create(ws.id, { name: "user" })).secret;
-    const other = await store.workspaces.create("elsewhere");
-    otherExt = other.externalId;
-    otherToken = (await store.tokens.create(other.id)).secret;
+    otherExt = two.other.externalId;
   });
   after(async () => {
     for (const fn of cleanups) await fn();
   });
 
   const auth = (t: string) => ({ authorization: `Bearer ${t}` });
-  const call = (method: "GET" | "POST" | "PATCH" | "DELETE", url: string, payload?: unknown, t = token) =>
-    app.inject({
-      method,
-      url,
-      headers: auth(t),
-      ...(payload !== undefined ? { payload: payload as object } : {}),
-    });
+  const call = bearerInject(
+    () => app,
+    () => token,
+  );
 
   test("the list pages with limit and cursor, oldest first; a foreign or altered cursor is 400", async () => {
     const rx = await startReceiver(hooks);
@@ -166,7 +162,10 @@ describe("webhook routes (inject)", () => {
     const del = await call("DELETE", `/api/v1/webhook/${wsExt}/${created.id}`);
     assert.equal(del.statusCode, 204);
     assert.equal(del.body, "");
-    assert.deepEqual((await call("GET", `/api/v1/webhook/${wsExt}`)).json(), { webhooks: [], next_cursor: null });
+    assert.deepEqual((await call("GET", `/api/v1/webhook/${wsExt}`)).json(), {
+      webhooks: [],
+      next_cursor: null,
+    });
     const again = await call("DELETE", `/api/v1/webhook/${wsExt}/${created.id}`);
     assert.equal(again.statusCode, 404);
     assert.deepEqual(again.json().error, {
