@@ -30,7 +30,12 @@ export async function waitForStart(
       if (pid) return pid;
       const exit = readExitFile(paths.exitFile);
       const waiterGone = child?.exitCode !== null || child?.signalCode !== null || !child?.pid;
-      if (exit || (waiterGone && !readPidFile(paths.pidFile))) {
+      if (exit || waiterGone) {
+        // A quick process may have started and ended between the two reads:
+        // runc writes the pid file before it runs the process, so a pid file
+        // now means it started (its exit is the caller's to observe).
+        const started = readPidFile(paths.pidFile);
+        if (started) return started;
         throw startFailure(c.id, paths, exit?.code);
       }
       if (Date.now() > deadline) {
