@@ -206,19 +206,23 @@ test("berth shell: a tty exec over the websocket route, then the CLI in a pseudo
           intervalMs: 20,
           what: `${JSON.stringify(text)} in ${JSON.stringify(out.slice(-300))}`,
         });
+      // The remote shell's prompt: the CLI is connected and its terminal raw. Keys typed
+      // before that meet the local line discipline (echoed, buffered) and race the switch.
+      await until("# ");
       term.write("echo cli-$((6+1))\r");
       await until("cli-7");
-      term.write("stty size\r");
-      await until("30 90");
+      // Sizes reach the remote terminal asynchronously: ask until each shows.
+      const sizeShows = (size: string) =>
+        waitFor(
+          () => {
+            term.write("stty size\r");
+            return out.includes(size);
+          },
+          { timeoutMs: 30_000, intervalMs: 500, what: `the remote terminal to be ${size}` },
+        );
+      await sizeShows("30 90");
       term.resize(120, 40);
-      // The resize reaches the remote terminal asynchronously: ask until it shows.
-      await waitFor(
-        () => {
-          term.write("stty size\r");
-          return out.includes("40 120");
-        },
-        { timeoutMs: 30_000, intervalMs: 500, what: "the remote terminal to be 40x120" },
-      );
+      await sizeShows("40 120");
       term.write("echo go-$((1+4)); sleep 100; echo no-$((8+8))\r");
       await until("go-5");
       term.write("\x03");
