@@ -50,7 +50,8 @@ describe("endpoint queue: slots, max_pending_tasks, expiry, unreachable containe
       extra: { concurrent_requests: 2 },
     });
     const a = await e.addContainer(d.stub.id, "ctr-busy-a");
-    const reqs = Array.from({ length: 8 }, (_, i) => post("/endpoint/busy", { op: "slow", ms: 80, i }));
+    // Long enough that the first container cannot drain all eight before the second appears, even on a loaded CI machine.
+    const reqs = Array.from({ length: 8 }, (_, i) => post("/endpoint/busy", { op: "slow", ms: 600, i }));
     await waitFor(() => a.inFlight === 2, { what: "the first container to fill" });
     assert.equal(
       e.h.tasks.containerActivity("ctr-busy-a")?.busy,
