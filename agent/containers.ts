@@ -10,7 +10,7 @@ import { ContainerHost } from "./host/index.ts";
 import { ImageStore } from "./images/index.ts";
 import { Network } from "./network/index.ts";
 import type { ResolvedAgentOptions } from "./options.ts";
-import type { ContainerApi } from "./rpc/container-api.ts";
+import type { ContainerApi } from "../api/index.ts";
 import { ContainerRuntime } from "./runtime/index.ts";
 import { TaskRunners } from "./tasks/runners.ts";
 

@@ -19,8 +19,12 @@ import { type AgentMetrics, startAgentMetrics } from "./metrics/index.ts";
 import { LogShipper, ShippingContainerPublisher } from "./logs/index.ts";
 import type { ResolvedAgentOptions } from "./options.ts";
 import { TunnelServer, tunnelContainers } from "./proxy/index.ts";
-import type { AgentApi } from "./rpc/api.ts";
+import type { AgentApi } from "../api/index.ts";
 import { type AgentRpcServer, startAgentRpcServer } from "./rpc/server.ts";
+
+// The agent process's entry point for `berth agent` (cli/commands/agent.ts),
+// the one agent file outside agent/ may import (docs/architecture.md).
+export { type AgentOptions, resolveAgentOptions } from "./options.ts";
 
 export interface RunningAgent {
   agentId: string | undefined;

@@ -73,7 +73,7 @@ export interface StubExtra {
   min_containers?: number;
   /** Requests one container handles at once (endpoint, asgi, realtime). @default 1 */
   concurrent_requests?: number;
-  /** A schedule's cron expression (shared/cron.ts). */
+  /** A schedule's cron expression (coordinator/schedules/cron.ts). */
   when?: string;
   /** How the handler takes a JSON body (sdk/python/berth/handler_call.py describe_params). */
   handler_params?: HandlerParams;

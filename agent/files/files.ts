@@ -9,7 +9,7 @@ import { constants, lstatSync, mkdirSync, readdirSync } from "node:fs";
 import { type FileHandle, open, rename, rm } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
-import type { ContainerFilesApi, FileInfo, FileSearchMatch, ReplaceResult } from "../rpc/sandbox-api.ts";
+import type { ContainerFilesApi, FileInfo, FileSearchMatch, ReplaceResult } from "../../api/index.ts";
 import { fileError } from "./errors.ts";
 import { fileInfo, readAccountNames } from "./info.ts";
 import { normalizeContainerPath, pathInvalid, pathNotFound, resolveInRoot } from "./resolve.ts";

@@ -3,7 +3,7 @@
 
 import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from "node:fs";
 import { posix } from "node:path";
-import type { FileInfo } from "../rpc/sandbox-api.ts";
+import type { FileInfo } from "../../api/index.ts";
 import { resolveInRoot } from "./resolve.ts";
 
 /** /etc/passwd or /etc/group bigger than this is not read (names fall back to numbers). */

@@ -20,7 +20,7 @@ import {
   writeSync,
 } from "node:fs";
 import { dirname, join, posix } from "node:path";
-import type { FileSearchMatch, ReplaceResult } from "../rpc/sandbox-api.ts";
+import type { FileSearchMatch, ReplaceResult } from "../../api/index.ts";
 import { pathNotFound, resolveInRoot } from "./resolve.ts";
 
 export const MAX_SEARCH_FILE_BYTES = 16 * 1024 * 1024;

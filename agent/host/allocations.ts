@@ -5,7 +5,7 @@
 
 import { BerthError } from "../../shared/errors.ts";
 import type { GpuDevice, GpuReport } from "../../shared/fleet.ts";
-import type { GpuRequest } from "../rpc/container-api.ts";
+import type { GpuRequest } from "../../api/index.ts";
 
 export interface HostResources {
   cpuCores: number;

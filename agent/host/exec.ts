@@ -12,7 +12,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { constants } from "node:os";
 import { join } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
-import type { ExecOutput, ExecRequest, ExecSession } from "../rpc/container-api.ts";
+import type { ExecOutput, ExecRequest, ExecSession } from "../../api/index.ts";
 import { parseUser } from "./request.ts";
 
 const ENV_KEY_RE = /^[^=\0]+$/;

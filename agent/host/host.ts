@@ -16,7 +16,7 @@ import type {
   ImageSummary,
   LogEntry,
   RunContainerRequest,
-} from "../rpc/container-api.ts";
+} from "../../api/index.ts";
 import type { BindMount, ContainerEvent } from "../runtime/index.ts";
 import { ContainerSnapshots } from "../snapshots/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
@@ -348,11 +348,11 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     await this.options.images.remove(ref);
   }
 
-  async importImage(req: import("../rpc/container-api.ts").ImportImageRequest): Promise<ImageSummary> {
+  async importImage(req: import("../../api/index.ts").ImportImageRequest): Promise<ImageSummary> {
     return imageSummary(await importImage(imageOpsStore(this.options.images), req));
   }
 
-  async gcImages(opts?: { unusedForMs?: number }): Promise<import("../rpc/container-api.ts").ImageGcResult> {
+  async gcImages(opts?: { unusedForMs?: number }): Promise<import("../../api/index.ts").ImageGcResult> {
     return gcImages(imageOpsStore(this.options.images), opts);
   }
 

@@ -11,7 +11,7 @@ import type {
   ImageImportKind,
   ImageSummary,
   ImportImageRequest,
-} from "../rpc/container-api.ts";
+} from "../../api/index.ts";
 
 /** What import and gc need from the image store; agent/images' ImageStore has it. */
 export interface ImageOpsStore {

@@ -10,7 +10,7 @@
 
 import { createConnection, type Socket } from "node:net";
 import { constants } from "node:os";
-import type { ExecSession } from "../rpc/container-api.ts";
+import type { ExecSession } from "../../api/index.ts";
 import { OutputQueue, type ResolvedExecRequest } from "./exec.ts";
 
 export const InitFrame = {

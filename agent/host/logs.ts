@@ -7,7 +7,7 @@
 
 import { type FSWatcher, watch } from "node:fs";
 import { type FileHandle, open } from "node:fs/promises";
-import type { LogEntry } from "../rpc/container-api.ts";
+import type { LogEntry } from "../../api/index.ts";
 
 type Stream = LogEntry["stream"];
 

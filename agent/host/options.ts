@@ -6,7 +6,7 @@ import type { GpuReport } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
 import type { ImageInfo, PullOptions, RemoveResult } from "../images/index.ts";
 import type { ContainerNetwork, RecoverReport } from "../network/index.ts";
-import type { ContainerStatus, LogEntry, RunnerConfig } from "../rpc/container-api.ts";
+import type { ContainerStatus, LogEntry, RunnerConfig } from "../../api/index.ts";
 import type { ContainerEvent, ContainerInfo, ContainerSpec, LogLine } from "../runtime/index.ts";
 import type { HostResources } from "./allocations.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { BerthError, describeError, isBerthError } from "../../shared/errors.ts";
 import type { GpuDevice } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
-import type { ContainerStatus } from "../rpc/container-api.ts";
+import type { ContainerStatus } from "../../api/index.ts";
 import type { BindMount } from "../runtime/index.ts";
 import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
 import type { ResolvedContainerHostOptions } from "./options.ts";

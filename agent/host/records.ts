@@ -8,7 +8,7 @@ import type { EgressPolicy } from "../../shared/egress.ts";
 import type { GpuDevice } from "../../shared/fleet.ts";
 import type { ImageInfo } from "../images/index.ts";
 import type { ContainerNetwork } from "../network/index.ts";
-import type { ContainerStatus, RunnerConfig } from "../rpc/container-api.ts";
+import type { ContainerStatus, RunnerConfig } from "../../api/index.ts";
 import type { ContainerInfo } from "../runtime/index.ts";
 import type { ResolvedRunRequest } from "./request.ts";
 

@@ -7,7 +7,7 @@ import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts"
 import { invalid } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
 import { checkSha256 } from "../code/store.ts";
-import type { GpuRequest, RunContainerRequest, RunnerConfig } from "../rpc/container-api.ts";
+import type { GpuRequest, RunContainerRequest, RunnerConfig } from "../../api/index.ts";
 import { checkCpuAndMemory } from "../runtime/spec.ts";
 import { resolveRunnerConfig } from "./runner.ts";
 

@@ -5,14 +5,14 @@
 import { join } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
 import type { ImageInfo } from "../images/index.ts";
-import type { ContainerStatus, ImageSummary, RunContainerRequest } from "../rpc/container-api.ts";
+import type { ContainerStatus, ImageSummary, RunContainerRequest } from "../../api/index.ts";
 import type {
   ContainerFilesApi,
   ContainerSnapshotApi,
   FileInfo,
   FileSearchMatch,
   ReplaceResult,
-} from "../rpc/sandbox-api.ts";
+} from "../../api/index.ts";
 import type { ContainerInfo, ContainerSpec } from "../runtime/index.ts";
 import type { SnapshotHost } from "../snapshots/index.ts";
 import type { HostImages, HostRuntime } from "./options.ts";

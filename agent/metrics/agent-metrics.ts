@@ -1,7 +1,7 @@
 import type { NatsConnection } from "nats";
 import type { HostCapacity } from "../../shared/fleet.ts";
 import { subjects } from "../../shared/subjects.ts";
-import type { ContainerApi } from "../rpc/container-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import { type CgroupLayout, detectCgroups } from "../runtime/index.ts";
 import { cgroupsPathFor } from "../runtime/oci-spec.ts";
 import { GpuUsageReader } from "./gpu-usage.ts";

@@ -2,10 +2,10 @@
 // the tunnel sees them.
 
 import { BerthError } from "../../shared/errors.ts";
-import type { ContainerApi } from "../rpc/container-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import type { TunnelContainers } from "./tunnel-server.ts";
 
-export * from "./protocol.ts";
+export * from "../../api/index.ts";
 export * from "./tunnel-server.ts";
 
 /** The tunnel's view of a container host: a container it does not know is undefined. */

@@ -14,13 +14,13 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { TLSSocket } from "node:tls";
 import { BerthError, type ErrorCode, describeError } from "../../shared/errors.ts";
 import { connectAttempt } from "../../shared/net.ts";
-import type { ContainerState } from "../rpc/container-api.ts";
+import type { ContainerState } from "../../api/index.ts";
 import {
   ERROR_CODE_HEADER,
   CONNECT_TIMEOUT_HEADER,
   parseConnectTimeout,
   parseTunnelTarget,
-} from "./protocol.ts";
+} from "../../api/index.ts";
 
 /** What the tunnel needs to know about a container of this agent. */
 export interface TunnelContainer {

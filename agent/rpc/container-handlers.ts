@@ -6,7 +6,7 @@
 import { constants } from "node:os";
 import type * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
-import type { ContainerApi, ExecSession } from "./container-api.ts";
+import type { ContainerApi, ExecSession } from "../../api/index.ts";
 import {
   runRequestFromProto,
   type WireContainer,
@@ -20,15 +20,15 @@ import {
   execRequestFromProto,
   imageToProto,
   logEntryToProto,
-} from "./container-convert.ts";
-import { toGrpcError } from "./errors.ts";
+} from "../../api/grpc/index.ts";
+import { toGrpcError } from "../../api/grpc/index.ts";
 import {
   type WireGcImagesRequest,
   type WireImportImageRequest,
   gcRequestFromProto,
   gcResultToProto,
   importRequestFromProto,
-} from "./image-convert.ts";
+} from "../../api/grpc/index.ts";
 
 /** Throws (a BerthError) when the caller may not call; see server.ts. */
 export type Authorize = (call: Pick<grpc.ServerUnaryCall<unknown, unknown>, "getAuthContext">) => void;

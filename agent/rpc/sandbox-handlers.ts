@@ -5,17 +5,17 @@
 
 import type * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
-import type { ContainerStatus, RunContainerRequest } from "./container-api.ts";
+import type { ContainerStatus, RunContainerRequest } from "../../api/index.ts";
 import {
   containerToProto,
   imageToProto,
   runRequestFromProto,
   type WireRunContainerRequest,
-} from "./container-convert.ts";
+} from "../../api/grpc/index.ts";
 import { type Authorize, unary } from "./container-handlers.ts";
-import { toGrpcError } from "./errors.ts";
-import type { ContainerFilesApi, ContainerSnapshotApi } from "./sandbox-api.ts";
-import { fileInfoToProto, matchToProto } from "./sandbox-convert.ts";
+import { toGrpcError } from "../../api/grpc/index.ts";
+import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
+import { fileInfoToProto, matchToProto } from "../../api/grpc/index.ts";
 
 export type SandboxApi = ContainerFilesApi & ContainerSnapshotApi;
 

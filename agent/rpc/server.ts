@@ -6,11 +6,11 @@
 import { isIP } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
-import type { AgentApi } from "./api.ts";
-import type { ContainerApi } from "./container-api.ts";
+import type { AgentApi } from "../../api/index.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import { type Authorize, containerHandlers, unary } from "./container-handlers.ts";
-import { capacityToProto, healthToProto } from "./convert.ts";
-import { loadAgentProto } from "./proto.ts";
+import { capacityToProto, healthToProto } from "../../api/grpc/index.ts";
+import { loadAgentProto } from "../../api/grpc/index.ts";
 import { isSandboxApi, type SandboxApi, sandboxHandlers } from "./sandbox-handlers.ts";
 import { bindUnixSocket, resolveUnixSocketPath } from "./unix-socket.ts";
 

@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
 import { imageSummary } from "../host/image-ops.ts";
 import type { ImageInfo } from "../images/index.ts";
-import type { ContainerStatus, ImageSummary, RunContainerRequest } from "../rpc/container-api.ts";
-import type { ContainerSnapshotApi } from "../rpc/sandbox-api.ts";
+import type { ContainerStatus, ImageSummary, RunContainerRequest } from "../../api/index.ts";
+import type { ContainerSnapshotApi } from "../../api/index.ts";
 import { overlayDirsOf, writeUpperLayer } from "./layer.ts";
 import {
   type CheckpointSupport,

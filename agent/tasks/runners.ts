@@ -7,7 +7,7 @@ import type { NatsConnection } from "nats";
 import { BerthError } from "../../shared/errors.ts";
 import { BridgeServer } from "../bridge/server.ts";
 import type { HostRunners } from "../host/options.ts";
-import type { RunnerConfig } from "../rpc/container-api.ts";
+import type { RunnerConfig } from "../../api/index.ts";
 import type { RunnerSlotInfo, TaskWorkerLogger, TaskWorkerOptions } from "./types.ts";
 import { TaskWorker } from "./worker.ts";
 

@@ -3,7 +3,7 @@ import { performance } from "node:perf_hooks";
 import { ContainerHost, type HostEvent } from "../../agent/host/index.ts";
 import { ImageStore } from "../../agent/images/index.ts";
 import { cleanupNetworkByPrefix, Network } from "../../agent/network/index.ts";
-import type { LogEntry } from "../../agent/rpc/container-api.ts";
+import type { LogEntry } from "../../api/index.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
 import { startTestRegistry } from "../../test/helpers/registry.ts";
 import { pushTestImage } from "../../test/helpers/test-image.ts";

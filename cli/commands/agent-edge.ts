@@ -2,7 +2,7 @@
 // agent's container API at the edge, over its root-only unix socket.
 
 import type { Command } from "commander";
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import { collect, keyValues, parseNonNegativeInt, parseSecondsMs, resolveAgentSocket } from "../edge/args.ts";
 import { gcLines, importRequestFromFlags, parseUnusedHours } from "../edge/images.ts";
 import { type EdgeIo, processIo } from "../edge/io.ts";

@@ -1,6 +1,5 @@
 import type { Command } from "commander";
-import { startAgent } from "../../agent/main.ts";
-import { resolveAgentOptions } from "../../agent/options.ts";
+import { resolveAgentOptions, startAgent } from "../../agent/main.ts";
 import { ApiClient } from "../api-client.ts";
 import { formatBytes, printJson, printTable } from "../output.ts";
 import { agentEdgeCommands } from "./agent-edge.ts";

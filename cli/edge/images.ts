@@ -6,8 +6,8 @@ import type {
   ImageImportKind,
   ImageSummary,
   ImportImageRequest,
-} from "../../agent/rpc/container-api.ts";
-import { IMAGE_IMPORT_KINDS, isImageImportKind } from "../../agent/rpc/image-convert.ts";
+} from "../../api/index.ts";
+import { IMAGE_IMPORT_KINDS, isImageImportKind } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { formatBytes } from "../output.ts";
 

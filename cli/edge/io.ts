@@ -4,8 +4,8 @@
 
 import { constants as fsConstants } from "node:fs";
 import { access, lstat } from "node:fs/promises";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 
 export type EdgeClient = ContainerApi & { close(): void };

@@ -1,7 +1,7 @@
 // `berth agent run`: the request built from the flags, and the attached run
 // (follow the logs, wait for the end, exit with the container's code).
 
-import type { ContainerApi, ContainerStatus, RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi, ContainerStatus, RunContainerRequest } from "../../api/index.ts";
 import { type EgressPolicy, resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { sleep } from "../../shared/net.ts";

@@ -1,7 +1,7 @@
 // Tables for `berth agent ps` and `berth agent images`, and the attached
 // `berth agent exec` and `logs` loops.
 
-import type { ContainerApi, ContainerStatus, ImageSummary } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi, ContainerStatus, ImageSummary } from "../../api/index.ts";
 import { formatBytes } from "../output.ts";
 import type { EdgeIo } from "./io.ts";
 

@@ -9,7 +9,7 @@ import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 
 const run = promisify(execFile);

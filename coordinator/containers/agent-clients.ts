@@ -2,9 +2,9 @@
 // agent's heartbeat. The server certificate is checked against the agent id
 // (agents are dialled by IP but named by id).
 
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
-import type { ContainerFilesApi, ContainerSnapshotApi } from "../../agent/rpc/sandbox-api.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
+import type { ContainerApi } from "../../api/index.ts";
+import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { AgentClients } from "./types.ts";

@@ -1,7 +1,7 @@
 // Code archives on agents: pushed at most once per agent and hash, with one
 // push in flight per pair however many containers wait for it.
 
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import type { CodeSource } from "./types.ts";
 
 /** The coordinator could not read its own copy of the archive (not the agent's fault). */

@@ -5,7 +5,7 @@
 // another's a moment later, and the coordinator forgets a container when it
 // goes away.
 
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
 
 export interface ContainerAddressesOptions {
   /** The agents' container APIs (AgentClientPool). */

@@ -2,7 +2,7 @@
 // listeners hear when a container becomes running, starts stopping or is
 // gone (the endpoint router sends requests to running ones only).
 
-import type { ContainerStatus } from "../../agent/rpc/container-api.ts";
+import type { ContainerStatus } from "../../api/index.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { type AgentView, type Reservation, gpuTypeOf } from "../scheduler/cluster-view.ts";
 import { CONFIG_VERSION_LABEL } from "./runner-request.ts";

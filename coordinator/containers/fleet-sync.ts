@@ -3,7 +3,7 @@
 // anything is placed there (their resources count).
 
 import type { Logger } from "pino";
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";

@@ -1,7 +1,7 @@
 // From a stub to what placement and the agent need: resources, GPU wishes,
 // and the RunContainer request of one runner container.
 
-import type { RunContainerRequest, RunnerConfig } from "../../agent/rpc/container-api.ts";
+import type { RunContainerRequest, RunnerConfig } from "../../api/index.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { HTTP_SERVED_TYPES, RunnerLabels, baseStubType } from "../../shared/tasks.ts";
 import type { PlacementRequest } from "../scheduler/place.ts";

@@ -17,7 +17,7 @@ import {
   ERROR_CODE_HEADER,
   MAX_CONNECT_TIMEOUT_MS,
   tunnelError,
-} from "../../agent/proxy/protocol.ts";
+} from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import type { Heartbeat } from "../../shared/fleet.ts";
 import { dialDirect } from "./direct-dial.ts";

@@ -4,7 +4,7 @@ import type { Reservation } from "../scheduler/cluster-view.ts";
 // composition root wires real services and logic tests feed fakes.
 
 import type { Logger } from "pino";
-import type { ContainerApi, RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi, RunContainerRequest } from "../../api/index.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";

@@ -6,11 +6,11 @@
 
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
-import { parseCron } from "../../shared/cron.ts";
+import { parseCron } from "../schedules/cron.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { hostUrl } from "../endpoints/host-names.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
-import type { EventType } from "../../shared/events.ts";
+import type { EventType } from "../events/types.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import type { DeploymentRecord, DeploymentRepo, DeploymentWithStub } from "../store/deployments.ts";
 import type { StubRecord } from "../store/stubs.ts";

@@ -9,7 +9,7 @@
 import type { JsMsg } from "nats";
 import type { Logger } from "pino";
 import { describeError, invalid } from "../../shared/errors.ts";
-import type { BerthEvent } from "../../shared/events.ts";
+import type { BerthEvent } from "./types.ts";
 
 /** Where one event is stored: its message's stream sequence and its index in that message. */
 export interface EventPosition {

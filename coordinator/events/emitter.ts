@@ -6,7 +6,7 @@
 
 import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
-import type { EventSink, EventType } from "../../shared/events.ts";
+import type { EventSink, EventType } from "./types.ts";
 import type { TaskStatus } from "../../shared/tasks.ts";
 import type { Workspace } from "../store/workspaces.ts";
 import type { TaskStatusListener } from "../tasks/engine.ts";

@@ -2,7 +2,7 @@
 // and ISO 8601 times. Batches mix types, so types are matched here, per event.
 
 import { invalid } from "../../shared/errors.ts";
-import { EVENT_TYPES } from "../../shared/events.ts";
+import { EVENT_TYPES } from "./types.ts";
 
 /**
  * Checks `type` patterns against EVENT_TYPES (a pattern that can match

@@ -16,7 +16,7 @@ import {
 } from "nats";
 import type { Logger } from "pino";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
-import type { BerthEvent, EventFeed, EventSink } from "../../shared/events.ts";
+import type { BerthEvent, EventFeed, EventSink } from "./types.ts";
 import { newId } from "../../shared/ids.ts";
 import { type EventPosition, MAX_BATCH_BYTES, batchBody, decodeBatch, formatCursor, parseCursor } from "./batch.ts";
 import { type ScanStart, scanStored } from "../stream-scan.ts";

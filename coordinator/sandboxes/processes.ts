@@ -4,7 +4,7 @@
 // readers follow live. The table lives in this coordinator's memory: a
 // restarted coordinator no longer knows the processes the old one started.
 
-import type { ExecRequest, ExecSession } from "../../agent/rpc/container-api.ts";
+import type { ExecRequest, ExecSession } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { OUTPUT_BUFFER_BYTES, OutputBuffer } from "./output-buffer.ts";
 

@@ -2,7 +2,7 @@
 // image, secrets and code as for a function's runner (runner-request.ts), but
 // the stub's entrypoint instead of the runner, its ports and its egress.
 
-import type { RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import type { RunContainerRequest } from "../../api/index.ts";
 import { type EgressPolicy, resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
 import { RunnerLabels, type StubExtra, baseStubType } from "../../shared/tasks.ts";

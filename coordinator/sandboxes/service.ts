@@ -5,8 +5,8 @@
 
 import { type WorkspaceUsage, fitsLimits, usageOf } from "../scheduler/quota.ts";
 import { randomBytes } from "node:crypto";
-import type { ContainerStatus, ExecRequest, RunContainerRequest } from "../../agent/rpc/container-api.ts";
-import type { ContainerFilesApi } from "../../agent/rpc/sandbox-api.ts";
+import type { ContainerStatus, ExecRequest, RunContainerRequest } from "../../api/index.ts";
+import type { ContainerFilesApi } from "../../api/index.ts";
 import {
   type EgressPolicy,
   type EgressRequest,

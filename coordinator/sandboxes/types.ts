@@ -2,8 +2,8 @@
 // wires the real services, logic tests feed fakes.
 
 import type { Logger } from "pino";
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
-import type { ContainerFilesApi, ContainerSnapshotApi } from "../../agent/rpc/sandbox-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
+import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
 import type { CodeSource, ContainerEventSource, SecretResolver, StubSource } from "../containers/types.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { Reservation } from "../scheduler/cluster-view.ts";

@@ -4,7 +4,7 @@
 // was listening (exits, agent restarts, starts cut short) and rebuilds what
 // the containers hold for placement after a coordinator restart.
 
-import type { ContainerStatus } from "../../agent/rpc/container-api.ts";
+import type { ContainerStatus } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { type AgentView, type Reservation, buildClusterView, gpuTypeOf } from "../scheduler/cluster-view.ts";

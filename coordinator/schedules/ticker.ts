@@ -9,13 +9,13 @@
 // only the latest one fires, once, when a coordinator comes back.
 
 import type { Logger } from "pino";
-import { type CronSchedule, parseCron, previousFire, nextFire } from "../../shared/cron.ts";
+import { type CronSchedule, parseCron, previousFire, nextFire } from "./cron.ts";
 import { describeError } from "../../shared/errors.ts";
 
 export interface ActiveSchedule {
   stubId: string;
   workspaceId: string;
-  /** The cron expression (shared/cron.ts syntax, UTC). */
+  /** The cron expression (cron.ts syntax, UTC). */
   when: string;
   /** When the schedule was deployed or started: no tick before it fires. */
   since: Date;

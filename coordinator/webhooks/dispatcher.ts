@@ -13,7 +13,7 @@ import {
   type EventFeed,
   eventTypeMatches,
   toCloudEvent,
-} from "../../shared/events.ts";
+} from "../events/types.ts";
 import type { SecretKey } from "../secrets/key.ts";
 import type { WebhookDeliveryRecord, WebhookRepo } from "../store/webhooks.ts";
 import { openSigningSecret, signBody } from "./validate.ts";

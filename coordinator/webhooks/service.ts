@@ -4,7 +4,7 @@
 // coordinators see it at their next reload.
 
 import { BerthError } from "../../shared/errors.ts";
-import type { BerthEvent } from "../../shared/events.ts";
+import type { BerthEvent } from "../events/types.ts";
 import { newId } from "../../shared/ids.ts";
 import type { SecretKey } from "../secrets/key.ts";
 import type { Store } from "../store/store.ts";

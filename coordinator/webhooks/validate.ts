@@ -3,7 +3,7 @@
 import { createHmac, randomBytes } from "node:crypto";
 import { isIP } from "node:net";
 import { BerthError } from "../../shared/errors.ts";
-import { EVENT_TYPES } from "../../shared/events.ts";
+import { EVENT_TYPES } from "../events/types.ts";
 import type { SecretKey } from "../secrets/key.ts";
 import { open, seal } from "../secrets/seal.ts";
 

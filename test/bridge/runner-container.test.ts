@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { ContainerHost } from "../../agent/host/index.ts";
 import { ImageStore } from "../../agent/images/index.ts";
-import type { RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import type { RunContainerRequest } from "../../api/index.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { Runc } from "../../agent/runtime/runc.ts";

@@ -3,7 +3,7 @@
 // feeds, and a fleet of real FleetView agents.
 
 import pino from "pino";
-import type { ContainerApi, ContainerStatus, RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi, ContainerStatus, RunContainerRequest } from "../../api/index.ts";
 import { ContainerManager } from "../../coordinator/containers/manager.ts";
 import type {
   ContainerManagerOptions,

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 import pino from "pino";
-import type { ExecSession } from "../../agent/rpc/container-api.ts";
+import type { ExecSession } from "../../api/index.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { buildHttpApp } from "../../coordinator/http/app.ts";
 import { attachShellUpgrades } from "../../coordinator/http/routes/shell.ts";

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import { connect, StringCodec } from "nats";
 import { cleanupNetworkByPrefix } from "../../agent/network/index.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
 import { closeNats } from "../../shared/nats-server.ts";
 import { type ContainerLogBatch, streams, subjects } from "../../shared/subjects.ts";

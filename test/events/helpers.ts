@@ -8,7 +8,7 @@ import { EventStream, taskEvents, WorkspaceEvents } from "../../coordinator/even
 import { eventRoutes } from "../../coordinator/http/routes/events.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";
-import type { BerthEvent } from "../../shared/events.ts";
+import type { BerthEvent } from "../../coordinator/events/types.ts";
 import { type TaskEvent, taskEventSubject } from "../../shared/tasks.ts";
 import { listenRoutes, type RoutesOnNats, startNatsStore, twoWorkspaces } from "../helpers/nats-store.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";

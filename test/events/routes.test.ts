@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import type { EventType } from "../../shared/events.ts";
+import type { EventType } from "../../coordinator/events/types.ts";
 import { readSse } from "../helpers/sse.ts";
 import { perSuite } from "../helpers/suite.ts";
 import { startEventHarness } from "./helpers.ts";

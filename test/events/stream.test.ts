@@ -7,7 +7,7 @@ import { describe, test } from "node:test";
 import { connect } from "nats";
 import pino from "pino";
 import { EventStream, WorkspaceEvents } from "../../coordinator/events/index.ts";
-import type { BerthEvent, EventType } from "../../shared/events.ts";
+import type { BerthEvent, EventType } from "../../coordinator/events/types.ts";
 import type { BerthError } from "../../shared/errors.ts";
 import { perSuite } from "../helpers/suite.ts";
 import { startEventHarness, until } from "./helpers.ts";

@@ -6,8 +6,8 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import type { TestContext } from "node:test";
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
-import type { ContainerFilesApi } from "../../agent/rpc/sandbox-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
+import type { ContainerFilesApi } from "../../api/index.ts";
 import { bytesOf, drain, randomStream, rejectsWith, sh, textOf } from "./harness.ts";
 
 type Api = ContainerApi & ContainerFilesApi;

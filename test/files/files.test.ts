@@ -3,7 +3,7 @@
 
 import { join } from "node:path";
 import { test } from "node:test";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { needs } from "../helpers/env.ts";
 import { HOST_COMMANDS, hostHarness, MiB } from "../host/harness.ts";

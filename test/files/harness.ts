@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import { execAll } from "../host/harness.ts";
 
 export const SLEEP = ["python3", "-c", "import time; time.sleep(600)"];

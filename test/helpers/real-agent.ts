@@ -4,8 +4,8 @@
 
 import { join } from "node:path";
 import type { TestContext } from "node:test";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import type { ContainerApi } from "../../agent/rpc/container-api.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
+import type { ContainerApi } from "../../api/index.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { type HostHarness, hostHarness } from "../host/harness.ts";
 import { FakeAgent } from "../rpc/fake-agent.ts";

@@ -11,7 +11,7 @@ import type { TestContext } from "node:test";
 import { ContainerHost, type ContainerHostOptions, type HostEvent } from "../../agent/host/index.ts";
 import { ImageStore } from "../../agent/images/index.ts";
 import type { Network } from "../../agent/network/index.ts";
-import type { ExecSession, LogEntry } from "../../agent/rpc/container-api.ts";
+import type { ExecSession, LogEntry } from "../../api/index.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { Runc } from "../../agent/runtime/runc.ts";

@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { waitFor } from "../../shared/net.ts";
-import type { ContainerStatus, LogEntry } from "../../agent/rpc/container-api.ts";
+import type { ContainerStatus, LogEntry } from "../../api/index.ts";
 import { createOutside, listenIn, randomPort } from "../network/helpers.ts";
 import { needs } from "../helpers/env.ts";
 import { execAll, HOST_COMMANDS, hostHarness, MiB, PROBE, withTimeout } from "./harness.ts";

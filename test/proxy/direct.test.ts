@@ -10,7 +10,7 @@ import { once } from "node:events";
 import { createServer as createHttpServer } from "node:http";
 import type { Duplex } from "node:stream";
 import { type TestContext, test } from "node:test";
-import type { ContainerStatus } from "../../agent/rpc/container-api.ts";
+import type { ContainerStatus } from "../../api/index.ts";
 import { ContainerAddresses } from "../../coordinator/containers/container-addresses.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { freePort } from "../../shared/net.ts";

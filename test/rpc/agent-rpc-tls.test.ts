@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import * as grpc from "@grpc/grpc-js";
-import type { AgentApi } from "../../agent/rpc/api.ts";
-import { AgentRpcClient, type AgentRpcClientTlsOptions } from "../../agent/rpc/client.ts";
-import { fromGrpcError } from "../../agent/rpc/errors.ts";
-import { loadAgentProto } from "../../agent/rpc/proto.ts";
+import type { AgentApi } from "../../api/index.ts";
+import { AgentRpcClient, type AgentRpcClientTlsOptions } from "../../api/grpc/index.ts";
+import { fromGrpcError } from "../../api/grpc/index.ts";
+import { loadAgentProto } from "../../api/grpc/index.ts";
 import { type AgentRpcServer, startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { type PemCertificate, createClusterCa, issueCertificate } from "../../coordinator/pki/ca.ts";
 import { ClusterPki, type SecretStore } from "../../coordinator/pki/cluster-pki.ts";

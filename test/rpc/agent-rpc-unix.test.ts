@@ -3,7 +3,7 @@ import { spawn } from "node:child_process";
 import { lstatSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { waitFor } from "../../shared/net.ts";

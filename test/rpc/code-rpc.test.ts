@@ -8,7 +8,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { CodeStore } from "../../agent/code/store.ts";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { tempDir } from "../helpers/env.ts";

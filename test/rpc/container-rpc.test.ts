@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { test } from "node:test";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
-import type { ContainerStatus, RunContainerRequest } from "../../agent/rpc/container-api.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
+import type { ContainerStatus, RunContainerRequest } from "../../api/index.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import * as grpc from "@grpc/grpc-js";
-import type { ExecOutput, LogEntry } from "../../agent/rpc/container-api.ts";
+import type { ExecOutput, LogEntry } from "../../api/index.ts";
 import { waitFor } from "../../shared/net.ts";
 import { collect, containerSuites, isBerth } from "./container-rpc-suite.ts";
 

@@ -1,7 +1,7 @@
 // A small AgentApi for exercising the transport: it answers from fields the
 // test sets and counts calls, so a test can tell whether a request reached it.
 
-import type { AgentApi, AgentHealth } from "../../agent/rpc/api.ts";
+import type { AgentApi, AgentHealth } from "../../api/index.ts";
 import type { HostCapacity } from "../../shared/fleet.ts";
 
 export const sampleCapacity: HostCapacity = {

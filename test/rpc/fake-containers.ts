@@ -7,7 +7,7 @@
 //   sleep       waits until killed (exit 128+signo)
 
 import { constants } from "node:os";
-import { AsyncQueue } from "../../agent/rpc/async-queue.ts";
+import { AsyncQueue } from "../../api/grpc/index.ts";
 import type {
   ContainerApi,
   ContainerStatus,
@@ -19,7 +19,7 @@ import type {
   ImportImageRequest,
   LogEntry,
   RunContainerRequest,
-} from "../../agent/rpc/container-api.ts";
+} from "../../api/index.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
 

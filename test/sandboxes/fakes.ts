@@ -10,8 +10,8 @@ import type {
   ExecSession,
   ImageSummary,
   RunContainerRequest,
-} from "../../agent/rpc/container-api.ts";
-import type { FileInfo } from "../../agent/rpc/sandbox-api.ts";
+} from "../../api/index.ts";
+import type { FileInfo } from "../../api/index.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { SandboxService } from "../../coordinator/sandboxes/service.ts";

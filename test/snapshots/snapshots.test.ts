@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { test } from "node:test";
-import { AgentRpcClient } from "../../agent/rpc/client.ts";
+import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { needs } from "../helpers/env.ts";
 import { HOST_COMMANDS, hostHarness, MiB } from "../host/harness.ts";

@@ -8,7 +8,7 @@ import { createHmac, timingSafeEqual } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { Store } from "../../coordinator/store/store.ts";
 import { WebhookDispatcher } from "../../coordinator/webhooks/index.ts";
-import { CLOUDEVENTS_CONTENT_TYPE } from "../../shared/events.ts";
+import { CLOUDEVENTS_CONTENT_TYPE } from "../../coordinator/events/types.ts";
 import { tempDir } from "../helpers/env.ts";
 import { MemoryFeed, event, startReceiver, webhookSystem } from "./helpers.ts";
 

@@ -5,7 +5,7 @@ import pino from "pino";
 import { type SecretKey, secretKeyFromBytes } from "../../coordinator/secrets/index.ts";
 import type { Store } from "../../coordinator/store/store.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "../../coordinator/webhooks/index.ts";
-import type { BerthEvent, EventFeed, EventType } from "../../shared/events.ts";
+import type { BerthEvent, EventFeed, EventType } from "../../coordinator/events/types.ts";
 import { newId } from "../../shared/ids.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 

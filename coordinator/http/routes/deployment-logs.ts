@@ -8,7 +8,7 @@ import { once } from "node:events";
 import { PassThrough } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
-import type { ContainerApi, LogEntry } from "../../../agent/rpc/container-api.ts";
+import type { ContainerApi, LogEntry } from "../../../api/index.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";
 import { authenticator, principalOf } from "../auth.ts";
 import { gatewayResponse, installGatewayErrors } from "../gateway.ts";

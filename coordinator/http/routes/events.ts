@@ -6,7 +6,7 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
-import { toCloudEvent } from "../../../shared/events.ts";
+import { toCloudEvent } from "../../events/types.ts";
 import type { EventStream } from "../../events/stream.ts";
 import { MAX_HISTORY_LIMIT } from "../../events/stream.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";

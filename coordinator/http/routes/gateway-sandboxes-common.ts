@@ -2,7 +2,7 @@
 
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance } from "fastify";
-import type { FileInfo } from "../../../agent/rpc/sandbox-api.ts";
+import type { FileInfo } from "../../../api/index.ts";
 import { BerthError } from "../../../shared/errors.ts";
 import type { ProcessInfo } from "../../sandboxes/processes.ts";
 import type { SandboxView } from "../../sandboxes/types.ts";

@@ -3,19 +3,21 @@
 // frames are terminal bytes both ways; text frames are JSON: the client's
 // `{"type":"resize","cols","rows"}` and the server's `{"type":"exit","code"}`.
 // The exec starts before the upgrade is answered, so an unknown container or
-// a failed exec is a plain HTTP error.
+// a failed exec is a plain HTTP error. The websocket itself is the `ws`
+// package's; the handshake is checked here first so that a malformed one is
+// refused in berth's error shape too.
 
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
-import type { ContainerApi, ExecSession } from "../../../agent/rpc/container-api.ts";
+import { type WebSocket, WebSocketServer } from "ws";
+import type { ContainerApi, ExecSession } from "../../../api/index.ts";
 import { BerthError, describeError, isBerthError } from "../../../shared/errors.ts";
 import type { ManagedContainerInfo } from "../../containers/types.ts";
 import { answerOnSocket, claimUpgrade } from "../../endpoints/websocket.ts";
 import type { Principal, TokenRepo } from "../../store/workspaces.ts";
 import { bearerToken } from "../auth.ts";
 import { HTTP_STATUS } from "../errors.ts";
-import { acceptKey, FrameSocket } from "./shell-socket.ts";
 
 /** A running container a shell may open in. */
 export interface ShellTarget {
@@ -50,6 +52,10 @@ const SHELL_PATH = /^\/api\/v1\/container\/([^/?]+)\/([^/?]+)\/shell(?:\?(.*))?$
 /** bash when the image has it, else sh. */
 export const SHELL_ARGS = ["/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash; fi; exec /bin/sh"];
 const MAX_TERMINAL_SIDE = 10_000;
+/** Largest message taken; a terminal never sends one near it. */
+export const SHELL_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+/** What `ws` takes as a Sec-WebSocket-Key (16 bytes, base64). */
+const WEBSOCKET_KEY = /^[+/0-9A-Za-z]{22}==$/;
 
 class Refusal extends Error {
   constructor(
@@ -70,18 +76,39 @@ const refusalOf = (e: unknown): Refusal => {
 
 /** Serves shell upgrades on `server`; other upgrades are left to other listeners. Returns a detach. */
 export function attachShellUpgrades(server: Server, deps: ShellDeps): () => void {
+  // No permessage-deflate (never accepted), and no set of clients kept: each session ends itself.
+  const wss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    clientTracking: false,
+    maxPayload: SHELL_MAX_MESSAGE_BYTES,
+  });
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const m = SHELL_PATH.exec(req.url ?? "");
     if (!m) return;
     claimUpgrade(server, req);
     socket.on("error", () => {});
-    void serveShell(deps, req, socket, head, m).catch((e) => {
+    void serveShell(deps, wss, req, socket, head, m).catch((e) => {
       deps.log.error({ err: describeError(e) }, "shell session failed");
       answerOnSocket(socket, 500, { error: { code: "internal", message: "internal error" } });
     });
   };
   server.on("upgrade", onUpgrade);
-  return () => server.off("upgrade", onUpgrade);
+  return () => {
+    server.off("upgrade", onUpgrade);
+    wss.close();
+  };
+}
+
+/** Whether `ws` will take the handshake (it answers a bad one itself, in plain text). */
+function isWebsocketHandshake(req: IncomingMessage): boolean {
+  const version = Number(req.headers["sec-websocket-version"]);
+  return (
+    req.method === "GET" &&
+    String(req.headers.upgrade).toLowerCase() === "websocket" &&
+    WEBSOCKET_KEY.test(String(req.headers["sec-websocket-key"] ?? "")) &&
+    (version === 13 || version === 8)
+  );
 }
 
 const decode = (s: string) => {
@@ -94,6 +121,7 @@ const decode = (s: string) => {
 
 async function serveShell(
   deps: ShellDeps,
+  wss: WebSocketServer,
   req: IncomingMessage,
   socket: Duplex,
   head: Buffer,
@@ -113,8 +141,12 @@ async function serveShell(
     // Another workspace's container reads as missing.
     if (!target || target.workspaceId !== p.workspace.id)
       throw new Refusal(404, "not_found", `container ${containerId} not found or not running`);
-    if (String(req.headers.upgrade).toLowerCase() !== "websocket" || !req.headers["sec-websocket-key"])
-      throw new Refusal(400, "invalid_request", "this route takes a websocket (Upgrade: websocket)");
+    if (!isWebsocketHandshake(req))
+      throw new Refusal(
+        400,
+        "invalid_request",
+        "this route takes a websocket (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)",
+      );
     session = await deps.agents.client(target.agentId).exec(containerId, {
       args: SHELL_ARGS,
       tty: true,
@@ -128,11 +160,12 @@ async function serveShell(
   }
   const size = new URLSearchParams(m[3] ?? "");
   resize(session, Number(size.get("cols")), Number(size.get("rows")));
-  socket.write(
-    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-      `Sec-WebSocket-Accept: ${acceptKey(String(req.headers["sec-websocket-key"]))}\r\n\r\n`,
-  );
-  pipeSession(session, new FrameSocketBox(socket, head), deps.log, containerId);
+  // The peer may have gone while the exec started: `ws` upgrades no such socket, and the shell goes.
+  if (socket.destroyed || !socket.readable || !socket.writable) {
+    session.kill("SIGKILL");
+    return;
+  }
+  wss.handleUpgrade(req, socket, head, (conn) => pipeSession(session, conn, deps.log, containerId));
 }
 
 async function principal(tokens: TokenRepo, authorization: string | undefined): Promise<Principal> {
@@ -146,26 +179,11 @@ function resize(session: ExecSession, cols: number, rows: number): void {
   if (ok(cols) && ok(rows)) session.resize?.(cols, rows);
 }
 
-/** The websocket with its handlers set once the session is known. */
-class FrameSocketBox {
-  onMessage: (data: Buffer, binary: boolean) => void = () => {};
-  onClose: () => void = () => {};
-  readonly ws: FrameSocket;
-
-  constructor(socket: Duplex, head: Buffer) {
-    this.ws = new FrameSocket(
-      socket,
-      "server",
-      { message: (d, b) => this.onMessage(d, b), close: () => this.onClose() },
-      head,
-    );
-  }
-}
-
-function pipeSession(session: ExecSession, box: FrameSocketBox, log: Logger, containerId: string): void {
-  const { ws } = box;
+function pipeSession(session: ExecSession, ws: WebSocket, log: Logger, containerId: string): void {
   let exited = false;
-  box.onMessage = (data, binary) => {
+  ws.on("message", (raw, binary) => {
+    // binaryType is "nodebuffer": every message is one Buffer.
+    const data = raw as Buffer;
     if (binary) {
       if (!exited) session.writeStdin(data);
       return;
@@ -177,22 +195,24 @@ function pipeSession(session: ExecSession, box: FrameSocketBox, log: Logger, con
       return;
     }
     if (msg?.type === "resize") resize(session, Number(msg.cols), Number(msg.rows));
-  };
+  });
+  // A protocol error or a reset: `ws` closes the connection and says "close" next.
+  ws.on("error", () => {});
   // The terminal went away: the shell goes too (a tty's hangup).
-  box.onClose = () => {
+  ws.on("close", () => {
     if (!exited) session.kill("SIGKILL");
-  };
+  });
   void (async () => {
     try {
-      for await (const out of session.output) ws.sendBinary(out.data);
+      for await (const out of session.output) ws.send(out.data, { binary: true });
       const code = await session.exit;
       exited = true;
-      ws.sendText(JSON.stringify({ type: "exit", code }));
+      ws.send(JSON.stringify({ type: "exit", code }), { binary: false });
       ws.close(1000);
     } catch (e) {
       exited = true;
       log.warn({ err: describeError(e), containerId }, "shell exec ended with an error");
-      ws.sendText(JSON.stringify({ type: "error", message: describeError(e) }));
+      ws.send(JSON.stringify({ type: "error", message: describeError(e) }), { binary: false });
       ws.close(1011, "exec failed");
     }
   })();

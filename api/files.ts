@@ -1,6 +1,6 @@
-// The sandbox half of the agent's API: files inside a container's root and
-// snapshots. Like ContainerApi, the local implementation (agent/host) and the
-// gRPC client (agent/rpc) implement this same interface (docs/sandboxes.md).
+// Files inside a container's root, the sandbox half of the agent's API with
+// snapshots.ts. Like ContainerApi, the local implementation (agent/host) and
+// the gRPC client (api/grpc) implement this same interface (docs/sandboxes.md).
 //
 // Paths are the container's own: absolute ("/app/x.txt") or relative to "/".
 // They resolve inside the container's root filesystem as the container sees
@@ -8,8 +8,6 @@
 // stops at the container's root. Errors: path_not_found (NotFound) and
 // path_invalid (InvalidArgument) name the path in their message and in
 // details.path; an unknown container is not_found.
-
-import type { ContainerStatus, ImageSummary, RunContainerRequest } from "./container-api.ts";
 
 export interface FileInfo {
   /** Base name ("" for the root). */
@@ -77,26 +75,4 @@ export interface ContainerFilesApi {
   findInFiles(containerId: string, path: string, pattern: string): Promise<FileSearchMatch[]>;
   /** Replaces every occurrence of a literal string in a file or the files under a directory. */
   replaceInFiles(containerId: string, path: string, oldString: string, newString: string): Promise<ReplaceResult[]>;
-}
-
-export interface ContainerSnapshotApi {
-  /**
-   * The container's image plus everything written in its root filesystem
-   * since it started, as a new image in this agent's image store, known by
-   * `ref` afterwards (a RunContainerRequest.image on this agent).
-   */
-  commitFilesystem(containerId: string, ref: string): Promise<ImageSummary>;
-  /**
-   * Whether this host can checkpoint memory (`criu check` passes); the reason
-   * when not. Checked once and remembered.
-   */
-  checkpointSupport(): Promise<{ supported: boolean; reason?: string }>;
-  /**
-   * `runc checkpoint --leave-running` into the agent's snapshot store under
-   * snapshotId. checkpoint_unavailable (with the criu check output) when the
-   * host cannot.
-   */
-  checkpointMemory(containerId: string, snapshotId: string): Promise<{ snapshotId: string; sizeBytes: number }>;
-  /** A new container restored from a snapshot (`runc restore`), with the request's id, labels and limits. */
-  restoreMemory(snapshotId: string, req: RunContainerRequest): Promise<ContainerStatus>;
 }

@@ -1,8 +1,9 @@
 // The container half of the agent's API. The local implementation
-// (agent/host/ContainerHost) and the gRPC client (agent/rpc/client.ts)
-// implement this same interface; protobuf types never leave agent/rpc.
+// (agent/host/ContainerHost) and the gRPC client (api/grpc/client.ts)
+// implement this same interface; protobuf types never leave api/grpc and
+// agent/rpc.
 
-import type { EgressPolicy } from "../../shared/egress.ts";
+import type { EgressPolicy } from "../shared/egress.ts";
 
 export type ContainerState = "created" | "running" | "stopped";
 export type ExitReason = "exited" | "oom_killed" | "killed" | "timed_out" | "unknown";
@@ -136,7 +137,13 @@ export interface ImageSummary {
  * What an import reads: "auto" takes a directory or a plain filesystem
  * tarball as a rootfs, and an OCI or `docker save` archive as what it is.
  */
-export type ImageImportKind = "auto" | "oci-archive" | "docker-archive" | "rootfs";
+/** How ImportImage reads its file; "auto" looks at the file itself. */
+export const IMAGE_IMPORT_KINDS = ["auto", "oci-archive", "docker-archive", "rootfs"] as const;
+export type ImageImportKind = (typeof IMAGE_IMPORT_KINDS)[number];
+
+export function isImageImportKind(k: string): k is ImageImportKind {
+  return (IMAGE_IMPORT_KINDS as readonly string[]).includes(k);
+}
 
 export interface ImportImageRequest {
   /** Absolute path on the agent's host (a file or, for a rootfs, a directory). */

@@ -3,7 +3,7 @@
 // malformed one is internal, not the caller's fault.
 
 import { BerthError } from "../../shared/errors.ts";
-import type { FileInfo, FilePosition, FileSearchMatch, ReplaceResult } from "./sandbox-api.ts";
+import type { FileInfo, FilePosition, FileSearchMatch, ReplaceResult } from "../files.ts";
 
 export interface WireFileInfo {
   name: string;

@@ -6,7 +6,7 @@ import * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 import type { HostCapacity } from "../../shared/fleet.ts";
-import type { AgentApi, AgentHealth } from "./api.ts";
+import type { AgentApi, AgentHealth } from "../agent.ts";
 import type {
   ContainerApi,
   ContainerStatus,
@@ -16,18 +16,13 @@ import type {
   ImportImageRequest,
   LogEntry,
   RunContainerRequest,
-} from "./container-api.ts";
+} from "../containers.ts";
 import { ContainerRpcClient, type RpcChannel, unaryCall } from "./container-client.ts";
-import { type WireCapacity, type WireHealthResponse, capacityFromProto, healthFromProto } from "./convert.ts";
+import { type WireCapacity, type WireHealthResponse, capacityFromProto, healthFromProto } from "./agent-convert.ts";
 import type { RpcExecSession } from "./exec-client.ts";
 import { loadAgentProto } from "./proto.ts";
-import type {
-  ContainerFilesApi,
-  ContainerSnapshotApi,
-  FileInfo,
-  FileSearchMatch,
-  ReplaceResult,
-} from "./sandbox-api.ts";
+import type { ContainerFilesApi, FileInfo, FileSearchMatch, ReplaceResult } from "../files.ts";
+import type { ContainerSnapshotApi } from "../snapshots.ts";
 import { SandboxRpcClient } from "./sandbox-client.ts";
 
 export interface AgentRpcClientTlsOptions {

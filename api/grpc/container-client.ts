@@ -16,7 +16,7 @@ import type {
   ImportImageRequest,
   LogEntry,
   RunContainerRequest,
-} from "./container-api.ts";
+} from "../containers.ts";
 import {
   type WireContainer,
   type WireImage,

@@ -2,7 +2,7 @@
 // (AgentRpcClient) and the agent's own implementation are the same interface,
 // so the coordinator and edge tools never touch protobuf types.
 
-import type { HostCapacity } from "../../shared/fleet.ts";
+import type { HostCapacity } from "../shared/fleet.ts";
 
 export type ServingStatus = "SERVING" | "NOT_SERVING";
 

@@ -2,7 +2,13 @@
 // container-convert.ts).
 
 import { BerthError } from "../../shared/errors.ts";
-import type { ImageGcResult, ImageImportKind, ImportImageRequest } from "./container-api.ts";
+import {
+  IMAGE_IMPORT_KINDS,
+  type ImageGcResult,
+  type ImageImportKind,
+  type ImportImageRequest,
+  isImageImportKind,
+} from "../containers.ts";
 
 export interface WireImportImageRequest {
   path: string;
@@ -27,11 +33,6 @@ const KIND_TO_WIRE: Record<ImageImportKind, string> = {
 };
 const KIND_FROM_WIRE = new Map(Object.entries(KIND_TO_WIRE).map(([k, w]) => [w, k as ImageImportKind]));
 
-export const IMAGE_IMPORT_KINDS = Object.keys(KIND_TO_WIRE) as ImageImportKind[];
-
-export function isImageImportKind(k: string): k is ImageImportKind {
-  return Object.hasOwn(KIND_TO_WIRE, k);
-}
 
 function safeUint(n: number, field: string, code: "invalid_request" | "internal"): number {
   if (!Number.isSafeInteger(n) || n < 0)

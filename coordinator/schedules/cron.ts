@@ -15,8 +15,15 @@
 //
 // Time zones are not supported: every expression is read in UTC, so a
 // schedule never fires twice or not at all around a daylight saving change.
+//
+// Fire times come from croner. The syntax above is checked here first:
+// croner takes more (seconds and year fields, L, W, #, ?) and says less
+// about what is wrong, and a refusal must name the field. croner is then
+// given the parsed sets as plain comma lists, with the day rule chosen by
+// the Vixie test above (croner's own test looks only for a bare `*`).
 
-import { BerthError } from "./errors.ts";
+import { Cron } from "croner";
+import { BerthError } from "../../shared/errors.ts";
 
 /** A refused cron expression; its message names the field and the reason. */
 export class CronError extends BerthError {
@@ -189,51 +196,37 @@ function value(f: FieldSpec, text: string, fail: (reason: string) => never): num
   return fail(`"${text}" is not a number${known}`);
 }
 
-function dayMatches(s: CronSchedule, d: Date): boolean {
-  const dom = s.daysOfMonth[d.getUTCDate()] === true;
-  const dow = s.daysOfWeek[d.getUTCDay()] === true;
-  if (s.domRestricted && s.dowRestricted) return dom || dow;
-  return dom && dow;
-}
+/** croner's schedule for a parsed expression, made once per CronSchedule. */
+const crons = new WeakMap<CronSchedule, Cron>();
 
-const MINUTE = 60_000;
-// Every schedule that parses fires at least once in any 8 years (29 February
-// skips 2100), so this many steps always reach a fire time.
-const MAX_STEPS = 100_000;
+const list = (set: readonly boolean[]) => set.flatMap((on, v) => (on ? [v] : [])).join(",");
+
+function cronOf(s: CronSchedule): Cron {
+  let c = crons.get(s);
+  if (!c) {
+    // Explicit lists, never `*`: croner's OR rule would read a bare `*` as unrestricted, and which
+    // day rule applies is decided here, from the expression's text.
+    const pattern = [s.minutes, s.hours, s.daysOfMonth, s.months, s.daysOfWeek].map(list).join(" ");
+    c = new Cron(pattern, {
+      timezone: "UTC",
+      mode: "5-part",
+      domAndDow: !(s.domRestricted && s.dowRestricted),
+    });
+    crons.set(s, c);
+  }
+  return c;
+}
 
 /** The first fire time strictly after `after` (whole minutes, UTC). */
 export function nextFire(s: CronSchedule, after: Date): Date {
-  let t = Math.floor(after.getTime() / MINUTE) * MINUTE + MINUTE;
-  for (let i = 0; i < MAX_STEPS; i++) {
-    const d = new Date(t);
-    const [y, mo, day, h] = [d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate(), d.getUTCHours()];
-    if (!s.months[mo + 1]) t = Date.UTC(y, mo + 1, 1);
-    else if (!dayMatches(s, d)) t = Date.UTC(y, mo, day + 1);
-    else if (!s.hours[h]) t = Date.UTC(y, mo, day, h + 1);
-    else {
-      const m = s.minutes.indexOf(true, d.getUTCMinutes());
-      if (m >= 0) return new Date(Date.UTC(y, mo, day, h, m));
-      t = Date.UTC(y, mo, day, h + 1);
-    }
-  }
-  throw new CronError(s.source, `no fire time found after ${after.toISOString()}`);
+  const next = cronOf(s).nextRun(after);
+  if (!next) throw new CronError(s.source, `no fire time found after ${after.toISOString()}`);
+  return next;
 }
 
 /** The last fire time strictly before `before` (whole minutes, UTC). */
 export function previousFire(s: CronSchedule, before: Date): Date {
-  let t = Math.ceil(before.getTime() / MINUTE) * MINUTE - MINUTE;
-  for (let i = 0; i < MAX_STEPS; i++) {
-    const d = new Date(t);
-    const [y, mo, day, h] = [d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate(), d.getUTCHours()];
-    // Each miss steps back to the last minute of the previous month, day or hour.
-    if (!s.months[mo + 1]) t = Date.UTC(y, mo, 1) - MINUTE;
-    else if (!dayMatches(s, d)) t = Date.UTC(y, mo, day) - MINUTE;
-    else if (!s.hours[h]) t = Date.UTC(y, mo, day, h) - MINUTE;
-    else {
-      const m = s.minutes.lastIndexOf(true, d.getUTCMinutes());
-      if (m >= 0) return new Date(Date.UTC(y, mo, day, h, m));
-      t = Date.UTC(y, mo, day, h) - MINUTE;
-    }
-  }
-  throw new CronError(s.source, `no fire time found before ${before.toISOString()}`);
+  const [previous] = cronOf(s).previousRuns(1, before);
+  if (!previous) throw new CronError(s.source, `no fire time found before ${before.toISOString()}`);
+  return previous;
 }

@@ -6,7 +6,7 @@
 //   ← HTTP/1.1 200 Connection Established    then raw bytes both ways
 //   ← HTTP/1.1 4xx/5xx, Berth-Error-Code: <shared/errors.ts code>, a one-line text body
 
-import { BerthError, CATALOG, type ErrorCode } from "../../shared/errors.ts";
+import { BerthError, CATALOG, type ErrorCode } from "../shared/errors.ts";
 
 /** How long the agent keeps retrying a refused connection while the container's server starts. */
 export const CONNECT_TIMEOUT_HEADER = "berth-connect-timeout-ms";

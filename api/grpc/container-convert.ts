@@ -15,7 +15,7 @@ import type {
   LogEntry,
   RunContainerRequest,
   RunnerConfig,
-} from "./container-api.ts";
+} from "../containers.ts";
 
 type WireContainerState =
   | "CONTAINER_STATE_UNSPECIFIED"

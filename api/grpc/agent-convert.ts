@@ -4,7 +4,7 @@
 
 import { BerthError } from "../../shared/errors.ts";
 import type { GpuDevice, GpuReport, HostCapacity } from "../../shared/fleet.ts";
-import type { AgentHealth } from "./api.ts";
+import type { AgentHealth } from "../agent.ts";
 
 type WireServingStatus = "SERVING_STATUS_UNSPECIFIED" | "SERVING" | "NOT_SERVING";
 

@@ -6,7 +6,7 @@
 import * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
 import { AsyncQueue } from "./async-queue.ts";
-import type { ExecOutput, ExecRequest, ExecSession } from "./container-api.ts";
+import type { ExecOutput, ExecRequest, ExecSession } from "../containers.ts";
 import type { RpcChannel } from "./container-client.ts";
 import { execRequestToProto } from "./container-convert.ts";
 import { fromGrpcError } from "./errors.ts";

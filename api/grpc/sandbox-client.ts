@@ -4,7 +4,7 @@
 // when the caller aborts or leaves the loop), WriteFile the long one.
 
 import { BerthError } from "../../shared/errors.ts";
-import type { ContainerStatus, ImageSummary, RunContainerRequest } from "./container-api.ts";
+import type { ContainerStatus, ImageSummary, RunContainerRequest } from "../containers.ts";
 import { type RpcChannel, streamCall, unaryCall, uploadCall } from "./container-client.ts";
 import {
   containerFromProto,
@@ -13,20 +13,15 @@ import {
   type WireContainer,
   type WireImage,
 } from "./container-convert.ts";
-import type {
-  ContainerFilesApi,
-  ContainerSnapshotApi,
-  FileInfo,
-  FileSearchMatch,
-  ReplaceResult,
-} from "./sandbox-api.ts";
+import type { ContainerFilesApi, FileInfo, FileSearchMatch, ReplaceResult } from "../files.ts";
+import type { ContainerSnapshotApi } from "../snapshots.ts";
 import {
   fileInfoFromProto,
   matchFromProto,
   replaceResultFromProto,
   type WireFileInfo,
   type WireFileSearchMatch,
-} from "./sandbox-convert.ts";
+} from "./files-convert.ts";
 
 /** Largest data field of one WriteFile message. */
 export const WRITE_FILE_CHUNK_BYTES = 64 * 1024;
