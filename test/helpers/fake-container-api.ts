@@ -1,0 +1,733 @@
+// The one in-memory agent for tests: ContainerApi, ContainerFilesApi and
+// ContainerSnapshotApi kept in maps, every call recorded. The same
+// conformance suite that holds the real host and the gRPC client to the
+// contract runs against it (test/conformance/fake.test.ts), so what the
+// coordinator's logic tests see is what an agent does.
+//
+// Hooks for the tests: `calls` (every call, as [method, ...args]), `runs`,
+// `failRun` (errors for the next runContainer calls), `failWith` (every call
+// rejects), `gate` (holds runContainer calls), `onStop`, `exit()` (a
+// container's end, as the runtime reports it), `appendLog`/`endLogs`,
+// `execs` (each exec a FakeExec the test can drive), `refused` (methods that
+// fail the test when called), `checkpointError`, `servesExposePort`.
+//
+// With `scripted: true` containers and execs also play a small vocabulary:
+//   sh -c "S; S; ..."  where each S is `echo WORDS [>&2]`, `sleep SECONDS` or
+//                      `exit N` (a script with anything else is left to the test)
+//   upper / cat        echo stdin to stdout (upper-cased); exit 0 when stdin closes
+//   exit N MSG         writes MSG to stdout and "bye\n" to stderr, exits N
+//   sleep              waits until killed (exit 128+signo)
+// A container runs its script once (its output becomes log lines, its exit
+// the container's); an exec's output is the exec's.
+
+import { posix } from "node:path";
+import { constants } from "node:os";
+import { AsyncQueue } from "../../api/grpc/index.ts";
+import type {
+  ContainerApi,
+  ContainerFilesApi,
+  ContainerSnapshotApi,
+  ContainerStatus,
+  ExecOutput,
+  ExecRequest,
+  ExecSession,
+  ExitReason,
+  FileInfo,
+  FileSearchMatch,
+  ImageGcResult,
+  ImageSummary,
+  ImportImageRequest,
+  LogEntry,
+  ReplaceResult,
+  RunContainerRequest,
+} from "../../api/index.ts";
+import type { EgressPolicy } from "../../shared/egress.ts";
+import { BerthError } from "../../shared/errors.ts";
+
+/** A status with every field set, for wire round trips and CLI output. */
+export function sampleStatus(id: string, over: Partial<ContainerStatus> = {}): ContainerStatus {
+  return {
+    id,
+    image: "docker.io/library/python:3.12-slim",
+    imageDigest: "sha256:0123456789abcdef",
+    state: "running",
+    pid: 4242,
+    createdAt: 1_700_000_000_123,
+    startedAt: 1_700_000_000_456,
+    labels: { app: "web", "berth.dev/sandbox": "sb-1" },
+    cpu: 0.5,
+    memoryBytes: 64 * 1024 * 1024,
+    gpus: [],
+    ipv4: "10.88.0.2",
+    egress: { mode: "open" },
+    exposedPorts: [],
+    ...over,
+  };
+}
+
+export const sampleImage: ImageSummary = {
+  ref: "docker.io/library/python:3.12-slim",
+  refs: ["docker.io/library/python:3.12-slim", "python:3.12-slim"],
+  digest: "sha256:feedface",
+  // Above 2^32, so a uint64 truncated to 32 bits would show.
+  sizeBytes: 5_000_000_000,
+  pulledAt: "2024-05-01T12:00:00.000Z",
+  inUse: true,
+};
+
+/** The fields sampleStatus sets that a run does not: what the transport tests' fake answers with. */
+export const SAMPLE_STATUS_DEFAULTS: Partial<ContainerStatus> = {
+  imageDigest: "sha256:0123456789abcdef",
+  pid: 4242,
+  createdAt: 1_700_000_000_123,
+  startedAt: 1_700_000_000_456,
+  ipv4: "10.88.0.2",
+};
+
+const upper = (b: Uint8Array) => Uint8Array.from(b, (c) => (c >= 0x61 && c <= 0x7a ? c - 32 : c));
+const signo = (s: NodeJS.Signals) => constants.signals[s] ?? 9;
+
+/** An exec the test drives (write, finish) or a script plays; it records stdin, resizes and kills. */
+export class FakeExec implements ExecSession {
+  readonly queue = new AsyncQueue<ExecOutput>();
+  readonly output: AsyncIterable<ExecOutput> = this.queue;
+  readonly exit: Promise<number>;
+  readonly stdin: Buffer[] = [];
+  stdinClosed = false;
+  /** Each kill's signal, "default" when none was named (the host then sends SIGKILL). */
+  readonly signals: (NodeJS.Signals | "default")[] = [];
+  resized?: [number, number];
+  /** Called with each stdin chunk and at its close (null): a script's input. */
+  onStdin?: (data: Uint8Array | null) => void;
+  private ended = false;
+  private settle!: (code: number) => void;
+
+  constructor(readonly req: ExecRequest) {
+    this.exit = new Promise((resolve) => {
+      this.settle = resolve;
+    });
+  }
+
+  get killedWith(): NodeJS.Signals | "default" | undefined {
+    return this.signals.at(-1);
+  }
+  get finished(): boolean {
+    return this.ended;
+  }
+
+  write(stream: "stdout" | "stderr", data: string | Uint8Array): void {
+    this.queue.push({ stream, data: typeof data === "string" ? Buffer.from(data) : data });
+  }
+  finish(code: number): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.queue.end();
+    this.settle(code);
+  }
+  writeStdin(data: Uint8Array): void {
+    this.stdin.push(Buffer.from(data));
+    this.onStdin?.(data);
+  }
+  closeStdin(): void {
+    this.stdinClosed = true;
+    this.onStdin?.(null);
+  }
+  resize(cols: number, rows: number): void {
+    this.resized = [cols, rows];
+  }
+  kill(signal?: NodeJS.Signals): void {
+    this.signals.push(signal ?? "default");
+    this.finish(128 + signo(signal ?? "SIGKILL"));
+  }
+}
+
+type Statement = { echo: string; stream: "stdout" | "stderr" } | { sleepMs: number } | { exit: number };
+
+/** `sh -c` scripts of echo, sleep and exit only; undefined for anything else. */
+export function parseScript(args: string[]): Statement[] | undefined {
+  if (args.length < 3 || args[0] !== "sh" || args[1] !== "-c") return undefined;
+  const out: Statement[] = [];
+  for (const raw of args[2]!.split(/;|\n/)) {
+    const s = raw.trim();
+    if (s === "") continue;
+    let m = /^echo(?: (.*?))?( >&2)?$/.exec(s);
+    if (m) {
+      out.push({ echo: (m[1] ?? "").replace(/^(['"])(.*)\1$/, "$2"), stream: m[2] ? "stderr" : "stdout" });
+      continue;
+    }
+    m = /^sleep (\d+(?:\.\d+)?)$/.exec(s);
+    if (m) {
+      out.push({ sleepMs: Number(m[1]) * 1000 });
+      continue;
+    }
+    m = /^exit (\d+)$/.exec(s);
+    if (m) {
+      out.push({ exit: Number(m[1]) });
+      continue;
+    }
+    return undefined;
+  }
+  return out;
+}
+
+/** Plays the scripted vocabulary (see the file's header) on an exec; false when args are not in it. */
+function playExec(e: FakeExec, alive: () => boolean): boolean {
+  const [cmd, arg, msg] = e.req.args;
+  if (cmd === "upper" || cmd === "cat") {
+    e.onStdin = (d) => {
+      if (d === null) e.finish(0);
+      else e.write("stdout", cmd === "upper" ? upper(d) : Uint8Array.from(d));
+    };
+    return true;
+  }
+  if (cmd === "exit" && e.req.args.length <= 3) {
+    e.write("stdout", msg ?? "");
+    e.write("stderr", "bye\n");
+    e.finish(Number(arg));
+    return true;
+  }
+  if (cmd === "sleep" && e.req.args.length === 1) return true;
+  const script = parseScript(e.req.args);
+  if (!script) return false;
+  void play(script, (stream, line) => e.write(stream, `${line}\n`), alive).then((code) => {
+    if (code !== undefined) e.finish(code);
+  });
+  return true;
+}
+
+/** Runs a script's statements: the exit code, or undefined when `alive` turned false first. */
+async function play(
+  script: Statement[],
+  echo: (stream: "stdout" | "stderr", line: string) => void,
+  alive: () => boolean,
+): Promise<number | undefined> {
+  for (const s of script) {
+    if (!alive()) return undefined;
+    if ("echo" in s) echo(s.stream, s.echo);
+    else if ("exit" in s) return s.exit;
+    else {
+      const until = Date.now() + s.sleepMs;
+      while (alive() && Date.now() < until) await new Promise((r) => setTimeout(r, Math.min(20, s.sleepMs)));
+    }
+  }
+  return alive() ? 0 : undefined;
+}
+
+export interface FakeContainerApiOptions {
+  /** Names the agent in errors. @default "agent-fake" */
+  agentId?: string;
+  /** GPUs handed out to runs that ask for them, first free first. */
+  gpuUuids?: string[];
+  /** Plays the scripted vocabulary (see the file's header). @default false: execs wait for the test */
+  scripted?: boolean;
+  /** Fields every new status starts with (a run's request fills in the rest). */
+  statusDefaults?: Partial<ContainerStatus>;
+  /** The image of a run that names none. @default "default" */
+  defaultImage?: string;
+  /** False: answers ExposePort as an agent from before that call (gRPC UNIMPLEMENTED) does. @default true */
+  servesExposePort?: boolean;
+  /** The clock of createdAt, startedAt, exitedAt and log timestamps. @default Date.now */
+  now?: () => number;
+}
+
+type Call = [method: string, ...args: unknown[]];
+
+interface FsEntry {
+  dir: boolean;
+  data: Buffer;
+  mode: number;
+  modTime: number;
+}
+
+export class FakeContainerApi implements ContainerApi, ContainerFilesApi, ContainerSnapshotApi {
+  readonly agentId: string;
+  readonly gpuUuids: string[];
+  readonly scripted: boolean;
+  /** Every call, in order, as [method, ...args]. */
+  readonly calls: Call[] = [];
+  /** Every runContainer request (including refused ones), in order. */
+  readonly runs: RunContainerRequest[] = [];
+  /** The containers the agent knows, stopped ones until removed; tests may change them. */
+  readonly containers = new Map<string, ContainerStatus>();
+  readonly logs = new Map<string, LogEntry[]>();
+  readonly execs: FakeExec[] = [];
+  images: ImageSummary[] = [sampleImage];
+  /** Archives put with putCode, by sha256 as given (not checked: the real CodeStore does that). */
+  readonly code = new Map<string, Buffer>();
+  readonly policies: [string, EgressPolicy][] = [];
+  readonly commits: [string, string][] = [];
+  readonly restores: [string, RunContainerRequest][] = [];
+  /** Errors for the next runContainer calls, one each. */
+  readonly failRun: Error[] = [];
+  /** When set, every call rejects with it. */
+  failWith?: unknown;
+  /** Methods the code under test must not call: calling one fails the test. */
+  readonly refused = new Set<string>();
+  /** Holds runContainer calls until it resolves (to keep starts in flight). */
+  gate?: Promise<void>;
+  /** Runs inside stopContainer, before it answers (e.g. the exit event of the stopped container). */
+  onStop?: (id: string) => Promise<void>;
+  /** Refuses checkpoints with it, and checkpointSupport says why. */
+  checkpointError?: BerthError;
+  servesExposePort: boolean;
+  /** The signal of the last streamLogs call, to see cancellation arrive. */
+  lastLogSignal?: AbortSignal;
+  private readonly statusDefaults: Partial<ContainerStatus>;
+  private readonly defaultImage: string;
+  private readonly now: () => number;
+  private readonly followers = new Set<() => void>();
+  private readonly ended = new Set<string>();
+  private readonly fs = new Map<string, Map<string, FsEntry>>();
+
+  constructor(o: FakeContainerApiOptions = {}) {
+    this.agentId = o.agentId ?? "agent-fake";
+    this.gpuUuids = o.gpuUuids ?? [];
+    this.scripted = o.scripted ?? false;
+    this.statusDefaults = o.statusDefaults ?? {};
+    this.defaultImage = o.defaultImage ?? "default";
+    this.servesExposePort = o.servesExposePort ?? true;
+    this.now = o.now ?? Date.now;
+  }
+
+  /** Makes the fake an agent that serves ExposePort. */
+  withExposePort(): this {
+    this.servesExposePort = true;
+    return this;
+  }
+
+  count(method: string): number {
+    return this.calls.filter((c) => c[0] === method).length;
+  }
+  /** The arguments of the last call of `method`. */
+  lastCall(method: string): unknown[] | undefined {
+    return this.calls
+      .filter((c) => c[0] === method)
+      .at(-1)
+      ?.slice(1);
+  }
+  /** The ids stopContainer was called with, in order. */
+  get stops(): string[] {
+    return this.calls.filter((c) => c[0] === "stopContainer").map((c) => c[1] as string);
+  }
+
+  private record(method: string, ...args: unknown[]): void {
+    this.calls.push([method, ...args]);
+    if (this.refused.has(method)) throw new Error(`${method} is not used here`);
+    if (this.failWith !== undefined) throw this.failWith;
+  }
+
+  private must(id: string): ContainerStatus {
+    const s = this.containers.get(id);
+    if (!s) throw new BerthError("not_found", `container ${id} not found`, { containerId: id });
+    return s;
+  }
+
+  private newStatus(req: RunContainerRequest, id: string): ContainerStatus {
+    const taken = new Set([...this.containers.values()].flatMap((s) => s.gpus));
+    const gpus = this.gpuUuids.filter((u) => !taken.has(u)).slice(0, req.gpu?.count ?? 0);
+    const now = this.now();
+    return {
+      id,
+      image: req.image ?? this.defaultImage,
+      imageDigest: "sha256:0",
+      state: "running",
+      pid: 1,
+      createdAt: now,
+      startedAt: now,
+      ...this.statusDefaults,
+      labels: { ...req.labels },
+      cpu: req.cpu,
+      memoryBytes: req.memoryBytes,
+      gpus,
+      egress: req.egress ?? { mode: "open" },
+      exposedPorts: req.exposedPorts ?? [],
+    };
+  }
+
+  private add(req: RunContainerRequest, fallbackId: string): ContainerStatus {
+    const id = req.id ?? fallbackId;
+    if (this.containers.has(id)) throw new BerthError("conflict", `container ${id} already exists`);
+    const s = this.newStatus(req, id);
+    this.containers.set(id, s);
+    const script = this.scripted ? parseScript(req.args) : undefined;
+    if (script) {
+      const alive = () => this.containers.get(id) === s && s.state === "running";
+      void play(script, (stream, line) => this.appendLog(id, stream, line), alive).then((code) => {
+        if (code !== undefined) this.exit(id, code);
+      });
+    }
+    return s;
+  }
+
+  async runContainer(req: RunContainerRequest): Promise<ContainerStatus> {
+    this.runs.push(req);
+    this.record("runContainer", req);
+    await this.gate;
+    const err = this.failRun.shift();
+    if (err) throw err;
+    return this.add(req, `ctr-${this.containers.size + 1}`);
+  }
+
+  /** The container ends as the runtime would report it: stopped, with this code and reason; its logs end. */
+  exit(id: string, exitCode: number, reason: ExitReason = "exited"): ContainerStatus {
+    const s = this.must(id);
+    if (s.state !== "stopped") {
+      Object.assign(s, { state: "stopped", exitCode, reason, exitedAt: this.now() });
+      for (const e of this.execs) if (!e.finished && this.execOwner.get(e) === id) e.finish(137);
+    }
+    this.endLogs(id);
+    return s;
+  }
+
+  async stopContainer(id: string, opts?: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus> {
+    this.record("stopContainer", id, opts);
+    await this.onStop?.(id);
+    const s = this.must(id);
+    if (s.state !== "stopped") this.exit(id, opts?.graceMs === 0 ? 137 : 143, "killed");
+    if (opts?.remove) {
+      this.containers.delete(id);
+      this.fs.delete(id);
+    }
+    return { ...s, state: "stopped" };
+  }
+
+  async getContainer(id: string): Promise<ContainerStatus> {
+    this.record("getContainer", id);
+    return this.must(id);
+  }
+
+  async listContainers(filter?: { labels?: Record<string, string> }): Promise<ContainerStatus[]> {
+    this.record("listContainers", filter);
+    const want = Object.entries(filter?.labels ?? {});
+    return [...this.containers.values()].filter((s) => want.every(([k, v]) => s.labels[k] === v));
+  }
+
+  /** Adds a log line and wakes followers. */
+  appendLog(id: string, stream: "stdout" | "stderr", line: string): void {
+    const list = this.logs.get(id) ?? [];
+    list.push({ containerId: id, stream, line, ts: Math.max(this.now(), (list.at(-1)?.ts ?? 0) + 1) });
+    this.logs.set(id, list);
+    for (const wake of this.followers) wake();
+  }
+
+  /** Ends the container's log (followers finish). */
+  endLogs(id: string): void {
+    this.ended.add(id);
+    for (const wake of this.followers) wake();
+  }
+
+  async *streamLogs(
+    id: string,
+    opts: { follow?: boolean; tail?: number; signal?: AbortSignal } = {},
+  ): AsyncIterable<LogEntry> {
+    this.record("streamLogs", id, { follow: opts.follow, tail: opts.tail });
+    this.must(id);
+    if (opts.tail !== undefined && (!Number.isInteger(opts.tail) || opts.tail < 0))
+      throw new BerthError("invalid_request", `tail must be an integer >= 0, got ${opts.tail}`);
+    this.lastLogSignal = opts.signal;
+    // Past lines as the host's spools give them: the last `tail` per stream, stdout's first.
+    const past = [...(this.logs.get(id) ?? [])];
+    const tailOf = (stream: string) => {
+      const mine = past.filter((e) => e.stream === stream);
+      return opts.tail === undefined ? mine : mine.slice(mine.length - Math.min(opts.tail, mine.length));
+    };
+    yield* opts.tail === undefined ? past : [...tailOf("stdout"), ...tailOf("stderr")];
+    let next = past.length;
+    for (;;) {
+      const list = this.logs.get(id) ?? [];
+      while (next < list.length) yield list[next++]!;
+      if (!opts.follow || this.ended.has(id) || opts.signal?.aborted) return;
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          this.followers.delete(wake);
+          opts.signal?.removeEventListener("abort", wake);
+          resolve();
+        };
+        this.followers.add(wake);
+        opts.signal?.addEventListener("abort", wake);
+      });
+    }
+  }
+
+  private readonly execOwner = new WeakMap<FakeExec, string>();
+
+  async exec(id: string, req: ExecRequest): Promise<ExecSession> {
+    this.record("exec", id, req);
+    const s = this.must(id);
+    if (s.state !== "running") throw new BerthError("failed_precondition", `container ${id} is not running`);
+    const e = new FakeExec(req);
+    this.execOwner.set(e, id);
+    this.execs.push(e);
+    if (this.scripted) playExec(e, () => !e.finished);
+    return e;
+  }
+
+  async pullImage(
+    ref: string,
+    opts?: { credentials?: { username: string; password: string } },
+  ): Promise<ImageSummary> {
+    this.record("pullImage", ref, opts);
+    const found = this.images.find((i) => i.refs.includes(ref));
+    if (!found) throw new BerthError("not_found", `image ${ref} not found in its registry`, { ref });
+    return found;
+  }
+
+  /** The images; one a container (not yet removed) runs is in use. */
+  async listImages(): Promise<ImageSummary[]> {
+    this.record("listImages");
+    const used = new Set([...this.containers.values()].map((s) => s.image));
+    return this.images.map((i) => (!i.inUse && i.refs.some((r) => used.has(r)) ? { ...i, inUse: true } : i));
+  }
+
+  async removeImage(ref: string): Promise<void> {
+    this.record("removeImage", ref);
+    if (!this.images.some((i) => i.refs.includes(ref)))
+      throw new BerthError("not_found", `image ${ref} not found`);
+    this.images = this.images.filter((i) => !i.refs.includes(ref));
+  }
+
+  /** Names the import after req.name, with a digest made from the path; refuses a relative path. */
+  async importImage(req: ImportImageRequest): Promise<ImageSummary> {
+    this.record("importImage", req);
+    if (!req.path.startsWith("/"))
+      throw new BerthError("invalid_request", `import path ${req.path} is relative`);
+    const image: ImageSummary = {
+      ref: req.name,
+      refs: [req.name],
+      digest: `sha256:${Buffer.from(req.path).toString("hex").slice(0, 16)}`,
+      sizeBytes: 12_345,
+      pulledAt: "2024-05-02T00:00:00.000Z",
+      inUse: false,
+    };
+    this.images = [...this.images, image];
+    return image;
+  }
+
+  /** Removes the images not in use; with no unusedForMs, nothing (only leftovers would go). */
+  async gcImages(opts?: { unusedForMs?: number }): Promise<ImageGcResult> {
+    this.record("gcImages", opts);
+    if (opts?.unusedForMs === undefined) return { removedImages: [], freedBytes: 0 };
+    const gone = this.images.filter((i) => !i.inUse);
+    this.images = this.images.filter((i) => i.inUse);
+    return {
+      removedImages: gone.map((i) => i.digest),
+      freedBytes: gone.reduce((n, i) => n + i.sizeBytes, 0),
+    };
+  }
+
+  async setNetworkPolicy(id: string, policy: EgressPolicy): Promise<ContainerStatus> {
+    this.record("setNetworkPolicy", id, policy);
+    const s = this.must(id);
+    this.policies.push([id, policy]);
+    s.egress = policy;
+    return s;
+  }
+
+  async exposePort(id: string, port: number): Promise<ContainerStatus> {
+    this.record("exposePort", id, port);
+    if (!this.servesExposePort) {
+      throw new BerthError("not_implemented", `agent ${this.agentId}: unknown method ExposePort`);
+    }
+    const s = this.must(id);
+    if (!s.exposedPorts.includes(port)) s.exposedPorts = [...s.exposedPorts, port];
+    return s;
+  }
+
+  async hasCode(sha256: string): Promise<boolean> {
+    this.record("hasCode", sha256);
+    return this.code.has(sha256);
+  }
+
+  async putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void> {
+    this.record("putCode", sha256);
+    const parts: Buffer[] = [];
+    for await (const chunk of data) parts.push(Buffer.from(chunk));
+    this.code.set(sha256, Buffer.concat(parts));
+  }
+
+  // Files: one map of normalised path → entry per container; "/" always there.
+
+  private tree(id: string): Map<string, FsEntry> {
+    this.must(id);
+    let t = this.fs.get(id);
+    if (!t) {
+      t = new Map([["/", { dir: true, data: Buffer.alloc(0), mode: 0o755, modTime: this.now() }]]);
+      this.fs.set(id, t);
+    }
+    return t;
+  }
+  private entry(id: string, path: string): [string, FsEntry] {
+    const p = norm(path);
+    const e = this.tree(id).get(p);
+    if (!e) throw new BerthError("path_not_found", `no file or directory at ${p}`, { path: p });
+    return [p, e];
+  }
+  private mkdirs(t: Map<string, FsEntry>, dir: string): void {
+    for (let d = dir; !t.has(d); d = posix.dirname(d))
+      t.set(d, { dir: true, data: Buffer.alloc(0), mode: 0o755, modTime: this.now() });
+    if (!t.get(dir)?.dir) throw new BerthError("path_invalid", `${dir} is not a directory`, { path: dir });
+  }
+  private under(t: Map<string, FsEntry>, root: string): [string, FsEntry][] {
+    const prefix = root === "/" ? "/" : `${root}/`;
+    return [...t]
+      .filter(([p, e]) => !e.dir && (p === root || p.startsWith(prefix)))
+      .sort(([a], [b]) => (a < b ? -1 : 1));
+  }
+
+  async statPath(id: string, path: string): Promise<FileInfo> {
+    this.record("statPath", id, path);
+    return info(...this.entry(id, path));
+  }
+  async listDir(id: string, path: string): Promise<FileInfo[]> {
+    this.record("listDir", id, path);
+    const [p, e] = this.entry(id, path);
+    if (!e.dir) throw new BerthError("path_invalid", `${p} is not a directory`, { path: p });
+    return [...this.tree(id)]
+      .filter(([q]) => q !== "/" && posix.dirname(q) === p)
+      .sort(([a], [b]) => (a < b ? -1 : 1))
+      .map(([q, f]) => info(q, f));
+  }
+  async *readFile(id: string, path: string): AsyncIterable<Uint8Array> {
+    this.record("readFile", id, path);
+    const [p, e] = this.entry(id, path);
+    if (e.dir) throw new BerthError("path_invalid", `${p} is a directory`, { path: p });
+    if (e.data.length > 0) yield e.data.subarray(0, 1);
+    for (let at = 1; at < e.data.length; at += 64 * 1024) yield e.data.subarray(at, at + 64 * 1024);
+  }
+  async writeFile(
+    id: string,
+    path: string,
+    data: AsyncIterable<Uint8Array>,
+    opts?: { mode?: number },
+  ): Promise<FileInfo> {
+    this.record("writeFile", id, path, opts);
+    const p = norm(path);
+    const t = this.tree(id);
+    if (t.get(p)?.dir) throw new BerthError("path_invalid", `${p} is a directory`, { path: p });
+    const chunks: Buffer[] = [];
+    for await (const c of data) chunks.push(Buffer.from(c));
+    this.mkdirs(t, posix.dirname(p));
+    const e = { dir: false, data: Buffer.concat(chunks), mode: opts?.mode ?? 0o644, modTime: this.now() };
+    t.set(p, e);
+    return info(p, e);
+  }
+  async deleteFile(id: string, path: string): Promise<void> {
+    this.record("deleteFile", id, path);
+    const [p, e] = this.entry(id, path);
+    if (e.dir) throw new BerthError("path_invalid", `${p} is a directory`, { path: p });
+    this.tree(id).delete(p);
+  }
+  async createDirectory(id: string, path: string): Promise<FileInfo> {
+    this.record("createDirectory", id, path);
+    const p = norm(path);
+    const t = this.tree(id);
+    this.mkdirs(t, p);
+    return info(p, t.get(p)!);
+  }
+  async deleteDirectory(id: string, path: string): Promise<void> {
+    this.record("deleteDirectory", id, path);
+    const p = norm(path);
+    if (p === "/") throw new BerthError("path_invalid", "cannot delete the root directory /", { path: p });
+    const [, e] = this.entry(id, p);
+    if (!e.dir) throw new BerthError("path_invalid", `${p} is not a directory`, { path: p });
+    const t = this.tree(id);
+    for (const q of [...t.keys()]) if (q === p || q.startsWith(`${p}/`)) t.delete(q);
+  }
+  async findInFiles(id: string, path: string, pattern: string): Promise<FileSearchMatch[]> {
+    this.record("findInFiles", id, path, pattern);
+    let re: RegExp;
+    try {
+      re = new RegExp(pattern);
+    } catch (e) {
+      throw new BerthError("invalid_request", `pattern ${pattern} does not compile: ${(e as Error).message}`);
+    }
+    const [p] = this.entry(id, path);
+    const out: FileSearchMatch[] = [];
+    for (const [q, f] of this.under(this.tree(id), p)) {
+      f.data
+        .toString("utf8")
+        .split("\n")
+        .forEach((line, i) => {
+          const m = re.exec(line);
+          if (!m) return;
+          out.push({
+            path: q,
+            line,
+            range: {
+              start: { line: i + 1, column: m.index + 1 },
+              end: { line: i + 1, column: m.index + 1 + m[0].length },
+            },
+          });
+        });
+    }
+    return out;
+  }
+  async replaceInFiles(
+    id: string,
+    path: string,
+    oldString: string,
+    newString: string,
+  ): Promise<ReplaceResult[]> {
+    this.record("replaceInFiles", id, path, oldString, newString);
+    const [p] = this.entry(id, path);
+    const out: ReplaceResult[] = [];
+    for (const [q, f] of this.under(this.tree(id), p)) {
+      const parts = f.data.toString("utf8").split(oldString);
+      if (parts.length < 2) continue;
+      f.data = Buffer.from(parts.join(newString));
+      out.push({ path: q, replacements: parts.length - 1 });
+    }
+    return out;
+  }
+
+  // Snapshots
+
+  async commitFilesystem(id: string, ref: string): Promise<ImageSummary> {
+    this.record("commitFilesystem", id, ref);
+    this.must(id);
+    this.commits.push([id, ref]);
+    const image = { ref, refs: [ref], digest: "sha256:1", sizeBytes: 42, pulledAt: "", inUse: false };
+    this.images = [...this.images.filter((i) => !i.refs.includes(ref)), image];
+    return image;
+  }
+  async checkpointSupport(): Promise<{ supported: boolean; reason?: string }> {
+    this.record("checkpointSupport");
+    return this.checkpointError
+      ? { supported: false, reason: this.checkpointError.message }
+      : { supported: true };
+  }
+  async checkpointMemory(id: string, snapshotId: string): Promise<{ snapshotId: string; sizeBytes: number }> {
+    this.record("checkpointMemory", id, snapshotId);
+    this.must(id);
+    if (this.checkpointError) throw this.checkpointError;
+    return { snapshotId, sizeBytes: 7 };
+  }
+  async restoreMemory(snapshotId: string, req: RunContainerRequest): Promise<ContainerStatus> {
+    this.record("restoreMemory", snapshotId, req);
+    this.restores.push([snapshotId, req]);
+    return this.add(req, `ctr-r${this.restores.length}`);
+  }
+}
+
+function norm(path: string): string {
+  const p = posix.normalize(`/${path}`);
+  return p.length > 1 ? p.replace(/\/+$/, "") : "/";
+}
+
+function info(path: string, e: FsEntry): FileInfo {
+  const bits = (m: number) => `${m & 4 ? "r" : "-"}${m & 2 ? "w" : "-"}${m & 1 ? "x" : "-"}`;
+  return {
+    name: path === "/" ? "" : posix.basename(path),
+    path,
+    size: e.dir ? 4096 : e.data.length,
+    isDir: e.dir,
+    isSymlink: false,
+    modTime: e.modTime,
+    mode: e.mode,
+    permissions: `${e.dir ? "d" : "-"}${bits(e.mode >> 6)}${bits(e.mode >> 3)}${bits(e.mode)}`,
+    uid: 0,
+    gid: 0,
+    owner: "root",
+    group: "root",
+  };
+}
