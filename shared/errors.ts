@@ -1,6 +1,8 @@
 // One error type for the whole codebase. A kind decides the HTTP and gRPC status
-// (mapped in coordinator/http/errors.ts and agent/rpc/errors.ts); a code from
-// CATALOG is the stable public identifier clients may match on.
+// (mapped in coordinator/edge/errors.ts and agent/rpc/errors.ts); a code from
+// CATALOG is the stable public identifier clients may match on. An entry's
+// `http` overrides its kind's HTTP status where the public API has always
+// answered another one (502, 504, ...); `headers` are sent with it.
 
 export type ErrorKind =
   | "NotFound"
@@ -44,8 +46,41 @@ export const CATALOG = {
   },
   limit_exceeded: { kind: "ResourceExhausted", summary: "a workspace limit set by the operator was reached" },
   not_implemented: { kind: "Unimplemented", summary: "this route is not implemented yet" },
+  bad_gateway: {
+    kind: "Unavailable",
+    summary: "the container (or the agent's tunnel to it) could not be reached, or failed during the request",
+    http: 502,
+  },
+  task_timeout: {
+    kind: "Unavailable",
+    summary: "the request's task ran past its timeout (task_policy.timeout)",
+    http: 504,
+  },
+  task_expired: {
+    kind: "Unavailable",
+    summary: "no container took the request before it expired (task_policy.expires)",
+  },
+  task_cancelled: { kind: "Conflict", summary: "the request's task was cancelled while it ran" },
+  cancelled: {
+    kind: "Unavailable",
+    summary: "the caller went away before its answer (the status is only logged: nobody reads it)",
+    http: 499,
+  },
   internal: { kind: "Internal", summary: "an unexpected error; see the server log" },
-} as const satisfies Record<string, { kind: ErrorKind; summary: string }>;
+} as const satisfies Record<string, CatalogEntry>;
+
+/** One public error code: its kind, what it means, and the HTTP status and headers where they differ from the kind's. */
+export interface CatalogEntry {
+  kind: ErrorKind;
+  summary: string;
+  /** HTTP status of this code when it is not its kind's (coordinator/edge/errors.ts HTTP_STATUS). */
+  http?: number;
+  /** Headers every answer with this code carries. */
+  headers?: Readonly<Record<string, string>>;
+}
+
+/** Whether `code` is a public error code (in CATALOG). */
+export const isErrorCode = (code: string): code is ErrorCode => Object.hasOwn(CATALOG, code);
 
 export type ErrorCode = keyof typeof CATALOG;
 

@@ -3,6 +3,7 @@
 
 import type { RunContainerRequest, RunnerConfig } from "../../api/index.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
+import { cpuMillicores, gpuWish } from "../../shared/stub-resources.ts";
 import { HTTP_SERVED_TYPES, RunnerLabels, baseStubType } from "../../shared/tasks.ts";
 import type { PlacementRequest } from "../scheduler/place.ts";
 import type { StubRecord } from "./types.ts";
@@ -18,24 +19,8 @@ export const ENDPOINT_PORT = 8000;
  */
 export const CONFIG_VERSION_LABEL = "berth.config_version";
 
-export function gpuWish(stub: StubRecord): { types: string[]; count: number } {
-  const types =
-    stub.extra.gpu_types.length > 0
-      ? stub.extra.gpu_types
-      : stub.config.runtime.gpu
-          .split(",")
-          .map((s) => s.trim())
-          .filter((s) => s !== "");
-  // The spec: a GPU that is set with a count of 0 means one.
-  const count = stub.extra.gpu_count > 0 ? stub.extra.gpu_count : types.length > 0 ? 1 : 0;
-  return { types, count };
-}
-
-export function cpuMillicores(stub: StubRecord): number {
-  return stub.extra.cpu_millicores > 0
-    ? stub.extra.cpu_millicores
-    : Math.round(stub.config.runtime.cpu * 1000);
-}
+/** Re-exported: the helpers live in shared/ so that tasks/ and sandboxes/ need not import containers/. */
+export { cpuMillicores, gpuWish };
 
 /** Processes in one container of the stub (each takes one task at a time, or concurrent_requests requests). */
 export function workersOf(stub: Pick<StubRecord, "config">): number {

@@ -4,8 +4,11 @@
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
+import { BerthError } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
-import { checkBody, describeBodyMismatch } from "../deployments/handler-params.ts";
+import { publicError } from "../edge/errors.ts";
+import { sendError } from "../edge/raw.ts";
+import { checkBody, describeBodyMismatch } from "../../shared/handler-params.ts";
 import type { StubRecord } from "../store/stubs.ts";
 import type { DirectOutcome, DirectTaskInfo } from "../tasks/direct.ts";
 import { PodRouter } from "./pods.ts";
@@ -15,7 +18,6 @@ import {
   EndpointRefusal,
   parseEndpointPath,
   type Resolved,
-  refusalOf,
   resolveEndpoint,
 } from "./resolve.ts";
 import { type Slot, SlotWaitEnded, EndpointSlots } from "./slots.ts";
@@ -59,6 +61,12 @@ export class EndpointDispatcher {
 
   close(): void {
     this.slots.close();
+  }
+
+  /** Answers a request that got no task (or none yet) with `e`, through the public error edge. */
+  refuse(res: ServerResponse, e: unknown): void {
+    if (res.headersSent || res.destroyed) return;
+    sendError(res, e, { log: this.deps.log, what: "endpoint request failed" });
   }
 
   /** The deployment a request is for, or the refusal to answer with. */
@@ -121,11 +129,11 @@ export class EndpointDispatcher {
         body = raw;
       }
     } catch (e) {
-      return refuse(res, refusalOf(e));
+      return this.refuse(res, e);
     }
     if (target.r.kind === "pod") return this.pods.serveHttp(target, req, res);
     const { r, rest, query, prefix } = target;
-    const run = await this.open(r.stub, callbackUrl, (e) => refuse(res, e));
+    const run = await this.open(r.stub, callbackUrl, (e) => this.refuse(res, e));
     if (!run) return;
     const headers = upstreamHeaders(req.headers, {
       dropAuthorization: r.tokenUsed,
@@ -160,9 +168,9 @@ export class EndpointDispatcher {
             signal: run.controller.signal,
             jsonResult: r.kind === "endpoint",
           }),
-        (status, body) => {
+        (status, body, headers) => {
           if (res.headersSent) res.destroy();
-          else writeJson(res, status, body, run.task.id);
+          else writeJson(res, status, body, run.task.id, headers);
         },
       );
     } finally {
@@ -172,12 +180,13 @@ export class EndpointDispatcher {
 
   /**
    * Admits a request (max_pending_tasks) and creates its task; answers the
-   * caller itself (429, 500) and returns undefined when it cannot.
+   * caller itself (429, 500 through the public error edge) and returns
+   * undefined when it cannot.
    */
   async open(
     stub: StubRecord,
     callbackUrl: string | null,
-    say: (e: EndpointRefusal) => void,
+    say: (e: unknown) => void,
   ): Promise<TaskRun | undefined> {
     if (!this.slots.admit(stub)) {
       say(
@@ -194,11 +203,8 @@ export class EndpointDispatcher {
       task = await this.deps.tasks.direct.create(stub, { callbackUrl });
     } catch (e) {
       this.slots.unreserve(stub);
-      this.deps.log.error(
-        { err: (e as Error).message, stubId: stub.id },
-        "could not create an endpoint task",
-      );
-      say(new EndpointRefusal(500, "internal", "internal error"));
+      // Logged (with its id) by the edge when it is internal.
+      say(e);
       return undefined;
     }
     return { stub, task, controller: new AbortController(), why: undefined };
@@ -219,7 +225,7 @@ export class EndpointDispatcher {
   async dispatch(
     run: TaskRun,
     attempt: (slot: Slot) => Promise<TryResult>,
-    answer: (status: number, body: unknown) => void,
+    answer: Answer,
   ): Promise<void> {
     const { stub, task } = run;
     const direct = this.deps.tasks.direct;
@@ -250,7 +256,7 @@ export class EndpointDispatcher {
               task.expiresAt === null ? 0 : Math.round((task.expiresAt - Date.parse(task.createdAt)) / 1000);
             const message = `no container took the request within ${secs} s (task_policy.expires)`;
             finish({ status: "EXPIRED", error: taskError("TaskExpired", message), reason: "expired" });
-            answer(503, { error: { code: "task_expired", message }, task_id: task.id });
+            answerError(answer, new BerthError("task_expired", message), task.id);
           } else {
             this.endAborted(run, finish, answer);
           }
@@ -284,7 +290,7 @@ export class EndpointDispatcher {
             error: taskError("EndpointProxyError", message),
             reason: "unreachable",
           });
-          answer(502, { error: { code: "bad_gateway", message }, task_id: task.id });
+          answerError(answer, new BerthError("bad_gateway", message), task.id);
           return;
         }
         direct.retry(task.id, taskError("EndpointProxyError", result.error));
@@ -298,18 +304,19 @@ export class EndpointDispatcher {
   private endAborted(
     run: TaskRun,
     finish: (o: DirectOutcome) => void,
-    answer: (status: number, body: unknown) => void,
+    answer: Answer,
   ): void {
     const id = run.task.id;
     if (run.why === "timeout") {
       const message = `the request ran past its timeout of ${run.stub.config.task_policy.timeout} s (task_policy.timeout)`;
       finish({ status: "TIMEOUT", error: taskError("TaskTimeout", message), reason: "timeout" });
-      answer(504, { error: { code: "task_timeout", message }, task_id: id });
+      answerError(answer, new BerthError("task_timeout", message), id);
     } else if (run.why === "ended") {
-      answer(409, {
-        error: { code: "task_cancelled", message: "the request's task was ended (cancelled) while it ran" },
-        task_id: id,
-      });
+      answerError(
+        answer,
+        new BerthError("task_cancelled", "the request's task was ended (cancelled) while it ran"),
+        id,
+      );
     } else {
       finish({
         status: "CANCELLED",
@@ -320,10 +327,13 @@ export class EndpointDispatcher {
   }
 }
 
-function refuse(res: ServerResponse, e: EndpointRefusal): void {
-  if (res.headersSent || res.destroyed) return;
-  for (const [k, v] of Object.entries(e.headers ?? {})) res.setHeader(k, v);
-  writeJson(res, e.status, e.body());
+/** How a dispatch answers the caller when the task ends without the container's answer. */
+export type Answer = (status: number, body: unknown, headers: Record<string, string>) => void;
+
+/** An error of the request's task, answered through the public error edge with its task id. */
+function answerError(answer: Answer, e: BerthError, taskId: string): void {
+  const pe = publicError(e, { extra: { task_id: taskId } });
+  answer(pe.status, pe.body, pe.headers);
 }
 
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {

@@ -5,11 +5,13 @@
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
+import { BerthError } from "../../shared/errors.ts";
+import { refuseUpgrade, sendError } from "../edge/raw.ts";
 import type { StubRecord } from "../store/stubs.ts";
-import { forwardRaw, upstreamHeaders, writeJson } from "./proxy.ts";
+import { forwardRaw, upstreamHeaders } from "./proxy.ts";
 import { EndpointRefusal, type Resolved } from "./resolve.ts";
 import type { EndpointContainer, EndpointDeps } from "./types.ts";
-import { answerOnSocket, spliceUpgrade, upgradeHead } from "./websocket.ts";
+import { spliceUpgrade, upgradeHead } from "./websocket.ts";
 
 /** How long a request waits for a pod container that is still starting. */
 export const POD_START_WAIT_MS = 60_000;
@@ -98,8 +100,8 @@ export class PodRouter {
         t = await this.target(r.stub, gone.signal);
       } catch (e) {
         if (!(e instanceof EndpointRefusal)) throw e;
-        for (const [k, v] of Object.entries(e.headers ?? {})) if (!res.headersSent) res.setHeader(k, v);
-        return writeJson(res, e.status, e.body());
+        sendError(res, e);
+        return;
       }
       await forwardRaw({
         agent: this.deps.tunnels.httpAgent(t.agentId, t.containerId, t.port),
@@ -136,9 +138,9 @@ export class PodRouter {
       const t = await this.target(r.stub, gone.signal);
       upstream = await this.deps.tunnels.connect(t.agentId, t.containerId, t.port, { signal: gone.signal });
     } catch (e) {
-      if (e instanceof EndpointRefusal) return answerOnSocket(socket, e.status, e.body());
+      if (e instanceof EndpointRefusal) return void refuseUpgrade(socket, e);
       const message = `cannot reach pod '${r.stub.name}': ${(e as Error).message}`;
-      return answerOnSocket(socket, 502, { error: { code: "bad_gateway", message } });
+      return void refuseUpgrade(socket, new BerthError("bad_gateway", message));
     } finally {
       socket.off("close", onClose);
     }

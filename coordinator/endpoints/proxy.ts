@@ -10,7 +10,10 @@ import {
   type ServerResponse,
 } from "node:http";
 import type { Readable } from "node:stream";
+import { BerthError } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
+import { publicError } from "../edge/errors.ts";
+import { sendError } from "../edge/raw.ts";
 import type { DirectOutcome } from "../tasks/direct.ts";
 import { MAX_RESULT_JSON_BYTES } from "./types.ts";
 
@@ -170,7 +173,8 @@ export function forward(f: ForwardRequest): Promise<ForwardResult> {
       if (replayable && (!connected || staleSocket)) return settle({ kind: "retry", error: errorOf(e) });
       if (!responded) {
         const message = `the request to the container failed: ${errorOf(e)}`;
-        writeJson(f.res, 502, { error: { code: "bad_gateway", message }, task_id: f.taskId }, f.taskId);
+        const pe = publicError(new BerthError("bad_gateway", message), { extra: { task_id: f.taskId } });
+        writeJson(f.res, pe.status, pe.body, f.taskId, pe.headers);
         return settle({ kind: "done", outcome: failed("EndpointProxyError", message, "proxy_failed") });
       }
     });
@@ -252,10 +256,17 @@ const failed = (type: string, message: string, reason: string): DirectOutcome =>
 });
 
 /** Writes a JSON answer unless one was already started or the caller is gone. */
-export function writeJson(res: ServerResponse, status: number, body: unknown, taskId?: string): void {
+export function writeJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  taskId?: string,
+  headers: Record<string, string> = {},
+): void {
   if (res.headersSent || res.destroyed) return;
   const text = JSON.stringify(body);
   res.writeHead(status, {
+    ...headers,
     "content-type": "application/json; charset=utf-8",
     "content-length": Buffer.byteLength(text),
     ...(taskId ? { "x-task-id": taskId } : {}),
@@ -285,12 +296,8 @@ export function forwardRaw(f: RawForwardRequest): Promise<void> {
     res.once("close", onCallerGone);
     up.on("error", (e) => {
       if (!res.headersSent) {
-        writeJson(res, 502, {
-          error: {
-            code: "bad_gateway",
-            message: `the request to port ${f.port} of container ${f.containerId} failed: ${errorOf(e)}`,
-          },
-        });
+        const message = `the request to port ${f.port} of container ${f.containerId} failed: ${errorOf(e)}`;
+        sendError(res, new BerthError("bad_gateway", message));
       } else res.destroy();
       resolve();
     });

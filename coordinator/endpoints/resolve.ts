@@ -2,10 +2,10 @@
 // may call it (docs/deployments.md, Invocation). Shared by plain HTTP and
 // websocket upgrades.
 
-import { BerthError, isBerthError } from "../../shared/errors.ts";
+import { BerthError, type ErrorCode } from "../../shared/errors.ts";
 import { baseStubType, HTTP_SERVED_TYPES } from "../../shared/tasks.ts";
-import { bearerToken } from "../http/auth.ts";
-import { HTTP_STATUS } from "../http/errors.ts";
+import { bearerToken } from "../edge/bearer.ts";
+import { HttpRefusal } from "../edge/errors.ts";
 import type { Principal, TokenRepo } from "../store/workspaces.ts";
 import type { DeploymentTargets, ResolvedDeployment } from "./types.ts";
 
@@ -22,37 +22,24 @@ export interface EndpointPath {
   prefix: string;
 }
 
-/** An answer the endpoint path gives before any task exists: status and error body. */
-export class EndpointRefusal extends Error {
+/**
+ * An answer the endpoint path gives before any task exists, with the status it
+ * has always had (the public error edge, coordinator/edge/errors.ts, writes it).
+ */
+export class EndpointRefusal extends HttpRefusal {
   constructor(
-    readonly status: number,
-    readonly code: string,
+    status: number,
+    code: ErrorCode,
     message: string,
-    readonly details?: Record<string, unknown>,
-    readonly headers?: Record<string, string>,
+    details?: Record<string, unknown>,
+    headers?: Record<string, string>,
   ) {
-    super(message);
+    super(code, message, {
+      status,
+      ...(details ? { details } : {}),
+      ...(headers ? { headers } : {}),
+    });
   }
-
-  body(): { error: { code: string; message: string; details?: Record<string, unknown> } } {
-    return {
-      error: { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}) },
-    };
-  }
-}
-
-/** A BerthError (from auth or the deployment service) as the endpoint path answers it: the API's one status mapping. */
-export function refusalOf(e: unknown): EndpointRefusal {
-  if (e instanceof EndpointRefusal) return e;
-  if (isBerthError(e)) {
-    return new EndpointRefusal(
-      HTTP_STATUS[e.kind],
-      e.code,
-      e.kind === "Internal" ? "internal error" : e.message,
-      e.details,
-    );
-  }
-  return new EndpointRefusal(500, "internal", "internal error");
 }
 
 const VERSION = /^v(\d+)$/;
@@ -144,32 +131,28 @@ export async function resolveEndpoint(
 ): Promise<Resolved> {
   let r: ResolvedDeployment;
   let tokenUsed = false;
-  try {
-    if (path.by === "name") {
-      if (!authorization) {
-        throw unauthenticated(
-          "calling a deployment by name needs 'Authorization: Bearer <token>' of its workspace (a public deployment is also reachable without one at /endpoint/id/{deployment_id})",
-        );
-      }
+  if (path.by === "name") {
+    if (!authorization) {
+      throw unauthenticated(
+        "calling a deployment by name needs 'Authorization: Bearer <token>' of its workspace (a public deployment is also reachable without one at /endpoint/id/{deployment_id})",
+      );
+    }
+    const p = await auth.principal(authorization);
+    if (!p) throw unauthenticated("unknown or revoked token");
+    tokenUsed = true;
+    r = await deployments.resolveByName(p.workspace.id, path.key, path.version);
+  } else {
+    r = await deployments.resolveById(path.key);
+    if (r.stub.config.authorized !== false) {
+      if (!authorization)
+        throw unauthenticated("this deployment needs 'Authorization: Bearer <token>' of its workspace");
       const p = await auth.principal(authorization);
       if (!p) throw unauthenticated("unknown or revoked token");
-      tokenUsed = true;
-      r = await deployments.resolveByName(p.workspace.id, path.key, path.version);
-    } else {
-      r = await deployments.resolveById(path.key);
-      if (r.stub.config.authorized !== false) {
-        if (!authorization)
-          throw unauthenticated("this deployment needs 'Authorization: Bearer <token>' of its workspace");
-        const p = await auth.principal(authorization);
-        if (!p) throw unauthenticated("unknown or revoked token");
-        if (p.workspace.id !== r.deployment.workspaceId) {
-          throw new BerthError("not_found", `deployment ${path.key} not found`);
-        }
-        tokenUsed = true;
+      if (p.workspace.id !== r.deployment.workspaceId) {
+        throw new BerthError("not_found", `deployment ${path.key} not found`);
       }
+      tokenUsed = true;
     }
-  } catch (e) {
-    throw refusalOf(e);
   }
   const kind = baseStubType(r.deployment.kind || r.stub.type);
   const label = path.by === "name" ? `'${path.key}'` : path.key;

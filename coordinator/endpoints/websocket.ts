@@ -4,42 +4,15 @@
 
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
+import { BerthError } from "../../shared/errors.ts";
+import { answerOnSocket, refuseUpgrade } from "../edge/raw.ts";
 import type { DirectOutcome } from "../tasks/direct.ts";
 import type { EndpointDispatcher, TaskRun, TryResult } from "./dispatch.ts";
 import { upstreamHeaders } from "./proxy.ts";
-import { type EndpointRefusal, refusalOf } from "./resolve.ts";
 import { RUNNER_HTTP_PORT } from "./types.ts";
 
-const REASONS: Record<number, string> = {
-  400: "Bad Request",
-  401: "Unauthorized",
-  404: "Not Found",
-  409: "Conflict",
-  429: "Too Many Requests",
-  500: "Internal Server Error",
-  502: "Bad Gateway",
-  503: "Service Unavailable",
-  504: "Gateway Timeout",
-};
-
-/** An HTTP answer written straight onto the caller's socket (no upgrade happened). */
-export function answerOnSocket(
-  socket: Duplex,
-  status: number,
-  body: unknown,
-  extra: Record<string, string> = {},
-): void {
-  if (socket.destroyed) return;
-  const text = JSON.stringify(body);
-  const head = [
-    `HTTP/1.1 ${status} ${REASONS[status] ?? "Error"}`,
-    "content-type: application/json; charset=utf-8",
-    `content-length: ${Buffer.byteLength(text)}`,
-    "connection: close",
-    ...Object.entries(extra).map(([k, v]) => `${k}: ${v}`),
-  ];
-  socket.end(`${head.join("\r\n")}\r\n\r\n${text}`);
-}
+/** Re-exported: the socket writer belongs to the public error edge (coordinator/edge/raw.ts). */
+export { answerOnSocket };
 
 const claimed = new WeakSet<IncomingMessage>();
 const withFallback = new WeakSet<Server>();
@@ -61,9 +34,7 @@ export function ensureUpgradeFallback(server: Server): void {
     process.nextTick(() => {
       if (claimed.has(req)) return;
       socket.on("error", () => {});
-      answerOnSocket(socket, 404, {
-        error: { code: "route_not_found", message: `no websocket route ${req.url?.split("?")[0]}` },
-      });
+      refuseUpgrade(socket, new BerthError("route_not_found", `no websocket route ${req.url?.split("?")[0]}`));
     });
   });
 }
@@ -118,8 +89,11 @@ export function attachEndpointUpgrades(server: Server, endpoints: EndpointDispat
     claimUpgrade(server, req);
     socket.on("error", () => {});
     void serveUpgrade(endpoints, req, socket, head).catch((e) => {
-      endpoints.deps.log.error({ err: (e as Error).message }, "websocket endpoint request failed");
-      answerOnSocket(socket, 500, { error: { code: "internal", message: "internal error" } });
+      refuseUpgrade(socket, e, {
+        log: endpoints.deps.log,
+        what: "websocket endpoint request failed",
+        context: { url: req.url },
+      });
     });
   };
   server.on("upgrade", onUpgrade);
@@ -132,22 +106,18 @@ async function serveUpgrade(
   socket: Duplex,
   head: Buffer,
 ): Promise<void> {
-  const say = (e: EndpointRefusal) => answerOnSocket(socket, e.status, e.body(), e.headers);
+  const say = (e: unknown) =>
+    void refuseUpgrade(socket, e, { log: endpoints.deps.log, what: "websocket endpoint request failed" });
   let target: Awaited<ReturnType<EndpointDispatcher["resolve"]>>;
   try {
     target = await endpoints.resolve(req.url ?? "", req.headers.authorization);
   } catch (e) {
-    return say(refusalOf(e));
+    return say(e);
   }
   if (target.r.kind === "pod") return endpoints.pods.serveUpgrade(target, req, socket, head);
   const { r, rest, query, prefix } = target;
   if (r.kind === "endpoint") {
-    return answerOnSocket(socket, 400, {
-      error: {
-        code: "invalid_request",
-        message: "an endpoint takes POST requests with a JSON body, not websockets",
-      },
-    });
+    return say(new BerthError("invalid_request", "an endpoint takes POST requests with a JSON body, not websockets"));
   }
   const run = await endpoints.open(r.stub, null, say);
   if (!run) return;
@@ -179,8 +149,8 @@ async function serveUpgrade(
     return session(run, socket, upstream, requestHead, head);
   };
   try {
-    await endpoints.dispatch(run, attempt, (status, body) =>
-      answerOnSocket(socket, status, body, { "x-task-id": run.task.id }),
+    await endpoints.dispatch(run, attempt, (status, body, headers) =>
+      answerOnSocket(socket, status, body, { ...headers, "x-task-id": run.task.id }),
     );
   } finally {
     socket.off("close", onClose);

@@ -19,7 +19,7 @@ import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { BerthEvent, EventFeed, EventSink } from "./types.ts";
 import { newId } from "../../shared/ids.ts";
 import { type EventPosition, MAX_BATCH_BYTES, batchBody, decodeBatch, formatCursor, parseCursor } from "./batch.ts";
-import { type ScanStart, scanStored } from "../stream-scan.ts";
+import { type ScanStart, scanStored } from "../streams/scan.ts";
 import { matchesAny, parseTime, parseTypePatterns } from "./filters.ts";
 
 export { parseTypePatterns };

@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
+import { bearerToken } from "../edge/bearer.ts";
 import type { Principal, TokenRepo } from "../store/workspaces.ts";
 
 declare module "fastify" {
@@ -8,15 +9,7 @@ declare module "fastify" {
   }
 }
 
-/** Reads the token from `Authorization: Bearer T` (a bare `Authorization: T` is accepted too). */
-export function bearerToken(header: string | undefined): string {
-  if (!header) throw new BerthError("unauthenticated", "missing Authorization header: send 'Authorization: Bearer <token>'");
-  const m = /^(?:Bearer\s+)?(\S+)$/i.exec(header.trim());
-  if (!m?.[1] || /^Bearer$/i.test(header.trim())) {
-    throw new BerthError("unauthenticated", "malformed Authorization header: expected 'Bearer <token>'");
-  }
-  return m[1];
-}
+export { bearerToken };
 
 const TOUCH_EVERY_MS = 60_000;
 

@@ -1,6 +1,6 @@
 import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyInstance } from "fastify";
-import { errorBody, toBerthError } from "./errors.ts";
+import { publicError } from "../edge/errors.ts";
 
 // Gateway routes (the SDK's) answer HTTP 200 with {ok: false, error} on
 // failure, per the spec; only a missing or bad token keeps its 401.
@@ -22,8 +22,7 @@ export function gatewayResponse<T extends TSchema>(success: T) {
 /** Installs the gateway error convention on an (encapsulated) plugin. */
 export function installGatewayErrors(app: FastifyInstance): void {
   app.setErrorHandler((err, req, reply) => {
-    const be = toBerthError(err);
-    if (be.kind === "Internal") req.log.error({ err }, "gateway request failed");
-    reply.status(be.kind === "Unauthenticated" ? 401 : 200).send({ ok: false, ...errorBody(be) });
+    const pe = publicError(err, { shape: "gateway", log: req.log, what: "gateway request failed" });
+    reply.status(pe.status).headers(pe.headers).send(pe.body);
   });
 }

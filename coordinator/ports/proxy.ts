@@ -7,10 +7,12 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
+import { BerthError } from "../../shared/errors.ts";
 import type { TunnelDialer } from "../containers/tunnels.ts";
-import { errorOf, forwardRaw, upstreamHeaders, writeJson } from "../endpoints/proxy.ts";
-import { EndpointAuth, EndpointRefusal, refusalOf } from "../endpoints/resolve.ts";
-import { answerOnSocket, claimUpgrade, spliceUpgrade, upgradeHead } from "../endpoints/websocket.ts";
+import { refuseUpgrade, sendError } from "../edge/raw.ts";
+import { errorOf, forwardRaw, upstreamHeaders } from "../endpoints/proxy.ts";
+import { EndpointAuth, EndpointRefusal } from "../endpoints/resolve.ts";
+import { claimUpgrade, spliceUpgrade, upgradeHead } from "../endpoints/websocket.ts";
 import type { TokenRepo } from "../store/workspaces.ts";
 
 /** Who runs an exposed port and who may reach it. */
@@ -155,8 +157,8 @@ export class PortProxy {
       try {
         resolved = await this.resolve(req);
       } catch (e) {
-        const r = refusalOf(e);
-        return writeJson(res, r.status, r.body());
+        sendError(res, e, { log: this.deps.log, what: "exposed port request failed", context: { url: req.url } });
+        return;
       }
       const { route, target, tokenUsed } = resolved;
       this.deps.onActivity?.(route.containerId);
@@ -175,9 +177,12 @@ export class PortProxy {
         res,
       });
     } catch (e) {
-      this.deps.log.error({ err: (e as Error).message, url: req.url }, "exposed port request failed");
-      if (!res.headersSent) writeJson(res, 500, { error: { code: "internal", message: "internal error" } });
-      else res.destroy();
+      if (!res.headersSent)
+        sendError(res, e, { log: this.deps.log, what: "exposed port request failed", context: { url: req.url } });
+      else {
+        this.deps.log.error({ err: e, url: req.url }, "exposed port request failed");
+        res.destroy();
+      }
     }
   }
 
@@ -188,8 +193,8 @@ export class PortProxy {
     try {
       resolved = await this.resolve(req);
     } catch (e) {
-      const r = refusalOf(e);
-      return answerOnSocket(socket, r.status, r.body());
+      refuseUpgrade(socket, e, { log: this.deps.log, what: "exposed port upgrade failed", context: { url: req.url } });
+      return;
     }
     this.deps.onActivity?.(resolved.route.containerId);
     let upstream: Duplex;
@@ -201,7 +206,8 @@ export class PortProxy {
       );
     } catch (e) {
       const message = `the connection to port ${resolved.route.port} of container ${resolved.route.containerId} failed: ${errorOf(e)}`;
-      return answerOnSocket(socket, 502, { error: { code: "bad_gateway", message } });
+      refuseUpgrade(socket, new BerthError("bad_gateway", message));
+      return;
     }
     const { route, tokenUsed } = resolved;
     const headers = upstreamHeaders(req.headers, {

@@ -1,9 +1,9 @@
 // Sandboxes and pods as the port proxy and the shell route look containers up
-// (coordinator/ports/proxy.ts PortTargets, coordinator/http/routes/shell.ts
+// (coordinator/ports/proxy.ts PortTargets, coordinator/containers/shell-targets.ts
 // ShellTargets): only running ones, only their exposed ports.
 
 import type { PortTargets } from "../ports/proxy.ts";
-import type { ShellTargets } from "../http/routes/shell.ts";
+import type { ShellTargets } from "../containers/shell-targets.ts";
 import type { StubSource } from "../containers/types.ts";
 import type { SandboxRepo } from "../store/sandboxes.ts";
 

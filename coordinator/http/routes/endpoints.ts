@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
+import { sendError } from "../../edge/raw.ts";
 import type { EndpointDispatcher } from "../../endpoints/dispatch.ts";
-import { writeJson } from "../../endpoints/proxy.ts";
 
 /**
  * `{base_url}/endpoint/...`: direct-served deployments (docs/deployments.md,
@@ -33,8 +33,11 @@ export async function serveEndpointRequest(
   try {
     await endpoints.serveHttp(req, res);
   } catch (e) {
-    endpoints.deps.log.error({ err: (e as Error).message, url: req.url }, "endpoint request failed");
-    if (!res.headersSent) writeJson(res, 500, { error: { code: "internal", message: "internal error" } });
-    else res.destroy();
+    if (!res.headersSent)
+      sendError(res, e, { log: endpoints.deps.log, what: "endpoint request failed", context: { url: req.url } });
+    else {
+      endpoints.deps.log.error({ err: e, url: req.url }, "endpoint request failed");
+      res.destroy();
+    }
   }
 }

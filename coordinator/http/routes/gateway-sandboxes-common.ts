@@ -6,7 +6,7 @@ import type { FileInfo } from "../../../api/index.ts";
 import { BerthError } from "../../../shared/errors.ts";
 import type { ProcessInfo } from "../../sandboxes/processes.ts";
 import type { SandboxView } from "../../sandboxes/types.ts";
-import { errorBody, HTTP_STATUS, toBerthError } from "../errors.ts";
+import { publicError } from "../../edge/errors.ts";
 
 export const SANDBOXES = "/api/v1/gateway/sandboxes";
 
@@ -112,16 +112,12 @@ export const fileJson = (f: FileInfo) => ({
  */
 export function installRawErrors(app: FastifyInstance): void {
   app.setErrorHandler((err, req, reply) => {
-    const be = toBerthError(err);
-    if (be.kind === "Internal") req.log.error({ err }, "gateway request failed");
+    const pe = publicError(err, { shape: "gateway-raw", log: req.log, what: "gateway request failed" });
     if (reply.sent || reply.raw.headersSent) {
       reply.raw.destroy();
       return;
     }
-    reply
-      .status(HTTP_STATUS[be.kind])
-      .type("application/json")
-      .send({ ok: false, ...errorBody(be) });
+    reply.status(pe.status).headers(pe.headers).type("application/json").send(pe.body);
   });
 }
 

@@ -6,7 +6,7 @@ import type { TaskRecord } from "../../store/tasks.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";
 import type { TaskService, TaskUpdate } from "../../tasks/service.ts";
 import { authenticator, principalOf } from "../auth.ts";
-import { toBerthError } from "../errors.ts";
+import { publicError } from "../../edge/errors.ts";
 import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
 
 /** Pickled inputs of up to 4 MiB each, base64: a few dozen large ones or many small ones. */
@@ -120,8 +120,8 @@ function streamSubmission(
         },
       });
     } catch (e) {
-      const be = toBerthError(e);
-      write(JSON.stringify({ event: "error", error: { code: be.code, message: be.message } }));
+      const { error } = publicError(e, { log: reply.log, what: "task submission failed" });
+      write(JSON.stringify({ event: "error", error: { code: error.code, message: error.message } }));
       end();
     }
   })();

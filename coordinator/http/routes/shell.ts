@@ -12,33 +12,15 @@ import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
 import type { ContainerApi, ExecSession } from "../../../api/index.ts";
-import { BerthError, describeError, isBerthError } from "../../../shared/errors.ts";
-import type { ManagedContainerInfo } from "../../containers/types.ts";
-import { answerOnSocket, claimUpgrade } from "../../endpoints/websocket.ts";
+import { BerthError, describeError } from "../../../shared/errors.ts";
+import { managedShellTargets, type ShellTarget, type ShellTargets } from "../../containers/shell-targets.ts";
+import { bearerToken } from "../../edge/bearer.ts";
+import { refuseUpgrade } from "../../edge/raw.ts";
+import { claimUpgrade } from "../../endpoints/websocket.ts";
 import type { Principal, TokenRepo } from "../../store/workspaces.ts";
-import { bearerToken } from "../auth.ts";
-import { HTTP_STATUS } from "../errors.ts";
 
-/** A running container a shell may open in. */
-export interface ShellTarget {
-  agentId: string;
-  workspaceId: string;
-}
-
-/** Where containers are looked up: the container manager's, sandboxes and pods. */
-export interface ShellTargets {
-  find(containerId: string): Promise<ShellTarget | undefined>;
-}
-
-/** The container manager's running containers (functions, deployments, pods). */
-export function managedShellTargets(manager: { list(): ManagedContainerInfo[] }): ShellTargets {
-  return {
-    async find(containerId) {
-      const c = manager.list().find((x) => x.id === containerId && x.state === "running");
-      return c ? { agentId: c.agentId, workspaceId: c.workspaceId } : undefined;
-    },
-  };
-}
+// Re-exported for the composition root and tests: the targets are defined beside their sources.
+export { managedShellTargets, type ShellTarget, type ShellTargets };
 
 export interface ShellDeps {
   tokens: TokenRepo;
@@ -57,23 +39,6 @@ export const SHELL_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 /** What `ws` takes as a Sec-WebSocket-Key (16 bytes, base64). */
 const WEBSOCKET_KEY = /^[+/0-9A-Za-z]{22}==$/;
 
-class Refusal extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-const refusalOf = (e: unknown): Refusal => {
-  if (e instanceof Refusal) return e;
-  if (isBerthError(e))
-    return new Refusal(HTTP_STATUS[e.kind], e.code, e.kind === "Internal" ? "internal error" : e.message);
-  return new Refusal(500, "internal", "internal error");
-};
-
 /** Serves shell upgrades on `server`; other upgrades are left to other listeners. Returns a detach. */
 export function attachShellUpgrades(server: Server, deps: ShellDeps): () => void {
   // No permessage-deflate (never accepted), and no set of clients kept: each session ends itself.
@@ -89,8 +54,7 @@ export function attachShellUpgrades(server: Server, deps: ShellDeps): () => void
     claimUpgrade(server, req);
     socket.on("error", () => {});
     void serveShell(deps, wss, req, socket, head, m).catch((e) => {
-      deps.log.error({ err: describeError(e) }, "shell session failed");
-      answerOnSocket(socket, 500, { error: { code: "internal", message: "internal error" } });
+      refuseUpgrade(socket, e, { log: deps.log, what: "shell session failed" });
     });
   };
   server.on("upgrade", onUpgrade);
@@ -132,7 +96,7 @@ async function serveShell(
   let session: ExecSession;
   try {
     const p = await principal(deps.tokens, req.headers.authorization);
-    if (ws !== p.workspace.externalId) throw new Refusal(404, "not_found", `workspace ${ws} not found`);
+    if (ws !== p.workspace.externalId) throw new BerthError("not_found", `workspace ${ws} not found`);
     let target: ShellTarget | undefined;
     for (const t of deps.targets) {
       target = await t.find(containerId);
@@ -140,10 +104,9 @@ async function serveShell(
     }
     // Another workspace's container reads as missing.
     if (!target || target.workspaceId !== p.workspace.id)
-      throw new Refusal(404, "not_found", `container ${containerId} not found or not running`);
+      throw new BerthError("not_found", `container ${containerId} not found or not running`);
     if (!isWebsocketHandshake(req))
-      throw new Refusal(
-        400,
+      throw new BerthError(
         "invalid_request",
         "this route takes a websocket (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)",
       );
@@ -153,10 +116,10 @@ async function serveShell(
       env: { TERM: "xterm-256color" },
     });
   } catch (e) {
-    const r = refusalOf(e);
-    if (r.status >= 500 && !(e instanceof Refusal))
-      deps.log.warn({ err: describeError(e), containerId }, "cannot start a shell");
-    return answerOnSocket(socket, r.status, { error: { code: r.code, message: r.message } });
+    // An internal error is logged by the edge, with the id its answer carries.
+    const pe = refuseUpgrade(socket, e, { log: deps.log, what: "cannot start a shell", context: { containerId } });
+    if (pe.status >= 500 && !pe.errorId) deps.log.warn({ err: describeError(e), containerId }, "cannot start a shell");
+    return;
   }
   const size = new URLSearchParams(m[3] ?? "");
   resize(session, Number(size.get("cols")), Number(size.get("rows")));

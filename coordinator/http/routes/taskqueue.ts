@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { BerthError, invalid } from "../../../shared/errors.ts";
 import { baseStubType } from "../../../shared/tasks.ts";
-import { checkBody, describeBodyMismatch } from "../../deployments/handler-params.ts";
+import { checkBody, describeBodyMismatch } from "../../../shared/handler-params.ts";
 import type { DeploymentService, Resolved } from "../../deployments/service.ts";
 import type { StubRecord } from "../../store/stubs.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";

@@ -3,7 +3,7 @@
 // refused before a container is bothered. Both sides must agree; the Python
 // tests and test/deployments/handler-params.test.ts check the same cases.
 
-import type { HandlerParams } from "../../shared/tasks.ts";
+import type { HandlerParams } from "./tasks.ts";
 
 const CALLBACK_URL = "callback_url";
 const CONTEXT = "context";

@@ -1,0 +1,203 @@
+// The one public error edge (docs/design-notes.md, "One public error edge"):
+// every path that answers a client — Fastify routes, the gateway routes, the
+// raw /endpoint/... and exposed-port paths, websocket upgrade refusals — turns
+// whatever it caught into { status, body, headers } here. Codes come from
+// CATALOG (shared/errors.ts); statuses from the code's entry or its kind. An
+// internal error's text never leaves the server: the client gets an id, and
+// the log line with the real error carries the same id.
+//
+// This file imports nothing from the coordinator's areas, so every area that
+// answers clients can use it without a cycle.
+
+import { randomBytes } from "node:crypto";
+import { BerthError, CATALOG, type CatalogEntry, type ErrorCode, type ErrorKind } from "../../shared/errors.ts";
+
+/** The HTTP status of each kind; a catalog entry's `http` overrides it for its code. */
+export const HTTP_STATUS: Record<ErrorKind, number> = {
+  InvalidArgument: 400,
+  Unauthenticated: 401,
+  PermissionDenied: 403,
+  NotFound: 404,
+  Conflict: 409,
+  FailedPrecondition: 412,
+  ResourceExhausted: 429,
+  Internal: 500,
+  Unimplemented: 501,
+  Unavailable: 503,
+};
+
+/**
+ * A BerthError answered with a status (and headers) of its own, where one
+ * path has always answered differently from the code's catalog status
+ * (405 with Allow, 413, 426 with Upgrade).
+ */
+export class HttpRefusal extends BerthError {
+  readonly status: number | undefined;
+  readonly headers: Readonly<Record<string, string>> | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    o: { status?: number; headers?: Record<string, string>; details?: Record<string, unknown> } = {},
+  ) {
+    super(code, message, o.details);
+    this.status = o.status;
+    this.headers = o.headers;
+  }
+}
+
+/** The API's error body: `{ error: { code, message, details? } }`. */
+export interface ErrorBody {
+  error: { code: ErrorCode; message: string; details?: Record<string, unknown> };
+}
+
+/** The OpenAI-style body of the `/v1` gateway: `{ error: { message, type, code } }`. */
+export interface OpenAiErrorBody {
+  error: { message: string; type: string; code: ErrorCode };
+}
+
+/**
+ * The body shapes of the public API:
+ * - `api`: `{error}` with the code's status (REST routes, raw paths, websockets);
+ * - `gateway`: `{ok: false, error}` with 200, 401 for a bad token (the spec's SDK gateway);
+ * - `gateway-raw`: `{ok: false, error}` with the code's status (gateway routes that stream bytes);
+ * - `openai`: `{error: {message, type, code}}` with the code's status (the `/v1` gateway).
+ */
+export type ErrorShape = "api" | "gateway" | "gateway-raw" | "openai";
+
+/** pino's logger, a Fastify request's, or anything with the same error method. */
+export interface EdgeLog {
+  error(obj: object, msg: string): void;
+}
+
+export interface PublicErrorOptions {
+  /** @default "api" */
+  shape?: ErrorShape;
+  /** Where an internal error is logged, with its id. Without one the error is still masked. */
+  log?: EdgeLog;
+  /** The log line's message. @default "request failed" */
+  what?: string;
+  /** More fields for the log line (url, task id, ...). */
+  context?: Record<string, unknown>;
+  /** Fields beside `error` in the body (the endpoint path's `task_id`). */
+  extra?: Record<string, unknown>;
+}
+
+export interface PublicError {
+  status: number;
+  body: Record<string, unknown>;
+  headers: Record<string, string>;
+  /** The error as the client sees it (masked when internal). */
+  error: BerthError;
+  /** The id in the body and in the log line, for an internal error. */
+  errorId?: string;
+}
+
+type FastifyLikeError = {
+  validation?: unknown;
+  validationContext?: string;
+  code?: string;
+  statusCode?: number;
+  message: string;
+};
+
+/**
+ * Anything thrown, as a BerthError: BerthErrors as they are, Fastify's
+ * request errors (validation, bad JSON, body too large) as the client's
+ * mistakes, everything else (TypeError, a driver's error, ...) as internal.
+ * An internal result keeps the original as its `cause`.
+ */
+export function toBerthError(err: unknown): BerthError {
+  if (err instanceof BerthError) return err;
+  const fe = err as FastifyLikeError | undefined;
+  if (fe?.validation) {
+    const where = fe.validationContext ?? "request";
+    return new BerthError(
+      "invalid_request",
+      `invalid ${where}: ${fe.message.replace(/^(body|querystring|params|headers)\/?/, "")}`,
+    );
+  }
+  if (fe?.code === "FST_ERR_CTP_INVALID_JSON_BODY" || (fe?.statusCode === 400 && /JSON/i.test(fe.message))) {
+    return new BerthError("invalid_json", `the request body is not valid JSON: ${fe.message}`);
+  }
+  if (fe?.code === "FST_ERR_CTP_EMPTY_JSON_BODY") {
+    return new BerthError("invalid_json", "the request body is empty but Content-Type is application/json");
+  }
+  if (fe?.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE") {
+    return new BerthError("invalid_request", `unsupported Content-Type: ${fe.message}`);
+  }
+  if (fe?.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+    return new BerthError("resource_exhausted", "the request body is too large");
+  }
+  if (fe && typeof fe.statusCode === "number" && fe.statusCode >= 400 && fe.statusCode < 500) {
+    return new BerthError("invalid_request", fe.message);
+  }
+  const internal = new BerthError("internal", "internal error");
+  (internal as { cause?: unknown }).cause = err;
+  return internal;
+}
+
+/** The HTTP status a client gets for `e` (before the gateway's 200 convention). */
+export function statusOf(e: BerthError): number {
+  if (e instanceof HttpRefusal && e.status !== undefined) return e.status;
+  const entry: CatalogEntry = CATALOG[e.code];
+  return entry.http ?? HTTP_STATUS[e.kind];
+}
+
+/** A fresh id for one internal error: in the client's message and the log line. */
+export const newErrorId = (): string => `err-${randomBytes(6).toString("hex")}`;
+
+/** The message an internal error is answered with. */
+export const maskedMessage = (id: string): string => `internal error; the server log has it under id ${id}`;
+
+const OPENAI_TYPES: Record<ErrorKind, string> = {
+  InvalidArgument: "invalid_request_error",
+  FailedPrecondition: "invalid_request_error",
+  Conflict: "invalid_request_error",
+  Unauthenticated: "authentication_error",
+  PermissionDenied: "permission_error",
+  NotFound: "not_found_error",
+  ResourceExhausted: "rate_limit_error",
+  Unavailable: "service_unavailable_error",
+  Unimplemented: "invalid_request_error",
+  Internal: "server_error",
+};
+
+/** The OpenAI error `type` of a kind. */
+export const openAiType = (kind: ErrorKind): string => OPENAI_TYPES[kind];
+
+/**
+ * Any error as the public API answers it: status, body and headers, in the
+ * given shape. An internal error is logged (with `log`) under a new id and
+ * answered with that id only.
+ */
+export function publicError(err: unknown, o: PublicErrorOptions = {}): PublicError {
+  let e = toBerthError(err);
+  let errorId: string | undefined;
+  if (e.kind === "Internal") {
+    errorId = newErrorId();
+    const original = e.cause !== undefined ? e.cause : err;
+    o.log?.error({ err: original, errorId, ...o.context }, o.what ?? "request failed");
+    e = new BerthError("internal", maskedMessage(errorId));
+  }
+  const entry: CatalogEntry = CATALOG[e.code];
+  const headers: Record<string, string> = {
+    ...(entry.headers ?? {}),
+    ...(err instanceof HttpRefusal ? (err.headers ?? {}) : {}),
+  };
+  const status = statusOf(err instanceof HttpRefusal ? err : e);
+  const error = { code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) };
+  const shape = o.shape ?? "api";
+  let out: PublicError;
+  if (shape === "gateway" || shape === "gateway-raw") {
+    const gatewayStatus = shape === "gateway-raw" ? status : e.kind === "Unauthenticated" ? 401 : 200;
+    out = { status: gatewayStatus, body: { ok: false, error, ...o.extra }, headers, error: e };
+  } else if (shape === "openai") {
+    const body: OpenAiErrorBody = { error: { message: e.message, type: openAiType(e.kind), code: e.code } };
+    out = { status, body: { ...body, ...o.extra }, headers, error: e };
+  } else {
+    out = { status, body: { error, ...o.extra }, headers, error: e };
+  }
+  if (errorId) out.errorId = errorId;
+  return out;
+}
