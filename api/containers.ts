@@ -53,7 +53,7 @@ export interface RunContainerRequest {
 /**
  * A runner container takes tasks of one stub through its own bridge socket
  * (docs/tasks.md). The agent mounts the socket and the Python SDK, sets the
- * BERTH_* environment and, when args is empty, runs `python3 -u -m berth.runner`.
+ * BERTH_* environment and, when args is empty, runs `python3 -u -m berth.runtime.runner`.
  */
 export interface RunnerConfig {
   stubId: string;

@@ -3,7 +3,7 @@ import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import { BerthError, describeError } from "../shared/errors.ts";
 
-// ~/.berth/config.json, shared with the Python SDK (sdk/python/berth/config.py):
+// ~/.berth/config.json, shared with the Python SDK (sdk/python/berth/client/config.py):
 // { "profiles": { "default": { "url": "...", "token": "..." } } }
 
 export interface Profile {

@@ -1,4 +1,4 @@
-// The agent's side of a sandbox's process server (sdk/python/berth/sandbox_init.py,
+// The agent's side of a sandbox's process server (sdk/python/berth/runtime/sandbox_init.py,
 // docs/sandboxes.md "Process server"): one unix connection per process, frames
 // of kind (1 byte) + length (4 bytes, big-endian) + payload. Starting a
 // process this way costs a fork in the container instead of a `runc exec`

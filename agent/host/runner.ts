@@ -14,7 +14,7 @@ import type { HostLogger, HostRunners } from "./options.ts";
 import type { ResolvedRunRequest } from "./request.ts";
 
 export const BRIDGE_SOCKET_NAME = "agent.sock";
-export const RUNNER_ARGS = ["python3", "-u", "-m", "berth.runner"];
+export const RUNNER_ARGS = ["python3", "-u", "-m", "berth.runtime.runner"];
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === "object" && v !== null && !Array.isArray(v);

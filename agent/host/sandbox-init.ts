@@ -1,7 +1,7 @@
 // A sandbox's pid 1 as a process server (docs/sandboxes.md, "Process server").
 // The coordinator labels a sandbox container whose pid 1 only keeps it alive
 // (SANDBOX_INIT_LABEL); the agent, which can see the image's rootfs, then runs
-// sdk/python/berth/sandbox_init.py as pid 1 when the image has python3, and
+// sdk/python/berth/runtime/sandbox_init.py as pid 1 when the image has python3, and
 // keeps the requested keep-alive args otherwise. The server's socket lives in
 // a directory of this container's own (`<root>/<id>/`), bind-mounted at
 // /berth/init, owned by the container's user and closed to everyone else.
@@ -17,7 +17,7 @@ export const SandboxInitPaths = {
   dir: "/berth/init",
   socket: "/berth/init/init.sock",
   sdk: "/berth/sdk",
-  script: "/berth/sdk/berth/sandbox_init.py",
+  script: "/berth/sdk/berth/runtime/sandbox_init.py",
 } as const;
 
 const INIT_SOCKET_NAME = "init.sock";

@@ -1,5 +1,5 @@
 // Which task printed a container's line. The runner tees what each task
-// writes (sdk/python/berth/capture.py): to the container's stdout/stderr, which
+// writes (sdk/python/berth/runtime/capture.py): to the container's stdout/stderr, which
 // the agent reads from the spool, and, tagged with the task id, to the agent
 // as task output. Both carry the same text in the same order, so a spool line
 // belongs to the task whose output holds an equal line not yet matched. That

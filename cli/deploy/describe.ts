@@ -1,4 +1,4 @@
-// `python3 -m berth.describe` (docs/deployments-sdk.md): what a FILE.py:OBJECT
+// `python3 -m berth.client.describe` (docs/deployments-sdk.md): what a FILE.py:OBJECT
 // registers, and its code archive. The CLI runs the SDK of this checkout
 // (sdk/python, as the agent mounts it into containers), so the stub it
 // describes matches what the runner imports.
@@ -53,7 +53,7 @@ function pythonCommand(env: NodeJS.ProcessEnv): { python: string; env: NodeJS.Pr
 // queue.py or json.py there would replace the module berth itself imports.
 // Dropping that entry first lets describe refuse such a name clearly instead.
 const RUN_DESCRIBE =
-  'import runpy, sys; sys.path.pop(0); runpy.run_module("berth.describe", run_name="__main__", alter_sys=True)';
+  'import runpy, sys; sys.path.pop(0); runpy.run_module("berth.client.describe", run_name="__main__", alter_sys=True)';
 
 export async function describeTarget(target: string, o: DescribeOptions = {}): Promise<Described> {
   const { python, env } = pythonCommand(o.env ?? process.env);
@@ -88,7 +88,7 @@ export async function describeTarget(target: string, o: DescribeOptions = {}): P
   if (!answer || typeof answer.ok !== "boolean") {
     throw new BerthError(
       "internal",
-      `berth.describe (${python}) exited with ${exit} without its JSON answer${line ? `: ${line.slice(0, 500)}` : ""}`,
+      `berth.client.describe (${python}) exited with ${exit} without its JSON answer${line ? `: ${line.slice(0, 500)}` : ""}`,
     );
   }
   if (!answer.ok) throw new DescribeFailed(answer.error ?? "describe failed", answer.traceback);

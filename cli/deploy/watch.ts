@@ -1,5 +1,5 @@
 // Watches a serve session's code root for edits, with .berthignore's rules
-// (sdk/python/berth/ignore.py: gitignore syntax plus the same defaults), so
+// (sdk/python/berth/client/ignore.py: gitignore syntax plus the same defaults), so
 // that what code sync leaves out (e.g. __pycache__ written by describe
 // itself) never triggers a reload.
 
@@ -7,7 +7,7 @@ import { type FSWatcher, readFileSync, statSync, watch } from "node:fs";
 import { relative, sep } from "node:path";
 import ignore, { type Ignore } from "ignore";
 
-/** sdk/python/berth/ignore.py DEFAULT_IGNORES, before the user's lines so `!venv/` can take one back. */
+/** sdk/python/berth/client/ignore.py DEFAULT_IGNORES, before the user's lines so `!venv/` can take one back. */
 export const DEFAULT_IGNORES = [".git/", "__pycache__/", "*.pyc", ".venv/", "venv/"];
 export const IGNORE_FILE = ".berthignore";
 

@@ -10,7 +10,7 @@ import type { StubRecord } from "./types.ts";
 
 const MiB = 1024 * 1024;
 
-/** The port `berth.http_runner` listens on in a direct-served container (docs/deployments.md). */
+/** The port `berth.runtime.http_runner` listens on in a direct-served container (docs/deployments.md). */
 export const ENDPOINT_PORT = 8000;
 
 /**
@@ -82,7 +82,7 @@ export function runnerRequest(
       "python3",
       "-u",
       "-m",
-      "berth.http_runner",
+      "berth.runtime.http_runner",
       "--port",
       String(ENDPOINT_PORT),
       "--concurrent-requests",

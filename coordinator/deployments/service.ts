@@ -477,7 +477,7 @@ export function checkDeployment(input: DeployInput): void {
   }
   if (kind === "pod") checkPod(extra);
   if (NEEDS_HANDLER_PARAMS.has(kind) && !extra.handler_params)
-    throw invalid(`a ${kind} deployment needs extra.handler_params (berth.describe writes them)`);
+    throw invalid(`a ${kind} deployment needs extra.handler_params (berth.client.describe writes them)`);
 }
 
 /** A pod runs its own entrypoint (docs/sandboxes.md, Pods); its egress fields follow the sandbox rules. */

@@ -65,7 +65,7 @@ export interface EndpointDeps {
   podStartWaitMs?: number;
 }
 
-/** The port `berth.http_runner` listens on in the container. */
+/** The port `berth.runtime.http_runner` listens on in the container. */
 export const RUNNER_HTTP_PORT = 8000;
 /** Endpoint bodies (docs/deployments.md, Invocation). */
 export const ENDPOINT_BODY_LIMIT = 32 * 1024 * 1024;

@@ -236,7 +236,7 @@ test("containersOf and onContainersChange: running, stopping and gone are heard"
   assert.equal(heard.length, 3, "unsubscribed");
 });
 
-test("runnerRequest of an endpoint stub runs berth.http_runner on the exposed port, keeping the runner", () => {
+test("runnerRequest of an endpoint stub runs berth.runtime.http_runner on the exposed port, keeping the runner", () => {
   const stub = endpoint("stub-ep", { config: { workers: 2 }, extra: { concurrent_requests: 8 } });
   const req = runnerRequest(stub, "ctr-1", undefined);
   assert.equal(ENDPOINT_PORT, 8000);
@@ -244,7 +244,7 @@ test("runnerRequest of an endpoint stub runs berth.http_runner on the exposed po
     "python3",
     "-u",
     "-m",
-    "berth.http_runner",
+    "berth.runtime.http_runner",
     "--port",
     "8000",
     "--concurrent-requests",

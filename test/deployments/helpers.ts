@@ -5,7 +5,7 @@ import { type TaskHarness, stubConfig, stubExtra } from "../tasks/harness.ts";
 
 export const HANDLER_PARAMS = { names: ["x", "y"], required: ["x"], var_keyword: false, context: false };
 
-/** A deploy body of `kind` as berth.describe would send it (handler params, a cron for schedules). */
+/** A deploy body of `kind` as berth.client.describe would send it (handler params, a cron for schedules). */
 export function deployInput(
   name: string,
   kind: string,

@@ -1,7 +1,7 @@
 // The endpoint invocation path over a real task service (nats-server,
 // SQLite), with fakes for the deployment service and the container manager,
 // and a tunnel that dials real local HTTP servers standing in for
-// `berth.http_runner` in containers.
+// `berth.runtime.http_runner` in containers.
 
 import { Agent, createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { connect as netConnect, type AddressInfo, type Socket } from "node:net";
@@ -26,7 +26,7 @@ import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import { buildTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
 import { teardownStack } from "../helpers/suite.ts";
 
-/** A stand-in for berth.http_runner: behaviour chosen by the JSON body's `op` (or the asgi path). */
+/** A stand-in for berth.runtime.http_runner: behaviour chosen by the JSON body's `op` (or the asgi path). */
 export class FakeRunner {
   readonly server: Server;
   port = 0;

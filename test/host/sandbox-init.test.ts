@@ -1,5 +1,5 @@
 // The sandbox process server (agent/host/sandbox-init.ts, init-exec.ts,
-// sdk/python/berth/sandbox_init.py) on real runc containers. A process the
+// sdk/python/berth/runtime/sandbox_init.py) on real runc containers. A process the
 // server started has the container's pid 1 as its parent; one runc exec
 // started has a parent outside the container's pid namespace, so its PPID
 // reads 0: that is how each test tells which path ran.

@@ -1,9 +1,13 @@
 """berth: serverless compute on your own GPU fleet."""
 
 from . import env
-from .autoscaler import QueueDepthAutoscaler
-from .config import ConfigError, Credentials, current_credentials
-from .context import Context
+from .api.autoscaler import QueueDepthAutoscaler
+from .api.context import Context
+from .api.deployable import ASGI, Endpoint, Realtime, Schedule, TaskQueue, asgi, endpoint, realtime, schedule, task_queue
+from .api.function import Function, function
+from .api.image import Image
+from .api.options import TaskPolicy
+from .client.config import ConfigError, Credentials, current_credentials
 from .errors import (
     ArgumentsTooLargeError,
     BerthError,
@@ -20,11 +24,7 @@ from .errors import (
     TaskExpiredError,
     TaskTimeoutError,
 )
-from .deployable import ASGI, Endpoint, Realtime, Schedule, TaskQueue, asgi, endpoint, realtime, schedule, task_queue
-from .function import Function, function
 from .handler_call import HandlerArgumentsError
-from .image import Image
-from .options import TaskPolicy
 
 __all__ = [
     "ASGI",
@@ -86,24 +86,24 @@ __version__ = "0.1.0"
 # The client, sandbox and pod classes pull in HTTP, TLS and the task stream:
 # loaded on first use (PEP 562), so a container importing the user's module stays lean.
 _LAZY = {
-    "Client": "client",
-    "Deployment": "client",
-    "FileRef": "client",
-    "Task": "client",
-    "Pod": "pod",
-    "PodCreateResult": "pod",
-    "Sandbox": "sandbox",
-    "SandboxInstance": "sandbox",
-    "SandboxFileInfo": "sandbox_fs",
-    "SandboxFilePosition": "sandbox_fs",
-    "SandboxFileReplacement": "sandbox_fs",
-    "SandboxFileSearchMatch": "sandbox_fs",
-    "SandboxFileSearchRange": "sandbox_fs",
-    "SandboxFileSystem": "sandbox_fs",
-    "SandboxProcess": "sandbox_process",
-    "SandboxProcessManager": "sandbox_process",
-    "SandboxProcessResponse": "sandbox_process",
-    "SandboxProcessStream": "sandbox_process",
+    "Client": "client.client",
+    "Deployment": "client.client",
+    "FileRef": "client.client",
+    "Task": "client.client",
+    "Pod": "sandbox.pod",
+    "PodCreateResult": "sandbox.pod",
+    "Sandbox": "sandbox.sandbox",
+    "SandboxInstance": "sandbox.sandbox",
+    "SandboxFileInfo": "sandbox.sandbox_fs",
+    "SandboxFilePosition": "sandbox.sandbox_fs",
+    "SandboxFileReplacement": "sandbox.sandbox_fs",
+    "SandboxFileSearchMatch": "sandbox.sandbox_fs",
+    "SandboxFileSearchRange": "sandbox.sandbox_fs",
+    "SandboxFileSystem": "sandbox.sandbox_fs",
+    "SandboxProcess": "sandbox.sandbox_process",
+    "SandboxProcessManager": "sandbox.sandbox_process",
+    "SandboxProcessResponse": "sandbox.sandbox_process",
+    "SandboxProcessStream": "sandbox.sandbox_process",
 }
 
 

@@ -12,7 +12,7 @@ import struct
 import threading
 from typing import Any, List, Optional, Tuple
 
-from berth.asgi_host import AsgiServer
+from berth.runtime.asgi_host import AsgiServer
 
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B65"
 WAIT_S = 10.0

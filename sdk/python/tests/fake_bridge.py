@@ -164,7 +164,7 @@ def start_runner(code_dir: str, socket_path: str, handler: str, **env) -> subpro
         **env,
     }
     return subprocess.Popen(
-        [sys.executable, "-u", "-m", "berth.runner"],
+        [sys.executable, "-u", "-m", "berth.runtime.runner"],
         cwd=code_dir,
         env=full,
         stdout=subprocess.PIPE,

@@ -14,10 +14,10 @@ import threading
 import time
 import unittest
 
-from berth.asgi_host import AsgiServer, LifespanFailed, load_app
-from berth.bridge import UnixHTTPConnection
-from berth.context import Context
-from berth.realtime_app import realtime_asgi
+from berth.runtime.asgi_host import AsgiServer, LifespanFailed, load_app
+from berth.runtime.bridge import UnixHTTPConnection
+from berth.api.context import Context
+from berth.runtime.realtime_app import realtime_asgi
 from tests.asgi_support import WAIT_S, ServerThread, TestApp, WebSocketClient, raw_exchange
 
 SDK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -454,7 +454,7 @@ class LoadAppTest(unittest.TestCase):
         path = os.path.join(self.dir.name, "cli.sock")
         env = dict(os.environ, PYTHONPATH=SDK_DIR)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "berth.asgi_host", "asgi_demo_app:make_app()", "--uds", path],
+            [sys.executable, "-m", "berth.runtime.asgi_host", "asgi_demo_app:make_app()", "--uds", path],
             cwd=self.dir.name, env=env, stderr=subprocess.PIPE, text=True,
         )
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
@@ -474,7 +474,7 @@ class LoadAppTest(unittest.TestCase):
 
     def test_command_line_refuses_an_unloadable_app(self):
         proc = subprocess.run(
-            [sys.executable, "-m", "berth.asgi_host", "asgi_demo_app:nope", "--port", "0"],
+            [sys.executable, "-m", "berth.runtime.asgi_host", "asgi_demo_app:nope", "--port", "0"],
             cwd=self.dir.name, env=dict(os.environ, PYTHONPATH=SDK_DIR), capture_output=True, text=True,
             timeout=WAIT_S * 3,
         )

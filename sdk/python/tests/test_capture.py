@@ -4,7 +4,7 @@ import io
 import threading
 import unittest
 
-from berth.capture import MAX_PIECE, Capture, Tee
+from berth.runtime.capture import MAX_PIECE, Capture, Tee
 
 
 class CaptureTest(unittest.TestCase):

@@ -3,7 +3,7 @@ import os
 import tempfile
 import unittest
 
-from berth.config import ConfigError, current_credentials
+from berth.client.config import ConfigError, current_credentials
 
 
 class CredentialsTest(unittest.TestCase):

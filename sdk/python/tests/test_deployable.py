@@ -24,7 +24,7 @@ from berth import (
     schedule,
     task_queue,
 )
-from berth.runner import resolve
+from berth.runtime.runner import resolve
 from tests.fake_gateway import FakeGateway
 
 APP = '''

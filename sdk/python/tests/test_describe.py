@@ -1,4 +1,4 @@
-"""``python3 -m berth.describe FILE.py:OBJECT``, run as a subprocess over temporary files."""
+"""``python3 -m berth.client.describe FILE.py:OBJECT``, run as a subprocess over temporary files."""
 
 import hashlib
 import json
@@ -66,7 +66,7 @@ class DescribeTest(unittest.TestCase):
         env = dict(os.environ, PYTHONPATH=SDK)
         env.pop("BERTH_REMOTE", None)
         p = subprocess.run(
-            [sys.executable, "-m", "berth.describe", *args],
+            [sys.executable, "-m", "berth.client.describe", *args],
             cwd=cwd or self.tmp.name,
             env=env,
             capture_output=True,

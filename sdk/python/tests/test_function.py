@@ -13,7 +13,8 @@ import unittest
 from unittest import mock
 
 import berth
-from berth import env, invoke
+from berth import env
+from berth.client import invoke
 from tests.fake_gateway import FakeGateway
 
 APP = '''

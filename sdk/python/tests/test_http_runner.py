@@ -1,4 +1,4 @@
-"""``python3 -m berth.http_runner`` as a real subprocess on a free port, as a deployed stub's container runs it."""
+"""``python3 -m berth.runtime.http_runner`` as a real subprocess on a free port, as a deployed stub's container runs it."""
 
 import http.client
 import json
@@ -135,7 +135,7 @@ class Server:
                 "BERTH_PYTHON_VERSION": "3.11",
             }
             self.proc = subprocess.Popen(
-                [sys.executable, "-u", "-m", "berth.http_runner", "--port", str(self.port), "--host", "127.0.0.1",
+                [sys.executable, "-u", "-m", "berth.runtime.http_runner", "--port", str(self.port), "--host", "127.0.0.1",
                  "--concurrent-requests", str(concurrent)],
                 cwd=code, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
             )
@@ -411,7 +411,7 @@ class BadStubTypeTest(unittest.TestCase):
     def test_a_queued_stub_type_is_refused_naming_the_types(self):
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": SDK_DIR, "BERTH_STUB_TYPE": "taskqueue/deployment",
                "BERTH_HANDLER": "app:f"}
-        r = subprocess.run([sys.executable, "-m", "berth.http_runner", "--port", "0"], env=env,
+        r = subprocess.run([sys.executable, "-m", "berth.runtime.http_runner", "--port", "0"], env=env,
                            capture_output=True, timeout=WAIT_S)
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"'taskqueue/deployment' is not served over HTTP", r.stderr)

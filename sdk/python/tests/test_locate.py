@@ -8,7 +8,7 @@ import tempfile
 import unittest
 
 from berth import BerthError
-from berth.locate import locate
+from berth.api.locate import locate
 from tests.fake_bridge import SDK_DIR
 
 

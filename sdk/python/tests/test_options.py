@@ -5,7 +5,7 @@ import datetime
 import unittest
 
 from berth import Context, Function, Image, ImageBuildError, TaskPolicy, function
-from berth.options import cpu_fields, expires_text, parse_gpu, parse_memory, retry_names
+from berth.api.options import cpu_fields, expires_text, parse_gpu, parse_memory, retry_names
 
 
 def plain(x):

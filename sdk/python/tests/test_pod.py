@@ -1,4 +1,4 @@
-"""Pod: its options, create(), deploy() and `berth deploy file.py:pod` (berth.describe); the unit parsers."""
+"""Pod: its options, create(), deploy() and `berth deploy file.py:pod` (berth.client.describe); the unit parsers."""
 
 import importlib
 import json
@@ -10,7 +10,7 @@ import textwrap
 import unittest
 
 from berth import Image, Pod, PodCreateResult
-from berth.units import check_egress, parse_cpu, parse_gpu, parse_memory
+from berth.sandbox.units import check_egress, parse_cpu, parse_gpu, parse_memory
 from tests.sandbox_support import SandboxTestCase
 
 SDK = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -192,7 +192,7 @@ class PodGatewayTest(SandboxTestCase):
 
 
 class PodDescribeTest(unittest.TestCase):
-    """`berth deploy app.py:pod` learns what to register from `python3 -m berth.describe`."""
+    """`berth deploy app.py:pod` learns what to register from `python3 -m berth.client.describe`."""
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -203,7 +203,7 @@ class PodDescribeTest(unittest.TestCase):
     def describe(self, target, *args):
         env = dict(os.environ, PYTHONPATH=SDK)
         p = subprocess.run(
-            [sys.executable, "-m", "berth.describe", target, *args],
+            [sys.executable, "-m", "berth.client.describe", target, *args],
             cwd=self.tmp.name,
             env=env,
             capture_output=True,

@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from berth import sandbox_init as si
+from berth.runtime import sandbox_init as si
 
 INIT = si.__file__
 

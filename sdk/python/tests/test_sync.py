@@ -9,8 +9,8 @@ import tempfile
 import unittest
 
 from berth.errors import BerthError
-from berth.ignore import IgnoreMatcher
-from berth import sync
+from berth.client.ignore import IgnoreMatcher
+from berth.client import sync
 
 
 def names_in(data: bytes):

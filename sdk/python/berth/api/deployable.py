@@ -3,7 +3,7 @@
 Each decorated object is a :class:`berth.Function` of another stub type: the
 same resource options, code location, code sync and stub registration, plus
 what a deployment adds (workers, concurrency, the autoscaler, authorization).
-``berth deploy FILE.py:OBJECT`` reads them through ``python -m berth.describe``.
+``berth deploy FILE.py:OBJECT`` reads them through ``python -m berth.client.describe``.
 Calling the object runs the function here. Parameters and defaults:
 docs/deployments-sdk.md.
 """
@@ -12,11 +12,11 @@ import re
 from typing import Any, Callable, Dict, Optional
 from urllib.parse import quote
 
-from . import serialize
+from .. import serialize
+from ..errors import BerthError
+from ..handler_call import describe_params
 from .autoscaler import QueueDepthAutoscaler
-from .errors import BerthError
 from .function import MAX_PENDING_TASKS, Function, _guard, default_client
-from .handler_call import describe_params
 from .locate import Location
 from .options import check_int
 

@@ -10,8 +10,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from . import env, serialize
-from .errors import BerthError, RemoteCallError
+from .. import env, serialize
+from ..errors import BerthError, RemoteCallError
 from .image import Image
 from .locate import Location, locate
 from .options import (
@@ -26,7 +26,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client.client import Client
 
 # The client side (HTTP, code sync, the task stream) is imported when a call is
 # made, not when the module is: a container imports this module through the
@@ -40,8 +40,8 @@ _clients_lock = threading.Lock()
 
 def default_client() -> "Client":
     """One client per (URL, token) in effect, so connections are reused across calls."""
-    from .client import Client
-    from .config import current_credentials
+    from ..client.client import Client
+    from ..client.config import current_credentials
 
     creds = current_credentials()
     key = (creds.url, creds.token)
@@ -183,7 +183,7 @@ class Function:
 
     def prepare(self, client: "Client") -> str:
         """Syncs the code and gets or creates the stub (once per client); returns the stub id."""
-        from .sync import sync_code
+        from ..client.sync import sync_code
 
         key = (client.url, client.token)
         with self._lock:
@@ -210,7 +210,7 @@ class Function:
         """Runs once in a container and returns the result (or raises the remote exception)."""
         _guard(f"{self.stub_name}.remote()")
         payload = serialize.dump_args(args, kwargs, what=f"{self.stub_name}.remote()")
-        from .invoke import Printer, run_one
+        from ..client.invoke import Printer, run_one
 
         client = default_client()
         stub_id = self.prepare(client)
@@ -220,7 +220,7 @@ class Function:
     def map(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """One task per item (the item is the single argument); yields results in input order."""
         _guard(f"{self.stub_name}.map()")
-        from .invoke import MapRun, Printer
+        from ..client.invoke import MapRun, Printer
 
         client = default_client()
         stub_id = self.prepare(client)

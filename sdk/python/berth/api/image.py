@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from .errors import ImageBuildError
+from ..errors import ImageBuildError
 
 Packages = Union[Sequence[str], str, None]
 

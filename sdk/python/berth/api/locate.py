@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import BerthError
+from ..errors import BerthError
 
 
 @dataclass(frozen=True)

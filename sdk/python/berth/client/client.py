@@ -7,8 +7,8 @@ import threading
 from typing import IO, Any, Dict, Optional, Tuple, Union
 from urllib.parse import quote
 
+from ..errors import BerthError
 from .config import current_credentials
-from .errors import BerthError
 from .http import HttpConnection, read_json
 
 MAX_OBJECT_BYTES = 256 * 1024 * 1024

@@ -1,4 +1,4 @@
-"""``python3 -m berth.describe FILE.py:OBJECT [--name NAME] [--archive PATH]``: what ``berth deploy`` registers.
+"""``python3 -m berth.client.describe FILE.py:OBJECT [--name NAME] [--archive PATH]``: what ``berth deploy`` registers.
 
 Imports FILE as ``python FILE.py`` would (its directory first on sys.path),
 but under its module name, so code under ``if __name__ == "__main__":`` does
@@ -20,11 +20,11 @@ import sys
 import traceback
 from typing import Any, Dict, List, Optional, TextIO
 
-from .errors import BerthError, ImageBuildError
-from .function import Function
-from .pod import Pod
+from ..api.function import Function
+from ..errors import BerthError, ImageBuildError
+from ..sandbox.pod import Pod
 
-USAGE = "usage: python3 -m berth.describe FILE.py:OBJECT [--name NAME] [--archive PATH]"
+USAGE = "usage: python3 -m berth.client.describe FILE.py:OBJECT [--name NAME] [--archive PATH]"
 DECORATORS = "@endpoint, @asgi, @realtime, @task_queue, @schedule or @function, or make it a berth.Pod"
 DEPLOYABLE = (Function, Pod)
 

@@ -10,7 +10,7 @@ import socket
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from .errors import BerthError
+from ..errors import BerthError
 
 # A kept-alive connection the server closed while idle fails on first use in these ways.
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, http.client.CannotSendRequest)

@@ -14,8 +14,9 @@ import time
 from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple
 from urllib.parse import quote
 
-from . import outcome, serialize
-from .errors import BerthError
+from .. import serialize
+from ..errors import BerthError
+from . import outcome
 from .http import HttpConnection, read_json
 from .tasks import Task
 

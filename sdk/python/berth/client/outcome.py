@@ -2,8 +2,8 @@
 
 from typing import Any, Optional
 
-from . import serialize
-from .errors import TASK_ERRORS, RemoteError, RemoteTraceback, SerializationError, TaskError
+from .. import serialize
+from ..errors import TASK_ERRORS, RemoteError, RemoteTraceback, SerializationError, TaskError
 
 TERMINAL = frozenset({"COMPLETE", "FAILED", "TIMEOUT", "EXPIRED", "CANCELLED"})
 

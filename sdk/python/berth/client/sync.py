@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Set, Tuple
 
-from .errors import BerthError
+from ..errors import BerthError
 from .ignore import IgnoreMatcher
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -5,8 +5,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote
 
-from . import outcome, serialize
-from .errors import BerthError
+from .. import serialize
+from ..errors import BerthError
+from . import outcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client

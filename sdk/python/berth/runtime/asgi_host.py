@@ -5,8 +5,8 @@ no uvicorn or hypercorn: HTTP/1.1 (asgi_http.py, requests read by asgi_parse.py)
 (asgi_websocket.py) and the lifespan protocol, on TCP or a unix socket.
 TLS and HTTP/2 end at the coordinator, so neither is here.
 
-    python3 -m berth.asgi_host module:app --port 8000
-    python3 -m berth.asgi_host module:make_app() --uds /tmp/app.sock
+    python3 -m berth.runtime.asgi_host module:app --port 8000
+    python3 -m berth.runtime.asgi_host module:make_app() --uds /tmp/app.sock
 """
 
 import argparse
@@ -306,7 +306,7 @@ def load_app(spec: str) -> ASGIApp:
 
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m berth.asgi_host", description="Serve an ASGI 3 app with the Python standard library."
+        prog="python3 -m berth.runtime.asgi_host", description="Serve an ASGI 3 app with the Python standard library."
     )
     parser.add_argument("app", help="module:attribute, or module:factory() for a zero-argument factory")
     where = parser.add_mutually_exclusive_group(required=True)

@@ -22,8 +22,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
-from .context import Context
-from .handler_call import HandlerArgumentsError, bind_endpoint_call
+from ..api.context import Context
+from ..handler_call import HandlerArgumentsError, bind_endpoint_call
 from .handler_load import error_of, takes_context
 
 HEALTH_PATH = "/.berth/health"

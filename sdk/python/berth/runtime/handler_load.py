@@ -1,7 +1,7 @@
 """Finding the user's handler in a container and describing what went wrong.
 
-Shared by the queued runner (``berth.runner``) and the HTTP runner of
-deployed endpoints (``berth.http_runner``): both import ``BERTH_HANDLER``
+Shared by the queued runner (``berth.runtime.runner``) and the HTTP runner of
+deployed endpoints (``berth.runtime.http_runner``): both import ``BERTH_HANDLER``
 (``module:function``) and ``BERTH_ON_START`` the same way, and report an
 exception as ``{"type", "message", "traceback"}`` (a TaskError).
 """
@@ -12,10 +12,11 @@ import os
 import traceback
 from typing import Any, Callable
 
-from . import env
+from .. import env
 from .bridge import log
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# The berth package (its subpackages included): frames of files under it are berth's own.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def qualified_name(cls: type) -> str:
@@ -30,7 +31,7 @@ def resolve(spec: str, what: str) -> Callable:
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    from .function import Function
+    from ..api.function import Function
 
     if isinstance(obj, Function):
         obj = obj.func
@@ -56,10 +57,14 @@ def takes_context(fn: Callable) -> bool:
     return p is not None and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
 
 
+def _is_berth_file(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+
+
 def trimmed_traceback(e: BaseException) -> str:
     """The exception as Python prints it, without berth's own frames at the top (the user's start below them)."""
     tb = e.__traceback__
-    while tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _PACKAGE_DIR:
+    while tb is not None and _is_berth_file(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(e), e, tb))
 

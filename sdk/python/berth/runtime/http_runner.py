@@ -1,8 +1,8 @@
 """The program of an ``endpoint``, ``asgi`` or ``realtime`` container (docs/deployments.md, "The container side").
 
-    python3 -u -m berth.http_runner --port 8000 [--concurrent-requests N]
+    python3 -u -m berth.runtime.http_runner --port 8000 [--concurrent-requests N]
 
-Reads the same ``BERTH_*`` environment as ``berth.runner``. Each of
+Reads the same ``BERTH_*`` environment as ``berth.runtime.runner``. Each of
 ``BERTH_WORKERS`` processes imports ``BERTH_HANDLER``, runs ``BERTH_ON_START``
 and only then listens on the port (shared with SO_REUSEPORT), so a
 connection that is accepted reaches a loaded handler. With more than one
@@ -24,8 +24,8 @@ import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..api.context import Context
 from .asgi_host import SHUTDOWN_GRACE_S, AsgiServer, LifespanFailed
-from .context import Context
 from .endpoint_app import EndpointApp, FailedApp, call_factory, guarded, log, with_health
 from .handler_load import import_handler, load_failure, resolve
 from .realtime_app import realtime_asgi
@@ -204,7 +204,7 @@ def _flush() -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m berth.http_runner", description="Serve a deployed endpoint, asgi or realtime stub over HTTP."
+        prog="python3 -m berth.runtime.http_runner", description="Serve a deployed endpoint, asgi or realtime stub over HTTP."
     )
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     parser.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
@@ -220,7 +220,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     cfg = RunnerConfig.from_env(dict(os.environ))
     kind = (cfg.stub_type or "").split("/")[0]
     if kind not in KINDS:
-        log(f"BERTH_STUB_TYPE {cfg.stub_type!r} is not served over HTTP (one of {', '.join(KINDS)}); use berth.runner")
+        log(f"BERTH_STUB_TYPE {cfg.stub_type!r} is not served over HTTP (one of {', '.join(KINDS)}); use berth.runtime.runner")
         return 2
     if not cfg.handler:
         log("BERTH_HANDLER is not set (module:function)")

@@ -20,9 +20,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
+from ..api.context import Context
+from ..handler_call import unwrap_handler
 from .asgi_http import log
-from .context import Context
-from .handler_call import unwrap_handler
 from .handler_load import takes_context
 
 

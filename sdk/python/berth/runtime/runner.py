@@ -1,4 +1,4 @@
-"""The in-container runner: ``python3 -u -m berth.runner`` (docs/tasks.md, "Bridge protocol").
+"""The in-container runner: ``python3 -u -m berth.runtime.runner`` (docs/tasks.md, "Bridge protocol").
 
 Imports ``BERTH_HANDLER`` once, then each of ``BERTH_WORKERS`` threads loops:
 take a task from the agent, run it, post its result. A handler that does not
@@ -18,11 +18,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
-from . import serialize
+from .. import serialize
+from ..api.context import Context
+from ..handler_call import HandlerArgumentsError, bind_endpoint_call
 from .bridge import AgentGone, BridgeClient, log
 from .capture import Capture
-from .context import Context
-from .handler_call import HandlerArgumentsError, bind_endpoint_call
 from .handler_load import (
     error_of,
     import_handler,

@@ -1,7 +1,7 @@
 """The process server of a sandbox container (docs/sandboxes.md, "Process server").
 
 The agent makes this the container's pid 1 when the image has python3:
-`python3 -u -I /berth/sdk/berth/sandbox_init.py SOCKET` (isolated, so the berth
+`python3 -u -I /berth/sdk/berth/runtime/sandbox_init.py SOCKET` (isolated, so the berth
 package is not imported into every sandbox and the image's PYTHON* variables
 do not apply to it). It keeps the container alive, reaps orphans (it is pid
 1), ends on SIGTERM/SIGINT after passing it on, and runs the processes the

@@ -12,10 +12,10 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from .errors import BerthError
-from .image import Image
-from .locate import Location, locate
-from .options import check_int
+from ..api.image import Image
+from ..api.locate import Location, locate
+from ..api.options import check_int
+from ..errors import BerthError
 from .sandbox_stub import ContainerSpec
 
 CREATE_TIMEOUT_S = 900.0

@@ -16,8 +16,8 @@ import contextlib
 import io
 from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Union
 
-from .errors import BerthError, SandboxConnectionError
-from .image import Image
+from ..api.image import Image
+from ..errors import BerthError, SandboxConnectionError
 from .sandbox_api import SandboxApi, q
 from .sandbox_fs import SandboxFileSystem
 from .sandbox_process import SandboxProcessManager

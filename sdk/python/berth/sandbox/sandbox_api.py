@@ -22,9 +22,9 @@ import time
 from typing import IO, Any, Deque, Dict, Iterator, Optional, TextIO, Tuple
 from urllib.parse import quote, urlencode
 
-from .client import auth_headers
-from .errors import BerthError, SandboxConnectionError, SandboxFileSystemError, SandboxProcessError
-from .http import HttpConnection
+from ..client.client import auth_headers
+from ..client.http import HttpConnection
+from ..errors import BerthError, SandboxConnectionError, SandboxFileSystemError, SandboxProcessError
 
 GATEWAY = "/api/v1/gateway"
 DEBUG_ENTRIES = 100
@@ -219,7 +219,7 @@ class SandboxApi:
             raise BerthError("internal", f"HTTP {status} from {self.url} without an error", status)
         return body
 
-    # ---- code sync (berth.sync.sync_code takes this object as its client) ----
+    # ---- code sync (berth.client.sync.sync_code takes this object as its client) ----
 
     def object_exists(self, sha256: str) -> Tuple[bool, Optional[Any]]:
         r = self.call("GET", f"/objects/{q(sha256)}")

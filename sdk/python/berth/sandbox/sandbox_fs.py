@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from .errors import BerthError, SandboxFileSystemError
+from ..errors import BerthError, SandboxFileSystemError
 from .sandbox_api import q, query
 
 if TYPE_CHECKING:

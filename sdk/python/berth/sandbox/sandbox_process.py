@@ -10,7 +10,7 @@ import http.client
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
-from .errors import BerthError, SandboxProcessError
+from ..errors import BerthError, SandboxProcessError
 from .sandbox_api import CHUNK, q, query
 
 if TYPE_CHECKING:

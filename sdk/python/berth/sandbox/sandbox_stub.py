@@ -11,9 +11,9 @@ import json
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .errors import BerthError
-from .function import image_option, volumes_option
-from .image import Image
+from ..api.function import image_option, volumes_option
+from ..api.image import Image
+from ..errors import BerthError
 from .sandbox_api import SandboxApi
 from .units import check_egress, check_ports, parse_cpu, parse_gpu, parse_memory
 
@@ -22,7 +22,7 @@ MAX_PENDING_TASKS = 100
 
 def api_for(token: str = "", url: Optional[str] = None) -> SandboxApi:
     """The routes of the coordinator in effect: ``url``/``token``, else BERTH_URL/SERVICE_TOKEN, else the profile."""
-    from .config import current_credentials
+    from ..client.config import current_credentials
 
     creds = current_credentials(token)
     return SandboxApi(url or creds.url, creds.token)
@@ -33,6 +33,8 @@ class ContainerSpec:
 
     stub_type = ""
     # A name in the stub config's handler form: the container runs no Python handler.
+    # Sandbox and Pod keep the names of the flat layout (berth.sandbox:Sandbox,
+    # berth.pod:Pod): a label in the stub config, not an import path.
     handler = ""
 
     def __init__(
@@ -149,7 +151,7 @@ class ContainerSpec:
         root = self.code_root()
         if root is None:
             return ""
-        from .sync import sync_code
+        from ..client.sync import sync_code
 
         return sync_code(api, root)  # type: ignore[arg-type]  (it has the two object routes sync_code uses)
 

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any, List, Optional, Sequence, Tuple
 
-from .options import parse_gpu, parse_memory
+from ..api.options import parse_gpu, parse_memory
 
 __all__ = [
     "MAX_ALLOW_LIST_ENTRIES",
