@@ -28,8 +28,7 @@ import { loadTlsCredentials, type ResolvedCoordinatorOptions } from "./options.t
 import { ClusterPki } from "./pki/cluster-pki.ts";
 import { PortProxy, attachPortUpgrades } from "./ports/proxy.ts";
 import { attachShellUpgrades, managedShellTargets } from "./http/routes/shell.ts";
-import type { Reservation } from "./scheduler/cluster-view.ts";
-import type { WorkspaceUsage } from "./scheduler/quota.ts";
+import { Planner } from "./scheduler/planner.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
 import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
@@ -108,6 +107,8 @@ export async function startCoordinator(
   await bootstrapEmptyStore(store, o.bootstrap, log);
 
   const fleet = new FleetView();
+  // The one planner: every container's reservation (runners, sandboxes, pods) and workspace usage.
+  const planner = new Planner({ fleet });
   const watcher = new FleetWatcher(nc, fleet, store.agents, log.child({ area: "fleet" }));
   watcher.start();
 
@@ -190,8 +191,7 @@ export async function startCoordinator(
     secrets,
     deployments: deployments.states,
     onScale: (ev) => deployments.recordScaling(ev),
-    otherReservations: (): Reservation[] => sandboxes.reservations(),
-    otherUsage: (ws): WorkspaceUsage => sandboxes.usage(ws),
+    planner,
     log: log.child({ area: "containers" }),
   });
   const manager = containers;
@@ -220,9 +220,16 @@ export async function startCoordinator(
     events: natsContainerEvents(nc, log.child({ area: "sandboxes" })),
     publicUrl: o.publicUrl,
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
-    otherReservations: (): Reservation[] => manager.reservations(),
+    planner,
+    placementWaitMs: o.placementWaitMs,
+    onWaiting: (w) =>
+      workspaceEvents.emit(w.workspaceId, "sandbox.waiting", w.stubId, {
+        stub_id: w.stubId,
+        kind: w.kind,
+        reason: w.reason,
+        wait_ms: w.waitMs,
+      }),
     limits: (ws) => limitsCache.get(ws),
-    workspaceUsage: (ws): WorkspaceUsage => manager.workspaceUsage(ws),
     log: log.child({ area: "sandboxes" }),
   });
   manager.start();
@@ -313,7 +320,7 @@ export async function startCoordinator(
     webhooks,
     costRates: o.costRates,
     limits: {
-      usage: { containers: (ws) => manager.workspaceUsage(ws), pendingTasks: (ws) => tasks.pendingTasks(ws) },
+      usage: { containers: (ws) => planner.usage(ws), pendingTasks: (ws) => tasks.pendingTasks(ws) },
       onChange: (ws) => {
         limitsCache.invalidate(ws);
         manager.invalidateLimits(ws);

@@ -64,6 +64,13 @@ export interface CoordinatorOptions {
   metricsToken?: string;
   /** Days container and pool samples are kept. @default 7 */
   metricsRetentionDays?: number;
+  /**
+   * How long a sandbox or pod create waits for room when the fleet is full
+   * and no idle warm container can be stopped for it, before it fails with
+   * `resource_exhausted` and the reason (docs/sandboxes.md); 0 refuses at
+   * once. Within 0..600000. @default 30000
+   */
+  placementWaitMs?: number;
 }
 
 export interface TlsFiles {
@@ -89,6 +96,7 @@ export interface ResolvedCoordinatorOptions {
   costRates: CostRates;
   metricsToken?: string;
   metricsRetentionMs: number;
+  placementWaitMs: number;
 }
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
@@ -138,7 +146,18 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     ...(o.endpointDomain !== undefined ? { endpointDomain: checkEndpointDomain(o.endpointDomain) } : {}),
     ...metricsOptions(o),
     costRates: resolveCostRates(o.costRates),
+    placementWaitMs: checkPlacementWait(o.placementWaitMs ?? 30_000),
   };
+}
+
+function checkPlacementWait(v: unknown): number {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > 600_000) {
+    throw new BerthError(
+      "invalid_request",
+      `coordinator config: placementWaitMs ${JSON.stringify(v)} must be a whole number of ms within 0..600000`,
+    );
+  }
+  return v;
 }
 
 function metricsOptions(o: CoordinatorOptions): Pick<ResolvedCoordinatorOptions, "metricsToken" | "metricsRetentionMs"> {

@@ -1,10 +1,13 @@
 // The containers one manager runs, with what each holds on its agent. Its
 // listeners hear when a container becomes running, starts stopping or is
-// gone (the endpoint router sends requests to running ones only).
+// gone (the endpoint router sends requests to running ones only). With a
+// planner, every container it tracks holds its reservation there (kind
+// "runner"), released when the container leaves the table.
 
 import type { ContainerStatus } from "../../api/index.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { type AgentView, type Reservation, gpuTypeOf } from "../scheduler/cluster-view.ts";
+import type { Planner } from "../scheduler/planner.ts";
 import { CONFIG_VERSION_LABEL } from "./runner-request.ts";
 import type { ManagedContainerInfo } from "./types.ts";
 
@@ -16,11 +19,16 @@ export interface Managed extends ManagedContainerInfo {
   configVersion?: number;
 }
 
+/** The planner's reservation kind of runner containers. */
+export const RUNNER_KIND = "runner";
+
 type ChangeListener = (stubId: string) => void;
 
 export class ContainerTable {
   private readonly byId = new Map<string, Managed>();
   private readonly listeners = new Set<ChangeListener>();
+
+  constructor(private readonly planner?: Planner) {}
 
   /** Returns an unsubscribe. */
   onChange(listener: ChangeListener): () => void {
@@ -55,18 +63,31 @@ export class ContainerTable {
   holds(c: Managed): boolean {
     return this.byId.get(c.id) === c;
   }
+  /** Tracks `c`; one the planner does not hold yet (adopted from an agent) is recorded there. */
   add(c: Managed): void {
+    if (this.planner) {
+      this.planner.adopt({
+        ...c.reservation,
+        id: c.id,
+        kind: RUNNER_KIND,
+        workspaceId: c.workspaceId,
+        stubId: c.stubId,
+      });
+      c.reservation = this.planner.get(c.id) ?? c.reservation;
+    }
     this.byId.set(c.id, c);
     if (c.state !== "starting") this.changed(c);
   }
   remove(c: Managed): void {
     if (!this.holds(c)) return;
     this.byId.delete(c.id);
+    this.planner?.release(c.id);
     this.changed(c);
   }
   clear(): void {
     const all = this.all();
     this.byId.clear();
+    for (const c of all) this.planner?.release(c.id);
     for (const c of all) this.changed(c);
   }
   all(): Managed[] {
@@ -88,6 +109,7 @@ export class ContainerTable {
     for (const c of this.all()) {
       if (c.agentId !== agentId) continue;
       this.byId.delete(c.id);
+      this.planner?.release(c.id);
       this.changed(c);
       n++;
     }

@@ -1,29 +1,26 @@
-import type { Reservation } from "../scheduler/cluster-view.ts";
 // Containers on demand: keeps each stub at the container count its demand and
 // deployment ask for (docs/tasks.md step 4, docs/deployments.md
 // "Autoscaling"), within the workspace's limits (docs/limits.md: a start
 // that would exceed one waits until usage drops); stops containers idle past
 // keep_warm_seconds, those of stopped deployments, and those of an older
 // config once idle. Runners pull from the stub's shared consumer, so warm
-// containers are reused by the next tasks.
+// containers are reused by the next tasks. Placement and reservations are the
+// one planner's (coordinator/scheduler/planner.ts); the manager is the owner
+// of runner containers there: it offers its idle warm ones and stops those
+// the planner picks to make room, for runners and sandboxes alike.
 
+import type { Reservation } from "../scheduler/cluster-view.ts";
+import type { IdleCandidate } from "../scheduler/plan.ts";
+import type { ContainerOwner } from "../scheduler/planner.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
-import {
-  type ContainerLimits,
-  type WorkspaceUsage,
-  addUsage,
-  everFitsLimits,
-  fitsLimits,
-  usageOf,
-} from "../scheduler/quota.ts";
+import type { ContainerLimits, WorkspaceUsage } from "../scheduler/quota.ts";
 import type { ContainerCounts, StubDemand } from "../tasks/activity.ts";
 import { type StopCandidate, type StopReason, containersToStop, desiredContainers } from "./autoscale.ts";
 import { CodePusher } from "./code-push.ts";
 import { ContainerTable, type Managed } from "./container-table.ts";
 import { FleetSync } from "./fleet-sync.ts";
-import { placementRequest } from "./runner-request.ts";
 import { ScaleTargets } from "./scale-targets.ts";
 import { ContainerStarter } from "./starter.ts";
 import {
@@ -38,7 +35,8 @@ const DEMAND_RECONCILE_GAP_MS = 20;
 
 export class ContainerManager implements ContainerCounts {
   private readonly o: ResolvedContainerManagerOptions;
-  private readonly containers = new ContainerTable();
+  private readonly containers: ContainerTable;
+  private readonly owner: ContainerOwner;
   private readonly fleet: FleetSync;
   private readonly starter: ContainerStarter;
   private readonly targets: ScaleTargets;
@@ -55,6 +53,13 @@ export class ContainerManager implements ContainerCounts {
 
   constructor(options: ContainerManagerOptions) {
     this.o = resolveContainerManagerOptions(options);
+    this.containers = new ContainerTable(this.o.planner);
+    this.owner = {
+      idle: () => this.idleContainers(),
+      stop: (ids, reason) => this.stopToMakeRoom(ids, reason),
+      synced: (agentId) => this.fleet.isSynced(agentId),
+    };
+    this.o.planner.addOwner(this.owner);
     const code = new CodePusher(this.o.code);
     const track = <T>(p: Promise<T>) => this.track(p);
     this.fleet = new FleetSync({
@@ -75,14 +80,16 @@ export class ContainerManager implements ContainerCounts {
       code,
       fleet: this.fleet,
       track,
-      makeRoomFor: (stub) => this.yieldIdleFor(stub, false),
     });
     this.targets = new ScaleTargets(this.o.log, this.o.onScale);
   }
 
   start(): void {
     this.stopped = false;
+    this.o.planner.addOwner(this.owner);
     this.unsubscribers = [
+      // Room released anywhere (a sandbox ended, a container stopped) may start what waits.
+      this.o.planner.onRelease(() => this.scheduleReconcile()),
       this.o.activity.onDemandChange(() => this.scheduleReconcile()),
       this.o.events.subscribe((e) => this.onContainerEvent(e)),
     ];
@@ -101,6 +108,7 @@ export class ContainerManager implements ContainerCounts {
       await Promise.allSettled(this.containers.all().map((c) => this.stopOne(c)));
     }
     this.containers.clear();
+    this.o.planner.removeOwner(this.owner);
   }
 
   activeContainers(stubId: string): number {
@@ -141,14 +149,9 @@ export class ContainerManager implements ContainerCounts {
     return this.containers.reservations();
   }
 
-  /** What this manager's containers of the workspace hold now (starting and running ones). */
-  ownUsage(workspaceId: string): WorkspaceUsage {
-    return usageOf(this.containers.live((c) => c.workspaceId === workspaceId).map((c) => c.reservation));
-  }
-
-  /** What the workspace holds now, sandboxes and pods included: what its limits count. */
+  /** What the workspace holds now, sandboxes and pods included: what its limits count (the planner's usage). */
   workspaceUsage(workspaceId: string): WorkspaceUsage {
-    return addUsage(this.ownUsage(workspaceId), this.o.otherUsage(workspaceId));
+    return this.o.planner.usage(workspaceId);
   }
 
   /** Why the stub's tasks wait for a container now (no room, a workspace limit); undefined when they do not. */
@@ -393,40 +396,45 @@ export class ContainerManager implements ContainerCounts {
   }
 
   /**
-   * A warm container keeps its room while idle; when tasks of another stub
-   * cannot be placed (no room in the fleet, or sameWorkspace: the workspace
-   * is at a limit), the longest-idle container of a stub with no tasks at
-   * all, above its deployment's baseline, gives its room up (one per failed
-   * placement: the next pass places, or takes another).
+   * A warm container keeps its room while idle; when something else cannot
+   * be placed (a runner of another stub, a sandbox, a pod: no room in the
+   * fleet, or the workspace at a limit), the planner may pick it to give
+   * its room up. Offered: running containers not busy, of stubs with no
+   * tasks at all, above their deployment's baseline (the longest idle of
+   * each stub first).
    */
-  private yieldIdleFor(stub: StubRecord, sameWorkspace: boolean): void {
+  private idleContainers(): IdleCandidate[] {
     const { activity } = this.o;
-    const aboveBaseline = (stubId: string) => {
+    const byStub = new Map<string, IdleCandidate[]>();
+    for (const c of this.containers.live((c) => c.state === "running")) {
+      const d = activity.demandOf(c.stubId);
+      const a = activity.containerActivity(c.id);
+      if (a?.busy || d?.pending || d?.running) continue;
+      const list = byStub.get(c.stubId) ?? [];
+      list.push({ id: c.id, idleSince: Math.max(a?.lastActiveAt ?? 0, c.since) });
+      byStub.set(c.stubId, list);
+    }
+    const out: IdleCandidate[] = [];
+    for (const [stubId, idle] of byStub) {
       const dep = this.o.deployments?.of(stubId);
       const baseline = dep?.active ? dep.minContainers : 0;
-      return this.containers.live((c) => c.stubId === stubId).length > baseline;
-    };
-    const victim = this.containers
-      .live(
-        (c) =>
-          c.stubId !== stub.id && c.state === "running" && (!sameWorkspace || c.workspaceId === stub.workspaceId),
-      )
-      .filter((c) => {
-        const d = activity.demandOf(c.stubId);
-        return !activity.containerActivity(c.id)?.busy && !d?.pending && !d?.running;
-      })
-      .filter((c) => aboveBaseline(c.stubId))
-      .map((c) => ({
-        c,
-        idleSince: Math.max(activity.containerActivity(c.id)?.lastActiveAt ?? 0, c.since),
-      }))
-      .sort((a, b) => a.idleSince - b.idleSince)[0];
-    if (!victim) return;
-    this.o.log.info(
-      { containerId: victim.c.id, stubId: victim.c.stubId, forStubId: stub.id, agentId: victim.c.agentId },
-      "stopping an idle warm container to make room for waiting tasks",
-    );
-    void this.track(this.stopOne(victim.c));
+      const spare = this.containers.live((c) => c.stubId === stubId).length - baseline;
+      out.push(...idle.sort((x, y) => x.idleSince - y.idleSince).slice(0, Math.max(0, spare)));
+    }
+    return out;
+  }
+
+  /** The planner picked these idle containers to make room. */
+  private stopToMakeRoom(ids: string[], reason: string): void {
+    for (const id of ids) {
+      const c = this.containers.get(id);
+      if (!c || c.state === "stopping") continue;
+      this.o.log.info(
+        { containerId: c.id, stubId: c.stubId, agentId: c.agentId, reason },
+        `stopping an idle warm container: ${reason}`,
+      );
+      void this.track(this.stopOne(c));
+    }
   }
 
   // ---- events -----------------------------------------------------------------
@@ -462,24 +470,16 @@ export class ContainerManager implements ContainerCounts {
   /**
    * Starts containers up to `desired` (outdated ones do not count), each
    * only while the workspace stays within its limits; past one, the stub
-   * waits with that limit as its reason (and an idle warm container of
-   * another of the workspace's stubs may give its room up).
+   * waits with that limit as its reason (and the planner may stop idle warm
+   * containers of the workspace's other stubs to make room).
    */
   private async scaleUp(stub: StubRecord, desired: number, now: number): Promise<void> {
     if (this.starter.failures.blocked(stub.id, now)) return;
     const missing = desired - this.current(stub).length;
     if (missing <= 0) return this.starter.notWaiting(stub.id);
     const limits = await this.workspaceLimits(stub.workspaceId, now);
-    const req = placementRequest(stub, []);
     for (let i = 0; i < missing; i++) {
-      const check = fitsLimits(limits, this.workspaceUsage(stub.workspaceId), req);
-      if (!check.ok) {
-        if (!everFitsLimits(limits, req))
-          return this.starter.waiting(stub.id, `${check.reason}; it cannot start until an operator raises the limit`);
-        this.starter.waiting(stub.id, check.reason);
-        return this.yieldIdleFor(stub, true);
-      }
-      if (!this.starter.placeOne(stub)) return;
+      if (!this.starter.placeOne(stub, limits)) return;
     }
   }
 }

@@ -4,10 +4,9 @@
 
 import { randomBytes } from "node:crypto";
 import { describeError } from "../../shared/errors.ts";
-import { buildClusterView } from "../scheduler/cluster-view.ts";
-import { place } from "../scheduler/place.ts";
+import type { ContainerLimits } from "../scheduler/quota.ts";
 import type { CodePusher } from "./code-push.ts";
-import type { ContainerTable, Managed } from "./container-table.ts";
+import { type ContainerTable, type Managed, RUNNER_KIND } from "./container-table.ts";
 import type { FleetSync } from "./fleet-sync.ts";
 import { placementRequest } from "./runner-request.ts";
 import { SecretsError, StartFailures, classifyStartError } from "./start-failures.ts";
@@ -19,9 +18,10 @@ export interface StarterDeps {
   code: CodePusher;
   fleet: FleetSync;
   track<T>(p: Promise<T>): Promise<T>;
-  /** Nothing fits now: another stub's idle warm container may give its room up. */
-  makeRoomFor(stub: StubRecord): void;
 }
+
+/** How long a placed runner waits for the idle containers stopped to make room for it, beyond their stop grace. */
+const ROOM_WAIT_MS = 30_000;
 
 export class ContainerStarter {
   readonly failures: StartFailures;
@@ -31,19 +31,30 @@ export class ContainerStarter {
     this.failures = new StartFailures(d.o.startBackoff);
   }
 
-  /** Places and starts one container; false when nothing more can be placed now. */
-  placeOne(stub: StubRecord): boolean {
+  /**
+   * Places and starts one container through the planner (room and the
+   * workspace's limits, idle warm containers of other stubs stopped to make
+   * room); false when nothing more can be placed now.
+   */
+  placeOne(stub: StubRecord, limits?: ContainerLimits): boolean {
     const { o, containers, code } = this.d;
     const sha = stub.extra.code_sha256;
     const prefer = new Set(sha ? code.holders(sha) : []);
     for (const c of containers.live((c) => c.stubId === stub.id)) prefer.add(c.agentId);
     const req = placementRequest(stub, [...prefer]);
-    const view = buildClusterView(o.fleet.list(), [...containers.reservations(), ...o.otherReservations()], (id) =>
-      this.d.fleet.isSynced(id),
-    );
-    const placed = place(view, req);
+    const id = `ctr-${randomBytes(8).toString("hex")}`;
+    const placed = o.planner.reserve({
+      id,
+      kind: RUNNER_KIND,
+      workspaceId: stub.workspaceId,
+      stubId: stub.id,
+      placement: req,
+      ...(limits ? { limits } : {}),
+    });
     if (!placed.ok) {
-      if (placed.permanent) {
+      if (placed.permanent && placed.limit) {
+        this.waiting(stub.id, `${placed.reason}; it cannot start until an operator raises the limit`);
+      } else if (placed.permanent) {
         o.log.warn(
           { stubId: stub.id, reason: placed.reason },
           "no agent can ever run this stub's containers",
@@ -51,43 +62,58 @@ export class ContainerStarter {
         void this.d.track(this.failPending(stub.id, "resource_exhausted", placed.reason));
       } else {
         this.waiting(stub.id, placed.reason);
-        this.d.makeRoomFor(stub);
       }
       return false;
     }
     this.lastWait.delete(stub.id);
+    const r = placed.reservation;
+    if (placed.stopping.length > 0)
+      o.log.info(
+        { stubId: stub.id, containerId: id, agentId: r.agentId, stopping: placed.stopping },
+        `stopping idle warm containers ${placed.stopping.join(", ")} to make room for a container of ${stub.id}`,
+      );
     const c: Managed = {
-      id: `ctr-${randomBytes(8).toString("hex")}`,
+      id,
       stubId: stub.id,
       workspaceId: stub.workspaceId,
-      agentId: placed.agentId,
+      agentId: r.agentId,
       state: "starting",
       since: o.clock(),
       stopRequested: false,
       configVersion: stub.configVersion,
-      reservation: {
-        agentId: placed.agentId,
-        cpuMillicores: req.cpuMillicores,
-        memoryBytes: req.memoryBytes,
-        gpuCount: req.gpuCount,
-        ...(placed.gpuType ? { gpuType: placed.gpuType } : {}),
-      },
+      reservation: r,
     };
     containers.add(c);
-    void this.d.track(this.startOne(c, stub, placed.gpuType));
+    void this.d.track(this.startOne(c, stub, r.gpuType, placed.stopping.length > 0));
     return true;
   }
 
-  private async startOne(c: Managed, stub: StubRecord, gpuType: string | undefined): Promise<void> {
+  private async startOne(
+    c: Managed,
+    stub: StubRecord,
+    gpuType: string | undefined,
+    afterStops: boolean,
+  ): Promise<void> {
     const { o, containers } = this.d;
     const log = o.log.child({ containerId: c.id, stubId: stub.id, agentId: c.agentId });
+    if (afterStops) {
+      try {
+        await o.planner.whenReady(c.id, o.stopGraceMs + ROOM_WAIT_MS);
+      } catch (err) {
+        // Not a failed start: the room did not come free; the next reconcile plans again.
+        containers.remove(c);
+        log.warn({ err }, `gave up a placement: ${describeError(err)}`);
+        return;
+      }
+      if (!containers.holds(c)) return;
+    }
     try {
       const api = this.d.fleet.api(c.agentId);
       const secretEnv = await this.secretEnv(stub);
       if (stub.extra.code_sha256) await this.d.code.ensure(c.agentId, stub.extra.code_sha256, api);
       const status = await api.runContainer(o.containerRequest(stub, c.id, gpuType, secretEnv));
       if (!containers.holds(c)) return; // exited already, or its agent is gone
-      c.reservation.gpuUuids = status.gpus;
+      o.planner.assignGpus(c.id, status.gpus);
       if (c.state === "starting") {
         c.since = o.clock();
         containers.setState(c, "running");

@@ -1,5 +1,3 @@
-import { NO_USAGE, type WorkspaceUsage } from "../scheduler/quota.ts";
-import type { Reservation } from "../scheduler/cluster-view.ts";
 // What the container manager depends on, as small interfaces, so the
 // composition root wires real services and logic tests feed fakes.
 
@@ -8,6 +6,7 @@ import type { ContainerApi, RunContainerRequest } from "../../api/index.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
+import { Planner } from "../scheduler/planner.ts";
 import type { ContainerLimits } from "../scheduler/quota.ts";
 import type { StubRecord as StoredStub } from "../store/stubs.ts";
 import type { TaskActivity } from "../tasks/activity.ts";
@@ -87,12 +86,12 @@ export interface StartBackoffOptions {
 export interface ContainerManagerOptions {
   fleet: FleetView;
   /**
-   * What other placers (sandboxes and pods) hold on each agent, so a runner
-   * container is not placed into room they already took. @default none
+   * The one planner (coordinator/scheduler/planner.ts) that holds every
+   * container's reservation, sandboxes and pods included: runner containers
+   * are placed through it, counted in its workspace usage, and their idle
+   * warm ones stopped when it makes room. @default a planner of its own over `fleet`
    */
-  otherReservations?: () => Iterable<Reservation>;
-  /** What other placers hold of a workspace (its limits count them too). @default nothing */
-  otherUsage?: (workspaceId: string) => WorkspaceUsage;
+  planner?: Planner;
   activity: TaskActivity;
   stubs: StubSource;
   /**
@@ -145,7 +144,10 @@ export interface ContainerManagerOptions {
 
 export interface ResolvedContainerManagerOptions
   extends Required<
-    Omit<ContainerManagerOptions, "startBackoff" | "deployments" | "onScale" | "workspaceLimit" | "workspaceLimits">
+    Omit<
+      ContainerManagerOptions,
+      "startBackoff" | "deployments" | "onScale" | "workspaceLimit" | "workspaceLimits"
+    >
   > {
   workspaceLimits(workspaceId: string): Promise<ContainerLimits>;
   startBackoff: Required<StartBackoffOptions>;
@@ -189,8 +191,7 @@ export function resolveContainerManagerOptions(o: ContainerManagerOptions): Reso
     healthyAfterMs: o.healthyAfterMs ?? 30_000,
     stubCacheMs: o.stubCacheMs ?? 5000,
     stopContainersOnStop: o.stopContainersOnStop ?? true,
-    otherReservations: o.otherReservations ?? (() => []),
-    otherUsage: o.otherUsage ?? (() => NO_USAGE),
+    planner: o.planner ?? new Planner({ fleet: o.fleet }),
     containerRequest: o.containerRequest ?? runnerRequest,
     secrets: o.secrets ?? noSecretStore,
     deployments: o.deployments,

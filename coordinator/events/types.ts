@@ -17,6 +17,7 @@ export const EVENT_TYPES = [
   "task.timeout",
   "task.cancelled",
   "task.expired",
+  "sandbox.waiting",
   "webhook.test",
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];

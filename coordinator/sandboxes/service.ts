@@ -3,7 +3,7 @@
 // its record in the store; processes, files, ports, egress and snapshots
 // through that agent; the TTL and container exits end it (upkeep.ts).
 
-import { type WorkspaceUsage, fitsLimits, usageOf } from "../scheduler/quota.ts";
+import type { WorkspaceUsage } from "../scheduler/quota.ts";
 import { randomBytes } from "node:crypto";
 import type { ContainerStatus, ExecRequest, RunContainerRequest } from "../../api/index.ts";
 import type { ContainerFilesApi } from "../../api/index.ts";
@@ -19,8 +19,7 @@ import { CodePusher } from "../containers/code-push.ts";
 import { placementRequest } from "../containers/runner-request.ts";
 import type { StubRecord } from "../containers/types.ts";
 import { portUrl, portUrls } from "../ports/urls.ts";
-import { type Reservation, buildClusterView } from "../scheduler/cluster-view.ts";
-import { place } from "../scheduler/place.ts";
+import type { Reservation } from "../scheduler/cluster-view.ts";
 import type { SandboxKind, SandboxRecord } from "../store/sandboxes.ts";
 import { ProcessTable, type SandboxProcess } from "./processes.ts";
 import {
@@ -39,7 +38,7 @@ import {
   type SandboxView,
   resolveSandboxServiceOptions,
 } from "./types.ts";
-import { SandboxUpkeep } from "./upkeep.ts";
+import { SANDBOX_KINDS, SandboxUpkeep } from "./upkeep.ts";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -61,8 +60,6 @@ export class SandboxService {
   readonly processes: ProcessTable;
   private readonly o: ResolvedSandboxServiceOptions;
   private readonly code: CodePusher;
-  /** What each sandbox container this coordinator knows of holds on its agent. */
-  private readonly held = new Map<string, Reservation>();
   /** Containers whose start is in flight here (upkeep leaves them alone). */
   private readonly starting = new Set<string>();
   private readonly upkeep: SandboxUpkeep;
@@ -74,7 +71,6 @@ export class SandboxService {
     this.upkeep = new SandboxUpkeep({
       o: this.o,
       processes: this.processes,
-      held: this.held,
       starting: this.starting,
       end: (s, reason) => this.end(s, reason),
     });
@@ -94,14 +90,14 @@ export class SandboxService {
     return this.upkeep.sweep();
   }
 
-  /** What the workspace's sandboxes and pods hold now (the container manager adds it to its own for limits). */
+  /** What the workspace holds now, every kind of container counted (the planner's usage). */
   usage(workspaceId: string): WorkspaceUsage {
-    return usageOf([...this.held.values()].filter((r) => r.workspaceId === workspaceId));
+    return this.o.planner.usage(workspaceId);
   }
 
-  /** What sandbox containers hold on agents, for the container manager's placement. */
+  /** What sandbox and pod containers hold on agents (their reservations in the planner). */
   reservations(): Reservation[] {
-    return [...this.held.values()];
+    return this.o.planner.list(SANDBOX_KINDS);
   }
 
   /**
@@ -314,32 +310,46 @@ export class SandboxService {
         { agent_id: p.agentId },
       );
     const limits = o.limits ? await o.limits(stub.workspaceId) : undefined;
-    // No await from here to held.set below: concurrent creates see each other's room.
-    if (limits) {
-      const usage = o.workspaceUsage ? o.workspaceUsage(stub.workspaceId) : this.usage(stub.workspaceId);
-      const check = fitsLimits(limits, usage, req);
-      if (!check.ok)
-        throw new BerthError("limit_exceeded", `cannot start the ${p.kind}: ${check.reason}`, {
-          limit: check.limit,
-        });
-    }
-    const view = buildClusterView(agents, [...this.held.values(), ...o.otherReservations()]);
-    const placed = place(view, req);
-    if (!placed.ok)
-      throw new BerthError(
-        view.agents.length === 0 ? "unavailable" : "resource_exhausted",
-        `cannot place the ${p.kind}: ${placed.reason}`,
-      );
     const id = `ctr-${randomBytes(8).toString("hex")}`;
-    const reservation: Reservation = {
-      agentId: placed.agentId,
-      cpuMillicores: req.cpuMillicores,
-      memoryBytes: req.memoryBytes,
-      gpuCount: req.gpuCount,
-      ...(placed.gpuType ? { gpuType: placed.gpuType } : {}),
-      workspaceId: stub.workspaceId,
-    };
-    this.held.set(id, reservation);
+    // The planner checks the limits and the room together, stops idle warm
+    // containers when they hold what is missing, and waits (bounded) when
+    // nothing can be freed; concurrent creates see each other's room.
+    // Upkeep leaves a reservation alone while its start is in flight (it may wait for room).
+    this.starting.add(id);
+    const reservation = await o.planner
+      .reserveWithin(
+        {
+          id,
+          kind: p.kind,
+          workspaceId: stub.workspaceId,
+          stubId: stub.id,
+          placement: req,
+          ...(limits ? { limits } : {}),
+          ...(p.agentId ? { onlyAgents: [p.agentId] } : {}),
+        },
+        {
+          waitMs: o.placementWaitMs,
+          what: `the ${p.kind}`,
+          onWait: (reason) => {
+            o.log.info(
+              { stubId: stub.id, kind: p.kind, reason, waitMs: o.placementWaitMs },
+              `a ${p.kind} waits for room: ${reason}`,
+            );
+            o.onWaiting?.({
+              workspaceId: stub.workspaceId,
+              stubId: stub.id,
+              kind: p.kind,
+              reason,
+              waitMs: o.placementWaitMs,
+            });
+          },
+        },
+      )
+      .catch((e: unknown) => {
+        this.starting.delete(id);
+        throw e;
+      });
+    const placed = { agentId: reservation.agentId, gpuType: reservation.gpuType };
     this.starting.add(id);
     const log = o.log.child({ sandboxId: id, stubId: stub.id, agentId: placed.agentId, kind: p.kind });
     try {
@@ -356,7 +366,7 @@ export class SandboxService {
         at: iso(o.clock()),
       });
     } catch (e) {
-      this.held.delete(id);
+      o.planner.release(id);
       this.starting.delete(id);
       throw e;
     }
@@ -374,7 +384,7 @@ export class SandboxService {
           ...(secretEnv ? { secretEnv } : {}),
         }),
       );
-      reservation.gpuUuids = status.gpus;
+      o.planner.assignGpus(id, status.gpus);
       if (!(await o.repo.markRunning(id))) {
         // Ended meanwhile (its container exited at once, or a terminate came first).
         const s = await o.repo.get(id);
@@ -382,7 +392,7 @@ export class SandboxService {
       }
       log.info(`${p.kind} started`);
     } catch (e) {
-      this.held.delete(id);
+      o.planner.release(id);
       await o.repo.markTerminated(id, iso(o.clock()), `start failed: ${describeError(e)}`).catch(() => {});
       await this.upkeep.removeOnAgent(placed.agentId, id, 0);
       log.warn({ err: e }, `cannot start the ${p.kind}: ${describeError(e)}`);
@@ -415,7 +425,7 @@ export class SandboxService {
     const ended = await this.o.repo.markTerminated(s.id, iso(this.o.clock()), reason);
     this.processes.drop(s.id);
     await this.upkeep.removeOnAgent(s.agentId, s.id, this.o.stopGraceMs);
-    this.held.delete(s.id);
+    this.o.planner.release(s.id);
     if (ended)
       this.o.log.info({ sandboxId: s.id, agentId: s.agentId, reason }, `${s.kind} terminated: ${reason}`);
     return ended;

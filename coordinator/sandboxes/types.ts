@@ -6,9 +6,9 @@ import type { ContainerApi } from "../../api/index.ts";
 import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
 import type { CodeSource, ContainerEventSource, SecretResolver, StubSource } from "../containers/types.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
-import type { Reservation } from "../scheduler/cluster-view.ts";
-import type { ContainerLimits, WorkspaceUsage } from "../scheduler/quota.ts";
-import type { SandboxRepo } from "../store/sandboxes.ts";
+import { Planner } from "../scheduler/planner.ts";
+import type { ContainerLimits } from "../scheduler/quota.ts";
+import type { SandboxKind, SandboxRepo } from "../store/sandboxes.ts";
 import type { ProcessTableOptions } from "./processes.ts";
 
 /** One agent as sandboxes use it: containers (exposePort included), files inside them, snapshots. */
@@ -34,19 +34,33 @@ export interface SandboxServiceOptions {
   /** `{container_id}-{port}.{endpointDomain}` port URLs instead of path ones. @default none */
   endpointDomain?: string;
   /**
-   * What other placers (the container manager) hold on each agent, so a
-   * sandbox is not placed into room a runner container already took.
-   * @default none
+   * The one planner (coordinator/scheduler/planner.ts) holding every
+   * container's reservation, runner containers included: sandboxes and pods
+   * are placed through it (idle warm runners stopped to make room) and
+   * count in its workspace usage. @default a planner of its own over `fleet`
    */
-  otherReservations?: () => Iterable<Reservation>;
+  planner?: Planner;
+  /**
+   * How long a create waits for room when nothing fits and no idle warm
+   * container can be stopped for it, before it fails with
+   * resource_exhausted and the reason; 0 refuses at once.
+   * @default 30000
+   */
+  placementWaitMs?: number;
+  /** Called when a create starts waiting for room, and when its reason changes (the coordinator emits `sandbox.waiting`). @default none */
+  onWaiting?: (info: {
+    workspaceId: string;
+    stubId: string;
+    kind: SandboxKind;
+    reason: string;
+    waitMs: number;
+  }) => void;
   /**
    * The workspace's limits (docs/limits.md): a sandbox or pod past one is
-   * refused with limit_exceeded (interactive callers are not queued).
-   * @default none: no limits
+   * refused with limit_exceeded unless idle warm containers of the
+   * workspace can be stopped for it. @default none: no limits
    */
   limits?: (workspaceId: string) => Promise<ContainerLimits>;
-  /** What the workspace holds now, everything counted (the container manager's workspaceUsage). @default this service's own */
-  workspaceUsage?: (workspaceId: string) => WorkspaceUsage;
   log: Logger;
   /** ms since epoch. @default Date.now */
   clock?: () => number;
@@ -70,16 +84,21 @@ export interface ResolvedSandboxServiceOptions
   extends Required<
     Omit<
       SandboxServiceOptions,
-      "secrets" | "events" | "endpointDomain" | "otherReservations" | "processes" | "limits" | "workspaceUsage"
+      "secrets" | "events" | "endpointDomain" | "processes" | "limits" | "onWaiting"
     >
   > {
   secrets: SecretResolver | undefined;
   events: ContainerEventSource | undefined;
   endpointDomain: string | undefined;
-  otherReservations: () => Iterable<Reservation>;
   limits: ((workspaceId: string) => Promise<ContainerLimits>) | undefined;
-  workspaceUsage: ((workspaceId: string) => WorkspaceUsage) | undefined;
+  onWaiting: SandboxServiceOptions["onWaiting"];
   processes: ProcessTableOptions;
+}
+
+function waitMs(v: number): number {
+  if (!Number.isFinite(v) || v < 0 || v > 600_000)
+    throw new Error(`sandbox service: placementWaitMs must be within 0..600000, got ${v}`);
+  return v;
 }
 
 export function resolveSandboxServiceOptions(o: SandboxServiceOptions): ResolvedSandboxServiceOptions {
@@ -97,9 +116,10 @@ export function resolveSandboxServiceOptions(o: SandboxServiceOptions): Resolved
     secrets: o.secrets,
     events: o.events,
     endpointDomain: o.endpointDomain,
-    otherReservations: o.otherReservations ?? (() => []),
+    planner: o.planner ?? new Planner({ fleet: o.fleet }),
+    placementWaitMs: waitMs(o.placementWaitMs ?? 30_000),
+    onWaiting: o.onWaiting,
     limits: o.limits,
-    workspaceUsage: o.workspaceUsage,
     clock: o.clock ?? Date.now,
     defaultTtlSeconds: ttl,
     sweepIntervalMs: positive("sweepIntervalMs", o.sweepIntervalMs ?? 15_000),

@@ -19,10 +19,12 @@ const ACTIVITY_MEMORY_MS = 3_600_000;
 export interface SandboxUpkeepDeps {
   o: ResolvedSandboxServiceOptions;
   processes: ProcessTable;
-  held: Map<string, Reservation>;
   starting: Set<string>;
   end(s: SandboxRecord, reason: string): Promise<boolean>;
 }
+
+/** The planner's reservation kinds of this service's containers. */
+export const SANDBOX_KINDS: readonly string[] = ["sandbox", "pod"];
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -121,12 +123,12 @@ export class SandboxUpkeep {
 
   /** The container ended on its own: the sandbox is terminated and the container removed. */
   private async exited(agentId: string, id: string, why: string): Promise<void> {
-    const { o, processes, held } = this.d;
+    const { o, processes } = this.d;
     try {
       const s = await o.repo.get(id);
       if (s && s.agentId !== agentId) return;
       processes.drop(id);
-      held.delete(id);
+      o.planner.release(id);
       const ended = s ? await o.repo.markTerminated(id, iso(o.clock()), why) : false;
       if (s && ended) o.log.info({ sandboxId: id, agentId }, `${s.kind} ${id} terminated: ${why}`);
       // A sandbox ended by terminate or the TTL is removed by that path; removing it here too would race it.
@@ -172,7 +174,7 @@ export class SandboxUpkeep {
   }
 
   private async reconcileAgent(agentId: string, view: AgentView, found: ContainerStatus[]): Promise<void> {
-    const { o, processes, held, starting } = this.d;
+    const { o, processes, starting } = this.d;
     const now = o.clock();
     const seen = new Set<string>();
     for (const c of found) {
@@ -188,14 +190,20 @@ export class SandboxUpkeep {
       }
       if (s.status === "terminated") {
         processes.drop(c.id);
-        held.delete(c.id);
+        o.planner.release(c.id);
         await this.removeOnAgent(agentId, c.id, 0);
       } else if (c.state === "stopped") {
         await this.exited(agentId, c.id, exitReason(c.exitCode, c.reason));
       } else if (s.status === "starting" && now - Date.parse(s.createdAt) > o.orphanGraceMs) {
         await this.d.end(s, "its start was cut short");
       } else {
-        held.set(c.id, { ...reservationOf(c, view), workspaceId: s.workspaceId });
+        o.planner.adopt({
+          ...reservationOf(c, view),
+          id: c.id,
+          kind: s.kind,
+          workspaceId: s.workspaceId,
+          stubId: s.stubId,
+        });
       }
     }
     for (const s of await o.repo.listLive(agentId)) {
@@ -203,8 +211,8 @@ export class SandboxUpkeep {
       if (s.status === "starting" && now - Date.parse(s.createdAt) <= o.orphanGraceMs) continue;
       await this.d.end(s, `its container is gone from agent ${agentId}`);
     }
-    for (const [id, r] of held)
-      if (r.agentId === agentId && !seen.has(id) && !starting.has(id)) held.delete(id);
+    for (const r of o.planner.list(SANDBOX_KINDS))
+      if (r.agentId === agentId && !seen.has(r.id) && !starting.has(r.id)) o.planner.release(r.id);
   }
 }
 

@@ -11,6 +11,7 @@ import type {
   StubRecord,
 } from "../../coordinator/containers/types.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
+import { Planner } from "../../coordinator/scheduler/planner.ts";
 import type { StubDemand, TaskActivity } from "../../coordinator/tasks/activity.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { HostCapacity } from "../../shared/fleet.ts";
@@ -244,6 +245,8 @@ export function stubRecord(
 
 export interface World {
   mgr: ContainerManager;
+  /** The planner the manager places through (over.planner, or one over this world's fleet). */
+  planner: Planner;
   activity: FakeActivity;
   fleet: FleetView;
   agents: Map<string, FakeAgentContainers>;
@@ -266,8 +269,10 @@ export function world(over: Partial<ContainerManagerOptions> = {}): World {
   const limits = new Map<string, number>();
   const objects = new Map<string, Buffer>();
   let handler: ((e: ContainerEventMessage) => void) | undefined;
+  const planner = over.planner ?? new Planner({ fleet });
   const mgr = new ContainerManager({
     fleet,
+    planner,
     activity,
     stubs: { get: async (id) => stubs.get(id) },
     workspaceLimit: async (ws) => limits.get(ws) ?? 100,
@@ -303,6 +308,7 @@ export function world(over: Partial<ContainerManagerOptions> = {}): World {
   });
   const w: World = {
     mgr,
+    planner,
     activity,
     fleet,
     agents,

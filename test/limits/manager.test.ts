@@ -129,24 +129,30 @@ test("the older workspaceLimit option still caps containers", async () => {
   assert.match(w.mgr.waitReason("stub-1") ?? "", /runs 2 of its 2 containers/);
 });
 
-test("sandboxes and pods count toward the limits: what otherUsage reports holds runner starts back", async (t) => {
-  const sandboxes = { containers: 1, cpuMillicores: 2000, memoryBytes: 0, gpus: 0 };
-  const w = world({
-    workspaceLimits: async () => ({ ...NONE, maxCpuMillicores: 2500 }),
-    otherUsage: (ws) => (ws === "ws-1" ? sandboxes : { containers: 0, cpuMillicores: 0, memoryBytes: 0, gpus: 0 }),
-  });
+test("sandboxes and pods count toward the limits: what they hold in the one planner holds runner starts back", async (t) => {
+  const w = world({ workspaceLimits: async () => ({ ...NONE, maxCpuMillicores: 2500 }) });
+  const { planner } = w;
   w.mgr.start();
   t.after(() => w.mgr.stop());
   w.addAgent("agent-a", capacity(64, 256));
+  // A sandbox of the workspace, as the sandbox service records it in the same planner.
+  planner.adopt({
+    id: "ctr-sandbox",
+    kind: "sandbox",
+    workspaceId: "ws-1",
+    agentId: "agent-a",
+    cpuMillicores: 2000,
+    memoryBytes: 0,
+    gpuCount: 0,
+  });
   w.stubs.set("stub-1", stubRecord("stub-1", { extra: { cpu_millicores: 1000 } }));
   w.activity.set("stub-1", 3);
   await w.tick();
-  assert.equal(w.mgr.activeContainers("stub-1"), 0, "the sandboxes' 2000m leave no room for 1000m more");
-  assert.match(w.mgr.waitReason("stub-1") ?? "", /3000m|2000m of its 2500m/);
+  assert.equal(w.mgr.activeContainers("stub-1"), 0, "the sandbox's 2000m leaves no room for 1000m more");
+  assert.match(w.mgr.waitReason("stub-1") ?? "", /2000m of its 2500m/);
   assert.equal(w.mgr.workspaceUsage("ws-1").cpuMillicores, 2000);
-  sandboxes.cpuMillicores = 0;
-  sandboxes.containers = 0;
-  w.mgr.invalidateLimits("ws-1");
+  // The sandbox ends: its release wakes the manager, which starts what waits.
+  planner.release("ctr-sandbox");
   await w.tick(60_000);
-  assert.equal(w.mgr.activeContainers("stub-1"), 2, "room freed by the sandboxes: two fit in 2500m");
+  assert.equal(w.mgr.activeContainers("stub-1"), 2, "room freed by the sandbox: two fit in 2500m");
 });

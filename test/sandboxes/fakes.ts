@@ -331,6 +331,8 @@ export async function sandboxWorld(
     sweepIntervalMs: 3_600_000,
     touchEveryMs: 1,
     stopGraceMs: 0,
+    // Refuse at once when full, unless a test asks for the wait.
+    placementWaitMs: 0,
     ...over,
   });
   svc.open();

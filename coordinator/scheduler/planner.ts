@@ -1,0 +1,300 @@
+// The one planner: it owns every reservation on every agent, whoever's
+// container holds it (runner containers of the container manager, sandboxes
+// and pods of the sandbox service, later image builds), so nothing is booked
+// twice and workspace usage has one source. reserve() is synchronous: it
+// plans with the pure planPlacement() and commits the plan at once; idle
+// warm containers the plan stops are stopped by their owner, and the new
+// container starts once they are gone (whenReady). reserveWithin() is the
+// bounded wait of interactive callers: released room wakes it.
+
+import { BerthError } from "../../shared/errors.ts";
+import type { FleetView } from "../fleet/fleet-view.ts";
+import { type Held, type IdleCandidate, type PlanRequest, planPlacement } from "./plan.ts";
+import type { ContainerLimits } from "./quota.ts";
+import { type WorkspaceUsage, usageOf } from "./quota.ts";
+
+/** An owner of containers (the container manager): what it may stop to make room, and how. */
+export interface ContainerOwner {
+  /** Its containers that are idle warm ones now (no task in flight, only kept by keep_warm_seconds). */
+  idle(): IdleCandidate[];
+  /** Stops these to make room; each is released (Planner.release) once gone. */
+  stop(ids: string[], reason: string): void;
+  /** Whether the owner knows its containers on the agent yet (none is placed there before). @default true */
+  synced?(agentId: string): boolean;
+}
+
+export interface ReserveRequest extends PlanRequest {
+  /** The container id the reservation is kept under. */
+  id: string;
+  kind: string;
+}
+
+export type ReserveResult =
+  | {
+      ok: true;
+      reservation: Held;
+      /** Idle containers being stopped for it: start the container after whenReady(). */
+      stopping: string[];
+    }
+  | {
+      ok: false;
+      reason: string;
+      permanent: boolean;
+      limit?: keyof ContainerLimits;
+      noAgents?: boolean;
+    };
+
+export interface PlannerOptions {
+  fleet: FleetView;
+}
+
+export interface WaitOptions {
+  /** The longest wait for room, in ms; 0 refuses at once. */
+  waitMs: number;
+  /** Named in errors: "the sandbox", "the pod". */
+  what: string;
+  /** Called when the request starts waiting, and again when its reason changes. */
+  onWait?: (reason: string) => void;
+  /** How often the fleet is looked at again while waiting (agents join, heartbeats change). @default 1000 */
+  pollMs?: number;
+}
+
+export class Planner {
+  private readonly held = new Map<string, Held>();
+  /** Victims being stopped, and the reservation each makes room for. */
+  private readonly yielding = new Map<string, string>();
+  /** Reservations waiting for their victims to go. */
+  private readonly waitingOn = new Map<string, Set<string>>();
+  private readonly readyWaiters = new Map<string, (() => void)[]>();
+  private readonly owners = new Set<ContainerOwner>();
+  private readonly listeners = new Set<() => void>();
+
+  constructor(private readonly o: PlannerOptions) {}
+
+  /** Registers an owner whose idle containers may make room. Returns an unregister. */
+  addOwner(owner: ContainerOwner): () => void {
+    this.owners.add(owner);
+    return () => this.removeOwner(owner);
+  }
+
+  removeOwner(owner: ContainerOwner): void {
+    this.owners.delete(owner);
+  }
+
+  /** Calls `listener` whenever room is released. Returns an unsubscribe. */
+  onRelease(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * Places and commits one container, or says why not. A plan that stops
+   * idle containers commits at once (the room is this request's) and asks
+   * their owners to stop them.
+   */
+  reserve(r: ReserveRequest): ReserveResult {
+    if (this.held.has(r.id))
+      throw new BerthError("conflict", `container ${r.id} already holds a reservation`);
+    const idle: IdleCandidate[] = [];
+    const ownerOf = new Map<string, ContainerOwner>();
+    for (const owner of this.owners) {
+      for (const c of owner.idle()) {
+        if (this.yielding.has(c.id) || !this.held.has(c.id)) continue;
+        idle.push(c);
+        ownerOf.set(c.id, owner);
+      }
+    }
+    const owners = [...this.owners];
+    const synced = (agentId: string) =>
+      owners.every((o) => o.synced?.(agentId) ?? true) && (r.schedulable?.(agentId) ?? true);
+    const plan = planPlacement({
+      agents: this.o.fleet.list(),
+      held: [...this.held.values()],
+      idle,
+      // Containers being stopped no longer count toward limits; their room is still theirs until they go.
+      leaving: new Set(this.yielding.keys()),
+      want: { ...r, schedulable: synced },
+    });
+    if (!plan.ok) return plan;
+    const reservation: Held = {
+      id: r.id,
+      kind: r.kind,
+      workspaceId: r.workspaceId,
+      ...(r.stubId ? { stubId: r.stubId } : {}),
+      agentId: plan.agentId,
+      cpuMillicores: r.placement.cpuMillicores,
+      memoryBytes: r.placement.memoryBytes,
+      gpuCount: r.placement.gpuCount,
+      ...(plan.gpuType ? { gpuType: plan.gpuType } : {}),
+    };
+    this.held.set(r.id, reservation);
+    if (plan.stop.length > 0) {
+      this.waitingOn.set(r.id, new Set(plan.stop));
+      for (const id of plan.stop) this.yielding.set(id, r.id);
+      const byOwner = new Map<ContainerOwner, string[]>();
+      for (const id of plan.stop) {
+        const owner = ownerOf.get(id);
+        if (owner) byOwner.set(owner, [...(byOwner.get(owner) ?? []), id]);
+      }
+      const why = `making room on ${plan.agentId} for ${r.kind} ${r.id}`;
+      for (const [owner, ids] of byOwner) owner.stop(ids, why);
+    }
+    return { ok: true, reservation, stopping: plan.stop };
+  }
+
+  /** Records a container that already runs (found on an agent at start); an existing reservation is updated. */
+  adopt(h: Held): void {
+    const had = this.held.get(h.id);
+    if (had) {
+      if (h.gpuUuids) had.gpuUuids = h.gpuUuids;
+      return;
+    }
+    this.held.set(h.id, { ...h });
+  }
+
+  /** The devices the agent assigned, once its answer came. */
+  assignGpus(id: string, uuids: string[]): void {
+    const h = this.held.get(id);
+    if (h) h.gpuUuids = uuids;
+  }
+
+  /** The container is gone (or will not start): its room is free. Unknown ids are ignored. */
+  release(id: string): void {
+    const h = this.held.get(id);
+    if (!h) return;
+    this.held.delete(id);
+    const forId = this.yielding.get(id);
+    this.yielding.delete(id);
+    if (forId) {
+      const left = this.waitingOn.get(forId);
+      left?.delete(id);
+      if (left && left.size === 0) this.ready(forId);
+    }
+    // A reservation given up before its victims went: they may make room for others again.
+    const victims = this.waitingOn.get(id);
+    if (victims) {
+      for (const v of victims) if (this.yielding.get(v) === id) this.yielding.delete(v);
+      this.ready(id);
+    }
+    for (const l of this.listeners) {
+      try {
+        l();
+      } catch {
+        // A listener's failure is its own.
+      }
+    }
+  }
+
+  private ready(id: string): void {
+    this.waitingOn.delete(id);
+    const waiters = this.readyWaiters.get(id) ?? [];
+    this.readyWaiters.delete(id);
+    for (const w of waiters) w();
+  }
+
+  /**
+   * Resolves once the idle containers stopped for this reservation are
+   * gone (at once when there were none); rejects with resource_exhausted
+   * after `timeoutMs`.
+   */
+  whenReady(id: string, timeoutMs: number): Promise<void> {
+    if (!this.waitingOn.has(id)) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const list = this.readyWaiters.get(id);
+        if (list)
+          this.readyWaiters.set(
+            id,
+            list.filter((w) => w !== done),
+          );
+        const left = [...(this.waitingOn.get(id) ?? [])].join(", ");
+        reject(
+          new BerthError(
+            "resource_exhausted",
+            `the idle containers stopped to make room (${left}) did not stop within ${timeoutMs} ms`,
+          ),
+        );
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.readyWaiters.set(id, [...(this.readyWaiters.get(id) ?? []), done]);
+    });
+  }
+
+  /**
+   * reserve(), waiting up to `waitMs` for room: released room (and a look
+   * at the fleet every pollMs) tries again. Refusals that waiting cannot
+   * help come at once: invalid or too big for every agent
+   * (resource_exhausted), past a workspace limit (limit_exceeded). At the
+   * deadline: resource_exhausted with the reason, or unavailable when no
+   * agent is ready. The returned reservation's room is free to use.
+   */
+  async reserveWithin(r: ReserveRequest, w: WaitOptions): Promise<Held> {
+    const deadline = Date.now() + w.waitMs;
+    let lastReason: string | undefined;
+    for (;;) {
+      const res = this.reserve(r);
+      if (res.ok) {
+        if (res.stopping.length > 0) {
+          try {
+            await this.whenReady(r.id, Math.max(1, deadline - Date.now()));
+          } catch (e) {
+            this.release(r.id);
+            throw e;
+          }
+        }
+        return res.reservation;
+      }
+      if (res.limit)
+        throw new BerthError("limit_exceeded", `cannot start ${w.what}: ${res.reason}`, { limit: res.limit });
+      const left = deadline - Date.now();
+      if (res.permanent || left <= 0) {
+        const waited =
+          w.waitMs > 0 && !res.permanent ? ` (waited ${Math.round(w.waitMs / 1000)} s for room)` : "";
+        throw new BerthError(
+          res.noAgents ? "unavailable" : "resource_exhausted",
+          `cannot place ${w.what}: ${res.reason}${waited}`,
+        );
+      }
+      if (res.reason !== lastReason) {
+        lastReason = res.reason;
+        w.onWait?.(res.reason);
+      }
+      await this.released(Math.min(left, w.pollMs ?? 1000));
+    }
+  }
+
+  /** Resolves on the next release, or after `ms`. */
+  private released(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        unsubscribe();
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      const unsubscribe = this.onRelease(done);
+    });
+  }
+
+  get(id: string): Held | undefined {
+    return this.held.get(id);
+  }
+
+  /** Every reservation (of the kinds given), as the planner holds them. */
+  list(kinds?: readonly string[]): Held[] {
+    const all = [...this.held.values()];
+    return kinds ? all.filter((h) => kinds.includes(h.kind)) : all;
+  }
+
+  /**
+   * What the workspace's containers hold now, every kind together: what
+   * its limits count. Containers being stopped to make room no longer
+   * count (the reservation they make room for does).
+   */
+  usage(workspaceId: string): WorkspaceUsage {
+    return usageOf(this.list().filter((h) => h.workspaceId === workspaceId && !this.yielding.has(h.id)));
+  }
+}
