@@ -40,20 +40,46 @@ function owner(p: Planner, releaseOnStop = true) {
 
 test("reserve commits, release frees; usage per workspace counts every kind together", () => {
   const p = planner(4);
-  const r1 = p.reserve({ id: "ctr-1", kind: "runner", workspaceId: "ws-1", stubId: "stub-f", placement: cpu(2) });
-  const r2 = p.reserve({ id: "ctr-2", kind: "sandbox", workspaceId: "ws-1", stubId: "stub-s", placement: cpu(1) });
+  const r1 = p.reserve({
+    id: "ctr-1",
+    kind: "runner",
+    workspaceId: "ws-1",
+    stubId: "stub-f",
+    placement: cpu(2),
+  });
+  const r2 = p.reserve({
+    id: "ctr-2",
+    kind: "sandbox",
+    workspaceId: "ws-1",
+    stubId: "stub-s",
+    placement: cpu(1),
+  });
   const r3 = p.reserve({ id: "ctr-3", kind: "pod", workspaceId: "ws-2", placement: cpu(1) });
   assert.ok(r1.ok && r2.ok && r3.ok);
   assert.equal(r1.reservation.agentId, "agent-a");
   assert.deepEqual(r1.stopping, []);
-  assert.deepEqual(p.usage("ws-1"), { containers: 2, cpuMillicores: 3000, memoryBytes: 2 * 1024 ** 2, gpus: 0 });
+  assert.deepEqual(p.usage("ws-1"), {
+    containers: 2,
+    cpuMillicores: 3000,
+    memoryBytes: 2 * 1024 ** 2,
+    gpus: 0,
+  });
   assert.equal(p.usage("ws-2").containers, 1);
-  assert.deepEqual(p.list(["sandbox", "pod"]).map((h) => h.id).sort(), ["ctr-2", "ctr-3"]);
+  assert.deepEqual(
+    p
+      .list(["sandbox", "pod"])
+      .map((h) => h.id)
+      .sort(),
+    ["ctr-2", "ctr-3"],
+  );
   // The agent is full: a runner and a sandbox cannot both take the last core twice.
   const full = p.reserve({ id: "ctr-4", kind: "runner", workspaceId: "ws-1", placement: cpu(1) });
   assert.equal(full.ok, false);
   assert.match(full.ok ? "" : full.reason, /every agent is full for cpu=1/);
-  assert.throws(() => p.reserve({ id: "ctr-1", kind: "runner", workspaceId: "ws-1", placement: cpu(0) }), /already holds/);
+  assert.throws(
+    () => p.reserve({ id: "ctr-1", kind: "runner", workspaceId: "ws-1", placement: cpu(0) }),
+    /already holds/,
+  );
   p.release("ctr-2");
   p.release("ctr-2"); // twice is fine
   assert.equal(p.usage("ws-1").containers, 1);
@@ -64,7 +90,15 @@ test("reserve commits, release frees; usage per workspace counts every kind toge
 
 test("adopted containers hold their room; a limit checks every kind of the workspace", () => {
   const p = planner(16);
-  p.adopt({ id: "ctr-old", kind: "runner", workspaceId: "ws-1", agentId: "agent-a", cpuMillicores: 2000, memoryBytes: 0, gpuCount: 0 });
+  p.adopt({
+    id: "ctr-old",
+    kind: "runner",
+    workspaceId: "ws-1",
+    agentId: "agent-a",
+    cpuMillicores: 2000,
+    memoryBytes: 0,
+    gpuCount: 0,
+  });
   const limits = { maxContainers: null, maxCpuMillicores: 2500, maxMemoryMb: null, maxGpus: null };
   const r = p.reserve({ id: "ctr-s", kind: "sandbox", workspaceId: "ws-1", placement: cpu(1), limits });
   assert.equal(r.ok, false);
@@ -77,9 +111,36 @@ test("adopted containers hold their room; a limit checks every kind of the works
 test("the plan stops the fewest idle containers, longest idle first, never the requester's own stub's", () => {
   const fleet = oneAgentFleet("agent-a", capacity(4, 64));
   const held = [
-    { id: "a", kind: "runner", workspaceId: "ws-1", stubId: "s1", agentId: "agent-a", cpuMillicores: 1000, memoryBytes: 0, gpuCount: 0 },
-    { id: "b", kind: "runner", workspaceId: "ws-1", stubId: "s2", agentId: "agent-a", cpuMillicores: 2000, memoryBytes: 0, gpuCount: 0 },
-    { id: "c", kind: "runner", workspaceId: "ws-2", stubId: "s3", agentId: "agent-a", cpuMillicores: 1000, memoryBytes: 0, gpuCount: 0 },
+    {
+      id: "a",
+      kind: "runner",
+      workspaceId: "ws-1",
+      stubId: "s1",
+      agentId: "agent-a",
+      cpuMillicores: 1000,
+      memoryBytes: 0,
+      gpuCount: 0,
+    },
+    {
+      id: "b",
+      kind: "runner",
+      workspaceId: "ws-1",
+      stubId: "s2",
+      agentId: "agent-a",
+      cpuMillicores: 2000,
+      memoryBytes: 0,
+      gpuCount: 0,
+    },
+    {
+      id: "c",
+      kind: "runner",
+      workspaceId: "ws-2",
+      stubId: "s3",
+      agentId: "agent-a",
+      cpuMillicores: 1000,
+      memoryBytes: 0,
+      gpuCount: 0,
+    },
   ];
   const plan = planPlacement({
     agents: fleet.list(),
@@ -93,15 +154,24 @@ test("the plan stops the fewest idle containers, longest idle first, never the r
   });
   // c is its own stub's; a (longest idle of the rest) frees 1 core, then b: both are needed for 2 cores.
   assert.deepEqual(plan, { ok: true, agentId: "agent-a", stop: ["a", "b"] });
-  const none = planPlacement({ agents: fleet.list(), held, idle: [], want: { workspaceId: "ws-9", placement: cpu(1) } });
+  const none = planPlacement({
+    agents: fleet.list(),
+    held,
+    idle: [],
+    want: { workspaceId: "ws-9", placement: cpu(1) },
+  });
   assert.ok(!none.ok && /no idle warm container can be stopped/.test(none.reason));
 });
 
 test("reserve commits the plan at once, its owner stops the victims, and the room is ready once they are released", async () => {
   const p = planner(4);
   const o = owner(p, false);
-  assert.ok(p.reserve({ id: "warm-1", kind: "runner", workspaceId: "ws-1", stubId: "f", placement: cpu(2) }).ok);
-  assert.ok(p.reserve({ id: "warm-2", kind: "runner", workspaceId: "ws-1", stubId: "f", placement: cpu(2) }).ok);
+  assert.ok(
+    p.reserve({ id: "warm-1", kind: "runner", workspaceId: "ws-1", stubId: "f", placement: cpu(2) }).ok,
+  );
+  assert.ok(
+    p.reserve({ id: "warm-2", kind: "runner", workspaceId: "ws-1", stubId: "f", placement: cpu(2) }).ok,
+  );
   o.idleIds = ["warm-1", "warm-2"];
   const r = p.reserve({ id: "sb", kind: "sandbox", workspaceId: "ws-2", stubId: "s", placement: cpu(2) });
   assert.ok(r.ok);
@@ -110,7 +180,13 @@ test("reserve commits the plan at once, its owner stops the victims, and the roo
   // A victim being stopped is not picked twice, and no longer counts toward its workspace.
   assert.equal(p.usage("ws-1").containers, 1);
   // The room warm-1 frees is sb's: a second sandbox cannot count on it too (warm-2 alone is not enough then).
-  const other = p.reserve({ id: "sb2", kind: "sandbox", workspaceId: "ws-2", stubId: "s", placement: cpu(4) });
+  const other = p.reserve({
+    id: "sb2",
+    kind: "sandbox",
+    workspaceId: "ws-2",
+    stubId: "s",
+    placement: cpu(4),
+  });
   assert.equal(other.ok, false);
   assert.deepEqual(o.stopped, ["warm-1"]);
   const one = p.reserve({ id: "sb2", kind: "sandbox", workspaceId: "ws-2", stubId: "s", placement: cpu(2) });
@@ -129,7 +205,10 @@ test("reserve commits the plan at once, its owner stops the victims, and the roo
   const big = p.reserve({ id: "sb4", kind: "sandbox", workspaceId: "ws-2", stubId: "s", placement: cpu(4) });
   assert.ok(big.ok);
   assert.deepEqual(big.stopping, ["warm-2"]);
-  await assert.rejects(p.whenReady("sb4", 20), (e) => e instanceof BerthError && e.code === "resource_exhausted");
+  await assert.rejects(
+    p.whenReady("sb4", 20),
+    (e) => e instanceof BerthError && e.code === "resource_exhausted",
+  );
   p.release("sb4");
   assert.equal(p.usage("ws-1").containers, 1, "warm-2 counts again");
 });
@@ -160,7 +239,10 @@ test("reserveWithin waits, names its reason, fails with resource_exhausted at th
   assert.equal((await placed).agentId, "agent-a");
   // 0 refuses at once.
   await assert.rejects(
-    p.reserveWithin({ id: "sb3", kind: "sandbox", workspaceId: "ws-1", placement: cpu(1) }, { waitMs: 0, what: "the pod" }),
+    p.reserveWithin(
+      { id: "sb3", kind: "sandbox", workspaceId: "ws-1", placement: cpu(1) },
+      { waitMs: 0, what: "the pod" },
+    ),
     /cannot place the pod/,
   );
 });
