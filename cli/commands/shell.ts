@@ -2,12 +2,12 @@
 // terminal in a running container of the workspace, over the coordinator's
 // shell websocket. The local terminal is put in raw mode, so every key
 // (Ctrl-C included) goes to the remote shell; window size changes follow.
+// The websocket is the `ws` package's; an https coordinator is trusted as for
+// every other CLI call (the system's CAs and NODE_EXTRA_CA_CERTS).
 
-import { request as httpRequest, type IncomingMessage } from "node:http";
-import { request as httpsRequest } from "node:https";
-import type { Duplex } from "node:stream";
+import type { IncomingMessage } from "node:http";
 import type { Command } from "commander";
-import { acceptKey, FrameSocket, newKey } from "../../coordinator/http/routes/shell-socket.ts";
+import WebSocket from "ws";
 import { BerthError, CATALOG, type ErrorCode } from "../../shared/errors.ts";
 import { ApiClient } from "../api-client.ts";
 import { currentCredentials } from "../config.ts";
@@ -33,6 +33,9 @@ export interface ShellConnection {
   close(): void;
 }
 
+/** Largest message taken; a terminal never sends one near it. */
+const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
 async function refusal(res: IncomingMessage): Promise<BerthError> {
   const chunks: Buffer[] = [];
   for await (const c of res) chunks.push(c as Buffer);
@@ -56,53 +59,60 @@ export function openShell(o: ShellOptions): Promise<ShellConnection> {
     `${o.url}/`,
   );
   if (o.cols && o.rows) u.search = `cols=${o.cols}&rows=${o.rows}`;
-  const key = newKey();
-  const req = (u.protocol === "https:" ? httpsRequest : httpRequest)(u, {
-    headers: {
-      authorization: `Bearer ${o.token}`,
-      connection: "Upgrade",
-      upgrade: "websocket",
-      "sec-websocket-key": key,
-      "sec-websocket-version": "13",
-    },
+  // `ws` takes http(s) URLs as ws(s). Never offer permessage-deflate: a terminal's messages are small.
+  const ws = new WebSocket(u, {
+    headers: { authorization: `Bearer ${o.token}` },
+    perMessageDeflate: false,
+    maxPayload: MAX_MESSAGE_BYTES,
   });
   return new Promise<ShellConnection>((resolve, reject) => {
-    req.on("error", (e) => reject(new BerthError("unavailable", `cannot reach ${o.url}: ${e.message}`)));
-    req.on("response", (res) => void refusal(res).then(reject, reject));
-    req.on("upgrade", (res: IncomingMessage, socket: Duplex, head: Buffer) => {
-      if (res.headers["sec-websocket-accept"] !== acceptKey(key)) {
-        socket.destroy();
-        return reject(new BerthError("internal", "the coordinator's websocket handshake is not valid"));
-      }
-      let reason = "the connection to the coordinator closed";
-      const ws = new FrameSocket(
-        socket,
-        "client",
-        {
-          message(data, binary) {
-            if (binary) return o.onData(data);
-            let msg: { type?: string; code?: number; message?: string };
-            try {
-              msg = JSON.parse(data.toString("utf8")) as typeof msg;
-            } catch {
-              return;
-            }
-            if (msg.type === "exit" && typeof msg.code === "number") {
-              reason = "";
-              o.onExit(msg.code);
-            } else if (msg.type === "error") reason = `the shell failed: ${msg.message}`;
-          },
-          close: () => o.onClose(reason),
-        },
-        head,
+    let upgraded = false;
+    let opened = false;
+    let reason = "the connection to the coordinator closed";
+    // A refusal is an ordinary HTTP answer (berth's error shape), before any upgrade.
+    ws.on("unexpected-response", (req, res) => {
+      void refusal(res)
+        .then(reject, reject)
+        .finally(() => req.destroy());
+    });
+    ws.on("upgrade", () => {
+      upgraded = true;
+    });
+    ws.on("error", (e) => {
+      // Once open, "close" follows and says it.
+      if (opened) return;
+      reject(
+        upgraded
+          ? new BerthError("internal", `the coordinator's websocket handshake is not valid: ${e.message}`)
+          : new BerthError("unavailable", `cannot reach ${o.url}: ${e.message}`),
       );
+    });
+    ws.on("message", (raw, binary) => {
+      // binaryType is "nodebuffer": every message is one Buffer.
+      const data = raw as Buffer;
+      if (binary) return o.onData(data);
+      let msg: { type?: string; code?: number; message?: string };
+      try {
+        msg = JSON.parse(data.toString("utf8")) as typeof msg;
+      } catch {
+        return;
+      }
+      if (msg.type === "exit" && typeof msg.code === "number") {
+        reason = "";
+        o.onExit(msg.code);
+      } else if (msg.type === "error") reason = `the shell failed: ${msg.message}`;
+    });
+    ws.on("close", () => {
+      if (opened) o.onClose(reason);
+    });
+    ws.on("open", () => {
+      opened = true;
       resolve({
-        write: (data) => ws.sendBinary(typeof data === "string" ? Buffer.from(data) : data),
-        resize: (cols, rows) => ws.sendText(JSON.stringify({ type: "resize", cols, rows })),
+        write: (data) => ws.send(typeof data === "string" ? Buffer.from(data) : data, { binary: true }),
+        resize: (cols, rows) => ws.send(JSON.stringify({ type: "resize", cols, rows }), { binary: false }),
         close: () => ws.close(1000),
       });
     });
-    req.end();
   });
 }
 
