@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { CronError, type CronSchedule, nextFire, parseCron, previousFire } from "../../coordinator/schedules/cron.ts";
+import {
+  CronError,
+  type CronSchedule,
+  nextFire,
+  parseCron,
+  previousFire,
+} from "../../coordinator/schedules/cron.ts";
 import { isBerthError } from "../../shared/errors.ts";
 
 const at = (iso: string) => new Date(iso);
