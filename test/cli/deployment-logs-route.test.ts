@@ -1,5 +1,5 @@
 // GET /api/v1/gateway/deployments/{id}/logs over a real socket: a real store
-// for tokens, the in-memory FakeContainers (behind a real streamLogs
+// for tokens, the shared in-memory fake agent (behind a real streamLogs
 // iterator) for the agents, a container list the test changes.
 
 import assert from "node:assert/strict";
@@ -12,7 +12,7 @@ import { installErrorHandlers } from "../../coordinator/http/errors.ts";
 import { deploymentLogRoutes, type StubContainer } from "../../coordinator/http/routes/deployment-logs.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
-import { FakeContainers } from "../rpc/fake-containers.ts";
+import { transportFake, type FakeContainerApi } from "../helpers/fake-container-api.ts";
 
 interface Line {
   container_id: string;
@@ -56,9 +56,9 @@ describe("deployment log route", () => {
   let token: string;
   let otherToken: string;
   let wsId: string;
-  const agents = new Map<string, FakeContainers>([
-    ["agent-a", new FakeContainers()],
-    ["agent-b", new FakeContainers()],
+  const agents = new Map<string, FakeContainerApi>([
+    ["agent-a", transportFake()],
+    ["agent-b", transportFake()],
   ]);
   const containers = new Map<string, StubContainer[]>();
   const listeners = new Set<() => void>();
@@ -142,9 +142,12 @@ describe("deployment log route", () => {
     assert.match(s.info().type, /^application\/x-ndjson/);
     assert.deepEqual(
       s.lines.map((l) => [l.container_id, l.stream, l.line]),
+      // The last two lines of each stream, stdout's first, as an agent's spools give them.
       [
-        ["ctr-old", "stderr", "old 3"],
+        ["ctr-old", "stdout", "old 2"],
         ["ctr-old", "stdout", "old 4"],
+        ["ctr-old", "stderr", "old 1"],
+        ["ctr-old", "stderr", "old 3"],
       ],
     );
     assert.equal(typeof s.lines[0]?.ts, "number");
@@ -155,8 +158,10 @@ describe("deployment log route", () => {
     const a = agents.get("agent-a")!;
     const b = agents.get("agent-b")!;
     const s = openLogs(port, "/api/v1/gateway/deployments/dep_1/logs?follow=1&tail=1", token);
-    await until("the old container's tail", () => s.lines.length === 1);
+    // tail=1 is the last line of each stream.
+    await until("the old container's tail", () => s.lines.length === 2);
     assert.equal(s.lines[0]?.line, "old 4");
+    assert.equal(s.lines[1]?.line, "old 3");
     assert.equal(listeners.size, 1);
 
     // A container that starts while the client watches: everything it printed, then what follows.
@@ -170,10 +175,10 @@ describe("deployment log route", () => {
     await until("the new container's first line", () => s.lines.some((l) => l.line === "booting"));
     b.appendLog("ctr-starting", "stderr", "ready");
     a.appendLog("ctr-old", "stdout", "request 1");
-    await until("live lines", () => s.lines.length === 4);
+    await until("live lines", () => s.lines.length === 5);
     assert.deepEqual(
       s.lines
-        .slice(1)
+        .slice(2)
         .map((l) => `${l.container_id}/${l.stream}: ${l.line}`)
         .sort(),
       ["ctr-old/stdout: request 1", "ctr-starting/stderr: ready", "ctr-starting/stdout: booting"],
@@ -181,7 +186,7 @@ describe("deployment log route", () => {
     // A change event for containers already followed starts nothing twice.
     changed();
     a.appendLog("ctr-old", "stdout", "request 2");
-    await until("one more line", () => s.lines.length === 5);
+    await until("one more line", () => s.lines.length === 6);
     assert.equal(s.lines.filter((l) => l.line === "booting").length, 1);
 
     s.close();

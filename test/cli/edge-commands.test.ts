@@ -15,12 +15,17 @@ import { agentEdgeCommands } from "../../cli/commands/agent-edge.ts";
 import { checkAgentSocket, type EdgeIo } from "../../cli/edge/io.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { FakeAgent } from "../rpc/fake-agent.ts";
-import { FakeContainers, sampleImage, sampleStatus } from "../rpc/fake-containers.ts";
+import {
+  FakeContainerApi,
+  SAMPLE_STATUS_DEFAULTS,
+  sampleImage,
+  sampleStatus,
+} from "../helpers/fake-container-api.ts";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 
 /** Plays a container's life when it is run: log lines, then the end. */
-class ScriptedContainers extends FakeContainers {
+class ScriptedContainers extends FakeContainerApi {
   script?: { lines: [stream: "stdout" | "stderr", line: string][]; end: Partial<ContainerStatus> };
 
   override async runContainer(req: RunContainerRequest): Promise<ContainerStatus> {
@@ -29,7 +34,7 @@ class ScriptedContainers extends FakeContainers {
     if (script) {
       setTimeout(() => {
         for (const [stream, line] of script.lines) this.appendLog(s.id, stream, line);
-        this.statuses.set(s.id, { ...s, state: "stopped", exitedAt: s.createdAt + 1, ...script.end });
+        this.containers.set(s.id, { ...s, state: "stopped", exitedAt: s.createdAt + 1, ...script.end });
         this.endLogs(s.id);
       }, 20);
     }
@@ -40,7 +45,11 @@ class ScriptedContainers extends FakeContainers {
 let dir: string;
 let socket: string;
 let server: AgentRpcServer;
-const fake = new ScriptedContainers();
+const fake = new ScriptedContainers({
+  scripted: true,
+  statusDefaults: SAMPLE_STATUS_DEFAULTS,
+  defaultImage: "berth-default",
+});
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "berth-edge-cli-"));
@@ -189,14 +198,14 @@ test("attached run of an OOM-killed container says so and exits 137; --rm remove
     assert.equal(r.stderr, "berth: container ctr-oom was OOM-killed (memory limit 64 MiB)\n");
     assert.equal(r.exitCode, 137);
     assert.deepEqual(fake.lastCall("stopContainer"), ["ctr-oom", { remove: true }]);
-    assert.equal(fake.statuses.has("ctr-oom"), false);
+    assert.equal(fake.containers.has("ctr-oom"), false);
   } finally {
     fake.script = undefined;
   }
 });
 
 test("exec streams output and exits with the command's code; -i forwards stdin", async () => {
-  fake.statuses.set("ctr-e", sampleStatus("ctr-e"));
+  fake.containers.set("ctr-e", sampleStatus("ctr-e"));
   const r = await berth(["agent", "exec", "ctr-e", "--", "exit", "3", "partial"]);
   assert.equal(r.error, undefined);
   assert.equal(r.stdout, "partial");
@@ -213,23 +222,24 @@ test("exec streams output and exits with the command's code; -i forwards stdin",
 });
 
 test("logs --tail prints lines by stream", async () => {
-  fake.statuses.set("ctr-l", sampleStatus("ctr-l"));
+  fake.containers.set("ctr-l", sampleStatus("ctr-l"));
   for (const [s, l] of [
     ["stdout", "one"],
     ["stderr", "two"],
     ["stdout", "three"],
   ] as const)
     fake.appendLog("ctr-l", s, l);
-  const r = await berth(["agent", "logs", "--tail", "2", "ctr-l"]);
+  // tail is per stream (as an agent's spools keep them): the last line of each.
+  const r = await berth(["agent", "logs", "--tail", "1", "ctr-l"]);
   assert.equal(r.error, undefined);
   assert.equal(r.stdout, "three\n");
   assert.equal(r.stderr, "two\n");
-  assert.deepEqual(fake.lastCall("streamLogs"), ["ctr-l", { follow: false, tail: 2 }]);
+  assert.deepEqual(fake.lastCall("streamLogs"), ["ctr-l", { follow: false, tail: 1 }]);
 });
 
 test("ps, stop, policy", async () => {
-  fake.statuses.set("ctr-p", sampleStatus("ctr-p"));
-  fake.statuses.set(
+  fake.containers.set("ctr-p", sampleStatus("ctr-p"));
+  fake.containers.set(
     "ctr-gone",
     sampleStatus("ctr-gone", { state: "stopped", exitCode: 1, reason: "exited" }),
   );
@@ -246,14 +256,14 @@ test("ps, stop, policy", async () => {
   const json = JSON.parse(all.stdout) as ContainerStatus[];
   assert.deepEqual(
     json.find((s) => s.id === "ctr-gone"),
-    fake.statuses.get("ctr-gone"),
+    fake.containers.get("ctr-gone"),
   );
 
   const stop = await berth(["agent", "stop", "--rm", "--grace", "2.5", "ctr-p"]);
   assert.equal(stop.stdout, "ctr-p\n");
   assert.deepEqual(fake.lastCall("stopContainer"), ["ctr-p", { graceMs: 2500, remove: true }]);
 
-  fake.statuses.set("ctr-n", sampleStatus("ctr-n"));
+  fake.containers.set("ctr-n", sampleStatus("ctr-n"));
   const block = await berth(["agent", "policy", "ctr-n", "--block-network"]);
   assert.equal(block.stdout, "ctr-n: network blocked\n");
   const allow = await berth(["agent", "policy", "ctr-n", "--allow", "10.0.0.0/8", "--allow", "fd00::/8"]);

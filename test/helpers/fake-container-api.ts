@@ -144,8 +144,8 @@ export class FakeExec implements ExecSession {
 type Statement = { echo: string; stream: "stdout" | "stderr" } | { sleepMs: number } | { exit: number };
 
 /** `sh -c` scripts of echo, sleep and exit only; undefined for anything else. */
-export function parseScript(args: string[]): Statement[] | undefined {
-  if (args.length < 3 || args[0] !== "sh" || args[1] !== "-c") return undefined;
+export function parseScript(args: string[] | undefined): Statement[] | undefined {
+  if (!args || args.length < 3 || args[0] !== "sh" || args[1] !== "-c") return undefined;
   const out: Statement[] = [];
   for (const raw of args[2]!.split(/;|\n/)) {
     const s = raw.trim();
@@ -730,4 +730,17 @@ function info(path: string, e: FsEntry): FileInfo {
     owner: "root",
     group: "root",
   };
+}
+
+/**
+ * The fake the transport and edge CLI tests serve over gRPC: scripted, new
+ * statuses filled in as sampleStatus fills them, "berth-default" the image of
+ * a run that names none.
+ */
+export function transportFake(): FakeContainerApi {
+  return new FakeContainerApi({
+    scripted: true,
+    statusDefaults: SAMPLE_STATUS_DEFAULTS,
+    defaultImage: "berth-default",
+  });
 }

@@ -12,15 +12,15 @@ import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { tempDir } from "../helpers/env.ts";
+import { FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { chunks, sha256Hex, tarGz } from "../code/tar-builder.ts";
 import { FakeAgent } from "./fake-agent.ts";
-import { FakeContainers } from "./fake-containers.ts";
 
 const isBerth = (code: string, message?: RegExp) => (e: unknown) =>
   e instanceof BerthError && e.code === code && (!message || message.test(e.message));
 
 /** The fake container API with the agent's real code store behind hasCode/putCode. */
-class CodeContainers extends FakeContainers {
+class CodeContainers extends FakeContainerApi {
   constructor(readonly store: CodeStore) {
     super();
   }

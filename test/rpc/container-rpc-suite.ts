@@ -1,6 +1,6 @@
 // Runs a set of container RPC tests over both transports (unix socket, TCP
 // with mutual TLS) against an in-memory ContainerApi, each transport with a
-// FakeContainers of its own.
+// fake of its own (transportFake).
 
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -8,10 +8,11 @@ import { join } from "node:path";
 import { after, before, describe } from "node:test";
 import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { type AgentRpcServer, startAgentRpcServer } from "../../agent/rpc/server.ts";
-import { ClusterPki, type SecretStore } from "../../coordinator/pki/cluster-pki.ts";
+import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { BerthError } from "../../shared/errors.ts";
+import { type FakeContainerApi, transportFake } from "../helpers/fake-container-api.ts";
+import { memoryStore } from "../helpers/store.ts";
 import { FakeAgent } from "./fake-agent.ts";
-import { FakeContainers } from "./fake-containers.ts";
 
 export const isBerth = (code: string, message?: RegExp) => (e: unknown) =>
   e instanceof BerthError && e.code === code && (!message || message.test(e.message));
@@ -22,15 +23,10 @@ export async function collect<T>(it: AsyncIterable<T>): Promise<T[]> {
   return out;
 }
 
-function memoryStore(): SecretStore {
-  const m = new Map<string, string>();
-  return { get: async (k) => m.get(k), put: async (k, v) => void m.set(k, v) };
-}
-
 /** Filled in by the suite's before(): read it inside tests only. */
 export interface Harness {
   client: AgentRpcClient;
-  fake: FakeContainers;
+  fake: FakeContainerApi;
 }
 
 interface Setup {
@@ -39,7 +35,7 @@ interface Setup {
   cleanup?: () => void;
 }
 
-async function overUnixSocket(fake: FakeContainers): Promise<Setup> {
+async function overUnixSocket(fake: FakeContainerApi): Promise<Setup> {
   const dir = mkdtempSync(join(tmpdir(), "berth-ctr-rpc-"));
   const cleanup = () => rmSync(dir, { recursive: true, force: true });
   const path = join(dir, "agent.sock");
@@ -54,7 +50,7 @@ async function overUnixSocket(fake: FakeContainers): Promise<Setup> {
   return { server, cleanup, client: new AgentRpcClient({ address: `unix://${path}` }) };
 }
 
-async function overMutualTls(fake: FakeContainers): Promise<Setup> {
+async function overMutualTls(fake: FakeContainerApi): Promise<Setup> {
   const pki = await ClusterPki.load(memoryStore());
   const agentCert = await pki.issueAgentCert("agent-ctr1", { ipAddresses: ["127.0.0.1"] });
   const clientCert = await pki.issueCoordinatorClientCert();
@@ -72,7 +68,7 @@ async function overMutualTls(fake: FakeContainers): Promise<Setup> {
 
 /** `tests` registers its tests once per transport, under "<what> over <transport>". */
 export function containerSuites(what: string, tests: (h: Harness) => void): void {
-  const transports: [string, (fake: FakeContainers) => Promise<Setup>][] = [
+  const transports: [string, (fake: FakeContainerApi) => Promise<Setup>][] = [
     ["the unix socket", overUnixSocket],
     ["TCP with mutual TLS", overMutualTls],
   ];
@@ -81,7 +77,7 @@ export function containerSuites(what: string, tests: (h: Harness) => void): void
       const h = {} as Harness;
       let s: Setup | undefined;
       before(async () => {
-        h.fake = new FakeContainers();
+        h.fake = transportFake();
         s = await setup(h.fake);
         h.client = s.client;
       });

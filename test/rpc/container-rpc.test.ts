@@ -14,7 +14,7 @@ import { BerthError } from "../../shared/errors.ts";
 import { tempDir } from "../helpers/env.ts";
 import { collect, containerSuites, isBerth } from "./container-rpc-suite.ts";
 import { FakeAgent } from "./fake-agent.ts";
-import { sampleImage, sampleStatus } from "./fake-containers.ts";
+import { sampleImage, sampleStatus } from "../helpers/fake-container-api.ts";
 
 const fullRequest: RunContainerRequest = {
   id: "ctr-full",
@@ -57,7 +57,7 @@ containerSuites("container RPCs", (h) => {
     const { client, fake } = h;
     const status = await client.runContainer(fullRequest);
     assert.deepEqual(fake.lastCall("runContainer"), [fullRequest]);
-    assert.deepEqual(status, fake.statuses.get("ctr-full"));
+    assert.deepEqual(status, fake.containers.get("ctr-full"));
 
     const minimal: RunContainerRequest = { args: [], cpu: 0.1, memoryBytes: 1 };
     await client.runContainer(minimal);
@@ -101,7 +101,7 @@ containerSuites("container RPCs", (h) => {
     ];
     for (const v of variants) {
       if (v.startedAt === undefined) delete v.startedAt;
-      fake.statuses.set(v.id, v);
+      fake.containers.set(v.id, v);
     }
     for (const v of variants) assert.deepEqual(await client.getContainer(v.id), v);
 
@@ -111,7 +111,7 @@ containerSuites("container RPCs", (h) => {
     assert.ok(!web.some((s) => s.id === "ctr-negative"));
     const all = await client.listContainers();
     assert.deepEqual(fake.lastCall("listContainers"), [undefined]);
-    assert.deepEqual(all, [...fake.statuses.values()]);
+    assert.deepEqual(all, [...fake.containers.values()]);
   });
 
   test("StopContainer passes grace and remove, or nothing", async () => {
