@@ -7,20 +7,17 @@ import { test } from "node:test";
 import { startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { AgentClientPool } from "../../coordinator/containers/agent-clients.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { COORDINATOR_CLIENT_NAME, ClusterPki, type SecretStore } from "../../coordinator/pki/cluster-pki.ts";
+import { COORDINATOR_CLIENT_NAME, ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { BerthError } from "../../shared/errors.ts";
+import { FakeContainerApi } from "../helpers/fake-container-api.ts";
+import { memoryStore } from "../helpers/store.ts";
 import { FakeAgent } from "../rpc/fake-agent.ts";
-import { FakeAgentContainers, capacity } from "./fakes.ts";
-
-function memoryStore(): SecretStore {
-  const m = new Map<string, string>();
-  return { get: async (k) => m.get(k), put: async (k, v) => void m.set(k, v) };
-}
+import { capacity } from "./fakes.ts";
 
 test("one mTLS client per agent, redialled when its address changes or it goes away", async (t) => {
   const pki = await ClusterPki.load(memoryStore());
   const agentId = "agent-pool1";
-  const containers = new FakeAgentContainers(agentId);
+  const containers = new FakeContainerApi({ agentId });
   await containers.runContainer({
     id: "ctr-1",
     args: [],

@@ -41,7 +41,7 @@ test("a baseline starts without any task and is kept with no demand", async () =
   w.stubs.set("stub-ep", endpoint("stub-ep"));
   deployments.set("stub-ep", true, 2);
   await w.tick();
-  assert.equal(a.runs().length, 2);
+  assert.equal(a.runs.length, 2);
   await w.tick(3_600_000);
   await w.tick(3_600_000);
   assert.equal(a.count("stopContainer"), 0);
@@ -66,7 +66,7 @@ test("max_containers clamps: 50 waiting with max 3 places exactly 3", async () =
   w.activity.set("stub-q", 50);
   await w.tick();
   await w.tick(1000);
-  assert.equal(a.runs().length, 3);
+  assert.equal(a.runs.length, 3);
   assert.deepEqual(moves(events), [[0, 3, "queue depth: 50 waiting, 0 running"]]);
   assert.equal(events[0]?.queueDepth, 50);
 });
@@ -83,7 +83,7 @@ test("tasks_per_container sets how many tasks make one container", async () => {
   );
   w.activity.set("stub-q", 12);
   await w.tick();
-  assert.equal(a.runs().length, 3);
+  assert.equal(a.runs.length, 3);
 });
 
 test("a deployment's stub whose record is gone drains like a stopped one", async () => {
@@ -92,7 +92,7 @@ test("a deployment's stub whose record is gone drains like a stopped one", async
   deployments.set("stub-ep", true);
   w.activity.set("stub-ep", 1);
   await w.tick();
-  assert.equal(a.runs().length, 1);
+  assert.equal(a.runs.length, 1);
   w.activity.set("stub-ep", 0);
   deployments.states.delete("stub-ep");
   await w.tick(1000);
@@ -143,14 +143,14 @@ test("a stopped deployment stops idle containers at once and busy ones when idle
   w.mgr.invalidateStub("stub-ep");
   await w.tick();
   assert.deepEqual(stops(), [idle], "keep_warm -1 does not hold a stopped deployment's container");
-  assert.equal(a.runs().length, 2, "waiting tasks start nothing");
+  assert.equal(a.runs.length, 2, "waiting tasks start nothing");
   w.activity.activity.set(busy, { busy: false, lastActiveAt: w.clock.now });
   w.activity.set("stub-ep", 5, 0);
   await w.tick();
   assert.deepEqual(stops(), [idle, busy]);
   assert.equal(w.mgr.activeContainers("stub-ep"), 0);
   await w.tick(60_000);
-  assert.equal(a.runs().length, 2);
+  assert.equal(a.runs.length, 2);
   assert.deepEqual(moves(events), [
     [0, 2, "queue depth: 2 waiting, 0 running"],
     [2, 0, "deployment stopped"],
@@ -164,7 +164,7 @@ test("a newer config_version replaces idle containers at once and busy ones when
   deployments.set("stub-s", true, 2);
   await w.tick();
   const [busy, idle] = w.mgr.list().map((c) => c.id) as [string, string];
-  assert.equal(a.runs()[0]?.labels?.[CONFIG_VERSION_LABEL], "1");
+  assert.equal(a.runs[0]?.labels?.[CONFIG_VERSION_LABEL], "1");
   w.activity.activity.set(busy, { busy: true, lastActiveAt: w.clock.now });
   w.activity.set("stub-s", 0, 1);
   w.stubs.set("stub-s", endpoint("stub-s", { type: "endpoint/serve", configVersion: 2 }));
@@ -173,7 +173,7 @@ test("a newer config_version replaces idle containers at once and busy ones when
   w.mgr.invalidateStub("stub-s");
   await w.tick();
   assert.deepEqual(stops(), [idle]);
-  const fresh = a.runs().slice(2);
+  const fresh = a.runs.slice(2);
   assert.equal(fresh.length, 2, "two new containers for the baseline");
   assert.ok(fresh.every((r) => r.labels?.[CONFIG_VERSION_LABEL] === "2"));
   await w.tick(1000);
@@ -182,7 +182,7 @@ test("a newer config_version replaces idle containers at once and busy ones when
   w.activity.set("stub-s", 0);
   await w.tick();
   assert.deepEqual(stops(), [idle, busy]);
-  assert.equal(a.runs().length, 4);
+  assert.equal(a.runs.length, 4);
   assert.equal(w.mgr.activeContainers("stub-s"), 2);
   assert.deepEqual(moves(events), [[0, 2, "min_containers"]], "a replacement is no change of target");
 });
@@ -197,7 +197,7 @@ test("an adopted container of an older config_version is replaced", async () => 
   await w.mgr.stop({ stopContainers: false });
   const w2 = deployedWorld();
   const back = w2.w.addAgent("agent-a", capacity(64, 256));
-  for (const [id, s] of a.running) back.running.set(id, s);
+  for (const [id, s] of a.containers) back.containers.set(id, s);
   w2.w.stubs.set("stub-ep", endpoint("stub-ep", { configVersion: 3 }));
   w2.deployments.set("stub-ep", true, 1);
   await w2.w.tick();
@@ -206,7 +206,7 @@ test("an adopted container of an older config_version is replaced", async () => 
     back.calls.filter((c) => c[0] === "stopContainer").map((c) => c[1]),
     [old],
   );
-  assert.equal(back.runs()[0]?.labels?.[CONFIG_VERSION_LABEL], "3");
+  assert.equal(back.runs[0]?.labels?.[CONFIG_VERSION_LABEL], "3");
   assert.deepEqual(stops(), []);
 });
 

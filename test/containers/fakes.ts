@@ -1,9 +1,8 @@
 // Fakes for the container manager's logic tests: a TaskActivity whose demand
-// the test sets, ContainerApis that record calls, an event source the test
-// feeds, and a fleet of real FleetView agents.
+// the test sets, agents that record calls (the shared FakeContainerApi), an
+// event source the test feeds, and a fleet of real FleetView agents.
 
 import pino from "pino";
-import type { ContainerApi, ContainerStatus, RunContainerRequest } from "../../api/index.ts";
 import { ContainerManager } from "../../coordinator/containers/manager.ts";
 import type {
   ContainerManagerOptions,
@@ -17,6 +16,7 @@ import { BerthError } from "../../shared/errors.ts";
 import type { HostCapacity } from "../../shared/fleet.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
+import { FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
 export const GiB = 1024 ** 3;
@@ -71,118 +71,23 @@ export class FakeDeployments implements DeploymentStates {
   }
 }
 
-type Call = [string, ...unknown[]];
-
-/** One agent's containers, in memory; `failRun` scripts errors for the next runContainer calls. */
 /**
- * The agent calls neither the container manager nor the sandbox service
- * makes (logs, images): the fakes of the agent extend this, so one that is
- * made fails the test.
+ * The agent calls the container manager never makes (logs, images, exec,
+ * network): a fake agent of its world refuses them, so one that is made
+ * fails the test.
  */
-export class UnusedAgentCalls {
-  streamLogs(): never {
-    throw new Error("not used");
-  }
-  pullImage(): never {
-    throw new Error("not used");
-  }
-  listImages(): never {
-    throw new Error("not used");
-  }
-  removeImage(): never {
-    throw new Error("not used");
-  }
-  importImage(): never {
-    throw new Error("not used");
-  }
-  gcImages(): never {
-    throw new Error("not used");
-  }
-}
-
-export class FakeAgentContainers extends UnusedAgentCalls implements ContainerApi {
-  readonly calls: Call[] = [];
-  readonly running = new Map<string, ContainerStatus>();
-  readonly code = new Map<string, Buffer>();
-  readonly failRun: Error[] = [];
-  /** Resolves runContainer calls only when released (to hold starts in flight). */
-  gate?: Promise<void>;
-
-  constructor(
-    readonly agentId: string,
-    readonly gpuUuids: string[] = [],
-  ) {
-    super();
-  }
-
-  count(name: string): number {
-    return this.calls.filter((c) => c[0] === name).length;
-  }
-  runs(): RunContainerRequest[] {
-    return this.calls.filter((c) => c[0] === "runContainer").map((c) => c[1] as RunContainerRequest);
-  }
-
-  async runContainer(req: RunContainerRequest): Promise<ContainerStatus> {
-    this.calls.push(["runContainer", req]);
-    await this.gate;
-    const err = this.failRun.shift();
-    if (err) throw err;
-    const taken = new Set([...this.running.values()].flatMap((s) => s.gpus));
-    const gpus = this.gpuUuids.filter((u) => !taken.has(u)).slice(0, req.gpu?.count ?? 0);
-    const s: ContainerStatus = {
-      id: req.id ?? "ctr-x",
-      image: req.image ?? "default",
-      imageDigest: "sha256:0",
-      state: "running",
-      pid: 1,
-      createdAt: 0,
-      startedAt: 0,
-      labels: req.labels ?? {},
-      cpu: req.cpu,
-      memoryBytes: req.memoryBytes,
-      gpus,
-      egress: { mode: "open" },
-      exposedPorts: [],
-    };
-    this.running.set(s.id, s);
-    return s;
-  }
-  async stopContainer(id: string, opts?: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus> {
-    this.calls.push(["stopContainer", id, opts]);
-    const s = this.running.get(id);
-    if (!s) throw new BerthError("not_found", `container ${id} not found`);
-    this.running.delete(id);
-    return { ...s, state: "stopped" };
-  }
-  async listContainers(filter?: { labels?: Record<string, string> }): Promise<ContainerStatus[]> {
-    this.calls.push(["listContainers", filter]);
-    return [...this.running.values()].filter((s) =>
-      Object.entries(filter?.labels ?? {}).every(([k, v]) => s.labels[k] === v),
-    );
-  }
-  async hasCode(sha256: string): Promise<boolean> {
-    this.calls.push(["hasCode", sha256]);
-    return this.code.has(sha256);
-  }
-  async putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void> {
-    this.calls.push(["putCode", sha256]);
-    const chunks: Buffer[] = [];
-    for await (const c of data) chunks.push(Buffer.from(c));
-    this.code.set(sha256, Buffer.concat(chunks));
-  }
-  getContainer(): never {
-    throw new Error("not used");
-  }
-  exec(): never {
-    throw new Error("not used");
-  }
-  setNetworkPolicy(): never {
-    throw new Error("not used");
-  }
-  exposePort(): never {
-    throw new Error("not used");
-  }
-}
+export const UNUSED_BY_THE_MANAGER = [
+  "streamLogs",
+  "pullImage",
+  "listImages",
+  "removeImage",
+  "importImage",
+  "gcImages",
+  "getContainer",
+  "exec",
+  "setNetworkPolicy",
+  "exposePort",
+];
 
 export function capacity(
   cpuCores: number,
@@ -249,7 +154,7 @@ export interface World {
   planner: Planner;
   activity: FakeActivity;
   fleet: FleetView;
-  agents: Map<string, FakeAgentContainers>;
+  agents: Map<string, FakeContainerApi>;
   stubs: Map<string, StubRecord>;
   limits: Map<string, number>;
   objects: Map<string, Buffer>;
@@ -257,14 +162,14 @@ export interface World {
   clock: { now: number };
   /** One reconcile and everything it started. */
   tick(advanceMs?: number): Promise<void>;
-  addAgent(id: string, cap: HostCapacity): FakeAgentContainers;
+  addAgent(id: string, cap: HostCapacity): FakeContainerApi;
 }
 
 export function world(over: Partial<ContainerManagerOptions> = {}): World {
   const clock = { now: 1_000_000 };
   const fleet = new FleetView({ minLostAfterMs: 60_000 });
   const activity = new FakeActivity();
-  const agents = new Map<string, FakeAgentContainers>();
+  const agents = new Map<string, FakeContainerApi>();
   const stubs = new Map<string, StubRecord>();
   const limits = new Map<string, number>();
   const objects = new Map<string, Buffer>();
@@ -324,7 +229,8 @@ export function world(over: Partial<ContainerManagerOptions> = {}): World {
     },
     addAgent(id, cap) {
       const gpus = cap.gpus.devices.map((d) => d.uuid);
-      const a = new FakeAgentContainers(id, gpus);
+      const a = new FakeContainerApi({ agentId: id, gpuUuids: gpus });
+      for (const m of UNUSED_BY_THE_MANAGER) a.refused.add(m);
       agents.set(id, a);
       fleet.observe(
         {

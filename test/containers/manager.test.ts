@@ -22,7 +22,7 @@ test("starts one runner per waiting task with the stub's runner request", async 
   );
   w.activity.set("stub-1", 3);
   await w.tick();
-  const runs = a.runs();
+  const runs = a.runs;
   assert.equal(runs.length, 3);
   assert.equal(new Set(runs.map((r) => r.id)).size, 3);
   const r = runs[0];
@@ -58,7 +58,7 @@ test("starts one runner per waiting task with the stub's runner request", async 
   assert.ok(w.mgr.list().every((c) => c.state === "running" && c.agentId === "agent-a"));
   // Demand unchanged: nothing more.
   await w.tick(1000);
-  assert.equal(a.runs().length, 3);
+  assert.equal(a.runs.length, 3);
 });
 
 test("the workspace limit caps containers across the workspace's stubs", async () => {
@@ -77,7 +77,7 @@ test("the workspace limit caps containers across the workspace's stubs", async (
   assert.equal(w.mgr.activeContainers("stub-1"), 3, "4 allowed, 1 held by stub-2");
   assert.equal(w.mgr.activeContainers("stub-other"), 2, "another workspace has its own limit");
   await w.tick(1000);
-  assert.equal(a.runs().length, 6);
+  assert.equal(a.runs.length, 6);
 });
 
 test(".map over 1,000 inputs reuses a bounded set of containers", async () => {
@@ -87,13 +87,13 @@ test(".map over 1,000 inputs reuses a bounded set of containers", async () => {
   w.stubs.set("stub-map", stubRecord("stub-map"));
   w.activity.set("stub-map", 1000);
   await w.tick();
-  assert.equal(a.runs().length, 10);
+  assert.equal(a.runs.length, 10);
   // Runners take tasks from the shared consumer: demand drains, containers stay.
   for (let left = 990; left >= 0; left -= 90) {
     w.activity.set("stub-map", left, Math.min(10, left));
     await w.tick(100);
   }
-  assert.equal(a.runs().length, 10);
+  assert.equal(a.runs.length, 10);
 });
 
 test("an idle container is reused instead of starting another", async () => {
@@ -110,11 +110,11 @@ test("an idle container is reused instead of starting another", async () => {
   await w.tick(1000);
   w.activity.set("stub-1", 1);
   await w.tick(1000);
-  assert.equal(a.runs().length, 1, "the warm container takes the next task");
+  assert.equal(a.runs.length, 1, "the warm container takes the next task");
   // Two waiting with one container: one more.
   w.activity.set("stub-1", 1, 1);
   await w.tick(1000);
-  assert.equal(a.runs().length, 2);
+  assert.equal(a.runs.length, 2);
 });
 
 test("workers: one container takes that many tasks at once", async () => {
@@ -123,8 +123,8 @@ test("workers: one container takes that many tasks at once", async () => {
   w.stubs.set("stub-1", stubRecord("stub-1", { config: { workers: 4 } }));
   w.activity.set("stub-1", 9);
   await w.tick();
-  assert.equal(a.runs().length, 3);
-  assert.equal(a.runs()[0]?.runner?.workers, 4);
+  assert.equal(a.runs.length, 3);
+  assert.equal(a.runs[0]?.runner?.workers, 4);
 });
 
 test("keep-warm: idle containers beyond demand stop after keep_warm_seconds, busy ones never", async () => {
@@ -162,7 +162,7 @@ test("keep-warm: idle containers beyond demand stop after keep_warm_seconds, bus
   w.activity.set("stub-1", 0);
   await w.tick(10_000);
   assert.equal(w.mgr.activeContainers("stub-1"), 0);
-  assert.equal(a.running.size, 0);
+  assert.equal(a.containers.size, 0);
 });
 
 test("keep_warm_seconds -1 never scales to zero", async () => {
@@ -184,7 +184,7 @@ test("an exit event forgets the container, frees its room, removes it and starts
   w.stubs.set("stub-1", stubRecord("stub-1"));
   w.activity.set("stub-1", 2);
   await w.tick();
-  assert.equal(a.runs().length, 1, "the second does not fit");
+  assert.equal(a.runs.length, 1, "the second does not fit");
   const [c] = w.mgr.list();
   assert.ok(c);
   w.clock.now += 5000;
@@ -197,13 +197,13 @@ test("an exit event forgets the container, frees its room, removes it and starts
       c.id,
       { graceMs: 0, remove: true },
     ]);
-    assert.equal(a.runs().length, 2, "its room went to a new container");
+    assert.equal(a.runs.length, 2, "its room went to a new container");
     assert.ok(!w.mgr.list().some((x) => x.id === c.id));
     assert.equal(w.mgr.startAttempts("stub-1"), 0, "it lived long enough not to count as a crash");
     // Events for other containers and unmanaged ones are ignored or just cleaned up.
     w.emit({ agentId: "agent-a", containerId: "ctr-unknown", type: "exit", labels: {} });
     await w.mgr.settled();
-    assert.equal(a.runs().length, 2);
+    assert.equal(a.runs.length, 2);
   } finally {
     await w.mgr.stop();
   }
@@ -224,7 +224,7 @@ test("a runner that exits at once counts as a failed start and backs off", async
     await w.mgr.settled();
     assert.equal(w.mgr.activeContainers("stub-1"), 0, "backing off");
   }
-  assert.equal(a.runs().length, 3);
+  assert.equal(a.runs.length, 3);
   assert.equal(w.activity.failed.length, 1);
   assert.match(
     w.activity.failed[0]?.message ?? "",
@@ -240,7 +240,7 @@ test("a request no agent can ever fit fails the waiting tasks with the cause", a
   w.activity.set("stub-big", 2);
   w.activity.set("stub-gpu", 1);
   await w.tick();
-  assert.equal(a.runs().length, 0);
+  assert.equal(a.runs.length, 0);
   const byStub = new Map(w.activity.failed.map((f) => [f.stubId, f]));
   assert.equal(byStub.get("stub-big")?.code, "resource_exhausted");
   assert.match(
@@ -267,7 +267,7 @@ test("a full cluster keeps tasks waiting, then places when room frees", async ()
   assert.equal(w.mgr.activeContainers("stub-2"), 0);
   const b = w.addAgent("agent-b", capacity(4, 64));
   await w.tick(1000);
-  assert.equal(b.runs().length, 1);
+  assert.equal(b.runs.length, 1);
   assert.equal(w.mgr.activeContainers("stub-2"), 1);
 });
 
@@ -291,19 +291,19 @@ test("transient start failures retry with backoff and count attempts per stub", 
   w.stubs.set("stub-1", stubRecord("stub-1"));
   w.activity.set("stub-1", 1);
   await w.tick();
-  assert.equal(a.runs().length, 1);
+  assert.equal(a.runs.length, 1);
   assert.equal(w.mgr.startAttempts("stub-1"), 1);
   await w.tick(500);
-  assert.equal(a.runs().length, 1, "within the first backoff (1 s)");
+  assert.equal(a.runs.length, 1, "within the first backoff (1 s)");
   await w.tick(500);
-  assert.equal(a.runs().length, 2);
+  assert.equal(a.runs.length, 2);
   assert.equal(w.mgr.startAttempts("stub-1"), 2);
   await w.tick(1500);
-  assert.equal(a.runs().length, 2, "within the second backoff (2 s)");
+  assert.equal(a.runs.length, 2, "within the second backoff (2 s)");
   await w.tick(500);
-  assert.equal(a.runs().length, 3);
+  assert.equal(a.runs.length, 3);
   await w.tick(4000);
-  assert.equal(a.runs().length, 4);
+  assert.equal(a.runs.length, 4);
   assert.equal(w.mgr.activeContainers("stub-1"), 1, "the fourth attempt worked");
   assert.equal(w.activity.failed.length, 0);
   // A container that stays up ends the streak.
@@ -322,9 +322,9 @@ test("code is pushed once per agent, even to containers starting together", asyn
   w.stubs.set("stub-1", stubRecord("stub-1", { extra: { code_sha256: sha } }));
   w.activity.set("stub-1", 4);
   await w.tick();
-  assert.equal(a.runs().length + b.runs().length, 4);
-  assert.equal(a.runs().length, 2);
-  assert.deepEqual(a.runs()[0]?.code, { sha256: sha });
+  assert.equal(a.runs.length + b.runs.length, 4);
+  assert.equal(a.runs.length, 2);
+  assert.deepEqual(a.runs[0]?.code, { sha256: sha });
   assert.equal(a.count("hasCode"), 1);
   assert.equal(a.count("putCode"), 1);
   assert.deepEqual(a.code.get(sha), archive);
@@ -348,11 +348,11 @@ test("containers go to agents holding the code before bin-packing elsewhere", as
   w.activity.set("stub-1", 1);
   await w.tick();
   // Which one it tried first is bin-packing's call; from then on, the holder wins.
-  const first = a.runs().length === 1 ? a : b;
+  const first = a.runs.length === 1 ? a : b;
   w.activity.set("stub-1", 3, 1);
   await w.tick(1000);
-  assert.equal(first.runs().length, 4);
-  assert.equal(a.runs().length + b.runs().length, 4);
+  assert.equal(first.runs.length, 4);
+  assert.equal(a.runs.length + b.runs.length, 4);
 });
 
 test("a code archive the coordinator lacks fails the waiting tasks", async () => {
@@ -372,10 +372,10 @@ test("GPU placement passes the chosen type and reserves the devices", async () =
   w.stubs.set("stub-1", stubRecord("stub-1", { extra: { gpu_types: ["H100", "A100"], gpu_count: 1 } }));
   w.activity.set("stub-1", 3);
   await w.tick();
-  assert.equal(a.runs().length, 2, "two GPUs, two containers");
-  assert.deepEqual(a.runs()[0]?.gpu, { count: 1, types: ["A100"] });
+  assert.equal(a.runs.length, 2, "two GPUs, two containers");
+  assert.deepEqual(a.runs[0]?.gpu, { count: 1, types: ["A100"] });
   await w.tick(1000);
-  assert.equal(a.runs().length, 2);
+  assert.equal(a.runs.length, 2);
   assert.equal(w.activity.failed.length, 0, "full, not impossible");
 });
 
@@ -391,10 +391,10 @@ test("containers on a lost agent are forgotten; a returning agent's containers a
   assert.equal(w.mgr.activeContainers("stub-1"), 0);
   // It comes back with both containers still running: adopted, not restarted.
   const back = w.addAgent("agent-a", capacity(4, 64));
-  for (const [id, s] of a.running) back.running.set(id, s);
+  for (const [id, s] of a.containers) back.containers.set(id, s);
   await w.tick();
   assert.equal(w.mgr.activeContainers("stub-1"), 2);
-  assert.equal(back.runs().length, 0);
+  assert.equal(back.runs.length, 0);
 });
 
 test("stop() stops every container it runs", async () => {
@@ -407,9 +407,9 @@ test("stop() stops every container it runs", async () => {
   // The demand change alone triggered the reconcile.
   await new Promise((r) => setImmediate(r));
   await w.mgr.settled();
-  assert.equal(a.runs().length, 2);
+  assert.equal(a.runs.length, 2);
   await w.mgr.stop();
-  assert.equal(a.running.size, 0);
+  assert.equal(a.containers.size, 0);
   assert.equal(a.count("stopContainer"), 2);
   assert.deepEqual(w.mgr.list(), []);
 });
@@ -421,7 +421,7 @@ test("stop({ stopContainers: false }) leaves them running", async () => {
   w.activity.set("stub-1", 1);
   await w.tick();
   await w.mgr.stop({ stopContainers: false });
-  assert.equal(a.running.size, 1);
+  assert.equal(a.containers.size, 1);
   assert.equal(a.count("stopContainer"), 0);
 });
 

@@ -92,8 +92,8 @@ test("a deployed pod keeps one container with no demand and never idles it out (
     stubRecord("stub-pod", { type: "pod/deployment", config: { keep_warm_seconds: -1 }, extra }),
   );
   await w.tick();
-  assert.equal(a.runs().length, 1);
-  assert.deepEqual(a.runs()[0]?.args, extra.entrypoint);
+  assert.equal(a.runs.length, 1);
+  assert.deepEqual(a.runs[0]?.args, extra.entrypoint);
   await w.tick(3_600_000);
   await w.tick(3_600_000);
   assert.equal(a.count("stopContainer"), 0);

@@ -24,7 +24,7 @@ import { BerthError } from "../../shared/errors.ts";
 import { closeNats } from "../../shared/nats-server.ts";
 import { type ContainerLogBatch, logSubjectToken, subjects } from "../../shared/subjects.ts";
 import { capacity } from "../containers/fakes.ts";
-import { FakeSandboxAgent } from "../sandboxes/fakes.ts";
+import { FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { type HttpHarness, startHttpHarness } from "./harness.ts";
 
@@ -65,7 +65,7 @@ class TunnelAgent extends Agent {
 export async function startScopingFixture(suite: {
   after: (fn: () => unknown) => void;
 }): Promise<ScopingFixture> {
-  const agent = new FakeSandboxAgent("agent-1").withExposePort();
+  const agent = new FakeContainerApi({ agentId: "agent-1" });
   const podAnswer = "pod canary answer";
   const limitChanges: string[] = [];
   let sandboxes!: SandboxService;

@@ -52,7 +52,7 @@ test("a CPU limit caps starts, the stub waits naming it, and a drop in usage sta
   w.emit({ type: "exit", agentId: "agent-a", containerId: first.id, exitCode: 0 });
   await w.tick(60_000);
   assert.equal(w.mgr.activeContainers("stub-1"), 2);
-  assert.equal(a.runs().filter((r) => r.labels?.[RunnerLabels.stubId] === "stub-1").length, 3);
+  assert.equal(a.runs.filter((r) => r.labels?.[RunnerLabels.stubId] === "stub-1").length, 3);
 
   // Demand met: the stub no longer waits.
   w.activity.set("stub-1", 0, 2);

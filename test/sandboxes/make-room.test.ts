@@ -9,7 +9,8 @@ import { test } from "node:test";
 import { BerthError } from "../../shared/errors.ts";
 import type { SandboxServiceOptions } from "../../coordinator/sandboxes/types.ts";
 import { capacity, stubRecord, world } from "../containers/fakes.ts";
-import { FakeSandboxAgent, sandboxWorld } from "./fakes.ts";
+import { FakeContainerApi } from "../helpers/fake-container-api.ts";
+import { sandboxWorld } from "./fakes.ts";
 
 /** A host of 4 cores filled by two 2-core containers of a function with keep_warm_seconds 300. */
 async function fullHost(
@@ -26,7 +27,7 @@ async function fullHost(
   await cw.tick();
   assert.equal(cw.mgr.activeContainers("stub-fn"), 2);
   const sw = await sandboxWorld(t, { fleet: cw.fleet, planner: cw.planner, ...over });
-  const sbAgent = new FakeSandboxAgent("agent-a");
+  const sbAgent = new FakeContainerApi({ agentId: "agent-a", servesExposePort: false });
   sw.agents.set("agent-a", sbAgent);
   t.after(() => cw.mgr.stop({ stopContainers: false }));
   const stub = await sw.stub("sb", "sandbox", { cpu_millicores: 2000 });

@@ -86,13 +86,13 @@ test("no room: resource_exhausted naming what is full; a failed start leaves a t
     (e) => code("resource_exhausted")(e) && /cpu=2/.test(String(e)),
   );
   const small = await w.stub("small", "sandbox", { cpu_millicores: 1000 });
-  a.failRun = new BerthError("unavailable", "image pull failed");
+  a.failRun.push(new BerthError("unavailable", "image pull failed"));
   await assert.rejects(w.svc.create(w.ws, small.id), /image pull failed/);
   assert.deepEqual(w.svc.reservations(), []);
   const [rec] = await w.store.sandboxes.list(w.ws);
   assert.equal(rec?.status, "terminated");
   assert.match(rec?.terminatedReason ?? "", /start failed: image pull failed/);
-  a.failRun = undefined;
+  assert.equal(a.failRun.length, 0, "the one failure was used");
   await w.svc.create(w.ws, small.id);
   // The one core is taken now.
   await assert.rejects(w.svc.create(w.ws, small.id), code("resource_exhausted"));

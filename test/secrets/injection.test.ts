@@ -48,21 +48,20 @@ describe("container manager resolves a stub's secrets", () => {
     );
     w.activity.set("stub-s", 2, 0, wsId);
     await w.tick();
-    assert.equal(a.runs().length, 2);
-    for (const r of a.runs())
-      assert.deepEqual(r.env, { HF_TOKEN: "hf_value", DB_URL: "postgres://u:p@db/x" });
+    assert.equal(a.runs.length, 2);
+    for (const r of a.runs) assert.deepEqual(r.env, { HF_TOKEN: "hf_value", DB_URL: "postgres://u:p@db/x" });
     assert.deepEqual(w.activity.failed, []);
 
     await secrets.update(wsId, "HF_TOKEN", "hf_rotated");
     w.activity.set("stub-s", 3, 0, wsId);
     await w.tick();
-    assert.equal(a.runs().length, 3);
-    assert.equal(a.runs()[2]?.env?.HF_TOKEN, "hf_rotated");
+    assert.equal(a.runs.length, 3);
+    assert.equal(a.runs[2]?.env?.HF_TOKEN, "hf_rotated");
     // A stub without secrets gets no env at all.
     w.stubs.set("stub-plain", stubRecord("stub-plain", { workspaceId: wsId }));
     w.activity.set("stub-plain", 1, 0, wsId);
     await w.tick();
-    assert.equal(a.runs()[3]?.env, undefined);
+    assert.equal(a.runs[3]?.env, undefined);
     await w.mgr.stop();
   });
 
@@ -78,7 +77,7 @@ describe("container manager resolves a stub's secrets", () => {
     );
     w.activity.set("stub-m", 2, 0, wsId);
     await w.tick();
-    assert.equal(a.runs().length, 0);
+    assert.equal(a.runs.length, 0);
     assert.equal(w.mgr.activeContainers("stub-m"), 0);
     // Each of the two placed starts fails alike (the second finds no task left to fail).
     assert.ok(w.activity.failed.length >= 1);
@@ -100,7 +99,7 @@ describe("container manager resolves a stub's secrets", () => {
     w.stubs.set("stub-k", stubRecord("stub-k", { workspaceId: wsId, extra: { secrets: ["HF_TOKEN"] } }));
     w.activity.set("stub-k", 1, 0, wsId);
     await w.tick();
-    assert.equal(a.runs().length, 0);
+    assert.equal(a.runs.length, 0);
     assert.equal(w.activity.failed[0]?.code, "failed_precondition");
     assert.match(
       w.activity.failed[0]?.message ?? "",

@@ -35,14 +35,14 @@ test("a missing secret ends the stub's tasks FAILED naming it, not PENDING forev
   });
   const failed = await h.tasks.getTask(h.ws.id, first);
   assert.match(failed.error?.message ?? "", /secret HF_TOKEN not found in this workspace/);
-  assert.equal(agent.runs().length, 0);
+  assert.equal(agent.runs.length, 0);
 
   await secrets.create(h.ws.id, "HF_TOKEN", "hf_now_there");
   const [second] = (await h.tasks.submit(h.ws.id, stubId, [Buffer.from("y")])) as [string];
   // The failed start backs the stub off for a while (startBackoff.initialMs): step the clock past it.
   await w.tick(60_000);
-  await waitFor(async () => agent.runs().length === 1, { timeoutMs: 10_000, what: "a container start" });
-  assert.deepEqual(agent.runs()[0]?.env, { HF_TOKEN: "hf_now_there" });
+  await waitFor(async () => agent.runs.length === 1, { timeoutMs: 10_000, what: "a container start" });
+  assert.deepEqual(agent.runs[0]?.env, { HF_TOKEN: "hf_now_there" });
   assert.equal(
     (await h.tasks.getTask(h.ws.id, second)).status,
     "PENDING",
