@@ -13,6 +13,7 @@ import { deploymentLogRoutes, type StubContainer } from "../../coordinator/http/
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { transportFake, type FakeContainerApi } from "../helpers/fake-container-api.ts";
+import { bearer } from "../helpers/auth.ts";
 
 interface Line {
   container_id: string;
@@ -26,7 +27,7 @@ function openLogs(port: number, path: string, token: string) {
   const lines: Line[] = [];
   let status = 0;
   let type = "";
-  const req = request({ port, path, headers: { authorization: `Bearer ${token}` } });
+  const req = request({ port, path, headers: bearer(token) });
   const ended = new Promise<void>((resolve, reject) => {
     req.on("response", (res) => {
       status = res.statusCode ?? 0;
@@ -111,7 +112,7 @@ describe("deployment log route", () => {
       const r = await app.inject({
         method: "GET",
         url: `/api/v1/gateway/deployments/${id}/logs`,
-        headers: { authorization: `Bearer ${t}` },
+        headers: bearer(t),
       });
       assert.equal(r.statusCode, 200);
       assert.equal(r.json().ok, false);
@@ -122,7 +123,7 @@ describe("deployment log route", () => {
     const bad = await app.inject({
       method: "GET",
       url: "/api/v1/gateway/deployments/dep_1/logs?tail=-3",
-      headers: { authorization: `Bearer ${token}` },
+      headers: bearer(token),
     });
     assert.equal(bad.json().ok, false);
     assert.equal(bad.json().error.code, "invalid_request");

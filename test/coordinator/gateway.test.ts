@@ -8,6 +8,7 @@ import { waitFor } from "../../shared/net.ts";
 import { MAX_TASK_ARGS_BYTES } from "../../shared/tasks.ts";
 import { SPEC_TASK_FIELDS } from "../tasks/fixtures.ts";
 import { startTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 describe("gateway and task status routes (inject and a real socket, real NATS)", () => {
   let h: TaskHarness;
@@ -29,7 +30,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const r = await app.inject({
       method: "POST",
       url: "/api/v1/gateway/stubs",
-      headers: auth(user),
+      headers: bearer(user),
       payload: { name: "square", type: "function", config: stubConfig(), extra: stubExtra() },
     });
     stubId = r.json().stub.id;
@@ -38,14 +39,13 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     for (const fn of cleanups) await fn();
   });
 
-  const auth = (t: string) => ({ authorization: `Bearer ${t}` });
   const b64 = (s: string) => Buffer.from(s).toString("base64");
   const submit = async (token: string, payload: Record<string, unknown>, sid = stubId) =>
     (
       await app.inject({
         method: "POST",
         url: `/api/v1/gateway/stubs/${sid}/tasks`,
-        headers: auth(token),
+        headers: bearer(token),
         payload,
       })
     ).json();
@@ -58,7 +58,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const bad = await app.inject({
       method: "GET",
       url: "/api/v1/gateway/objects/nothex",
-      headers: auth(user),
+      headers: bearer(user),
     });
     assert.equal(bad.statusCode, 200);
     assert.deepEqual(Object.keys(bad.json()).sort(), ["error", "ok"]);
@@ -66,7 +66,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const badStub = await app.inject({
       method: "POST",
       url: "/api/v1/gateway/stubs",
-      headers: auth(user),
+      headers: bearer(user),
       payload: { name: "x", type: "nope", config: stubConfig(), extra: stubExtra() },
     });
     assert.equal(badStub.statusCode, 200);
@@ -77,11 +77,11 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const bytes = Buffer.from("code archive bytes");
     const sha = createHash("sha256").update(bytes).digest("hex");
     const url = `/api/v1/gateway/objects/${sha}`;
-    assert.deepEqual((await app.inject({ method: "GET", url, headers: auth(user) })).json(), {
+    assert.deepEqual((await app.inject({ method: "GET", url, headers: bearer(user) })).json(), {
       ok: true,
       exists: false,
     });
-    const octet = { ...auth(user), "content-type": "application/octet-stream" };
+    const octet = { ...bearer(user), "content-type": "application/octet-stream" };
     const wrong = await app.inject({
       method: "PUT",
       url,
@@ -94,17 +94,17 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     assert.equal(put.json().ok, true);
     const id = put.json().object_id;
     assert.ok(Number.isInteger(id));
-    assert.deepEqual((await app.inject({ method: "GET", url, headers: auth(user) })).json(), {
+    assert.deepEqual((await app.inject({ method: "GET", url, headers: bearer(user) })).json(), {
       ok: true,
       exists: true,
       object_id: id,
     });
-    assert.equal((await app.inject({ method: "GET", url, headers: auth(other) })).json().exists, false);
+    assert.equal((await app.inject({ method: "GET", url, headers: bearer(other) })).json().exists, false);
     assert.equal((await h.objects.open(sha)).read !== undefined, true);
     const s = await app.inject({
       method: "POST",
       url: "/api/v1/gateway/stubs",
-      headers: auth(user),
+      headers: bearer(user),
       payload: {
         name: "with-code",
         type: "function",
@@ -116,7 +116,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const foreign = await app.inject({
       method: "POST",
       url: "/api/v1/gateway/stubs",
-      headers: auth(other),
+      headers: bearer(other),
       payload: {
         name: "with-code",
         type: "function",
@@ -131,7 +131,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const r = await app.inject({
       method: "POST",
       url: "/api/v1/gateway/stubs",
-      headers: auth(user),
+      headers: bearer(user),
       payload: { name: "square", type: "function", config: stubConfig(), extra: stubExtra() },
     });
     assert.deepEqual(Object.keys(r.json().stub).sort(), [
@@ -147,13 +147,13 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const g = await app.inject({
       method: "GET",
       url: `/api/v1/gateway/stubs/${stubId}`,
-      headers: auth(user),
+      headers: bearer(user),
     });
     assert.equal(g.json().stub.name, "square");
     const o = await app.inject({
       method: "GET",
       url: `/api/v1/gateway/stubs/${stubId}`,
-      headers: auth(other),
+      headers: bearer(other),
     });
     assert.equal(o.statusCode, 200);
     assert.equal(o.json().error.code, "not_found");
@@ -165,7 +165,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     assert.equal(r.task_ids.length, 2);
     const [a, b] = r.task_ids as string[];
     const res = (id: string, q = "", token = user) =>
-      app.inject({ method: "GET", url: `/api/v1/gateway/tasks/${id}/result${q}`, headers: auth(token) });
+      app.inject({ method: "GET", url: `/api/v1/gateway/tasks/${id}/result${q}`, headers: bearer(token) });
     assert.deepEqual((await res(a as string)).json(), { ok: true, task_id: a, status: "PENDING" });
     assert.equal((await res(a as string, "?wait=1&timeout_s=0.1")).json().status, "PENDING");
     const waiting = res(a as string, "?wait=1&timeout_s=10");
@@ -175,10 +175,10 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     assert.equal((await res(a as string, "", other)).json().error.code, "not_found");
     const cancelUrl = `/api/v1/gateway/tasks/${b}/cancel`;
     assert.equal(
-      (await app.inject({ method: "POST", url: cancelUrl, headers: auth(other) })).json().error.code,
+      (await app.inject({ method: "POST", url: cancelUrl, headers: bearer(other) })).json().error.code,
       "not_found",
     );
-    const c = await app.inject({ method: "POST", url: cancelUrl, headers: auth(user) });
+    const c = await app.inject({ method: "POST", url: cancelUrl, headers: bearer(user) });
     assert.deepEqual(c.json(), { ok: true, task_id: b, status: "CANCELLED" });
     const cancelled = (await res(b as string)).json();
     assert.equal(cancelled.error.type, "TaskCancelled");
@@ -194,7 +194,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
   test("GET /v2/task/{id}/ answers exactly the spec's Task fields; 404 for another workspace", async () => {
     h.counts.set(stubId, 2);
     const [id] = (await submit(user, { inputs: [b64("v2")] })).task_ids as string[];
-    const r = await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: auth(user) });
+    const r = await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: bearer(user) });
     assert.equal(r.statusCode, 200);
     const t = r.json();
     assert.deepEqual(Object.keys(t).sort(), SPEC_TASK_FIELDS);
@@ -223,21 +223,24 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     assert.equal(t.stub.id, stubId);
     assert.equal(t.stub.type, "function");
     assert.equal(t.stub.config_version, 1);
-    const noSlash = await app.inject({ method: "GET", url: `/v2/task/${id}`, headers: auth(user) });
+    const noSlash = await app.inject({ method: "GET", url: `/v2/task/${id}`, headers: bearer(user) });
     assert.equal(noSlash.json().id, id);
     await h.event({ type: "started", taskId: id as string, stubId, containerId: "ctr-v2" });
     await waitFor(
       async () =>
-        (await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: auth(user) })).json().started_at,
+        (await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: bearer(user) })).json()
+          .started_at,
     );
-    const running = (await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: auth(user) })).json();
+    const running = (
+      await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: bearer(user) })
+    ).json();
     assert.equal(running.status, "RUNNING");
     assert.equal(running.container_id, "ctr-v2");
-    const o = await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: auth(other) });
+    const o = await app.inject({ method: "GET", url: `/v2/task/${id}/`, headers: bearer(other) });
     assert.equal(o.statusCode, 404);
     assert.equal(o.json().error.code, "not_found");
     assert.equal(
-      (await app.inject({ method: "GET", url: "/v2/task/task-nope/", headers: auth(user) })).statusCode,
+      (await app.inject({ method: "GET", url: "/v2/task/task-nope/", headers: bearer(user) })).statusCode,
       404,
     );
     assert.equal((await app.inject({ method: "GET", url: `/v2/task/${id}/` })).statusCode, 401);
@@ -258,7 +261,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     });
     const url = `/api/v1/task/${h.ws.externalId}/${id}`;
     const r = await waitFor(async () => {
-      const j = (await app.inject({ method: "GET", url, headers: auth(user) })).json();
+      const j = (await app.inject({ method: "GET", url, headers: bearer(user) })).json();
       return j.history?.length === 4 ? j : undefined;
     });
     assert.deepEqual(
@@ -271,27 +274,27 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     const wrongWs = await app.inject({
       method: "GET",
       url: `/api/v1/task/${h.otherWs.externalId}/${id}`,
-      headers: auth(user),
+      headers: bearer(user),
     });
     assert.equal(wrongWs.statusCode, 404);
     const otherToken = await app.inject({
       method: "GET",
       url: `/api/v1/task/${h.otherWs.externalId}/${id}`,
-      headers: auth(other),
+      headers: bearer(other),
     });
     assert.equal(otherToken.statusCode, 404);
   });
 
   test("signature token: admin tokens only, stable across calls", async () => {
     const url = "/api/v1/workspace/current/signature-token";
-    const a = await app.inject({ method: "GET", url, headers: auth(admin) });
+    const a = await app.inject({ method: "GET", url, headers: bearer(admin) });
     assert.equal(a.statusCode, 200);
     assert.ok(a.json().signature_token.length > 20);
     assert.equal(
-      (await app.inject({ method: "GET", url, headers: auth(admin) })).json().signature_token,
+      (await app.inject({ method: "GET", url, headers: bearer(admin) })).json().signature_token,
       a.json().signature_token,
     );
-    const u = await app.inject({ method: "GET", url, headers: auth(user) });
+    const u = await app.inject({ method: "GET", url, headers: bearer(user) });
     assert.equal(u.statusCode, 403);
     assert.equal(u.json().error.code, "permission_denied");
   });
@@ -306,7 +309,7 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
       port,
       method: "POST",
       path: `/api/v1/gateway/stubs/${stubId}/tasks`,
-      headers: { ...auth(user), "content-type": "application/json" },
+      headers: { ...bearer(user), "content-type": "application/json" },
     });
     req.on("response", (res) => {
       contentType = String(res.headers["content-type"]);

@@ -6,6 +6,7 @@ import { buildHttpApp } from "../../coordinator/http/app.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";
+import { bearer } from "../helpers/auth.ts";
 
 describe("coordinator HTTP API (inject)", () => {
   let app: FastifyInstance;
@@ -35,7 +36,6 @@ describe("coordinator HTTP API (inject)", () => {
     for (const fn of cleanups) await fn();
   });
 
-  const auth = (t: string) => ({ authorization: `Bearer ${t}` });
 
   test("healthz is public", async () => {
     const r = await app.inject({ method: "GET", url: "/healthz" });
@@ -44,7 +44,7 @@ describe("coordinator HTTP API (inject)", () => {
   });
 
   test("missing, malformed, unknown tokens get 401 with a JSON error", async () => {
-    for (const headers of [{}, { authorization: "Bearer" }, { authorization: "Basic a b" }, auth("bt_unknown")]) {
+    for (const headers of [{}, { authorization: "Bearer" }, { authorization: "Basic a b" }, bearer("bt_unknown")]) {
       const r = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers });
       assert.equal(r.statusCode, 401, JSON.stringify(headers));
       assert.equal(r.json().error.code, "unauthenticated");
@@ -53,24 +53,24 @@ describe("coordinator HTTP API (inject)", () => {
   });
 
   test("workspace/current answers with the token's workspace; bare token form is accepted", async () => {
-    const r = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: auth(user) });
+    const r = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(user) });
     assert.equal(r.statusCode, 200);
     assert.equal(r.json().name, "main");
     assert.match(r.json().external_id, /^ws-/);
     const bare = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: { authorization: user } });
     assert.equal(bare.json().external_id, r.json().external_id);
-    const o = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: auth(other) });
+    const o = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(other) });
     assert.equal(o.json().name, "elsewhere");
   });
 
   test("unknown route: 404 JSON; body that is not JSON: 400 invalid_json", async () => {
-    const r = await app.inject({ method: "GET", url: "/api/v1/nope", headers: auth(user) });
+    const r = await app.inject({ method: "GET", url: "/api/v1/nope", headers: bearer(user) });
     assert.equal(r.statusCode, 404);
     assert.equal(r.json().error.code, "route_not_found");
     const b = await app.inject({
       method: "POST",
       url: "/api/v1/token",
-      headers: { ...auth(user), "content-type": "application/json" },
+      headers: { ...bearer(user), "content-type": "application/json" },
       payload: "{not json",
     });
     assert.equal(b.statusCode, 400);
@@ -79,30 +79,30 @@ describe("coordinator HTTP API (inject)", () => {
   });
 
   test("schema violations are 400 invalid_request naming the problem", async () => {
-    const r = await app.inject({ method: "POST", url: "/api/v1/token", headers: auth(user), payload: { nope: 1 } });
+    const r = await app.inject({ method: "POST", url: "/api/v1/token", headers: bearer(user), payload: { nope: 1 } });
     assert.equal(r.statusCode, 400);
     assert.equal(r.json().error.code, "invalid_request");
     assert.match(r.json().error.message, /nope|additional/);
   });
 
   test("tokens: create shows the secret once, list hides it, revoke works, scoped to the workspace", async () => {
-    const c = await app.inject({ method: "POST", url: "/api/v1/token", headers: auth(user), payload: { name: "ci" } });
+    const c = await app.inject({ method: "POST", url: "/api/v1/token", headers: bearer(user), payload: { name: "ci" } });
     assert.equal(c.statusCode, 201);
     const { token, token_info } = c.json();
     assert.match(token, /^bt_/);
-    const l = await app.inject({ method: "GET", url: "/api/v1/token", headers: auth(user) });
+    const l = await app.inject({ method: "GET", url: "/api/v1/token", headers: bearer(user) });
     assert.ok(!l.body.includes(token));
     assert.ok(l.json().tokens.some((t: { id: string }) => t.id === token_info.id));
-    const seenByOther = await app.inject({ method: "GET", url: "/api/v1/token", headers: auth(other) });
+    const seenByOther = await app.inject({ method: "GET", url: "/api/v1/token", headers: bearer(other) });
     assert.ok(!seenByOther.json().tokens.some((t: { id: string }) => t.id === token_info.id));
-    const crossRevoke = await app.inject({ method: "DELETE", url: `/api/v1/token/${token_info.id}`, headers: auth(other) });
+    const crossRevoke = await app.inject({ method: "DELETE", url: `/api/v1/token/${token_info.id}`, headers: bearer(other) });
     assert.equal(crossRevoke.statusCode, 404);
-    const works = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: auth(token) });
+    const works = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(token) });
     assert.equal(works.statusCode, 200);
-    const rv = await app.inject({ method: "DELETE", url: `/api/v1/token/${token_info.id}`, headers: auth(user) });
+    const rv = await app.inject({ method: "DELETE", url: `/api/v1/token/${token_info.id}`, headers: bearer(user) });
     assert.equal(rv.statusCode, 200);
     assert.ok(rv.json().token_info.revoked_at);
-    const after = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: auth(token) });
+    const after = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(token) });
     assert.equal(after.statusCode, 401);
   });
 
@@ -114,16 +114,16 @@ describe("coordinator HTTP API (inject)", () => {
       ["GET", "/api/v1/agents", undefined],
       ["POST", "/api/v1/join-token", {}],
     ] as const) {
-      const r = await app.inject({ method, url, headers: auth(user), ...(payload ? { payload } : {}) });
+      const r = await app.inject({ method, url, headers: bearer(user), ...(payload ? { payload } : {}) });
       assert.equal(r.statusCode, 403, `${method} ${url}`);
       assert.equal(r.json().error.code, "permission_denied");
     }
-    const c = await app.inject({ method: "POST", url: "/api/v1/workspace", headers: auth(admin), payload: { name: "team-b" } });
+    const c = await app.inject({ method: "POST", url: "/api/v1/workspace", headers: bearer(admin), payload: { name: "team-b" } });
     assert.equal(c.statusCode, 201);
     assert.match(c.json().token, /^bt_/);
-    const cur = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: auth(c.json().token) });
+    const cur = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(c.json().token) });
     assert.equal(cur.json().name, "team-b");
-    const dup = await app.inject({ method: "POST", url: "/api/v1/workspace", headers: auth(admin), payload: { name: "team-b" } });
+    const dup = await app.inject({ method: "POST", url: "/api/v1/workspace", headers: bearer(admin), payload: { name: "team-b" } });
     assert.equal(dup.statusCode, 409);
   });
 
@@ -187,15 +187,15 @@ describe("coordinator HTTP API (inject)", () => {
       },
       now,
     );
-    const r = await app.inject({ method: "GET", url: "/api/v1/agents", headers: auth(admin) });
+    const r = await app.inject({ method: "GET", url: "/api/v1/agents", headers: bearer(admin) });
     const a = r.json().agents.find((x: { id: string }) => x.id === agent_id);
     assert.equal(a.state, "ready");
     assert.equal(a.capacity.cpu_cores, 8);
     assert.deepEqual(a.capacity.gpus.counts, { H100: 1 });
     fleet.sweep(now + 60_000);
-    const r2 = await app.inject({ method: "GET", url: `/api/v1/agents/${agent_id}`, headers: auth(admin) });
+    const r2 = await app.inject({ method: "GET", url: `/api/v1/agents/${agent_id}`, headers: bearer(admin) });
     assert.equal(r2.json().state, "lost");
-    const missing = await app.inject({ method: "GET", url: "/api/v1/agents/agent-nope", headers: auth(admin) });
+    const missing = await app.inject({ method: "GET", url: "/api/v1/agents/agent-nope", headers: bearer(admin) });
     assert.equal(missing.statusCode, 404);
   });
 });

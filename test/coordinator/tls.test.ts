@@ -26,6 +26,7 @@ import { freePort } from "../../shared/net.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";
 import { startTestNats, type TestNats } from "../helpers/nats.ts";
+import { bearer } from "../helpers/auth.ts";
 
 const CLI_BIN = fileURLToPath(new URL("../../cli/bin.js", import.meta.url));
 const SHELL_CLIENT = fileURLToPath(new URL("../../cli/commands/shell.ts", import.meta.url));
@@ -58,7 +59,7 @@ async function collect(res: IncomingMessage): Promise<Answer> {
 }
 
 const upgradeHeaders = (token: string) => ({
-  authorization: `Bearer ${token}`,
+  ...bearer(token),
   connection: "Upgrade",
   upgrade: "websocket",
   "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",

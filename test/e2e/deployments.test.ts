@@ -42,6 +42,7 @@ def job(x: int):
 def tick():
     return {"tick": time.time()}
 `;
+import { bearer } from "../helpers/auth.ts";
 
 interface Callback {
   headers: Record<string, string | string[] | undefined>;
@@ -132,7 +133,7 @@ test("deployments end to end on a berth up cluster", async (t) => {
         method: "POST",
         headers: {
           "content-type": "application/json",
-          ...(auth ? { authorization: `Bearer ${up.token}` } : {}),
+          ...(auth ? bearer(up.token) : {}),
         },
         body,
       });
@@ -172,7 +173,7 @@ test("deployments end to end on a berth up cluster", async (t) => {
         Array.from({ length: 50 }, (_, i) =>
           fetch(`${up.url}/endpoint/hello`, {
             method: "POST",
-            headers: { "content-type": "application/json", authorization: `Bearer ${up.token}` },
+            headers: { "content-type": "application/json", ...bearer(up.token) },
             body: JSON.stringify({ name: `n${i}`, nap: 0.2 }),
           }).then(async (r) => ({
             status: r.status,
@@ -213,7 +214,7 @@ test("deployments end to end on a berth up cluster", async (t) => {
     const call = () =>
       fetch(`${up.url}/endpoint/hello`, {
         method: "POST",
-        headers: { "content-type": "application/json", authorization: `Bearer ${up.token}` },
+        headers: { "content-type": "application/json", ...bearer(up.token) },
         body: "{}",
       });
     assert.equal((await call()).status, 409);
@@ -224,7 +225,7 @@ test("deployments end to end on a berth up cluster", async (t) => {
     assert.equal((await deploymentOf(up, ws, "hello")).version, dep.version + 1);
     const v1 = await fetch(`${up.url}/endpoint/hello/v${dep.version}`, {
       method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${up.token}` },
+      headers: { "content-type": "application/json", ...bearer(up.token) },
       body: '{"name": "old"}',
     });
     assert.equal(v1.status, 200);
@@ -236,7 +237,7 @@ test("deployments end to end on a berth up cluster", async (t) => {
     await deploy("app.py:job");
     const r = await fetch(`${up.url}/taskqueue/jobs`, {
       method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${up.token}` },
+      headers: { "content-type": "application/json", ...bearer(up.token) },
       body: '{"x": 21}',
     });
     assert.equal(r.status, 200);
@@ -264,7 +265,7 @@ test("deployments end to end on a berth up cluster", async (t) => {
       assert.match(secret, /^whsec_/);
       const r = await fetch(`${up.url}/taskqueue/jobs`, {
         method: "POST",
-        headers: { "content-type": "application/json", authorization: `Bearer ${up.token}` },
+        headers: { "content-type": "application/json", ...bearer(up.token) },
         body: '{"x": 5}',
       });
       const taskId = ((await r.json()) as { task_id: string }).task_id;
@@ -317,7 +318,7 @@ test("deployments end to end on a berth up cluster", async (t) => {
       const ask = async () => {
         const r = await fetch(url, {
           method: "POST",
-          headers: { "content-type": "application/json", authorization: `Bearer ${up.token}` },
+          headers: { "content-type": "application/json", ...bearer(up.token) },
           body: "{}",
         });
         return r.ok ? ((await r.json()) as { version: string }).version : `status ${r.status}`;

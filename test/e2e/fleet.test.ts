@@ -8,6 +8,7 @@ import { startNatsServer } from "../../shared/nats-server.ts";
 import { clusterNatsUsers } from "../../shared/subjects.ts";
 import { runCli, spawnAgent, startTestCluster, type TestCluster } from "../helpers/cluster.ts";
 import { needs, tempDir } from "../helpers/env.ts";
+import { bearer } from "../helpers/auth.ts";
 
 interface AgentRow {
   id: string;
@@ -23,7 +24,7 @@ interface AgentRow {
 }
 
 async function agents(c: TestCluster): Promise<AgentRow[]> {
-  const r = await fetch(`${c.url}/api/v1/agents`, { headers: { authorization: `Bearer ${c.adminToken}` } });
+  const r = await fetch(`${c.url}/api/v1/agents`, { headers: bearer(c.adminToken) });
   assert.equal(r.status, 200);
   return ((await r.json()) as { agents: AgentRow[] }).agents;
 }

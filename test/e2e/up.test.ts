@@ -10,6 +10,7 @@ import { promisify } from "node:util";
 import { freePort, waitFor } from "../../shared/net.ts";
 import { CLI_MAIN, runCli } from "../helpers/cluster.ts";
 import { needs, tempDir } from "../helpers/env.ts";
+import { bearer } from "../helpers/auth.ts";
 
 interface UpRun {
   pid: number;
@@ -95,7 +96,7 @@ test("berth up: a whole cluster in the foreground, a working profile, clean Ctrl
   assert.match(token ?? "", /^bt_/);
 
   // The curl of the README.
-  const r = await fetch(`${url}/api/v1/workspace/current`, { headers: { authorization: `Bearer ${token}` } });
+  const r = await fetch(`${url}/api/v1/workspace/current`, { headers: bearer(token!) });
   assert.equal(r.status, 200);
   assert.equal(((await r.json()) as { name: string }).name, "default");
 

@@ -29,6 +29,7 @@ def greet(name):
 if __name__ == "__main__":
     print("result:", greet.remote(sys.argv[1]))
 `;
+import { bearer } from "../helpers/auth.ts";
 
 interface Delivery {
   headers: IncomingHttpHeaders;
@@ -151,11 +152,11 @@ test("workspace API end to end: signed CloudEvents of a function run, history, l
       `/api/v1/container/${ws}`,
       `/api/v1/workspace/${ws}/limits`,
     ]) {
-      const r = await fetch(`${up.url}${path}`, { headers: { authorization: `Bearer ${other}` } });
+      const r = await fetch(`${up.url}${path}`, { headers: bearer(other) });
       assert.equal(r.status, 404, path);
       assert.doesNotMatch(await r.text(), new RegExp(marker));
     }
-    const mine = await fetch(`${up.url}/v2/task/${taskId}/`, { headers: { authorization: `Bearer ${other}` } });
+    const mine = await fetch(`${up.url}/v2/task/${taskId}/`, { headers: bearer(other) });
     assert.equal(mine.status, 404);
   });
 });

@@ -10,6 +10,7 @@ import {
 } from "../../coordinator/endpoints/host-names.ts";
 import { perSuite } from "../helpers/suite.ts";
 import { startEndpointHarness } from "./harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 test("a deployment's host name stands for /endpoint/id/{id}; other hosts are left alone", () => {
   const d = "apps.example.com";
@@ -77,7 +78,7 @@ describe("per-deployment host names through the coordinator's HTTP app", () => {
           port: u.port,
           path,
           method: "POST",
-          headers: { host, "content-type": "application/json", authorization: `Bearer ${e.token}` },
+          headers: { host, "content-type": "application/json", ...bearer(e.token) },
         },
         (res) => {
           let text = "";

@@ -7,6 +7,7 @@ import type { TaskStatus } from "../../shared/tasks.ts";
 import { SPEC_TASK_FIELDS } from "../tasks/fixtures.ts";
 import { perSuite } from "../helpers/suite.ts";
 import { startEndpointHarness } from "./harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 const params = { names: ["a", "b"], required: ["a"], var_keyword: false, context: false };
 
@@ -16,7 +17,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
   const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
     fetch(`${e.base}${path}`, {
       method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${e.token}`, ...headers },
+      headers: { "content-type": "application/json", ...bearer(e.token), ...headers },
       body: typeof body === "string" ? body : JSON.stringify(body),
     });
   const statusOf = async (id: string) => (await e.h.tasks.getTask(e.ws.id, id)).status;
@@ -41,7 +42,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
 
     await until(taskId, "COMPLETE");
     const api = await fetch(`${e.base}/v2/task/${taskId}/`, {
-      headers: { authorization: `Bearer ${e.token}` },
+      headers: bearer(e.token),
     });
     assert.equal(api.status, 200);
     const t = (await api.json()) as Record<string, unknown>;
@@ -72,7 +73,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
     const bad = await post("/endpoint/strict", "{nope");
     assert.equal(bad.status, 400);
     assert.equal(((await bad.json()) as { error: { code: string } }).error.code, "invalid_json");
-    const get = await fetch(`${e.base}/endpoint/strict`, { headers: { authorization: `Bearer ${e.token}` } });
+    const get = await fetch(`${e.base}/endpoint/strict`, { headers: bearer(e.token) });
     assert.equal(get.status, 405);
     assert.equal(get.headers.get("allow"), "POST");
     assert.equal(runner.seen.length, 0, "the container never saw a refused body");
@@ -88,14 +89,8 @@ describe("endpoint invocation (real task service, fake containers over local HTT
       (await fetch(`${e.base}/endpoint/id/${d.deployment.id}`, { method: "POST", body: "{}" })).status,
       401,
     );
-    assert.equal(
-      (await post(`/endpoint/id/${d.deployment.id}`, {}, { authorization: `Bearer ${e.otherToken}` })).status,
-      404,
-    );
-    assert.equal(
-      (await post("/endpoint/guarded", {}, { authorization: `Bearer ${e.otherToken}` })).status,
-      404,
-    );
+    assert.equal((await post(`/endpoint/id/${d.deployment.id}`, {}, bearer(e.otherToken))).status, 404);
+    assert.equal((await post("/endpoint/guarded", {}, bearer(e.otherToken))).status, 404);
     assert.equal((await post("/endpoint/nothing-here", {})).status, 404);
 
     const pub = await e.deploy("public", "endpoint", { config: { authorized: false } });
@@ -149,7 +144,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
     const ac = new AbortController();
     const req = fetch(`${e.base}/endpoint/abandoned`, {
       method: "POST",
-      headers: { authorization: `Bearer ${e.token}` },
+      headers: bearer(e.token),
       body: JSON.stringify({ op: "hang" }),
       signal: ac.signal,
     }).catch(() => undefined);
@@ -194,7 +189,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
     const runner = await e.addContainer(d.stub.id, "ctr-web");
     const res = await fetch(`${e.base}/endpoint/web/items/42?q=1`, {
       method: "PUT",
-      headers: { authorization: `Bearer ${e.token}`, "content-type": "text/plain" },
+      headers: { ...bearer(e.token), "content-type": "text/plain" },
       body: "plain text",
     });
     assert.equal(res.status, 200);
@@ -204,7 +199,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
     await until(id, "COMPLETE");
     assert.equal(runner.seen.at(-1)?.headers["x-forwarded-prefix"], "/endpoint/web");
     const get = await fetch(`${e.base}/endpoint/web/page`, {
-      headers: { authorization: `Bearer ${e.token}` },
+      headers: bearer(e.token),
     });
     assert.equal(get.status, 200);
     assert.match(await get.text(), /^GET \/page /);
@@ -221,7 +216,7 @@ describe("endpoint invocation (real task service, fake containers over local HTT
         headers: {
           connection: "Upgrade",
           upgrade: "websocket",
-          authorization: `Bearer ${e.token}`,
+          ...bearer(e.token),
           "sec-websocket-version": "13",
           "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
         },

@@ -15,6 +15,7 @@ import { readUntil } from "../proxy/harness.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { perSuite } from "../helpers/suite.ts";
 import { startEndpointHarness } from "./harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 const podExtra = (over: Partial<StubExtra> = {}): StubExtra =>
   stubExtra({ entrypoint: ["python3", "-m", "http.server", "8080"], ports: [8080], ...over });
@@ -121,7 +122,7 @@ describe("a pod deployment's URL (fake containers over local HTTP)", () => {
     assert.equal(e.deployments.requests.get(d.deployment.id), 1);
     // By name needs the workspace's token (names are per workspace); it is not passed on.
     const named = await fetch(`${e.base}/endpoint/web/p`, {
-      headers: { authorization: `Bearer ${e.token}` },
+      headers: bearer(e.token),
     });
     assert.equal(named.status, 200);
     assert.equal(await named.text(), "GET /p ");
@@ -133,8 +134,8 @@ describe("a pod deployment's URL (fake containers over local HTTP)", () => {
     await e.addContainer(d.stub.id, "ctr-pod-b");
     const url = `${e.base}/endpoint/id/${d.deployment.id}/`;
     assert.equal((await fetch(url)).status, 401);
-    assert.equal((await fetch(url, { headers: { authorization: `Bearer ${e.otherToken}` } })).status, 404);
-    const ok = await fetch(url, { headers: { authorization: `Bearer ${e.token}` } });
+    assert.equal((await fetch(url, { headers: bearer(e.otherToken) })).status, 404);
+    const ok = await fetch(url, { headers: bearer(e.token) });
     assert.equal(ok.status, 200);
     await ok.text();
   });

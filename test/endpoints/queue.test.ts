@@ -4,6 +4,7 @@ import { waitFor } from "../../shared/net.ts";
 import type { TaskStatus } from "../../shared/tasks.ts";
 import { perSuite } from "../helpers/suite.ts";
 import { startEndpointHarness } from "./harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 describe("endpoint queue: slots, max_pending_tasks, expiry, unreachable containers", () => {
   const e = perSuite((suite) => startEndpointHarness(suite));
@@ -11,7 +12,7 @@ describe("endpoint queue: slots, max_pending_tasks, expiry, unreachable containe
   const post = (path: string, body: unknown) =>
     fetch(`${e.base}${path}`, {
       method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${e.token}` },
+      headers: { "content-type": "application/json", ...bearer(e.token) },
       body: JSON.stringify(body),
     });
   const statusOf = async (id: string) => (await e.h.tasks.getTask(e.ws.id, id)).status;

@@ -8,6 +8,7 @@ import type { TaskHistoryEntry, TaskPatch, TaskRecord } from "../../coordinator/
 import { waitFor } from "../../shared/net.ts";
 import { SPEC_TASK_FIELDS } from "../tasks/fixtures.ts";
 import { type EndpointHarness, startEndpointHarness } from "./harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 interface Write {
   inserts: string[];
@@ -41,12 +42,11 @@ function harnessWithWrites(directFoldMs: number): WritesHarness {
           patched: w.patches.includes(id),
           history: w.history.filter((h) => h.taskId === id).map((h) => h.status),
         })),
-    get: (path: string, token = s.e.token) =>
-      fetch(`${s.e.base}${path}`, { headers: { authorization: `Bearer ${token}` } }),
+    get: (path: string, token = s.e.token) => fetch(`${s.e.base}${path}`, { headers: bearer(token) }),
     post: (path: string, body: unknown) =>
       fetch(`${s.e.base}${path}`, {
         method: "POST",
-        headers: { "content-type": "application/json", authorization: `Bearer ${s.e.token}` },
+        headers: { "content-type": "application/json", ...bearer(s.e.token) },
         body: JSON.stringify(body),
       }),
   };
@@ -136,7 +136,7 @@ describe("endpoint tasks before their row is written", () => {
     assert.equal(await s.e.h.store.tasks.get(id), undefined);
     const cancelled = await fetch(`${s.e.base}/api/v1/gateway/tasks/${id}/cancel`, {
       method: "POST",
-      headers: { authorization: `Bearer ${s.e.token}` },
+      headers: bearer(s.e.token),
     });
     assert.deepEqual(await cancelled.json(), { ok: true, task_id: id, status: "CANCELLED" });
     assert.equal((await pending).status, 409);

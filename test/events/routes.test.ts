@@ -9,12 +9,13 @@ import type { EventType } from "../../coordinator/events/types.ts";
 import { readSse } from "../helpers/sse.ts";
 import { perSuite } from "../helpers/suite.ts";
 import { startEventHarness } from "./helpers.ts";
+import { bearer } from "../helpers/auth.ts";
 
 describe("event routes", () => {
   const h = perSuite((suite) => startEventHarness(suite, { heartbeatMs: 50 }));
 
   const get = (path: string, token = h.token, headers: Record<string, string> = {}) =>
-    fetch(`${h.baseUrl}${path}`, { headers: { authorization: `Bearer ${token}`, ...headers } });
+    fetch(`${h.baseUrl}${path}`, { headers: { ...bearer(token), ...headers } });
   const publish = (type: EventType, subject: string, n: number, ws = h.ws) =>
     h.stream.publish({ type, workspaceId: ws.id, workspaceExternalId: ws.externalId, subject, data: { n } });
 

@@ -16,6 +16,7 @@ import type { Teardown } from "../network/helpers.ts";
 import { type TestNames, testNames } from "../network/helpers.ts";
 import { CLI_MAIN, runCli } from "./cluster.ts";
 import { testRootfs } from "./rootfs.ts";
+import { bearer } from "./auth.ts";
 
 export const SDK_DIR = fileURLToPath(new URL("../../sdk/python", import.meta.url));
 /** The `berth` executable; runs from any working directory (tsx resolves next to it). */
@@ -140,7 +141,7 @@ export async function startBerthUp(td: Teardown, extraArgs: string[] = []): Prom
     api: (path, init = {}) =>
       fetch(`${url}${path}`, {
         ...init,
-        headers: { authorization: `Bearer ${token}`, ...((init.headers as Record<string, string>) ?? {}) },
+        headers: { ...bearer(token), ...((init.headers as Record<string, string>) ?? {}) },
       }),
   };
 }

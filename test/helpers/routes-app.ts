@@ -4,6 +4,7 @@
 
 import Fastify, { type FastifyInstance } from "fastify";
 import { installErrorHandlers } from "../../coordinator/http/errors.ts";
+import { bearer } from "./auth.ts";
 
 export function routesApp(): FastifyInstance {
   const app = Fastify({
@@ -28,7 +29,7 @@ export function bearerInject(app: () => FastifyInstance, defaultToken: () => str
     app().inject({
       method,
       url,
-      headers: { authorization: `Bearer ${token}` },
+      headers: bearer(token),
       ...(payload !== undefined ? { payload: payload as object } : {}),
     });
 }

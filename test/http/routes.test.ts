@@ -9,6 +9,7 @@ import { resolveCostRates } from "../../coordinator/tasks/cost.ts";
 import { waitFor } from "../../shared/net.ts";
 import { deployInput } from "../deployments/helpers.ts";
 import { addContainer, type HttpHarness, startHttpHarness } from "./harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 describe("REST routes: tasks, containers, apps, not-yet routes", () => {
   let x: HttpHarness;
@@ -31,7 +32,7 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
   });
 
   const get = async (url: string, token = x.tokenA) => {
-    const r = await x.app.inject({ method: "GET", url, headers: { authorization: `Bearer ${token}` } });
+    const r = await x.app.inject({ method: "GET", url, headers: bearer(token) });
     return { status: r.statusCode, body: r.json() };
   };
   const submit = async (n: number) =>
@@ -141,7 +142,7 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
   test("GET /task/{ws}/{taskId}/subscribe: one status event per change, ending after the terminal one", async () => {
     const [id] = await submit(1);
     const res = await fetch(`${baseUrl}/api/v1/task/${ws}/${id}/subscribe`, {
-      headers: { authorization: `Bearer ${x.tokenA}` },
+      headers: bearer(x.tokenA),
     });
     assert.equal(res.status, 200);
     assert.match(res.headers.get("content-type") ?? "", /^text\/event-stream/);
@@ -169,13 +170,13 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
 
     // An ended task: its status, then the end.
     const again = await fetch(`${baseUrl}/api/v1/task/${ws}/${id}/subscribe`, {
-      headers: { authorization: `Bearer ${x.tokenA}` },
+      headers: bearer(x.tokenA),
     });
     const text = await again.text();
     assert.equal(text.match(/event: status/g)?.length, 1);
     assert.match(text, /"status":"FAILED"/);
     const nope = await fetch(`${baseUrl}/api/v1/task/${ws}/task-nope/subscribe`, {
-      headers: { authorization: `Bearer ${x.tokenA}` },
+      headers: bearer(x.tokenA),
     });
     assert.equal(nope.status, 404);
     assert.equal(((await nope.json()) as { error: { code: string } }).error.code, "not_found");
@@ -261,7 +262,7 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
       ["POST", `/api/v1/stack/${ws}`],
       ["PUT", `/api/v1/stack/${ws}/stack-1`],
     ] as const) {
-      const r = await x.app.inject({ method, url, headers: { authorization: `Bearer ${x.tokenA}` } });
+      const r = await x.app.inject({ method, url, headers: bearer(x.tokenA) });
       assert.equal(r.statusCode, 501, url);
       assert.equal(r.json().error.code, "not_implemented");
       assert.match(r.json().error.message, /(databases|stacks) are not implemented yet: .* comes in a later release/);

@@ -27,6 +27,7 @@ import { capacity } from "../containers/fakes.ts";
 import { FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { type HttpHarness, startHttpHarness } from "./harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 export interface ScopingFixture {
   x: HttpHarness;
@@ -241,7 +242,7 @@ export function rawRequest(
       agent: false,
       path,
       headers: {
-        ...(o.token ? { authorization: `Bearer ${o.token}` } : {}),
+        ...(o.token ? bearer(o.token) : {}),
         ...(o.upgrade
           ? {
               connection: "Upgrade",

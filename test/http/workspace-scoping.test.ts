@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { HttpHarness } from "./harness.ts";
 import { rawRequest, type ScopingFixture, startScopingFixture } from "./scoping-fixtures.ts";
+import { bearer } from "../helpers/auth.ts";
 
 interface Operation {
   method: string;
@@ -191,7 +192,7 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
       const r = await x.app.inject({
         method: op.method as "GET",
         url,
-        headers: { authorization: `Bearer ${x.tokenB}` },
+        headers: bearer(x.tokenB),
         ...(payload !== undefined ? { payload } : {}),
       });
       const what = `${op.method} ${op.path} (${url})`;
@@ -226,7 +227,7 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
         x.app.inject({
           method: op.method as "GET",
           url,
-          headers: { authorization: `Bearer ${x.tokenB}` },
+          headers: bearer(x.tokenB),
           ...(payload !== undefined ? { payload } : {}),
         });
       const url = urlOf(op);
@@ -277,7 +278,7 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
       const r = await x.app.inject({
         method: "GET",
         url: urlOf(op),
-        headers: { authorization: `Bearer ${x.tokenA}` },
+        headers: bearer(x.tokenA),
       });
       assert.notEqual(r.statusCode, 404, `${op.path}: ${r.body}`);
       assert.ok(r.statusCode < 500 || r.statusCode === 501, `${op.path}: ${r.statusCode} ${r.body}`);
@@ -293,7 +294,7 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
       const r = await x.app.inject({
         method: "GET",
         url: urlOf(op),
-        headers: { authorization: `Bearer ${x.tokenA}` },
+        headers: bearer(x.tokenA),
       });
       const body = String(r.headers["content-type"] ?? "").includes("json") ? r.json() : {};
       assert.notEqual(body.error?.code, "not_found", `${op.path}: ${r.statusCode} ${r.body.slice(0, 300)}`);
@@ -305,7 +306,7 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
       x.app.inject({
         method: "GET",
         url: `/api/v1${ws}${query}`,
-        headers: { authorization: `Bearer ${token}` },
+        headers: bearer(token),
       });
     const linesOf = (r: { json(): unknown }) =>
       (r.json() as { lines: { line: string }[] }).lines.map((l) => l.line);

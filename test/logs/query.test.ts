@@ -9,6 +9,7 @@ import type { LogLine, LogQuery } from "../../coordinator/logs/index.ts";
 import { runCli } from "../helpers/cluster.ts";
 import { readSse } from "../helpers/sse.ts";
 import { type LogHarness, startLogHarness } from "./helpers.ts";
+import { bearer } from "../helpers/auth.ts";
 
 describe("logs", () => {
   let h: LogHarness;
@@ -171,7 +172,7 @@ describe("logs", () => {
 
   test("routes: pages and filters as JSON; another workspace's token gets 404; bad input 400", async () => {
     const get = (url: string, token = h.token) =>
-      h.app.inject({ method: "GET", url, headers: { authorization: `Bearer ${token}` } });
+      h.app.inject({ method: "GET", url, headers: bearer(token) });
     const r = await get(`/api/v1/logs/${h.ws.externalId}?task_id=task-1&limit=1`);
     assert.equal(r.statusCode, 200);
     const page = r.json() as { lines: LogLine[]; next_cursor: string | null };
@@ -194,7 +195,7 @@ describe("logs", () => {
 
   test("stream route: live lines as SSE with heartbeats; resumes from Last-Event-ID", async () => {
     const get = (path: string, headers: Record<string, string> = {}) =>
-      fetch(`${h.baseUrl}${path}`, { headers: { authorization: `Bearer ${h.token}`, ...headers } });
+      fetch(`${h.baseUrl}${path}`, { headers: { ...bearer(h.token), ...headers } });
     const res = await get(`/api/v1/logs/${h.ws.externalId}/stream?stub_id=stub-s`);
     assert.equal(res.status, 200);
     assert.match(res.headers.get("content-type") ?? "", /^text\/event-stream/);

@@ -16,6 +16,7 @@ import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";
 import { AGENT_ID, listen, readUntil, rig } from "../proxy/harness.ts";
+import { bearer } from "../helpers/auth.ts";
 
 interface Seen {
   method: string;
@@ -159,9 +160,9 @@ test("a port that needs auth: no token 401, another workspace's 404, the workspa
   assert.equal(anon.status, 401);
   assert.equal((await errorOf(anon)).code, "unauthenticated");
   assert.equal((await fetch(url, { headers: { authorization: "Bearer bt_nope" } })).status, 401);
-  assert.equal((await fetch(url, { headers: { authorization: `Bearer ${x.otherToken}` } })).status, 404);
+  assert.equal((await fetch(url, { headers: bearer(x.otherToken) })).status, 404);
   assert.equal(x.seen.length, 0);
-  const ok = await fetch(url, { headers: { authorization: `Bearer ${x.token}` } });
+  const ok = await fetch(url, { headers: bearer(x.token) });
   assert.equal(ok.status, 201);
   await ok.arrayBuffer();
   assert.equal(x.seen.at(-1)?.headers.authorization, undefined);

@@ -14,6 +14,7 @@ import { storeJoinService } from "../helpers/join.ts";
 import { twoWorkspaces } from "../helpers/nats-store.ts";
 import { bearerInject } from "../helpers/routes-app.ts";
 import { secretService } from "./helpers.ts";
+import { bearer } from "../helpers/auth.ts";
 
 /** The coordinator's HTTP app over a real SQLite store and secret service. */
 export async function secretsApp(cleanups: (() => unknown)[]) {
@@ -56,7 +57,6 @@ describe("secret routes (inject)", () => {
     for (const fn of cleanups) await fn();
   });
 
-  const auth = (t: string) => ({ authorization: `Bearer ${t}` });
   const call = bearerInject(
     () => app,
     () => token,
@@ -110,7 +110,7 @@ describe("secret routes (inject)", () => {
   });
 
   test("no token or a bad token is 401", async () => {
-    for (const headers of [{}, auth("bt_unknown")]) {
+    for (const headers of [{}, bearer("bt_unknown")]) {
       for (const [method, url] of [
         ["GET", `/api/v1/secret/${wsExt}`],
         ["POST", `/api/v1/secret/${wsExt}`],
@@ -181,7 +181,7 @@ describe("secret routes (inject)", () => {
     const notJson = await app.inject({
       method: "POST",
       url: `/api/v1/secret/${wsExt}`,
-      headers: { ...auth(token), "content-type": "application/json" },
+      headers: { ...bearer(token), "content-type": "application/json" },
       payload: "{name:",
     });
     assert.equal(notJson.statusCode, 400);

@@ -12,6 +12,7 @@ import pino from "pino";
 import { attachShellUpgrades, type ShellDeps } from "../../coordinator/http/routes/shell.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
+import { bearer } from "../helpers/auth.ts";
 
 type ExecSession = Awaited<ReturnType<ReturnType<ShellDeps["agents"]["client"]>["exec"]>>;
 
@@ -80,7 +81,7 @@ async function world(t: TestContext) {
   const open = async (headers: Record<string, string>) => {
     const socket = connect(port, "127.0.0.1");
     socket.on("error", () => {});
-    const lines = Object.entries({ host: "x", authorization: `Bearer ${token}`, ...headers }).map(
+    const lines = Object.entries({ host: "x", ...bearer(token), ...headers }).map(
       ([k, v]) => `${k}: ${v}\r\n`,
     );
     socket.write(`GET /api/v1/container/${ws.externalId}/ctr-a/shell HTTP/1.1\r\n${lines.join("")}\r\n`);
