@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync, LogController } from "fastify";
 import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
 import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
@@ -42,9 +42,10 @@ import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
 import { gatewayTaskRoutes } from "./routes/gateway-tasks.ts";
 import { healthRoutes } from "./routes/health.ts";
 import { secretRoutes } from "./routes/secrets.ts";
-import { taskQueueRoutes } from "./routes/taskqueue.ts";
+import { gatewayEnqueueRoutes, taskQueueRoutes } from "./routes/taskqueue.ts";
 import { taskStatusRoutes } from "./routes/task-status.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
+import { gatewayScope, tokenScope } from "./scopes.ts";
 
 export interface HttpDeps {
   store: Store;
@@ -78,7 +79,7 @@ export interface HttpDeps {
   /** Sandboxes and pods: the sandbox and pod gateway routes exist when given. */
   sandboxes?: SandboxService;
   /** Workspace limits (docs/limits.md): the limits routes exist when given. */
-  limits?: Omit<LimitRouteDeps, "tokens" | "workspaces" | "limits">;
+  limits?: Omit<LimitRouteDeps, "workspaces" | "limits">;
   /** Prometheus `/metrics` and the request counters (docs/metrics.md): served when given. */
   prometheus?: PrometheusRouteDeps;
   /** Per-second rates of the task cost estimate (coordinator option costRates). @default all 0 */
@@ -156,20 +157,21 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   // First, so its request hook (not encapsulated) covers every route registered after it.
   if (deps.prometheus) await app.register(prometheusRoutes(deps.prometheus));
   await registerOpenApi(app, deps.version);
-  await app.register(notYetRoutes(deps.store.tokens));
+  const tokens = deps.store.tokens;
+  // Public: no token (or a check of their own).
   await app.register(healthRoutes(deps.version));
   await app.register(joinRoutes(deps.join));
-  await app.register(workspaceRoutes(deps.store));
-  await app.register(fleetRoutes(deps.store, deps.fleet));
-  if (deps.secrets) await app.register(secretRoutes(deps.store.tokens, deps.secrets));
+  if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
+  if (deps.tasks && deps.deployments)
+    await app.register(taskQueueRoutes({ tokens, deployments: deps.deployments, tasks: deps.tasks }));
+
+  // The token-authenticated API (/api/v1/..., /v2/task): one token hook for all of it (coordinator/http/scopes.ts).
+  const api: FastifyPluginAsync[] = [notYetRoutes(), workspaceRoutes(deps.store), fleetRoutes(deps.store, deps.fleet)];
+  if (deps.secrets) api.push(secretRoutes(deps.secrets));
   if (deps.tasks && deps.objects) {
-    await app.register(gatewayObjectRoutes(deps.store.tokens, deps.objects));
-    await app.register(gatewayStubRoutes(deps.store.tokens, deps.tasks));
-    await app.register(gatewayTaskRoutes(deps.store.tokens, deps.tasks));
-    await app.register(taskStatusRoutes(deps.store, deps.tasks));
-    await app.register(
+    api.push(
+      taskStatusRoutes(deps.tasks),
       taskRoutes({
-        tokens: deps.store.tokens,
         tasks: deps.tasks,
         rows: deps.store.tasks,
         ...(deps.deployments ? { deployments: deps.deployments } : {}),
@@ -179,46 +181,45 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   }
   if (deps.tasks && deps.deployments) {
     const deployments = deps.deployments;
-    await app.register(gatewayDeploymentRoutes(deps.store.tokens, deployments));
-    await app.register(
-      deploymentRoutes({
-        tokens: deps.store.tokens,
-        deployments,
-        tasks: deps.tasks,
-        containers: deps.containers ?? deps.tasks,
-      }),
+    api.push(
+      deploymentRoutes({ deployments, tasks: deps.tasks, containers: deps.containers ?? deps.tasks }),
+      appRoutes({ deployments }),
     );
-    await app.register(taskQueueRoutes({ tokens: deps.store.tokens, deployments, tasks: deps.tasks }));
-    await app.register(appRoutes({ tokens: deps.store.tokens, deployments }));
-    const containers = deps.containers;
-    if (containers && deps.agents) {
-      await app.register(
-        deploymentLogRoutes({
-          tokens: deps.store.tokens,
-          lookup: async (ws, id) => ({ stubId: (await deployments.get(ws, id)).stubId }),
-          containersOf: (stubId) => containers.containersOf(stubId),
-          onContainersChange: (fn) => containers.onContainersChange(() => fn()),
-          agents: deps.agents,
-        }),
-      );
-    }
   }
   if (deps.containers?.list) {
     const list = deps.containers.list.bind(deps.containers);
-    await app.register(containerRoutes({ tokens: deps.store.tokens, containers: { list } }));
+    api.push(containerRoutes({ containers: { list } }));
   }
-  if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
-  if (deps.events) await app.register(eventRoutes({ tokens: deps.store.tokens, events: deps.events }));
-  if (deps.webhooks) await app.register(webhookRoutes(deps.store.tokens, deps.webhooks));
-  if (deps.sandboxes) {
-    await app.register(gatewaySandboxRoutes(deps.store.tokens, deps.sandboxes));
-    await app.register(gatewayPodRoutes(deps.store.tokens, deps.sandboxes));
-  }
+  if (deps.events) api.push(eventRoutes({ events: deps.events }));
+  if (deps.webhooks) api.push(webhookRoutes(deps.webhooks));
   if (deps.limits)
+    api.push(limitRoutes({ workspaces: deps.store.workspaces, limits: deps.store.limits, ...deps.limits }));
+  api.push(metricsRoutes({ metrics: deps.store.metrics, stubs: deps.store.stubs }));
+  if (deps.logs) api.push(logRoutes({ logs: deps.logs }));
+  await app.register(tokenScope(tokens, ...api));
+
+  // The SDK's gateway (/api/v1/gateway/...): a token, and failures as 200 with ok:false.
+  const gateway: FastifyPluginAsync[] = [];
+  if (deps.tasks && deps.objects)
+    gateway.push(gatewayObjectRoutes(deps.objects), gatewayStubRoutes(deps.tasks), gatewayTaskRoutes(deps.tasks));
+  if (deps.tasks && deps.deployments)
+    gateway.push(gatewayDeploymentRoutes(deps.deployments), gatewayEnqueueRoutes({ tasks: deps.tasks }));
+  if (deps.sandboxes) gateway.push(gatewaySandboxRoutes(deps.sandboxes), gatewayPodRoutes(deps.sandboxes));
+  await app.register(gatewayScope(tokens, ...gateway));
+
+  // The deployment log stream is a gateway scope of its own (it is also mounted alone).
+  const containers = deps.containers;
+  const deployments = deps.deployments;
+  if (deps.tasks && deployments && containers && deps.agents) {
     await app.register(
-      limitRoutes({ tokens: deps.store.tokens, workspaces: deps.store.workspaces, limits: deps.store.limits, ...deps.limits }),
+      deploymentLogRoutes({
+        tokens,
+        lookup: async (ws, id) => ({ stubId: (await deployments.get(ws, id)).stubId }),
+        containersOf: (stubId) => containers.containersOf(stubId),
+        onContainersChange: (fn) => containers.onContainersChange(() => fn()),
+        agents: deps.agents,
+      }),
     );
-  await app.register(metricsRoutes({ tokens: deps.store.tokens, metrics: deps.store.metrics, stubs: deps.store.stubs }));
-  if (deps.logs) await app.register(logRoutes({ tokens: deps.store.tokens, logs: deps.logs }));
+  }
   return app;
 }

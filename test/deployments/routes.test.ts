@@ -8,9 +8,10 @@ import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import type { DeploymentService } from "../../coordinator/deployments/service.ts";
 import { deploymentRoutes } from "../../coordinator/http/routes/deployments.ts";
+import { gatewayScope, tokenScope } from "../../coordinator/http/scopes.ts";
 import { gatewayDeploymentRoutes } from "../../coordinator/http/routes/gateway-deployments.ts";
 import { gatewayStubRoutes } from "../../coordinator/http/routes/gateway-stubs.ts";
-import { taskQueueRoutes } from "../../coordinator/http/routes/taskqueue.ts";
+import { gatewayEnqueueRoutes, taskQueueRoutes } from "../../coordinator/http/routes/taskqueue.ts";
 import { TASKS_STREAM, TaskHeaders } from "../../shared/tasks.ts";
 import { startTaskHarness, type TaskHarness } from "../tasks/harness.ts";
 import { deployInput, deploymentService } from "./helpers.ts";
@@ -20,15 +21,23 @@ import { routesApp } from "../helpers/routes-app.ts";
 async function deploymentApp(h: TaskHarness, deployments: DeploymentService): Promise<FastifyInstance> {
   const app = routesApp();
   const tokens = h.store.tokens;
-  await app.register(gatewayStubRoutes(tokens, h.tasks));
-  await app.register(gatewayDeploymentRoutes(tokens, deployments));
   await app.register(
-    deploymentRoutes({
+    gatewayScope(
       tokens,
-      deployments,
-      tasks: h.tasks,
-      containers: { activeContainers: (id) => h.counts.get(id) ?? 0 },
-    }),
+      gatewayStubRoutes(h.tasks),
+      gatewayDeploymentRoutes(deployments),
+      gatewayEnqueueRoutes({ tasks: h.tasks }),
+    ),
+  );
+  await app.register(
+    tokenScope(
+      tokens,
+      deploymentRoutes({
+        deployments,
+        tasks: h.tasks,
+        containers: { activeContainers: (id) => h.counts.get(id) ?? 0 },
+      }),
+    ),
   );
   await app.register(taskQueueRoutes({ tokens, deployments, tasks: h.tasks }));
   return app;

@@ -6,6 +6,7 @@ import type { NatsConnection } from "nats";
 import pino from "pino";
 import { EventStream, taskEvents, WorkspaceEvents } from "../../coordinator/events/index.ts";
 import { eventRoutes } from "../../coordinator/http/routes/events.ts";
+import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";
 import type { BerthEvent } from "../../coordinator/events/types.ts";
@@ -48,7 +49,10 @@ export async function startEventHarness(
   defer(() => tasks.stop());
   const { app, baseUrl } = await listenRoutes(defer, (app) =>
     app.register(
-      eventRoutes({ tokens: store.tokens, events: stream, ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}) }),
+      tokenScope(
+        store.tokens,
+        eventRoutes({ events: stream, ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}) }),
+      ),
     ),
   );
   const workspaces = await twoWorkspaces(store, "events");

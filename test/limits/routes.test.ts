@@ -11,6 +11,7 @@ import pino from "pino";
 import { HTTP_STATUS } from "../../coordinator/http/errors.ts";
 import { gatewayTaskRoutes } from "../../coordinator/http/routes/gateway-tasks.ts";
 import { limitRoutes } from "../../coordinator/http/routes/limits.ts";
+import { gatewayScope, tokenScope } from "../../coordinator/http/scopes.ts";
 import { WorkspaceLimitsCache } from "../../coordinator/limits/limits.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
 import { Store } from "../../coordinator/store/store.ts";
@@ -70,24 +71,26 @@ describe("workspace limits routes", () => {
 
     app = routesApp();
     await app.register(
-      limitRoutes({
-        tokens: store.tokens,
-        workspaces: store.workspaces,
-        limits: store.limits,
-        usage: {
-          containers: (ws) =>
-            ws === team.id
-              ? { containers: 2, cpuMillicores: 1500, memoryBytes: 1536 * 1024 * 1024 + 1, gpus: 1 }
-              : { containers: 0, cpuMillicores: 0, memoryBytes: 0, gpus: 0 },
-          pendingTasks: (ws) => tasks.pendingTasks(ws),
-        },
-        onChange: (ws) => {
-          changed.push(ws);
-          cache.invalidate(ws);
-        },
-      }),
+      tokenScope(
+        store.tokens,
+        limitRoutes({
+          workspaces: store.workspaces,
+          limits: store.limits,
+          usage: {
+            containers: (ws) =>
+              ws === team.id
+                ? { containers: 2, cpuMillicores: 1500, memoryBytes: 1536 * 1024 * 1024 + 1, gpus: 1 }
+                : { containers: 0, cpuMillicores: 0, memoryBytes: 0, gpus: 0 },
+            pendingTasks: (ws) => tasks.pendingTasks(ws),
+          },
+          onChange: (ws) => {
+            changed.push(ws);
+            cache.invalidate(ws);
+          },
+        }),
+      ),
     );
-    await app.register(gatewayTaskRoutes(store.tokens, tasks));
+    await app.register(gatewayScope(store.tokens, gatewayTaskRoutes(tasks)));
     await app.listen({ host: "127.0.0.1", port: 0 });
     cleanups.push(() => app.close());
     const addr = app.server.address();

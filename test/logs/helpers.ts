@@ -6,6 +6,7 @@ import pino from "pino";
 import { ensureStreams } from "../../coordinator/fleet/streams.ts";
 import { logRoutes } from "../../coordinator/http/routes/logs.ts";
 import { workspaceRoutes } from "../../coordinator/http/routes/workspace.ts";
+import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { LogQuery } from "../../coordinator/logs/index.ts";
 import { type ContainerLogBatch, logSubjectToken, subjects } from "../../shared/subjects.ts";
 import { listenRoutes, type RoutesOnNats, startNatsStore, twoWorkspaces } from "../helpers/nats-store.ts";
@@ -25,9 +26,12 @@ export async function startLogHarness(
   const logs = new LogQuery({ nats: nc, log: pino({ level: "silent" }) });
   const { app, baseUrl } = await listenRoutes(defer, async (app) => {
     // GET /workspace/current, which the CLI asks first.
-    await app.register(workspaceRoutes(store));
     await app.register(
-      logRoutes({ tokens: store.tokens, logs, ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}) }),
+      tokenScope(
+        store.tokens,
+        workspaceRoutes(store),
+        logRoutes({ logs, ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}) }),
+      ),
     );
   });
   const workspaces = await twoWorkspaces(store, "logs");

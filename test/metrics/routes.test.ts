@@ -8,6 +8,7 @@ import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { metricsRoutes } from "../../coordinator/http/routes/metrics.ts";
 import { prometheusRoutes } from "../../coordinator/http/routes/prometheus.ts";
+import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { CoordinatorMetrics } from "../../coordinator/metrics/index.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
@@ -41,7 +42,9 @@ describe("metrics routes and /metrics", () => {
     });
     const a = routesApp();
     await a.register(prometheusRoutes({ metrics, ...(metricsToken ? { token: metricsToken } : {}) }));
-    await a.register(metricsRoutes({ tokens: store.tokens, metrics: store.metrics, stubs: store.stubs, clock: () => T0 + 3_600_000 }));
+    await a.register(
+      tokenScope(store.tokens, metricsRoutes({ metrics: store.metrics, stubs: store.stubs, clock: () => T0 + 3_600_000 })),
+    );
     cleanups.unshift(() => a.close());
     return a;
   };

@@ -7,13 +7,13 @@ import { test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { gatewayPodRoutes } from "../../coordinator/http/routes/gateway-pods.ts";
 import { gatewaySandboxRoutes } from "../../coordinator/http/routes/gateway-sandboxes.ts";
+import { gatewayScope } from "../../coordinator/http/scopes.ts";
 import { type SandboxWorld, sandboxWorld } from "./fakes.ts";
 import { routesApp } from "../helpers/routes-app.ts";
 
 async function sandboxApp(w: SandboxWorld): Promise<FastifyInstance> {
   const app = routesApp();
-  await app.register(gatewaySandboxRoutes(w.store.tokens, w.svc));
-  await app.register(gatewayPodRoutes(w.store.tokens, w.svc));
+  await app.register(gatewayScope(w.store.tokens, gatewaySandboxRoutes(w.svc), gatewayPodRoutes(w.svc)));
   return app;
 }
 

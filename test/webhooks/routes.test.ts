@@ -8,6 +8,7 @@ import { createHmac } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { webhookRoutes } from "../../coordinator/http/routes/webhooks.ts";
+import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { VALID_EVENT_PATTERNS } from "../../coordinator/webhooks/index.ts";
 import { tempDir } from "../helpers/env.ts";
@@ -43,7 +44,7 @@ describe("webhook routes (inject)", () => {
     await system.dispatcher.start(feed);
     cleanups.unshift(() => system.dispatcher.stop());
     app = routesApp();
-    await app.register(webhookRoutes(store.tokens, system.service));
+    await app.register(tokenScope(store.tokens, webhookRoutes(system.service)));
     cleanups.unshift(() => app.close());
     const two = await twoWorkspaces(store, "hooks");
     ({ ws, token, otherToken } = two);

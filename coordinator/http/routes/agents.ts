@@ -6,7 +6,7 @@ import type { FleetView } from "../../fleet/fleet-view.ts";
 import type { JoinService } from "../../fleet/join.ts";
 import type { AgentRecord, JoinTokenRecord } from "../../store/cluster.ts";
 import type { Store } from "../../store/store.ts";
-import { authenticator, requireAdmin } from "../auth.ts";
+import { requireAdmin } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 
 const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
@@ -162,7 +162,6 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
 /** Operator routes: the fleet and join tokens. Admin tokens only. */
 export function fleetRoutes(store: Store, view: FleetView): FastifyPluginAsync {
   return async (app) => {
-    app.addHook("onRequest", authenticator(store.tokens));
     app.addHook("preHandler", async (req) => {
       requireAdmin(req);
     });

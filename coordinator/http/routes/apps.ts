@@ -8,14 +8,11 @@ import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
 import type { DeploymentService } from "../../deployments/service.ts";
 import type { DeploymentRecord } from "../../store/deployments.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator } from "../auth.ts";
 import { NextCursor, pageQuery, pageRequest, paginate } from "../pagination.ts";
 import { DeploymentBody, deploymentJson } from "./deployments.ts";
 import { scopedWorkspace, WorkspaceErrors, WsParams } from "./workspace-scope.ts";
 
 export interface AppRouteDeps {
-  tokens: TokenRepo;
   deployments: DeploymentService;
 }
 
@@ -99,8 +96,6 @@ export function appRoutes(d: AppRouteDeps): FastifyPluginAsync {
     );
 
   return async (app) => {
-    app.addHook("onRequest", authenticator(d.tokens));
-
     app.get(
       "/api/v1/app/:ws",
       {

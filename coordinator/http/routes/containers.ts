@@ -5,13 +5,10 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { ManagedContainerInfo } from "../../containers/types.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator } from "../auth.ts";
 import { NextCursor, pageQuery, pageRequest, paginate } from "../pagination.ts";
 import { scopedWorkspace, WorkspaceErrors, WsParams } from "./workspace-scope.ts";
 
 export interface ContainerRouteDeps {
-  tokens: TokenRepo;
   /** The container manager's containers (every workspace's: the route keeps the caller's). */
   containers: { list(): ManagedContainerInfo[] };
 }
@@ -38,8 +35,6 @@ const LIST = "containers";
 
 export function containerRoutes(d: ContainerRouteDeps): FastifyPluginAsync {
   return async (app) => {
-    app.addHook("onRequest", authenticator(d.tokens));
-
     app.get(
       "/api/v1/container/:ws",
       {

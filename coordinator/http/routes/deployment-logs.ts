@@ -10,8 +10,9 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { ContainerApi, LogEntry } from "../../../api/index.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
-import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { principalOf } from "../auth.ts";
+import { gatewayResponse } from "../gateway.ts";
+import { gatewayScope } from "../scopes.ts";
 
 /** A container of the stub as the container manager knows it. */
 export interface StubContainer {
@@ -48,11 +49,12 @@ const Query = Type.Object({
 const lineJson = (e: LogEntry) =>
   `${JSON.stringify({ container_id: e.containerId, stream: e.stream, line: e.line, ts: e.ts })}\n`;
 
+/**
+ * The deployment log stream: a gateway route, registered as a gateway scope
+ * of its own (coordinator/http/scopes.ts) because it is also mounted alone.
+ */
 export function deploymentLogRoutes(deps: DeploymentLogDeps): FastifyPluginAsync {
-  return async (app) => {
-    installGatewayErrors(app);
-    app.addHook("onRequest", authenticator(deps.tokens));
-
+  return gatewayScope(deps.tokens, async (app) => {
     app.get(
       "/api/v1/gateway/deployments/:id/logs",
       {
@@ -123,5 +125,5 @@ export function deploymentLogRoutes(deps: DeploymentLogDeps): FastifyPluginAsync
         return reply.type("application/x-ndjson").send(out);
       },
     );
-  };
+  });
 }

@@ -3,9 +3,8 @@ import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
 import type { DeploymentService } from "../../deployments/service.ts";
 import type { DeploymentRecord } from "../../store/deployments.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
 import type { TaskService } from "../../tasks/service.ts";
-import { authenticator, principalOf } from "../auth.ts";
+import { principalOf } from "../auth.ts";
 import { NextCursor, pageQuery, pageRequest, paginate } from "../pagination.ts";
 import { ErrorResponse } from "../schemas.ts";
 
@@ -79,7 +78,6 @@ function workspaceOf(req: FastifyRequest): string {
 }
 
 export interface DeploymentRouteDeps {
-  tokens: TokenRepo;
   deployments: DeploymentService;
   tasks: Pick<TaskService, "queueDepth">;
   /** The container manager's count of a stub's running containers. */
@@ -90,8 +88,6 @@ export interface DeploymentRouteDeps {
 export function deploymentRoutes(d: DeploymentRouteDeps): FastifyPluginAsync {
   const { deployments } = d;
   return async (app) => {
-    app.addHook("onRequest", authenticator(d.tokens));
-
     app.get(
       "/api/v1/deployment/:ws",
       {

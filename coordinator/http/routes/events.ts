@@ -9,13 +9,11 @@ import { BerthError } from "../../../shared/errors.ts";
 import { toCloudEvent } from "../../events/types.ts";
 import type { EventStream } from "../../events/stream.ts";
 import { MAX_HISTORY_LIMIT } from "../../events/stream.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
+import { principalOf } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 import { openSse, pumpSse, resumeId, SSE_HEARTBEAT_MS } from "../sse.ts";
 
 export interface EventRouteDeps {
-  tokens: TokenRepo;
   events: Pick<EventStream, "history" | "follow">;
   /** @default SSE_HEARTBEAT_MS */
   heartbeatMs?: number;
@@ -65,8 +63,6 @@ function workspaceOf(req: FastifyRequest): string {
 export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsync {
   const heartbeatMs = deps.heartbeatMs ?? SSE_HEARTBEAT_MS;
   return async (app) => {
-    app.addHook("onRequest", authenticator(deps.tokens));
-
     app.get(
       "/api/v1/events/:ws/history",
       {

@@ -2,21 +2,16 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { StubConfig, StubExtra } from "../../../shared/tasks.ts";
 import type { DeploymentService } from "../../deployments/service.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
-import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { principalOf } from "../auth.ts";
+import { gatewayResponse } from "../gateway.ts";
 import { DeploymentBody, deploymentJson } from "./deployments.ts";
 import { StubConfigSchema, StubExtraSchema } from "./gateway-stubs.ts";
 
 /** `berth deploy` and `berth serve`: a new version of a named deployment, or the serve session updated in place. */
 export function gatewayDeploymentRoutes(
-  tokens: TokenRepo,
   deployments: DeploymentService,
 ): FastifyPluginAsync {
   return async (app) => {
-    installGatewayErrors(app);
-    app.addHook("onRequest", authenticator(tokens));
-
     app.post(
       "/api/v1/gateway/deployments",
       {

@@ -4,17 +4,14 @@ import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
 import { MAX_OBJECT_BYTES } from "../../objects/blob-store.ts";
 import type { Objects } from "../../objects/objects.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
-import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { principalOf } from "../auth.ts";
+import { gatewayResponse } from "../gateway.ts";
 
 const Params = Type.Object({ sha256: Type.String({ pattern: "^[0-9a-f]{64}$" }) });
 
 /** Content-addressed uploads (the SDK's code archives). */
-export function gatewayObjectRoutes(tokens: TokenRepo, objects: Objects): FastifyPluginAsync {
+export function gatewayObjectRoutes(objects: Objects): FastifyPluginAsync {
   return async (app) => {
-    installGatewayErrors(app);
-    app.addHook("onRequest", authenticator(tokens));
     // The body goes to disk as it arrives, hashed on the way; it is never buffered whole.
     app.addContentTypeParser("application/octet-stream", (_req, payload, done) => done(null, payload));
 

@@ -5,16 +5,12 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { SandboxService } from "../../sandboxes/service.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
-import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { principalOf } from "../auth.ts";
+import { gatewayResponse } from "../gateway.ts";
 import { Urls } from "./gateway-sandboxes-common.ts";
 
-export function gatewayPodRoutes(tokens: TokenRepo, sandboxes: SandboxService): FastifyPluginAsync {
+export function gatewayPodRoutes(sandboxes: SandboxService): FastifyPluginAsync {
   return async (app) => {
-    installGatewayErrors(app);
-    app.addHook("onRequest", authenticator(tokens));
-
     app.post(
       "/api/v1/gateway/pods",
       {

@@ -6,9 +6,8 @@ import { Readable } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { SandboxService } from "../../sandboxes/service.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
-import { GatewayFailure, gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { principalOf } from "../auth.ts";
+import { GatewayFailure, gatewayResponse } from "../gateway.ts";
 import {
   FileInfoBody,
   SANDBOXES,
@@ -29,11 +28,9 @@ const Ok = <T extends Parameters<typeof Type.Object>[0]>(props: T) =>
   gatewayResponse(Type.Object({ ok: Type.Literal(true), ...props }));
 const Deleted = Ok({ deleted: Type.Literal(true) });
 
-export function gatewaySandboxFileRoutes(tokens: TokenRepo, sandboxes: SandboxService): FastifyPluginAsync {
+export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPluginAsync {
   return async (app) => {
     await app.register(async (json) => {
-      installGatewayErrors(json);
-      json.addHook("onRequest", authenticator(tokens));
       passBodyThrough(json);
       const params = (req: FastifyRequest) => (req.params as { id: string }).id;
       const path = (req: FastifyRequest) => (req.query as { path: string }).path;
@@ -181,7 +178,6 @@ export function gatewaySandboxFileRoutes(tokens: TokenRepo, sandboxes: SandboxSe
 
     await app.register(async (raw) => {
       installRawErrors(raw);
-      raw.addHook("onRequest", authenticator(tokens));
 
       raw.get(
         `${SANDBOXES}/:id/files/content`,

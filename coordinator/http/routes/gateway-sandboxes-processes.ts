@@ -7,9 +7,8 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { OutputStream } from "../../sandboxes/processes.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
-import { GatewayFailure, gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { principalOf } from "../auth.ts";
+import { GatewayFailure, gatewayResponse } from "../gateway.ts";
 import {
   ProcessBody,
   ProcessParams,
@@ -35,13 +34,10 @@ const SIGNALS = [
 ] as const;
 
 export function gatewaySandboxProcessRoutes(
-  tokens: TokenRepo,
   sandboxes: SandboxService,
 ): FastifyPluginAsync {
   return async (app) => {
     await app.register(async (json) => {
-      installGatewayErrors(json);
-      json.addHook("onRequest", authenticator(tokens));
       passBodyThrough(json);
 
       json.post(
@@ -181,7 +177,6 @@ export function gatewaySandboxProcessRoutes(
 
     await app.register(async (raw) => {
       installRawErrors(raw);
-      raw.addHook("onRequest", authenticator(tokens));
 
       raw.get(
         `${SANDBOXES}/:id/processes/:pid/output`,

@@ -6,9 +6,8 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { MAX_ALLOW_LIST_ENTRIES } from "../../../shared/egress.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
-import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { principalOf } from "../auth.ts";
+import { gatewayResponse } from "../gateway.ts";
 import {
   Network,
   SANDBOXES,
@@ -32,18 +31,16 @@ const Created = {
 };
 
 /** Every sandbox route: these, the process routes and the file routes. */
-export function gatewaySandboxRoutes(tokens: TokenRepo, sandboxes: SandboxService): FastifyPluginAsync {
+export function gatewaySandboxRoutes(sandboxes: SandboxService): FastifyPluginAsync {
   return async (app) => {
-    await app.register(sandboxLifecycleRoutes(tokens, sandboxes));
-    await app.register(gatewaySandboxProcessRoutes(tokens, sandboxes));
-    await app.register(gatewaySandboxFileRoutes(tokens, sandboxes));
+    await app.register(sandboxLifecycleRoutes(sandboxes));
+    await app.register(gatewaySandboxProcessRoutes(sandboxes));
+    await app.register(gatewaySandboxFileRoutes(sandboxes));
   };
 }
 
-function sandboxLifecycleRoutes(tokens: TokenRepo, sandboxes: SandboxService): FastifyPluginAsync {
+function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
   return async (app) => {
-    installGatewayErrors(app);
-    app.addHook("onRequest", authenticator(tokens));
     const ws = (req: { principal: unknown }) => principalOf(req as never).workspace.id;
     const created = (v: Awaited<ReturnType<SandboxService["create"]>>) => ({
       ok: true as const,

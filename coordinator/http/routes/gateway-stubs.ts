@@ -4,10 +4,9 @@ import { STUB_TYPES, type StubConfig, type StubExtra } from "../../../shared/tas
 import { resolveEgressPolicy } from "../../../shared/egress.ts";
 import { BerthError } from "../../../shared/errors.ts";
 import type { StubRecord } from "../../store/stubs.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
 import type { TaskService } from "../../tasks/service.ts";
-import { authenticator, principalOf } from "../auth.ts";
-import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { principalOf } from "../auth.ts";
+import { gatewayResponse } from "../gateway.ts";
 
 /** StubConfig of shared/tasks.ts, field for field. */
 export const StubConfigSchema = Type.Object({
@@ -96,11 +95,8 @@ const stubJson = (s: StubRecord) => ({
 const STUB_TYPE_PATTERN = `^(${STUB_TYPES.join("|")})(/serve)?$`;
 
 /** Stubs: get-or-create by (workspace, name, type). */
-export function gatewayStubRoutes(tokens: TokenRepo, tasks: TaskService): FastifyPluginAsync {
+export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
   return async (app) => {
-    installGatewayErrors(app);
-    app.addHook("onRequest", authenticator(tokens));
-
     app.post(
       "/api/v1/gateway/stubs",
       {

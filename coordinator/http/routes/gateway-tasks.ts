@@ -3,11 +3,10 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyReply } from "fastify";
 import { TERMINAL_STATUSES, type TaskError } from "../../../shared/tasks.ts";
 import type { TaskRecord } from "../../store/tasks.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
 import type { TaskService, TaskUpdate } from "../../tasks/service.ts";
-import { authenticator, principalOf } from "../auth.ts";
+import { principalOf } from "../auth.ts";
 import { publicError } from "../../edge/errors.ts";
-import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { gatewayResponse } from "../gateway.ts";
 
 /** Pickled inputs of up to 4 MiB each, base64: a few dozen large ones or many small ones. */
 export const TASKS_BODY_LIMIT = 64 * 1024 * 1024;
@@ -129,11 +128,8 @@ function streamSubmission(
 }
 
 /** Task submission, results and cancel for the SDK. */
-export function gatewayTaskRoutes(tokens: TokenRepo, tasks: TaskService): FastifyPluginAsync {
+export function gatewayTaskRoutes(tasks: TaskService): FastifyPluginAsync {
   return async (app) => {
-    installGatewayErrors(app);
-    app.addHook("onRequest", authenticator(tokens));
-
     app.post(
       "/api/v1/gateway/stubs/:stubId/tasks",
       {

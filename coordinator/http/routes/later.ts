@@ -6,8 +6,6 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 import { scopedWorkspace, WorkspaceErrors, WsParams } from "./workspace-scope.ts";
 
@@ -19,9 +17,8 @@ const LATER: { method: "GET" | "POST" | "PUT"; url: string; area: "databases" | 
   { method: "PUT", url: "/api/v1/stack/:ws/:stackId", area: "stacks" },
 ];
 
-export function notYetRoutes(tokens: TokenRepo): FastifyPluginAsync {
+export function notYetRoutes(): FastifyPluginAsync {
   return async (app) => {
-    app.addHook("onRequest", authenticator(tokens));
     for (const r of LATER) {
       app.route({
         method: r.method,

@@ -8,12 +8,11 @@ import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
 import type { WorkspaceUsage } from "../../scheduler/quota.ts";
 import { MAX_LIMIT_VALUE, type LimitsRepo, type WorkspaceLimits } from "../../store/limits.ts";
-import type { TokenRepo, Workspace, WorkspaceRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
+import type { Workspace, WorkspaceRepo } from "../../store/workspaces.ts";
+import { principalOf } from "../auth.ts";
 import { WorkspaceErrors, WsParams } from "./workspace-scope.ts";
 
 export interface LimitRouteDeps {
-  tokens: TokenRepo;
   workspaces: Pick<WorkspaceRepo, "byExternalId">;
   limits: Pick<LimitsRepo, "get" | "set">;
   /** What the workspace uses now (ContainerManager.workspaceUsage, TaskService.pendingTasks); a part not given reads 0. */
@@ -99,8 +98,6 @@ export function limitRoutes(d: LimitRouteDeps): FastifyPluginAsync {
   };
 
   return async (app) => {
-    app.addHook("onRequest", authenticator(d.tokens));
-
     app.get(
       "/api/v1/workspace/:ws/limits",
       {

@@ -7,13 +7,11 @@ import { type Static, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
 import { type LogQuery, type LogWorkspace, MAX_LOG_LIMIT } from "../../logs/query.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
+import { principalOf } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 import { openSse, pumpSse, resumeId, SSE_HEARTBEAT_MS } from "../sse.ts";
 
 export interface LogRouteDeps {
-  tokens: TokenRepo;
   logs: Pick<LogQuery, "query" | "follow">;
   /** @default SSE_HEARTBEAT_MS */
   heartbeatMs?: number;
@@ -83,8 +81,6 @@ const filtersOf = (q: Static<typeof StreamQuery>) => ({
 export function logRoutes(deps: LogRouteDeps): FastifyPluginAsync {
   const heartbeatMs = deps.heartbeatMs ?? SSE_HEARTBEAT_MS;
   return async (app) => {
-    app.addHook("onRequest", authenticator(deps.tokens));
-
     app.get(
       "/api/v1/logs/:ws",
       {

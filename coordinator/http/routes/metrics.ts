@@ -12,15 +12,12 @@ import {
 } from "../../metrics/index.ts";
 import type { MetricsRepo } from "../../store/metrics.ts";
 import type { StubRepo } from "../../store/stubs.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator } from "../auth.ts";
 import { scopedWorkspace, WorkspaceErrors as errors, WsParams } from "./workspace-scope.ts";
 
 // `/api/v1/metrics/{ws}/...`: time series of the workspace's containers and
 // tasks, one stub's, and the pools' capacity vs use (docs/metrics.md).
 
 export interface MetricsRouteDeps {
-  tokens: TokenRepo;
   metrics: MetricsRepo;
   stubs: Pick<StubRepo, "get">;
   /**
@@ -67,8 +64,6 @@ const timeseriesSchema = (summary: string, querystring: TSchema) => ({
 export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
   const now = d.clock ?? Date.now;
   return async (app) => {
-    app.addHook("onRequest", authenticator(d.tokens));
-
     app.get(
       "/api/v1/metrics/:ws/stub-timeseries",
       timeseriesSchema(

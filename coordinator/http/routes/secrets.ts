@@ -2,8 +2,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
 import type { SecretInfo, Secrets } from "../../secrets/index.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
-import { authenticator, principalOf } from "../auth.ts";
+import { principalOf } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 
 // Workspace secrets. A value goes in with POST or PUT and never comes back
@@ -38,10 +37,8 @@ function workspaceOf(req: FastifyRequest): string {
 }
 
 /** `/api/v1/secret/{ws}`: list, create, update and delete the workspace's secrets. */
-export function secretRoutes(tokens: TokenRepo, secrets: Secrets): FastifyPluginAsync {
+export function secretRoutes(secrets: Secrets): FastifyPluginAsync {
   return async (app) => {
-    app.addHook("onRequest", authenticator(tokens));
-
     app.get(
       "/api/v1/secret/:ws",
       {

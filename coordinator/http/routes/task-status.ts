@@ -1,12 +1,11 @@
 import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import type { Store } from "../../store/store.ts";
 import type { StubRecord } from "../../store/stubs.ts";
 import type { TaskRecord } from "../../store/tasks.ts";
 import { type CostRates, estimateTaskCost, requestedResources } from "../../tasks/cost.ts";
 import type { TaskService } from "../../tasks/service.ts";
 import { isTerminal } from "../../tasks/transitions.ts";
-import { authenticator, principalOf, requireAdmin } from "../auth.ts";
+import { principalOf, requireAdmin } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 
 const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
@@ -92,10 +91,8 @@ export async function taskJson(tasks: TaskService, workspaceId: string, t: TaskR
 }
 
 /** The task status API (/v2/task/{id}/) and the callback signature token. */
-export function taskStatusRoutes(store: Store, tasks: TaskService): FastifyPluginAsync {
+export function taskStatusRoutes(tasks: TaskService): FastifyPluginAsync {
   return async (app) => {
-    app.addHook("onRequest", authenticator(store.tokens));
-
     const v2 = async (req: FastifyRequest) => {
       const { taskId } = req.params as { taskId: string };
       const ws = principalOf(req).workspace.id;

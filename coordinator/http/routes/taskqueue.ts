@@ -8,7 +8,7 @@ import type { StubRecord } from "../../store/stubs.ts";
 import type { TokenRepo } from "../../store/workspaces.ts";
 import type { TaskService } from "../../tasks/service.ts";
 import { authenticator, principalOf } from "../auth.ts";
-import { gatewayResponse, installGatewayErrors } from "../gateway.ts";
+import { gatewayResponse } from "../gateway.ts";
 import { ErrorResponse } from "../schemas.ts";
 
 // Task queues: `TaskQueue.put()` through the gateway (pickled arguments), and
@@ -39,18 +39,17 @@ function checkPending(tasks: TaskQueueRouteDeps["tasks"], stub: StubRecord, what
 const describeJsonType = (v: unknown) =>
   v === null ? "null" : Array.isArray(v) ? "an array" : `a ${typeof v}`;
 
-/** The task queue routes; register once. */
+/**
+ * `/taskqueue/{name}`: public or token-checked per deployment (it checks the
+ * token itself), so it is registered outside the API's scopes.
+ */
 export function taskQueueRoutes(d: TaskQueueRouteDeps): FastifyPluginAsync {
-  return async (app) => {
-    await app.register(gatewayEnqueue(d));
-    await app.register(publicTaskQueue(d));
-  };
+  return publicTaskQueue(d);
 }
 
-function gatewayEnqueue(d: TaskQueueRouteDeps): FastifyPluginAsync {
+/** `POST /api/v1/gateway/stubs/{id}/enqueue`: registered in the gateway scope (coordinator/http/scopes.ts). */
+export function gatewayEnqueueRoutes(d: Pick<TaskQueueRouteDeps, "tasks">): FastifyPluginAsync {
   return async (app) => {
-    installGatewayErrors(app);
-    app.addHook("onRequest", authenticator(d.tokens));
     app.post(
       "/api/v1/gateway/stubs/:stubId/enqueue",
       {

@@ -9,11 +9,9 @@ import { TASK_STATUSES, type TaskStatus } from "../../../shared/tasks.ts";
 import type { DeploymentService } from "../../deployments/service.ts";
 import type { StubRecord } from "../../store/stubs.ts";
 import type { TaskListFilter, TaskRepo } from "../../store/tasks.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
 import { type CostRates, ZERO_COST_RATES } from "../../tasks/cost.ts";
 import type { TaskService, TaskUpdate } from "../../tasks/service.ts";
 import { isTerminal } from "../../tasks/transitions.ts";
-import { authenticator } from "../auth.ts";
 import { NextCursor, pageOf, pageQuery, pageRequest } from "../pagination.ts";
 import { openSse, type SseStream } from "../sse.ts";
 import { TaskBody, TaskCostBody, taskCost, taskJson } from "./task-status.ts";
@@ -28,7 +26,6 @@ export const SUBSCRIBE_HEARTBEAT_MS = 15_000;
 export const SUBSCRIBE_POLL_MS = 2000;
 
 export interface TaskRouteDeps {
-  tokens: TokenRepo;
   tasks: TaskService;
   /** The store's task rows (the list reads them). */
   rows: Pick<TaskRepo, "list">;
@@ -91,8 +88,6 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
   const pollMs = d.pollMs ?? SUBSCRIBE_POLL_MS;
   const { tasks } = d;
   return async (app) => {
-    app.addHook("onRequest", authenticator(d.tokens));
-
     app.get(
       "/api/v1/task/:ws",
       {

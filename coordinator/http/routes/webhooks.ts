@@ -2,10 +2,9 @@ import { Type } from "@sinclair/typebox";
 import { NextCursor, pageQuery, pageRequest, paginate } from "../pagination.ts";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../../shared/errors.ts";
-import type { TokenRepo } from "../../store/workspaces.ts";
 import type { WebhookDeliveryRecord, WebhookRecord } from "../../store/webhooks.ts";
 import type { WebhookCreate, WebhookService, WebhookUpdate } from "../../webhooks/index.ts";
-import { authenticator, principalOf } from "../auth.ts";
+import { principalOf } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 
 // Webhook subscriptions (docs/webhooks.md). The signing secret appears in
@@ -82,10 +81,8 @@ const idOf = (req: FastifyRequest) => (req.params as { webhookId: string }).webh
 const LIST = "webhooks";
 
 /** `/api/v1/webhook/{ws}`: list, create, update, delete and test the workspace's webhooks. */
-export function webhookRoutes(tokens: TokenRepo, webhooks: WebhookService): FastifyPluginAsync {
+export function webhookRoutes(webhooks: WebhookService): FastifyPluginAsync {
   return async (app) => {
-    app.addHook("onRequest", authenticator(tokens));
-
     app.get(
       "/api/v1/webhook/:ws",
       {

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync } from "fastify";
 import { Type } from "@sinclair/typebox";
 import type { Store } from "../../store/store.ts";
 import type { TokenRecord, Workspace } from "../../store/workspaces.ts";
-import { authenticator, principalOf, requireAdmin } from "../auth.ts";
+import { principalOf, requireAdmin } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 
 export const WorkspaceBody = Type.Object({
@@ -37,8 +37,6 @@ const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404
 /** Workspaces and their tokens. */
 export function workspaceRoutes(store: Store): FastifyPluginAsync {
   return async (app) => {
-    app.addHook("onRequest", authenticator(store.tokens));
-
     app.get(
       "/api/v1/workspace/current",
       { schema: { response: { 200: WorkspaceBody, ...errors } } },
