@@ -9,20 +9,16 @@ import { type Agent, request } from "node:http";
 import { test } from "node:test";
 import { TunnelServer, tunnelContainers } from "../../agent/proxy/index.ts";
 import { ContainerTunnels } from "../../coordinator/containers/tunnels.ts";
-import { COORDINATOR_CLIENT_NAME, ClusterPki, type SecretStore } from "../../coordinator/pki/cluster-pki.ts";
+import { COORDINATOR_CLIENT_NAME, ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { connectAttempt, waitFor } from "../../shared/net.ts";
 import { needs } from "../helpers/env.ts";
 import { realAgent } from "../helpers/real-agent.ts";
 import { execAll, HOST_COMMANDS, MiB } from "./harness.ts";
+import { memoryStore } from "../helpers/store.ts";
 
 const AGENT_ID = "agent-expose";
 const PORT = 8000;
-
-function memoryStore(): SecretStore {
-  const m = new Map<string, string>();
-  return { get: async (k) => m.get(k), put: async (k, v) => void m.set(k, v) };
-}
 
 const isBerth = (code: string, re: RegExp) => (e: unknown) => {
   assert.ok(e instanceof BerthError, String(e));

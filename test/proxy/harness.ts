@@ -11,16 +11,12 @@ import type { TestContext } from "node:test";
 import { TunnelServer, type TunnelContainer } from "../../agent/proxy/index.ts";
 import { ContainerTunnels, type ContainerTunnelsOptions } from "../../coordinator/containers/tunnels.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { COORDINATOR_CLIENT_NAME, ClusterPki, type SecretStore } from "../../coordinator/pki/cluster-pki.ts";
+import { COORDINATOR_CLIENT_NAME, ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { capacity } from "../containers/fakes.ts";
+import { memoryStore } from "../helpers/store.ts";
 
 export const AGENT_ID = "agent-tun1";
-
-export function memoryStore(): SecretStore {
-  const m = new Map<string, string>();
-  return { get: async (k) => m.get(k), put: async (k, v) => void m.set(k, v) };
-}
 
 export const isBerth = (code: string, message: RegExp) => (e: unknown) => {
   assert.ok(e instanceof BerthError, `expected a BerthError, got ${String(e)}`);

@@ -10,18 +10,14 @@ import { test } from "node:test";
 import { TunnelServer, tunnelContainers } from "../../agent/proxy/index.ts";
 import { ContainerAddresses } from "../../coordinator/containers/container-addresses.ts";
 import { ContainerTunnels } from "../../coordinator/containers/tunnels.ts";
-import { COORDINATOR_CLIENT_NAME, ClusterPki, type SecretStore } from "../../coordinator/pki/cluster-pki.ts";
+import { COORDINATOR_CLIENT_NAME, ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { needs } from "../helpers/env.ts";
 import { HOST_COMMANDS, MiB, hostHarness } from "../host/harness.ts";
+import { memoryStore } from "../helpers/store.ts";
 
 const AGENT_ID = "agent-tunreal";
 const HOST_ID = "host-tunreal";
-
-function memoryStore(): SecretStore {
-  const m = new Map<string, string>();
-  return { get: async (k) => m.get(k), put: async (k, v) => void m.set(k, v) };
-}
 
 // The server starts a second late, so the first connections are refused and retried.
 const SERVE = [

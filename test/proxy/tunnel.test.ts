@@ -12,7 +12,8 @@ import { test } from "node:test";
 import { ContainerTunnels } from "../../coordinator/containers/tunnels.ts";
 import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { freePort } from "../../shared/net.ts";
-import { AGENT_ID, call, echoHttp, isBerth, listen, memoryStore, readUntil, rig } from "./harness.ts";
+import { memoryStore } from "../helpers/store.ts";
+import { AGENT_ID, call, echoHttp, isBerth, listen, readUntil, rig } from "./harness.ts";
 
 test("keep-alive HTTP requests through the container's http.Agent reuse one tunnel", async (t) => {
   const r = await rig(t);

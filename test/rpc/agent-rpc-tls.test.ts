@@ -7,17 +7,13 @@ import { fromGrpcError } from "../../api/grpc/index.ts";
 import { loadAgentProto } from "../../api/grpc/index.ts";
 import { type AgentRpcServer, startAgentRpcServer } from "../../agent/rpc/server.ts";
 import { type PemCertificate, createClusterCa, issueCertificate } from "../../coordinator/pki/ca.ts";
-import { ClusterPki, type SecretStore } from "../../coordinator/pki/cluster-pki.ts";
+import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { freePort } from "../../shared/net.ts";
 import { FakeAgent, sampleCapacity } from "./fake-agent.ts";
+import { memoryStore } from "../helpers/store.ts";
 
 const AGENT_ID = "agent-tls1";
-
-function memoryStore(): SecretStore {
-  const m = new Map<string, string>();
-  return { get: async (k) => m.get(k), put: async (k, v) => void m.set(k, v) };
-}
 
 const isBerth = (code: string, message?: RegExp) => (e: unknown) =>
   e instanceof BerthError && e.code === code && (!message || message.test(e.message));
