@@ -15,6 +15,7 @@ import type { ContainerApi, ExecSession } from "../../../api/index.ts";
 import { BerthError, describeError } from "../../../shared/errors.ts";
 import { managedShellTargets, type ShellTarget, type ShellTargets } from "../../containers/shell-targets.ts";
 import { bearerToken } from "../../edge/bearer.ts";
+import { publicError } from "../../edge/errors.ts";
 import { refuseUpgrade } from "../../edge/raw.ts";
 import { claimUpgrade } from "../../endpoints/websocket.ts";
 import type { Principal, TokenRepo } from "../../store/workspaces.ts";
@@ -174,8 +175,10 @@ function pipeSession(session: ExecSession, ws: WebSocket, log: Logger, container
       ws.close(1000);
     } catch (e) {
       exited = true;
-      log.warn({ err: describeError(e), containerId }, "shell exec ended with an error");
-      ws.send(JSON.stringify({ type: "error", message: describeError(e) }), { binary: false });
+      // The frame's message is the edge's: an internal error's text stays in the log, under the id it names.
+      const { error, errorId } = publicError(e, { log, what: "shell exec ended with an error", context: { containerId } });
+      if (!errorId) log.warn({ err: describeError(e), containerId }, "shell exec ended with an error");
+      ws.send(JSON.stringify({ type: "error", message: error.message }), { binary: false });
       ws.close(1011, "exec failed");
     }
   })();
