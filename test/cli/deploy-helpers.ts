@@ -81,9 +81,3 @@ export async function runCli(t: Hooks, args: string[], c: CliEnv, cwd = c.dir) {
   const code = await r.exited;
   return { code, ...r.output() };
 }
-
-/** Polls cond (state this test's processes change) until it holds; fails naming what never came. */
-export async function until(what: string, cond: () => boolean, describe = () => ""): Promise<void> {
-  for (let i = 0; i < 600 && !cond(); i++) await new Promise((r) => setTimeout(r, 50));
-  if (!cond()) throw new Error(`timed out waiting for ${what}${describe() ? `\n${describe()}` : ""}`);
-}

@@ -14,6 +14,7 @@ import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { transportFake, type FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { bearer } from "../helpers/auth.ts";
+import { waitUntil } from "../helpers/wait.ts";
 
 interface Line {
   container_id: string;
@@ -43,11 +44,6 @@ function openLogs(port: number, path: string, token: string) {
   });
   req.end();
   return { lines, ended, close: () => req.destroy(), info: () => ({ status, type }) };
-}
-
-async function until(what: string, cond: () => boolean): Promise<void> {
-  for (let i = 0; i < 500 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
-  assert.ok(cond(), `timed out waiting for ${what}`);
 }
 
 describe("deployment log route", () => {
@@ -160,7 +156,11 @@ describe("deployment log route", () => {
     const b = agents.get("agent-b")!;
     const s = openLogs(port, "/api/v1/gateway/deployments/dep_1/logs?follow=1&tail=1", token);
     // tail=1 is the last line of each stream.
-    await until("the old container's tail", () => s.lines.length === 2);
+    await waitUntil(() => s.lines.length === 2, {
+      what: "the old container's tail",
+      timeoutMs: 5000,
+      intervalMs: 10,
+    });
     assert.equal(s.lines[0]?.line, "old 4");
     assert.equal(s.lines[1]?.line, "old 3");
     assert.equal(listeners.size, 1);
@@ -173,10 +173,14 @@ describe("deployment log route", () => {
       { id: "ctr-starting", agentId: "agent-b", state: "running" },
     ]);
     changed();
-    await until("the new container's first line", () => s.lines.some((l) => l.line === "booting"));
+    await waitUntil(() => s.lines.some((l) => l.line === "booting"), {
+      what: "the new container's first line",
+      timeoutMs: 5000,
+      intervalMs: 10,
+    });
     b.appendLog("ctr-starting", "stderr", "ready");
     a.appendLog("ctr-old", "stdout", "request 1");
-    await until("live lines", () => s.lines.length === 5);
+    await waitUntil(() => s.lines.length === 5, { what: "live lines", timeoutMs: 5000, intervalMs: 10 });
     assert.deepEqual(
       s.lines
         .slice(2)
@@ -187,14 +191,16 @@ describe("deployment log route", () => {
     // A change event for containers already followed starts nothing twice.
     changed();
     a.appendLog("ctr-old", "stdout", "request 2");
-    await until("one more line", () => s.lines.length === 6);
+    await waitUntil(() => s.lines.length === 6, { what: "one more line", timeoutMs: 5000, intervalMs: 10 });
     assert.equal(s.lines.filter((l) => l.line === "booting").length, 1);
 
     s.close();
     await s.ended;
-    await until("the agents' streams cancelled", () =>
-      [a.lastLogSignal, b.lastLogSignal].every((sig) => sig?.aborted === true),
-    );
-    await until("unsubscribed", () => listeners.size === 0);
+    await waitUntil(() => [a.lastLogSignal, b.lastLogSignal].every((sig) => sig?.aborted === true), {
+      what: "the agents' streams cancelled",
+      timeoutMs: 5000,
+      intervalMs: 10,
+    });
+    await waitUntil(() => listeners.size === 0, { what: "unsubscribed", timeoutMs: 5000, intervalMs: 10 });
   });
 });

@@ -10,6 +10,7 @@ import { Store } from "../../coordinator/store/store.ts";
 import { WebhookDispatcher } from "../../coordinator/webhooks/index.ts";
 import { CLOUDEVENTS_CONTENT_TYPE } from "../../coordinator/events/types.ts";
 import { tempDir } from "../helpers/env.ts";
+import { waitUntil } from "../helpers/wait.ts";
 import { MemoryFeed, event, startReceiver, webhookSystem } from "./helpers.ts";
 
 /** What a consumer does (docs/webhooks.md): HMAC the raw body with the full secret, compare in constant time. */
@@ -20,13 +21,8 @@ function verifies(secret: string, rawBody: string, header: string | string[] | u
   return got.length === expected.length && timingSafeEqual(got, expected);
 }
 
-async function until<T>(fn: () => Promise<T | undefined>): Promise<T> {
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+// Polls here wait as long as the test's own timeout allows, as they always have.
+const UNBOUNDED = { timeoutMs: Number.POSITIVE_INFINITY, intervalMs: 20 };
 
 describe("webhook deliveries", () => {
   let store: Store;
@@ -155,11 +151,14 @@ describe("webhook deliveries", () => {
     await rx.waitFor(1);
     // B learns of the new webhook by its periodic reload.
     const n = rx.got.length;
-    await until(async () => {
-      feedB.publish(event(w, "task.created", "from-b"));
-      await b.idle();
-      return rx.got.length > n ? true : undefined;
-    });
+    await waitUntil(
+      async () => {
+        feedB.publish(event(w, "task.created", "from-b"));
+        await b.idle();
+        return rx.got.length > n ? true : undefined;
+      },
+      { what: "B's delivery of the reloaded webhook", ...UNBOUNDED },
+    );
 
     await a.service.update(w.id, webhook.id, { url: rx.url("/moved"), event_types: ["task.failed"] });
     feedA.publish(event(w, "task.created"));
@@ -221,7 +220,10 @@ describe("webhook deliveries", () => {
     const fast = await service.create(w.id, { url: ok.url("/ok"), event_types: ["*"] });
 
     feed.publish(event(w, "task.running"));
-    const recorded = await until(async () => (await service.deliveries(w.id, fast.webhook.id))[0]);
+    const recorded = await waitUntil(async () => (await service.deliveries(w.id, fast.webhook.id))[0], {
+      what: "the fast webhook's delivery record",
+      ...UNBOUNDED,
+    });
     assert.equal(recorded.statusCode, 204);
     await hang.waitFor(1);
     assert.deepEqual(await service.deliveries(w.id, slow.webhook.id), [], "the hanging one is still open");
