@@ -16,6 +16,7 @@ import { TASKS_STREAM, TaskHeaders } from "../../shared/tasks.ts";
 import { startTaskHarness, type TaskHarness } from "../tasks/harness.ts";
 import { deployInput, deploymentService } from "./helpers.ts";
 import { routesApp } from "../helpers/routes-app.ts";
+import { bearer } from "../helpers/auth.ts";
 
 /** The routes as coordinator/http/app.ts registers them (same options and error mapping). */
 async function deploymentApp(h: TaskHarness, deployments: DeploymentService): Promise<FastifyInstance> {
@@ -76,7 +77,7 @@ describe("deployment routes (inject)", () => {
     app.inject({
       method,
       url,
-      headers: t ? { authorization: `Bearer ${t}` } : {},
+      headers: t ? bearer(t) : {},
       ...(payload !== undefined ? { payload: payload as object } : {}),
     });
   const deploy = async (name: string, kind: string, o: Parameters<typeof deployInput>[2] = {}) => {
@@ -251,7 +252,7 @@ describe("deployment routes (inject)", () => {
     const form = await app.inject({
       method: "POST",
       url: "/taskqueue/jobs/v1",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/x-www-form-urlencoded" },
+      headers: { ...bearer(token), "content-type": "application/x-www-form-urlencoded" },
       payload: '{"x": "form"}',
     });
     assert.equal(form.statusCode, 200, form.body);
@@ -275,7 +276,7 @@ describe("deployment routes (inject)", () => {
     const notJson = await app.inject({
       method: "POST",
       url: "/taskqueue/strict",
-      headers: { authorization: `Bearer ${token}`, "content-type": "text/plain" },
+      headers: { ...bearer(token), "content-type": "text/plain" },
       payload: "{nope",
     });
     assert.equal(notJson.statusCode, 400);

@@ -13,7 +13,8 @@ import { EVENTS_STREAM, EventStream } from "../../coordinator/events/index.ts";
 import type { BerthEvent, EventType } from "../../coordinator/events/types.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { perSuite } from "../helpers/suite.ts";
-import { startEventHarness, until } from "./helpers.ts";
+import { waitUntil } from "../helpers/wait.ts";
+import { startEventHarness } from "./helpers.ts";
 
 describe("event batches", () => {
   const h = perSuite((suite) => startEventHarness(suite));
@@ -133,7 +134,7 @@ describe("event batches", () => {
       for (let i = 0; i < 6; i++) publish(h.stream, ws, "task.complete", i);
       await h.stream.flush();
       const mine = () => live.events.filter((e) => e.workspaceId === ws.id);
-      await until("six live events", () => mine().length >= 6);
+      await waitUntil(() => mine().length >= 6, { what: "six live events" });
       assert.deepEqual(
         mine().map((e) => e.data.n),
         [0, 1, 2, 3, 4, 5],

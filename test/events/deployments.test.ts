@@ -8,7 +8,8 @@ import pino from "pino";
 import { DeploymentService } from "../../coordinator/deployments/service.ts";
 import { deployInput } from "../deployments/helpers.ts";
 import { perSuite } from "../helpers/suite.ts";
-import { startEventHarness, until } from "./helpers.ts";
+import { waitUntil } from "../helpers/wait.ts";
+import { startEventHarness } from "./helpers.ts";
 
 describe("deployment events", () => {
   const h = perSuite((suite) => startEventHarness(suite));
@@ -43,7 +44,7 @@ describe("deployment events", () => {
         (e) => e.subject === d.id,
       );
     };
-    await until("five deployment events", async () => (await mine()).length >= 5);
+    await waitUntil(async () => (await mine()).length >= 5, { what: "five deployment events" });
     const evs = await mine();
     assert.deepEqual(
       evs.map((e) => e.type),

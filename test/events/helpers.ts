@@ -104,11 +104,3 @@ export async function startEventHarness(
   };
 }
 
-/** Waits (polling, bounded) until `ok` holds; fails naming `what`. */
-export async function until(what: string, ok: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await ok())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}

@@ -10,7 +10,8 @@ import { EventStream, WorkspaceEvents } from "../../coordinator/events/index.ts"
 import type { BerthEvent, EventType } from "../../coordinator/events/types.ts";
 import type { BerthError } from "../../shared/errors.ts";
 import { perSuite } from "../helpers/suite.ts";
-import { startEventHarness, until } from "./helpers.ts";
+import { waitUntil } from "../helpers/wait.ts";
+import { startEventHarness } from "./helpers.ts";
 
 describe("event stream", () => {
   const h = perSuite((suite) => startEventHarness(suite));
@@ -32,7 +33,7 @@ describe("event stream", () => {
         resultJson: "4",
       });
       const mine = () => live.events.filter((e) => e.subject === id);
-      await until("the task's three events", () => mine().length >= 3);
+      await waitUntil(() => mine().length >= 3, { what: "the task's three events" });
       const evs = mine();
       assert.deepEqual(
         evs.map((e) => e.type),
@@ -73,7 +74,7 @@ describe("event stream", () => {
       const [id] = await h.tasks.submit(h.ws.id, h.stubId, [new Uint8Array([2])]);
       assert.ok(id);
       await h.tasks.cancel(h.ws.id, id);
-      await until("task.cancelled", () => live.events.some((e) => e.subject === id && e.type === "task.cancelled"));
+      await waitUntil(() => live.events.some((e) => e.subject === id && e.type === "task.cancelled"), { what: "task.cancelled" });
       const ev = live.events.find((e) => e.type === "task.cancelled" && e.subject === id);
       assert.ok(ev);
       assert.equal(ev.data.status, "CANCELLED");
@@ -155,7 +156,7 @@ describe("event stream", () => {
         subject: "dep-from-afar",
         data: {},
       });
-      await until("the other coordinator's event", () => live.events.some((e) => e.subject === "dep-from-afar"));
+      await waitUntil(() => live.events.some((e) => e.subject === "dep-from-afar"), { what: "the other coordinator's event" });
     } finally {
       live.stop();
     }
@@ -189,10 +190,10 @@ describe("event stream", () => {
     const ws = await h.store.workspaces.create("emitter");
     const emitter = new WorkspaceEvents(h.stream, h.store.workspaces, pino({ level: "silent" }));
     for (let i = 0; i < 4; i++) emitter.emit(ws.id, "stub.deploy", `e-${i}`, { n: i });
-    await until("all four stored", async () => {
+    await waitUntil(async () => {
       await h.stream.flush();
       return (await h.stream.history(ws.id)).events.length === 4;
-    });
+    }, { what: "all four stored" });
     const evs = (await h.stream.history(ws.id)).events;
     assert.deepEqual(
       evs.map((e) => e.data.n),

@@ -23,6 +23,7 @@ import { tempDir } from "../helpers/env.ts";
 import { startTestNats } from "../helpers/nats.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { routesApp } from "../helpers/routes-app.ts";
+import { bearer } from "../helpers/auth.ts";
 
 /** The fields these tests read of any answer (limits route, gateway, error). */
 interface Answer {
@@ -103,7 +104,7 @@ describe("workspace limits routes", () => {
   const call = async (method: string, path: string, token: string, body?: unknown) => {
     const res = await fetch(`${baseUrl}${path}`, {
       method,
-      headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      headers: { ...bearer(token), ...(body !== undefined ? { "content-type": "application/json" } : {}) },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
     });
     return { status: res.status, body: (await res.json()) as Answer };

@@ -13,7 +13,7 @@ import { ensureStreams } from "../../coordinator/fleet/streams.ts";
 import { closeNats } from "../../shared/nats-server.ts";
 import { type ContainerLogBatch, streams, subjects } from "../../shared/subjects.ts";
 import { RunnerLabels, taskOutputSubject } from "../../shared/tasks.ts";
-import { until } from "../events/helpers.ts";
+import { waitUntil } from "../helpers/wait.ts";
 import { startTestNats, type TestNats } from "../helpers/nats.ts";
 
 const runnerLabels = (ws: string, stub: string) => ({
@@ -91,7 +91,7 @@ describe("log shipper", () => {
     say("ctr-one", "after");
 
     const filter = subjects.workspaceLogs("ws-one");
-    await until("five lines stored", async () => linesOf(await stored(filter)).length === 5);
+    await waitUntil(async () => linesOf(await stored(filter)).length === 5, { what: "five lines stored" });
     const got = await stored(filter);
     assert.deepEqual(linesOf(got), [
       { task: null, line: "runner starting", stream: "stdout" },
@@ -130,7 +130,9 @@ describe("log shipper", () => {
     for (let i = 0; i < 25; i++)
       shipper.line({ containerId: "ctr-chatty", stream: "stdout", line: `n${i}`, ts: Date.now(), labels });
     const filter = subjects.workspaceLogs("_", { containerId: "ctr-chatty" });
-    await until("the budget's lines and the marker", async () => linesOf(await stored(filter)).length >= 6);
+    await waitUntil(async () => linesOf(await stored(filter)).length >= 6, {
+      what: "the budget's lines and the marker",
+    });
     const lines = linesOf(await stored(filter)).map((l) => l.line);
     assert.equal(shipper.droppedTotal >= 19, true, `dropped ${shipper.droppedTotal}`);
     assert.deepEqual(lines.slice(0, 5), ["n0", "n1", "n2", "n3", "n4"]);
@@ -157,7 +159,7 @@ describe("log shipper", () => {
       labels: runnerLabels("ws-c", "stub-c"),
     });
     const filter = subjects.workspaceLogs("ws-c");
-    await until("the line stored", async () => (await stored(filter)).length === 1);
+    await waitUntil(async () => (await stored(filter)).length === 1, { what: "the line stored" });
     assert.deepEqual(linesOf(await stored(filter)), [
       { task: null, line: "from a subprocess", stream: "stdout" },
     ]);

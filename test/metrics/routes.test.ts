@@ -15,6 +15,7 @@ import { tempDir } from "../helpers/env.ts";
 import { storedStub } from "../tasks/fixtures.ts";
 import { parseProm } from "./prom-text.ts";
 import { routesApp } from "../helpers/routes-app.ts";
+import { bearer } from "../helpers/auth.ts";
 
 const T0 = Date.parse("2030-06-01T00:00:00.000Z");
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -115,7 +116,7 @@ describe("metrics routes and /metrics", () => {
   });
 
   const get = (url: string, t: string | undefined = token, on = app) =>
-    on.inject({ method: "GET", url, headers: t ? { authorization: `Bearer ${t}` } : {} });
+    on.inject({ method: "GET", url, headers: t ? bearer(t) : {} });
   const message = (r: { json(): unknown }) => (r.json() as { error: { message: string } }).error.message;
   const range = `from=${encodeURIComponent(iso(T0))}&to=${encodeURIComponent(iso(T0 + 120_000))}&step=1m`;
 

@@ -10,6 +10,7 @@ import { gatewaySandboxRoutes } from "../../coordinator/http/routes/gateway-sand
 import { gatewayScope } from "../../coordinator/http/scopes.ts";
 import { type SandboxWorld, sandboxWorld } from "./fakes.ts";
 import { routesApp } from "../helpers/routes-app.ts";
+import { bearer } from "../helpers/auth.ts";
 
 async function sandboxApp(w: SandboxWorld): Promise<FastifyInstance> {
   const app = routesApp();
@@ -34,7 +35,7 @@ async function setup(t: { after: (fn: () => unknown) => void }) {
       method,
       url: `/api/v1/gateway${url}`,
       headers: {
-        authorization: `Bearer ${o.token ?? token}`,
+        ...bearer(o.token ?? token),
         ...(o.raw ? { "content-type": "application/octet-stream" } : {}),
       },
       ...(o.raw ? { payload: o.raw } : payload !== undefined ? { payload: payload as object } : {}),

@@ -22,6 +22,7 @@ import {
 } from "./helpers.ts";
 import { twoWorkspaces } from "../helpers/nats-store.ts";
 import { bearerInject, routesApp } from "../helpers/routes-app.ts";
+import { bearer } from "../helpers/auth.ts";
 
 describe("webhook routes (inject)", () => {
   let app: FastifyInstance;
@@ -55,7 +56,6 @@ describe("webhook routes (inject)", () => {
     for (const fn of cleanups) await fn();
   });
 
-  const auth = (t: string) => ({ authorization: `Bearer ${t}` });
   const call = bearerInject(
     () => app,
     () => token,
@@ -177,7 +177,7 @@ describe("webhook routes (inject)", () => {
   });
 
   test("no token or a bad token is 401 on every route", async () => {
-    for (const headers of [{}, auth("bt_unknown")]) {
+    for (const headers of [{}, bearer("bt_unknown")]) {
       for (const [method, url] of [
         ["GET", `/api/v1/webhook/${wsExt}`],
         ["POST", `/api/v1/webhook/${wsExt}`],
