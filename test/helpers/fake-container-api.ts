@@ -20,15 +20,11 @@
 // A container runs its script once (its output becomes log lines, its exit
 // the container's); an exec's output is the exec's.
 
-import { posix } from "node:path";
-import { constants } from "node:os";
-import { AsyncQueue } from "../../api/grpc/index.ts";
 import type {
   ContainerApi,
   ContainerFilesApi,
   ContainerSnapshotApi,
   ContainerStatus,
-  ExecOutput,
   ExecRequest,
   ExecSession,
   ExitReason,
@@ -43,6 +39,8 @@ import type {
 } from "../../api/index.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
+import { FakeFileTree } from "./fake-files.ts";
+import { FakeExec, parseScript, play, playExec } from "./fake-exec.ts";
 
 /** A status with every field set, for wire round trips and CLI output. */
 export function sampleStatus(id: string, over: Partial<ContainerStatus> = {}): ContainerStatus {
@@ -84,135 +82,6 @@ export const SAMPLE_STATUS_DEFAULTS: Partial<ContainerStatus> = {
   ipv4: "10.88.0.2",
 };
 
-const upper = (b: Uint8Array) => Uint8Array.from(b, (c) => (c >= 0x61 && c <= 0x7a ? c - 32 : c));
-const signo = (s: NodeJS.Signals) => constants.signals[s] ?? 9;
-
-/** An exec the test drives (write, finish) or a script plays; it records stdin, resizes and kills. */
-export class FakeExec implements ExecSession {
-  readonly queue = new AsyncQueue<ExecOutput>();
-  readonly output: AsyncIterable<ExecOutput> = this.queue;
-  readonly exit: Promise<number>;
-  readonly stdin: Buffer[] = [];
-  stdinClosed = false;
-  /** Each kill's signal, "default" when none was named (the host then sends SIGKILL). */
-  readonly signals: (NodeJS.Signals | "default")[] = [];
-  resized?: [number, number];
-  /** Called with each stdin chunk and at its close (null): a script's input. */
-  onStdin?: (data: Uint8Array | null) => void;
-  private ended = false;
-  private settle!: (code: number) => void;
-
-  constructor(readonly req: ExecRequest) {
-    this.exit = new Promise((resolve) => {
-      this.settle = resolve;
-    });
-  }
-
-  get killedWith(): NodeJS.Signals | "default" | undefined {
-    return this.signals.at(-1);
-  }
-  get finished(): boolean {
-    return this.ended;
-  }
-
-  write(stream: "stdout" | "stderr", data: string | Uint8Array): void {
-    this.queue.push({ stream, data: typeof data === "string" ? Buffer.from(data) : data });
-  }
-  finish(code: number): void {
-    if (this.ended) return;
-    this.ended = true;
-    this.queue.end();
-    this.settle(code);
-  }
-  writeStdin(data: Uint8Array): void {
-    this.stdin.push(Buffer.from(data));
-    this.onStdin?.(data);
-  }
-  closeStdin(): void {
-    this.stdinClosed = true;
-    this.onStdin?.(null);
-  }
-  resize(cols: number, rows: number): void {
-    this.resized = [cols, rows];
-  }
-  kill(signal?: NodeJS.Signals): void {
-    this.signals.push(signal ?? "default");
-    this.finish(128 + signo(signal ?? "SIGKILL"));
-  }
-}
-
-type Statement = { echo: string; stream: "stdout" | "stderr" } | { sleepMs: number } | { exit: number };
-
-/** `sh -c` scripts of echo, sleep and exit only; undefined for anything else. */
-export function parseScript(args: string[] | undefined): Statement[] | undefined {
-  if (!args || args.length < 3 || args[0] !== "sh" || args[1] !== "-c") return undefined;
-  const out: Statement[] = [];
-  for (const raw of args[2]!.split(/;|\n/)) {
-    const s = raw.trim();
-    if (s === "") continue;
-    let m = /^echo(?: (.*?))?( >&2)?$/.exec(s);
-    if (m) {
-      out.push({ echo: (m[1] ?? "").replace(/^(['"])(.*)\1$/, "$2"), stream: m[2] ? "stderr" : "stdout" });
-      continue;
-    }
-    m = /^sleep (\d+(?:\.\d+)?)$/.exec(s);
-    if (m) {
-      out.push({ sleepMs: Number(m[1]) * 1000 });
-      continue;
-    }
-    m = /^exit (\d+)$/.exec(s);
-    if (m) {
-      out.push({ exit: Number(m[1]) });
-      continue;
-    }
-    return undefined;
-  }
-  return out;
-}
-
-/** Plays the scripted vocabulary (see the file's header) on an exec; false when args are not in it. */
-function playExec(e: FakeExec, alive: () => boolean): boolean {
-  const [cmd, arg, msg] = e.req.args;
-  if (cmd === "upper" || cmd === "cat") {
-    e.onStdin = (d) => {
-      if (d === null) e.finish(0);
-      else e.write("stdout", cmd === "upper" ? upper(d) : Uint8Array.from(d));
-    };
-    return true;
-  }
-  if (cmd === "exit" && e.req.args.length <= 3) {
-    e.write("stdout", msg ?? "");
-    e.write("stderr", "bye\n");
-    e.finish(Number(arg));
-    return true;
-  }
-  if (cmd === "sleep" && e.req.args.length === 1) return true;
-  const script = parseScript(e.req.args);
-  if (!script) return false;
-  void play(script, (stream, line) => e.write(stream, `${line}\n`), alive).then((code) => {
-    if (code !== undefined) e.finish(code);
-  });
-  return true;
-}
-
-/** Runs a script's statements: the exit code, or undefined when `alive` turned false first. */
-async function play(
-  script: Statement[],
-  echo: (stream: "stdout" | "stderr", line: string) => void,
-  alive: () => boolean,
-): Promise<number | undefined> {
-  for (const s of script) {
-    if (!alive()) return undefined;
-    if ("echo" in s) echo(s.stream, s.echo);
-    else if ("exit" in s) return s.exit;
-    else {
-      const until = Date.now() + s.sleepMs;
-      while (alive() && Date.now() < until) await new Promise((r) => setTimeout(r, Math.min(20, s.sleepMs)));
-    }
-  }
-  return alive() ? 0 : undefined;
-}
-
 export interface FakeContainerApiOptions {
   /** Names the agent in errors. @default "agent-fake" */
   agentId?: string;
@@ -232,12 +101,6 @@ export interface FakeContainerApiOptions {
 
 type Call = [method: string, ...args: unknown[]];
 
-interface FsEntry {
-  dir: boolean;
-  data: Buffer;
-  mode: number;
-  modTime: number;
-}
 
 export class FakeContainerApi implements ContainerApi, ContainerFilesApi, ContainerSnapshotApi {
   readonly agentId: string;
@@ -277,7 +140,7 @@ export class FakeContainerApi implements ContainerApi, ContainerFilesApi, Contai
   private readonly now: () => number;
   private readonly followers = new Set<() => void>();
   private readonly ended = new Set<string>();
-  private readonly fs = new Map<string, Map<string, FsEntry>>();
+  private readonly fs = new Map<string, FakeFileTree>();
 
   constructor(o: FakeContainerApiOptions = {}) {
     this.agentId = o.agentId ?? "agent-fake";
@@ -545,54 +408,29 @@ export class FakeContainerApi implements ContainerApi, ContainerFilesApi, Contai
     this.code.set(sha256, Buffer.concat(parts));
   }
 
-  // Files: one map of normalised path → entry per container; "/" always there.
+  // Files: one FakeFileTree per container (test/helpers/fake-files.ts).
 
-  private tree(id: string): Map<string, FsEntry> {
+  private tree(id: string): FakeFileTree {
     this.must(id);
     let t = this.fs.get(id);
     if (!t) {
-      t = new Map([["/", { dir: true, data: Buffer.alloc(0), mode: 0o755, modTime: this.now() }]]);
+      t = new FakeFileTree(this.now);
       this.fs.set(id, t);
     }
     return t;
   }
-  private entry(id: string, path: string): [string, FsEntry] {
-    const p = norm(path);
-    const e = this.tree(id).get(p);
-    if (!e) throw new BerthError("path_not_found", `no file or directory at ${p}`, { path: p });
-    return [p, e];
-  }
-  private mkdirs(t: Map<string, FsEntry>, dir: string): void {
-    for (let d = dir; !t.has(d); d = posix.dirname(d))
-      t.set(d, { dir: true, data: Buffer.alloc(0), mode: 0o755, modTime: this.now() });
-    if (!t.get(dir)?.dir) throw new BerthError("path_invalid", `${dir} is not a directory`, { path: dir });
-  }
-  private under(t: Map<string, FsEntry>, root: string): [string, FsEntry][] {
-    const prefix = root === "/" ? "/" : `${root}/`;
-    return [...t]
-      .filter(([p, e]) => !e.dir && (p === root || p.startsWith(prefix)))
-      .sort(([a], [b]) => (a < b ? -1 : 1));
-  }
 
   async statPath(id: string, path: string): Promise<FileInfo> {
     this.record("statPath", id, path);
-    return info(...this.entry(id, path));
+    return this.tree(id).stat(path);
   }
   async listDir(id: string, path: string): Promise<FileInfo[]> {
     this.record("listDir", id, path);
-    const [p, e] = this.entry(id, path);
-    if (!e.dir) throw new BerthError("path_invalid", `${p} is not a directory`, { path: p });
-    return [...this.tree(id)]
-      .filter(([q]) => q !== "/" && posix.dirname(q) === p)
-      .sort(([a], [b]) => (a < b ? -1 : 1))
-      .map(([q, f]) => info(q, f));
+    return this.tree(id).list(path);
   }
   async *readFile(id: string, path: string): AsyncIterable<Uint8Array> {
     this.record("readFile", id, path);
-    const [p, e] = this.entry(id, path);
-    if (e.dir) throw new BerthError("path_invalid", `${p} is a directory`, { path: p });
-    if (e.data.length > 0) yield e.data.subarray(0, 1);
-    for (let at = 1; at < e.data.length; at += 64 * 1024) yield e.data.subarray(at, at + 64 * 1024);
+    yield* this.tree(id).read(path);
   }
   async writeFile(
     id: string,
@@ -601,66 +439,27 @@ export class FakeContainerApi implements ContainerApi, ContainerFilesApi, Contai
     opts?: { mode?: number },
   ): Promise<FileInfo> {
     this.record("writeFile", id, path, opts);
-    const p = norm(path);
-    const t = this.tree(id);
-    if (t.get(p)?.dir) throw new BerthError("path_invalid", `${p} is a directory`, { path: p });
+    const tree = this.tree(id);
     const chunks: Buffer[] = [];
+    tree.checkWritable(path);
     for await (const c of data) chunks.push(Buffer.from(c));
-    this.mkdirs(t, posix.dirname(p));
-    const e = { dir: false, data: Buffer.concat(chunks), mode: opts?.mode ?? 0o644, modTime: this.now() };
-    t.set(p, e);
-    return info(p, e);
+    return tree.write(path, Buffer.concat(chunks), opts?.mode);
   }
   async deleteFile(id: string, path: string): Promise<void> {
     this.record("deleteFile", id, path);
-    const [p, e] = this.entry(id, path);
-    if (e.dir) throw new BerthError("path_invalid", `${p} is a directory`, { path: p });
-    this.tree(id).delete(p);
+    this.tree(id).deleteFile(path);
   }
   async createDirectory(id: string, path: string): Promise<FileInfo> {
     this.record("createDirectory", id, path);
-    const p = norm(path);
-    const t = this.tree(id);
-    this.mkdirs(t, p);
-    return info(p, t.get(p)!);
+    return this.tree(id).mkdir(path);
   }
   async deleteDirectory(id: string, path: string): Promise<void> {
     this.record("deleteDirectory", id, path);
-    const p = norm(path);
-    if (p === "/") throw new BerthError("path_invalid", "cannot delete the root directory /", { path: p });
-    const [, e] = this.entry(id, p);
-    if (!e.dir) throw new BerthError("path_invalid", `${p} is not a directory`, { path: p });
-    const t = this.tree(id);
-    for (const q of [...t.keys()]) if (q === p || q.startsWith(`${p}/`)) t.delete(q);
+    this.tree(id).rmdir(path);
   }
   async findInFiles(id: string, path: string, pattern: string): Promise<FileSearchMatch[]> {
     this.record("findInFiles", id, path, pattern);
-    let re: RegExp;
-    try {
-      re = new RegExp(pattern);
-    } catch (e) {
-      throw new BerthError("invalid_request", `pattern ${pattern} does not compile: ${(e as Error).message}`);
-    }
-    const [p] = this.entry(id, path);
-    const out: FileSearchMatch[] = [];
-    for (const [q, f] of this.under(this.tree(id), p)) {
-      f.data
-        .toString("utf8")
-        .split("\n")
-        .forEach((line, i) => {
-          const m = re.exec(line);
-          if (!m) return;
-          out.push({
-            path: q,
-            line,
-            range: {
-              start: { line: i + 1, column: m.index + 1 },
-              end: { line: i + 1, column: m.index + 1 + m[0].length },
-            },
-          });
-        });
-    }
-    return out;
+    return this.tree(id).find(path, pattern);
   }
   async replaceInFiles(
     id: string,
@@ -669,15 +468,7 @@ export class FakeContainerApi implements ContainerApi, ContainerFilesApi, Contai
     newString: string,
   ): Promise<ReplaceResult[]> {
     this.record("replaceInFiles", id, path, oldString, newString);
-    const [p] = this.entry(id, path);
-    const out: ReplaceResult[] = [];
-    for (const [q, f] of this.under(this.tree(id), p)) {
-      const parts = f.data.toString("utf8").split(oldString);
-      if (parts.length < 2) continue;
-      f.data = Buffer.from(parts.join(newString));
-      out.push({ path: q, replacements: parts.length - 1 });
-    }
-    return out;
+    return this.tree(id).replace(path, oldString, newString);
   }
 
   // Snapshots
@@ -707,29 +498,6 @@ export class FakeContainerApi implements ContainerApi, ContainerFilesApi, Contai
     this.restores.push([snapshotId, req]);
     return this.add(req, `ctr-r${this.restores.length}`);
   }
-}
-
-function norm(path: string): string {
-  const p = posix.normalize(`/${path}`);
-  return p.length > 1 ? p.replace(/\/+$/, "") : "/";
-}
-
-function info(path: string, e: FsEntry): FileInfo {
-  const bits = (m: number) => `${m & 4 ? "r" : "-"}${m & 2 ? "w" : "-"}${m & 1 ? "x" : "-"}`;
-  return {
-    name: path === "/" ? "" : posix.basename(path),
-    path,
-    size: e.dir ? 4096 : e.data.length,
-    isDir: e.dir,
-    isSymlink: false,
-    modTime: e.modTime,
-    mode: e.mode,
-    permissions: `${e.dir ? "d" : "-"}${bits(e.mode >> 6)}${bits(e.mode >> 3)}${bits(e.mode)}`,
-    uid: 0,
-    gid: 0,
-    owner: "root",
-    group: "root",
-  };
 }
 
 /**
