@@ -13,7 +13,7 @@ import type { Readable } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
 import { publicError } from "../edge/errors.ts";
-import { sendError } from "../edge/raw.ts";
+import { sendError, writeJsonAnswer } from "../edge/raw.ts";
 import type { DirectOutcome } from "../tasks/direct.ts";
 import { MAX_RESULT_JSON_BYTES } from "./types.ts";
 
@@ -255,7 +255,7 @@ const failed = (type: string, message: string, reason: string): DirectOutcome =>
   reason,
 });
 
-/** Writes a JSON answer unless one was already started or the caller is gone. */
+/** Writes a JSON answer (with the request's task id) unless one was already started or the caller is gone. */
 export function writeJson(
   res: ServerResponse,
   status: number,
@@ -263,15 +263,7 @@ export function writeJson(
   taskId?: string,
   headers: Record<string, string> = {},
 ): void {
-  if (res.headersSent || res.destroyed) return;
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    ...headers,
-    "content-type": "application/json; charset=utf-8",
-    "content-length": Buffer.byteLength(text),
-    ...(taskId ? { "x-task-id": taskId } : {}),
-  });
-  res.end(text);
+  writeJsonAnswer(res, status, body, taskId ? { ...headers, "x-task-id": taskId } : headers);
 }
 
 export interface RawForwardRequest extends UpstreamTarget {

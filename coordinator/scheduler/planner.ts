@@ -9,8 +9,7 @@
 
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
-import { type Held, type IdleCandidate, type PlanRequest, planPlacement } from "./plan.ts";
-import type { ContainerLimits } from "./quota.ts";
+import { type Held, type IdleCandidate, type Plan, type PlanRequest, planPlacement } from "./plan.ts";
 import { type WorkspaceUsage, usageOf } from "./quota.ts";
 
 /** An owner of containers (the container manager): what it may stop to make room, and how. */
@@ -36,13 +35,7 @@ export type ReserveResult =
       /** Idle containers being stopped for it: start the container after whenReady(). */
       stopping: string[];
     }
-  | {
-      ok: false;
-      reason: string;
-      permanent: boolean;
-      limit?: keyof ContainerLimits;
-      noAgents?: boolean;
-    };
+  | Extract<Plan, { ok: false }>;
 
 export interface PlannerOptions {
   fleet: FleetView;
