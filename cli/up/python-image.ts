@@ -6,7 +6,7 @@
 // skips all of this.
 
 import { execFile } from "node:child_process";
-import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { AgentRpcClient } from "../../api/grpc/index.ts";
@@ -14,13 +14,40 @@ import { BerthError, describeError } from "../../shared/errors.ts";
 
 const run = promisify(execFile);
 
-/** The reference the built image is known by on the agent. */
-export const UP_PYTHON_IMAGE = "berth.local/python:bookworm";
+/**
+ * The reference the built image is known by on the agent. The tag changes
+ * whenever what the image holds changes (v2: `python` beside `python3`), so an
+ * agent that imported an older build imports this one instead of reusing it.
+ */
+export const UP_PYTHON_IMAGE = "berth.local/python:bookworm-v2";
 const SUITE = "bookworm";
 
-/** A rootfs with python3 (and cloudpickle) under dir, made with debootstrap the first time. */
+/**
+ * `python` as well as `python3` (a symlink /usr/bin/python → python3), as
+ * programs written for other platforms run `python …` (Debian ships only
+ * python3 without python-is-python3). A rootfs that already has a `python`
+ * keeps it. Idempotent; safe when several processes do it at once.
+ */
+export function addPythonAlias(rootfs: string): void {
+  const link = join(rootfs, "usr/bin/python");
+  if (!existsSync(join(rootfs, "usr/bin/python3"))) return;
+  try {
+    lstatSync(link);
+    return; // a file, a link (even a dangling one): the rootfs's own choice
+  } catch {}
+  try {
+    symlinkSync("python3", link);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+  }
+}
+
+/** A rootfs with python3 (and cloudpickle) under dir, made with debootstrap the first time; `python` added. */
 export async function ensurePythonRootfs(dir: string, print: (line: string) => void): Promise<string> {
-  if (existsSync(join(dir, "usr/bin/python3"))) return dir;
+  if (existsSync(join(dir, "usr/bin/python3"))) {
+    addPythonAlias(dir);
+    return dir;
+  }
   mkdirSync(dirname(dir), { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
@@ -42,6 +69,7 @@ export async function ensurePythonRootfs(dir: string, print: (line: string) => v
   for (const p of ["var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"]) {
     rmSync(join(tmp, p), { recursive: true, force: true });
   }
+  addPythonAlias(tmp);
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
   return dir;

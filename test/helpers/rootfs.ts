@@ -2,6 +2,7 @@ import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { addPythonAlias } from "../../cli/up/python-image.ts";
 import { buildOnce } from "./build-once.ts";
 
 const run = promisify(execFile);
@@ -13,8 +14,8 @@ const SUITE = "bookworm";
 const NAME = `rootfs-${SUITE}-python3`;
 
 /**
- * A minimal Debian rootfs with python3, made once with debootstrap (its default
- * mirror) and cached. Safe to call from several test processes at once: one
+ * A minimal Debian rootfs with python3 (and `python`, as the default image of
+ * `berth up` has it), made once with debootstrap (its default mirror) and cached. Safe to call from several test processes at once: one
  * builds, the others wait for it.
  */
 export async function testRootfs(): Promise<string> {
@@ -40,5 +41,7 @@ export async function testRootfs(): Promise<string> {
     rmSync(final, { recursive: true, force: true });
     renameSync(tmp, final);
   });
+  // Also on a rootfs cached before the alias existed.
+  addPythonAlias(final);
   return final;
 }

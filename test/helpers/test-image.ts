@@ -10,7 +10,8 @@ const run = promisify(execFile);
 
 /** Tag of the test image inside its cached OCI layout. */
 export const TEST_IMAGE_TAG = "bookworm";
-const LAYOUT_NAME = "oci-bookworm-python3";
+// -v2: the rootfs has `python` beside `python3`; a layout cached before is rebuilt.
+const LAYOUT_NAME = "oci-bookworm-python3-v2";
 
 /**
  * An OCI image layout holding the test rootfs (Debian bookworm + python3) as
