@@ -6,6 +6,7 @@
 // (test/architecture/imports.test.ts checks it; docs/architecture.md).
 
 export * from "./agent.ts";
+export * from "./builds.ts";
 export * from "./containers.ts";
 export * from "./files.ts";
 export * from "./snapshots.ts";

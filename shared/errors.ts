@@ -61,10 +61,20 @@ export const CATALOG = {
     summary: "no container took the request before it expired (task_policy.expires)",
   },
   task_cancelled: { kind: "Conflict", summary: "the request's task was cancelled while it ran" },
+  unplaceable: {
+    kind: "FailedPrecondition",
+    summary:
+      "no host in the fleet can ever run this request (a GPU type, a GPU count or a size no agent has); the message names what the fleet has",
+    http: 422,
+  },
   cancelled: {
     kind: "Unavailable",
     summary: "the caller went away before its answer (the status is only logged: nobody reads it)",
     http: 499,
+  },
+  image_build_failed: {
+    kind: "FailedPrecondition",
+    summary: "a step of the image build failed; details name the step, its exit code and its last output lines",
   },
   internal: { kind: "Internal", summary: "an unexpected error; see the server log" },
 } as const satisfies Record<string, CatalogEntry>;

@@ -19,6 +19,7 @@ import type {
 } from "../../api/index.ts";
 import type { BindMount, ContainerEvent } from "../runtime/index.ts";
 import { ContainerSnapshots } from "../snapshots/index.ts";
+import { ImageBuilder } from "../build/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
 import { gcImages, imageOpsStore, imageSummary, importImage } from "./image-ops.ts";
@@ -63,6 +64,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   /** Filesystem commits and memory checkpoints (agent/snapshots). */
   override readonly snapshots: ContainerSnapshots;
   private readonly provisioning: ProvisionDeps;
+  /** Image builds: steps run as this host's containers, committed into its image store (agent/build). */
+  readonly builds: ImageBuilder = new ImageBuilder(this);
 
   private constructor(opts: ContainerHostOptions) {
     super();

@@ -8,6 +8,7 @@ import * as grpc from "@grpc/grpc-js";
 import { BerthError } from "../../shared/errors.ts";
 import type { AgentApi } from "../../api/index.ts";
 import type { ContainerApi } from "../../api/index.ts";
+import { buildHandlers, buildsOf } from "./build-handlers.ts";
 import { type Authorize, containerHandlers, unary } from "./container-handlers.ts";
 import { capacityToProto, healthToProto } from "../../api/grpc/index.ts";
 import { loadAgentProto } from "../../api/grpc/index.ts";
@@ -118,6 +119,7 @@ function handlers(o: ResolvedAgentRpcServerOptions, authorize: Authorize): grpc.
     GetCapacity: unary(authorize, async () => capacityToProto(await impl.capacity())),
     ...containerHandlers(o.containers, authorize),
     ...sandboxHandlers(o.sandboxes, authorize),
+    ...buildHandlers(buildsOf(o.containers), authorize),
   };
 }
 

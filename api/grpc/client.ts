@@ -24,6 +24,9 @@ import { loadAgentProto } from "./proto.ts";
 import type { ContainerFilesApi, FileInfo, FileSearchMatch, ReplaceResult } from "../files.ts";
 import type { ContainerSnapshotApi } from "../snapshots.ts";
 import { SandboxRpcClient } from "./sandbox-client.ts";
+import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../builds.ts";
+import { buildEventFromProto, buildRequestToProto, type WireBuildEvent } from "./build-convert.ts";
+import { streamCall } from "./container-client.ts";
 
 export interface AgentRpcClientTlsOptions {
   /** The cluster CA the agent's server certificate must chain to. */
@@ -109,7 +112,9 @@ export function resolveAgentRpcClientOptions(o: AgentRpcClientOptions): Resolved
   return { address: o.address, transport: "tls", tls: o.tls, deadlineMs, longDeadlineMs };
 }
 
-export class AgentRpcClient implements AgentApi, ContainerApi, ContainerFilesApi, ContainerSnapshotApi {
+export class AgentRpcClient
+  implements AgentApi, ContainerApi, ContainerFilesApi, ContainerSnapshotApi, ImageBuildApi
+{
   readonly options: ResolvedAgentRpcClientOptions;
   private readonly client: grpc.Client;
   private readonly channel: RpcChannel;
@@ -251,6 +256,13 @@ export class AgentRpcClient implements AgentApi, ContainerApi, ContainerFilesApi
 
   replaceInFiles(id: string, path: string, oldString: string, newString: string): Promise<ReplaceResult[]> {
     return this.sandboxes.replaceInFiles(id, path, oldString, newString);
+  }
+
+  async *buildImage(req: BuildImageRequest, opts: { signal?: AbortSignal } = {}): AsyncGenerator<BuildEvent> {
+    const wire = buildRequestToProto(req);
+    for await (const w of streamCall<WireBuildEvent>(this.channel, "BuildImage", wire, opts)) {
+      yield buildEventFromProto(w);
+    }
   }
 
   commitFilesystem(id: string, ref: string): Promise<ImageSummary> {

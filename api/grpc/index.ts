@@ -5,6 +5,7 @@
 
 export * from "./agent-convert.ts";
 export * from "./async-queue.ts";
+export * from "./build-convert.ts";
 export * from "./client.ts";
 export * from "./container-client.ts";
 export * from "./container-convert.ts";

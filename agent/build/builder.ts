@@ -1,0 +1,215 @@
+// Image builds on this agent (docs/images.md, "Builds"): each step runs as a
+// container of the agent's own runtime (runc, the same cgroups, egress and
+// GPU injection as any container) on top of the previous step's image, and
+// the container's writes are committed as one layer into the agent's image
+// store. A step's layer is cached under a reference keyed by the parent's
+// digest and the step (command and environment), so a rebuild runs only the
+// steps from the first changed one on. A failed step's container and writes
+// are removed; the layers of the steps before it stay, as cache.
+
+import { createHash } from "node:crypto";
+import { performance } from "node:perf_hooks";
+import type {
+  BuildEvent,
+  BuildImageRequest,
+  BuildStep,
+  ContainerStatus,
+  ImageBuildApi,
+  ImageSummary,
+  LogEntry,
+  RunContainerRequest,
+} from "../../api/index.ts";
+import { BerthError, describeError } from "../../shared/errors.ts";
+import { BuildFanout } from "./fanout.ts";
+
+/** What a build needs of the container host; ContainerHost has it. */
+export interface BuildHost {
+  pullImage(
+    ref: string,
+    opts?: { credentials?: { username: string; password: string } },
+  ): Promise<ImageSummary>;
+  listImages(): Promise<ImageSummary[]>;
+  runContainer(req: RunContainerRequest): Promise<ContainerStatus>;
+  streamLogs(id: string, opts?: { follow?: boolean }): AsyncIterable<LogEntry>;
+  getContainer(id: string): Promise<ContainerStatus>;
+  stopContainer(id: string, opts?: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus>;
+  commitFilesystem(containerId: string, ref: string): Promise<ImageSummary>;
+}
+
+/** Repository of the step cache: one tag per (parent digest, step). */
+export const BUILD_CACHE_REPO = "localhost/berth-build-cache";
+/** Label on step containers: the image id they build. */
+export const BUILD_LABEL = "berth.build";
+/** Output lines a failure reports. */
+export const FAILURE_TAIL_LINES = 20;
+
+const GiB = 1024 * 1024 * 1024;
+const STEP_NAME_MAX = 200;
+
+const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
+
+/** The cache key of a step on top of `parentDigest`: what it runs and with which environment. */
+export function stepCacheKey(parentDigest: string, step: BuildStep, env: Record<string, string>): string {
+  const sortedEnv = Object.keys(env)
+    .sort()
+    .map((k) => `${k}=${env[k]}`);
+  return sha256(JSON.stringify({ parent: parentDigest, run: step.run, env: sortedEnv })).slice(0, 48);
+}
+
+/** The image id: a hash of the build definition and the base digest. */
+export function buildImageId(baseDigest: string, req: BuildImageRequest): string {
+  const env = req.env ?? {};
+  const sortedEnv = Object.keys(env)
+    .sort()
+    .map((k) => `${k}=${env[k]}`);
+  const def = { base: baseDigest, steps: req.steps.map((s) => s.run), env: sortedEnv };
+  return `img-${sha256(JSON.stringify(def)).slice(0, 24)}`;
+}
+
+const invalid = (m: string) => new BerthError("invalid_request", m);
+
+/** Refuses malformed requests before anything runs. */
+export function checkBuildRequest(req: BuildImageRequest): void {
+  if (!req || !Array.isArray(req.steps)) throw invalid("a build needs a list of steps");
+  req.steps.forEach((s, i) => {
+    if (!s || typeof s.run !== "string" || s.run.trim() === "") {
+      throw invalid(`build step ${i + 1} has no command`);
+    }
+    if (typeof s.name !== "string" || s.name.length > STEP_NAME_MAX) {
+      throw invalid(`build step ${i + 1} needs a name of at most ${STEP_NAME_MAX} characters`);
+    }
+  });
+  for (const k of Object.keys(req.env ?? {})) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k))
+      throw invalid(`build environment variable name ${JSON.stringify(k)} is not valid`);
+  }
+  if (req.cpu !== undefined && !(req.cpu > 0)) throw invalid("build cpu must be positive");
+  if (req.memoryBytes !== undefined && !(req.memoryBytes > 0))
+    throw invalid("build memoryBytes must be positive");
+}
+
+function refOf(summary: ImageSummary, wanted: string): boolean {
+  return summary.ref === wanted || summary.refs.includes(wanted) || summary.refs.includes(`${wanted}`);
+}
+
+export class ImageBuilder implements ImageBuildApi {
+  /** Builds in progress by image id: a second request for one follows the first. */
+  private readonly running = new Map<string, BuildFanout>();
+  private seq = 0;
+
+  constructor(private readonly host: BuildHost) {}
+
+  async *buildImage(req: BuildImageRequest, opts: { signal?: AbortSignal } = {}): AsyncGenerator<BuildEvent> {
+    checkBuildRequest(req);
+    const baseRef = req.baseImage?.trim() || undefined;
+    const base = await this.host.pullImage(
+      baseRef ?? "",
+      req.baseCredentials ? { credentials: req.baseCredentials } : {},
+    );
+    const imageId = buildImageId(base.digest, req);
+    let fanout = this.running.get(imageId);
+    if (!fanout) {
+      const f = new BuildFanout();
+      fanout = f;
+      this.running.set(imageId, f);
+      f.run(async (emit) => {
+        emit({ type: "base", imageId, ref: baseRef ?? base.ref, digest: base.digest });
+        await this.steps(imageId, base, req, emit);
+      }).finally(() => this.running.delete(imageId));
+    }
+    yield* fanout.follow(opts.signal);
+  }
+
+  private async steps(
+    imageId: string,
+    base: ImageSummary,
+    req: BuildImageRequest,
+    emit: (e: BuildEvent) => void,
+  ): Promise<void> {
+    const env = req.env ?? {};
+    let parent = { ref: base.ref, digest: base.digest };
+    let cachedSteps = 0;
+    let builtSteps = 0;
+    const total = req.steps.length;
+    for (const [i, step] of req.steps.entries()) {
+      const index = i + 1;
+      const cacheRef = `${BUILD_CACHE_REPO}:${stepCacheKey(parent.digest, step, env)}`;
+      const hit = (await this.host.listImages()).find((s) => refOf(s, cacheRef));
+      const started = performance.now();
+      emit({ type: "step", index, total, name: step.name, cached: !!hit });
+      let digest: string;
+      if (hit) {
+        digest = hit.digest;
+        cachedSteps++;
+      } else {
+        digest = (await this.runStep(imageId, index, step, parent.ref, cacheRef, req, emit)).digest;
+        builtSteps++;
+      }
+      const seconds = Math.round((performance.now() - started) / 10) / 100;
+      emit({ type: "step_done", index, cached: !!hit, seconds, digest });
+      parent = { ref: cacheRef, digest };
+    }
+    emit({ type: "done", imageId, ref: parent.ref, digest: parent.digest, cachedSteps, builtSteps });
+  }
+
+  /** Runs one step in a container on `parentRef` and commits its writes under `cacheRef`. */
+  private async runStep(
+    imageId: string,
+    index: number,
+    step: BuildStep,
+    parentRef: string,
+    cacheRef: string,
+    req: BuildImageRequest,
+    emit: (e: BuildEvent) => void,
+  ): Promise<ImageSummary> {
+    const id = `bld-${imageId.slice(4, 16)}-${index}-${process.pid}-${++this.seq}`;
+    const tail: string[] = [];
+    let c: ContainerStatus | undefined;
+    try {
+      c = await this.host.runContainer({
+        id,
+        image: parentRef,
+        args: ["/bin/sh", "-c", step.run],
+        env: { ...(req.env ?? {}) },
+        cwd: "/",
+        cpu: req.cpu ?? 1,
+        memoryBytes: req.memoryBytes ?? GiB,
+        labels: { [BUILD_LABEL]: imageId },
+      });
+      // Follows until the container ends.
+      for await (const l of this.host.streamLogs(id, { follow: true })) {
+        tail.push(l.line);
+        if (tail.length > FAILURE_TAIL_LINES) tail.shift();
+        emit({ type: "output", index, stream: l.stream, line: l.line });
+      }
+      const status = await this.exited(id);
+      if (status.exitCode !== 0) {
+        const code = status.exitCode ?? -1;
+        const why = status.reason && status.reason !== "exited" ? ` (${status.reason})` : "";
+        throw new BerthError(
+          "image_build_failed",
+          `build step ${index}/${req.steps.length} (${step.name}) exited with code ${code}${why}; last output:\n${tail.join("\n")}`,
+          { step: index, name: step.name, exitCode: code, output: tail },
+        );
+      }
+      return await this.host.commitFilesystem(id, cacheRef);
+    } finally {
+      if (c) {
+        await this.host.stopContainer(id, { graceMs: 0, remove: true }).catch((e: unknown) => {
+          console.error(`build ${imageId}: removing step container ${id} failed: ${describeError(e)}`);
+        });
+      }
+    }
+  }
+
+  /** The container's final status (the log stream can end a moment before the state says so). */
+  private async exited(id: string): Promise<ContainerStatus> {
+    for (let i = 0; ; i++) {
+      const s = await this.host.getContainer(id);
+      if (s.state === "stopped") return s;
+      if (i > 600)
+        throw new BerthError("internal", `build step container ${id} did not stop after its output ended`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}

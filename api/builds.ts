@@ -1,0 +1,45 @@
+// Image builds on an agent: a base image plus shell steps, each step run in a
+// container of the agent's runtime and committed as one cached layer
+// (docs/images.md, "Builds"). Like ContainerApi, the agent's host and the
+// gRPC client implement this same interface.
+
+/** One build step: a shell command run with `/bin/sh -c` on top of the previous step's files. */
+export interface BuildStep {
+  /** What progress lines call the step (e.g. "pip install numpy"). */
+  name: string;
+  /** The shell command. */
+  run: string;
+}
+
+export interface BuildImageRequest {
+  /** The image the first step runs on; the agent's default image when absent. */
+  baseImage?: string;
+  /** Registry credentials for pulling the base; never logged. */
+  baseCredentials?: { username: string; password: string };
+  steps: BuildStep[];
+  /** KEY=VALUE seen by every step (and part of each step's cache key). */
+  env?: Record<string, string>;
+  /** CPU cores and memory of each step's container. @default 1 core, 1 GiB */
+  cpu?: number;
+  memoryBytes?: number;
+}
+
+export type BuildEvent =
+  /** The base resolved to a digest; imageId is fixed from here on. */
+  | { type: "base"; imageId: string; ref: string; digest: string }
+  /** A step begins (cached: its layer exists and nothing runs). */
+  | { type: "step"; index: number; total: number; name: string; cached: boolean }
+  | { type: "output"; index: number; stream: "stdout" | "stderr"; line: string }
+  | { type: "step_done"; index: number; cached: boolean; seconds: number; digest: string }
+  /** The image: `ref` is what a RunContainerRequest.image on this agent names. */
+  | { type: "done"; imageId: string; ref: string; digest: string; cachedSteps: number; builtSteps: number };
+
+export interface ImageBuildApi {
+  /**
+   * Builds (or finds in the step cache) the image; events as it goes. A step
+   * that exits non-zero ends the stream with `image_build_failed`, whose
+   * details name the step, its exit code and its last output lines.
+   * Concurrent builds of the same image id share one build.
+   */
+  buildImage(req: BuildImageRequest, opts?: { signal?: AbortSignal }): AsyncIterable<BuildEvent>;
+}

@@ -1,0 +1,103 @@
+// BuildImage on the wire: the request and the event oneof, both ways.
+
+import { BerthError } from "../../shared/errors.ts";
+import type { BuildEvent, BuildImageRequest } from "../builds.ts";
+
+export interface WireBuildImageRequest {
+  baseImage: string;
+  baseCredentials: { username: string; password: string } | null;
+  steps: { name: string; run: string }[];
+  env: Record<string, string>;
+  cpu: number;
+  memoryBytes: number;
+}
+
+type WireStream = "LOG_STREAM_STDOUT" | "LOG_STREAM_STDERR" | "LOG_STREAM_UNSPECIFIED";
+
+export type WireBuildEvent =
+  | { event: "base"; base: { imageId: string; ref: string; digest: string } }
+  | { event: "step"; step: { index: number; total: number; name: string; cached: boolean } }
+  | { event: "output"; output: { index: number; stream: WireStream; line: string } }
+  | { event: "stepDone"; stepDone: { index: number; cached: boolean; seconds: number; digest: string } }
+  | {
+      event: "done";
+      done: { imageId: string; ref: string; digest: string; cachedSteps: number; builtSteps: number };
+    };
+
+export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest {
+  return {
+    baseImage: r.baseImage ?? "",
+    baseCredentials: r.baseCredentials
+      ? { username: r.baseCredentials.username, password: r.baseCredentials.password }
+      : null,
+    steps: r.steps.map((s) => ({ name: s.name, run: s.run })),
+    env: { ...(r.env ?? {}) },
+    cpu: r.cpu ?? 0,
+    memoryBytes: r.memoryBytes ?? 0,
+  };
+}
+
+export function buildRequestFromProto(w: WireBuildImageRequest): BuildImageRequest {
+  const r: BuildImageRequest = { steps: (w.steps ?? []).map((s) => ({ name: s.name, run: s.run })) };
+  if (w.baseImage) r.baseImage = w.baseImage;
+  if (w.baseCredentials)
+    r.baseCredentials = { username: w.baseCredentials.username, password: w.baseCredentials.password };
+  if (w.env && Object.keys(w.env).length > 0) r.env = { ...w.env };
+  if (w.cpu > 0) r.cpu = w.cpu;
+  if (w.memoryBytes > 0) r.memoryBytes = w.memoryBytes;
+  return r;
+}
+
+export function buildEventToProto(e: BuildEvent): WireBuildEvent {
+  switch (e.type) {
+    case "base":
+      return { event: "base", base: { imageId: e.imageId, ref: e.ref, digest: e.digest } };
+    case "step":
+      return { event: "step", step: { index: e.index, total: e.total, name: e.name, cached: e.cached } };
+    case "output": {
+      const stream = e.stream === "stdout" ? "LOG_STREAM_STDOUT" : "LOG_STREAM_STDERR";
+      return { event: "output", output: { index: e.index, stream, line: e.line } };
+    }
+    case "step_done":
+      return {
+        event: "stepDone",
+        stepDone: { index: e.index, cached: e.cached, seconds: e.seconds, digest: e.digest },
+      };
+    case "done":
+      return {
+        event: "done",
+        done: {
+          imageId: e.imageId,
+          ref: e.ref,
+          digest: e.digest,
+          cachedSteps: e.cachedSteps,
+          builtSteps: e.builtSteps,
+        },
+      };
+  }
+}
+
+export function buildEventFromProto(w: WireBuildEvent): BuildEvent {
+  switch (w.event) {
+    case "base":
+      return { type: "base", ...w.base };
+    case "step":
+      return { type: "step", ...w.step };
+    case "output":
+      return {
+        type: "output",
+        index: w.output.index,
+        stream: w.output.stream === "LOG_STREAM_STDERR" ? "stderr" : "stdout",
+        line: w.output.line,
+      };
+    case "stepDone":
+      return { type: "step_done", ...w.stepDone };
+    case "done":
+      return { type: "done", ...w.done };
+    default:
+      throw new BerthError(
+        "internal",
+        `the agent sent a build event of unknown kind ${(w as { event?: string }).event}`,
+      );
+  }
+}
