@@ -89,6 +89,7 @@ export async function startContainers(
       codeDir: join(o.dataDir, "code"),
       bridgeDir: join(o.dataDir, "bridge"),
       sdkDir: o.sdkDir,
+      volumeRoot: o.volumeRoot,
       runners,
       logger: log.child({ area: "containers" }),
       onEvent: (e) => {

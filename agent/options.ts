@@ -59,6 +59,11 @@ export interface AgentOptions {
   metricsHost?: string;
   /** The pool (agent group) this agent's capacity counts toward in pool metrics. @default "default" */
   pool?: string;
+  /**
+   * Where workspace volumes live: the same shared path on every agent of a
+   * fleet (NFS or the like), local disk on one host (docs/volumes.md). @default <dataDir>/volumes
+   */
+  volumeRoot?: string;
 }
 
 export interface ResolvedAgentOptions {
@@ -83,6 +88,7 @@ export interface ResolvedAgentOptions {
   imageGcUnusedForMs?: number;
   sdkDir: string;
   metrics: { intervalMs: number; port?: number; host: string; pool: string };
+  volumeRoot: string;
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -129,6 +135,7 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     ...(o.imageGcUnusedForMs !== undefined ? { imageGcUnusedForMs: o.imageGcUnusedForMs } : {}),
     sdkDir: resolve(o.sdkDir ?? DEFAULT_SDK_DIR),
     metrics: metricsOptions(o),
+    volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
   };
 }
 

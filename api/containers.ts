@@ -40,6 +40,8 @@ export interface RunContainerRequest {
   exposedPorts?: number[];
   /** Host paths bind-mounted in; only under the agent's allowed mount roots. */
   mounts?: { source: string; destination: string; readOnly?: boolean }[];
+  /** Workspace volumes (docs/volumes.md): each at /volumes/{name} and at its mountPath. */
+  volumes?: VolumeMount[];
   timeoutMs?: number;
   labels?: Record<string, string>;
   /** See ContainerSpec.startupWindowMs. */
@@ -48,6 +50,17 @@ export interface RunContainerRequest {
   code?: { sha256: string };
   /** Makes this a runner container: see RunnerConfig. */
   runner?: RunnerConfig;
+}
+
+/**
+ * A volume of the workspace, kept under the agent's volume root at
+ * <root>/<workspaceId>/<name> (created on first use). mountPath is relative
+ * to the container's working directory unless absolute.
+ */
+export interface VolumeMount {
+  workspaceId: string;
+  name: string;
+  mountPath: string;
 }
 
 /**

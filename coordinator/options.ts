@@ -1,7 +1,7 @@
 import { X509Certificate, createPrivateKey } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createSecureContext } from "node:tls";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { NatsCredentials } from "../shared/subjects.ts";
 import type { StreamRetention } from "./fleet/streams.ts";
@@ -71,6 +71,12 @@ export interface CoordinatorOptions {
    * once. Within 0..600000. @default 30000
    */
   placementWaitMs?: number;
+  /**
+   * Where workspace volumes live: the same path the agents use as their
+   * volume root (a shared mount on a fleet; docs/volumes.md). The volume
+   * routes read and write files here. @default "<dataDir>/volumes"
+   */
+  volumeRoot?: string;
 }
 
 export interface TlsFiles {
@@ -97,6 +103,7 @@ export interface ResolvedCoordinatorOptions {
   metricsToken?: string;
   metricsRetentionMs: number;
   placementWaitMs: number;
+  volumeRoot: string;
 }
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
@@ -147,6 +154,7 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     ...metricsOptions(o),
     costRates: resolveCostRates(o.costRates),
     placementWaitMs: checkPlacementWait(o.placementWaitMs ?? 30_000),
+    volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
   };
 }
 

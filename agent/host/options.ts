@@ -117,6 +117,8 @@ export interface ContainerHostOptions {
   cpuOvercommit?: number;
   /** Host directories under which request mounts may lie (symlinks resolved). @default [] (no mounts) */
   allowedMountRoots?: string[];
+  /** Where workspace volumes live (docs/volumes.md); requests with volumes fail without one. */
+  volumeRoot?: string;
   logger?: HostLogger;
   onEvent?: (e: HostEvent) => void;
   onLog?: (l: LogEntry) => void;
@@ -152,6 +154,7 @@ export interface ResolvedContainerHostOptions {
   capacity: () => Promise<HostResources>;
   cpuOvercommit: number;
   allowedMountRoots: string[];
+  volumeRoot: string | undefined;
   logger: HostLogger;
   onEvent: (e: HostEvent) => void;
   onLog: (l: LogEntry) => void;
@@ -196,6 +199,9 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
       );
     }
   }
+  if (o.volumeRoot !== undefined && (typeof o.volumeRoot !== "string" || !isAbsolute(o.volumeRoot))) {
+    throw invalid(`container host: volumeRoot must be an absolute path, got ${JSON.stringify(o.volumeRoot)}`);
+  }
   const cap = o.capacity ?? { cpuCores: availableParallelism(), memoryBytes: totalmem() };
   const capacity =
     typeof cap === "function"
@@ -227,6 +233,7 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
     capacity,
     cpuOvercommit,
     allowedMountRoots: [...roots],
+    volumeRoot: o.volumeRoot === undefined ? undefined : resolve(o.volumeRoot),
     logger: o.logger ?? silent,
     onEvent: o.onEvent ?? (() => {}),
     onLog: o.onLog ?? (() => {}),

@@ -18,6 +18,8 @@ import { applyRunner, type RunnerBridges } from "./runner.ts";
 import type { RestoringRuntime, StartStep } from "./sandbox.ts";
 import type { SandboxInits } from "./sandbox-init.ts";
 import { injectGpus, startupEnder } from "./startup.ts";
+import { RunnerPaths } from "../../shared/tasks.ts";
+import { volumeBindMounts } from "../volumes/volumes.ts";
 
 /** What of ContainerHost the start steps use. */
 export interface ProvisionDeps {
@@ -113,10 +115,15 @@ export async function provisionContainer(
     }
     step = "building the container spec";
     const run = applyRunner(req, req.runner, { codeDir, bridgeDir, sdkDir: options.sdkDir });
+    step = "mounting volumes";
+    const cwd = run.req.cwd ?? (image.config.workingDir || "/");
+    const codeParent = codeDir ? [{ destination: RunnerPaths.code, source: codeDir }] : [];
+    const volumes = volumeBindMounts(req.volumes, options.volumeRoot, cwd, codeParent);
+    step = "building the container spec";
     const spec = buildContainerSpec({
       req: run.req,
       image,
-      mounts: [...mounts, ...run.mounts],
+      mounts: [...mounts, ...run.mounts, ...volumes],
       net,
       hostsFile,
       gpu: injection,

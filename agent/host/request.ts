@@ -7,8 +7,9 @@ import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts"
 import { invalid } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
 import { checkSha256 } from "../code/store.ts";
-import type { GpuRequest, RunContainerRequest, RunnerConfig } from "../../api/index.ts";
+import type { GpuRequest, RunContainerRequest, RunnerConfig, VolumeMount } from "../../api/index.ts";
 import { checkCpuAndMemory } from "../runtime/spec.ts";
+import { checkVolumeMounts } from "../volumes/volumes.ts";
 import { resolveRunnerConfig } from "./runner.ts";
 
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -38,6 +39,7 @@ export interface ResolvedRunRequest {
   /** Lower-cased sha256 of a code archive to mount. */
   code?: { sha256: string };
   runner?: RunnerConfig;
+  volumes: VolumeMount[];
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -155,6 +157,7 @@ export function resolveRunRequest(req: RunContainerRequest): ResolvedRunRequest 
       };
     }),
     labels: stringMap(req.labels, "labels"),
+    volumes: checkVolumeMounts(req.volumes),
   };
   if (req.image !== undefined) out.image = req.image.trim();
   if (creds) out.credentials = { username: creds.username, password: creds.password };

@@ -67,6 +67,7 @@ export interface WireRunContainerRequest {
   startupWindowMs?: number;
   code?: { sha256: string } | null;
   runner?: WireRunnerConfig | null;
+  volumes?: { workspaceId: string; name: string; mountPath: string }[];
 }
 
 export interface WireRunnerConfig {
@@ -260,6 +261,7 @@ export function runRequestToProto(r: RunContainerRequest): WireRunContainerReque
         : uint(r.startupWindowMs, "startupWindowMs", "invalid_request"),
     code: r.code ? { sha256: r.code.sha256 } : null,
     runner: r.runner ? runnerToProto(r.runner) : null,
+    volumes: (r.volumes ?? []).map((v) => ({ workspaceId: v.workspaceId, name: v.name, mountPath: v.mountPath })),
   });
 }
 
@@ -319,6 +321,9 @@ export function runRequestFromProto(w: WireRunContainerRequest): RunContainerReq
   if (w.gpu) r.gpu = w.gpu.types.length ? { count: w.gpu.count, types: w.gpu.types } : { count: w.gpu.count };
   if (w.code) r.code = { sha256: w.code.sha256 };
   if (w.runner) r.runner = runnerFromProto(w.runner);
+  if (w.volumes?.length) {
+    r.volumes = w.volumes.map((v) => ({ workspaceId: v.workspaceId, name: v.name, mountPath: v.mountPath }));
+  }
   return r;
 }
 

@@ -42,6 +42,7 @@ interface AgentRunFlags {
   metricsPort?: number;
   metricsHost?: string;
   pool?: string;
+  volumeRoot?: string;
 }
 
 function collect(v: string, acc: string[]): string[] {
@@ -81,6 +82,7 @@ export function agentCommands(program: Command): void {
     .option("--metrics-port <port>", "serve Prometheus /metrics on this port (default: not served)", (v) => Number(v))
     .option("--metrics-host <host>", "address of /metrics (default 127.0.0.1)")
     .option("--pool <name>", "the pool (agent group) this host counts toward (default: default)")
+    .option("--volume-root <dir>", "where workspace volumes live; the same shared path on every agent (default: DATA_DIR/volumes)")
     .action(async (o: AgentRunFlags) => {
       await runUntilSignal("agent", () =>
         startAgent(
@@ -106,6 +108,7 @@ export function agentCommands(program: Command): void {
             ...(o.metricsPort !== undefined ? { metricsPort: o.metricsPort } : {}),
             ...(o.metricsHost ? { metricsHost: o.metricsHost } : {}),
             ...(o.pool ? { pool: o.pool } : {}),
+            ...(o.volumeRoot ? { volumeRoot: o.volumeRoot } : {}),
           }),
         ),
       );

@@ -4,6 +4,7 @@
 import type { RunContainerRequest, RunnerConfig } from "../../api/index.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { cpuMillicores, gpuWish } from "../../shared/stub-resources.ts";
+import { stubVolumeMounts } from "../../shared/volumes.ts";
 import { HTTP_SERVED_TYPES, RunnerLabels, baseStubType } from "../../shared/tasks.ts";
 import type { PlacementRequest } from "../scheduler/place.ts";
 import type { StubRecord } from "./types.ts";
@@ -102,6 +103,8 @@ export function runnerRequest(
   const gpu = gpuWish(stub);
   if (gpu.count > 0) req.gpu = { count: gpu.count, types: gpuType ? [gpuType] : gpu.types };
   if (extra.code_sha256) req.code = { sha256: extra.code_sha256 };
+  const volumes = stubVolumeMounts(stub.workspaceId, config.volumes);
+  if (volumes.length > 0) req.volumes = volumes;
   // The stub's secrets (`secrets=[...]`); the agent adds BERTH_*, which no secret may be named.
   if (secretEnv && Object.keys(secretEnv).length > 0) req.env = { ...secretEnv };
   return req;

@@ -2,6 +2,7 @@
 // image, secrets and code as for a function's runner (runner-request.ts), but
 // the stub's entrypoint instead of the runner, its ports and its egress.
 
+import { stubVolumeMounts } from "../../shared/volumes.ts";
 import type { RunContainerRequest } from "../../api/index.ts";
 import { type EgressPolicy, resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
@@ -131,6 +132,8 @@ export function sandboxRequest(i: SandboxRequestInput): RunContainerRequest {
   const gpu = gpuWish(stub);
   if (gpu.count > 0) req.gpu = { count: gpu.count, types: i.gpuType ? [i.gpuType] : gpu.types };
   if (extra.code_sha256) req.code = { sha256: extra.code_sha256 };
+  const volumes = stubVolumeMounts(stub.workspaceId, stub.config.volumes);
+  if (volumes.length > 0) req.volumes = volumes;
   const env = { ...(extra.env ?? {}), ...(i.secretEnv ?? {}) };
   if (Object.keys(env).length > 0) req.env = env;
   return req;

@@ -1,3 +1,4 @@
+import { checkStubVolumes } from "../../../shared/volumes.ts";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { STUB_TYPES, type StubConfig, type StubExtra } from "../../../shared/tasks.ts";
@@ -120,6 +121,8 @@ export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
             field: "config.handler",
           });
         }
+        // Volumes are checked when registered too: a bad name never reaches an agent.
+        checkStubVolumes(b.config.volumes);
         // A bad egress combination is refused when registered, before any container starts.
         if (b.extra.block_network !== undefined || b.extra.allow_list !== undefined) {
           resolveEgressPolicy({ block_network: b.extra.block_network ?? false, allow_list: b.extra.allow_list ?? null });
