@@ -6,8 +6,10 @@
 import { chmod, rm } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { describeError, isBerthError } from "../../shared/errors.ts";
+import type { StateRequest } from "../../shared/objects.ts";
 import { BridgeError } from "../tasks/bridge-error.ts";
 import { MAX_HAND_OUT, type TaskWorker } from "../tasks/worker.ts";
+import type { StateRelayClient } from "./state-relay.ts";
 
 export interface BridgeLogger {
   error(obj: object, msg?: string): void;
@@ -23,6 +25,8 @@ const LIMITS = {
   result: 12 * MiB,
   results: 64 * MiB,
   release: 1 * MiB,
+  /** Queue, Map and Signal operations: a 1 MiB value, base64, in JSON. */
+  state: 4 * MiB,
 } as const;
 type Route = keyof typeof LIMITS;
 
@@ -30,6 +34,7 @@ const TOP_ROUTES: Record<string, Route> = {
   "/v1/tasks/next": "next",
   "/v1/tasks/results": "results",
   "/v1/tasks/release": "release",
+  "/v1/state": "state",
 };
 const TASK_ROUTE = /^\/v1\/tasks\/([A-Za-z0-9_.:-]{1,200})\/(output|heartbeat|result)$/;
 
@@ -121,6 +126,8 @@ export class BridgeServer {
     /** The worker, once the agent has NATS; calls before that answer 503. */
     private readonly worker: () => TaskWorker | undefined,
     private readonly log: BridgeLogger,
+    /** Queue, Map and Signal operations (docs/queues.md): the container's workspace and the relay once NATS is there. */
+    private readonly state?: { workspaceId: string; relay: () => StateRelayClient | undefined },
   ) {
     this.server = createServer({ keepAlive: true }, (req, res) => void this.handle(req, res));
     // The runner keeps one connection open between calls; `next` may wait ~25 s on it.
@@ -177,6 +184,13 @@ export class BridgeServer {
     }
   }
 
+  private async stateCall(body: unknown): Promise<Record<string, unknown>> {
+    const relay = this.state?.relay();
+    if (!this.state || !relay)
+      throw new BridgeError(503, "unavailable", "the agent is not connected to NATS yet; ask again");
+    return relay.call(this.state.workspaceId, body as StateRequest);
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
       const path = (req.url ?? "").split("?")[0] ?? "";
@@ -185,6 +199,7 @@ export class BridgeServer {
       if (!route) throw new BridgeError(404, "route_not_found", `no route ${req.method} ${path}`);
       if (req.method !== "POST") throw new BridgeError(405, "invalid_request", `${path} takes POST only`);
       const body = await readBody(req, LIMITS[route]);
+      if (route === "state") return send(res, 200, await this.stateCall(body));
       const worker = this.worker();
       if (!worker)
         throw new BridgeError(503, "unavailable", "the agent is not connected to NATS yet; ask again");

@@ -6,6 +6,7 @@
 import type { NatsConnection } from "nats";
 import { BerthError } from "../../shared/errors.ts";
 import { BridgeServer } from "../bridge/server.ts";
+import { StateRelayClient } from "../bridge/state-relay.ts";
 import type { HostRunners } from "../host/options.ts";
 import type { RunnerConfig } from "../../api/index.ts";
 import type { RunnerSlotInfo, TaskWorkerLogger, TaskWorkerOptions } from "./types.ts";
@@ -26,6 +27,7 @@ const silent: TaskWorkerLogger = { info() {}, warn() {}, error() {} };
 
 export class TaskRunners implements HostRunners {
   private worker?: TaskWorker;
+  private stateRelay?: StateRelayClient;
   private readonly bridges = new Map<string, { server: BridgeServer; slot: RunnerSlotInfo }>();
   private readonly log: TaskWorkerLogger;
 
@@ -38,6 +40,7 @@ export class TaskRunners implements HostRunners {
     if (this.worker) throw new BerthError("conflict", "the task runners already have a NATS connection");
     const worker = new TaskWorker({ nc, agentId, kill: this.o.kill, logger: this.log, ...this.o.worker });
     await worker.start();
+    this.stateRelay = new StateRelayClient(nc, agentId);
     for (const b of this.bridges.values()) worker.addSlot(b.slot);
     this.worker = worker;
   }
@@ -70,7 +73,10 @@ export class TaskRunners implements HostRunners {
       ...(runner.callbackUrl ? { callbackUrl: runner.callbackUrl } : {}),
       ...(onFirstAsk ? { onFirstAsk } : {}),
     };
-    const server = new BridgeServer(socketPath, containerId, () => this.worker, this.log);
+    const server = new BridgeServer(socketPath, containerId, () => this.worker, this.log, {
+      workspaceId: runner.workspaceId,
+      relay: () => this.stateRelay,
+    });
     await server.listen();
     this.bridges.set(containerId, { server, slot });
     this.worker?.addSlot(slot);
@@ -92,6 +98,7 @@ export class TaskRunners implements HostRunners {
   async stop(): Promise<void> {
     this.worker?.close();
     this.worker = undefined;
+    this.stateRelay = undefined;
     const servers = [...this.bridges.values()].map((b) => b.server);
     this.bridges.clear();
     await Promise.all(servers.map((s) => s.close()));

@@ -53,7 +53,8 @@ export class MapStore {
     if (!p) {
       p = this.nc.jetstream().views.kv(bucketName(ws), {
         history: 1,
-        maxValueSize: this.limits.maxValueBytes,
+        // JetStream counts the key and headers too; the value itself is checked in set.
+        maxValueSize: this.limits.maxValueBytes + 4096,
         max_bytes: this.limits.maxWorkspaceBytes,
       });
       this.buckets.set(ws, p);
@@ -100,7 +101,7 @@ export class MapStore {
   async get(ws: string, name: string, key: string): Promise<Uint8Array | undefined> {
     const k = this.keyOf(name, key);
     const e = await (await this.bucket(ws)).get(k);
-    if (!e || e.operation !== "PUT") return undefined;
+    if (e?.operation !== "PUT") return undefined;
     return e.value;
   }
 
@@ -109,7 +110,7 @@ export class MapStore {
     const k = this.keyOf(name, key);
     const kv = await this.bucket(ws);
     const e = await kv.get(k);
-    if (!e || e.operation !== "PUT") return false;
+    if (e?.operation !== "PUT") return false;
     await kv.purge(k);
     return true;
   }

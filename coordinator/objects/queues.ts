@@ -65,7 +65,8 @@ export class QueueStore {
       discard: DiscardPolicy.New,
       max_msgs: maxItems ?? -1,
       max_bytes: this.limits.maxWorkspaceBytes,
-      max_msg_size: this.limits.maxItemBytes,
+      // JetStream counts the subject and headers too; the item itself is checked in put.
+      max_msg_size: this.limits.maxItemBytes + 4096,
     };
   }
 

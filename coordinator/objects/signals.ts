@@ -101,7 +101,7 @@ export class SignalStore {
     checkObjectName("signal", name);
     const e = await (await this.kv()).get(`${ws}.${name}`);
     const v = e ? decode(e) : undefined;
-    if (!e || !v) return { name, set: false, revision: 0, expires_at: null };
+    if (!(e && v)) return { name, set: false, revision: 0, expires_at: null };
     const set = v.expires_at > this.now();
     return { name, set, revision: e.revision, expires_at: new Date(v.expires_at).toISOString() };
   }
@@ -126,6 +126,7 @@ export class SignalStore {
     names: string[],
     seen: Record<string, number>,
     waitMs: number,
+    abort?: AbortSignal,
   ): Promise<SignalState[]> {
     checkWorkspaceId(ws);
     if (!Array.isArray(names) || names.length === 0 || names.length > 100)
@@ -135,6 +136,8 @@ export class SignalStore {
     let ring: () => void = () => {};
     const waiter: Waiter = { ws, names, seen, done: () => ring() };
     this.waiters.add(waiter);
+    const onAbort = () => ring();
+    abort?.addEventListener("abort", onAbort);
     const deadline = this.now() + waitMs;
     try {
       for (;;) {
@@ -148,9 +151,10 @@ export class SignalStore {
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([bell, new Promise<void>((r) => (timer = setTimeout(r, left)))]);
         clearTimeout(timer);
-        if (!this.waiters.has(waiter)) return [];
+        if (!this.waiters.has(waiter) || abort?.aborted) return [];
       }
     } finally {
+      abort?.removeEventListener("abort", onAbort);
       this.waiters.delete(waiter);
     }
   }

@@ -1,0 +1,55 @@
+// The wire of Queue, Map and Signal operations (docs/queues.md): the SDK's
+// gateway route and the agent's relay for its containers carry the same
+// request. The workspace is never part of it: the coordinator takes it from
+// the caller's token, or from the agent for the container that asked.
+
+import { AGENT_PREFIX } from "./subjects.ts";
+
+export const STATE_OPS = [
+  "queue.put",
+  "queue.pop",
+  "queue.size",
+  "map.set",
+  "map.get",
+  "map.delete",
+  "map.keys",
+  "map.items",
+  "map.size",
+  "signal.set",
+  "signal.clear",
+  "signal.state",
+  "signal.wait",
+] as const;
+export type StateOp = (typeof STATE_OPS)[number];
+
+export interface StateRequest {
+  op: StateOp;
+  name?: string;
+  /** signal.wait: the names a container listens for, and the revisions it has handled. */
+  names?: string[];
+  seen?: Record<string, number>;
+  wait_ms?: number;
+  key?: string;
+  /** Pickled bytes, base64. */
+  value?: string;
+  ttl?: number;
+  /** map.items: the key after which the next page starts. */
+  after?: string;
+}
+
+/** Agent → coordinators: one container's state operation, with the workspace the agent knows it by. */
+export interface RelayedStateRequest extends StateRequest {
+  workspace_id: string;
+}
+
+export type RelayedStateReply =
+  | ({ ok: true } & Record<string, unknown>)
+  | { ok: false; error: { code: string; message: string } };
+
+export const stateSubjects = {
+  request: (agentId: string) => `${AGENT_PREFIX}.${agentId}.state`,
+  allRequests: `${AGENT_PREFIX}.*.state`,
+} as const;
+
+/** Longest a signal.wait is held before it answers "nothing yet". */
+export const MAX_SIGNAL_WAIT_MS = 25_000;
