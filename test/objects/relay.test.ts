@@ -27,7 +27,8 @@ const SDK = join(import.meta.dirname, "../../sdk/python");
 
 const SCRIPT = `
 import sys, threading
-from berth import Map, Queue, Signal
+from berth.api.signal import Signal
+from berth.api.state import Map, Queue
 from berth.runtime.state_bridge import install_from_env
 install_from_env()  # as the runner does before it imports the user's module
 q = Queue("jobs")

@@ -23,6 +23,7 @@ from ..api.context import Context
 from ..handler_call import HandlerArgumentsError, bind_endpoint_call
 from .bridge import AgentGone, BridgeClient, log
 from .capture import Capture
+from .state_bridge import install_from_env as install_state_transport
 from .handler_load import (
     error_of,
     import_handler,
@@ -436,6 +437,8 @@ def main() -> int:
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    # Queue, Map and Signal of the user's module go through the agent's socket.
+    install_state_transport()
     runner = Runner(cfg)
     runner.load()
     code = runner.serve()
