@@ -21,6 +21,7 @@ export function deployCommand(program: Command): void {
         const d = p.deployment;
         process.stdout.write(`deployed ${d.name} version ${d.version}\n`);
         for (const line of invocationLines(d, p.described)) process.stdout.write(`${line}\n`);
+        for (const w of p.warnings) process.stderr.write(`berth: warning: ${w}\n`);
       } catch (e) {
         if (!(e instanceof DescribeFailed)) throw e;
         reportDescribeFailure(e);

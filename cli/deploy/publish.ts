@@ -29,6 +29,8 @@ export interface Published {
   deployment: DeploymentJson;
   /** Whether the archive had to be sent (the coordinator did not have it yet). */
   uploaded: boolean;
+  /** What the coordinator warns about (no host can ever run it, and why). */
+  warnings: string[];
 }
 
 export interface PublishOptions {
@@ -58,14 +60,18 @@ export async function publish(api: ApiClient, target: string, o: PublishOptions 
       ...(o.stderr ? { stderr: o.stderr } : {}),
     });
     const uploaded = await uploadArchive(api, described.extra.code_sha256, archive);
-    const answer = await api.gateway<{ deployment: DeploymentJson }>("POST", "/api/v1/gateway/deployments", {
+    const answer = await api.gateway<{ deployment: DeploymentJson; warnings?: string[] }>(
+      "POST",
+      "/api/v1/gateway/deployments",
+      {
       name: described.name,
       type: described.type,
       config: described.config,
       extra: described.extra,
       ...(o.serve ? { serve: true } : {}),
-    });
-    return { described, deployment: answer.deployment, uploaded };
+      },
+    );
+    return { described, deployment: answer.deployment, uploaded, warnings: answer.warnings ?? [] };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

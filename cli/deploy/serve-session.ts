@@ -40,6 +40,7 @@ export async function serveSession(o: ServeOptions): Promise<number> {
     publish(o.api, o.target, { serve: true, ...(o.name !== undefined ? { name: o.name } : {}) });
 
   let current = await pub();
+  for (const w of current.warnings) o.warn(`warning: ${w}`);
   let dep: DeploymentJson = current.deployment;
   let lastPrint = fingerprint(current);
   o.say(`serving ${dep.name} (${dep.id})`);

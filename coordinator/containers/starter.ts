@@ -59,7 +59,7 @@ export class ContainerStarter {
           { stubId: stub.id, reason: placed.reason },
           "no agent can ever run this stub's containers",
         );
-        void this.d.track(this.failPending(stub.id, "resource_exhausted", placed.reason));
+        void this.d.track(this.failPending(stub.id, "unplaceable", placed.reason));
       } else {
         this.waiting(stub.id, placed.reason);
       }

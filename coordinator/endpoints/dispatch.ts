@@ -4,7 +4,7 @@
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
-import { BerthError } from "../../shared/errors.ts";
+import { BerthError, isErrorCode } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
 import { publicError } from "../edge/errors.ts";
 import { sendError } from "../edge/raw.ts";
@@ -41,6 +41,8 @@ export interface TaskRun {
   controller: AbortController;
   /** Set before `controller` aborts. */
   why: AbortReason | undefined;
+  /** The error the task ended with when it was ended elsewhere ("ended"), e.g. failed as unplaceable. */
+  endedWith?: TaskError | null;
 }
 
 const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
@@ -231,7 +233,10 @@ export class EndpointDispatcher {
     const direct = this.deps.tasks.direct;
     let ending = false;
     const unwatch = this.deps.tasks.watch([task.id], (u) => {
-      if (u.type === "result" && !ending) this.abort(run, "ended");
+      if (u.type === "result" && !ending) {
+        run.endedWith = u.error;
+        this.abort(run, "ended");
+      }
     });
     const finish = (o: DirectOutcome) => {
       ending = true;
@@ -312,9 +317,13 @@ export class EndpointDispatcher {
       finish({ status: "TIMEOUT", error: taskError("TaskTimeout", message), reason: "timeout" });
       answerError(answer, new BerthError("task_timeout", message), id);
     } else if (run.why === "ended") {
+      // Ended elsewhere: answer why it ended (an unplaceable request's reason, ...) when its error says.
+      const err = run.endedWith;
       answerError(
         answer,
-        new BerthError("task_cancelled", "the request's task was ended (cancelled) while it ran"),
+        err && isErrorCode(err.type)
+          ? new BerthError(err.type, err.message)
+          : new BerthError("task_cancelled", "the request's task was ended (cancelled) while it ran"),
         id,
       );
     } else {

@@ -246,8 +246,9 @@ export class Planner {
       if (res.permanent || left <= 0) {
         const waited =
           w.waitMs > 0 && !res.permanent ? ` (waited ${Math.round(w.waitMs / 1000)} s for room)` : "";
+        // permanent: no agent could hold it even empty (a GPU type the fleet lacks, too big), so waiting is pointless.
         throw new BerthError(
-          res.noAgents ? "unavailable" : "resource_exhausted",
+          res.noAgents ? "unavailable" : res.permanent ? "unplaceable" : "resource_exhausted",
           `cannot place ${w.what}: ${res.reason}${waited}`,
         );
       }

@@ -242,7 +242,7 @@ test("a request no agent can ever fit fails the waiting tasks with the cause", a
   await w.tick();
   assert.equal(a.runs.length, 0);
   const byStub = new Map(w.activity.failed.map((f) => [f.stubId, f]));
-  assert.equal(byStub.get("stub-big")?.code, "resource_exhausted");
+  assert.equal(byStub.get("stub-big")?.code, "unplaceable");
   assert.match(
     byStub.get("stub-big")?.message ?? "",
     /no agent can fit cpu=64 memory=512 MiB; the largest agent has cpu=16 \(agent-a\)/,

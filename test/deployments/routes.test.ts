@@ -17,6 +17,11 @@ import { startTaskHarness, type TaskHarness } from "../tasks/harness.ts";
 import { deployInput, deploymentService } from "./helpers.ts";
 import { routesApp } from "../helpers/routes-app.ts";
 import { bearer } from "../helpers/auth.ts";
+import { whyStubNeverPlaceable } from "../../coordinator/scheduler/feasible.ts";
+import { capacity, oneAgentFleet } from "../containers/fakes.ts";
+
+// One 8-core agent with one A10G: the fleet berth deploy's placement warning looks at.
+const fleet = oneAgentFleet("agent-a", capacity(8, 32, [{ type: "A10G", uuid: "GPU-1" }]));
 
 /** The routes as coordinator/http/app.ts registers them (same options and error mapping). */
 async function deploymentApp(h: TaskHarness, deployments: DeploymentService): Promise<FastifyInstance> {
@@ -26,7 +31,7 @@ async function deploymentApp(h: TaskHarness, deployments: DeploymentService): Pr
     gatewayScope(
       tokens,
       gatewayStubRoutes(h.tasks),
-      gatewayDeploymentRoutes(deployments),
+      gatewayDeploymentRoutes(deployments, (stub) => whyStubNeverPlaceable(fleet.list(), stub)),
       gatewayEnqueueRoutes({ tasks: h.tasks }),
     ),
   );
@@ -96,6 +101,19 @@ describe("deployment routes (inject)", () => {
     const t = await h.tasks.getTask(h.ws.id, taskId);
     return (await h.nc.jetstreamManager()).streams.getMessage(TASKS_STREAM, { seq: t.streamSeq as number });
   };
+
+  test("POST /gateway/deployments: a deployment no host can ever run is made, with a warning that says why", async () => {
+    const body = (await deploy("gpu-web", "endpoint", { extra: { gpu_types: ["H200"], gpu_count: 1 } })) as {
+      deployment: { name: string };
+      warnings?: string[];
+    };
+    assert.equal(body.deployment.name, "gpu-web");
+    assert.equal(body.warnings?.length, 1);
+    assert.match(body.warnings?.[0] ?? "", /no host of this cluster can ever run gpu-web's containers/);
+    assert.match(body.warnings?.[0] ?? "", /1 GPU\(s\) of type H200 \(fleet GPUs: 1xA10G\)/);
+    const fits = await deploy("a10g-web", "endpoint", { extra: { gpu_types: ["A10G"], gpu_count: 1 } });
+    assert.equal("warnings" in fits, false, "placeable: no warning");
+  });
 
   test("POST /gateway/deployments: {ok, deployment} in the contract's shape; 401 without a token", async () => {
     const r = await deploy("web", "endpoint");

@@ -128,4 +128,19 @@ describe("endpoint queue: slots, max_pending_tasks, expiry, unreachable containe
     await waitFor(() => runner.aborted === 1, { what: "the container's request to be aborted" });
     assert.equal(e.endpoints.slots.inFlightOn("ctr-cancelme"), 0);
   });
+
+  test("a request no host can ever place answers 422 unplaceable with the planner's reason, not 409", async () => {
+    const d = await e.deploy("nowhere", "endpoint");
+    const pending = post("/endpoint/nowhere", { op: "echo" });
+    // What the container starter does when the planner's refusal is permanent (starter.ts).
+    const reason = "no agent can fit cpu=1 memory=128 MiB gpu=1xH200; no agent has 1 GPU(s) of type H200 (fleet GPUs: 8xA10G)";
+    await waitFor(async () => (await e.h.tasks.failPending(d.stub.id, { code: "unplaceable", message: reason })) === 1, {
+      what: "the request's task to wait for a container",
+    });
+    const res = await pending;
+    const body = (await res.json()) as { error: { code: string; message: string }; task_id?: string };
+    assert.equal(res.status, 422, JSON.stringify(body));
+    assert.equal(body.error.code, "unplaceable");
+    assert.equal(body.error.message, reason);
+  });
 });

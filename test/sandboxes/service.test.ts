@@ -77,13 +77,13 @@ test("bad input is refused before anything starts; another workspace's stub and 
   await assert.rejects(w.svc.get(w.ws, "ctr-nope"), code("not_found"));
 });
 
-test("no room: resource_exhausted naming what is full; a failed start leaves a terminated record and frees the room", async (t) => {
+test("never room: unplaceable naming what no agent has; a failed start leaves a terminated record and frees the room; full: resource_exhausted", async (t) => {
   const w = await sandboxWorld(t);
   const a = w.addAgent("agent-a", 1);
   const big = await w.stub("big", "sandbox", { cpu_millicores: 2000 });
   await assert.rejects(
     w.svc.create(w.ws, big.id),
-    (e) => code("resource_exhausted")(e) && /cpu=2/.test(String(e)),
+    (e) => code("unplaceable")(e) && /cpu=2/.test(String(e)) && /largest agent has cpu=1/.test(String(e)),
   );
   const small = await w.stub("small", "sandbox", { cpu_millicores: 1000 });
   a.failRun.push(new BerthError("unavailable", "image pull failed"));

@@ -7,9 +7,17 @@ import { gatewayResponse } from "../gateway.ts";
 import { DeploymentBody, deploymentJson } from "./deployments.ts";
 import { StubConfigSchema, StubExtraSchema } from "./gateway-stubs.ts";
 
-/** `berth deploy` and `berth serve`: a new version of a named deployment, or the serve session updated in place. */
+/** Why no host could ever run a stub of this config and extra; undefined when one could. */
+export type PlacementCheck = (stub: { config: StubConfig; extra: StubExtra }) => string | undefined;
+
+/**
+ * `berth deploy` and `berth serve`: a new version of a named deployment, or
+ * the serve session updated in place. A deployment no host can ever run is
+ * still made (the fleet may grow) but answered with a warning that says why.
+ */
 export function gatewayDeploymentRoutes(
   deployments: DeploymentService,
+  neverPlaceable?: PlacementCheck,
 ): FastifyPluginAsync {
   return async (app) => {
     app.post(
@@ -29,7 +37,15 @@ export function gatewayDeploymentRoutes(
             },
             { additionalProperties: false },
           ),
-          response: gatewayResponse(Type.Object({ ok: Type.Literal(true), deployment: DeploymentBody })),
+          response: gatewayResponse(
+            Type.Object({
+              ok: Type.Literal(true),
+              deployment: DeploymentBody,
+              warnings: Type.Optional(
+                Type.Array(Type.String(), { description: "e.g. no host of the fleet can ever run it, and why" }),
+              ),
+            }),
+          ),
         },
       },
       async (req) => {
@@ -47,7 +63,15 @@ export function gatewayDeploymentRoutes(
           extra: b.extra,
           serve: b.serve === true,
         });
-        return { ok: true as const, deployment: deploymentJson(deployments, dep) };
+        const why = neverPlaceable?.({ config: b.config, extra: b.extra });
+        const warnings = why
+          ? [`no host of this cluster can ever run ${b.name}'s containers: ${why}; its requests fail until one can`]
+          : [];
+        return {
+          ok: true as const,
+          deployment: deploymentJson(deployments, dep),
+          ...(warnings.length > 0 ? { warnings } : {}),
+        };
       },
     );
   };
