@@ -219,7 +219,12 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
       "updated_at",
     ]);
     assert.equal(typeof t.stub.config, "string");
-    assert.deepEqual(JSON.parse(t.stub.config), stubConfig());
+    // The config as it holds for this task's container: cpu in millicores (docs/api.md, "stub.config").
+    const registered = stubConfig();
+    assert.deepEqual(JSON.parse(t.stub.config), {
+      ...registered,
+      runtime: { ...registered.runtime, cpu: 1000 },
+    });
     assert.equal(t.stub.id, stubId);
     assert.equal(t.stub.type, "function");
     assert.equal(t.stub.config_version, 1);

@@ -1,5 +1,7 @@
 import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { cpuMillicores } from "../../../shared/stub-resources.ts";
+import type { StubConfig } from "../../../shared/tasks.ts";
 import type { StubRecord } from "../../store/stubs.ts";
 import type { TaskRecord } from "../../store/tasks.ts";
 import { type CostRates, estimateTaskCost, requestedResources } from "../../tasks/cost.ts";
@@ -63,6 +65,30 @@ export function taskCost(t: TaskRecord, stub: StubRecord, rates: CostRates, now?
   return estimateTaskCost({ startedAt: t.startedAt, endedAt }, requestedResources(stub), rates, now);
 }
 
+/**
+ * The decoded `stub.config` the task status API reports: the stub's config
+ * with the values true of this task's container, typed as the spec's table
+ * types them (docs/api.md, "stub.config"): `runtime.cpu` in millicores (an
+ * integer, as beta9 reports it; the stored config rounds up to whole cores),
+ * `task_policy.expires` the ISO timestamp after which this task, not yet
+ * started, expires ("" when it never does) instead of the stub's policy
+ * (seconds from creation or a fixed time).
+ */
+export function reportedStubConfig(
+  stub: Pick<StubRecord, "config" | "extra">,
+  t: Pick<TaskRecord, "expiresAt">,
+): StubConfig {
+  const c = stub.config;
+  return {
+    ...c,
+    runtime: { ...c.runtime, cpu: cpuMillicores(stub) },
+    task_policy: {
+      ...c.task_policy,
+      expires: t.expiresAt === null ? "" : new Date(t.expiresAt).toISOString(),
+    },
+  };
+}
+
 /** The spec's Task object, and the stub it was read with. */
 export async function taskJson(tasks: TaskService, workspaceId: string, t: TaskRecord) {
   const stub = await tasks.getStub(workspaceId, t.stubId);
@@ -80,7 +106,7 @@ export async function taskJson(tasks: TaskService, workspaceId: string, t: TaskR
       id: stub.id,
       name: stub.name,
       type: stub.type,
-      config: JSON.stringify(stub.config),
+      config: JSON.stringify(reportedStubConfig(stub, t)),
       config_version: stub.configVersion,
       object_id: stub.objectId,
       created_at: stub.createdAt,
