@@ -21,6 +21,7 @@ import type { StubRecord } from "../containers/types.ts";
 import { portUrl, portUrls } from "../ports/urls.ts";
 import type { Reservation } from "../scheduler/cluster-view.ts";
 import type { SandboxKind, SandboxRecord } from "../store/sandboxes.ts";
+import { podStayedUp } from "./pod-settle.ts";
 import { ProcessTable, type SandboxProcess } from "./processes.ts";
 import {
   checkPorts,
@@ -35,6 +36,7 @@ import {
   type ResolvedSandboxServiceOptions,
   type SandboxAgentApi,
   type SandboxServiceOptions,
+  type SandboxContainerInfo,
   type SandboxView,
   resolveSandboxServiceOptions,
 } from "./types.ts";
@@ -163,6 +165,20 @@ export class SandboxService {
       imageId: null,
       run: (api, req) => api.restoreMemory(snap.id, req),
     });
+  }
+
+  /** The workspace's sandboxes and pods that are not terminated, as the container list shows them. */
+  async liveContainers(workspaceId: string): Promise<SandboxContainerInfo[]> {
+    const live = (await this.o.repo.list(workspaceId)).filter((s) => s.status !== "terminated");
+    return live.map((s) => ({
+      id: s.id,
+      stubId: s.stubId,
+      workspaceId: s.workspaceId,
+      agentId: s.agentId,
+      state: s.status === "running" ? "running" : "starting",
+      since: Date.parse(s.createdAt),
+      kind: s.kind,
+    }));
   }
 
   /** Any sandbox of the workspace, terminated ones included. */
@@ -391,6 +407,7 @@ export class SandboxService {
         throw terminatedError(id, s?.terminatedReason);
       }
       log.info(`${p.kind} started`);
+      if (p.kind === "pod") await podStayedUp(api, id, o.podSettleMs, () => o.repo.get(id));
     } catch (e) {
       o.planner.release(id);
       await o.repo.markTerminated(id, iso(o.clock()), `start failed: ${describeError(e)}`).catch(() => {});

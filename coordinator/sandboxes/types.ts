@@ -4,7 +4,13 @@
 import type { Logger } from "pino";
 import type { ContainerApi } from "../../api/index.ts";
 import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
-import type { CodeSource, ContainerEventSource, SecretResolver, StubSource } from "../containers/types.ts";
+import type {
+  CodeSource,
+  ContainerEventSource,
+  ManagedContainerInfo,
+  SecretResolver,
+  StubSource,
+} from "../containers/types.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { Planner } from "../scheduler/planner.ts";
 import type { ContainerLimits } from "../scheduler/quota.ts";
@@ -77,6 +83,12 @@ export interface SandboxServiceOptions {
    * removed once it is this old. @default 120000
    */
   orphanGraceMs?: number;
+  /**
+   * A pod create answers once its entrypoint has stayed up this long; one that
+   * exits sooner (a program that crashes at once) fails the create with its
+   * exit code and last output. 0 skips the check. @default 2000
+   */
+  podSettleMs?: number;
   processes?: ProcessTableOptions;
 }
 
@@ -98,6 +110,12 @@ export interface ResolvedSandboxServiceOptions
 function waitMs(v: number): number {
   if (!Number.isFinite(v) || v < 0 || v > 600_000)
     throw new Error(`sandbox service: placementWaitMs must be within 0..600000, got ${v}`);
+  return v;
+}
+
+function settleMs(v: number): number {
+  if (!Number.isFinite(v) || v < 0 || v > 60_000)
+    throw new Error(`sandbox service: podSettleMs must be within 0..60000, got ${v}`);
   return v;
 }
 
@@ -126,8 +144,14 @@ export function resolveSandboxServiceOptions(o: SandboxServiceOptions): Resolved
     touchEveryMs: positive("touchEveryMs", o.touchEveryMs ?? 5000),
     stopGraceMs: o.stopGraceMs ?? 5000,
     orphanGraceMs: positive("orphanGraceMs", o.orphanGraceMs ?? 120_000),
+    podSettleMs: settleMs(o.podSettleMs ?? 2000),
     processes: o.processes ?? {},
   };
+}
+
+/** A sandbox or pod container as the workspace's container list shows it (GET /api/v1/container/{ws}). */
+export interface SandboxContainerInfo extends ManagedContainerInfo {
+  kind: "sandbox" | "pod";
 }
 
 /** A sandbox or pod as the routes answer it. */

@@ -191,7 +191,7 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
       all.body.containers.map((c: { id: string }) => c.id),
       ["ctr-a2", "ctr-canary"],
     );
-    assert.deepEqual(Object.keys(all.body.containers[0]).sort(), ["agent_id", "id", "since", "status", "stub_id"]);
+    assert.deepEqual(Object.keys(all.body.containers[0]).sort(), ["agent_id", "id", "kind", "since", "status", "stub_id"]);
     const starting = await get(`/api/v1/container/${ws}?status=starting`);
     assert.deepEqual(starting.body.containers.map((c: { id: string }) => c.id), ["ctr-a2"]);
     assert.equal((await get(`/api/v1/container/${ws}?stub_id=stub-b`)).body.containers.length, 0);

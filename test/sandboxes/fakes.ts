@@ -77,6 +77,8 @@ export async function sandboxWorld(
     stopGraceMs: 0,
     // Refuse at once when full, unless a test asks for the wait.
     placementWaitMs: 0,
+    // Pod creates answer at once unless a test checks the settle wait (pod-settle.ts).
+    podSettleMs: 0,
     ...over,
   });
   svc.open();

@@ -1,17 +1,23 @@
 // `/api/v1/container/{ws}` (docs/api.md "Containers"): the workspace's
-// containers as the container manager tracks them (starting, running,
-// stopping), a page at a time.
+// containers, a page at a time: the runners the container manager tracks
+// (starting, running, stopping) and the sandboxes and pods that are not
+// terminated, each with its kind.
 
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { ManagedContainerInfo } from "../../containers/types.ts";
+import type { SandboxContainerInfo } from "../../sandboxes/types.ts";
 import { NextCursor, pageQuery, pageRequest, paginate } from "../pagination.ts";
 import { scopedWorkspace, WorkspaceErrors, WsParams } from "./workspace-scope.ts";
 
 export interface ContainerRouteDeps {
   /** The container manager's containers (every workspace's: the route keeps the caller's). */
   containers: { list(): ManagedContainerInfo[] };
+  /** The workspace's sandboxes and pods that are not terminated. @default none listed */
+  sandboxes?: (workspaceId: string) => Promise<SandboxContainerInfo[]>;
 }
+
+type Listed = ManagedContainerInfo & { kind: "runner" | "sandbox" | "pod" };
 
 const ContainerStatus = Type.Union([Type.Literal("starting"), Type.Literal("running"), Type.Literal("stopping")]);
 
@@ -21,14 +27,18 @@ export const ContainerBody = Type.Object({
   agent_id: Type.String({ description: "the host it runs on" }),
   status: ContainerStatus,
   since: Type.String({ format: "date-time", description: "when it was placed, then when it was running" }),
+  kind: Type.Union([Type.Literal("runner"), Type.Literal("sandbox"), Type.Literal("pod")], {
+    description: "runner: runs a stub's tasks or requests; sandbox and pod: started through the SDK or deployed",
+  }),
 });
 
-const containerJson = (c: ManagedContainerInfo) => ({
+const containerJson = (c: Listed) => ({
   id: c.id,
   stub_id: c.stubId,
   agent_id: c.agentId,
   status: c.state,
   since: new Date(c.since).toISOString(),
+  kind: c.kind,
 });
 
 const LIST = "containers";
@@ -56,8 +66,9 @@ export function containerRoutes(d: ContainerRouteDeps): FastifyPluginAsync {
         const ws = scopedWorkspace(req);
         const q = req.query as { stub_id?: string; status?: string; limit?: number; cursor?: string };
         const page = pageRequest(LIST, q, 2);
-        const mine = d.containers
-          .list()
+        const runners: Listed[] = d.containers.list().map((c) => ({ ...c, kind: "runner" }));
+        const sandboxes: Listed[] = d.sandboxes ? await d.sandboxes(ws.id) : [];
+        const mine = [...runners, ...sandboxes]
           .filter(
             (c) =>
               c.workspaceId === ws.id &&

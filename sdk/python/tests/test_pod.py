@@ -1,6 +1,8 @@
 """Pod: its options, create(), deploy() and `berth deploy file.py:pod` (berth.client.describe); the unit parsers."""
 
+import contextlib
 import importlib
+import io
 import json
 import os
 import subprocess
@@ -171,9 +173,14 @@ class PodGatewayTest(SandboxTestCase):
 
     def test_a_refusal_is_a_result_that_says_why(self):
         refused = Pod(name="refused", entrypoint=["true"])
-        result = refused.create()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            result = refused.create()
         self.assertEqual((result.ok, result.code, result.container_id), (False, "invalid_request", ""))
         self.assertIn("no such thing", result.error)
+        # Also printed: a program that never reads result.error still tells its user why.
+        self.assertIn("berth: the pod did not start: ", err.getvalue())
+        self.assertIn("no such thing", err.getvalue())
 
     def test_deploy(self):
         self.assertTrue(self.app.named.deploy())

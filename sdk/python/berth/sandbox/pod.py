@@ -152,6 +152,8 @@ class Pod(ContainerSpec):
             r = self.api.call("POST", "/pods", body, timeout=CREATE_TIMEOUT_S)
         except BerthError as e:
             self.last_error = e.message
+            # beta9 programs rarely read result.error: say why where the program's user sees it.
+            print(f"berth: the pod did not start: {e.message}", file=sys.stderr)
             return PodCreateResult(ok=False, error=e.message, code=e.code)
         urls = {int(k): str(v) for k, v in (r.get("urls") or {}).items() if str(k).isdigit()}
         return PodCreateResult(
@@ -180,4 +182,6 @@ class Pod(ContainerSpec):
             print(f"berth: deploying pod {deploy_name} failed: {e}", file=sys.stderr)
             return False
         self.deployment = r.get("deployment") or {}
+        for warning in r.get("warnings") or []:
+            print(f"berth: warning: {warning}", file=sys.stderr)
         return True

@@ -1,0 +1,52 @@
+// A pod whose entrypoint exits at once fails its create with the exit code and
+// last output (coordinator/sandboxes/pod-settle.ts), over the shared fake agent.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { BerthError } from "../../shared/errors.ts";
+import { waitUntil } from "../helpers/wait.ts";
+import { sandboxWorld } from "./fakes.ts";
+
+test("a pod whose entrypoint exits at once fails the create with its exit code and last output", async (t) => {
+  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
+  const a = w.addAgent("agent-a");
+  const stub = await w.stub("crashy", "pod", { entrypoint: ["python", "serve.py"] });
+  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
+  const id = await waitUntil(
+    () => {
+      const run = a.runs[0];
+      return run?.id && a.containers.has(run.id) ? run.id : undefined;
+    },
+    { what: "the pod's container on the agent" },
+  );
+  a.appendLog(id, "stderr", "ModuleNotFoundError: No module named 'fastapi'");
+  a.exit(id, 1);
+  await assert.rejects(creating, (e: unknown) => {
+    assert.ok(e instanceof BerthError);
+    assert.equal(e.code, "failed_precondition");
+    assert.match(
+      e.message,
+      /the pod's entrypoint exited at once \(code 1\); its last output:\nModuleNotFoundError: No module named 'fastapi'/,
+    );
+    assert.equal(e.details?.exit_code, 1);
+    return true;
+  });
+  const [rec] = await w.store.sandboxes.list(w.ws);
+  assert.equal(rec?.status, "terminated");
+  assert.match(rec?.terminatedReason ?? "", /start failed: the pod's entrypoint exited at once/);
+  assert.deepEqual(w.svc.reservations(), [], "its room is free again");
+  assert.equal(a.containers.has(id), false, "its container is removed");
+});
+
+test("a pod that stays up through podSettleMs is created and running", async (t) => {
+  const w = await sandboxWorld(t, { podSettleMs: 50 });
+  const a = w.addAgent("agent-a");
+  const stub = await w.stub("steady", "pod", { entrypoint: ["python", "-m", "http.server"] });
+  const pod = await w.svc.create(w.ws, stub.id, { expect: "pod" });
+  assert.equal(pod.status, "running");
+  assert.equal(a.containers.get(pod.sandboxId)?.state, "running");
+});
+
+test("podSettleMs outside 0..60000 is refused when the service is made", async (t) => {
+  await assert.rejects(sandboxWorld(t, { podSettleMs: -1 }), /podSettleMs must be within 0..60000/);
+});
