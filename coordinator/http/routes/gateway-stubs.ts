@@ -30,7 +30,10 @@ export const StubConfigSchema = Type.Object({
   }),
   workers: Type.Integer({ minimum: 1 }),
   authorized: Type.Boolean(),
-  volumes: Type.Union([Type.Null(), Type.Array(Type.Unknown())]),
+  // One JSON type list, not anyOf [null, array]: with coerceTypes "array", Ajv
+  // unwraps a one-element list while trying the null branch and then refuses it.
+  // Entries are checked by checkStubVolumes.
+  volumes: Type.Unsafe<unknown[] | null>({ type: ["array", "null"], items: {} }),
   autoscaler: Type.Object({
     type: Type.String(),
     max_containers: Type.Integer({ minimum: 0 }),
