@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { NvidiaGpuProbe } from "../../agent/capacity/gpu-probe.ts";
 import { GpuWatcher } from "../../agent/capacity/gpu-watcher.ts";
+import { GpuUsageReader } from "../../agent/metrics/gpu-usage.ts";
 import { isBerthError } from "../../shared/errors.ts";
 import { type GpuReport, gpuCounts } from "../../shared/fleet.ts";
 import { sleep, waitFor } from "../../shared/net.ts";
@@ -43,6 +44,35 @@ describe("NvidiaGpuProbe on recorded hosts", () => {
       type: "H100",
       memoryMiB: 81559,
     });
+  });
+
+  it("1×H200, driver 580, CUDA 13.0: the real outputs of an H200 host", async (t) => {
+    const r = await probeFor(t, "h200-driver580", { gpus: 1 }).probe();
+    assert.equal(r.available, true, r.reason);
+    assert.equal(r.reason, undefined);
+    assert.equal(r.driverVersion, "580.159.04");
+    assert.equal(r.cudaVersion, "13.0");
+    assert.deepEqual(gpuCounts(r), { H200: 1 });
+    assert.deepEqual(r.devices, [
+      {
+        index: 0,
+        uuid: "GPU-be599b92-0f41-e687-3b5b-ed854ce46672",
+        model: "NVIDIA H200",
+        type: "H200",
+        memoryMiB: 143771,
+      },
+    ]);
+  });
+
+  it("1×H200: its usage answer reads as the agent's GPU metrics", async (t) => {
+    const bin = fakeBin(t, ["nvidia-smi"]);
+    const r = await new GpuUsageReader({ env: fakeEnv(bin, "h200-driver580") }).read();
+    assert.notEqual(r, "absent");
+    assert.ok(r !== "absent" && r.ok, JSON.stringify(r));
+    assert.deepEqual(
+      [...r.gpus.entries()],
+      [["GPU-be599b92-0f41-e687-3b5b-ed854ce46672", { utilizationPercent: 0, memoryUsedBytes: 0 }]],
+    );
   });
 
   it("1×A10G with the toolkit installed", async (t) => {

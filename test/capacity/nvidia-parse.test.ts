@@ -87,6 +87,23 @@ describe("parseQueryGpuCsv", () => {
     );
   });
 
+  it("reads the real H200 capture (driver 580)", () => {
+    assert.deepEqual(parseQueryGpuCsv(fixture("h200-driver580", "query.csv")), [
+      {
+        index: 0,
+        uuid: "GPU-be599b92-0f41-e687-3b5b-ed854ce46672",
+        name: "NVIDIA H200",
+        memoryMiB: 143771,
+        driverVersion: "580.159.04",
+        pciBusId: "00000000:00:06.0",
+        migEnabled: false,
+      },
+    ]);
+    assert.equal(parseCudaVersion(fixture("h200-driver580", "smi.txt")), "13.0");
+    assert.equal(gpuTypeFromModel("NVIDIA H200"), "H200");
+    assert.deepEqual(parseListMig(fixture("h200-driver580", "list.txt")), [], "no MIG instances listed");
+  });
+
   it("reads MIG mode per GPU and [N/A] as disabled", () => {
     assert.deepEqual(
       parseQueryGpuCsv(fixture("a100-mig", "query.csv")).map((g) => g.migEnabled),
