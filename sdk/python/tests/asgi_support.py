@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Tuple
 
 from berth.runtime.asgi_host import AsgiServer
 
-WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B65"
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
 WAIT_S = 10.0
 
 

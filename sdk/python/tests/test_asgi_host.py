@@ -488,5 +488,13 @@ class ServerArgumentsTest(unittest.TestCase):
             AsgiServer(TestApp(), unix_path="/tmp/x.sock", port=1)
 
 
+class HandshakeKeyTest(unittest.TestCase):
+    def test_accept_key_is_rfc_6455s_worked_example(self):
+        # RFC 6455 section 1.3: what every client checks; a wrong GUID fails every real websocket client.
+        from berth.runtime.asgi_websocket import accept_key
+
+        self.assertEqual(accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="), b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -13,7 +13,7 @@ import re
 import struct
 from typing import Any, Awaitable, Callable, List, Optional, Tuple
 
-WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B65"
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
 # Messages read ahead of the app; beyond it the reader stops and TCP pushes back on the client.
 QUEUED_MESSAGES = 8
 CLOSE_WAIT_S = 5.0
