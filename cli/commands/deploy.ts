@@ -1,7 +1,9 @@
 import type { Command } from "commander";
 import { ApiClient } from "../api-client.ts";
 import { DescribeFailed } from "../deploy/describe.ts";
+import { waitForPodStart } from "../deploy/pod-wait.ts";
 import { invocationLines, publish } from "../deploy/publish.ts";
+import { DeploymentRoutes } from "../deploy/rest.ts";
 
 /** Prints why describe refused the target (its traceback too) and sets exit code 2. */
 export function reportDescribeFailure(e: DescribeFailed, out: NodeJS.WritableStream = process.stderr): void {
@@ -17,11 +19,22 @@ export function deployCommand(program: Command): void {
     .option("--name <name>", "deployment name (default: the decorator's name, else the function's)")
     .action(async (target: string, o: { name?: string }) => {
       try {
-        const p = await publish(ApiClient.fromEnv(), target, o.name !== undefined ? { name: o.name } : {});
+        const api = ApiClient.fromEnv();
+        const p = await publish(api, target, o.name !== undefined ? { name: o.name } : {});
         const d = p.deployment;
         process.stdout.write(`deployed ${d.name} version ${d.version}\n`);
         for (const line of invocationLines(d, p.described)) process.stdout.write(`${line}\n`);
         for (const w of p.warnings) process.stderr.write(`berth: warning: ${w}\n`);
+        // A pod has no task to fail: watch its first container and say why it does not start.
+        if (p.described.type === "pod" && p.warnings.length === 0) {
+          const started = await waitForPodStart(new DeploymentRoutes(api), d.id);
+          if (started.ok === true) process.stdout.write("its container is running\n");
+          else if (started.ok === "pending") process.stdout.write("its container is still starting\n");
+          else {
+            process.stderr.write(`berth: the pod's container does not start: ${started.error}\n`);
+            process.exitCode = 1;
+          }
+        }
       } catch (e) {
         if (!(e instanceof DescribeFailed)) throw e;
         reportDescribeFailure(e);

@@ -174,6 +174,11 @@ export class ContainerManager implements ContainerCounts {
     return this.starter.failures.attempts(stubId);
   }
 
+  /** Why the stub's last container start failed (a pod's entrypoint not found or exiting), until one is healthy. */
+  startError(stubId: string): string | undefined {
+    return this.starter.failures.lastError(stubId);
+  }
+
   /** Resolves when the reconcile in progress and every start, stop and removal it began have ended. */
   async settled(): Promise<void> {
     while (this.reconciling || this.work.size > 0 || this.tickQueued) {

@@ -27,6 +27,11 @@ export class StartFailures {
     return this.byStub.get(stubId)?.attempts ?? 0;
   }
 
+  /** Why the stub's last container start failed, until one is healthy again. */
+  lastError(stubId: string): string | undefined {
+    return this.byStub.get(stubId)?.lastError || undefined;
+  }
+
   /**
    * Counts a failure; returns true when the stub has failed maxAttempts
    * rounds in a row (the caller gives up on its waiting tasks; counting

@@ -290,9 +290,12 @@ test("transient start failures retry with backoff and count attempts per stub", 
   for (let i = 0; i < 3; i++) a.failRun.push(new BerthError("unavailable", "agent busy"));
   w.stubs.set("stub-1", stubRecord("stub-1"));
   w.activity.set("stub-1", 1);
+  assert.equal(w.mgr.startError("stub-1"), undefined);
   await w.tick();
   assert.equal(a.runs.length, 1);
   assert.equal(w.mgr.startAttempts("stub-1"), 1);
+  // What GET /deployment/{ws}/{id} answers as start_error (berth deploy of a pod reports it).
+  assert.match(w.mgr.startError("stub-1") ?? "", /agent busy/);
   await w.tick(500);
   assert.equal(a.runs.length, 1, "within the first backoff (1 s)");
   await w.tick(500);

@@ -45,6 +45,9 @@ const DeploymentDetails = Type.Intersect([
     containers: Type.Integer({ description: "running containers of the deployment's stub" }),
     queue_depth: Type.Integer({ description: "tasks waiting for a container" }),
     events: Type.Array(ScalingEventBody, { description: "recent scaling decisions, oldest first" }),
+    start_error: Type.Union([Type.String(), Type.Null()], {
+      description: "why its last container start failed (e.g. a pod's entrypoint), until a container is healthy",
+    }),
   }),
 ]);
 
@@ -80,8 +83,8 @@ function workspaceOf(req: FastifyRequest): string {
 export interface DeploymentRouteDeps {
   deployments: DeploymentService;
   tasks: Pick<TaskService, "queueDepth">;
-  /** The container manager's count of a stub's running containers. */
-  containers: { activeContainers(stubId: string): number };
+  /** The container manager's count of a stub's running containers, and why its last start failed. */
+  containers: { activeContainers(stubId: string): number; startError?(stubId: string): string | undefined };
 }
 
 /** `/api/v1/deployment/...`: the workspace's deployments. */
@@ -133,6 +136,7 @@ export function deploymentRoutes(d: DeploymentRouteDeps): FastifyPluginAsync {
           containers: d.containers.activeContainers(dep.stubId),
           queue_depth: d.tasks.queueDepth(dep.stubId),
           events: deployments.scalingEvents(dep.id),
+          start_error: d.containers.startError?.(dep.stubId) ?? null,
         };
       },
     );
