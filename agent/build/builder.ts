@@ -20,7 +20,7 @@ import type {
   RunContainerRequest,
 } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
-import { BuildFanout } from "./fanout.ts";
+import { Fanout } from "../../shared/fanout.ts";
 
 /** What a build needs of the container host; ContainerHost has it. */
 export interface BuildHost {
@@ -94,22 +94,28 @@ function refOf(summary: ImageSummary, wanted: string): boolean {
 
 export class ImageBuilder implements ImageBuildApi {
   /** Builds in progress by image id: a second request for one follows the first. */
-  private readonly running = new Map<string, BuildFanout>();
+  private readonly running = new Map<string, Fanout<BuildEvent>>();
   private seq = 0;
 
-  constructor(private readonly host: BuildHost) {}
+  constructor(
+    private readonly host: BuildHost,
+    private readonly opts: {
+      /** The agent's default image, for a build that names no base. @default pullImage("") (refused) */
+      pullDefault?: () => Promise<ImageSummary>;
+    } = {},
+  ) {}
 
   async *buildImage(req: BuildImageRequest, opts: { signal?: AbortSignal } = {}): AsyncGenerator<BuildEvent> {
     checkBuildRequest(req);
     const baseRef = req.baseImage?.trim() || undefined;
-    const base = await this.host.pullImage(
-      baseRef ?? "",
-      req.baseCredentials ? { credentials: req.baseCredentials } : {},
-    );
+    const base =
+      baseRef === undefined && this.opts.pullDefault
+        ? await this.opts.pullDefault()
+        : await this.host.pullImage(baseRef ?? "", req.baseCredentials ? { credentials: req.baseCredentials } : {});
     const imageId = buildImageId(base.digest, req);
     let fanout = this.running.get(imageId);
     if (!fanout) {
-      const f = new BuildFanout();
+      const f = new Fanout<BuildEvent>();
       fanout = f;
       this.running.set(imageId, f);
       f.run(async (emit) => {

@@ -9,4 +9,3 @@ export {
   ImageBuilder,
   stepCacheKey,
 } from "./builder.ts";
-export { BuildFanout } from "./fanout.ts";

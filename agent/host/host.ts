@@ -65,7 +65,9 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   override readonly snapshots: ContainerSnapshots;
   private readonly provisioning: ProvisionDeps;
   /** Image builds: steps run as this host's containers, committed into its image store (agent/build). */
-  readonly builds: ImageBuilder = new ImageBuilder(this);
+  readonly builds: ImageBuilder = new ImageBuilder(this, {
+    pullDefault: async () => imageSummary(await this.options.images.pull()),
+  });
 
   private constructor(opts: ContainerHostOptions) {
     super();

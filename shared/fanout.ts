@@ -1,18 +1,16 @@
-// One build, many followers: every event is kept (a build emits a bounded
-// number: steps and their output lines), so a request that joins a running
+// One producer (a build), many followers: every event is kept (a producer emits a bounded
+// number: a build, its steps and their output lines), so a request that joins a running
 // build sees it from the start, then live, and ends as the build ends.
 
-import type { BuildEvent } from "../../api/index.ts";
-
-export class BuildFanout {
-  private readonly events: BuildEvent[] = [];
+export class Fanout<E> {
+  private readonly events: E[] = [];
   private finished = false;
   private error: unknown;
   private wake: (() => void)[] = [];
 
   /** Runs `fn`; its emitted events and its end reach every follower. Never rejects. */
-  run(fn: (emit: (e: BuildEvent) => void) => Promise<void>): Promise<void> {
-    const emit = (e: BuildEvent) => {
+  run(fn: (emit: (e: E) => void) => Promise<void>): Promise<void> {
+    const emit = (e: E) => {
       this.events.push(e);
       this.notify();
     };
@@ -35,10 +33,10 @@ export class BuildFanout {
   }
 
   /** Every event from the first; throws the build's error at the end. Aborting stops following (the build goes on). */
-  async *follow(signal?: AbortSignal): AsyncGenerator<BuildEvent> {
+  async *follow(signal?: AbortSignal): AsyncGenerator<E> {
     let next = 0;
     for (;;) {
-      while (next < this.events.length) yield this.events[next++] as BuildEvent;
+      while (next < this.events.length) yield this.events[next++] as E;
       if (this.finished) {
         if (this.error !== undefined) throw this.error;
         return;
