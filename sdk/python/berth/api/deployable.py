@@ -4,11 +4,16 @@ Each decorated object is a :class:`berth.Function` of another stub type: the
 same resource options, code location, code sync and stub registration, plus
 what a deployment adds (workers, concurrency, the autoscaler, authorization).
 ``berth deploy FILE.py:OBJECT`` reads them through ``python -m berth.client.describe``.
-Calling the object runs the function here. Parameters and defaults:
-docs/deployments-sdk.md.
+Calling the object runs the function here (as ``.local()``); ``.serve()``
+runs ``berth serve FILE.py:OBJECT``, beta9's live-reload entry point.
+Parameters and defaults: docs/deployments-sdk.md.
 """
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 from typing import Any, Callable, Dict, Optional
 from urllib.parse import quote
 
@@ -136,6 +141,46 @@ class Deployable(Function):
             extra["handler_params"] = params
         return extra
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs the handler here: a deployment is called through its URL or queue, never as a task."""
+        return self.func(*args, **kwargs)
+
+    def serve_target(self) -> str:
+        """``FILE.py:OBJECT`` of this object, as ``berth serve`` and ``berth deploy`` take it."""
+        loc = self.location()
+        mod = sys.modules.get(getattr(self.func, "__module__", "__main__"))
+        file = getattr(mod, "__file__", None)
+        if not file:
+            raise BerthError("invalid_request", f"{loc.qualname} has no file to serve: define it in a .py file")
+        return f"{os.path.abspath(file)}:{loc.qualname}"
+
+    def serve(self, timeout: int = 0, name: Optional[str] = None) -> int:
+        """beta9's ``.serve()``: a live-reloading dev session of this object through ``berth serve``.
+
+        Blocks until the session ends (Ctrl-C, or ``timeout`` idle seconds; 0 keeps the CLI's
+        default of 600) and answers the CLI's exit status. Needs the ``berth`` CLI on PATH
+        (or its path in ``BERTH_CLI``).
+        """
+        _guard(f"{self.stub_name}.serve()")
+        cli = os.environ.get("BERTH_CLI") or shutil.which("berth")
+        if not cli:
+            raise BerthError(
+                "failed_precondition",
+                f"{self.stub_name}.serve() runs the berth CLI (`berth serve`), which is not on PATH: "
+                "install it or set BERTH_CLI to its path",
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+            raise ValueError(f"timeout must be idle seconds >= 0 (0: the CLI's default), got {timeout!r}")
+        argv = [cli, "serve", self.serve_target()]
+        if name or self.name:
+            argv += ["--name", str(name or self.name)]
+        if timeout > 0:
+            argv += ["--idle-timeout", str(timeout)]
+        try:
+            return subprocess.call(argv)
+        except KeyboardInterrupt:  # the CLI got the same Ctrl-C and cleans up on its own
+            return 130
+
     def _not_called_remotely(self) -> TypeError:
         return TypeError(
             f"{self.stub_name} is a @{self.decorator}: deploy it with `berth deploy FILE.py:{self.stub_name}` "
@@ -193,7 +238,8 @@ class Realtime(Deployable):
 
 
 class TaskQueue(Deployable):
-    """A queue of tasks: ``.put(*args, **kwargs)`` (or a POST to its URL) enqueues one and returns its id."""
+    """A queue of tasks: ``.put(*args, **kwargs)`` (or a POST to its URL) enqueues one and returns it
+    (a :class:`berth.client.tasks.QueuedTask`: the id string, with beta9's ``.id``)."""
 
     stub_type = "taskqueue"
     decorator = "task_queue"
@@ -202,8 +248,12 @@ class TaskQueue(Deployable):
     def _not_called_remotely(self) -> TypeError:
         return TypeError(f"{self.stub_name} is a @task_queue: enqueue with {self.stub_name}.put(...)")
 
-    def put(self, *args: Any, **kwargs: Any) -> str:
-        """Enqueues one task (syncing the code and registering the stub first); returns its id."""
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        """Enqueues one task (syncing the code and registering the stub first).
+
+        Returns a QueuedTask: equal to (and usable as) the task id string, with ``.id``,
+        ``.status``, ``.result()`` and ``.cancel()`` as beta9 programs read them.
+        """
         what = f"{self.stub_name}.put()"
         _guard(what)
         payload = serialize.dump_args(args, kwargs, what=what)
@@ -215,7 +265,9 @@ class TaskQueue(Deployable):
         task_id = r.get("task_id") if isinstance(r, dict) else None
         if not task_id:
             raise BerthError("internal", f"the coordinator's answer to {what} has no task_id")
-        return str(task_id)
+        from ..client.tasks import QueuedTask
+
+        return QueuedTask(client, str(task_id))
 
 
 _CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")

@@ -98,14 +98,30 @@ def check_timeout(value: Any) -> int:
     return value
 
 
+_CPU = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(m?)\s*$")
+
+
 def cpu_fields(cpu: Any) -> Tuple[int, int]:
-    """(runtime.cpu, cpu_millicores): the spec's integer rounds up; the millicores are exact."""
-    if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not math.isfinite(cpu) or cpu <= 0:
-        raise ValueError(f"cpu must be a positive number of cores, got {cpu!r}")
-    millicores = int(round(cpu * 1000))
-    if millicores < 1:
-        raise ValueError(f"cpu {cpu!r} is below one millicore")
-    return int(math.ceil(millicores / 1000)), millicores
+    """(runtime.cpu, cpu_millicores) from cores (1, 0.5), a string of cores ("1.5") or millicores ("500m").
+
+    The spec's ``runtime.cpu`` is an integer, so it rounds up; the millicores are exact.
+    """
+    if isinstance(cpu, str):
+        m = _CPU.match(cpu)
+        if m is None:
+            raise ValueError(f"cpu {cpu!r} is not understood: give cores (1, 0.5, '1.5') or millicores such as '500m'")
+        value = float(m.group(1))
+        if m.group(2) and not value.is_integer():
+            raise ValueError(f"cpu {cpu!r} is not a whole number of millicores")
+        millicores = value if m.group(2) else value * 1000
+    elif isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not math.isfinite(cpu):
+        raise ValueError(f"cpu must be a number of cores or a string such as '500m', not {cpu!r}")
+    else:
+        millicores = cpu * 1000
+    whole = int(round(millicores))
+    if whole < 1:
+        raise ValueError(f"cpu must be at least one millicore ('1m'), got {cpu!r}")
+    return int(math.ceil(whole / 1000)), whole
 
 
 def exception_name(e: Any) -> str:

@@ -86,6 +86,36 @@ class Task:
         return self._status or ""
 
 
+class QueuedTask(str):
+    """What ``TaskQueue.put()`` answers: the task id as a string (berth's earlier answer, so code
+    that stores or compares it keeps working), plus beta9's ``.id`` and the :class:`Task` methods."""
+
+    def __new__(cls, client: "Client", task_id: str) -> "QueuedTask":
+        obj = super().__new__(cls, task_id)
+        obj._task = Task(client, task_id, "PENDING")
+        return obj
+
+    def __repr__(self) -> str:
+        return f"QueuedTask(id={str(self)!r})"
+
+    @property
+    def id(self) -> str:
+        return str(self)
+
+    @property
+    def status(self) -> str:
+        return self._task.status
+
+    def refresh(self) -> dict:
+        return self._task.refresh()
+
+    def result(self, wait: bool = True, timeout: Optional[float] = None) -> Any:
+        return self._task.result(wait=wait, timeout=timeout)
+
+    def cancel(self) -> str:
+        return self._task.cancel()
+
+
 class Deployment:
     """A stub tasks can be submitted to by id (no local function needed)."""
 

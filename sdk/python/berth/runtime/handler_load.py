@@ -57,6 +57,16 @@ def takes_context(fn: Callable) -> bool:
     return p is not None and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
 
 
+def context_comes_first(fn: Callable) -> bool:
+    """Whether ``context`` is the first positional parameter (beta9's ``handler(context, data)``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return bool(positional) and positional[0].name == "context"
+
+
 def _is_berth_file(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
 

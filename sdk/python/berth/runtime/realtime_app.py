@@ -1,8 +1,10 @@
 """The ``@realtime`` handler as an ASGI app: one handler call per websocket message (docs/asgi.md).
 
 Each received message is given to the handler JSON-decoded when it parses
-(else as the text or bytes), with ``context=`` when the handler has that
-parameter. The return value goes back JSON-encoded, or as is when it is str
+(else as the text or bytes), with the context when the handler has a
+``context`` parameter: ``handler(data, context=ctx)``, or, when ``context``
+is the first positional parameter (beta9's ``def handler(context, data)``),
+``handler(ctx, data)``. The return value goes back JSON-encoded, or as is when it is str
 (a text message) or bytes (a binary one). A handler that raises sends
 ``{"error": "<Type>: <message>"}`` and the socket stays open. Messages of one
 connection are handled in order; across connections at most
@@ -23,7 +25,7 @@ from typing import Any, Callable, Optional
 from ..api.context import Context
 from ..handler_call import unwrap_handler
 from .asgi_http import log
-from .handler_load import takes_context
+from .handler_load import context_comes_first, takes_context
 
 
 def realtime_asgi(
@@ -75,6 +77,7 @@ class RealtimeApp:
             raise ValueError(f"concurrent_requests must be at least 1, not {concurrent_requests}")
         self.handler = unwrap_handler(handler)
         self.wants_context = takes_context(self.handler)
+        self.context_first = self.wants_context and context_comes_first(self.handler)
         call = getattr(self.handler, "__call__", None)
         self.is_async = inspect.iscoroutinefunction(self.handler) or inspect.iscoroutinefunction(call)
         base = context or Context(
@@ -130,13 +133,17 @@ class RealtimeApp:
         """One message's reply: the handler's value encoded, or ``{"error": ...}``."""
         if self._slots is None:  # made here: a Semaphore belongs to the running loop (Python 3.9)
             self._slots = asyncio.Semaphore(self.concurrent_requests)
-        kwargs = {"context": dataclasses.replace(self.context)} if self.wants_context else {}
+        context = dataclasses.replace(self.context)
+        if self.context_first:
+            args, kwargs = (context, value), {}
+        else:
+            args, kwargs = (value,), ({"context": context} if self.wants_context else {})
         async with self._slots:
             try:
                 if self.is_async:
-                    result = await self.handler(value, **kwargs)
+                    result = await self.handler(*args, **kwargs)
                 else:
-                    call = functools.partial(self.handler, value, **kwargs)
+                    call = functools.partial(self.handler, *args, **kwargs)
                     result = await asyncio.get_running_loop().run_in_executor(self.pool, call)
                 if inspect.isawaitable(result):
                     result = await result

@@ -51,6 +51,7 @@ class Sandbox(ContainerSpec):
         ttl_seconds: int = DEFAULT_TTL_S,
         token: str = "",
         url: Optional[str] = None,
+        keep_warm_seconds: Optional[int] = None,
     ):
         super().__init__(
             cpu=cpu,
@@ -67,6 +68,14 @@ class Sandbox(ContainerSpec):
             token=token,
             url=url,
         )
+        # beta9 names the idle lifetime keep_warm_seconds; both names set the same TTL.
+        if keep_warm_seconds is not None:
+            if ttl_seconds != DEFAULT_TTL_S and ttl_seconds != keep_warm_seconds:
+                raise ValueError(
+                    f"keep_warm_seconds={keep_warm_seconds!r} and ttl_seconds={ttl_seconds!r} name the same "
+                    "idle lifetime with different values: give one of them"
+                )
+            ttl_seconds = keep_warm_seconds
         self.ttl_seconds = check_ttl(ttl_seconds)
 
     def __repr__(self) -> str:

@@ -8,11 +8,9 @@ are refused here, before any request, with ValueError).
 """
 
 import ipaddress
-import math
-import re
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ..api.options import parse_gpu, parse_memory
+from ..api.options import cpu_fields, parse_gpu, parse_memory
 
 __all__ = [
     "MAX_ALLOW_LIST_ENTRIES",
@@ -26,30 +24,8 @@ __all__ = [
 
 MAX_ALLOW_LIST_ENTRIES = 10
 MAX_PORTS = 32  # the stub schema's bound (coordinator/http/routes/gateway-stubs.ts)
-_CPU = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(m?)\s*$")
-
-
-def parse_cpu(cpu: Any) -> Tuple[int, int]:
-    """(runtime.cpu, cpu_millicores) from 1, 0.5 or "500m" / "1.5" / "2".
-
-    The spec's ``runtime.cpu`` is an integer, so it rounds up; the millicores are exact.
-    """
-    if isinstance(cpu, str):
-        m = _CPU.match(cpu)
-        if m is None:
-            raise ValueError(f"cpu {cpu!r} is not understood: give cores (1, 0.5, '1.5') or millicores such as '500m'")
-        value = float(m.group(1))
-        if m.group(2) and not value.is_integer():
-            raise ValueError(f"cpu {cpu!r} is not a whole number of millicores")
-        millicores = value if m.group(2) else value * 1000
-    elif isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not math.isfinite(cpu):
-        raise ValueError(f"cpu must be a number of cores or a string such as '500m', not {cpu!r}")
-    else:
-        millicores = cpu * 1000
-    whole = int(round(millicores))
-    if whole < 1:
-        raise ValueError(f"cpu must be at least one millicore ('1m'), got {cpu!r}")
-    return int(math.ceil(whole / 1000)), whole
+# Cores or millicores, as @function takes them (one parser for every kind).
+parse_cpu = cpu_fields
 
 
 def check_ports(ports: Optional[Sequence[Any]]) -> List[int]:
