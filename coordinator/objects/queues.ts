@@ -41,6 +41,8 @@ export class QueueStore {
   private js?: JetStreamClient;
   /** Workspaces whose stream this process has made sure of. */
   private readonly ready = new Map<string, Promise<void>>();
+  /** Workspaces whose item quota was lowered below their stream's limit: checked before each put. */
+  private readonly soft = new Map<string, number>();
 
   constructor(private readonly o: QueueStoreOptions) {
     this.limits = { ...DEFAULT_QUEUE_LIMITS, ...o.limits };
@@ -56,8 +58,7 @@ export class QueueStore {
     return this.js;
   }
 
-  private async config(ws: string): Promise<Partial<StreamConfig>> {
-    const maxItems = (await this.o.maxItems?.(ws)) ?? null;
+  private config(ws: string, maxItems: number | null): Partial<StreamConfig> {
     return {
       subjects: [`berth.queue.${ws}.*`],
       retention: RetentionPolicy.Limits,
@@ -70,19 +71,36 @@ export class QueueStore {
     };
   }
 
-  /** Creates the workspace's stream, or brings its limits up to date. */
+  /**
+   * Creates the workspace's stream, or raises its limits to the current
+   * ones. Limits are never lowered on the stream: JetStream drops the oldest
+   * messages of a stream whose limit goes below what it holds, whatever the
+   * discard policy. A lowered item quota is checked in put instead (`soft`).
+   */
   private ensure(ws: string): Promise<void> {
     let p = this.ready.get(ws);
     if (!p) {
       p = (async () => {
         const jsm = await this.manager();
-        const cfg = await this.config(ws);
+        const maxItems = (await this.o.maxItems?.(ws)) ?? null;
+        const want = this.config(ws, maxItems);
+        let have: StreamConfig;
         try {
-          await jsm.streams.update(streamName(ws), cfg);
+          have = (await jsm.streams.info(streamName(ws))).config;
         } catch (e) {
           if (!isJsNotFound(e)) throw e;
-          await jsm.streams.add({ name: streamName(ws), ...cfg });
+          await jsm.streams.add({ name: streamName(ws), ...want });
+          this.soft.delete(ws);
+          return;
         }
+        // -1 is no limit: the larger of two limits.
+        const larger = (a: number, b: number) => (a < 0 || b < 0 ? -1 : Math.max(a, b));
+        const msgs = larger(have.max_msgs, want.max_msgs as number);
+        const bytes = larger(have.max_bytes, want.max_bytes as number);
+        if (msgs !== have.max_msgs || bytes !== have.max_bytes || have.max_msg_size !== want.max_msg_size)
+          await jsm.streams.update(streamName(ws), { ...want, max_msgs: msgs, max_bytes: bytes });
+        if (maxItems !== null && (msgs < 0 || msgs > maxItems)) this.soft.set(ws, maxItems);
+        else this.soft.delete(ws);
       })();
       this.ready.set(ws, p);
       p.catch(() => this.ready.delete(ws));
@@ -90,7 +108,7 @@ export class QueueStore {
     return p;
   }
 
-  /** After the workspace's limits changed: the stream takes the new item quota. */
+  /** After the workspace's limits changed: a raised quota goes to the stream, a lowered one is checked in put. */
   async limitsChanged(ws: string): Promise<void> {
     this.ready.delete(ws);
     if (await this.exists(ws)) await this.ensure(ws);
@@ -106,6 +124,13 @@ export class QueueStore {
     }
   }
 
+  private full(name: string, max: number | null | undefined): BerthError {
+    return new BerthError(
+      "limit_exceeded",
+      `queue ${name}: the workspace's queues hold their limit of ${max ?? "?"} items (max_queue_items); pop some first`,
+    );
+  }
+
   async put(ws: string, name: string, item: Uint8Array): Promise<void> {
     checkWorkspaceId(ws);
     checkObjectName("queue", name);
@@ -115,17 +140,14 @@ export class QueueStore {
         `queue ${name}: an item of ${item.length} bytes is over the ${this.limits.maxItemBytes}-byte item limit`,
       );
     await this.ensure(ws);
+    const soft = this.soft.get(ws);
+    // Concurrent puts may pass this check together: a lowered quota is kept to within them.
+    if (soft !== undefined && (await this.items(ws)) >= soft) throw this.full(name, soft);
     try {
       await this.client().publish(subjectOf(ws, name), item, { expect: { streamName: streamName(ws) } });
     } catch (e) {
       const t = jsErrorText(e);
-      if (t.includes("maximum messages")) {
-        const max = await this.o.maxItems?.(ws);
-        throw new BerthError(
-          "limit_exceeded",
-          `queue ${name}: the workspace's queues hold their limit of ${max ?? "?"} items (max_queue_items); pop some first`,
-        );
-      }
+      if (t.includes("maximum messages")) throw this.full(name, await this.o.maxItems?.(ws));
       if (t.includes("maximum bytes"))
         throw new BerthError(
           "limit_exceeded",

@@ -77,12 +77,29 @@ test("queue, map and signal stores on JetStream", async (t) => {
     maxItems = null;
     await queues.limitsChanged("ws-a");
     await queues.put("ws-a", "jobs", bytes("b"));
+    // A quota lowered below what the queues hold drops nothing; puts wait until pops make room.
+    assert.equal(await queues.items("ws-a"), 4);
+    maxItems = 2;
+    await queues.limitsChanged("ws-a");
+    assert.equal(await queues.items("ws-a"), 4, "no item dropped");
+    await assert.rejects(
+      queues.put("ws-a", "jobs", bytes("c")),
+      (e) => isBerthError(e) && e.code === "limit_exceeded" && /limit of 2 items/.test(e.message),
+    );
+    assert.equal(text(await queues.pop("ws-a", "other")), "x");
+    maxItems = 4;
+    await queues.limitsChanged("ws-a");
+    await queues.put("ws-a", "other", bytes("y"));
+    maxItems = null;
+    await queues.limitsChanged("ws-a");
+    assert.equal(text(await queues.pop("ws-a", "other")), "y");
     for (const bad of ["", "a.b", "a b", "-x", "x".repeat(64), "*"])
       await assert.rejects(
         queues.put("ws-a", bad, bytes("1")),
         (e) => isBerthError(e) && e.code === "invalid_request",
       );
     assert.equal(await queues.delete("ws-a", "jobs"), 3);
+    assert.equal(await queues.items("ws-a"), 0);
     assert.equal(await queues.size("ws-a", "jobs"), 0);
   });
 
