@@ -132,7 +132,9 @@ export class SandboxUpkeep {
       const ended = s ? await o.repo.markTerminated(id, iso(o.clock()), why) : false;
       if (s && ended) o.log.info({ sandboxId: id, agentId }, `${s.kind} ${id} terminated: ${why}`);
       // A sandbox ended by terminate or the TTL is removed by that path; removing it here too would race it.
-      if (!s || ended) await this.removeOnAgent(agentId, id, 0);
+      // One whose create is still in flight (a pod's settle wait) is removed by the create, once it has
+      // read the exit code and the last output for its error.
+      if ((!s || ended) && !this.d.starting.has(id)) await this.removeOnAgent(agentId, id, 0);
     } catch (err) {
       o.log.warn({ err, sandboxId: id }, `cannot record the end of sandbox ${id}: ${describeError(err)}`);
     }

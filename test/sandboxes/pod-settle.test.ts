@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { BerthError } from "../../shared/errors.ts";
 import { waitUntil } from "../helpers/wait.ts";
+import { SandboxLabels } from "../../coordinator/sandboxes/request.ts";
 import { sandboxWorld } from "./fakes.ts";
 
 test("a pod whose entrypoint exits at once fails the create with its exit code and last output", async (t) => {
@@ -36,6 +37,33 @@ test("a pod whose entrypoint exits at once fails the create with its exit code a
   assert.match(rec?.terminatedReason ?? "", /start failed: the pod's entrypoint exited at once/);
   assert.deepEqual(w.svc.reservations(), [], "its room is free again");
   assert.equal(a.containers.has(id), false, "its container is removed");
+});
+
+test("the exit event coming first leaves the container for the create to read its output, then it goes", async (t) => {
+  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
+  const a = w.addAgent("agent-a");
+  const stub = await w.stub("crashy", "pod", { entrypoint: ["python", "-c", "exit(3)"] });
+  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
+  const id = await waitUntil(
+    () => {
+      const run = a.runs[0];
+      return run?.id && a.containers.has(run.id) ? run.id : undefined;
+    },
+    { what: "the pod's container on the agent" },
+  );
+  a.appendLog(id, "stdout", "cannot bind 0.0.0.0:8000");
+  a.exit(id, 3);
+  // The agent's exit event, handled before the create's next look at the container.
+  w.emit({
+    agentId: "agent-a",
+    containerId: id,
+    type: "exit",
+    exitCode: 3,
+    labels: { [SandboxLabels.sandbox]: "1" },
+  });
+  await assert.rejects(creating, /exited at once \(code 3\); its last output:\ncannot bind 0\.0\.0\.0:8000/);
+  await w.svc.close();
+  assert.equal(a.containers.has(id), false, "removed by the create once read");
 });
 
 test("a pod that stays up through podSettleMs is created and running", async (t) => {
