@@ -10,6 +10,7 @@ import type { StateRequest } from "../../shared/objects.ts";
 import { BridgeError } from "../tasks/bridge-error.ts";
 import { MAX_HAND_OUT, type TaskWorker } from "../tasks/worker.ts";
 import type { StateRelayClient } from "./state-relay.ts";
+import type { OutputRelayClient } from "./output-relay.ts";
 
 export interface BridgeLogger {
   error(obj: object, msg?: string): void;
@@ -37,6 +38,13 @@ const TOP_ROUTES: Record<string, Route> = {
   "/v1/state": "state",
 };
 const TASK_ROUTE = /^\/v1\/tasks\/([A-Za-z0-9_.:-]{1,200})\/(output|heartbeat|result)$/;
+const OUTPUT_ROUTE = /^\/v1\/outputs\/([A-Za-z0-9_-]{1,100})\/(url|stat)$/;
+
+/** `?name=...&task_id=...` of an upload. */
+function outputQuery(url: string): { name: string; taskId: string } {
+  const q = new URL(url, "http://bridge").searchParams;
+  return { name: q.get("name") ?? "", taskId: q.get("task_id") ?? "" };
+}
 
 const KIND_STATUS: Record<string, number> = {
   InvalidArgument: 400,
@@ -128,6 +136,8 @@ export class BridgeServer {
     private readonly log: BridgeLogger,
     /** Queue, Map and Signal operations (docs/queues.md): the container's workspace and the relay once NATS is there. */
     private readonly state?: { workspaceId: string; relay: () => StateRelayClient | undefined },
+    /** Outputs (docs/outputs.md): uploads and URL requests, relayed the same way. */
+    private readonly outputs?: () => OutputRelayClient | undefined,
   ) {
     this.server = createServer({ keepAlive: true }, (req, res) => void this.handle(req, res));
     // The runner keeps one connection open between calls; `next` may wait ~25 s on it.
@@ -194,6 +204,20 @@ export class BridgeServer {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
       const path = (req.url ?? "").split("?")[0] ?? "";
+      if (path === "/v1/outputs" || path.startsWith("/v1/outputs/")) {
+        if (req.method !== "POST") throw new BridgeError(405, "invalid_request", `${path} takes POST only`);
+        const relay = this.outputs?.();
+        if (!this.state || !relay)
+          throw new BridgeError(503, "unavailable", "the agent is not connected to NATS yet; ask again");
+        const call = OUTPUT_ROUTE.exec(path);
+        const answer = call
+          ? await relay.call(this.state.workspaceId, call[2] as "url" | "stat", {
+              ...((await readBody(req, 64 * KiB)) as object),
+              id: call[1],
+            })
+          : await relay.upload(this.state.workspaceId, outputQuery(req.url ?? ""), req);
+        return send(res, 200, answer);
+      }
       const task = TASK_ROUTE.exec(path);
       const route: Route | undefined = TOP_ROUTES[path] ?? (task?.[2] as Route | undefined);
       if (!route) throw new BridgeError(404, "route_not_found", `no route ${req.method} ${path}`);

@@ -7,6 +7,7 @@ import type { NatsConnection } from "nats";
 import { BerthError } from "../../shared/errors.ts";
 import { BridgeServer } from "../bridge/server.ts";
 import { StateRelayClient } from "../bridge/state-relay.ts";
+import { OutputRelayClient } from "../bridge/output-relay.ts";
 import type { HostRunners } from "../host/options.ts";
 import type { RunnerConfig } from "../../api/index.ts";
 import type { RunnerSlotInfo, TaskWorkerLogger, TaskWorkerOptions } from "./types.ts";
@@ -28,6 +29,7 @@ const silent: TaskWorkerLogger = { info() {}, warn() {}, error() {} };
 export class TaskRunners implements HostRunners {
   private worker?: TaskWorker;
   private stateRelay?: StateRelayClient;
+  private outputRelay?: OutputRelayClient;
   private readonly bridges = new Map<string, { server: BridgeServer; slot: RunnerSlotInfo }>();
   private readonly log: TaskWorkerLogger;
 
@@ -41,6 +43,7 @@ export class TaskRunners implements HostRunners {
     const worker = new TaskWorker({ nc, agentId, kill: this.o.kill, logger: this.log, ...this.o.worker });
     await worker.start();
     this.stateRelay = new StateRelayClient(nc, agentId);
+    this.outputRelay = new OutputRelayClient(nc, agentId);
     for (const b of this.bridges.values()) worker.addSlot(b.slot);
     this.worker = worker;
   }
@@ -73,10 +76,14 @@ export class TaskRunners implements HostRunners {
       ...(runner.callbackUrl ? { callbackUrl: runner.callbackUrl } : {}),
       ...(onFirstAsk ? { onFirstAsk } : {}),
     };
-    const server = new BridgeServer(socketPath, containerId, () => this.worker, this.log, {
-      workspaceId: runner.workspaceId,
-      relay: () => this.stateRelay,
-    });
+    const server = new BridgeServer(
+      socketPath,
+      containerId,
+      () => this.worker,
+      this.log,
+      { workspaceId: runner.workspaceId, relay: () => this.stateRelay },
+      () => this.outputRelay,
+    );
     await server.listen();
     this.bridges.set(containerId, { server, slot });
     this.worker?.addSlot(slot);
@@ -99,6 +106,7 @@ export class TaskRunners implements HostRunners {
     this.worker?.close();
     this.worker = undefined;
     this.stateRelay = undefined;
+    this.outputRelay = undefined;
     const servers = [...this.bridges.values()].map((b) => b.server);
     this.bridges.clear();
     await Promise.all(servers.map((s) => s.close()));

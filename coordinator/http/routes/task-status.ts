@@ -72,15 +72,18 @@ export function taskCost(t: TaskRecord, stub: StubRecord, rates: CostRates, now?
  * integer, as beta9 reports it; the stored config rounds up to whole cores),
  * `task_policy.expires` the ISO timestamp after which this task, not yet
  * started, expires ("" when it never does) instead of the stub's policy
- * (seconds from creation or a fixed time).
+ * (seconds from creation or a fixed time); `python_version` the version the
+ * task's container runs when it could be asked (else the registered one).
  */
 export function reportedStubConfig(
   stub: Pick<StubRecord, "config" | "extra">,
   t: Pick<TaskRecord, "expiresAt">,
+  containerPython?: string,
 ): StubConfig {
   const c = stub.config;
   return {
     ...c,
+    python_version: containerPython ?? c.python_version,
     runtime: { ...c.runtime, cpu: cpuMillicores(stub) },
     task_policy: {
       ...c.task_policy,
@@ -89,9 +92,22 @@ export function reportedStubConfig(
   };
 }
 
+/** A task's Outputs (OutputStore.ofTask; docs/outputs.md). */
+export type TaskOutputs = (workspaceId: string, taskId: string) => Promise<unknown[]>;
+
+/** The Python version the task's container runs (coordinator/containers/python-version.ts). */
+export type ContainerPython = (agentId: string, containerId: string) => Promise<string | undefined>;
+
 /** The spec's Task object, and the stub it was read with. */
-export async function taskJson(tasks: TaskService, workspaceId: string, t: TaskRecord) {
+export async function taskJson(
+  tasks: TaskService,
+  workspaceId: string,
+  t: TaskRecord,
+  outputs?: TaskOutputs,
+  pythonOf?: ContainerPython,
+) {
   const stub = await tasks.getStub(workspaceId, t.stubId);
+  const python = pythonOf && t.agentId && t.containerId ? await pythonOf(t.agentId, t.containerId) : undefined;
   const json = {
     id: t.id,
     started_at: t.startedAt,
@@ -100,13 +116,13 @@ export async function taskJson(tasks: TaskService, workspaceId: string, t: TaskR
     container_id: t.containerId ?? "",
     updated_at: t.updatedAt,
     created_at: t.createdAt,
-    outputs: [],
+    outputs: outputs ? await outputs(workspaceId, t.id) : [],
     stats: { active_containers: tasks.activeContainers(stub.id), queue_depth: tasks.queueDepth(stub.id) },
     stub: {
       id: stub.id,
       name: stub.name,
       type: stub.type,
-      config: JSON.stringify(reportedStubConfig(stub, t)),
+      config: JSON.stringify(reportedStubConfig(stub, t, python)),
       config_version: stub.configVersion,
       object_id: stub.objectId,
       created_at: stub.createdAt,
@@ -117,12 +133,16 @@ export async function taskJson(tasks: TaskService, workspaceId: string, t: TaskR
 }
 
 /** The task status API (/v2/task/{id}/) and the callback signature token. */
-export function taskStatusRoutes(tasks: TaskService): FastifyPluginAsync {
+export function taskStatusRoutes(
+  tasks: TaskService,
+  outputs?: TaskOutputs,
+  pythonOf?: ContainerPython,
+): FastifyPluginAsync {
   return async (app) => {
     const v2 = async (req: FastifyRequest) => {
       const { taskId } = req.params as { taskId: string };
       const ws = principalOf(req).workspace.id;
-      return (await taskJson(tasks, ws, await tasks.getTask(ws, taskId))).json;
+      return (await taskJson(tasks, ws, await tasks.getTask(ws, taskId), outputs, pythonOf)).json;
     };
     const v2Schema = {
       tags: ["tasks"],

@@ -14,7 +14,7 @@ import type { TaskService, TaskUpdate } from "../../tasks/service.ts";
 import { isTerminal } from "../../tasks/transitions.ts";
 import { NextCursor, pageOf, pageQuery, pageRequest } from "../pagination.ts";
 import { openSse, type SseStream } from "../sse.ts";
-import { TaskBody, TaskCostBody, taskCost, taskJson } from "./task-status.ts";
+import { TaskBody, TaskCostBody, type TaskOutputs, taskCost, taskJson } from "./task-status.ts";
 import { isoQueryTime, scopedWorkspace, WorkspaceErrors, WsParams } from "./workspace-scope.ts";
 
 /** Keep-alive comments on the subscribe stream (proxies close silent connections). */
@@ -36,6 +36,8 @@ export interface TaskRouteDeps {
   heartbeatMs?: number;
   /** @default SUBSCRIBE_POLL_MS */
   pollMs?: number;
+  /** The task record's `outputs` (docs/outputs.md); [] without. */
+  outputs?: TaskOutputs;
 }
 
 const Status = Type.Union(
@@ -181,7 +183,7 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
           reason: h.reason,
           at: h.at,
         }));
-        const { json, stub } = await taskJson(tasks, ws.id, t);
+        const { json, stub } = await taskJson(tasks, ws.id, t, d.outputs);
         return { ...json, cost: taskCost(t, stub, rates), history };
       },
     );
