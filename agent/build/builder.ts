@@ -148,7 +148,7 @@ export class ImageBuilder implements ImageBuildApi {
         digest = hit.digest;
         cachedSteps++;
       } else {
-        digest = (await this.runStep(imageId, index, step, parent.ref, cacheRef, req, emit)).digest;
+        digest = (await this.runStep(base.ref, imageId, index, step, parent.ref, cacheRef, req, emit)).digest;
         builtSteps++;
       }
       const seconds = Math.round((performance.now() - started) / 10) / 100;
@@ -160,6 +160,7 @@ export class ImageBuilder implements ImageBuildApi {
 
   /** Runs one step in a container on `parentRef` and commits its writes under `cacheRef`. */
   private async runStep(
+    baseRef: string,
     imageId: string,
     index: number,
     step: BuildStep,
@@ -181,6 +182,8 @@ export class ImageBuilder implements ImageBuildApi {
         cpu: req.cpu ?? 1,
         memoryBytes: req.memoryBytes ?? GiB,
         labels: { [BUILD_LABEL]: imageId },
+        // The first step runs on the base, which the runtime resolves again: with the base's credentials.
+        ...(parentRef === baseRef && req.baseCredentials ? { imageCredentials: req.baseCredentials } : {}),
       });
       // Follows until the container ends.
       for await (const l of this.host.streamLogs(id, { follow: true })) {

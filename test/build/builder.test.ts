@@ -10,6 +10,8 @@ import { needs } from "../helpers/env.ts";
 import { agentRpcClient } from "../helpers/real-agent.ts";
 import { HOST_COMMANDS, hostHarness, MiB } from "../host/harness.ts";
 import { sh, SLEEP } from "../files/harness.ts";
+import { startTestRegistry } from "../helpers/registry.ts";
+import { pushTestImage } from "../helpers/test-image.ts";
 
 async function collect(api: ImageBuildApi, req: BuildImageRequest): Promise<BuildEvent[]> {
   const out: BuildEvent[] = [];
@@ -112,6 +114,47 @@ test("image builds on an agent", { timeout: 600_000 }, async (t) => {
       });
       assert.deepEqual(await h.host.listContainers(), [], "the failed step's container is removed");
       assert.equal((await h.host.listImages()).length, before, "no layer is committed for the failed step");
+    },
+  );
+
+  await t.test(
+    "a base from a registry that wants a password: works with its credentials, refused clearly without",
+    async () => {
+      const auth = { user: "builder", password: "base-image-s3cret" };
+      const registry = await startTestRegistry(t, { auth });
+      const privateRef = await pushTestImage(registry, "private/python", "v1");
+      const steps1 = [{ name: "mark", run: "echo private > /from-private" }];
+      await assert.rejects(collect(h.host.builds, { baseImage: privateRef, steps: steps1 }), (e: unknown) => {
+        const err = e as { code?: string; message: string };
+        assert.equal(err.code, "registry_auth_failed");
+        assert.match(err.message, /private\/python/);
+        return true;
+      });
+      const client = await agentRpcClient(t, h.host);
+      await assert.rejects(
+        collect(client, {
+          baseImage: privateRef,
+          steps: steps1,
+          baseCredentials: { username: auth.user, password: "wrong" },
+        }),
+        (e: unknown) => {
+          const err = e as { code?: string; message: string };
+          assert.equal(err.code, "registry_auth_failed");
+          assert.doesNotMatch(err.message, /wrong|base-image-s3cret/, "no credential in the message");
+          return true;
+        },
+      );
+      const ev = await collect(client, {
+        baseImage: privateRef,
+        steps: steps1,
+        baseCredentials: { username: auth.user, password: auth.password },
+      });
+      const d = ev.at(-1);
+      assert.ok(d?.type === "done");
+      if (d?.type !== "done") return;
+      const c = await h.host.runContainer({ image: d.ref, args: SLEEP, cpu: 0.25, memoryBytes: 128 * MiB });
+      assert.equal(await sh(h.host, c.id, "cat /from-private"), "private\n");
+      await h.host.stopContainer(c.id, { graceMs: 0, remove: true });
     },
   );
 
