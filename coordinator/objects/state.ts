@@ -35,6 +35,8 @@ export class StateObjects {
     readonly queues: QueueStore,
     readonly maps: MapStore,
     readonly signals: SignalStore,
+    /** map.items page size (tests make it small). */
+    private readonly itemsPageBytes = ITEMS_PAGE_BYTES,
   ) {}
 
   async call(ws: string, r: StateRequest, abort?: AbortSignal): Promise<Record<string, unknown>> {
@@ -84,7 +86,7 @@ export class StateObjects {
     }
   }
 
-  /** Items in key order after `after`, up to ITEMS_PAGE_BYTES; `next` is where the next page starts. */
+  /** Items in key order after `after`, up to itemsPageBytes; `next` is where the next page starts. */
   private async itemsPage(
     ws: string,
     name: string,
@@ -95,7 +97,7 @@ export class StateObjects {
     let bytes = 0;
     for (const [k, v] of all) {
       if (after !== undefined && k <= after) continue;
-      if (items.length > 0 && bytes + v.length + k.length > ITEMS_PAGE_BYTES)
+      if (items.length > 0 && bytes + v.length + k.length > this.itemsPageBytes)
         return { items, next: items[items.length - 1]?.[0] };
       items.push([k, b64(v)]);
       bytes += v.length + k.length;

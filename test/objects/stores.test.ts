@@ -7,6 +7,7 @@ import { isBerthError } from "../../shared/errors.ts";
 import { MapStore } from "../../coordinator/objects/maps.ts";
 import { QueueStore } from "../../coordinator/objects/queues.ts";
 import { SignalStore } from "../../coordinator/objects/signals.ts";
+import { StateObjects } from "../../coordinator/objects/state.ts";
 import { startTestNats } from "../helpers/nats.ts";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
@@ -123,6 +124,24 @@ test("queue, map and signal stores on JetStream", async (t) => {
       ],
     );
     assert.deepEqual(await maps.items("ws-a", "empty"), []);
+    // map.items pages: 10-byte pages hold one of these entries each, in key order.
+    const state = new StateObjects(queues, maps, new SignalStore(nc), 10);
+    const pages: unknown[] = [];
+    let after: string | undefined;
+    for (;;) {
+      const page = (await state.call("ws-a", {
+        op: "map.items",
+        name: "seen",
+        ...(after === undefined ? {} : { after }),
+      })) as {
+        items: [string, string][];
+        next: string | null;
+      };
+      pages.push(page.items.map(([k]) => k));
+      if (page.next === null) break;
+      after = page.next;
+    }
+    assert.deepEqual(pages, [[""], ["*>/ spaces"], ["with.dot"], ["ключ"]]);
     assert.deepEqual(await maps.list("ws-a"), [{ name: "seen", size: 4 }]);
     assert.equal(await maps.get("ws-b", "seen", "ключ"), undefined);
     await assert.rejects(
