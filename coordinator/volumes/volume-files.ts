@@ -15,7 +15,7 @@ import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { randomBytes } from "node:crypto";
 import { BerthError } from "../../shared/errors.ts";
-import { checkVolumeName, volumeDir } from "../../shared/volumes.ts";
+import { checkVolumeName, checkWorkspaceId, volumeDir } from "../../shared/volumes.ts";
 
 export interface VolumeInfo {
   name: string;
@@ -100,7 +100,7 @@ export class VolumeFiles {
   }
 
   async list(workspaceId: string): Promise<VolumeInfo[]> {
-    const wsDir = join(this.root, workspaceId);
+    const wsDir = join(this.root, checkWorkspaceId(workspaceId));
     let names: string[];
     try {
       names = await readdir(wsDir);
@@ -153,7 +153,7 @@ export class VolumeFiles {
   /** Makes the volume; conflict when it exists. */
   async create(workspaceId: string, name: string): Promise<VolumeInfo> {
     const dir = this.dir(workspaceId, name);
-    await mkdir(join(this.root, workspaceId), { recursive: true, mode: 0o755 });
+    await mkdir(join(this.root, checkWorkspaceId(workspaceId)), { recursive: true, mode: 0o755 });
     try {
       await mkdir(dir, { mode: 0o755 });
     } catch (e) {
