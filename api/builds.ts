@@ -19,6 +19,12 @@ export interface BuildImageRequest {
   steps: BuildStep[];
   /** KEY=VALUE seen by every step (and part of each step's cache key). */
   env?: Record<string, string>;
+  /**
+   * Secrets every step sees as environment variables (`with_secrets`). Their
+   * values are in no layer, config, history, event or log line: step output
+   * shows them as `***`. Their names (not values) are part of the cache key.
+   */
+  secretEnv?: Record<string, string>;
   /** CPU cores and memory of each step's container. @default 1 core, 1 GiB */
   cpu?: number;
   memoryBytes?: number;

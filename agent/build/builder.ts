@@ -49,11 +49,18 @@ const STEP_NAME_MAX = 200;
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
 /** The cache key of a step on top of `parentDigest`: what it runs and with which environment. */
-export function stepCacheKey(parentDigest: string, step: BuildStep, env: Record<string, string>): string {
+export function stepCacheKey(
+  parentDigest: string,
+  step: BuildStep,
+  env: Record<string, string>,
+  secretNames: string[] = [],
+): string {
   const sortedEnv = Object.keys(env)
     .sort()
     .map((k) => `${k}=${env[k]}`);
-  return sha256(JSON.stringify({ parent: parentDigest, run: step.run, env: sortedEnv })).slice(0, 48);
+  const key: Record<string, unknown> = { parent: parentDigest, run: step.run, env: sortedEnv };
+  if (secretNames.length > 0) key.secrets = [...secretNames].sort();
+  return sha256(JSON.stringify(key)).slice(0, 48);
 }
 
 /** The image id: a hash of the build definition and the base digest. */
@@ -62,7 +69,9 @@ export function buildImageId(baseDigest: string, req: BuildImageRequest): string
   const sortedEnv = Object.keys(env)
     .sort()
     .map((k) => `${k}=${env[k]}`);
-  const def = { base: baseDigest, steps: req.steps.map((s) => s.run), env: sortedEnv };
+  const def: Record<string, unknown> = { base: baseDigest, steps: req.steps.map((s) => s.run), env: sortedEnv };
+  const secretNames = Object.keys(req.secretEnv ?? {}).sort();
+  if (secretNames.length > 0) def.secrets = secretNames;
   return `img-${sha256(JSON.stringify(def)).slice(0, 24)}`;
 }
 
@@ -79,7 +88,7 @@ export function checkBuildRequest(req: BuildImageRequest): void {
       throw invalid(`build step ${i + 1} needs a name of at most ${STEP_NAME_MAX} characters`);
     }
   });
-  for (const k of Object.keys(req.env ?? {})) {
+  for (const k of [...Object.keys(req.env ?? {}), ...Object.keys(req.secretEnv ?? {})]) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k))
       throw invalid(`build environment variable name ${JSON.stringify(k)} is not valid`);
   }
@@ -96,6 +105,8 @@ export class ImageBuilder implements ImageBuildApi {
   /** Builds in progress by image id: a second request for one follows the first. */
   private readonly running = new Map<string, Fanout<BuildEvent>>();
   private seq = 0;
+  /** Secret values of each running step container, for redact(). */
+  private readonly secretsOf = new Map<string, string[]>();
 
   constructor(
     private readonly host: BuildHost,
@@ -139,7 +150,7 @@ export class ImageBuilder implements ImageBuildApi {
     const total = req.steps.length;
     for (const [i, step] of req.steps.entries()) {
       const index = i + 1;
-      const cacheRef = `${BUILD_CACHE_REPO}:${stepCacheKey(parent.digest, step, env)}`;
+      const cacheRef = `${BUILD_CACHE_REPO}:${stepCacheKey(parent.digest, step, env, Object.keys(req.secretEnv ?? {}))}`;
       const hit = (await this.host.listImages()).find((s) => refOf(s, cacheRef));
       const started = performance.now();
       emit({ type: "step", index, total, name: step.name, cached: !!hit });
@@ -172,12 +183,17 @@ export class ImageBuilder implements ImageBuildApi {
     const id = `bld-${imageId.slice(4, 16)}-${index}-${process.pid}-${++this.seq}`;
     const tail: string[] = [];
     let c: ContainerStatus | undefined;
+    const secrets = Object.values(req.secretEnv ?? {})
+      .filter((v) => v.length > 0)
+      .sort((a, b) => b.length - a.length);
+    // Set before the container starts, so the host's own log lines are redacted from the first.
+    if (secrets.length > 0) this.secretsOf.set(id, secrets);
     try {
       c = await this.host.runContainer({
         id,
         image: parentRef,
         args: ["/bin/sh", "-c", step.run],
-        env: { ...(req.env ?? {}) },
+        env: { ...(req.env ?? {}), ...(req.secretEnv ?? {}) },
         cwd: "/",
         cpu: req.cpu ?? 1,
         memoryBytes: req.memoryBytes ?? GiB,
@@ -187,9 +203,10 @@ export class ImageBuilder implements ImageBuildApi {
       });
       // Follows until the container ends.
       for await (const l of this.host.streamLogs(id, { follow: true })) {
-        tail.push(l.line);
+        const line = this.redact(id, l.line);
+        tail.push(line);
         if (tail.length > FAILURE_TAIL_LINES) tail.shift();
-        emit({ type: "output", index, stream: l.stream, line: l.line });
+        emit({ type: "output", index, stream: l.stream, line });
       }
       const status = await this.exited(id);
       if (status.exitCode !== 0) {
@@ -208,7 +225,21 @@ export class ImageBuilder implements ImageBuildApi {
           console.error(`build ${imageId}: removing step container ${id} failed: ${describeError(e)}`);
         });
       }
+      this.secretsOf.delete(id);
     }
+  }
+
+  /**
+   * A line of a build step's output with its secrets as `***`. The host
+   * passes every line of its containers through this before shipping it, so
+   * no log of a step holds a secret's value.
+   */
+  redact(containerId: string, line: string): string {
+    const secrets = this.secretsOf.get(containerId);
+    if (!secrets) return line;
+    let out = line;
+    for (const v of secrets) out = out.split(v).join("***");
+    return out;
   }
 
   /** The container's final status (the log stream can end a moment before the state says so). */

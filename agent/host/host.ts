@@ -82,7 +82,13 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     this.runtime = this.options.runtime({
       onEvent: (e) => this.onRuntimeEvent(e),
       onLog: (l) =>
-        this.options.onLog({ containerId: l.containerId, stream: l.stream, line: l.line, ts: l.ts }),
+        this.options.onLog({
+          containerId: l.containerId,
+          stream: l.stream,
+          // A build step's secrets never reach the shipped logs (agent/build).
+          line: this.builds.redact(l.containerId, l.line),
+          ts: l.ts,
+        }),
     });
     this.provisioning = {
       options: this.options,

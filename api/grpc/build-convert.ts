@@ -8,6 +8,7 @@ export interface WireBuildImageRequest {
   baseCredentials: { username: string; password: string } | null;
   steps: { name: string; run: string }[];
   env: Record<string, string>;
+  secretEnv: Record<string, string>;
   cpu: number;
   memoryBytes: number;
 }
@@ -32,6 +33,7 @@ export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest
       : null,
     steps: r.steps.map((s) => ({ name: s.name, run: s.run })),
     env: { ...(r.env ?? {}) },
+    secretEnv: { ...(r.secretEnv ?? {}) },
     cpu: r.cpu ?? 0,
     memoryBytes: r.memoryBytes ?? 0,
   };
@@ -43,6 +45,7 @@ export function buildRequestFromProto(w: WireBuildImageRequest): BuildImageReque
   if (w.baseCredentials)
     r.baseCredentials = { username: w.baseCredentials.username, password: w.baseCredentials.password };
   if (w.env && Object.keys(w.env).length > 0) r.env = { ...w.env };
+  if (w.secretEnv && Object.keys(w.secretEnv).length > 0) r.secretEnv = { ...w.secretEnv };
   if (w.cpu > 0) r.cpu = w.cpu;
   if (w.memoryBytes > 0) r.memoryBytes = w.memoryBytes;
   return r;

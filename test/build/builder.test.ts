@@ -4,6 +4,9 @@
 // output and leaves no container behind. Then the same over the agent's gRPC API.
 
 import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { join } from "node:path";
 import { test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { needs } from "../helpers/env.ts";
@@ -155,6 +158,60 @@ test("image builds on an agent", { timeout: 600_000 }, async (t) => {
       const c = await h.host.runContainer({ image: d.ref, args: SLEEP, cpu: 0.25, memoryBytes: 128 * MiB });
       assert.equal(await sh(h.host, c.id, "cat /from-private"), "private\n");
       await h.host.stopContainer(c.id, { graceMs: 0, remove: true });
+    },
+  );
+
+  await t.test(
+    "secrets: readable by the steps; in no layer, config, history, event, error or log line",
+    async () => {
+      const secret = `s3cret-${randomBytes(12).toString("hex")}`;
+      const hash = createHash("sha256").update(secret).digest("hex");
+      const secretEnv = { API_TOKEN: secret };
+    const marker = `marker-${randomBytes(8).toString("hex")}`;
+      const useIt = {
+        name: "use the secret",
+        // Compared by hash, so the command itself does not hold the value.
+        run: `test "$(printf %s "$API_TOKEN" | sha256sum | cut -c1-64)" = ${hash} && echo token-matches && echo "leak: $API_TOKEN" && echo ${marker} > /after-secret`,
+      };
+      const client = await agentRpcClient(t, h.host);
+      const ev = await collect(client, { baseImage: h.imageRef, steps: [useIt], secretEnv });
+      const lines = ev.flatMap((e) => (e.type === "output" ? [e.line] : []));
+      assert.ok(lines.includes("token-matches"), "the step saw the secret");
+      assert.ok(lines.includes("leak: ***"), "the step's output shows it as ***");
+      assert.ok(!JSON.stringify(ev).includes(secret), "no event holds it");
+      assert.ok(!h.logs.some((l) => l.line.includes(secret)), "no log line of the host holds it");
+      assert.ok(h.logs.some((l) => l.line === "leak: ***"));
+      await assert.rejects(
+        collect(client, {
+          baseImage: h.imageRef,
+          steps: [{ name: "fail", run: 'echo "about $API_TOKEN"; exit 4' }],
+          secretEnv,
+        }),
+        (e: unknown) => {
+          const err = e as { code?: string; message: string; details?: Record<string, unknown> };
+          assert.equal(err.code, "image_build_failed");
+          assert.ok(!err.message.includes(secret) && !JSON.stringify(err.details).includes(secret));
+          assert.match(err.message, /about \*\*\*/);
+          return true;
+        },
+      );
+      // Every blob of the store: layer tarballs, image configs (env, history) and manifests.
+      const blobs = join(h.dir, "images", "oci", "blobs");
+      const grep = spawnSync("grep", ["-rlF", "--", secret, blobs], { encoding: "utf8" });
+      assert.equal(
+        grep.status,
+        1,
+        `grep exits 1 when nothing matches; found in: ${grep.stdout}${grep.stderr}`,
+      );
+      // The same grep does find what the layers hold (so the scan can fail).
+      const sanity = spawnSync("grep", ["-rlF", "--", "token-matches", blobs], { encoding: "utf8" });
+      assert.equal(sanity.status, 1, "output lines are not in layers either");
+      assert.equal(
+        spawnSync("grep", ["-rlqF", "--", marker, blobs]).status,
+        0,
+        "the step's file is in a layer blob",
+      );
+      assert.ok(execFileSync("ls", [blobs]).length > 0);
     },
   );
 
