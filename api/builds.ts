@@ -16,6 +16,12 @@ export interface BuildImageRequest {
   baseImage?: string;
   /** Registry credentials for pulling the base; never logged. */
   baseCredentials?: { username: string; password: string };
+  /**
+   * The SDK's `base_image_creds` as variable → value (Docker Hub, ECR, Google
+   * Artifact Registry, NGC or any registry's variables; docs/images.md,
+   * "Credentials"), resolved by the agent; never logged. Not with baseCredentials.
+   */
+  baseImageCreds?: Record<string, string>;
   steps: BuildStep[];
   /** KEY=VALUE seen by every step (and part of each step's cache key). */
   env?: Record<string, string>;

@@ -21,6 +21,7 @@ import type {
 } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { Fanout } from "../../shared/fanout.ts";
+import { parseImageReference } from "../images/index.ts";
 
 /** What a build needs of the container host; ContainerHost has it. */
 export interface BuildHost {
@@ -69,7 +70,11 @@ export function buildImageId(baseDigest: string, req: BuildImageRequest): string
   const sortedEnv = Object.keys(env)
     .sort()
     .map((k) => `${k}=${env[k]}`);
-  const def: Record<string, unknown> = { base: baseDigest, steps: req.steps.map((s) => s.run), env: sortedEnv };
+  const def: Record<string, unknown> = {
+    base: baseDigest,
+    steps: req.steps.map((s) => s.run),
+    env: sortedEnv,
+  };
   const secretNames = Object.keys(req.secretEnv ?? {}).sort();
   if (secretNames.length > 0) def.secrets = secretNames;
   return `img-${sha256(JSON.stringify(def)).slice(0, 24)}`;
@@ -113,16 +118,15 @@ export class ImageBuilder implements ImageBuildApi {
     private readonly opts: {
       /** The agent's default image, for a build that names no base. @default pullImage("") (refused) */
       pullDefault?: () => Promise<ImageSummary>;
+      /** Pulls with base_image_creds' variables (every registry form the store knows). @default refused */
+      pullWithCreds?: (ref: string, vars: Record<string, string>) => Promise<ImageSummary>;
     } = {},
   ) {}
 
   async *buildImage(req: BuildImageRequest, opts: { signal?: AbortSignal } = {}): AsyncGenerator<BuildEvent> {
     checkBuildRequest(req);
     const baseRef = req.baseImage?.trim() || undefined;
-    const base =
-      baseRef === undefined && this.opts.pullDefault
-        ? await this.opts.pullDefault()
-        : await this.host.pullImage(baseRef ?? "", req.baseCredentials ? { credentials: req.baseCredentials } : {});
+    const base = await this.pullBase(baseRef, req);
     const imageId = buildImageId(base.digest, req);
     let fanout = this.running.get(imageId);
     if (!fanout) {
@@ -144,7 +148,9 @@ export class ImageBuilder implements ImageBuildApi {
     emit: (e: BuildEvent) => void,
   ): Promise<void> {
     const env = req.env ?? {};
-    let parent = { ref: base.ref, digest: base.digest };
+    // The base by digest: cached now, so no step (and no container of the
+    // image) asks its registry again, with or without credentials.
+    let parent = { ref: pinnedRef(base), digest: base.digest };
     let cachedSteps = 0;
     let builtSteps = 0;
     const total = req.steps.length;
@@ -159,7 +165,7 @@ export class ImageBuilder implements ImageBuildApi {
         digest = hit.digest;
         cachedSteps++;
       } else {
-        digest = (await this.runStep(base.ref, imageId, index, step, parent.ref, cacheRef, req, emit)).digest;
+        digest = (await this.runStep(imageId, index, step, parent.ref, cacheRef, req, emit)).digest;
         builtSteps++;
       }
       const seconds = Math.round((performance.now() - started) / 10) / 100;
@@ -169,9 +175,22 @@ export class ImageBuilder implements ImageBuildApi {
     emit({ type: "done", imageId, ref: parent.ref, digest: parent.digest, cachedSteps, builtSteps });
   }
 
+  private async pullBase(baseRef: string | undefined, req: BuildImageRequest): Promise<ImageSummary> {
+    if (req.baseImageCreds && Object.keys(req.baseImageCreds).length > 0) {
+      if (req.baseCredentials) throw invalid("give baseCredentials or baseImageCreds, not both");
+      if (!baseRef) throw invalid("base_image_creds need a base_image to use them for");
+      if (!this.opts.pullWithCreds) throw invalid("this agent cannot resolve base_image_creds");
+      return this.opts.pullWithCreds(baseRef, req.baseImageCreds);
+    }
+    if (baseRef === undefined && this.opts.pullDefault) return this.opts.pullDefault();
+    return this.host.pullImage(
+      baseRef ?? "",
+      req.baseCredentials ? { credentials: req.baseCredentials } : {},
+    );
+  }
+
   /** Runs one step in a container on `parentRef` and commits its writes under `cacheRef`. */
   private async runStep(
-    baseRef: string,
     imageId: string,
     index: number,
     step: BuildStep,
@@ -198,8 +217,6 @@ export class ImageBuilder implements ImageBuildApi {
         cpu: req.cpu ?? 1,
         memoryBytes: req.memoryBytes ?? GiB,
         labels: { [BUILD_LABEL]: imageId },
-        // The first step runs on the base, which the runtime resolves again: with the base's credentials.
-        ...(parentRef === baseRef && req.baseCredentials ? { imageCredentials: req.baseCredentials } : {}),
       });
       // Follows until the container ends.
       for await (const l of this.host.streamLogs(id, { follow: true })) {
@@ -252,4 +269,10 @@ export class ImageBuilder implements ImageBuildApi {
       await new Promise((r) => setTimeout(r, 50));
     }
   }
+}
+
+/** `registry/repository@digest` of a pulled image: a pull of it is answered from the cache. */
+export function pinnedRef(image: ImageSummary): string {
+  const r = parseImageReference(image.ref);
+  return `${r.registry}/${r.repository}@${image.digest}`;
 }

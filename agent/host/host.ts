@@ -20,6 +20,7 @@ import type {
 import type { BindMount, ContainerEvent } from "../runtime/index.ts";
 import { ContainerSnapshots } from "../snapshots/index.ts";
 import { ImageBuilder } from "../build/index.ts";
+import { resolveRegistryCredentials } from "../images/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
 import { gcImages, imageOpsStore, imageSummary, importImage } from "./image-ops.ts";
@@ -67,6 +68,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   /** Image builds: steps run as this host's containers, committed into its image store (agent/build). */
   readonly builds: ImageBuilder = new ImageBuilder(this, {
     pullDefault: async () => imageSummary(await this.options.images.pull()),
+    pullWithCreds: async (ref, vars) =>
+      imageSummary(await this.options.images.pull(ref, { credentials: resolveRegistryCredentials(vars, {}) })),
   });
 
   private constructor(opts: ContainerHostOptions) {

@@ -9,6 +9,7 @@ export interface WireBuildImageRequest {
   steps: { name: string; run: string }[];
   env: Record<string, string>;
   secretEnv: Record<string, string>;
+  baseImageCreds: Record<string, string>;
   cpu: number;
   memoryBytes: number;
 }
@@ -34,6 +35,7 @@ export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest
     steps: r.steps.map((s) => ({ name: s.name, run: s.run })),
     env: { ...(r.env ?? {}) },
     secretEnv: { ...(r.secretEnv ?? {}) },
+    baseImageCreds: { ...(r.baseImageCreds ?? {}) },
     cpu: r.cpu ?? 0,
     memoryBytes: r.memoryBytes ?? 0,
   };
@@ -46,6 +48,7 @@ export function buildRequestFromProto(w: WireBuildImageRequest): BuildImageReque
     r.baseCredentials = { username: w.baseCredentials.username, password: w.baseCredentials.password };
   if (w.env && Object.keys(w.env).length > 0) r.env = { ...w.env };
   if (w.secretEnv && Object.keys(w.secretEnv).length > 0) r.secretEnv = { ...w.secretEnv };
+  if (w.baseImageCreds && Object.keys(w.baseImageCreds).length > 0) r.baseImageCreds = { ...w.baseImageCreds };
   if (w.cpu > 0) r.cpu = w.cpu;
   if (w.memoryBytes > 0) r.memoryBytes = w.memoryBytes;
   return r;

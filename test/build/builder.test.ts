@@ -158,6 +158,25 @@ test("image builds on an agent", { timeout: 600_000 }, async (t) => {
       const c = await h.host.runContainer({ image: d.ref, args: SLEEP, cpu: 0.25, memoryBytes: 128 * MiB });
       assert.equal(await sh(h.host, c.id, "cat /from-private"), "private\n");
       await h.host.stopContainer(c.id, { graceMs: 0, remove: true });
+
+      // base_image_creds' variable form, as the SDK sends it; with no steps the
+      // image is the base by digest, which runs without asking the registry again.
+      const vars = { REGISTRY_USERNAME: auth.user, REGISTRY_PASSWORD: auth.password };
+      const fresh = await pushTestImage(registry, "private/python", "v2");
+      const noSteps = await collect(client, { baseImage: fresh, steps: [], baseImageCreds: vars });
+      const n = noSteps.at(-1);
+      assert.ok(n?.type === "done" && n.ref.includes("@sha256:"), JSON.stringify(n));
+      if (n?.type !== "done") return;
+      const c2 = await h.host.runContainer({ image: n.ref, args: SLEEP, cpu: 0.25, memoryBytes: 128 * MiB });
+      assert.equal(await sh(h.host, c2.id, "echo ran"), "ran\n");
+      await h.host.stopContainer(c2.id, { graceMs: 0, remove: true });
+      await assert.rejects(
+        collect(client, { baseImage: fresh, steps: [], baseImageCreds: { REGISTRY_USERNAME: auth.user } }),
+        (e: unknown) => {
+          assert.match((e as Error).message, /REGISTRY_PASSWORD/, "the missing variable is named");
+          return true;
+        },
+      );
     },
   );
 
@@ -167,7 +186,7 @@ test("image builds on an agent", { timeout: 600_000 }, async (t) => {
       const secret = `s3cret-${randomBytes(12).toString("hex")}`;
       const hash = createHash("sha256").update(secret).digest("hex");
       const secretEnv = { API_TOKEN: secret };
-    const marker = `marker-${randomBytes(8).toString("hex")}`;
+      const marker = `marker-${randomBytes(8).toString("hex")}`;
       const useIt = {
         name: "use the secret",
         // Compared by hash, so the command itself does not hold the value.
