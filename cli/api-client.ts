@@ -5,6 +5,8 @@ interface SendOptions {
   body?: unknown;
   /** Raw bytes sent as they are (uploads); `body` is sent as JSON otherwise. */
   bytes?: Uint8Array<ArrayBuffer>;
+  /** A streamed body (uploads of any size), sent chunked. */
+  stream?: ReadableStream<Uint8Array>;
   contentType?: string;
   timeoutMs?: number;
   signal?: AbortSignal;
@@ -61,6 +63,20 @@ export class ApiClient {
     return res;
   }
 
+  /** Streams a request body (volume uploads): no timeout; an error answer is thrown as its BerthError. */
+  async uploadStream<T>(path: string, body: ReadableStream<Uint8Array>): Promise<T> {
+    return this.json<T>(
+      await this.send("PUT", path, { stream: body, contentType: "application/octet-stream", timeoutMs: 0 }),
+    );
+  }
+
+  /** A streamed download (volume files): the response, or its error answer thrown as a BerthError. */
+  async download(path: string): Promise<Response> {
+    const res = await this.send("GET", path, { timeoutMs: 0 });
+    if (!res.ok) await this.json<unknown>(res);
+    return res;
+  }
+
   private async send(method: string, path: string, o: SendOptions): Promise<Response> {
     if (!this.token) {
       throw new BerthError(
@@ -80,7 +96,9 @@ export class ApiClient {
           authorization: `Bearer ${this.token}`,
           ...(contentType ? { "content-type": contentType } : {}),
         },
-        ...(o.bytes !== undefined
+        ...(o.stream !== undefined
+          ? { body: o.stream, duplex: "half" as const }
+          : o.bytes !== undefined
           ? { body: o.bytes }
           : o.body !== undefined
             ? { body: JSON.stringify(o.body) }

@@ -8,10 +8,12 @@ import { deployCommand } from "./commands/deploy.ts";
 import { deploymentCommands } from "./commands/deployment.ts";
 import { logsCommand } from "./commands/logs.ts";
 import { secretCommands } from "./commands/secret.ts";
+import { stateCommands } from "./commands/state.ts";
 import { serveCommand } from "./commands/serve.ts";
 import { shellCommand } from "./commands/shell.ts";
 import { taskCommands } from "./commands/task.ts";
 import { upCommand } from "./commands/up.ts";
+import { volumeCommands } from "./commands/volume.ts";
 import { workspaceCommands } from "./commands/workspace.ts";
 
 export function buildProgram(): Command {
@@ -27,6 +29,8 @@ export function buildProgram(): Command {
   workspaceCommands(program);
   taskCommands(program);
   secretCommands(program);
+  stateCommands(program);
+  volumeCommands(program);
   deployCommand(program);
   deploymentCommands(program);
   serveCommand(program);
