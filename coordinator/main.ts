@@ -32,6 +32,7 @@ import { Planner } from "./scheduler/planner.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
 import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
+import { ImageBuilds } from "./images/index.ts";
 import { Store } from "./store/store.ts";
 import { TaskService } from "./tasks/service.ts";
 
@@ -304,6 +305,16 @@ export async function startCoordinator(
     onActivity: (id) => sandboxes.touch(id),
   });
   const logs = new LogQuery({ nats: nc, log: log.child({ area: "logs" }) });
+  // Image builds: placed through the planner, run on an agent (docs/images.md).
+  const images = new ImageBuilds({
+    repo: store.builtImages,
+    planner,
+    agents: agentClients,
+    secrets,
+    ...(o.pipIndex ? { pipIndex: o.pipIndex } : {}),
+    placementWaitMs: o.placementWaitMs,
+    log: log.child({ area: "images" }),
+  });
   const app = await buildHttpApp({
     logs,
     store,
@@ -327,6 +338,7 @@ export async function startCoordinator(
       },
     },
     sandboxes,
+    images,
     ports,
     prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),

@@ -4,6 +4,7 @@ import { createSecureContext } from "node:tls";
 import { join, resolve } from "node:path";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { NatsCredentials } from "../shared/subjects.ts";
+import type { PipIndex } from "./images/index.ts";
 import type { StreamRetention } from "./fleet/streams.ts";
 import { type CostRates, type CostRatesOptions, resolveCostRates } from "./tasks/cost.ts";
 
@@ -77,6 +78,11 @@ export interface CoordinatorOptions {
    * routes read and write files here. @default "<dataDir>/volumes"
    */
   volumeRoot?: string;
+  /**
+   * The Python package index every pip step of an image build uses (an
+   * on-prem mirror on an air-gapped fleet; docs/images.md). @default pip's own (PyPI)
+   */
+  pipIndex?: PipIndex;
 }
 
 export interface TlsFiles {
@@ -104,6 +110,7 @@ export interface ResolvedCoordinatorOptions {
   metricsRetentionMs: number;
   placementWaitMs: number;
   volumeRoot: string;
+  pipIndex?: PipIndex;
 }
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
@@ -155,6 +162,7 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     costRates: resolveCostRates(o.costRates),
     placementWaitMs: checkPlacementWait(o.placementWaitMs ?? 30_000),
     volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
+    ...(o.pipIndex ? { pipIndex: checkPipIndex(o.pipIndex) } : {}),
   };
 }
 
@@ -274,4 +282,25 @@ export function readCoordinatorConfig(path: string): CoordinatorOptions {
   } catch (e) {
     throw new BerthError("invalid_request", `cannot read coordinator config ${path}: ${describeError(e)}`);
   }
+}
+
+function checkPipIndex(p: PipIndex): PipIndex {
+  const url = (u: unknown, what: string) => {
+    if (typeof u !== "string" || !/^https?:\/\/[^\s]+$/.test(u)) {
+      throw new BerthError("invalid_request", `coordinator config: pipIndex.${what} ${JSON.stringify(u)} is not an http(s) URL`);
+    }
+    return u;
+  };
+  const out: PipIndex = {};
+  if (p.indexUrl !== undefined) out.indexUrl = url(p.indexUrl, "indexUrl");
+  if (p.extraIndexUrls !== undefined) out.extraIndexUrls = p.extraIndexUrls.map((u) => url(u, "extraIndexUrls"));
+  if (p.trustedHosts !== undefined) {
+    out.trustedHosts = p.trustedHosts.map((h) => {
+      if (typeof h !== "string" || !/^[A-Za-z0-9.:[\]-]+$/.test(h)) {
+        throw new BerthError("invalid_request", `coordinator config: pipIndex.trustedHosts ${JSON.stringify(h)} is not a host`);
+      }
+      return h;
+    });
+  }
+  return out;
 }

@@ -25,7 +25,12 @@ interface UpFlags {
   subnet6?: string;
   defaultImage?: string;
   pythonRootfs?: string;
+  pipIndexUrl?: string;
+  pipExtraIndexUrl: string[];
+  pipTrustedHost: string[];
 }
+
+const collect = (v: string, all: string[]) => [...all, v];
 
 export function upCommand(program: Command): void {
   program
@@ -50,6 +55,14 @@ export function upCommand(program: Command): void {
     .option(
       "--python-rootfs <dir>",
       "use this rootfs (with python3) for the default image instead of building one",
+    )
+    .option("--pip-index-url <url>", "package index of every pip step of image builds (an on-prem mirror)")
+    .option("--pip-extra-index-url <url>", "another package index for image builds (repeatable)", collect, [])
+    .option(
+      "--pip-trusted-host <host>",
+      "a package index host pip may reach without verified TLS (repeatable)",
+      collect,
+      [],
     )
     .action(async (o: UpFlags) => {
       process.exitCode = await up(o);
@@ -123,6 +136,7 @@ async function up(o: UpFlags): Promise<number> {
         publicUrl: url,
         dataDir: coordDir,
         volumeRoot: join(dataDir, "volumes"),
+        ...pipIndexOf(o),
         nats: { url: nats.url, user: "coordinator", password: cluster.natsCoordinatorPassword },
         agentNats: { url: nats.url, user: "agent", password: cluster.natsAgentPassword },
       },
@@ -269,4 +283,16 @@ async function up(o: UpFlags): Promise<number> {
 function readSecret(path: string): string | undefined {
   if (!existsSync(path)) return undefined;
   return readFileSync(path, "utf8").trim() || undefined;
+}
+
+/** The coordinator's pipIndex from the --pip-* flags (docs/images.md, "Air-gapped pip"). */
+function pipIndexOf(o: UpFlags): {
+  pipIndex?: { indexUrl?: string; extraIndexUrls?: string[]; trustedHosts?: string[] };
+} {
+  const pipIndex = {
+    ...(o.pipIndexUrl ? { indexUrl: o.pipIndexUrl } : {}),
+    ...(o.pipExtraIndexUrl.length > 0 ? { extraIndexUrls: o.pipExtraIndexUrl } : {}),
+    ...(o.pipTrustedHost.length > 0 ? { trustedHosts: o.pipTrustedHost } : {}),
+  };
+  return Object.keys(pipIndex).length > 0 ? { pipIndex } : {};
 }

@@ -105,7 +105,9 @@ export function runnerRequest(
   if (extra.code_sha256) req.code = { sha256: extra.code_sha256 };
   const volumes = stubVolumeMounts(stub.workspaceId, config.volumes);
   if (volumes.length > 0) req.volumes = volumes;
-  // The stub's secrets (`secrets=[...]`); the agent adds BERTH_*, which no secret may be named.
-  if (secretEnv && Object.keys(secretEnv).length > 0) req.env = { ...secretEnv };
+  // The image's env_vars (extra.env, docs/images.md), then the stub's secrets
+  // (`secrets=[...]`), which win on a clash; the agent adds BERTH_*, which neither may be named.
+  const env = { ...(extra.env ?? {}), ...(secretEnv ?? {}) };
+  if (Object.keys(env).length > 0) req.env = env;
   return req;
 }

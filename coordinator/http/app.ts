@@ -42,6 +42,8 @@ import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
 import { gatewayTaskRoutes } from "./routes/gateway-tasks.ts";
 import { healthRoutes } from "./routes/health.ts";
 import { secretRoutes } from "./routes/secrets.ts";
+import { imageRoutes } from "./routes/images.ts";
+import type { ImageBuilds } from "../images/index.ts";
 import { gatewayEnqueueRoutes, taskQueueRoutes } from "./routes/taskqueue.ts";
 import { taskStatusRoutes } from "./routes/task-status.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
@@ -58,6 +60,8 @@ export interface HttpDeps {
   objects?: Objects;
   /** Workspace secrets: the secret routes exist when given. */
   secrets?: Secrets;
+  /** Image builds: the image routes exist when given. */
+  images?: ImageBuilds;
   /** Deployments (with tasks): the deployment, deploy and task-queue routes exist when given. */
   deployments?: DeploymentService;
   /** Live containers per stub (deployment details, log streams). */
@@ -168,6 +172,7 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   // The token-authenticated API (/api/v1/..., /v2/task): one token hook for all of it (coordinator/http/scopes.ts).
   const api: FastifyPluginAsync[] = [notYetRoutes(), workspaceRoutes(deps.store), fleetRoutes(deps.store, deps.fleet)];
   if (deps.secrets) api.push(secretRoutes(deps.secrets));
+  if (deps.images) api.push(imageRoutes(deps.images));
   if (deps.tasks && deps.objects) {
     api.push(
       taskStatusRoutes(deps.tasks),

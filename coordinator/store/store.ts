@@ -4,6 +4,7 @@ import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
 import { DeploymentRepo } from "./deployments.ts";
 import { MetricsRepo } from "./metrics.ts";
 import { LimitsRepo } from "./limits.ts";
+import { BuiltImageRepo } from "./built-images.ts";
 import type { Database } from "./schema.ts";
 import { SandboxRepo } from "./sandboxes.ts";
 import { ObjectRepo, StubRepo } from "./stubs.ts";
@@ -26,6 +27,7 @@ export class Store {
   readonly metrics: MetricsRepo;
   readonly limits: LimitsRepo;
   readonly sandboxes: SandboxRepo;
+  readonly builtImages: BuiltImageRepo;
 
   constructor(
     readonly db: Kysely<Database>,
@@ -45,6 +47,7 @@ export class Store {
     this.metrics = new MetricsRepo(db, engine);
     this.limits = new LimitsRepo(db);
     this.sandboxes = new SandboxRepo(db);
+    this.builtImages = new BuiltImageRepo(db);
   }
 
   /** Opens the store at `url` and brings its schema up to date. */

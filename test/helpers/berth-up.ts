@@ -45,7 +45,11 @@ export interface BerthUp {
 
 export const UP_COMMANDS = ["runc", "skopeo", "umoci", "nats-server", "ip", "nft", "python3", "debootstrap"];
 
-export async function startBerthUp(td: Teardown, extraArgs: string[] = []): Promise<BerthUp> {
+/** extraArgs: more `berth up` flags, or a function of the cluster's network names giving them. */
+export async function startBerthUp(
+  td: Teardown,
+  extraArgs: string[] | ((names: TestNames) => string[]) = [],
+): Promise<BerthUp> {
   const names = await testNames();
   const home = mkdtempSync(join(tmpdir(), "berth-up-home-"));
   td.defer(() => rmSync(home, { recursive: true, force: true }));
@@ -70,7 +74,7 @@ export async function startBerthUp(td: Teardown, extraArgs: string[] = []): Prom
       ...["--import", "tsx", CLI_MAIN, "up", "--data-dir", dataDir],
       ...["--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)],
       ...["--network-prefix", names.namePrefix, "--subnet4", names.subnet4, "--subnet6", names.subnet6],
-      ...["--python-rootfs", rootfs, ...extraArgs],
+      ...["--python-rootfs", rootfs, ...(typeof extraArgs === "function" ? extraArgs(names) : extraArgs)],
     ],
     { env, stdio: ["ignore", "pipe", "pipe"], detached: true },
   );

@@ -1,6 +1,9 @@
 """Decorator options: memory, GPUs, CPU, task policy, retry_for; the Image builder and Context."""
 
 import dataclasses
+import json
+import os
+from unittest import mock
 import datetime
 import unittest
 
@@ -94,8 +97,7 @@ class ImageTest(unittest.TestCase):
 
     def test_builds_are_refused_naming_what_was_asked(self):
         for img, word in (
-            (Image(python_packages=["torch"]), "torch"),
-            (Image(commands=["apt-get install x"]), "apt-get install x"),
+            (Image().build_with_gpu("A10G"), "A10G"),
             (Image.from_id("snap-1"), "snap-1"),
             (Image.from_dockerfile("/tmp/Dockerfile"), "Dockerfile"),
             (Image().micromamba(), "micromamba"),
@@ -103,6 +105,28 @@ class ImageTest(unittest.TestCase):
             with self.assertRaises(ImageBuildError) as ctx:
                 img.check_runnable("fn")
             self.assertIn(word, str(ctx.exception))
+
+    def test_packages_commands_and_env_are_built(self):
+        for img in (Image(python_packages=["torch"]), Image(commands=["apt-get install x"]), Image(env_vars="A=1")):
+            img.check_runnable("fn")  # the cluster builds these
+            self.assertTrue(img.needs_build())
+        self.assertFalse(Image.from_registry("r.example/app:1").needs_build())
+        self.assertFalse(Image().needs_build())
+
+    def test_private_base_credentials(self):
+        img = Image(base_image="r.example/p:1", base_image_creds={"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "pw"})
+        self.assertTrue(img.needs_build())
+        self.assertEqual(img.credential_values(), {"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "pw"})
+        self.assertNotIn("pw", json.dumps(img.spec()))  # the spec names them only
+        listed = Image.from_registry("r.example/p:1", ["BERTH_T_USER", "BERTH_T_PASS"])
+        with mock.patch.dict(os.environ, {"BERTH_T_USER": "u2", "BERTH_T_PASS": "p2"}):
+            self.assertEqual(listed.credential_values(), {"BERTH_T_USER": "u2", "BERTH_T_PASS": "p2"})
+        with mock.patch.dict(os.environ, {"BERTH_T_USER": "u2"}, clear=False):
+            os.environ.pop("BERTH_T_PASS", None)
+            with self.assertRaises(ImageBuildError) as ctx:
+                listed.credential_values()
+        self.assertIn("BERTH_T_PASS", str(ctx.exception))
+        self.assertNotIn("u2", str(ctx.exception))
 
     def test_env_vars_forms(self):
         self.assertEqual(Image(env_vars="A=1").env_vars, ["A=1"])

@@ -179,6 +179,8 @@ class Function:
             "code_sha256": code_sha256,
             "secrets": list(self.secrets),
             "headless": self.headless,
+            # The image's env_vars: the build's steps saw them, the running function gets them too.
+            **({"env": dict(e.split("=", 1) for e in self.image.env_vars)} if self.image.env_vars else {}),
         }
 
     def prepare(self, client: "Client") -> str:
@@ -191,6 +193,11 @@ class Function:
             if stub_id:
                 return stub_id
             self.image.check_runnable(self.stub_name)
+            if self.image.needs_build():
+                from ..client.images import build_image
+
+                # Waits for the build (printing its steps); extra.image_ref then names the built image.
+                self.image._built_ref = build_image(client, self.image)["ref"]
             loc = self.location()
             sha = sync_code(client, loc.root)
             body = {

@@ -1,10 +1,11 @@
 """Image: what a function's container runs on.
 
 Every builder method records into the image and returns it, so calls chain.
-The recorded spec names the image (``image_id``). Today the cluster runs
-registry images as they are (``base_image`` / ``from_registry``); anything
-that needs a build is refused when the function is called (ImageBuildError),
-never ignored.
+The recorded spec names the image (``image_id``). Registry images run as
+they are (``base_image`` / ``from_registry``); python_packages, commands and
+env_vars (with with_secrets) are built by the cluster when the function is first called
+(berth.client.images, docs/images.md); what builds cannot do yet is refused
+when the function is called (ImageBuildError), never ignored.
 """
 
 import copy
@@ -173,24 +174,14 @@ class Image:
         ``extra.image_ref`` is the ``img-`` id); functions cannot yet.
         """
         out = []
-        if self.python_packages:
-            out.append(f"python packages {self.python_packages}")
-        if self.commands:
-            out.append(f"build commands {self.commands}")
         if self.dockerfile:
             out.append(f"a Dockerfile build ({self.dockerfile['path']})")
         if self.use_micromamba or self.micromamba_packages:
             out.append(f"micromamba packages {self.micromamba_packages}" if self.micromamba_packages else "micromamba")
         if self.snapshot_id and not allow_snapshot:
             out.append(f"the snapshot {self.snapshot_id}")
-        if self.env_vars:
-            out.append(f"image environment variables {[e.split('=', 1)[0] for e in self.env_vars]}")
-        if self.secrets:
-            out.append(f"build secrets {self.secrets}")
         if self.gpu:
             out.append(f"a build on a {self.gpu} GPU")
-        if self.base_image_creds:
-            out.append("private registry credentials")
         return out
 
     def check_runnable(self, function_name: str, allow_snapshot: bool = False) -> None:
@@ -198,11 +189,31 @@ class Image:
         if wanted:
             raise ImageBuildError(
                 f"the image of {function_name} asks for {'; '.join(wanted)}, but image builds of those kinds "
-                "are not available on this cluster yet: only registry images work today "
-                "(Image(base_image='registry/repo/image:tag') or Image.from_registry(...)), or leave image "
-                "unset for the cluster's default Python image"
+                "are not available on this cluster yet: builds do python_packages, commands, env_vars and secrets "
+                "on a public base image (or the cluster's default Python image)"
             )
+
+    def credential_values(self) -> Dict[str, str]:
+        """base_image_creds as variable → value: a dict as given, a list looked up here (never printed)."""
+        creds = self.base_image_creds
+        if not creds:
+            return {}
+        if isinstance(creds, dict):
+            return {str(k): str(v) for k, v in creds.items()}
+        missing = [n for n in creds if not os.environ.get(n)]
+        if missing:
+            raise ImageBuildError(
+                f"base_image_creds names {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                "not set in this environment"
+            )
+        return {n: os.environ[n] for n in creds}
+
+    def needs_build(self) -> bool:
+        """Whether the cluster builds this image (packages, commands or environment on the base)."""
+        # A private base goes through a build too: the agent pulls it with the credentials once.
+        return bool(self.python_packages or self.commands or self.env_vars or (self.base_image and self.base_image_creds))
 
     @property
     def image_ref(self) -> str:
-        return self.base_image or ""
+        """What the container runs: the built image once built, else the base image ("" = the default)."""
+        return getattr(self, "_built_ref", "") or self.base_image or ""

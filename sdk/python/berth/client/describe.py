@@ -137,6 +137,13 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
             obj.check_image(stub_name)
         else:
             obj.image.check_runnable(stub_name)
+            if obj.image.needs_build():
+                # The CLI's deploy does not build images yet; .remote() does (docs/images.md).
+                raise ImageBuildError(
+                    f"the image of {stub_name} needs a build ({obj.image.python_packages + obj.image.commands}), "
+                    "which `berth deploy` does not run yet: call the function once with .remote() to build it, "
+                    "or deploy a registry image"
+                )
         loc = obj.location()
         sha = ""
         if archive:

@@ -1,0 +1,11 @@
+// Images the cluster builds: placement, records and the SDK spec's steps.
+export { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildsOptions, type ImageBuildUpdate } from "./service.ts";
+export {
+  buildRequestOf,
+  ENSURE_PIP_STEP,
+  type ImageSpec,
+  needsBuild,
+  type PipIndex,
+  pipStep,
+  shellQuote,
+} from "./steps.ts";

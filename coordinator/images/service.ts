@@ -1,0 +1,166 @@
+// Image builds through the coordinator (docs/images.md, "Builds through the
+// coordinator"): the build is placed and reserved through the one planner
+// (kind "image-build"), runs on that agent (ImageBuildApi, api/), and is
+// recorded per workspace with its status. Concurrent requests for the same
+// build in one workspace share one build and see the same events.
+
+import { createHash, randomBytes } from "node:crypto";
+import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
+import { BerthError, describeError } from "../../shared/errors.ts";
+import { Fanout } from "../../shared/fanout.ts";
+import type { Held } from "../scheduler/plan.ts";
+import type { ReserveRequest, WaitOptions } from "../scheduler/planner.ts";
+import type { BuiltImage, BuiltImageRepo } from "../store/built-images.ts";
+import { buildRequestOf, type ImageSpec, type PipIndex } from "./steps.ts";
+
+/** The reservation kind of a build in the planner. */
+export const IMAGE_BUILD_KIND = "image-build";
+
+const GiB = 1024 * 1024 * 1024;
+
+export interface ImageBuildsOptions {
+  repo: BuiltImageRepo;
+  planner: {
+    reserveWithin(r: ReserveRequest, w: WaitOptions): Promise<Held>;
+    whenReady(id: string, timeoutMs: number): Promise<void>;
+    release(id: string): void;
+  };
+  agents: { client(agentId: string): ImageBuildApi };
+  /** Workspace secrets by name (`with_secrets`); fails naming what is missing. */
+  secrets?: { resolve(workspaceId: string, names: readonly string[]): Promise<Record<string, string>> };
+  /** The package index of every pip step. @default PyPI (pip's own default) */
+  pipIndex?: PipIndex;
+  /** What each build step's container gets. @default 1 core, 2 GiB */
+  cpuMillicores?: number;
+  memoryBytes?: number;
+  /** How long a build waits for room. @default 60000 */
+  placementWaitMs?: number;
+  log?: { info(o: object, m: string): void; warn(o: object, m: string): void };
+}
+
+/** A build as a client follows it: the agent's events, then `image` with the record once it is ready. */
+export type ImageBuildUpdate = BuildEvent | { type: "image"; image: BuiltImage };
+
+export class ImageBuilds {
+  private readonly running = new Map<string, Fanout<ImageBuildUpdate>>();
+
+  constructor(private readonly o: ImageBuildsOptions) {}
+
+  /** Builds `spec` for the workspace; throws image_build_failed (and records the image failed) when a step fails. */
+  build(
+    workspaceId: string,
+    spec: ImageSpec,
+    opts: { signal?: AbortSignal; baseImageCreds?: Record<string, string> } = {},
+  ): AsyncIterable<ImageBuildUpdate> {
+    const req = buildRequestOf(spec, this.o.pipIndex ?? {});
+    if (opts.baseImageCreds && Object.keys(opts.baseImageCreds).length > 0) {
+      if (!req.baseImage) throw new BerthError("invalid_request", "base_image_creds need a base_image");
+      // Never recorded or logged; part of the request the agent resolves.
+      req.baseImageCreds = { ...opts.baseImageCreds };
+    }
+    req.cpu = (this.o.cpuMillicores ?? 1000) / 1000;
+    req.memoryBytes = this.o.memoryBytes ?? 2 * GiB;
+    const secretNames = [...new Set(spec.secrets ?? [])].sort();
+    const key = `${workspaceId}:${createHash("sha256").update(JSON.stringify({ req, secretNames })).digest("hex")}`;
+    let f = this.running.get(key);
+    if (!f) {
+      const fan = new Fanout<ImageBuildUpdate>();
+      f = fan;
+      this.running.set(key, fan);
+      void fan
+        .run((emit) => this.run(workspaceId, req, secretNames, emit))
+        .finally(() => this.running.delete(key));
+    }
+    return f.follow(opts.signal);
+  }
+
+  list(workspaceId: string): Promise<BuiltImage[]> {
+    return this.o.repo.list(workspaceId);
+  }
+
+  private async run(
+    workspaceId: string,
+    req: BuildImageRequest,
+    secretNames: string[],
+    emit: (u: ImageBuildUpdate) => void,
+  ): Promise<void> {
+    const build: BuildImageRequest = { ...req };
+    if (secretNames.length > 0) {
+      if (!this.o.secrets)
+        throw new BerthError("failed_precondition", "this coordinator has no secrets store for with_secrets");
+      // Resolved before anything is reserved, for this build only: the values go to the agent and nowhere else (no record, no log).
+      build.secretEnv = await this.o.secrets.resolve(workspaceId, secretNames);
+    }
+    const id = `bld-${randomBytes(8).toString("hex")}`;
+    const held = await this.o.planner.reserveWithin(
+      {
+        id,
+        kind: IMAGE_BUILD_KIND,
+        workspaceId,
+        placement: {
+          cpuMillicores: this.o.cpuMillicores ?? 1000,
+          memoryBytes: req.memoryBytes ?? 2 * GiB,
+          gpuTypes: [],
+          gpuCount: 0,
+          preferAgents: [],
+        },
+      },
+      { waitMs: this.o.placementWaitMs ?? 60_000, what: "the image build" },
+    );
+    let record: BuiltImage | undefined;
+    const stepNames = req.steps.map((s) => s.name);
+    try {
+      await this.o.planner.whenReady(id, this.o.placementWaitMs ?? 60_000);
+      for await (const e of this.o.agents.client(held.agentId).buildImage(build)) {
+        if (e.type === "base") {
+          const now = new Date().toISOString();
+          record = {
+            workspaceId,
+            imageId: e.imageId,
+            status: "building",
+            baseImage: req.baseImage ?? "",
+            baseDigest: e.digest,
+            agentId: held.agentId,
+            ref: "",
+            digest: "",
+            steps: stepNames,
+            error: "",
+            createdAt: (await this.o.repo.get(workspaceId, e.imageId))?.createdAt ?? now,
+            updatedAt: now,
+          };
+          await this.o.repo.put(record);
+        }
+        emit(e);
+        if (e.type === "done" && record) {
+          record = {
+            ...record,
+            status: "ready",
+            ref: e.ref,
+            digest: e.digest,
+            updatedAt: new Date().toISOString(),
+          };
+          await this.o.repo.put(record);
+          this.o.log?.info({ workspaceId, imageId: e.imageId, agentId: held.agentId }, "image built");
+          emit({ type: "image", image: record });
+        }
+      }
+    } catch (e) {
+      if (record) {
+        const failed: BuiltImage = {
+          ...record,
+          status: "failed",
+          error: describeError(e),
+          updatedAt: new Date().toISOString(),
+        };
+        await this.o.repo.put(failed).catch(() => {});
+      }
+      this.o.log?.warn(
+        { workspaceId, imageId: record?.imageId, err: describeError(e) },
+        "image build failed",
+      );
+      throw e;
+    } finally {
+      this.o.planner.release(id);
+    }
+  }
+}

@@ -1,0 +1,113 @@
+// From the SDK's Image spec (sdk/python/berth/api/image.py spec()) to the
+// agent's build request: the commands, in the order added, then one pip step
+// for the Python packages, against the cluster's package index.
+
+import type { BuildImageRequest, BuildStep } from "../../api/index.ts";
+import { BerthError } from "../../shared/errors.ts";
+
+/** The Image spec as the SDK sends it (names only for credentials and secrets). */
+export interface ImageSpec {
+  python_version?: string;
+  python_packages?: string[];
+  commands?: string[];
+  base_image?: string | null;
+  base_image_creds?: string[];
+  env_vars?: string[];
+  build_with_gpu?: string | null;
+  snapshot_id?: string | null;
+  dockerfile?: unknown;
+  secrets?: string[];
+  micromamba?: boolean;
+  micromamba_packages?: string[];
+  micromamba_channels?: string[];
+}
+
+/** The package index every pip step uses (coordinator option `pipIndex`; docs/images.md). */
+export interface PipIndex {
+  indexUrl?: string;
+  extraIndexUrls?: string[];
+  trustedHosts?: string[];
+}
+
+/** Whether the spec asks for a build at all (otherwise the base image runs as it is). */
+export function needsBuild(spec: ImageSpec): boolean {
+  return (
+    (spec.commands?.length ?? 0) > 0 ||
+    (spec.python_packages?.length ?? 0) > 0 ||
+    (spec.env_vars?.length ?? 0) > 0
+  );
+}
+
+/** Single-quoted for sh. */
+export const shellQuote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+
+/** Parts of the spec this cluster's builds do not do; each is refused by name. */
+function unsupported(spec: ImageSpec): string[] {
+  const out: string[] = [];
+  if (spec.dockerfile) out.push("a Dockerfile build (from_dockerfile)");
+  if (spec.micromamba || (spec.micromamba_packages?.length ?? 0) > 0) out.push("micromamba");
+  if (spec.build_with_gpu) out.push(`a build on a ${spec.build_with_gpu} GPU (build_with_gpu)`);
+  if (spec.snapshot_id) out.push("a snapshot base (from_id) with build steps");
+  return out;
+}
+
+function envOf(entries: string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const e of entries) {
+    const eq = e.indexOf("=");
+    const k = eq > 0 ? e.slice(0, eq) : "";
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) {
+      throw new BerthError(
+        "invalid_request",
+        `image environment variable ${JSON.stringify(e)} is not KEY=VALUE`,
+      );
+    }
+    env[k] = e.slice(eq + 1);
+  }
+  return env;
+}
+
+/**
+ * pip is used as the image has it; an image without it (Debian's python3)
+ * gets Debian's python3-pip first, as a step of its own so every image on
+ * that base shares its cached layer.
+ */
+export const ENSURE_PIP_STEP: BuildStep = {
+  name: "ensure pip",
+  run: "python3 -m pip --version >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip; }",
+};
+
+/**
+ * One pip install of every package, against the cluster's index.
+ * PIP_BREAK_SYSTEM_PACKAGES lets pip install beside Debian's own packages
+ * (PEP 668), as a container image wants.
+ */
+export function pipStep(packages: string[], index: PipIndex): BuildStep {
+  const args = ["--no-cache-dir", "--disable-pip-version-check", "--no-input"];
+  if (index.indexUrl) args.push("--index-url", index.indexUrl);
+  for (const u of index.extraIndexUrls ?? []) args.push("--extra-index-url", u);
+  for (const h of index.trustedHosts ?? []) args.push("--trusted-host", h);
+  const run = `PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install ${args.map(shellQuote).join(" ")} ${packages.map(shellQuote).join(" ")}`;
+  return { name: `pip install ${packages.join(" ")}`, run };
+}
+
+/** The agent's build request for `spec`; refuses what builds cannot do, naming it. */
+export function buildRequestOf(spec: ImageSpec, index: PipIndex): BuildImageRequest {
+  const missing = unsupported(spec);
+  if (missing.length > 0) {
+    throw new BerthError(
+      "failed_precondition",
+      `this cluster's image builds do not do ${missing.join("; ")} yet: build with commands, python_packages and env_vars on a public base image`,
+    );
+  }
+  const steps: BuildStep[] = (spec.commands ?? []).map((c) => {
+    if (typeof c !== "string" || c.trim() === "")
+      throw new BerthError("invalid_request", "an image command is empty");
+    return { name: c.length > 200 ? `${c.slice(0, 197)}...` : c, run: c };
+  });
+  const packages = (spec.python_packages ?? []).filter((p) => typeof p === "string" && p.trim() !== "");
+  if (packages.length > 0) steps.push(ENSURE_PIP_STEP, pipStep(packages, index));
+  const req: BuildImageRequest = { steps, env: envOf(spec.env_vars ?? []) };
+  if (spec.base_image) req.baseImage = spec.base_image;
+  return req;
+}

@@ -1,0 +1,62 @@
+"""Building an Image on the cluster: ``POST /api/v1/image/{ws}/build`` and its progress.
+
+The coordinator streams NDJSON events; each step is printed as it starts
+(``step 2/3 apt-get install -y ffmpeg``), its output as it runs, and its end
+with a cached/built mark and its time. A failed step raises ImageBuildError
+naming the step, its exit code and its last output lines.
+"""
+
+import sys
+from typing import IO, Any, Dict, Optional
+from urllib.parse import quote
+
+from ..errors import BerthError, ImageBuildError
+from .invoke import events
+
+
+def _workspace(client) -> str:
+    ws = getattr(client, "_berth_workspace", None)
+    if not ws:
+        ws = client.current_workspace().get("external_id", "")
+        client._berth_workspace = ws
+    return ws
+
+
+def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
+    """Builds ``image`` (once: the cluster caches every step) and returns its record, with ``ref``."""
+    out = out or sys.stdout
+    path = f"/api/v1/image/{quote(_workspace(client), safe='')}/build"
+    conn = client.new_connection(None)
+    record: Optional[Dict[str, Any]] = None
+    names: Dict[int, str] = {}
+    try:
+        try:
+            body: Dict[str, Any] = {"image": image.spec()}
+            creds = image.credential_values()
+            if creds:
+                # Values only in this request (TLS to the coordinator, then mTLS to the agent); never printed.
+                body["base_image_creds"] = creds
+            resp = client.stream(conn, path, body)
+            for ev in events(resp, client.url):
+                kind = ev.get("event")
+                if kind == "step":
+                    names[ev["step"]] = ev.get("name", "")
+                    if not ev.get("cached"):
+                        out.write(f"step {ev['step']}/{ev['total']} {ev.get('name', '')}\n")
+                elif kind == "output":
+                    out.write(f"  {ev.get('line', '')}\n")
+                elif kind == "step_done":
+                    n = ev["step"]
+                    mark = "cached" if ev.get("cached") else f"built in {ev.get('seconds', 0):.1f} s"
+                    out.write(f"step {n} {names.get(n, '')} … {mark}\n")
+                elif kind == "image":
+                    record = ev.get("image")
+                out.flush()
+        except BerthError as e:
+            raise ImageBuildError(f"building the image failed: {e.message}") from None
+    finally:
+        conn.close()
+    if not record or not record.get("ref"):
+        raise ImageBuildError("the coordinator ended the image build without naming the built image")
+    return record
+
