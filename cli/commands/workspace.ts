@@ -30,6 +30,7 @@ const LIMIT_FLAGS = [
   { flag: "--max-memory-mb <n>", key: "maxMemoryMb", field: "max_memory_mb", usage: "memory_mb" },
   { flag: "--max-gpus <n>", key: "maxGpus", field: "max_gpus", usage: "gpus" },
   { flag: "--max-pending-tasks <n>", key: "maxPendingTasks", field: "max_pending_tasks", usage: "pending_tasks" },
+  { flag: "--max-queue-items <n>", key: "maxQueueItems", field: "max_queue_items", usage: "queue_items" },
 ] as const;
 
 /** A limit value: a whole number, or `none` for no limit. */

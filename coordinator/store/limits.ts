@@ -1,6 +1,6 @@
 // Per-workspace limits (docs/limits.md): what operators set, read by the
 // container manager (containers, CPU, memory, GPUs) and task submission
-// (pending tasks). null is no limit.
+// (pending tasks) and the queue stores (queue items). null is no limit.
 
 import type { Kysely } from "kysely";
 import { BerthError } from "../../shared/errors.ts";
@@ -12,6 +12,8 @@ export interface WorkspaceLimits {
   maxMemoryMb: number | null;
   maxGpus: number | null;
   maxPendingTasks: number | null;
+  /** All items of all the workspace's Queues (docs/queues.md). */
+  maxQueueItems: number | null;
 }
 
 export const LIMIT_NAMES = [
@@ -20,6 +22,7 @@ export const LIMIT_NAMES = [
   "maxMemoryMb",
   "maxGpus",
   "maxPendingTasks",
+  "maxQueueItems",
 ] as const satisfies readonly (keyof WorkspaceLimits)[];
 
 /** No limit on anything. */
@@ -29,6 +32,7 @@ export const UNLIMITED: WorkspaceLimits = {
   maxMemoryMb: null,
   maxGpus: null,
   maxPendingTasks: null,
+  maxQueueItems: null,
 };
 
 /** Largest value a limit takes (a 32-bit column on both engines). */
@@ -40,6 +44,7 @@ const COLUMNS = {
   maxMemoryMb: "max_memory_mb",
   maxGpus: "max_gpus",
   maxPendingTasks: "max_pending_tasks",
+  maxQueueItems: "max_queue_items",
 } as const satisfies Record<keyof WorkspaceLimits, string>;
 
 const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
@@ -60,6 +65,7 @@ export class LimitsRepo {
         "workspace_limits.max_memory_mb",
         "workspace_limits.max_gpus",
         "workspace_limits.max_pending_tasks",
+        "workspace_limits.max_queue_items",
       ])
       .where("workspaces.id", "=", workspaceId)
       .executeTakeFirst();
@@ -72,6 +78,7 @@ export class LimitsRepo {
       maxMemoryMb: num(r.max_memory_mb),
       maxGpus: num(r.max_gpus),
       maxPendingTasks: num(r.max_pending_tasks),
+      maxQueueItems: num(r.max_queue_items),
     };
   }
 
@@ -98,6 +105,7 @@ export class LimitsRepo {
         max_memory_mb: next.maxMemoryMb,
         max_gpus: next.maxGpus,
         max_pending_tasks: next.maxPendingTasks,
+        max_queue_items: next.maxQueueItems,
         updated_at: new Date().toISOString(),
       };
       await tx

@@ -250,6 +250,7 @@ export interface WorkspaceLimitsTable {
   max_memory_mb: number | null;
   max_gpus: number | null;
   max_pending_tasks: number | null;
+  max_queue_items: number | null;
   updated_at: string;
 }
 

@@ -122,8 +122,9 @@ describe("workspace limits routes", () => {
         max_memory_mb: null,
         max_gpus: null,
         max_pending_tasks: null,
+        max_queue_items: null,
       },
-      usage: { containers: 2, cpu_millicores: 1500, memory_mb: 1537, gpus: 1, pending_tasks: 0 },
+      usage: { containers: 2, cpu_millicores: 1500, memory_mb: 1537, gpus: 1, pending_tasks: 0, queue_items: 0 },
     });
   });
 
@@ -150,14 +151,16 @@ describe("workspace limits routes", () => {
       max_memory_mb: 8192,
       max_gpus: null,
       max_pending_tasks: null,
+      max_queue_items: null,
     });
-    const again = await call("PUT", limitsOf(team), adminToken, { max_memory_mb: null, max_gpus: 2 });
+    const again = await call("PUT", limitsOf(team), adminToken, { max_memory_mb: null, max_gpus: 2, max_queue_items: 1000 });
     assert.deepEqual(again.body.limits, {
       max_containers: 32,
       max_cpu_millicores: 4000,
       max_memory_mb: null,
       max_gpus: 2,
       max_pending_tasks: null,
+      max_queue_items: 1000,
     });
     assert.deepEqual((await call("GET", limitsOf(team), teamToken)).body.limits, again.body.limits);
     assert.deepEqual(changed.slice(-2), [team.id, team.id]);

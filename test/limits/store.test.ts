@@ -47,6 +47,7 @@ for (const engine of STORE_ENGINES) {
         maxMemoryMb: null,
         maxGpus: null,
         maxPendingTasks: null,
+        maxQueueItems: null,
       });
     });
 
@@ -58,13 +59,14 @@ for (const engine of STORE_ENGINES) {
 
     test("set changes only what it names; null removes a limit; max_containers stays readable the old way", async () => {
       const ws = await store.workspaces.create("tuned");
-      const first = await store.limits.set(ws.id, { maxCpuMillicores: 8000, maxPendingTasks: 100 });
+      const first = await store.limits.set(ws.id, { maxCpuMillicores: 8000, maxPendingTasks: 100, maxQueueItems: 500 });
       assert.deepEqual(first, {
         maxContainers: 32,
         maxCpuMillicores: 8000,
         maxMemoryMb: null,
         maxGpus: null,
         maxPendingTasks: 100,
+        maxQueueItems: 500,
       });
       const second = await store.limits.set(ws.id, { maxContainers: 5, maxGpus: 0, maxPendingTasks: null });
       assert.deepEqual(second, {
@@ -73,6 +75,7 @@ for (const engine of STORE_ENGINES) {
         maxMemoryMb: null,
         maxGpus: 0,
         maxPendingTasks: null,
+        maxQueueItems: 500,
       });
       assert.deepEqual(await store.limits.get(ws.id), second);
       assert.equal(await store.workspaces.maxContainers(ws.id), 5);

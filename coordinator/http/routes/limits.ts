@@ -19,6 +19,8 @@ export interface LimitRouteDeps {
   usage: {
     containers?(workspaceId: string): WorkspaceUsage;
     pendingTasks?(workspaceId: string): number;
+    /** Items in all of the workspace's Queues (QueueStore.items). */
+    queueItems?(workspaceId: string): Promise<number>;
   };
   /** After limits changed here: caches forget them (WorkspaceLimitsCache.invalidate, ContainerManager.invalidateLimits). */
   onChange?(workspaceId: string): void;
@@ -36,6 +38,7 @@ const LIMIT_FIELDS = {
   max_memory_mb: Limit("memory reserved by its containers, in MiB"),
   max_gpus: Limit("GPUs held by its containers"),
   max_pending_tasks: Limit("tasks waiting for a container; a submission past it is refused (429 limit_exceeded)"),
+  max_queue_items: Limit("items in all of its Queues together; a put past it is refused (limit_exceeded)"),
 };
 
 const LimitsBody = Type.Object(LIMIT_FIELDS, { description: "null: no limit" });
@@ -49,6 +52,7 @@ const UsageBody = Type.Object({
   memory_mb: Type.Integer(),
   gpus: Type.Integer(),
   pending_tasks: Type.Integer(),
+  queue_items: Type.Integer(),
 });
 const LimitsResponse = Type.Object({ workspace_id: Type.String(), limits: LimitsBody, usage: UsageBody });
 
@@ -60,6 +64,7 @@ const limitsJson = (l: WorkspaceLimits): LimitsJson => ({
   max_memory_mb: l.maxMemoryMb,
   max_gpus: l.maxGpus,
   max_pending_tasks: l.maxPendingTasks,
+  max_queue_items: l.maxQueueItems,
 });
 
 const fromJson = (b: Partial<LimitsJson>): Partial<WorkspaceLimits> => {
@@ -69,6 +74,7 @@ const fromJson = (b: Partial<LimitsJson>): Partial<WorkspaceLimits> => {
   if (b.max_memory_mb !== undefined) out.maxMemoryMb = b.max_memory_mb;
   if (b.max_gpus !== undefined) out.maxGpus = b.max_gpus;
   if (b.max_pending_tasks !== undefined) out.maxPendingTasks = b.max_pending_tasks;
+  if (b.max_queue_items !== undefined) out.maxQueueItems = b.max_queue_items;
   return out;
 };
 
@@ -82,7 +88,7 @@ export function limitRoutes(d: LimitRouteDeps): FastifyPluginAsync {
     if (!other) throw new BerthError("not_found", `workspace ${ws} not found`);
     return other;
   };
-  const answer = (ws: Workspace, limits: WorkspaceLimits) => {
+  const answer = async (ws: Workspace, limits: WorkspaceLimits) => {
     const u = d.usage.containers?.(ws.id);
     return {
       workspace_id: ws.externalId,
@@ -93,6 +99,7 @@ export function limitRoutes(d: LimitRouteDeps): FastifyPluginAsync {
         memory_mb: Math.ceil((u?.memoryBytes ?? 0) / MiB),
         gpus: u?.gpus ?? 0,
         pending_tasks: d.usage.pendingTasks?.(ws.id) ?? 0,
+        queue_items: (await d.usage.queueItems?.(ws.id)) ?? 0,
       },
     };
   };

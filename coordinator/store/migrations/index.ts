@@ -8,6 +8,7 @@ import * as m0006 from "./0006_webhooks.ts";
 import * as m0007 from "./0007_limits.ts";
 import * as m0008 from "./0008_sandboxes.ts";
 import * as m0009 from "./0009_metrics.ts";
+import * as m0011 from "./0011_queue_limits.ts";
 import * as m0012 from "./0012_built_images.ts";
 
 // Versioned migrations, applied in key order at coordinator start. Never edit
@@ -22,6 +23,7 @@ const MIGRATIONS: Record<string, Migration> = {
   "0007_limits": m0007,
   "0008_sandboxes": m0008,
   "0009_metrics": m0009,
+  "0011_queue_limits": m0011,
   "0012_built_images": m0012,
 };
 
