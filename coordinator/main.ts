@@ -10,7 +10,7 @@ import { FleetView } from "./fleet/fleet-view.ts";
 import { FleetWatcher } from "./fleet/fleet-watcher.ts";
 import { JoinService } from "./fleet/join.ts";
 import { ensureStreams } from "./fleet/streams.ts";
-import { AgentClientPool, ContainerManager, natsContainerEvents } from "./containers/index.ts";
+import { AgentClientPool, CodePusher, ContainerManager, natsContainerEvents } from "./containers/index.ts";
 import { ContainerAddresses } from "./containers/container-addresses.ts";
 import { ContainerTunnels } from "./containers/tunnels.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
@@ -20,8 +20,15 @@ import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/in
 import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
 import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
 import { buildHttpApp } from "./http/app.ts";
+import { OUTPUT_SWEEP_MS, OutputRelay, OutputStore } from "./outputs/index.ts";
+import { VolumeFiles } from "./volumes/volume-files.ts";
 import { WorkspaceLimitsCache } from "./limits/limits.ts";
 import { LogQuery } from "./logs/index.ts";
+import { MapStore } from "./objects/maps.ts";
+import { QueueStore } from "./objects/queues.ts";
+import { StateRelay } from "./objects/relay.ts";
+import { SignalStore } from "./objects/signals.ts";
+import { StateObjects } from "./objects/state.ts";
 import { CoordinatorMetrics, MetricsIngest, PoolSampler } from "./metrics/index.ts";
 import { Objects } from "./objects/objects.ts";
 import { loadTlsCredentials, type ResolvedCoordinatorOptions } from "./options.ts";
@@ -281,6 +288,23 @@ export async function startCoordinator(
     tasks,
     log: log.child({ area: "endpoints" }),
   });
+  // Queue, Map and Signal (docs/queues.md), for the SDK's gateway and, through agents, containers.
+  const queues = new QueueStore({ nc, maxItems: async (ws) => (await limitsCache.get(ws)).maxQueueItems });
+  const state = new StateObjects(queues, new MapStore(nc), new SignalStore(nc));
+  await state.signals.start();
+  const stateRelay = new StateRelay(nc, state, log.child({ area: "state" }));
+  stateRelay.start();
+  // Outputs (docs/outputs.md): containers' uploads through their agents, swept at expiry.
+  const outputs = new OutputStore({
+    root: `${o.dataDir}/outputs`,
+    signingKey: secretKey.bytes,
+    publicUrl: o.publicUrl,
+  });
+  const outputRelay = new OutputRelay(nc, outputs, log.child({ area: "outputs" }));
+  outputRelay.start();
+  const stopSweeper = outputs.startSweeper(OUTPUT_SWEEP_MS, (e) =>
+    log.error({ err: describeError(e) }, "sweeping expired outputs failed"),
+  );
   const stopWork = async () => {
     endpoints.close();
     await ticker.stop();
@@ -294,6 +318,10 @@ export async function startCoordinator(
     await poolSampler.stop();
     await metricsIngest.stop();
     await events.stop();
+    await stateRelay.stop();
+    outputRelay.stop();
+    stopSweeper();
+    state.signals.stop();
   };
 
   const ports = new PortProxy({
@@ -311,12 +339,20 @@ export async function startCoordinator(
     planner,
     agents: agentClients,
     secrets,
+    // A Dockerfile's build context goes to the building agent as a code archive.
+    code: new CodePusher({
+      open: (sha) =>
+        (async function* () {
+          yield* await objects.open(sha);
+        })(),
+    }),
     ...(o.pipIndex ? { pipIndex: o.pipIndex } : {}),
     placementWaitMs: o.placementWaitMs,
     log: log.child({ area: "images" }),
   });
   const app = await buildHttpApp({
     logs,
+    state,
     store,
     fleet,
     join,
@@ -331,15 +367,24 @@ export async function startCoordinator(
     webhooks,
     costRates: o.costRates,
     limits: {
-      usage: { containers: (ws) => planner.usage(ws), pendingTasks: (ws) => tasks.pendingTasks(ws) },
+      usage: {
+        containers: (ws) => planner.usage(ws),
+        pendingTasks: (ws) => tasks.pendingTasks(ws),
+        queueItems: (ws) => queues.items(ws),
+      },
       onChange: (ws) => {
         limitsCache.invalidate(ws);
         manager.invalidateLimits(ws);
+        queues.limitsChanged(ws).catch((e) =>
+          log.error({ workspaceId: ws, err: describeError(e) }, "the queue stream kept its old limits"),
+        );
       },
     },
     sandboxes,
     images,
     ports,
+    volumes: { files: new VolumeFiles(o.volumeRoot) },
+    outputs,
     prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     ...(tls ? { tls } : {}),

@@ -35,6 +35,8 @@ import { type LimitRouteDeps, limitRoutes } from "./routes/limits.ts";
 import { logRoutes } from "./routes/logs.ts";
 import { webhookRoutes } from "./routes/webhooks.ts";
 import { gatewayDeploymentRoutes } from "./routes/gateway-deployments.ts";
+import { whyStubNeverPlaceable } from "../scheduler/feasible.ts";
+import { type ContainerExec, ContainerPythonVersions } from "../containers/python-version.ts";
 import { gatewayObjectRoutes } from "./routes/gateway-objects.ts";
 import { gatewayPodRoutes } from "./routes/gateway-pods.ts";
 import { gatewaySandboxRoutes } from "./routes/gateway-sandboxes.ts";
@@ -44,10 +46,15 @@ import { healthRoutes } from "./routes/health.ts";
 import { secretRoutes } from "./routes/secrets.ts";
 import { imageRoutes } from "./routes/images.ts";
 import type { ImageBuilds } from "../images/index.ts";
+import { gatewayStateRoutes, stateRoutes } from "./routes/state.ts";
 import { gatewayEnqueueRoutes, taskQueueRoutes } from "./routes/taskqueue.ts";
 import { taskStatusRoutes } from "./routes/task-status.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
+import { outputPublicRoutes } from "./routes/outputs.ts";
+import type { OutputStore } from "../outputs/output-store.ts";
+import { type VolumeRouteDeps, volumeRoutes } from "./routes/volumes.ts";
 import { gatewayScope, tokenScope } from "./scopes.ts";
+import type { StateObjects } from "../objects/state.ts";
 
 export interface HttpDeps {
   store: Store;
@@ -70,8 +77,8 @@ export interface HttpDeps {
     /** Every container the manager tracks: the container list route exists when given. */
     list?(): ManagedContainerInfo[];
   };
-  /** Agents' container APIs, for the deployment log stream. */
-  agents?: DeploymentLogDeps["agents"];
+  /** Agents' container APIs, for the deployment log stream and asking a task's container its Python version. */
+  agents?: DeploymentLogDeps["agents"] & ContainerExec;
   /** Endpoint invocation (/endpoint/...). */
   endpoints?: EndpointDispatcher;
   /** Per-deployment host names `{deployment_id}.{endpointDomain}` (coordinator option). */
@@ -88,8 +95,14 @@ export interface HttpDeps {
   prometheus?: PrometheusRouteDeps;
   /** Per-second rates of the task cost estimate (coordinator option costRates). @default all 0 */
   costRates?: CostRates;
+  /** Workspace volumes (docs/volumes.md): the volume routes exist when given. */
+  volumes?: VolumeRouteDeps;
+  /** Outputs (docs/outputs.md): their public URLs are served, and task records list them, when given. */
+  outputs?: OutputStore;
   /** Container log lines (docs/logs.md): the logs routes exist when given. */
   logs?: LogQuery;
+  /** Queue, Map and Signal (docs/queues.md): the state gateway and REST routes exist when given. */
+  state?: StateObjects;
   /** Exposed container ports (/port/... and `{container_id}-{port}.{endpointDomain}`), served before Fastify. */
   ports?: PortProxy;
   /** PEM certificate (chain) and key: the server is HTTPS (HTTP/1.1, so upgrades work as over HTTP). @default plain HTTP */
@@ -164,6 +177,7 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   const tokens = deps.store.tokens;
   // Public: no token (or a check of their own).
   await app.register(healthRoutes(deps.version));
+  if (deps.outputs) await app.register(outputPublicRoutes(deps.outputs));
   await app.register(joinRoutes(deps.join));
   if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
   if (deps.tasks && deps.deployments)
@@ -173,12 +187,17 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   const api: FastifyPluginAsync[] = [notYetRoutes(), workspaceRoutes(deps.store), fleetRoutes(deps.store, deps.fleet)];
   if (deps.secrets) api.push(secretRoutes(deps.secrets));
   if (deps.images) api.push(imageRoutes(deps.images));
+  const pythons = deps.agents ? new ContainerPythonVersions(deps.agents) : undefined;
+  const pythonOf = pythons ? (agentId: string, id: string) => pythons.of(agentId, id) : undefined;
+  const outputStore = deps.outputs;
+  const outputsOf = outputStore ? (ws: string, taskId: string) => outputStore.ofTask(ws, taskId) : undefined;
   if (deps.tasks && deps.objects) {
     api.push(
-      taskStatusRoutes(deps.tasks),
+      taskStatusRoutes(deps.tasks, outputsOf, pythonOf),
       taskRoutes({
         tasks: deps.tasks,
         rows: deps.store.tasks,
+        ...(outputsOf ? { outputs: outputsOf } : {}),
         ...(deps.deployments ? { deployments: deps.deployments } : {}),
         ...(deps.costRates ? { costRates: deps.costRates } : {}),
       }),
@@ -193,7 +212,13 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   }
   if (deps.containers?.list) {
     const list = deps.containers.list.bind(deps.containers);
-    api.push(containerRoutes({ containers: { list } }));
+    const sandboxes = deps.sandboxes;
+    api.push(
+      containerRoutes({
+        containers: { list },
+        ...(sandboxes ? { sandboxes: (ws: string) => sandboxes.liveContainers(ws) } : {}),
+      }),
+    );
   }
   if (deps.events) api.push(eventRoutes({ events: deps.events }));
   if (deps.webhooks) api.push(webhookRoutes(deps.webhooks));
@@ -201,6 +226,8 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     api.push(limitRoutes({ workspaces: deps.store.workspaces, limits: deps.store.limits, ...deps.limits }));
   api.push(metricsRoutes({ metrics: deps.store.metrics, stubs: deps.store.stubs }));
   if (deps.logs) api.push(logRoutes({ logs: deps.logs }));
+  if (deps.state) api.push(stateRoutes(deps.state));
+  if (deps.volumes) api.push(volumeRoutes(deps.volumes));
   await app.register(tokenScope(tokens, ...api));
 
   // The SDK's gateway (/api/v1/gateway/...): a token, and failures as 200 with ok:false.
@@ -208,8 +235,12 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   if (deps.tasks && deps.objects)
     gateway.push(gatewayObjectRoutes(deps.objects), gatewayStubRoutes(deps.tasks), gatewayTaskRoutes(deps.tasks));
   if (deps.tasks && deps.deployments)
-    gateway.push(gatewayDeploymentRoutes(deps.deployments), gatewayEnqueueRoutes({ tasks: deps.tasks }));
+    gateway.push(
+      gatewayDeploymentRoutes(deps.deployments, (stub) => whyStubNeverPlaceable(deps.fleet.list(), stub)),
+      gatewayEnqueueRoutes({ tasks: deps.tasks }),
+    );
   if (deps.sandboxes) gateway.push(gatewaySandboxRoutes(deps.sandboxes), gatewayPodRoutes(deps.sandboxes));
+  if (deps.state) gateway.push(gatewayStateRoutes(deps.state));
   await app.register(gatewayScope(tokens, ...gateway));
 
   // The deployment log stream is a gateway scope of its own (it is also mounted alone).

@@ -7,6 +7,10 @@ from .api.deployable import ASGI, Endpoint, Realtime, Schedule, TaskQueue, asgi,
 from .api.function import Function, function
 from .api.image import Image
 from .api.options import TaskPolicy
+from .api.output import Output
+from .api.signal import Signal
+from .api.state import Map, Queue
+from .api.volume import Volume
 from .client.config import ConfigError, Credentials, current_credentials
 from .errors import (
     ArgumentsTooLargeError,
@@ -41,6 +45,9 @@ __all__ = [
     "HandlerArgumentsError",
     "Image",
     "ImageBuildError",
+    "Map",
+    "Output",
+    "Queue",
     "QueueDepthAutoscaler",
     "Pod",
     "PodCreateResult",
@@ -65,6 +72,7 @@ __all__ = [
     "SandboxProcessStream",
     "Schedule",
     "SerializationError",
+    "Signal",
     "Task",
     "TaskCancelledError",
     "TaskError",
@@ -72,6 +80,7 @@ __all__ = [
     "TaskPolicy",
     "TaskQueue",
     "TaskTimeoutError",
+    "Volume",
     "asgi",
     "current_credentials",
     "endpoint",

@@ -1,8 +1,12 @@
 """``@function``: a Python function that runs in containers of the cluster.
 
 ``square.remote(7)`` syncs the code, gets or creates the stub (once per
-process) and runs one task; ``square.map(items)`` runs one task per item;
-calling ``square(7)`` runs it here.
+process) and runs one task; ``square.map(items)`` runs one task per item.
+Calling ``square(7)`` directly does what beta9 does: outside a berth
+container it runs remotely (as ``.remote(7)``); inside one (the runner sets
+``BERTH_REMOTE=1``) it is a plain local call, so functions that call each
+other in a container do not start new tasks. ``square.local(7)`` always runs
+it here (docs/compatibility.md).
 """
 
 import functools
@@ -14,6 +18,7 @@ from .. import env, serialize
 from ..errors import BerthError, RemoteCallError
 from .image import Image
 from .locate import Location, locate
+from .volume import volumes_config, volumes_option
 from .options import (
     TaskPolicy,
     check_int,
@@ -59,10 +64,6 @@ def image_option(image: Optional[Image]) -> Image:
     return image if image is not None else Image()
 
 
-def volumes_option(volumes: Optional[List[Any]]) -> Optional[List[Any]]:
-    if volumes is not None and not isinstance(volumes, (list, tuple)):
-        raise TypeError("volumes must be a list")
-    return None if volumes is None else list(volumes)
 
 
 def _guard(name: str) -> None:
@@ -80,7 +81,7 @@ class Function:
     def __init__(
         self,
         func: Callable,
-        cpu: float = 1.0,
+        cpu: Union[int, float, str] = 1.0,
         memory: Union[int, str] = 128,
         gpu: Union[str, Sequence[str], None] = None,
         gpu_count: int = 0,
@@ -128,7 +129,13 @@ class Function:
         return f"<berth.Function {self.stub_name}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Runs the function here, in this process."""
+        """beta9's direct call: remote from outside a container, local inside one."""
+        if env.is_remote():
+            return self.func(*args, **kwargs)
+        return self.remote(*args, **kwargs)
+
+    def local(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs the function here, in this process (beta9's ``.local()``)."""
         return self.func(*args, **kwargs)
 
     @property
@@ -164,7 +171,7 @@ class Function:
             "task_policy": {"max_retries": self.retries, "timeout": self.timeout, "expires": self.expires},
             "workers": 1,
             "authorized": False,
-            "volumes": None if self.volumes is None else list(self.volumes),
+            "volumes": volumes_config(self.volumes),
             "autoscaler": {"type": "queue_depth", "max_containers": 1, "tasks_per_container": 1},
         }
 

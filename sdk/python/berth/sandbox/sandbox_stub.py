@@ -11,7 +11,8 @@ import json
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..api.function import image_option, volumes_option
+from ..api.function import image_option
+from ..api.volume import volumes_config, volumes_option
 from ..api.image import Image
 from ..errors import BerthError
 from .sandbox_api import SandboxApi
@@ -107,7 +108,7 @@ class ContainerSpec:
             "task_policy": {"max_retries": 0, "timeout": -1, "expires": ""},
             "workers": 1,
             "authorized": self.authorized_flag(),
-            "volumes": None if self.volumes is None else list(self.volumes),
+            "volumes": volumes_config(self.volumes),
             "autoscaler": {"type": "queue_depth", "max_containers": 1, "tasks_per_container": 1},
         }
 
