@@ -45,7 +45,11 @@ encode, encode_json, exit_code, parse_start = _wire.encode, _wire.encode_json, _
 READ_CHUNK = 64 * 1024
 # While a connection has this much unsent output, its process's pipes are not read.
 HIGH_WATER = 1 << 20
-STOP_WAIT_S = 2.0
+# How long a stop waits for the container's processes to end and their exits
+# to reach the agent. 2 s proved too short on a loaded 2-core host (a
+# trapping shell's exit missed it and its client saw 255); the agent's own
+# stop grace still bounds a process that ignores the signal.
+STOP_WAIT_S = 5.0
 
 
 def _child(req, base_env, stdin_r, out_w, err_w, report_w):
