@@ -65,6 +65,19 @@ class Beta9ConventionsTest(unittest.TestCase):
         self.assertEqual((self.app.jobs.cpu_millicores, self.app.jobs.memory), (500, 1024))
         self.assertEqual(self.app.handler.stub_extra()["cpu_millicores"], 100)
 
+    def test_a_direct_call_from_outside_a_container_runs_remotely(self):
+        self.assertEqual(self.app.handler(3), 31, "ran through the gateway")
+        self.assertTrue(any(b["name"] == "handler" for b in self.gw.stub_bodies))
+
+    def test_inside_a_container_a_direct_call_is_local(self):
+        with mock.patch.dict(os.environ, {"BERTH_REMOTE": "1"}):
+            self.assertEqual(self.app.handler(3), 30)
+
+    def test_local_runs_here(self):
+        before = len(self.gw.stub_bodies)
+        self.assertEqual(self.app.handler.local(4), 40)
+        self.assertEqual(len(self.gw.stub_bodies), before, "nothing registered")
+
     def test_put_returns_a_task_with_an_id_that_is_also_the_id_string(self):
         task = self.app.jobs.put(5)
         self.assertIsInstance(task, str)
