@@ -11,6 +11,10 @@ import pino from "pino";
 import { ContainerTable } from "../../coordinator/containers/container-table.ts";
 import type { DeploymentService } from "../../coordinator/deployments/service.ts";
 import { EventStream } from "../../coordinator/events/index.ts";
+import { MapStore } from "../../coordinator/objects/maps.ts";
+import { QueueStore } from "../../coordinator/objects/queues.ts";
+import { SignalStore } from "../../coordinator/objects/signals.ts";
+import { StateObjects } from "../../coordinator/objects/state.ts";
 import { SecretService } from "../../coordinator/secrets/index.ts";
 import type { DeploymentRecord } from "../../coordinator/store/deployments.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
@@ -89,6 +93,9 @@ export async function startHttpHarness(
   defer(() => events.stop());
   const hooks = webhookSystem(h.store, { timeoutMs: 300 });
   const secrets = new SecretService({ db: h.store.db, key: randomKey() });
+  const state = new StateObjects(new QueueStore({ nc: h.nc }), new MapStore(h.nc), new SignalStore(h.nc));
+  await state.signals.start();
+  defer(() => state.signals.stop());
   const containers = new ContainerTable();
   const more = o.more ? await o.more(h, containers, later) : {};
   const app = await buildTaskApp(h, {
@@ -96,6 +103,7 @@ export async function startHttpHarness(
     events,
     webhooks: hooks.service,
     secrets,
+    state,
     containers: {
       activeContainers: (stubId) => containers.live((c) => c.stubId === stubId).length,
       containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
@@ -130,6 +138,10 @@ export async function startHttpHarness(
     description: "canary",
   });
   await secrets.create(a.id, "CANARY_SECRET", "canary-value");
+  // A queue, a map and a signal of A under the same name the routes' {name} takes.
+  await state.queues.put(a.id, "CANARY_SECRET", new TextEncoder().encode("canary"));
+  await state.maps.set(a.id, "CANARY_SECRET", "k", new TextEncoder().encode("canary"));
+  await state.signals.set(a.id, "CANARY_SECRET", 600);
   const bytes = new TextEncoder().encode("canary code");
   const objectSha256 = createHash("sha256").update(bytes).digest("hex");
   await h.objects.putBytes(a.id, objectSha256, bytes);
