@@ -332,6 +332,7 @@ export async function startCoordinator(
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
     onActivity: (id) => sandboxes.touch(id),
   });
+  const volumeFiles = new VolumeFiles(o.volumeRoot);
   const logs = new LogQuery({ nats: nc, log: log.child({ area: "logs" }) });
   // Image builds: placed through the planner, run on an agent (docs/images.md).
   const images = new ImageBuilds({
@@ -371,6 +372,7 @@ export async function startCoordinator(
         containers: (ws) => planner.usage(ws),
         pendingTasks: (ws) => tasks.pendingTasks(ws),
         queueItems: (ws) => queues.items(ws),
+        volumeBytes: (ws) => volumeFiles.workspaceBytes(ws),
       },
       onChange: (ws) => {
         limitsCache.invalidate(ws);
@@ -383,7 +385,13 @@ export async function startCoordinator(
     sandboxes,
     images,
     ports,
-    volumes: { files: new VolumeFiles(o.volumeRoot) },
+    volumes: {
+      files: volumeFiles,
+      maxVolumeBytes: async (ws) => {
+        const mb = (await limitsCache.get(ws)).maxVolumeMb;
+        return mb === null ? null : mb * 1024 * 1024;
+      },
+    },
     outputs,
     prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
     ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),

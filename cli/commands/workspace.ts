@@ -31,6 +31,7 @@ const LIMIT_FLAGS = [
   { flag: "--max-gpus <n>", key: "maxGpus", field: "max_gpus", usage: "gpus" },
   { flag: "--max-pending-tasks <n>", key: "maxPendingTasks", field: "max_pending_tasks", usage: "pending_tasks" },
   { flag: "--max-queue-items <n>", key: "maxQueueItems", field: "max_queue_items", usage: "queue_items" },
+  { flag: "--max-volume-mb <n>", key: "maxVolumeMb", field: "max_volume_mb", usage: "volume_mb" },
 ] as const;
 
 /** A limit value: a whole number, or `none` for no limit. */

@@ -14,6 +14,8 @@ export interface WorkspaceLimits {
   maxPendingTasks: number | null;
   /** All items of all the workspace's Queues (docs/queues.md). */
   maxQueueItems: number | null;
+  /** MiB of all the workspace's volumes (docs/volumes.md). */
+  maxVolumeMb: number | null;
 }
 
 export const LIMIT_NAMES = [
@@ -23,6 +25,7 @@ export const LIMIT_NAMES = [
   "maxGpus",
   "maxPendingTasks",
   "maxQueueItems",
+  "maxVolumeMb",
 ] as const satisfies readonly (keyof WorkspaceLimits)[];
 
 /** No limit on anything. */
@@ -33,6 +36,7 @@ export const UNLIMITED: WorkspaceLimits = {
   maxGpus: null,
   maxPendingTasks: null,
   maxQueueItems: null,
+  maxVolumeMb: null,
 };
 
 /** Largest value a limit takes (a 32-bit column on both engines). */
@@ -45,6 +49,7 @@ const COLUMNS = {
   maxGpus: "max_gpus",
   maxPendingTasks: "max_pending_tasks",
   maxQueueItems: "max_queue_items",
+  maxVolumeMb: "max_volume_mb",
 } as const satisfies Record<keyof WorkspaceLimits, string>;
 
 const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
@@ -66,6 +71,7 @@ export class LimitsRepo {
         "workspace_limits.max_gpus",
         "workspace_limits.max_pending_tasks",
         "workspace_limits.max_queue_items",
+        "workspace_limits.max_volume_mb",
       ])
       .where("workspaces.id", "=", workspaceId)
       .executeTakeFirst();
@@ -79,6 +85,7 @@ export class LimitsRepo {
       maxGpus: num(r.max_gpus),
       maxPendingTasks: num(r.max_pending_tasks),
       maxQueueItems: num(r.max_queue_items),
+      maxVolumeMb: num(r.max_volume_mb),
     };
   }
 
@@ -106,6 +113,7 @@ export class LimitsRepo {
         max_gpus: next.maxGpus,
         max_pending_tasks: next.maxPendingTasks,
         max_queue_items: next.maxQueueItems,
+        max_volume_mb: next.maxVolumeMb,
         updated_at: new Date().toISOString(),
       };
       await tx

@@ -251,6 +251,7 @@ export interface WorkspaceLimitsTable {
   max_gpus: number | null;
   max_pending_tasks: number | null;
   max_queue_items: number | null;
+  max_volume_mb: number | null;
   updated_at: string;
 }
 

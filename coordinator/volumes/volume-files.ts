@@ -251,8 +251,8 @@ export class VolumeFiles {
             if (written > maxBytes) {
               throw new BerthError(
                 "limit_exceeded",
-                `the upload passes the workspace's volume space (max_volume_bytes ${maxBytes} bytes left)`,
-                { limit: "max_volume_bytes" },
+                `the upload passes the workspace's volume space (its limit max_volume_mb leaves ${maxBytes} bytes)`,
+                { limit: "max_volume_mb" },
               );
             }
             yield chunk;

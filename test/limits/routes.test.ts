@@ -123,8 +123,9 @@ describe("workspace limits routes", () => {
         max_gpus: null,
         max_pending_tasks: null,
         max_queue_items: null,
+        max_volume_mb: null,
       },
-      usage: { containers: 2, cpu_millicores: 1500, memory_mb: 1537, gpus: 1, pending_tasks: 0, queue_items: 0 },
+      usage: { containers: 2, cpu_millicores: 1500, memory_mb: 1537, gpus: 1, pending_tasks: 0, queue_items: 0, volume_mb: 0 },
     });
   });
 
@@ -152,6 +153,7 @@ describe("workspace limits routes", () => {
       max_gpus: null,
       max_pending_tasks: null,
       max_queue_items: null,
+      max_volume_mb: null,
     });
     const again = await call("PUT", limitsOf(team), adminToken, { max_memory_mb: null, max_gpus: 2, max_queue_items: 1000 });
     assert.deepEqual(again.body.limits, {
@@ -161,6 +163,7 @@ describe("workspace limits routes", () => {
       max_gpus: 2,
       max_pending_tasks: null,
       max_queue_items: 1000,
+      max_volume_mb: null,
     });
     assert.deepEqual((await call("GET", limitsOf(team), teamToken)).body.limits, again.body.limits);
     assert.deepEqual(changed.slice(-2), [team.id, team.id]);

@@ -48,6 +48,7 @@ for (const engine of STORE_ENGINES) {
         maxGpus: null,
         maxPendingTasks: null,
         maxQueueItems: null,
+        maxVolumeMb: null,
       });
     });
 
@@ -67,6 +68,7 @@ for (const engine of STORE_ENGINES) {
         maxGpus: null,
         maxPendingTasks: 100,
         maxQueueItems: 500,
+        maxVolumeMb: null,
       });
       const second = await store.limits.set(ws.id, { maxContainers: 5, maxGpus: 0, maxPendingTasks: null });
       assert.deepEqual(second, {
@@ -76,6 +78,7 @@ for (const engine of STORE_ENGINES) {
         maxGpus: 0,
         maxPendingTasks: null,
         maxQueueItems: 500,
+        maxVolumeMb: null,
       });
       assert.deepEqual(await store.limits.get(ws.id), second);
       assert.equal(await store.workspaces.maxContainers(ws.id), 5);

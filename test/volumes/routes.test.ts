@@ -196,7 +196,7 @@ describe("volume routes", () => {
     assert.equal(over.status, 429);
     const body = (await over.json()) as { error: { code: string; message: string } };
     assert.equal(body.error.code, "limit_exceeded");
-    assert.match(body.error.message, /max_volume_bytes is 10/);
+    assert.match(body.error.message, /max_volume_mb allows 10/);
     assert.equal(existsSync(join(root, other.id, "q", "b")), false);
     maxBytes.delete(other.id);
   });

@@ -21,6 +21,8 @@ export interface LimitRouteDeps {
     pendingTasks?(workspaceId: string): number;
     /** Items in all of the workspace's Queues (QueueStore.items). */
     queueItems?(workspaceId: string): Promise<number>;
+    /** Bytes in all of the workspace's volumes (VolumeFiles.workspaceBytes). */
+    volumeBytes?(workspaceId: string): Promise<number>;
   };
   /** After limits changed here: caches forget them (WorkspaceLimitsCache.invalidate, ContainerManager.invalidateLimits). */
   onChange?(workspaceId: string): void;
@@ -39,6 +41,7 @@ const LIMIT_FIELDS = {
   max_gpus: Limit("GPUs held by its containers"),
   max_pending_tasks: Limit("tasks waiting for a container; a submission past it is refused (429 limit_exceeded)"),
   max_queue_items: Limit("items in all of its Queues together; a put past it is refused (limit_exceeded)"),
+  max_volume_mb: Limit("MiB in all of its volumes together; an upload past it is refused (limit_exceeded)"),
 };
 
 const LimitsBody = Type.Object(LIMIT_FIELDS, { description: "null: no limit" });
@@ -53,6 +56,7 @@ const UsageBody = Type.Object({
   gpus: Type.Integer(),
   pending_tasks: Type.Integer(),
   queue_items: Type.Integer(),
+  volume_mb: Type.Integer(),
 });
 const LimitsResponse = Type.Object({ workspace_id: Type.String(), limits: LimitsBody, usage: UsageBody });
 
@@ -65,6 +69,7 @@ const limitsJson = (l: WorkspaceLimits): LimitsJson => ({
   max_gpus: l.maxGpus,
   max_pending_tasks: l.maxPendingTasks,
   max_queue_items: l.maxQueueItems,
+  max_volume_mb: l.maxVolumeMb,
 });
 
 const fromJson = (b: Partial<LimitsJson>): Partial<WorkspaceLimits> => {
@@ -75,6 +80,7 @@ const fromJson = (b: Partial<LimitsJson>): Partial<WorkspaceLimits> => {
   if (b.max_gpus !== undefined) out.maxGpus = b.max_gpus;
   if (b.max_pending_tasks !== undefined) out.maxPendingTasks = b.max_pending_tasks;
   if (b.max_queue_items !== undefined) out.maxQueueItems = b.max_queue_items;
+  if (b.max_volume_mb !== undefined) out.maxVolumeMb = b.max_volume_mb;
   return out;
 };
 
@@ -100,6 +106,7 @@ export function limitRoutes(d: LimitRouteDeps): FastifyPluginAsync {
         gpus: u?.gpus ?? 0,
         pending_tasks: d.usage.pendingTasks?.(ws.id) ?? 0,
         queue_items: (await d.usage.queueItems?.(ws.id)) ?? 0,
+        volume_mb: Math.ceil(((await d.usage.volumeBytes?.(ws.id)) ?? 0) / MiB),
       },
     };
   };

@@ -13,7 +13,7 @@ import { WorkspaceErrors, scopedWorkspace } from "./workspace-scope.ts";
 
 export interface VolumeRouteDeps {
   files: VolumeFiles;
-  /** Bytes the workspace's volumes may hold (null: no limit); the limits route's max_volume_bytes. */
+  /** Bytes the workspace's volumes may hold (null: no limit): the limits route's max_volume_mb. */
   maxVolumeBytes?(workspaceId: string): Promise<number | null>;
 }
 
@@ -171,8 +171,8 @@ export function volumeRoutes(d: VolumeRouteDeps): FastifyPluginAsync {
             body.resume();
             throw new BerthError(
               "limit_exceeded",
-              `the workspace's volumes hold ${max - room} bytes and its limit max_volume_bytes is ${max}: this upload of ${length} bytes does not fit`,
-              { limit: "max_volume_bytes", max_volume_bytes: max },
+              `the workspace's volumes hold ${max - room} bytes and its limit max_volume_mb allows ${max}: this upload of ${length} bytes does not fit`,
+              { limit: "max_volume_mb", max_volume_bytes: max },
             );
           }
         }

@@ -10,6 +10,7 @@ import * as m0008 from "./0008_sandboxes.ts";
 import * as m0009 from "./0009_metrics.ts";
 import * as m0011 from "./0011_queue_limits.ts";
 import * as m0012 from "./0012_built_images.ts";
+import * as m0013 from "./0013_volume_limits.ts";
 
 // Versioned migrations, applied in key order at coordinator start. Never edit
 // a released migration; add the next number.
@@ -25,6 +26,7 @@ const MIGRATIONS: Record<string, Migration> = {
   "0009_metrics": m0009,
   "0011_queue_limits": m0011,
   "0012_built_images": m0012,
+  "0013_volume_limits": m0013,
 };
 
 export const migrationProvider: MigrationProvider = {
