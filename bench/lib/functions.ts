@@ -28,6 +28,8 @@ export interface BenchCluster {
   /** Runs `berth ARGS` (the CLI, configured for this cluster) in `cwd`; resolves with its stdout. */
   cli(args: string[], cwd: string, timeoutMs?: number): Promise<string>;
   rootfs: string;
+  /** `berth up`'s data directory (volumes live under its volumes/). */
+  dataDir: string;
   /** The coordinator's base URL and the workspace token `berth up` configured. */
   url: string;
   token: string;
@@ -87,6 +89,7 @@ export async function startBenchCluster(cleanup: Cleanup): Promise<BenchCluster>
   const profile = currentCredentials(env);
   return {
     rootfs,
+    dataDir: join(home, "data"),
     url: profile.url,
     token: profile.token ?? "",
     async cli(args: string[], cwd: string, timeoutMs = 300_000): Promise<string> {
