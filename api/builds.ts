@@ -9,6 +9,12 @@ export interface BuildStep {
   name: string;
   /** The shell command. */
   run: string;
+  /**
+   * A code archive (ContainerApi.putCode, already on the agent) mounted
+   * read-only at /mnt/code while the step runs: a Dockerfile's build context
+   * for COPY. Its hash is part of the step's cache key.
+   */
+  code?: { sha256: string };
 }
 
 export interface BuildImageRequest {

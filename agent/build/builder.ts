@@ -60,6 +60,7 @@ export function stepCacheKey(
     .sort()
     .map((k) => `${k}=${env[k]}`);
   const key: Record<string, unknown> = { parent: parentDigest, run: step.run, env: sortedEnv };
+  if (step.code) key.code = step.code.sha256;
   if (secretNames.length > 0) key.secrets = [...secretNames].sort();
   return sha256(JSON.stringify(key)).slice(0, 48);
 }
@@ -72,7 +73,7 @@ export function buildImageId(baseDigest: string, req: BuildImageRequest): string
     .map((k) => `${k}=${env[k]}`);
   const def: Record<string, unknown> = {
     base: baseDigest,
-    steps: req.steps.map((s) => s.run),
+    steps: req.steps.map((s) => (s.code ? { run: s.run, code: s.code.sha256 } : s.run)),
     env: sortedEnv,
   };
   const secretNames = Object.keys(req.secretEnv ?? {}).sort();
@@ -217,6 +218,7 @@ export class ImageBuilder implements ImageBuildApi {
         cpu: req.cpu ?? 1,
         memoryBytes: req.memoryBytes ?? GiB,
         labels: { [BUILD_LABEL]: imageId },
+        ...(step.code ? { code: { sha256: step.code.sha256 } } : {}),
       });
       // Follows until the container ends.
       for await (const l of this.host.streamLogs(id, { follow: true })) {

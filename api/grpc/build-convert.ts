@@ -6,7 +6,7 @@ import type { BuildEvent, BuildImageRequest } from "../builds.ts";
 export interface WireBuildImageRequest {
   baseImage: string;
   baseCredentials: { username: string; password: string } | null;
-  steps: { name: string; run: string }[];
+  steps: { name: string; run: string; codeSha256: string }[];
   env: Record<string, string>;
   secretEnv: Record<string, string>;
   baseImageCreds: Record<string, string>;
@@ -32,7 +32,7 @@ export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest
     baseCredentials: r.baseCredentials
       ? { username: r.baseCredentials.username, password: r.baseCredentials.password }
       : null,
-    steps: r.steps.map((s) => ({ name: s.name, run: s.run })),
+    steps: r.steps.map((s) => ({ name: s.name, run: s.run, codeSha256: s.code?.sha256 ?? "" })),
     env: { ...(r.env ?? {}) },
     secretEnv: { ...(r.secretEnv ?? {}) },
     baseImageCreds: { ...(r.baseImageCreds ?? {}) },
@@ -42,7 +42,9 @@ export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest
 }
 
 export function buildRequestFromProto(w: WireBuildImageRequest): BuildImageRequest {
-  const r: BuildImageRequest = { steps: (w.steps ?? []).map((s) => ({ name: s.name, run: s.run })) };
+  const r: BuildImageRequest = {
+    steps: (w.steps ?? []).map((s) => ({ name: s.name, run: s.run, ...(s.codeSha256 ? { code: { sha256: s.codeSha256 } } : {}) })),
+  };
   if (w.baseImage) r.baseImage = w.baseImage;
   if (w.baseCredentials)
     r.baseCredentials = { username: w.baseCredentials.username, password: w.baseCredentials.password };

@@ -5,12 +5,13 @@
 // build in one workspace share one build and see the same events.
 
 import { createHash, randomBytes } from "node:crypto";
-import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
+import type { BuildEvent, BuildImageRequest, ContainerApi, ImageBuildApi } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { Fanout } from "../../shared/fanout.ts";
 import type { Held } from "../scheduler/plan.ts";
 import type { ReserveRequest, WaitOptions } from "../scheduler/planner.ts";
 import type { BuiltImage, BuiltImageRepo } from "../store/built-images.ts";
+import { dockerfileBuild } from "./dockerfile.ts";
 import { buildRequestOf, type ImageSpec, type PipIndex } from "./steps.ts";
 
 /** The reservation kind of a build in the planner. */
@@ -26,6 +27,8 @@ export interface ImageBuildsOptions {
     release(id: string): void;
   };
   agents: { client(agentId: string): ImageBuildApi };
+  /** Puts a code archive on an agent (the container manager's pusher): a Dockerfile's context. */
+  code?: { ensure(agentId: string, sha256: string, api: ContainerApi): Promise<void> };
   /** Workspace secrets by name (`with_secrets`); fails naming what is missing. */
   secrets?: { resolve(workspaceId: string, names: readonly string[]): Promise<Record<string, string>> };
   /** The package index of every pip step. @default PyPI (pip's own default) */
@@ -39,7 +42,10 @@ export interface ImageBuildsOptions {
 }
 
 /** A build as a client follows it: the agent's events, then `image` with the record once it is ready. */
-export type ImageBuildUpdate = BuildEvent | { type: "image"; image: BuiltImage };
+export type ImageBuildUpdate =
+  | BuildEvent
+  /** env: the build's environment (env_vars and a Dockerfile's ENV), for the running function too. */
+  | { type: "image"; image: BuiltImage; env: Record<string, string> };
 
 export class ImageBuilds {
   private readonly running = new Map<string, Fanout<ImageBuildUpdate>>();
@@ -50,9 +56,17 @@ export class ImageBuilds {
   build(
     workspaceId: string,
     spec: ImageSpec,
-    opts: { signal?: AbortSignal; baseImageCreds?: Record<string, string> } = {},
+    opts: {
+      signal?: AbortSignal;
+      baseImageCreds?: Record<string, string>;
+      /** from_dockerfile: the Dockerfile's text and its context, uploaded as a code archive. */
+      dockerfile?: { text: string; contextSha256: string };
+    } = {},
   ): AsyncIterable<ImageBuildUpdate> {
-    const req = buildRequestOf(spec, this.o.pipIndex ?? {});
+    const df = opts.dockerfile
+      ? dockerfileBuild(opts.dockerfile.text, opts.dockerfile.contextSha256)
+      : undefined;
+    const req = buildRequestOf(spec, this.o.pipIndex ?? {}, df);
     if (opts.baseImageCreds && Object.keys(opts.baseImageCreds).length > 0) {
       if (!req.baseImage) throw new BerthError("invalid_request", "base_image_creds need a base_image");
       // Never recorded or logged; part of the request the agent resolves.
@@ -111,7 +125,17 @@ export class ImageBuilds {
     const stepNames = req.steps.map((s) => s.name);
     try {
       await this.o.planner.whenReady(id, this.o.placementWaitMs ?? 60_000);
-      for await (const e of this.o.agents.client(held.agentId).buildImage(build)) {
+      const agent = this.o.agents.client(held.agentId);
+      const contexts = new Set(build.steps.flatMap((s) => (s.code ? [s.code.sha256] : [])));
+      for (const sha of contexts) {
+        if (!this.o.code)
+          throw new BerthError(
+            "failed_precondition",
+            "this coordinator cannot put a build context on an agent",
+          );
+        await this.o.code.ensure(held.agentId, sha, agent as unknown as ContainerApi);
+      }
+      for await (const e of agent.buildImage(build)) {
         if (e.type === "base") {
           const now = new Date().toISOString();
           record = {
@@ -141,7 +165,7 @@ export class ImageBuilds {
           };
           await this.o.repo.put(record);
           this.o.log?.info({ workspaceId, imageId: e.imageId, agentId: held.agentId }, "image built");
-          emit({ type: "image", image: record });
+          emit({ type: "image", image: record, env: { ...(req.env ?? {}) } });
         }
       }
     } catch (e) {

@@ -44,7 +44,6 @@ export const shellQuote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 /** Parts of the spec this cluster's builds do not do; each is refused by name. */
 function unsupported(spec: ImageSpec): string[] {
   const out: string[] = [];
-  if (spec.dockerfile) out.push("a Dockerfile build (from_dockerfile)");
   if (spec.micromamba || (spec.micromamba_packages?.length ?? 0) > 0) out.push("micromamba");
   if (spec.build_with_gpu) out.push(`a build on a ${spec.build_with_gpu} GPU (build_with_gpu)`);
   if (spec.snapshot_id) out.push("a snapshot base (from_id) with build steps");
@@ -92,7 +91,18 @@ export function pipStep(packages: string[], index: PipIndex): BuildStep {
 }
 
 /** The agent's build request for `spec`; refuses what builds cannot do, naming it. */
-export function buildRequestOf(spec: ImageSpec, index: PipIndex): BuildImageRequest {
+/** `dockerfile`: the Dockerfile's own base and steps, which the spec's commands and packages follow. */
+export function buildRequestOf(
+  spec: ImageSpec,
+  index: PipIndex,
+  dockerfile?: { baseImage: string; steps: BuildStep[]; env: Record<string, string> },
+): BuildImageRequest {
+  if (spec.dockerfile && !dockerfile) {
+    throw new BerthError(
+      "invalid_request",
+      "a from_dockerfile image needs the Dockerfile's text and its context archive",
+    );
+  }
   const missing = unsupported(spec);
   if (missing.length > 0) {
     throw new BerthError(
@@ -100,14 +110,19 @@ export function buildRequestOf(spec: ImageSpec, index: PipIndex): BuildImageRequ
       `this cluster's image builds do not do ${missing.join("; ")} yet: build with commands, python_packages and env_vars on a public base image`,
     );
   }
-  const steps: BuildStep[] = (spec.commands ?? []).map((c) => {
+  const steps: BuildStep[] = [...(dockerfile?.steps ?? [])];
+  for (const c of spec.commands ?? []) {
     if (typeof c !== "string" || c.trim() === "")
       throw new BerthError("invalid_request", "an image command is empty");
-    return { name: c.length > 200 ? `${c.slice(0, 197)}...` : c, run: c };
-  });
+    steps.push({ name: c.length > 200 ? `${c.slice(0, 197)}...` : c, run: c });
+  }
   const packages = (spec.python_packages ?? []).filter((p) => typeof p === "string" && p.trim() !== "");
   if (packages.length > 0) steps.push(ENSURE_PIP_STEP, pipStep(packages, index));
-  const req: BuildImageRequest = { steps, env: envOf(spec.env_vars ?? []) };
-  if (spec.base_image) req.baseImage = spec.base_image;
+  const req: BuildImageRequest = {
+    steps,
+    env: { ...(dockerfile?.env ?? {}), ...envOf(spec.env_vars ?? []) },
+  };
+  const base = dockerfile?.baseImage ?? spec.base_image;
+  if (base) req.baseImage = base;
   return req;
 }

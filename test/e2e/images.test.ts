@@ -104,6 +104,12 @@ def private_fn():
 def private_nocreds():
     return "never"
 
+DOCKERFILE = os.environ.get("DOCKERFILE_PATH")
+
+@function(name="dockerfile_fn", image=Image.from_dockerfile(DOCKERFILE) if DOCKERFILE else Image(), cpu=0.5, memory=128)
+def dockerfile_fn():
+    return open("/opt/app/copied.txt").read().strip(), open("/opt/app/data/nested.txt").read().strip(), os.environ.get("FROM_DOCKERFILE")
+
 if __name__ == "__main__":
     case = sys.argv[1]
     if case == "numpy":
@@ -123,6 +129,8 @@ if __name__ == "__main__":
             private_nocreds.remote()
         except ImageBuildError as e:
             print("ImageBuildError:", e)
+    elif case == "dockerfile":
+        print("result:", dockerfile_fn.remote())
     elif case == "broken":
         try:
             broken.remote()
@@ -287,9 +295,32 @@ test("image builds end to end: apt, pip from a local index, step cache, failures
     },
   );
 
+  await t.test("from_dockerfile builds a Dockerfile that COPYs from its context", async () => {
+    const registry = await startTestRegistry(t);
+    const base = await pushTestImage(registry, "public/python", "df");
+    const ctx = join(up.home, "docker-context");
+    mkdirSync(join(ctx, "data"), { recursive: true });
+    writeFileSync(join(ctx, "app.txt"), "copied from the context\n");
+    writeFileSync(join(ctx, "data", "nested.txt"), "nested file\n");
+    writeFileSync(
+      join(ctx, "Dockerfile"),
+      [
+        `FROM ${base}`,
+        "ENV FROM_DOCKERFILE=yes",
+        "WORKDIR /opt/app",
+        "COPY app.txt ./",
+        "COPY data ./data",
+        'RUN cp app.txt copied.txt && test "$FROM_DOCKERFILE" = yes',
+      ].join("\n"),
+    );
+    const out = await runWith(up, { DOCKERFILE_PATH: join(ctx, "Dockerfile") }, ["app.py", "dockerfile"]);
+    assert.match(out, /result: \('copied from the context', 'nested file', 'yes'\)/);
+    assert.match(out, /COPY app.txt \.\/ … built in/);
+  });
+
   await t.test("the REST API lists the workspace's images with their status", async () => {
     const list = await images();
-    assert.equal(list.filter((i) => i.status === "ready").length, 7, JSON.stringify(list));
+    assert.equal(list.filter((i) => i.status === "ready").length, 8, JSON.stringify(list));
     const other = await up.api("/api/v1/image/ws-not-mine");
     assert.equal(other.status, 404);
     // No step container is left on the agent.

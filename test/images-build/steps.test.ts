@@ -68,7 +68,7 @@ test("what builds do not do is refused by name; bad input names the cause", () =
     () => buildRequestOf({ commands: ["x"], secrets: ["HF_TOKEN"] }, {}),
     "secrets are built",
   );
-  refused({ dockerfile: { path: "/Dockerfile" } }, /Dockerfile/);
+  assert.throws(() => buildRequestOf({ dockerfile: { path: "/Dockerfile" } }, {}), /needs the Dockerfile's text/);
   refused({ micromamba: true }, /micromamba/);
   refused({ build_with_gpu: "A10G" }, /A10G/);
   assert.doesNotThrow(() =>

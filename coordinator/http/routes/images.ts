@@ -79,7 +79,7 @@ export function buildLine(u: ImageBuildUpdate): Record<string, unknown> {
     case "done":
       return { event: "built", image_id: u.imageId, cached_steps: u.cachedSteps, built_steps: u.builtSteps };
     case "image":
-      return { event: "image", image: imageJson(u.image) };
+      return { event: "image", image: imageJson(u.image), env: u.env };
   }
 }
 
@@ -106,6 +106,13 @@ export function imageRoutes(builds: ImageBuilds): FastifyPluginAsync {
             {
               image: ImageSpecBody,
               /** base_image_creds as variable → value; used for this build's pull only, never stored. */
+              /** from_dockerfile: the Dockerfile's text and its context, uploaded as an object (a code archive). */
+              dockerfile: Type.Optional(
+                Type.Object({
+                  text: Type.String({ maxLength: 1024 * 1024 }),
+                  context_sha256: Type.String({ pattern: "^[0-9a-f]{64}$" }),
+                }),
+              ),
               base_image_creds: Type.Optional(
                 Type.Record(Type.String({ pattern: "^[A-Za-z_][A-Za-z0-9_]*$" }), Type.String()),
               ),
@@ -116,7 +123,8 @@ export function imageRoutes(builds: ImageBuilds): FastifyPluginAsync {
       },
       async (req, reply) => {
         const wsId = workspaceOf(req);
-        const { image, base_image_creds } = req.body as {
+        const { image, base_image_creds, dockerfile } = req.body as {
+          dockerfile?: { text: string; context_sha256: string };
           image: Parameters<ImageBuilds["build"]>[1];
           base_image_creds?: Record<string, string>;
         };
@@ -126,6 +134,9 @@ export function imageRoutes(builds: ImageBuilds): FastifyPluginAsync {
           .build(wsId, image, {
             signal: abort.signal,
             ...(base_image_creds ? { baseImageCreds: base_image_creds } : {}),
+            ...(dockerfile
+              ? { dockerfile: { text: dockerfile.text, contextSha256: dockerfile.context_sha256 } }
+              : {}),
           })
           [Symbol.asyncIterator]();
         const first = await updates.next();

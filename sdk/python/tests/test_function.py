@@ -57,7 +57,7 @@ def refused():
 def stream_error():
     pass
 
-@function(name="needs_build", image=Image(base_image="docker.io/library/python:3.11").from_dockerfile("/tmp/NUMPY.Dockerfile"))
+@function(name="needs_build", image=Image(base_image="docker.io/library/python:3.11").build_with_gpu("NUMPY-GPU"))
 def needs_build():
     pass
 
@@ -233,7 +233,7 @@ class FunctionTest(unittest.TestCase):
     def test_image_builds_are_refused_by_name(self):
         with self.assertRaises(berth.ImageBuildError) as ctx:
             self.app.needs_build.remote()
-        self.assertIn("NUMPY.Dockerfile", str(ctx.exception))
+        self.assertIn("NUMPY-GPU", str(ctx.exception))
         self.assertIn("not available on this cluster yet", str(ctx.exception))
         self.assertFalse(any(b["name"] == "needs_build" for b in self.gw.stub_bodies))
 

@@ -187,7 +187,7 @@ class Function:
             "secrets": list(self.secrets),
             "headless": self.headless,
             # The image's env_vars: the build's steps saw them, the running function gets them too.
-            **({"env": dict(e.split("=", 1) for e in self.image.env_vars)} if self.image.env_vars else {}),
+            **({"env": self.image.runtime_env()} if self.image.runtime_env() else {}),
         }
 
     def prepare(self, client: "Client") -> str:
@@ -204,7 +204,8 @@ class Function:
                 from ..client.images import build_image
 
                 # Waits for the build (printing its steps); extra.image_ref then names the built image.
-                self.image._built_ref = build_image(client, self.image)["ref"]
+                built = build_image(client, self.image)
+                self.image._built_ref, self.image._built_env = built["ref"], built.get("env", {})
             loc = self.location()
             sha = sync_code(client, loc.root)
             body = {

@@ -174,8 +174,6 @@ class Image:
         ``extra.image_ref`` is the ``img-`` id); functions cannot yet.
         """
         out = []
-        if self.dockerfile:
-            out.append(f"a Dockerfile build ({self.dockerfile['path']})")
         if self.use_micromamba or self.micromamba_packages:
             out.append(f"micromamba packages {self.micromamba_packages}" if self.micromamba_packages else "micromamba")
         if self.snapshot_id and not allow_snapshot:
@@ -208,10 +206,23 @@ class Image:
             )
         return {n: os.environ[n] for n in creds}
 
+    def runtime_env(self) -> Dict[str, str]:
+        """The running function's environment from the image: the build's (env_vars, a Dockerfile's ENV) once built."""
+        built = getattr(self, "_built_env", None)
+        if built is not None:
+            return dict(built)
+        return dict(e.split("=", 1) for e in self.env_vars)
+
     def needs_build(self) -> bool:
         """Whether the cluster builds this image (packages, commands or environment on the base)."""
         # A private base goes through a build too: the agent pulls it with the credentials once.
-        return bool(self.python_packages or self.commands or self.env_vars or (self.base_image and self.base_image_creds))
+        return bool(
+            self.python_packages
+            or self.commands
+            or self.env_vars
+            or self.dockerfile
+            or (self.base_image and self.base_image_creds)
+        )
 
     @property
     def image_ref(self) -> str:

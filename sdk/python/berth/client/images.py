@@ -6,6 +6,7 @@ with a cached/built mark and its time. A failed step raises ImageBuildError
 naming the step, its exit code and its last output lines.
 """
 
+import os
 import sys
 from typing import IO, Any, Dict, Optional
 from urllib.parse import quote
@@ -36,6 +37,8 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
             if creds:
                 # Values only in this request (TLS to the coordinator, then mTLS to the agent); never printed.
                 body["base_image_creds"] = creds
+            if image.dockerfile:
+                body["dockerfile"] = _dockerfile(client, image.dockerfile)
             resp = client.stream(conn, path, body)
             for ev in events(resp, client.url):
                 kind = ev.get("event")
@@ -50,7 +53,8 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
                     mark = "cached" if ev.get("cached") else f"built in {ev.get('seconds', 0):.1f} s"
                     out.write(f"step {n} {names.get(n, '')} … {mark}\n")
                 elif kind == "image":
-                    record = ev.get("image")
+                    record = dict(ev.get("image") or {})
+                    record["env"] = ev.get("env") or {}
                 out.flush()
         except BerthError as e:
             raise ImageBuildError(f"building the image failed: {e.message}") from None
@@ -60,3 +64,16 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
         raise ImageBuildError("the coordinator ended the image build without naming the built image")
     return record
 
+
+def _dockerfile(client, dockerfile: Dict[str, str]) -> Dict[str, str]:
+    """The Dockerfile's text, and its context directory uploaded like code (content addressed, once)."""
+    from .sync import sync_code
+
+    try:
+        with open(dockerfile["path"], "r", encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ImageBuildError(f"cannot read the Dockerfile {dockerfile['path']}: {e.strerror or e}") from None
+    if not os.path.isdir(dockerfile["context_dir"]):
+        raise ImageBuildError(f"the Dockerfile's context_dir {dockerfile['context_dir']} is not a directory")
+    return {"text": text, "context_sha256": sync_code(client, dockerfile["context_dir"])}
