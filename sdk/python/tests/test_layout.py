@@ -13,7 +13,7 @@ import unittest
 import berth
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(berth.__file__))
-SHARED = {"berth", "berth.env", "berth.errors", "berth.handler_call", "berth.serialize"}
+SHARED = {"berth", "berth.env", "berth.errors", "berth.handler_call", "berth.serialize", "berth.unix_http"}
 SUBPACKAGES = {"api", "client", "runtime", "sandbox"}
 # Run by file path with `python3 -I` as a sandbox's pid 1: no berth import at all.
 STANDALONE = {"berth.runtime.sandbox_init", "berth.runtime.sandbox_init_wire"}

@@ -6,36 +6,19 @@ relays it to the coordinator's object store; a directory is sent as one
 token until it expires, after which the file is deleted.
 """
 
-import http.client
 import json
 import os
-import socket
 import tarfile
 import tempfile
 import urllib.parse
 from typing import Any, Dict, Optional
 
 from ..errors import BerthError
+from ..unix_http import UnixHTTPConnection
 
 DEFAULT_EXPIRES_S = 3600
 # Uploads of large files take a while; the agent relays them as they arrive.
 UPLOAD_TIMEOUT_S = 600.0
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.unix_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
 
 
 def _agent_socket() -> str:
@@ -50,7 +33,7 @@ def _agent_socket() -> str:
 
 
 def _post(route: str, body: Any, headers: Dict[str, str], timeout: float) -> Dict[str, Any]:
-    conn = _UnixConnection(_agent_socket(), timeout)
+    conn = UnixHTTPConnection(_agent_socket(), timeout)
     try:
         conn.request("POST", route, body=body, headers=headers)
         resp = conn.getresponse()

@@ -3,10 +3,11 @@
 import http.client
 import json
 import os
-import socket
 import sys
 import time
 from typing import Any, Optional, Tuple
+
+from ..unix_http import UnixHTTPConnection
 
 # How long the runner keeps trying to reach an agent that went away before it gives up (tests shorten it).
 AGENT_GONE_AFTER_S = float(os.environ.get("BERTH_AGENT_GONE_AFTER_S") or 60.0)
@@ -14,22 +15,6 @@ AGENT_GONE_AFTER_S = float(os.environ.get("BERTH_AGENT_GONE_AFTER_S") or 60.0)
 
 class AgentGone(Exception):
     """The agent's socket has not answered for AGENT_GONE_AFTER_S."""
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: Optional[float] = None):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.unix_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
 
 
 def log(message: str) -> None:

@@ -127,13 +127,25 @@ class Server:
         os.set_blocking(self.wake_r, False)
 
     def listen(self):
-        with suppress(FileNotFoundError):
-            os.unlink(self.path)
+        # Bound and listening under a temporary name, then renamed into place:
+        # a client that sees the path can connect (between bind and listen a
+        # connect is refused, which the agent and tests met under load).
+        tmp = self.path + ".tmp"
+        for stale in (self.path, tmp):
+            with suppress(FileNotFoundError):
+                os.unlink(stale)
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        lsock.bind(self.path)
-        os.chmod(self.path, 0o600)
-        lsock.listen(128)
-        lsock.setblocking(False)
+        try:
+            lsock.bind(tmp)
+            os.chmod(tmp, 0o600)
+            lsock.listen(128)
+            lsock.setblocking(False)
+            os.rename(tmp, self.path)
+        except BaseException:
+            lsock.close()
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         self.listener = lsock
 
     def install_signals(self):
