@@ -1,33 +1,27 @@
 // Sandboxes and pods on the coordinator (docs/sandboxes.md): one container
-// per create, placed by the pure scheduler and started on the chosen agent;
+// per create, placed through the planner and started on the chosen agent
+// (starter.ts);
 // its record in the store; processes, files, ports, egress and snapshots
 // through that agent; the TTL and container exits end it (upkeep.ts).
 
 import type { WorkspaceUsage } from "../scheduler/quota.ts";
-import { randomBytes } from "node:crypto";
-import type { ContainerStatus, ExecRequest, RunContainerRequest } from "../../api/index.ts";
-import type { ContainerFilesApi } from "../../api/index.ts";
+import type { ContainerFilesApi, ExecRequest } from "../../api/index.ts";
 import {
-  type EgressPolicy,
   type EgressRequest,
   egressPolicyToRequest,
   resolveEgressPolicy,
 } from "../../shared/egress.ts";
-import { BerthError, describeError, invalid } from "../../shared/errors.ts";
+import { BerthError, invalid } from "../../shared/errors.ts";
 import { hasKind, newId } from "../../shared/ids.ts";
-import { CodePusher } from "../containers/code-push.ts";
-import { placementRequest } from "../containers/runner-request.ts";
 import type { StubRecord } from "../containers/types.ts";
 import { portUrl, portUrls } from "../ports/urls.ts";
 import type { Reservation } from "../scheduler/cluster-view.ts";
 import type { SandboxKind, SandboxRecord } from "../store/sandboxes.ts";
-import { podStayedUp } from "./pod-settle.ts";
 import { ProcessTable, type SandboxProcess } from "./processes.ts";
 import {
   checkPorts,
   checkTtl,
   sandboxKindOf,
-  sandboxRequest,
   stubEgress,
   stubTtl,
   terminatedError,
@@ -40,35 +34,21 @@ import {
   type SandboxView,
   resolveSandboxServiceOptions,
 } from "./types.ts";
+import { type StartPlan, SandboxStarter } from "./starter.ts";
 import { SANDBOX_KINDS, SandboxUpkeep } from "./upkeep.ts";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-interface StartPlan {
-  stub: StubRecord;
-  kind: SandboxKind;
-  egress: EgressPolicy;
-  ports: number[];
-  ttlSeconds: number;
-  /** The agent that must run it (it holds the snapshot). */
-  agentId?: string;
-  image?: string;
-  imageId: string | null;
-  entrypoint?: string[];
-  run(api: SandboxAgentApi, req: RunContainerRequest): Promise<ContainerStatus>;
-}
-
 export class SandboxService {
   readonly processes: ProcessTable;
   private readonly o: ResolvedSandboxServiceOptions;
-  private readonly code: CodePusher;
   /** Containers whose start is in flight here (upkeep leaves them alone). */
   private readonly starting = new Set<string>();
   private readonly upkeep: SandboxUpkeep;
+  private readonly starter: SandboxStarter;
 
   constructor(options: SandboxServiceOptions) {
     this.o = resolveSandboxServiceOptions(options);
-    this.code = new CodePusher(this.o.code);
     this.processes = new ProcessTable({ clock: this.o.clock, ...this.o.processes });
     this.upkeep = new SandboxUpkeep({
       o: this.o,
@@ -76,6 +56,7 @@ export class SandboxService {
       starting: this.starting,
       end: (s, reason) => this.end(s, reason),
     });
+    this.starter = new SandboxStarter(this.o, this.starting, this.upkeep);
   }
 
   /** Starts the TTL sweep, the reconciling of agents' sandbox containers and the exit events. */
@@ -313,127 +294,12 @@ export class SandboxService {
   // ---- internals ----
 
   private async start(p: StartPlan): Promise<SandboxView> {
-    const { o } = this;
-    const { stub } = p;
-    // Refused before anything is placed (a pod without an entrypoint).
-    sandboxRequest({ ...p, containerId: "ctr-check", gpuType: undefined, image: p.image });
-    const req = placementRequest(stub, p.agentId ? [p.agentId] : []);
-    const agents = o.fleet.list().filter((a) => !p.agentId || a.agentId === p.agentId);
-    if (p.agentId && !agents.some((a) => a.state === "ready"))
-      throw new BerthError(
-        "unavailable",
-        `agent ${p.agentId}, which holds the snapshot this sandbox starts from, is not ready`,
-        { agent_id: p.agentId },
-      );
-    const limits = o.limits ? await o.limits(stub.workspaceId) : undefined;
-    const id = `ctr-${randomBytes(8).toString("hex")}`;
-    // The planner checks the limits and the room together, stops idle warm
-    // containers when they hold what is missing, and waits (bounded) when
-    // nothing can be freed; concurrent creates see each other's room.
-    // Upkeep leaves a reservation alone while its start is in flight (it may wait for room).
-    this.starting.add(id);
-    const reservation = await o.planner
-      .reserveWithin(
-        {
-          id,
-          kind: p.kind,
-          workspaceId: stub.workspaceId,
-          stubId: stub.id,
-          placement: req,
-          ...(limits ? { limits } : {}),
-          ...(p.agentId ? { onlyAgents: [p.agentId] } : {}),
-        },
-        {
-          waitMs: o.placementWaitMs,
-          what: `the ${p.kind}`,
-          onWait: (reason) => {
-            o.log.info(
-              { stubId: stub.id, kind: p.kind, reason, waitMs: o.placementWaitMs },
-              `a ${p.kind} waits for room: ${reason}`,
-            );
-            o.onWaiting?.({
-              workspaceId: stub.workspaceId,
-              stubId: stub.id,
-              kind: p.kind,
-              reason,
-              waitMs: o.placementWaitMs,
-            });
-          },
-        },
-      )
-      .catch((e: unknown) => {
-        this.starting.delete(id);
-        throw e;
-      });
-    const placed = { agentId: reservation.agentId, gpuType: reservation.gpuType };
-    this.starting.add(id);
-    const log = o.log.child({ sandboxId: id, stubId: stub.id, agentId: placed.agentId, kind: p.kind });
-    try {
-      await o.repo.insert({
-        id,
-        workspaceId: stub.workspaceId,
-        stubId: stub.id,
-        agentId: placed.agentId,
-        kind: p.kind,
-        ttlSeconds: p.ttlSeconds,
-        ports: p.ports,
-        egress: p.egress,
-        imageId: p.imageId,
-        at: iso(o.clock()),
-      });
-    } catch (e) {
-      o.planner.release(id);
-      this.starting.delete(id);
-      throw e;
-    }
-    try {
-      const api = o.agents.client(placed.agentId);
-      const secretEnv = await this.secretEnv(stub);
-      if (stub.extra.code_sha256) await this.code.ensure(placed.agentId, stub.extra.code_sha256, api);
-      const status = await p.run(
-        api,
-        sandboxRequest({
-          ...p,
-          containerId: id,
-          gpuType: placed.gpuType,
-          image: p.image,
-          ...(secretEnv ? { secretEnv } : {}),
-        }),
-      );
-      o.planner.assignGpus(id, status.gpus);
-      if (!(await o.repo.markRunning(id))) {
-        // Ended meanwhile (its container exited at once, or a terminate came first).
-        const s = await o.repo.get(id);
-        throw terminatedError(id, s?.terminatedReason);
-      }
-      log.info(`${p.kind} started`);
-      if (p.kind === "pod") await podStayedUp(api, id, o.podSettleMs, () => o.repo.get(id));
-    } catch (e) {
-      o.planner.release(id);
-      await o.repo.markTerminated(id, iso(o.clock()), `start failed: ${describeError(e)}`).catch(() => {});
-      await this.upkeep.removeOnAgent(placed.agentId, id, 0);
-      log.warn({ err: e }, `cannot start the ${p.kind}: ${describeError(e)}`);
-      throw e;
-    } finally {
-      this.starting.delete(id);
-    }
-    return this.view((await o.repo.get(id)) as SandboxRecord);
+    return this.view(await this.starter.start(p));
   }
 
-  private async secretEnv(stub: StubRecord): Promise<Record<string, string> | undefined> {
-    const names = stub.extra.secrets ?? [];
-    if (names.length === 0) return undefined;
-    if (!this.o.secrets)
-      throw new BerthError(
-        "failed_precondition",
-        `the stub needs secrets ${names.join(", ")} but this coordinator has no secret store`,
-      );
-    return this.o.secrets.resolve(stub.workspaceId, names);
-  }
-
-  /** Ends a sandbox: its processes, its container, its room; true when this call marked it terminated. */
   /**
-   * The record is marked first, so the exit event of the container stopped
+   * Ends a sandbox: its processes, its container, its room; true when this
+   * call marked it terminated. The record is marked first, so the exit event of the container stopped
    * here reads as an end already recorded (not a second, racing one); a stop
    * that fails is retried by the sweep, which removes terminated sandboxes'
    * containers.

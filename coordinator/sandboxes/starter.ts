@@ -1,0 +1,165 @@
+// Starting a sandbox's or pod's container (docs/sandboxes.md): the planner
+// places it (waiting, bounded, for room), its record is written, the stub's
+// code and secrets reach the chosen agent, and the container runs; a start
+// that fails leaves neither a reservation, a running record nor a container.
+
+import { randomBytes } from "node:crypto";
+import type { ContainerStatus, RunContainerRequest } from "../../api/index.ts";
+import type { EgressPolicy } from "../../shared/egress.ts";
+import { BerthError, describeError } from "../../shared/errors.ts";
+import { CodePusher } from "../containers/code-push.ts";
+import { placementRequest } from "../containers/runner-request.ts";
+import type { StubRecord } from "../containers/types.ts";
+import type { SandboxKind, SandboxRecord } from "../store/sandboxes.ts";
+import { podStayedUp } from "./pod-settle.ts";
+import { sandboxRequest, terminatedError } from "./request.ts";
+import type { ResolvedSandboxServiceOptions, SandboxAgentApi } from "./types.ts";
+import type { SandboxUpkeep } from "./upkeep.ts";
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export interface StartPlan {
+  stub: StubRecord;
+  kind: SandboxKind;
+  egress: EgressPolicy;
+  ports: number[];
+  ttlSeconds: number;
+  /** The agent that must run it (it holds the snapshot). */
+  agentId?: string;
+  image?: string;
+  imageId: string | null;
+  entrypoint?: string[];
+  run(api: SandboxAgentApi, req: RunContainerRequest): Promise<ContainerStatus>;
+}
+
+export class SandboxStarter {
+  private readonly code: CodePusher;
+
+  constructor(
+    private readonly o: ResolvedSandboxServiceOptions,
+    /** Containers whose start is in flight (shared with upkeep, which leaves them alone). */
+    private readonly starting: Set<string>,
+    private readonly upkeep: Pick<SandboxUpkeep, "removeOnAgent">,
+  ) {
+    this.code = new CodePusher(o.code);
+  }
+
+  /** Places, records and starts the plan's container; its record once it runs (a pod: once it stayed up). */
+  async start(p: StartPlan): Promise<SandboxRecord> {
+    const { o } = this;
+    const { stub } = p;
+    // Refused before anything is placed (a pod without an entrypoint).
+    sandboxRequest({ ...p, containerId: "ctr-check", gpuType: undefined, image: p.image });
+    const req = placementRequest(stub, p.agentId ? [p.agentId] : []);
+    const agents = o.fleet.list().filter((a) => !p.agentId || a.agentId === p.agentId);
+    if (p.agentId && !agents.some((a) => a.state === "ready"))
+      throw new BerthError(
+        "unavailable",
+        `agent ${p.agentId}, which holds the snapshot this sandbox starts from, is not ready`,
+        { agent_id: p.agentId },
+      );
+    const limits = o.limits ? await o.limits(stub.workspaceId) : undefined;
+    const id = `ctr-${randomBytes(8).toString("hex")}`;
+    // The planner checks the limits and the room together, stops idle warm
+    // containers when they hold what is missing, and waits (bounded) when
+    // nothing can be freed; concurrent creates see each other's room.
+    // Upkeep leaves a reservation alone while its start is in flight (it may wait for room).
+    this.starting.add(id);
+    const reservation = await o.planner
+      .reserveWithin(
+        {
+          id,
+          kind: p.kind,
+          workspaceId: stub.workspaceId,
+          stubId: stub.id,
+          placement: req,
+          ...(limits ? { limits } : {}),
+          ...(p.agentId ? { onlyAgents: [p.agentId] } : {}),
+        },
+        {
+          waitMs: o.placementWaitMs,
+          what: `the ${p.kind}`,
+          onWait: (reason) => {
+            o.log.info(
+              { stubId: stub.id, kind: p.kind, reason, waitMs: o.placementWaitMs },
+              `a ${p.kind} waits for room: ${reason}`,
+            );
+            o.onWaiting?.({
+              workspaceId: stub.workspaceId,
+              stubId: stub.id,
+              kind: p.kind,
+              reason,
+              waitMs: o.placementWaitMs,
+            });
+          },
+        },
+      )
+      .catch((e: unknown) => {
+        this.starting.delete(id);
+        throw e;
+      });
+    const placed = { agentId: reservation.agentId, gpuType: reservation.gpuType };
+    const log = o.log.child({ sandboxId: id, stubId: stub.id, agentId: placed.agentId, kind: p.kind });
+    try {
+      await o.repo.insert({
+        id,
+        workspaceId: stub.workspaceId,
+        stubId: stub.id,
+        agentId: placed.agentId,
+        kind: p.kind,
+        ttlSeconds: p.ttlSeconds,
+        ports: p.ports,
+        egress: p.egress,
+        imageId: p.imageId,
+        at: iso(o.clock()),
+      });
+    } catch (e) {
+      o.planner.release(id);
+      this.starting.delete(id);
+      throw e;
+    }
+    try {
+      const api = o.agents.client(placed.agentId);
+      const secretEnv = await this.secretEnv(stub);
+      if (stub.extra.code_sha256) await this.code.ensure(placed.agentId, stub.extra.code_sha256, api);
+      const status = await p.run(
+        api,
+        sandboxRequest({
+          ...p,
+          containerId: id,
+          gpuType: placed.gpuType,
+          image: p.image,
+          ...(secretEnv ? { secretEnv } : {}),
+        }),
+      );
+      o.planner.assignGpus(id, status.gpus);
+      if (!(await o.repo.markRunning(id))) {
+        // Ended meanwhile (its container exited at once, or a terminate came first).
+        const s = await o.repo.get(id);
+        throw terminatedError(id, s?.terminatedReason);
+      }
+      log.info(`${p.kind} started`);
+      if (p.kind === "pod") await podStayedUp(api, id, o.podSettleMs, () => o.repo.get(id));
+    } catch (e) {
+      o.planner.release(id);
+      await o.repo.markTerminated(id, iso(o.clock()), `start failed: ${describeError(e)}`).catch(() => {});
+      await this.upkeep.removeOnAgent(placed.agentId, id, 0);
+      log.warn({ err: e }, `cannot start the ${p.kind}: ${describeError(e)}`);
+      throw e;
+    } finally {
+      this.starting.delete(id);
+    }
+    return (await o.repo.get(id)) as SandboxRecord;
+  }
+
+  private async secretEnv(stub: StubRecord): Promise<Record<string, string> | undefined> {
+    const names = stub.extra.secrets ?? [];
+    if (names.length === 0) return undefined;
+    if (!this.o.secrets)
+      throw new BerthError(
+        "failed_precondition",
+        `the stub needs secrets ${names.join(", ")} but this coordinator has no secret store`,
+      );
+    return this.o.secrets.resolve(stub.workspaceId, names);
+  }
+}
