@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "../../shared/net.ts";
-import { type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
+import { connect, type NatsConnection } from "nats";
+import { closeNats, type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
 import { clusterNatsUsers, type NatsCredentials } from "../../shared/subjects.ts";
 
 export interface TestNats extends RunningNats {
@@ -39,4 +40,15 @@ export async function startTestNats(t: { after: (fn: () => unknown) => void }): 
     coordinator: { url: nats.url, user: "coordinator", password: coordinatorPassword },
     agent: { url: nats.url, user: "agent", password: agentPassword },
   };
+}
+
+/** A connection to the test server as the cluster's coordinator or (restricted) agent user, closed after the test. */
+export async function connectTestNats(
+  t: { after: (fn: () => unknown) => void },
+  nats: TestNats,
+  as: "coordinator" | "agent",
+): Promise<NatsConnection> {
+  const nc = await connect({ servers: nats.url, user: nats[as].user, pass: nats[as].password });
+  t.after(() => closeNats(nc));
+  return nc;
 }

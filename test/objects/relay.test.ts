@@ -10,7 +10,6 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { test } from "node:test";
-import { connect } from "nats";
 import { BridgeServer } from "../../agent/bridge/server.ts";
 import { StateRelayClient } from "../../agent/bridge/state-relay.ts";
 import { MapStore } from "../../coordinator/objects/maps.ts";
@@ -18,9 +17,8 @@ import { QueueStore } from "../../coordinator/objects/queues.ts";
 import { StateRelay } from "../../coordinator/objects/relay.ts";
 import { SignalStore } from "../../coordinator/objects/signals.ts";
 import { StateObjects } from "../../coordinator/objects/state.ts";
-import { closeNats } from "../../shared/nats-server.ts";
 import { tempDir } from "../helpers/env.ts";
-import { startTestNats } from "../helpers/nats.ts";
+import { connectTestNats, startTestNats } from "../helpers/nats.ts";
 import { waitUntil } from "../helpers/wait.ts";
 
 const SDK = join(import.meta.dirname, "../../sdk/python");
@@ -59,14 +57,8 @@ print("CLEARED", flush=True)
 
 test("a container's state calls go through its agent's bridge and NATS relay", async (t) => {
   const nats = await startTestNats(t);
-  const coordNc = await connect({
-    servers: nats.url,
-    user: nats.coordinator.user,
-    pass: nats.coordinator.password,
-  });
-  t.after(() => closeNats(coordNc));
-  const agentNc = await connect({ servers: nats.url, user: nats.agent.user, pass: nats.agent.password });
-  t.after(() => closeNats(agentNc));
+  const coordNc = await connectTestNats(t, nats, "coordinator");
+  const agentNc = await connectTestNats(t, nats, "agent");
   const state = new StateObjects(
     new QueueStore({ nc: coordNc }),
     new MapStore(coordNc),

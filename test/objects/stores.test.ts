@@ -2,25 +2,19 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { connect } from "nats";
 import { isBerthError } from "../../shared/errors.ts";
 import { MapStore } from "../../coordinator/objects/maps.ts";
 import { QueueStore } from "../../coordinator/objects/queues.ts";
 import { SignalStore } from "../../coordinator/objects/signals.ts";
 import { StateObjects } from "../../coordinator/objects/state.ts";
-import { startTestNats } from "../helpers/nats.ts";
+import { connectTestNats, startTestNats } from "../helpers/nats.ts";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 const text = (b: Uint8Array | undefined) => (b === undefined ? undefined : new TextDecoder().decode(b));
 
 test("queue, map and signal stores on JetStream", async (t) => {
   const nats = await startTestNats(t);
-  const nc = await connect({
-    servers: nats.url,
-    user: nats.coordinator.user,
-    pass: nats.coordinator.password,
-  });
-  t.after(() => nc.close());
+  const nc = await connectTestNats(t, nats, "coordinator");
   let maxItems: number | null = null;
   const queues = new QueueStore({ nc, limits: { maxItemBytes: 64 }, maxItems: async () => maxItems });
   const maps = new MapStore(nc, { maxValueBytes: 64 });

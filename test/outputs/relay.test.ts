@@ -10,15 +10,13 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
-import { connect } from "nats";
 import { OutputRelayClient } from "../../agent/bridge/output-relay.ts";
 import { BridgeServer } from "../../agent/bridge/server.ts";
 import { outputPublicRoutes } from "../../coordinator/http/routes/outputs.ts";
 import { OutputRelay } from "../../coordinator/outputs/output-relay.ts";
 import { OutputStore } from "../../coordinator/outputs/output-store.ts";
-import { closeNats } from "../../shared/nats-server.ts";
 import { tempDir } from "../helpers/env.ts";
-import { startTestNats } from "../helpers/nats.ts";
+import { connectTestNats, startTestNats } from "../helpers/nats.ts";
 import { routesApp } from "../helpers/routes-app.ts";
 
 const execp = promisify(execFile);
@@ -52,14 +50,8 @@ print(json.dumps({"id": out.id, "before": before, "exists": out.exists(), "url":
 
 test("a container's Output goes through its agent's bridge and the NATS relay to the store", async (t) => {
   const nats = await startTestNats(t);
-  const coordNc = await connect({
-    servers: nats.url,
-    user: nats.coordinator.user,
-    pass: nats.coordinator.password,
-  });
-  t.after(() => closeNats(coordNc));
-  const agentNc = await connect({ servers: nats.url, user: nats.agent.user, pass: nats.agent.password });
-  t.after(() => closeNats(agentNc));
+  const coordNc = await connectTestNats(t, nats, "coordinator");
+  const agentNc = await connectTestNats(t, nats, "agent");
   const dir = tempDir(t);
   const store = new OutputStore({
     root: join(dir, "outputs"),
