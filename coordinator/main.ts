@@ -15,7 +15,7 @@ import { ContainerAddresses } from "./containers/container-addresses.ts";
 import { ContainerTunnels } from "./containers/tunnels.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
 import { EndpointDispatcher } from "./endpoints/dispatch.ts";
-import { EventStream, WorkspaceEvents, taskEvents } from "./events/index.ts";
+import { EventStream, WorkspaceEvents, imageEvents, taskEvents } from "./events/index.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
 import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
 import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
@@ -39,7 +39,7 @@ import { Planner } from "./scheduler/planner.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
 import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
-import { ImageBuilds } from "./images/index.ts";
+import { ImageBuilds, deploymentsUsingImage } from "./images/index.ts";
 import { Store } from "./store/store.ts";
 import { TaskService } from "./tasks/service.ts";
 
@@ -350,6 +350,8 @@ export async function startCoordinator(
     ...(o.pipIndex ? { pipIndex: o.pipIndex } : {}),
     placementWaitMs: o.placementWaitMs,
     log: log.child({ area: "images" }),
+    onStatus: imageEvents(workspaceEvents.emit),
+    usedBy: deploymentsUsingImage(store.deployments),
   });
   const app = await buildHttpApp({
     logs,

@@ -18,6 +18,9 @@ export const EVENT_TYPES = [
   "task.cancelled",
   "task.expired",
   "sandbox.waiting",
+  "image.building",
+  "image.ready",
+  "image.failed",
   "webhook.test",
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];

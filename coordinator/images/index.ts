@@ -1,5 +1,6 @@
 // Images the cluster builds: placement, records and the SDK spec's steps.
 export { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildsOptions, type ImageBuildUpdate } from "./service.ts";
+export { deploymentsUsingImage } from "./used-by.ts";
 export {
   buildRequestOf,
   ENSURE_PIP_STEP,

@@ -39,6 +39,10 @@ export interface ImageBuildsOptions {
   /** How long a build waits for room. @default 60000 */
   placementWaitMs?: number;
   log?: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  /** Told each status a record takes (building, ready, failed): the coordinator emits image.* events. */
+  onStatus?: (image: BuiltImage) => void;
+  /** The workspace's deployments that run this image (their names); remove() refuses while there are any. */
+  usedBy?: (workspaceId: string, image: BuiltImage) => Promise<string[]>;
 }
 
 /** A build as a client follows it: the agent's events, then `image` with the record once it is ready. */
@@ -90,6 +94,39 @@ export class ImageBuilds {
 
   list(workspaceId: string): Promise<BuiltImage[]> {
     return this.o.repo.list(workspaceId);
+  }
+
+  /**
+   * Removes the image's record (`berth image rm`): not_found when the workspace has none,
+   * conflict naming the deployments that run it, conflict while it builds. Its layers stay
+   * on the agent as step cache, which the agent's image GC frees.
+   */
+  async remove(workspaceId: string, imageId: string): Promise<void> {
+    const image = await this.o.repo.get(workspaceId, imageId);
+    if (!image) throw new BerthError("not_found", `image ${imageId} not found`, { image_id: imageId });
+    if (image.status === "building")
+      throw new BerthError("conflict", `image ${imageId} is being built; remove it once the build ends`, {
+        image_id: imageId,
+      });
+    const users = (await this.o.usedBy?.(workspaceId, image)) ?? [];
+    if (users.length > 0)
+      throw new BerthError(
+        "conflict",
+        `image ${imageId} is used by the deployment${users.length > 1 ? "s" : ""} ${users.join(", ")}: stop or delete ${users.length > 1 ? "them" : "it"} first`,
+        { image_id: imageId, deployments: users },
+      );
+    await this.o.repo.delete(workspaceId, imageId);
+    this.o.log?.info({ workspaceId, imageId }, "image removed");
+  }
+
+  /** Records the image and announces its status; an announcement never fails the build. */
+  private async record(image: BuiltImage): Promise<void> {
+    await this.o.repo.put(image);
+    try {
+      this.o.onStatus?.(image);
+    } catch (e) {
+      this.o.log?.warn({ imageId: image.imageId, err: describeError(e) }, "image status listener failed");
+    }
   }
 
   private async run(
@@ -152,7 +189,7 @@ export class ImageBuilds {
             createdAt: (await this.o.repo.get(workspaceId, e.imageId))?.createdAt ?? now,
             updatedAt: now,
           };
-          await this.o.repo.put(record);
+          await this.record(record);
         }
         emit(e);
         if (e.type === "done" && record) {
@@ -163,7 +200,7 @@ export class ImageBuilds {
             digest: e.digest,
             updatedAt: new Date().toISOString(),
           };
-          await this.o.repo.put(record);
+          await this.record(record);
           this.o.log?.info({ workspaceId, imageId: e.imageId, agentId: held.agentId }, "image built");
           emit({ type: "image", image: record, env: { ...(req.env ?? {}) } });
         }
@@ -176,7 +213,7 @@ export class ImageBuilds {
           error: describeError(e),
           updatedAt: new Date().toISOString(),
         };
-        await this.o.repo.put(failed).catch(() => {});
+        await this.record(failed).catch(() => {});
       }
       this.o.log?.warn(
         { workspaceId, imageId: record?.imageId, err: describeError(e) },

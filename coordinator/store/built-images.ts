@@ -105,6 +105,16 @@ export class BuiltImageRepo {
     return r ? fromRow(r) : undefined;
   }
 
+  /** Removes the row; whether there was one. */
+  async delete(workspaceId: string, imageId: string): Promise<boolean> {
+    const r = await this.db
+      .deleteFrom("built_images")
+      .where("workspace_id", "=", workspaceId)
+      .where("image_id", "=", imageId)
+      .executeTakeFirst();
+    return Number(r.numDeletedRows) > 0;
+  }
+
   /** Newest first. */
   async list(workspaceId: string): Promise<BuiltImage[]> {
     const rows = await this.db

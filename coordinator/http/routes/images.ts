@@ -40,6 +40,7 @@ export const imageJson = (i: BuiltImage) => ({
 
 const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
 const WsParams = Type.Object({ ws: Type.String() });
+const ImageParams = Type.Object({ ws: Type.String(), imageId: Type.String({ minLength: 1 }) });
 
 /** The SDK's Image spec (sdk/python/berth/api/image.py spec()); checked by the build itself. */
 const ImageSpecBody = Type.Object({
@@ -95,6 +96,22 @@ export function imageRoutes(builds: ImageBuilds): FastifyPluginAsync {
         },
       },
       async (req) => ({ images: (await builds.list(workspaceOf(req))).map(imageJson) }),
+    );
+
+    // `berth image rm`: 409 conflict while a deployment runs the image (details.deployments) or it builds.
+    app.delete(
+      "/api/v1/image/:ws/:imageId",
+      {
+        schema: {
+          params: ImageParams,
+          response: { 200: Type.Object({ deleted: Type.Boolean() }), 409: ErrorResponse, ...errors },
+        },
+      },
+      async (req) => {
+        const wsId = workspaceOf(req);
+        await builds.remove(wsId, (req.params as { imageId: string }).imageId);
+        return { deleted: true };
+      },
     );
 
     app.post(
