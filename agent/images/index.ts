@@ -17,6 +17,7 @@ export type { ImageRuntimeConfig, Platform } from "./oci-layout.ts";
 export {
   type EcrLogin,
   type ImageStoreLogger,
+  type ClusterRegistry,
   type ImageStoreOptions,
   type ResolvedImageStoreOptions,
   resolveImageStoreOptions,
@@ -29,3 +30,4 @@ export {
   type PullOptions,
   type RemoveResult,
 } from "./store.ts";
+export { type PushProgress, type PushTarget, pushImage } from "./push.ts";

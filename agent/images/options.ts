@@ -56,9 +56,24 @@ export interface ImageStoreOptions {
    * error (for hosts that must not call AWS). @default sigV4EcrLogin() (calls the ECR API of AWS_REGION)
    */
   ecrLogin?: EcrLogin | null;
+  /**
+   * The cluster registry (docs/images.md, "The cluster registry"): built
+   * images are pushed there (`pushToCluster`), and a pull from its host that
+   * brings no credentials uses these. `insecure`: plain HTTP (a loopback host
+   * is plain HTTP anyway, see allowLoopbackHttp).
+   */
+  clusterRegistry?: ClusterRegistry;
   logger?: ImageStoreLogger;
   /** Clock for the tag freshness window (tests move it by hand). @default Date.now */
   now?: () => number;
+}
+
+export interface ClusterRegistry {
+  /** host[:port] */
+  host: string;
+  insecure?: boolean;
+  username?: string;
+  password?: string;
 }
 
 export interface ResolvedImageStoreOptions {
@@ -75,6 +90,7 @@ export interface ResolvedImageStoreOptions {
   tagFreshnessMs: number;
   transferTimeoutMs: number;
   ecrLogin: EcrLogin | undefined;
+  clusterRegistry: ClusterRegistry | undefined;
   rootless: boolean;
   logger: ImageStoreLogger;
   now: () => number;
@@ -97,6 +113,7 @@ export function resolveImageStoreOptions(o: ImageStoreOptions): ResolvedImageSto
       throw invalid(`insecure registry ${JSON.stringify(r)} must be host[:port]`);
     insecure.add(host);
   }
+  if (o.clusterRegistry?.insecure) insecure.add(o.clusterRegistry.host);
   const positive = (v: number | undefined, d: number, name: string) => {
     const n = v ?? d;
     if (!Number.isFinite(n) || n <= 0) throw invalid(`${name} must be a positive number of milliseconds`);
@@ -122,6 +139,7 @@ export function resolveImageStoreOptions(o: ImageStoreOptions): ResolvedImageSto
     tagFreshnessMs: nonNegative(o.tagFreshnessMs, 60_000, "tagFreshnessMs"),
     transferTimeoutMs: positive(o.transferTimeoutMs, 3_600_000, "transferTimeoutMs"),
     ecrLogin: o.ecrLogin === null ? undefined : (o.ecrLogin ?? sigV4EcrLogin()),
+    clusterRegistry: o.clusterRegistry,
     rootless: process.getuid?.() !== 0,
     logger: o.logger ?? silent,
     now: o.now ?? Date.now,

@@ -12,6 +12,7 @@ import {
 } from "./credentials.ts";
 import { type GcOptions, type GcResult, runGc } from "./gc.ts";
 import { buildLayoutFromRootfs, copyArchive, detectArchiveFormat } from "./import.ts";
+import { unpackCommitOnParent } from "./layer-apply.ts";
 import {
   type ImageRuntimeConfig,
   type OciDescriptor,
@@ -33,7 +34,8 @@ import {
   parseImageReference,
   pinnedReference,
 } from "./reference.ts";
-import { copyIntoLayout, inspectRawManifest, withRegistryAccess } from "./skopeo.ts";
+import { type PushProgress, pushImage } from "./push.ts";
+import { copyIntoLayout, inspectRawManifest, isInsecureRegistry, withRegistryAccess } from "./skopeo.ts";
 import { SharedExclusiveLock, SingleFlight } from "./sync.ts";
 
 export interface ImageInfo {
@@ -206,6 +208,15 @@ export class ImageStore {
     registry: string,
     creds: RegistryCredentials | undefined,
   ): Promise<BasicRegistryCredentials | undefined> {
+    const cluster = this.options.clusterRegistry;
+    // The cluster registry's own credentials, for images the cluster built (pushToCluster).
+    if (!creds && cluster?.username && registry === cluster.host)
+      return {
+        kind: "basic",
+        username: cluster.username,
+        password: cluster.password ?? "",
+        source: "generic",
+      };
     if (!creds || creds.kind === "basic") return creds;
     if (!this.options.ecrLogin) throw ecrExchangeUnavailable(registry);
     return this.options.ecrLogin(creds, registry);
@@ -220,6 +231,8 @@ export class ImageStore {
     digest: string,
     source: ImageRecord["source"],
     fetch: (work: string) => Promise<OciDescriptor>,
+    /** Makes the rootfs some faster way (a commit: from its parent's); false: unpack it all. */
+    unpackFast?: (dest: string) => Promise<boolean>,
   ): Promise<ImageRecord> {
     const existing = this.cachedRecord(digest);
     if (existing) return existing;
@@ -234,9 +247,9 @@ export class ImageStore {
         this.layout.setTag(hex, manifest);
       }
       const target = this.rootfsPath(digest);
+      const unpacked = join(work, "rootfs");
       // A complete rootfs left by an agent killed between rename and index write.
-      if (!existsSync(target)) {
-        const unpacked = join(work, "rootfs");
+      if (!existsSync(target) && !(await unpackFast?.(unpacked))) {
         const args = ["raw", "unpack", ...(this.options.rootless ? ["--rootless"] : [])];
         try {
           await this.options.runner.run(
@@ -252,8 +265,8 @@ export class ImageStore {
             `unpacking image ${digest} failed: ${(e as Error).message.slice(0, 800)}`,
           );
         }
-        renameSync(unpacked, target);
       }
+      if (!existsSync(target)) renameSync(unpacked, target);
       const now = new Date().toISOString();
       const record: ImageRecord = {
         digest,
@@ -326,15 +339,47 @@ export class ImageStore {
       const found = this.lookup(base);
       if (!found || !existsSync(this.rootfsPath(found.record.digest))) throw notFound(`image ${base}`);
       const manifest = await writeCommitBlobs(this.layout, found.record.manifestDigest, layerTar, opts);
-      return this.adoptImport(ref, manifest);
+      const parentRootfs = this.rootfsPath(found.record.digest);
+      return this.adoptImport(ref, manifest, (dest) =>
+        unpackCommitOnParent(this.options, this.layout, parentRootfs, manifest.digest, dest),
+      );
     });
   }
 
-  private async adoptImport(ref: ImageReference, manifest: OciDescriptor): Promise<ImageInfo> {
+  private async adoptImport(
+    ref: ImageReference,
+    manifest: OciDescriptor,
+    unpackFast?: (dest: string) => Promise<boolean>,
+  ): Promise<ImageInfo> {
     const record = await this.unpacks.run(manifest.digest, () =>
-      this.ensureImage(manifest.digest, "import", async () => manifest),
+      this.ensureImage(manifest.digest, "import", async () => manifest, unpackFast),
     );
     return this.tagged(record, ref.canonical);
+  }
+
+  /**
+   * Pushes a cached image (its own bytes, so its digest stays) to the
+   * cluster registry as `repository:tag`; returns `host/repository@digest`.
+   * GC waits for it, so no blob goes while it is read.
+   */
+  async pushToCluster(
+    refOrDigest: string,
+    to: { repository: string; tag: string },
+    opts: { onProgress?: (p: PushProgress) => void; signal?: AbortSignal } = {},
+  ): Promise<string> {
+    this.open();
+    const reg = this.options.clusterRegistry;
+    if (!reg) throw new BerthError("failed_precondition", "this agent has no cluster registry to push to");
+    return this.lock.withShared(async () => {
+      const found = this.lookup(refOrDigest);
+      if (!found) throw notFound(`image ${refOrDigest}`);
+      const endpoint = {
+        host: reg.host,
+        insecure: isInsecureRegistry(this.options, reg.host),
+        ...(reg.username ? { credentials: { username: reg.username, password: reg.password ?? "" } } : {}),
+      };
+      return pushImage(this.layout, found.record.manifestDigest, { endpoint, ...to }, opts);
+    });
   }
 
   /** An image by canonical-able reference or by digest; undefined when not cached. */
