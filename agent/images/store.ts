@@ -12,6 +12,7 @@ import {
 } from "./credentials.ts";
 import { type GcOptions, type GcResult, runGc } from "./gc.ts";
 import { buildLayoutFromRootfs, copyArchive, detectArchiveFormat } from "./import.ts";
+import { unpackCommitOnParent } from "./layer-apply.ts";
 import {
   type ImageRuntimeConfig,
   type OciDescriptor,
@@ -230,6 +231,8 @@ export class ImageStore {
     digest: string,
     source: ImageRecord["source"],
     fetch: (work: string) => Promise<OciDescriptor>,
+    /** Makes the rootfs some faster way (a commit: from its parent's); false: unpack it all. */
+    unpackFast?: (dest: string) => Promise<boolean>,
   ): Promise<ImageRecord> {
     const existing = this.cachedRecord(digest);
     if (existing) return existing;
@@ -244,9 +247,9 @@ export class ImageStore {
         this.layout.setTag(hex, manifest);
       }
       const target = this.rootfsPath(digest);
+      const unpacked = join(work, "rootfs");
       // A complete rootfs left by an agent killed between rename and index write.
-      if (!existsSync(target)) {
-        const unpacked = join(work, "rootfs");
+      if (!existsSync(target) && !(await unpackFast?.(unpacked))) {
         const args = ["raw", "unpack", ...(this.options.rootless ? ["--rootless"] : [])];
         try {
           await this.options.runner.run(
@@ -262,8 +265,8 @@ export class ImageStore {
             `unpacking image ${digest} failed: ${(e as Error).message.slice(0, 800)}`,
           );
         }
-        renameSync(unpacked, target);
       }
+      if (!existsSync(target)) renameSync(unpacked, target);
       const now = new Date().toISOString();
       const record: ImageRecord = {
         digest,
@@ -336,13 +339,20 @@ export class ImageStore {
       const found = this.lookup(base);
       if (!found || !existsSync(this.rootfsPath(found.record.digest))) throw notFound(`image ${base}`);
       const manifest = await writeCommitBlobs(this.layout, found.record.manifestDigest, layerTar, opts);
-      return this.adoptImport(ref, manifest);
+      const parentRootfs = this.rootfsPath(found.record.digest);
+      return this.adoptImport(ref, manifest, (dest) =>
+        unpackCommitOnParent(this.options, this.layout, parentRootfs, manifest.digest, dest),
+      );
     });
   }
 
-  private async adoptImport(ref: ImageReference, manifest: OciDescriptor): Promise<ImageInfo> {
+  private async adoptImport(
+    ref: ImageReference,
+    manifest: OciDescriptor,
+    unpackFast?: (dest: string) => Promise<boolean>,
+  ): Promise<ImageInfo> {
     const record = await this.unpacks.run(manifest.digest, () =>
-      this.ensureImage(manifest.digest, "import", async () => manifest),
+      this.ensureImage(manifest.digest, "import", async () => manifest, unpackFast),
     );
     return this.tagged(record, ref.canonical);
   }
