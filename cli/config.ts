@@ -9,6 +9,8 @@ import { BerthError, describeError } from "../shared/errors.ts";
 export interface Profile {
   url?: string;
   token?: string;
+  /** The unix socket of the agent `berth up` runs (where `berth agent ps|run|...` find it). */
+  agentSocket?: string;
 }
 
 export interface ConfigFile {
@@ -57,4 +59,10 @@ export function currentCredentials(env: NodeJS.ProcessEnv = process.env): {
     ...(token ? { token } : {}),
     profile,
   };
+}
+
+/** The agent socket `berth up` saved in the profile in effect ($BERTH_PROFILE or default), if any. */
+export function profileAgentSocket(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const p = readConfig(configPath(env)).profiles[env.BERTH_PROFILE || "default"];
+  return typeof p?.agentSocket === "string" && p.agentSocket !== "" ? p.agentSocket : undefined;
 }

@@ -52,6 +52,8 @@ export async function main(argv: string[]): Promise<void> {
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+// Run from the sources (`node --import tsx cli/main.ts ...`); the bundle's entry is cli/bundle-entry.ts,
+// and in the bundle this code may share a file with it, so only a .ts file counts.
+if (import.meta.url.endsWith(".ts") && import.meta.url === `file://${process.argv[1]}`) {
   await main(process.argv);
 }

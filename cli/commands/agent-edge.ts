@@ -8,12 +8,14 @@ import { gcLines, importRequestFromFlags, parseUnusedHours } from "../edge/image
 import { type EdgeIo, processIo } from "../edge/io.ts";
 import { type RunFlags, buildRunRequest, egressFromFlags, runAttached } from "../edge/run.ts";
 import { IMAGE_COLUMNS, PS_COLUMNS, execAttached, imageRow, printLogs, psRow } from "../edge/show.ts";
+import { profileAgentSocket } from "../config.ts";
 import { printJson, printTable } from "../output.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 
 const SOCKET_HELP =
-  "the agent's unix socket (default: $BERTH_AGENT_SOCKET or /var/lib/berth-agent/agent.sock)";
+  "the agent's unix socket (default: $BERTH_AGENT_SOCKET, else the agent of `berth up` (saved in the CLI " +
+  "profile), else /var/lib/berth-agent/agent.sock)";
 
 function describePolicy(p: EgressPolicy): string {
   if (p.mode === "allow") return `allow ${p.cidrs.join(", ")}`;
@@ -33,6 +35,7 @@ export function agentEdgeCommands(agent: Command, io: EdgeIo = processIo()): voi
       socket: cmd.opts<{ socket?: string }>().socket,
       ...(explicitDataDir ? { dataDir: agent.opts<{ dataDir: string }>().dataDir } : {}),
       env: io.env,
+      upSocket: profileAgentSocket(io.env),
     });
     const client = await io.connect(socket);
     try {

@@ -1,5 +1,4 @@
 import type { Command } from "commander";
-import { resolveAgentOptions, startAgent } from "../../agent/main.ts";
 import { ApiClient } from "../api-client.ts";
 import { formatBytes, printJson, printTable } from "../output.ts";
 import { agentEdgeCommands } from "./agent-edge.ts";
@@ -84,6 +83,8 @@ export function agentCommands(program: Command): void {
     .option("--pool <name>", "the pool (agent group) this host counts toward (default: default)")
     .option("--volume-root <dir>", "where workspace volumes live; the same shared path on every agent (default: DATA_DIR/volumes)")
     .action(async (o: AgentRunFlags) => {
+      // Loaded here, not at the top: `berth --help` and the other commands never pay for the agent.
+      const { resolveAgentOptions, startAgent } = await import("../../agent/main.ts");
       await runUntilSignal("agent", () =>
         startAgent(
           resolveAgentOptions({

@@ -1,10 +1,5 @@
 import type { Command } from "commander";
-import { startCoordinator } from "../../coordinator/main.ts";
-import {
-  type CoordinatorOptions,
-  readCoordinatorConfig,
-  resolveCoordinatorOptions,
-} from "../../coordinator/options.ts";
+import type { CoordinatorOptions } from "../../coordinator/options.ts";
 import { runUntilSignal } from "./serve-process.ts";
 
 export function coordinatorCommand(program: Command): void {
@@ -30,6 +25,11 @@ export function coordinatorCommand(program: Command): void {
         tlsCert?: string;
         tlsKey?: string;
       }) => {
+        // Loaded here, not at the top: `berth --help` and the other commands never pay for the coordinator.
+        const { startCoordinator } = await import("../../coordinator/main.ts");
+        const { readCoordinatorConfig, resolveCoordinatorOptions } = await import(
+          "../../coordinator/options.ts"
+        );
         await runUntilSignal("coordinator", async () => {
           const file: Partial<CoordinatorOptions> = opts.config ? readCoordinatorConfig(opts.config) : {};
           const merged = {

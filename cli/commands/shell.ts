@@ -7,7 +7,6 @@
 
 import type { IncomingMessage } from "node:http";
 import type { Command } from "commander";
-import WebSocket from "ws";
 import { BerthError, CATALOG, type ErrorCode } from "../../shared/errors.ts";
 import { ApiClient } from "../api-client.ts";
 import { currentCredentials } from "../config.ts";
@@ -53,7 +52,9 @@ async function refusal(res: IncomingMessage): Promise<BerthError> {
 }
 
 /** Opens the shell websocket; resolves once the remote shell runs. */
-export function openShell(o: ShellOptions): Promise<ShellConnection> {
+export async function openShell(o: ShellOptions): Promise<ShellConnection> {
+  // Loaded here, not at the top: only `berth shell` needs a websocket client.
+  const { default: WebSocket } = await import("ws");
   const u = new URL(
     `/api/v1/container/${encodeURIComponent(o.workspace)}/${encodeURIComponent(o.containerId)}/shell`,
     `${o.url}/`,

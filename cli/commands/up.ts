@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { describeError } from "../../shared/errors.ts";
 import { type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
@@ -260,13 +260,16 @@ async function up(o: UpFlags): Promise<number> {
     }
   }
 
-  saveProfile(o.profile, { url, token: adminToken });
+  // The agent's socket too, so `berth agent ps|run|...` on this host find this agent (cli/edge/args.ts).
+  const agentSocket = resolve(agentDir, "agent.sock");
+  saveProfile(o.profile, { url, token: adminToken, agentSocket });
   print("");
   print("berth is up.");
   print(`  URL:         ${url}`);
   print(`  admin token: ${adminToken}`);
   print(`  join token:  ${joinToken}   (berth agent --coordinator ${url} --join-token ...)`);
   print(`  data:        ${dataDir}`);
+  print(`  agent:       ${agentSocket}   (berth agent ps|run|... use it)`);
   print(`  profile:     ${o.profile} in ${configPath()} (the CLI and the Python SDK use it)`);
   print(`  try:         curl -H "Authorization: Bearer $TOKEN" ${url}/api/v1/workspace/current`);
   print("Press Ctrl-C to stop.");

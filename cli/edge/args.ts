@@ -1,6 +1,7 @@
 // Parsing of the edge commands' flags into API values. Every function throws
 // an invalid_request BerthError naming the flag and the bad value.
 
+import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
 
@@ -108,14 +109,26 @@ export const DEFAULT_AGENT_SOCKET = "/var/lib/berth-agent/agent.sock";
 
 /**
  * Where the local agent listens: `--socket`, else the socket in an explicitly
- * given `--data-dir`, else `$BERTH_AGENT_SOCKET`, else the default location.
+ * given `--data-dir`, else `$BERTH_AGENT_SOCKET`, else the socket of the
+ * agent `berth up` runs (`upSocket`, saved in the CLI profile) when it exists,
+ * else the default location (a systemd-installed agent's), else `upSocket`
+ * (so the error names the socket `berth up` would have made).
  * A relative path is taken from the working directory.
  */
 export function resolveAgentSocket(o: {
   socket?: string;
   dataDir?: string;
   env?: NodeJS.ProcessEnv;
+  upSocket?: string;
+  exists?: (path: string) => boolean;
 }): string {
-  const chosen = o.socket ?? (o.dataDir ? `${o.dataDir.replace(/\/+$/, "")}/agent.sock` : undefined);
-  return resolve(chosen ?? (o.env?.BERTH_AGENT_SOCKET || DEFAULT_AGENT_SOCKET));
+  const chosen =
+    o.socket ??
+    (o.dataDir ? `${o.dataDir.replace(/\/+$/, "")}/agent.sock` : undefined) ??
+    o.env?.BERTH_AGENT_SOCKET;
+  if (chosen) return resolve(chosen);
+  if (!o.upSocket) return DEFAULT_AGENT_SOCKET;
+  const exists = o.exists ?? existsSync;
+  if (exists(o.upSocket) || !exists(DEFAULT_AGENT_SOCKET)) return resolve(o.upSocket);
+  return DEFAULT_AGENT_SOCKET;
 }

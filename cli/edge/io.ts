@@ -4,7 +4,6 @@
 
 import { constants as fsConstants } from "node:fs";
 import { access, lstat } from "node:fs/promises";
-import { AgentRpcClient } from "../../api/grpc/index.ts";
 import type { ContainerApi } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 
@@ -30,7 +29,8 @@ export async function checkAgentSocket(path: string): Promise<void> {
       throw new BerthError(
         "unavailable",
         `no agent socket at ${path}: is \`berth agent\` running? (pick another with --socket, ` +
-          "`berth agent --data-dir DIR`, or $BERTH_AGENT_SOCKET)",
+          "`berth agent --data-dir DIR`, or $BERTH_AGENT_SOCKET; `berth up` saves its agent's socket " +
+          "in the CLI profile)",
       );
     }
     if (st.code === "EACCES") throw permissionDenied(path);
@@ -53,6 +53,8 @@ export function processIo(): EdgeIo {
   return {
     async connect(socketPath) {
       await checkAgentSocket(socketPath);
+      // Loaded here, not at the top: the gRPC client is heavy and `berth --help` never needs it.
+      const { AgentRpcClient } = await import("../../api/grpc/index.ts");
       return new AgentRpcClient({ address: `unix://${socketPath}` });
     },
     stdout: process.stdout,

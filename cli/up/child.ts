@@ -2,7 +2,11 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
-const CLI_MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));
+// How a child `berth` starts: from the sources, cli/main.ts through tsx; from
+// the bundle (dist/cli/, every chunk beside the entry), the bundle's entry.
+const CHILD_ARGS = import.meta.url.endsWith(".ts")
+  ? ["--import", "tsx", fileURLToPath(new URL("../main.ts", import.meta.url))]
+  : [fileURLToPath(new URL("./berth.js", import.meta.url))];
 
 /** Formats a pino JSON line for a terminal; other lines pass through. */
 export function formatLogLine(name: string, line: string): string {
@@ -34,7 +38,7 @@ export interface ManagedChild {
 
 /** Runs `berth <args>` as a child with its output prefixed by `name`. */
 export function spawnBerth(name: string, args: string[], out: (line: string) => void): ManagedChild {
-  const child = spawn(process.execPath, ["--import", "tsx", CLI_MAIN, ...args], {
+  const child = spawn(process.execPath, [...CHILD_ARGS, ...args], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, BERTH_UNDER_UP: "1" },
   });

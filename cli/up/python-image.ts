@@ -9,7 +9,6 @@ import { execFile } from "node:child_process";
 import { existsSync, lstatSync, mkdirSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
-import { AgentRpcClient } from "../../api/grpc/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 
 const run = promisify(execFile);
@@ -81,6 +80,8 @@ export async function importPythonImage(
   rootfs: string,
   print: (line: string) => void,
 ): Promise<void> {
+  // Loaded here, not at the top: the gRPC client is heavy and `berth --help` never needs it.
+  const { AgentRpcClient } = await import("../../api/grpc/index.ts");
   const client = new AgentRpcClient({ address: `unix://${socketPath}` });
   try {
     const images = await client.listImages();

@@ -74,6 +74,29 @@ test("the socket: --socket, then an explicit --data-dir, then $BERTH_AGENT_SOCKE
   assert.equal(resolveAgentSocket({ socket: "rel.sock", env: {} }), `${process.cwd()}/rel.sock`);
 });
 
+test("with none of those, the socket of `berth up`'s agent (from the profile) when it exists, else the default", () => {
+  const up = "/home/u/.berth/up/agent/agent.sock";
+  const present = (paths: string[]) => (p: string) => paths.includes(p);
+  const env = { BERTH_AGENT_SOCKET: "/run/berth/a.sock" };
+  // Anything given explicitly still wins.
+  assert.equal(resolveAgentSocket({ env, upSocket: up, exists: present([up]) }), "/run/berth/a.sock");
+  assert.equal(
+    resolveAgentSocket({ dataDir: "/d", env: {}, upSocket: up, exists: present([up]) }),
+    "/d/agent.sock",
+  );
+  assert.equal(
+    resolveAgentSocket({ env: {}, upSocket: up, exists: present([up, DEFAULT_AGENT_SOCKET]) }),
+    up,
+  );
+  // berth up is not running but a systemd agent is: that one.
+  assert.equal(
+    resolveAgentSocket({ env: {}, upSocket: up, exists: present([DEFAULT_AGENT_SOCKET]) }),
+    DEFAULT_AGENT_SOCKET,
+  );
+  // Neither runs: the error names berth up's socket.
+  assert.equal(resolveAgentSocket({ env: {}, upSocket: up, exists: present([]) }), up);
+});
+
 test("run flags become a RunContainerRequest with defaults and only what was given", () => {
   assert.deepEqual(buildRunRequest("alpine", [], {}), {
     image: "alpine",

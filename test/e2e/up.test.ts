@@ -81,7 +81,7 @@ test("berth up: a whole cluster in the foreground, a working profile, clean Ctrl
     ],
     "--no-containers",
   ];
-  const env = { HOME: home, SERVICE_TOKEN: "", BERTH_URL: "", BERTH_PROFILE: "" };
+  const env = { HOME: home, SERVICE_TOKEN: "", BERTH_URL: "", BERTH_PROFILE: "", BERTH_AGENT_SOCKET: "" };
 
   const first = startUp(t, args, env);
   await waitFor(() => first.output().includes("Press Ctrl-C to stop."), {
@@ -102,7 +102,7 @@ test("berth up: a whole cluster in the foreground, a working profile, clean Ctrl
 
   // The CLI works right away through the saved default profile.
   const cfg = JSON.parse(readFileSync(join(home, ".berth", "config.json"), "utf8"));
-  assert.deepEqual(cfg.profiles.default, { url, token });
+  assert.deepEqual(cfg.profiles.default, { url, token, agentSocket: join(dataDir, "agent", "agent.sock") });
   const list = await runCli(["agent", "list", "--json"], env);
   assert.equal(list.code, 0, list.stderr);
   const agents = JSON.parse(list.stdout) as {
@@ -115,6 +115,12 @@ test("berth up: a whole cluster in the foreground, a working profile, clean Ctrl
   assert.equal(agents[0]?.capacity.cpu_cores, cpus().length);
   assert.equal(agents[0]?.capacity.memory_bytes, totalmem());
   const agentId = agents[0]?.id;
+
+  // `berth agent ...` with no socket given reaches the agent of `berth up` (saved in the profile): the
+  // answer is that agent's own (containers are off here), not "no agent socket".
+  const ps = await runCli(["agent", "ps"], env);
+  assert.equal(ps.code, 1);
+  assert.match(ps.stderr, /containers are disabled on this agent \(--no-containers\)/);
 
   // ... and so does the Python SDK.
   const sdk = await runPython("from berth import Client; print(Client().current_workspace()['name'])", {
