@@ -6,6 +6,7 @@ import { configureCommand } from "./commands/configure.ts";
 import { coordinatorCommand } from "./commands/coordinator.ts";
 import { deployCommand } from "./commands/deploy.ts";
 import { deploymentCommands } from "./commands/deployment.ts";
+import { imageCommands } from "./commands/image.ts";
 import { logsCommand } from "./commands/logs.ts";
 import { secretCommands } from "./commands/secret.ts";
 import { stateCommands } from "./commands/state.ts";
@@ -31,6 +32,7 @@ export function buildProgram(): Command {
   secretCommands(program);
   stateCommands(program);
   volumeCommands(program);
+  imageCommands(program);
   deployCommand(program);
   deploymentCommands(program);
   serveCommand(program);

@@ -41,7 +41,7 @@ export interface DescribeOptions {
 }
 
 /** `python3` unless BERTH_PYTHON names another; the SDK from BERTH_SDK_DIR or this checkout. */
-function pythonCommand(env: NodeJS.ProcessEnv): { python: string; env: NodeJS.ProcessEnv } {
+export function pythonCommand(env: NodeJS.ProcessEnv): { python: string; env: NodeJS.ProcessEnv } {
   const sdk = env.BERTH_SDK_DIR || DEFAULT_SDK_DIR;
   return {
     python: env.BERTH_PYTHON || "python3",

@@ -117,6 +117,18 @@ def _find(module: Any, path: str, attr: str) -> Any:
     return obj
 
 
+def _build(image: Any) -> None:
+    """Builds the image before anything is registered (`berth deploy`, as .remote() does); progress on stderr.
+
+    A failed build raises ImageBuildError naming the step, so nothing is deployed.
+    """
+    from ..api.function import default_client
+    from .images import build_image
+
+    built = build_image(default_client(), image, out=sys.stderr)
+    image._built_ref, image._built_env = built["ref"], built.get("env", {})
+
+
 def describe(target: str, name: Optional[str] = None, archive: Optional[str] = None) -> Dict[str, Any]:
     file_part, sep, attr = target.rpartition(":")
     if not sep or not file_part or not attr:
@@ -137,13 +149,8 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
             obj.check_image(stub_name)
         else:
             obj.image.check_runnable(stub_name)
-            if obj.image.needs_build():
-                # The CLI's deploy does not build images yet; .remote() does (docs/images.md).
-                raise ImageBuildError(
-                    f"the image of {stub_name} needs a build ({obj.image.python_packages + obj.image.commands}), "
-                    "which `berth deploy` does not run yet: call the function once with .remote() to build it, "
-                    "or deploy a registry image"
-                )
+        if obj.image.needs_build():
+            _build(obj.image)
         loc = obj.location()
         sha = ""
         if archive:
@@ -156,7 +163,9 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
         config, extra = obj.stub_config(loc), obj.stub_extra(sha)
     except BerthError as e:
         raise DescribeError(e.message) from None
-    except (ImageBuildError, OSError) as e:
+    except ImageBuildError as e:
+        raise DescribeError(f"ImageBuildError: {e}") from None
+    except OSError as e:
         raise DescribeError(str(e)) from None
     return {
         "ok": True,
