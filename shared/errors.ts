@@ -20,6 +20,10 @@ export const CATALOG = {
   unauthenticated: { kind: "Unauthenticated", summary: "missing, malformed or unknown token" },
   permission_denied: { kind: "PermissionDenied", summary: "the token may not do this" },
   not_found: { kind: "NotFound", summary: "no such object in this workspace" },
+  model_not_found: {
+    kind: "NotFound",
+    summary: "no model of this name among the workspace's model deployments and the public catalog (GET /v1/models)",
+  },
   route_not_found: { kind: "NotFound", summary: "no such route" },
   invalid_request: { kind: "InvalidArgument", summary: "the request is malformed" },
   invalid_json: { kind: "InvalidArgument", summary: "the body is not valid JSON" },
@@ -61,6 +65,11 @@ export const CATALOG = {
     summary: "no container took the request before it expired (task_policy.expires)",
   },
   task_cancelled: { kind: "Conflict", summary: "the request's task was cancelled while it ran" },
+  handler_error: {
+    kind: "Unavailable",
+    summary: "the deployment's handler raised (the /v1 gateway's endpoint deployments); the message is its exception",
+    http: 500,
+  },
   unplaceable: {
     kind: "FailedPrecondition",
     summary:

@@ -17,7 +17,7 @@ import type { StubRecord } from "../store/stubs.ts";
 import type { EmitEvent } from "../events/emitter.ts";
 import type { TaskService } from "../tasks/service.ts";
 import { ScalingEvents, type ScalingEvent, type ScalingEventJson } from "./scaling-events.ts";
-import { DeploymentCache, type DeploymentStates } from "./states.ts";
+import { DeploymentCache, type DeploymentStates, latestActiveVersions } from "./states.ts";
 
 export const DEPLOYMENT_KINDS = [
   "endpoint",
@@ -165,6 +165,11 @@ export class DeploymentService {
   /** What the container manager scales by (synchronous, from memory). */
   get states(): DeploymentStates {
     return this.cache;
+  }
+
+  /** The latest active version of each deployment, and each serve session, from memory (the /v1 gateway's models). */
+  activeDeployments(): DeploymentWithStub[] {
+    return latestActiveVersions(this.cache.all());
   }
 
   /** Reloads every deployment from the store (a reload already running is shared). */

@@ -43,6 +43,8 @@ export interface TaskRun {
   why: AbortReason | undefined;
   /** The error the task ended with when it was ended elsewhere ("ended"), e.g. failed as unplaceable. */
   endedWith?: TaskError | null;
+  /** A container to take when it has a free slot (the /v1 gateway's sessions). */
+  prefer?: string;
 }
 
 const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
@@ -254,6 +256,7 @@ export class EndpointDispatcher {
             signal: run.controller.signal,
             front: unreachable > 0,
             avoid,
+            ...(run.prefer ? { prefer: run.prefer } : {}),
           });
         } catch (e) {
           if (e instanceof SlotWaitEnded && e.why === "expired") {

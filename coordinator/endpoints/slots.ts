@@ -27,6 +27,7 @@ interface Waiter {
   onAbort: (() => void) | undefined;
   signal: AbortSignal | undefined;
   avoid: ReadonlySet<string> | undefined;
+  prefer: string | undefined;
 }
 
 interface StubQueue {
@@ -87,7 +88,14 @@ export class EndpointSlots {
    */
   acquire(
     stub: StubRecord,
-    o: { expiresAt: number | null; signal?: AbortSignal; front?: boolean; avoid?: ReadonlySet<string> },
+    o: {
+      expiresAt: number | null;
+      signal?: AbortSignal;
+      front?: boolean;
+      avoid?: ReadonlySet<string>;
+      /** This container when it has a free slot (a session kept on one container, docs/inference.md). */
+      prefer?: string;
+    },
   ): Promise<Slot> {
     const q = this.queueOf(stub);
     q.stub = stub;
@@ -100,6 +108,7 @@ export class EndpointSlots {
         onAbort: undefined,
         signal: o.signal,
         avoid: o.avoid,
+        prefer: o.prefer,
       };
       if (o.signal?.aborted) return reject(new SlotWaitEnded("aborted"));
       if (o.expiresAt !== null) {
@@ -140,7 +149,7 @@ export class EndpointSlots {
     if (!q) return;
     while (q.waiting.length > 0) {
       const w = q.waiting[0] as Waiter;
-      const c = this.freeContainer(q.stub, w.avoid);
+      const c = this.freeContainer(q.stub, w.avoid, w.prefer);
       if (!c) break;
       q.waiting.shift();
       this.inFlight.set(c.id, (this.inFlight.get(c.id) ?? 0) + 1);
@@ -154,13 +163,18 @@ export class EndpointSlots {
    * The running container with the most free slots, never one in `avoid`
    * (unreachable for this request: it waits for another, or expires).
    */
-  private freeContainer(stub: StubRecord, avoid?: ReadonlySet<string>): EndpointContainer | undefined {
+  private freeContainer(
+    stub: StubRecord,
+    avoid?: ReadonlySet<string>,
+    prefer?: string,
+  ): EndpointContainer | undefined {
     const cap = slotsPerContainer(stub);
     let best: EndpointContainer | undefined;
     let bestLoad = cap;
     for (const c of this.containers.containersOf(stub.id)) {
       if (c.state !== "running") continue;
       const load = this.inFlight.get(c.id) ?? 0;
+      if (c.id === prefer && load < cap && !avoid?.has(c.id)) return c;
       if (load < bestLoad && !avoid?.has(c.id)) {
         best = c;
         bestLoad = load;

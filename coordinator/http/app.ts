@@ -5,6 +5,8 @@ import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
 import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
 import { rewriteEndpointHost } from "../endpoints/host-names.ts";
+import { type InferenceGateway, inferenceRoutes } from "../inference/index.ts";
+import { inferenceRestRoutes } from "./routes/inference.ts";
 import { type PortProxy, servePortRequest } from "../ports/proxy.ts";
 import type { EventStream } from "../events/index.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
@@ -81,6 +83,8 @@ export interface HttpDeps {
   agents?: DeploymentLogDeps["agents"] & ContainerExec;
   /** Endpoint invocation (/endpoint/...). */
   endpoints?: EndpointDispatcher;
+  /** The OpenAI-compatible /v1 gateway (docs/inference.md): /v1 and the usage and catalog routes exist when given. */
+  inference?: InferenceGateway;
   /** Per-deployment host names `{deployment_id}.{endpointDomain}` (coordinator option). */
   endpointDomain?: string;
   /** Workspace events: the events history and stream routes exist when given. */
@@ -180,6 +184,7 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   if (deps.outputs) await app.register(outputPublicRoutes(deps.outputs));
   await app.register(joinRoutes(deps.join));
   if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
+  if (deps.inference) await app.register(inferenceRoutes(deps.inference));
   if (deps.tasks && deps.deployments)
     await app.register(taskQueueRoutes({ tokens, deployments: deps.deployments, tasks: deps.tasks }));
 
@@ -228,6 +233,15 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   if (deps.logs) api.push(logRoutes({ logs: deps.logs }));
   if (deps.state) api.push(stateRoutes(deps.state));
   if (deps.volumes) api.push(volumeRoutes(deps.volumes));
+  if (deps.inference)
+    api.push(
+      inferenceRestRoutes({
+        repo: deps.store.inference,
+        workspaces: deps.store.workspaces,
+        deployments: deps.store.deployments,
+        models: deps.inference.d.models,
+      }),
+    );
   await app.register(tokenScope(tokens, ...api));
 
   // The SDK's gateway (/api/v1/gateway/...): a token, and failures as 200 with ok:false.

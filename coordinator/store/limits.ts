@@ -16,6 +16,10 @@ export interface WorkspaceLimits {
   maxQueueItems: number | null;
   /** MiB of all the workspace's volumes (docs/volumes.md). */
   maxVolumeMb: number | null;
+  /** /v1 requests of the workspace in flight at once (docs/inference.md). */
+  maxInferenceRequests: number | null;
+  /** Prompt plus completion tokens of /v1 requests in the last 60 s (docs/inference.md). */
+  maxTokensPerMinute: number | null;
 }
 
 export const LIMIT_NAMES = [
@@ -26,6 +30,8 @@ export const LIMIT_NAMES = [
   "maxPendingTasks",
   "maxQueueItems",
   "maxVolumeMb",
+  "maxInferenceRequests",
+  "maxTokensPerMinute",
 ] as const satisfies readonly (keyof WorkspaceLimits)[];
 
 /** No limit on anything. */
@@ -37,6 +43,8 @@ export const UNLIMITED: WorkspaceLimits = {
   maxPendingTasks: null,
   maxQueueItems: null,
   maxVolumeMb: null,
+  maxInferenceRequests: null,
+  maxTokensPerMinute: null,
 };
 
 /** Largest value a limit takes (a 32-bit column on both engines). */
@@ -50,6 +58,8 @@ const COLUMNS = {
   maxPendingTasks: "max_pending_tasks",
   maxQueueItems: "max_queue_items",
   maxVolumeMb: "max_volume_mb",
+  maxInferenceRequests: "max_inference_requests",
+  maxTokensPerMinute: "max_tokens_per_minute",
 } as const satisfies Record<keyof WorkspaceLimits, string>;
 
 const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
@@ -72,6 +82,8 @@ export class LimitsRepo {
         "workspace_limits.max_pending_tasks",
         "workspace_limits.max_queue_items",
         "workspace_limits.max_volume_mb",
+        "workspace_limits.max_inference_requests",
+        "workspace_limits.max_tokens_per_minute",
       ])
       .where("workspaces.id", "=", workspaceId)
       .executeTakeFirst();
@@ -86,6 +98,8 @@ export class LimitsRepo {
       maxPendingTasks: num(r.max_pending_tasks),
       maxQueueItems: num(r.max_queue_items),
       maxVolumeMb: num(r.max_volume_mb),
+      maxInferenceRequests: num(r.max_inference_requests),
+      maxTokensPerMinute: num(r.max_tokens_per_minute),
     };
   }
 
@@ -114,6 +128,8 @@ export class LimitsRepo {
         max_pending_tasks: next.maxPendingTasks,
         max_queue_items: next.maxQueueItems,
         max_volume_mb: next.maxVolumeMb,
+        max_inference_requests: next.maxInferenceRequests,
+        max_tokens_per_minute: next.maxTokensPerMinute,
         updated_at: new Date().toISOString(),
       };
       await tx

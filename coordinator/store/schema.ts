@@ -252,6 +252,8 @@ export interface WorkspaceLimitsTable {
   max_pending_tasks: number | null;
   max_queue_items: number | null;
   max_volume_mb: number | null;
+  max_inference_requests: number | null;
+  max_tokens_per_minute: number | null;
   updated_at: string;
 }
 
@@ -312,4 +314,34 @@ export interface Database {
   sandbox_snapshots: SandboxSnapshotTable;
   container_samples: ContainerSampleTable;
   pool_samples: PoolSampleTable;
+  inference_usage: InferenceUsageTable;
+  model_catalog: ModelCatalogTable;
+}
+
+/** One /v1 request (coordinator/inference): tokens as the model server reported them. */
+export interface InferenceUsageTable {
+  id: string;
+  workspace_id: string;
+  token_id: string | null;
+  model: string;
+  route: string;
+  deployment_id: string | null;
+  task_id: string | null;
+  stream: number;
+  status: number;
+  error_code: string | null;
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  total_tokens: number | null;
+  ttft_ms: number | null;
+  duration_ms: number;
+  /** bigint: PostgreSQL returns it as a string. */
+  at_ms: number | string;
+}
+
+/** A deployment (by name; its latest active version serves) published to every workspace. */
+export interface ModelCatalogTable {
+  workspace_id: string;
+  deployment_name: string;
+  published_at: string;
 }

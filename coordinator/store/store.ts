@@ -2,6 +2,7 @@ import type { Kysely } from "kysely";
 import { AgentRepo, ClusterKv, JoinTokenRepo } from "./cluster.ts";
 import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
 import { DeploymentRepo } from "./deployments.ts";
+import { InferenceRepo } from "./inference.ts";
 import { MetricsRepo } from "./metrics.ts";
 import { LimitsRepo } from "./limits.ts";
 import { BuiltImageRepo } from "./built-images.ts";
@@ -28,6 +29,7 @@ export class Store {
   readonly limits: LimitsRepo;
   readonly sandboxes: SandboxRepo;
   readonly builtImages: BuiltImageRepo;
+  readonly inference: InferenceRepo;
 
   constructor(
     readonly db: Kysely<Database>,
@@ -48,6 +50,7 @@ export class Store {
     this.limits = new LimitsRepo(db);
     this.sandboxes = new SandboxRepo(db);
     this.builtImages = new BuiltImageRepo(db);
+    this.inference = new InferenceRepo(db);
   }
 
   /** Opens the store at `url` and brings its schema up to date. */

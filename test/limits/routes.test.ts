@@ -124,8 +124,20 @@ describe("workspace limits routes", () => {
         max_pending_tasks: null,
         max_queue_items: null,
         max_volume_mb: null,
+        max_inference_requests: null,
+        max_tokens_per_minute: null,
       },
-      usage: { containers: 2, cpu_millicores: 1500, memory_mb: 1537, gpus: 1, pending_tasks: 0, queue_items: 0, volume_mb: 0 },
+      usage: {
+        containers: 2,
+        cpu_millicores: 1500,
+        memory_mb: 1537,
+        gpus: 1,
+        pending_tasks: 0,
+        queue_items: 0,
+        volume_mb: 0,
+        inference_requests: 0,
+        tokens_last_minute: 0,
+      },
     });
   });
 
@@ -154,7 +166,11 @@ describe("workspace limits routes", () => {
       max_pending_tasks: null,
       max_queue_items: null,
       max_volume_mb: null,
+      max_inference_requests: null,
+      max_tokens_per_minute: null,
     });
+    const zero = await call("PUT", limitsOf(team), adminToken, { max_gpus: 0 });
+    assert.equal(zero.body.limits.max_gpus, 0, "0 is a limit of its own, not null");
     const again = await call("PUT", limitsOf(team), adminToken, { max_memory_mb: null, max_gpus: 2, max_queue_items: 1000 });
     assert.deepEqual(again.body.limits, {
       max_containers: 32,
@@ -164,6 +180,8 @@ describe("workspace limits routes", () => {
       max_pending_tasks: null,
       max_queue_items: 1000,
       max_volume_mb: null,
+      max_inference_requests: null,
+      max_tokens_per_minute: null,
     });
     assert.deepEqual((await call("GET", limitsOf(team), teamToken)).body.limits, again.body.limits);
     assert.deepEqual(changed.slice(-2), [team.id, team.id]);

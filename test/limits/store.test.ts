@@ -49,6 +49,8 @@ for (const engine of STORE_ENGINES) {
         maxPendingTasks: null,
         maxQueueItems: null,
         maxVolumeMb: null,
+        maxInferenceRequests: null,
+        maxTokensPerMinute: null,
       });
     });
 
@@ -69,6 +71,8 @@ for (const engine of STORE_ENGINES) {
         maxPendingTasks: 100,
         maxQueueItems: 500,
         maxVolumeMb: null,
+        maxInferenceRequests: null,
+        maxTokensPerMinute: null,
       });
       const second = await store.limits.set(ws.id, { maxContainers: 5, maxGpus: 0, maxPendingTasks: null });
       assert.deepEqual(second, {
@@ -79,6 +83,8 @@ for (const engine of STORE_ENGINES) {
         maxPendingTasks: null,
         maxQueueItems: 500,
         maxVolumeMb: null,
+        maxInferenceRequests: null,
+        maxTokensPerMinute: null,
       });
       assert.deepEqual(await store.limits.get(ws.id), second);
       assert.equal(await store.workspaces.maxContainers(ws.id), 5);

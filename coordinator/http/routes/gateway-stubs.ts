@@ -66,6 +66,14 @@ export const StubExtraSchema = Type.Object({
   block_network: Type.Optional(Type.Boolean()),
   allow_list: Type.Optional(Type.Array(Type.String({ maxLength: 64 }))),
   ttl_seconds: Type.Optional(Type.Integer({ minimum: -1 })),
+  /** Endpoint and asgi: model names the /v1 gateway routes here (docs/inference.md). */
+  served_models: Type.Optional(
+    Type.Array(Type.String({ pattern: "^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$" }), {
+      minItems: 1,
+      maxItems: 32,
+      uniqueItems: true,
+    }),
+  ),
   /** Pods and sandboxes: the container's environment (`env=`); secrets win on a clash. */
   env: Type.Optional(Type.Record(Type.String({ pattern: "^[A-Za-z_][A-Za-z0-9_]*$" }), Type.String())),
 });

@@ -23,6 +23,8 @@ export interface LimitRouteDeps {
     queueItems?(workspaceId: string): Promise<number>;
     /** Bytes in all of the workspace's volumes (VolumeFiles.workspaceBytes). */
     volumeBytes?(workspaceId: string): Promise<number>;
+    /** /v1 requests in flight and tokens of the last minute (InferenceLimiter.usage). */
+    inference?(workspaceId: string): { requests: number; tokensLastMinute: number };
   };
   /** After limits changed here: caches forget them (WorkspaceLimitsCache.invalidate, ContainerManager.invalidateLimits). */
   onChange?(workspaceId: string): void;
@@ -30,9 +32,10 @@ export interface LimitRouteDeps {
 
 const MiB = 1024 * 1024;
 
-// Null first: with type coercion on, a null tried against the integer first would become 0.
+// One JSON type list, not a union: with type coercion on, Ajv turns a null tried
+// against an integer branch into 0, and a 0 tried against a null branch into null.
 const Limit = (description: string) =>
-  Type.Union([Type.Null(), Type.Integer({ minimum: 0, maximum: MAX_LIMIT_VALUE })], { description });
+  Type.Unsafe<number | null>({ type: ["integer", "null"], minimum: 0, maximum: MAX_LIMIT_VALUE, description });
 
 const LIMIT_FIELDS = {
   max_containers: Limit("containers running or starting at once"),
@@ -42,6 +45,10 @@ const LIMIT_FIELDS = {
   max_pending_tasks: Limit("tasks waiting for a container; a submission past it is refused (429 limit_exceeded)"),
   max_queue_items: Limit("items in all of its Queues together; a put past it is refused (limit_exceeded)"),
   max_volume_mb: Limit("MiB in all of its volumes together; an upload past it is refused (limit_exceeded)"),
+  max_inference_requests: Limit("/v1 inference requests in flight at once; one past it is refused (429)"),
+  max_tokens_per_minute: Limit(
+    "prompt plus completion tokens of /v1 requests in the last 60 s; a request once it is reached is refused (429)",
+  ),
 };
 
 const LimitsBody = Type.Object(LIMIT_FIELDS, { description: "null: no limit" });
@@ -57,6 +64,8 @@ const UsageBody = Type.Object({
   pending_tasks: Type.Integer(),
   queue_items: Type.Integer(),
   volume_mb: Type.Integer(),
+  inference_requests: Type.Integer(),
+  tokens_last_minute: Type.Integer(),
 });
 const LimitsResponse = Type.Object({ workspace_id: Type.String(), limits: LimitsBody, usage: UsageBody });
 
@@ -70,6 +79,8 @@ const limitsJson = (l: WorkspaceLimits): LimitsJson => ({
   max_pending_tasks: l.maxPendingTasks,
   max_queue_items: l.maxQueueItems,
   max_volume_mb: l.maxVolumeMb,
+  max_inference_requests: l.maxInferenceRequests,
+  max_tokens_per_minute: l.maxTokensPerMinute,
 });
 
 const fromJson = (b: Partial<LimitsJson>): Partial<WorkspaceLimits> => {
@@ -81,6 +92,8 @@ const fromJson = (b: Partial<LimitsJson>): Partial<WorkspaceLimits> => {
   if (b.max_pending_tasks !== undefined) out.maxPendingTasks = b.max_pending_tasks;
   if (b.max_queue_items !== undefined) out.maxQueueItems = b.max_queue_items;
   if (b.max_volume_mb !== undefined) out.maxVolumeMb = b.max_volume_mb;
+  if (b.max_inference_requests !== undefined) out.maxInferenceRequests = b.max_inference_requests;
+  if (b.max_tokens_per_minute !== undefined) out.maxTokensPerMinute = b.max_tokens_per_minute;
   return out;
 };
 
@@ -96,6 +109,7 @@ export function limitRoutes(d: LimitRouteDeps): FastifyPluginAsync {
   };
   const answer = async (ws: Workspace, limits: WorkspaceLimits) => {
     const u = d.usage.containers?.(ws.id);
+    const inf = d.usage.inference?.(ws.id);
     return {
       workspace_id: ws.externalId,
       limits: limitsJson(limits),
@@ -107,6 +121,8 @@ export function limitRoutes(d: LimitRouteDeps): FastifyPluginAsync {
         pending_tasks: d.usage.pendingTasks?.(ws.id) ?? 0,
         queue_items: (await d.usage.queueItems?.(ws.id)) ?? 0,
         volume_mb: Math.ceil(((await d.usage.volumeBytes?.(ws.id)) ?? 0) / MiB),
+        inference_requests: inf?.requests ?? 0,
+        tokens_last_minute: inf?.tokensLastMinute ?? 0,
       },
     };
   };

@@ -298,6 +298,21 @@ class DecoratorValidationTest(unittest.TestCase):
             task_queue(plain, retries=-1)
         self.assertIn("retries", str(ctx.exception))
 
+    def test_served_models(self):
+        """served_models= on endpoint and asgi goes to the stub's extra; bad names are named at once."""
+        web = asgi(served_models=["tiny-bigram", "Org/model-7B:q4"])(lambda: None)
+        self.assertEqual(web.stub_extra()["served_models"], ["tiny-bigram", "Org/model-7B:q4"])
+        ep = endpoint(served_models=("scorer",))(lambda x: x)
+        self.assertEqual(ep.stub_extra()["served_models"], ["scorer"])
+        self.assertNotIn("served_models", asgi(lambda: None).stub_extra())
+        for bad, err in (("one", TypeError), ([], ValueError), (["has space"], ValueError), (["a", "a"], ValueError),
+                         ([7], ValueError), (["x" * 129], ValueError)):
+            with self.assertRaises(err, msg=repr(bad)) as cm:
+                asgi(served_models=bad)(lambda: None)
+            self.assertIn("served_models", str(cm.exception))
+        with self.assertRaisesRegex(TypeError, "served_models"):
+            realtime(served_models=["m"])(lambda message: message)
+
     def test_not_a_function(self):
         with self.assertRaises(TypeError) as ctx:
             endpoint(5)

@@ -53,6 +53,30 @@ _FUNCTION_OPTIONS = (
 
 _REQUIRED = object()
 
+# A model name the /v1 gateway routes by (docs/inference.md): what OpenAI clients send as `model`.
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+MAX_SERVED_MODELS = 32
+
+
+def check_served_models(value: Any) -> Optional[list]:
+    """``served_models=``: the model names an endpoint or ASGI deployment answers on ``/v1``."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"served_models must be a list of model names, not {value!r}")
+    names = list(value)
+    if not names or len(names) > MAX_SERVED_MODELS:
+        raise ValueError(f"served_models takes 1 to {MAX_SERVED_MODELS} model names, got {len(names)}")
+    for n in names:
+        if not isinstance(n, str) or not _MODEL_NAME.match(n):
+            raise ValueError(
+                f"served_models: {n!r} is not a model name (1-128 characters: letters, digits and ._:/@+-, "
+                "starting with a letter or digit)"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"served_models names a model twice: {names!r}")
+    return names
+
 _SERVICE_DEFAULTS: Dict[str, Any] = {
     "cpu": 1.0,
     "memory": 128,
@@ -194,12 +218,26 @@ class Deployable(Function):
         raise self._not_called_remotely()
 
 
-class Endpoint(Deployable):
+class _ModelServing(Deployable):
+    """Endpoint and ASGI deployments may serve models on the ``/v1`` gateway (``served_models=[...]``)."""
+
+    def __init__(self, func: Callable, **options: Any):
+        super().__init__(func, **options)
+        self.served_models = check_served_models(options.get("served_models"))
+
+    def stub_extra(self, code_sha256: str = "") -> Dict[str, Any]:
+        extra = super().stub_extra(code_sha256)
+        if self.served_models:
+            extra["served_models"] = list(self.served_models)
+        return extra
+
+
+class Endpoint(_ModelServing):
     """A web API: ``POST {base_url}/endpoint/{name}`` with a JSON body calls the handler (berth.handler_call)."""
 
     stub_type = "endpoint"
     decorator = "endpoint"
-    defaults = {**_SERVICE_DEFAULTS, "timeout": ENDPOINT_REQUEST_TIMEOUT_S}
+    defaults = {**_SERVICE_DEFAULTS, "timeout": ENDPOINT_REQUEST_TIMEOUT_S, "served_models": None}
 
     def __init__(self, func: Callable, **options: Any):
         super().__init__(func, **options)
@@ -207,13 +245,13 @@ class Endpoint(Deployable):
         self.expires = str(ENDPOINT_REQUEST_TIMEOUT_S)
 
 
-class ASGI(Deployable):
+class ASGI(_ModelServing):
     """An ASGI application (HTTP and websockets): the decorated function takes no arguments
     (or only ``context``) and returns the app; it runs once per container."""
 
     stub_type = "asgi"
     decorator = "asgi"
-    defaults = dict(_SERVICE_DEFAULTS)
+    defaults = {**_SERVICE_DEFAULTS, "served_models": None}
 
     def __init__(self, func: Callable, **options: Any):
         super().__init__(func, **options)

@@ -1,0 +1,314 @@
+// The /v1 gateway's request path (docs/inference.md): token, body, limits,
+// the model's deployment, then the endpoints' request buffer (admission
+// against max_pending_tasks, a task per request, waiting for a container
+// slot while a scaled-to-zero deployment starts, expiry) and one exchange
+// with the model server per try. Every refusal is OpenAI's error shape; every
+// request with a workspace leaves a usage row.
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Logger } from "pino";
+import { BerthError, CATALOG, isErrorCode } from "../../shared/errors.ts";
+import type { EndpointDispatcher, TaskRun } from "../endpoints/dispatch.ts";
+import { upstreamHeaders } from "../endpoints/proxy.ts";
+import { RUNNER_HTTP_PORT } from "../endpoints/types.ts";
+import { HttpRefusal, openAiType, publicError } from "../edge/errors.ts";
+import { writeJsonAnswer } from "../edge/raw.ts";
+import type { UsageRecord } from "../store/inference.ts";
+import type { Principal } from "../store/workspaces.ts";
+import type { InferenceLimiter, InferenceLimits } from "./limiter.ts";
+import type { InferenceMetrics } from "./metrics.ts";
+import type { ModelDirectory } from "./models.ts";
+import { type Exchange, forwardModel } from "./upstream.ts";
+
+export type InferenceRoute = "chat.completions" | "completions" | "embeddings" | "invoke";
+
+/** Request bodies of /v1 (prompts, embedding inputs). */
+export const INFERENCE_BODY_LIMIT = 32 * 1024 * 1024;
+/** The header that keeps a session's requests on one container where it can. */
+export const SESSION_HEADER = "x-session-id";
+const SESSION_TTL_MS = 10 * 60_000;
+const MAX_SESSIONS = 100_000;
+/** Retry-After of a full request queue (max_pending_tasks). */
+const QUEUE_FULL_RETRY_S = 1;
+
+export interface InferenceDeps {
+  endpoints: EndpointDispatcher;
+  models: ModelDirectory;
+  usage: { recordUsage(r: UsageRecord): Promise<unknown> };
+  limits(workspaceId: string): Promise<InferenceLimits>;
+  limiter: InferenceLimiter;
+  metrics?: InferenceMetrics;
+  log: Logger;
+  clock?: () => number;
+}
+
+/** An error as /v1 answers it: OpenAI's `{error: {message, type, code}}`. */
+export function sendOpenAiError(
+  res: ServerResponse,
+  e: unknown,
+  log?: Logger,
+): { status: number; code: string } {
+  const pe = publicError(e, { shape: "openai", ...(log ? { log, what: "inference request failed" } : {}) });
+  writeJsonAnswer(res, pe.status, pe.body, pe.headers);
+  return { status: pe.status, code: pe.error.code };
+}
+
+export class InferenceGateway {
+  private readonly clock: () => number;
+  private readonly sessions = new Map<string, { containerId: string; at: number }>();
+
+  constructor(readonly d: InferenceDeps) {
+    this.clock = d.clock ?? Date.now;
+  }
+
+  /** The caller's principal; unauthenticated (401) without a valid token. */
+  async principal(authorization: string | undefined, required: true): Promise<Principal>;
+  async principal(authorization: string | undefined, required: false): Promise<Principal | undefined>;
+  async principal(authorization: string | undefined, required: boolean): Promise<Principal | undefined> {
+    if (!authorization) {
+      if (!required) return undefined;
+      throw new BerthError(
+        "unauthenticated",
+        "inference needs 'Authorization: Bearer <token>' of a workspace",
+      );
+    }
+    const p = await this.d.endpoints.auth.principal(authorization);
+    if (!p) throw new BerthError("unauthenticated", "unknown or revoked token");
+    return p;
+  }
+
+  /** One POST /v1/... request, start to end; never rejects. */
+  async serve(
+    route: InferenceRoute,
+    req: IncomingMessage,
+    res: ServerResponse,
+    pathModel?: string,
+  ): Promise<void> {
+    const t0 = this.clock();
+    const seen: Exchange = {};
+    let principal: Principal | undefined;
+    let model = pathModel ?? "";
+    let stream = false;
+    let admitted = false;
+    let deploymentId: string | null = null;
+    let run: TaskRun | undefined;
+    let outcome: { status: number; code: string | null } | undefined;
+    try {
+      principal = await this.principal(req.headers.authorization, true);
+      const raw = await readBody(req, INFERENCE_BODY_LIMIT);
+      let body = raw;
+      let stripUsageChunk = false;
+      if (route !== "invoke") {
+        const json = parseBody(raw);
+        if (typeof json.model !== "string" || !json.model)
+          throw new BerthError("invalid_request", "the body needs `model`: a model id from GET /v1/models");
+        model = json.model;
+        stream = json.stream === true;
+        // Ask a stream for its usage chunk when the client did not, and drop that chunk again.
+        if (stream && route !== "embeddings") {
+          const so = json.stream_options;
+          const asked =
+            so && typeof so === "object" && (so as { include_usage?: unknown }).include_usage === true;
+          if (!asked) {
+            json.stream_options = { ...(so && typeof so === "object" ? so : {}), include_usage: true };
+            body = Buffer.from(JSON.stringify(json));
+            stripUsageChunk = true;
+          }
+        }
+      }
+      const ws = principal.workspace.id;
+      const entry = await this.d.models.find(ws, model);
+      if (!entry)
+        throw new BerthError(
+          "model_not_found",
+          `no model '${model}' in this workspace or the public catalog; GET /v1/models lists them`,
+        );
+      this.d.limiter.admit(ws, await this.d.limits(ws));
+      admitted = true;
+      const { deployment, stub } = await this.d.endpoints.deps.deployments.resolveById(entry.deployment.id);
+      deploymentId = deployment.id;
+      this.d.endpoints.deps.deployments.noteRequest(deployment.id);
+      const kind = stub.type.split("/")[0];
+      run = await this.d.endpoints.open(stub, null, (e) => {
+        outcome = sendOpenAiError(res, queueFull(e), this.d.log);
+      });
+      if (!run) return;
+      const taskRun = run;
+      const session = sessionOf(req);
+      const key = session ? `${stub.id}\u0000${session}` : undefined;
+      const kept = key ? this.sessions.get(key) : undefined;
+      if (kept && t0 - kept.at < SESSION_TTL_MS) run.prefer = kept.containerId;
+      const headers = upstreamHeaders(req.headers, {
+        dropAuthorization: true,
+        remoteAddress: req.socket.remoteAddress,
+        prefix: "",
+      });
+      delete headers["x-forwarded-prefix"];
+      delete headers["accept-encoding"];
+      headers["x-task-id"] = run.task.id;
+      headers["content-type"] = "application/json";
+      headers["content-length"] = String(body.length);
+      // An endpoint's handler takes the JSON body; an ASGI app gets the OpenAI path.
+      const path = kind === "endpoint" ? "/" : ((req.url ?? "/").split("?")[0] ?? "/");
+      const onClose = () => {
+        if (!res.writableFinished) this.d.endpoints.abort(taskRun, "caller");
+      };
+      res.on("close", onClose);
+      try {
+        await this.d.endpoints.dispatch(
+          run,
+          (slot) => {
+            if (key) this.keepSession(key, slot.containerId);
+            return forwardModel({
+              agent: this.d.endpoints.deps.tunnels.httpAgent(
+                slot.agentId,
+                slot.containerId,
+                RUNNER_HTTP_PORT,
+              ),
+              containerId: slot.containerId,
+              port: RUNNER_HTTP_PORT,
+              path,
+              headers,
+              body,
+              res,
+              taskId: taskRun.task.id,
+              signal: taskRun.controller.signal,
+              stripUsageChunk,
+              seen,
+              clock: this.clock,
+            });
+          },
+          (status, errBody, hdrs) => {
+            if (res.headersSent) return void res.destroy();
+            const oa = openAiBody(status, errBody);
+            seen.errorCode = oa.code;
+            writeJsonAnswer(res, oa.status, oa.body, hdrs);
+          },
+        );
+      } finally {
+        res.off("close", onClose);
+      }
+    } catch (e) {
+      outcome = sendOpenAiError(res, e, this.d.log);
+    } finally {
+      if (admitted && principal) this.d.limiter.release(principal.workspace.id);
+      this.finish({ t0, principal, model, route, stream, deploymentId, run, seen, res, outcome });
+    }
+  }
+
+  private keepSession(key: string, containerId: string): void {
+    if (this.sessions.size >= MAX_SESSIONS) this.sessions.clear();
+    this.sessions.set(key, { containerId, at: this.clock() });
+  }
+
+  private finish(o: {
+    t0: number;
+    principal: Principal | undefined;
+    model: string;
+    route: InferenceRoute;
+    stream: boolean;
+    deploymentId: string | null;
+    run: TaskRun | undefined;
+    seen: Exchange;
+    res: ServerResponse;
+    outcome: { status: number; code: string | null } | undefined;
+  }): void {
+    const end = this.clock();
+    const callerLeft =
+      o.run?.why === "caller" || (!o.res.writableFinished && !o.outcome && !o.seen.errorCode);
+    const status = callerLeft ? 499 : (o.outcome?.status ?? o.res.statusCode);
+    // A server's own 4xx/5xx answer (passed through as it was) is "upstream_error".
+    const errorCode =
+      o.outcome?.code ??
+      o.seen.errorCode ??
+      (callerLeft ? "cancelled" : status >= 400 ? "upstream_error" : null);
+    const u = o.seen.usage;
+    const ttftMs = o.seen.firstByteAt !== undefined ? o.seen.firstByteAt - o.t0 : null;
+    this.d.metrics?.observe(o.route, status, u, ttftMs, end - o.t0);
+    if (!o.principal) return;
+    const ws = o.principal.workspace.id;
+    if (u?.totalTokens) this.d.limiter.addTokens(ws, u.totalTokens);
+    const rec: UsageRecord = {
+      workspaceId: ws,
+      tokenId: o.principal.token.id,
+      model: o.model.slice(0, 256),
+      route: o.route,
+      deploymentId: o.deploymentId,
+      taskId: o.run?.task.id ?? null,
+      stream: o.stream,
+      status,
+      errorCode,
+      promptTokens: u?.promptTokens ?? null,
+      completionTokens: u?.completionTokens ?? null,
+      totalTokens: u?.totalTokens ?? null,
+      ttftMs,
+      durationMs: end - o.t0,
+      atMs: o.t0,
+    };
+    this.d.usage
+      .recordUsage(rec)
+      .catch((e) =>
+        this.d.log.error({ err: e, workspaceId: ws, model: rec.model }, "inference: cannot record usage"),
+      );
+  }
+}
+
+/** A full request queue (the endpoints' 429) says when to come back. */
+function queueFull(e: unknown): unknown {
+  if (e instanceof BerthError && e.code === "resource_exhausted")
+    return new HttpRefusal("resource_exhausted", e.message, {
+      status: 429,
+      headers: { "retry-after": String(QUEUE_FULL_RETRY_S) },
+    });
+  return e;
+}
+
+/** The dispatcher's `{error: {code, message}}` answer in OpenAI's shape; a request that expired waiting is 504. */
+function openAiBody(status: number, body: unknown): { status: number; body: unknown; code: string } {
+  const err = (body as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+  const code = typeof err?.code === "string" ? err.code : "internal";
+  const message = typeof err?.message === "string" ? err.message : "the request failed";
+  const type = isErrorCode(code) ? openAiType(CATALOG[code].kind) : "server_error";
+  return {
+    status: code === "task_expired" ? 504 : status,
+    body: { error: { message, type, code } },
+    code,
+  };
+}
+
+function sessionOf(req: IncomingMessage): string | undefined {
+  const v = req.headers[SESSION_HEADER];
+  const s = Array.isArray(v) ? v[0] : v;
+  return s && s.length <= 256 ? s : undefined;
+}
+
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const tooLarge = () =>
+      new HttpRefusal("resource_exhausted", `the body is over ${limit / 1024 / 1024} MiB`, { status: 413 });
+    if (Number(req.headers["content-length"] ?? 0) > limit) return reject(tooLarge());
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (c: Buffer) => {
+      size += c.length;
+      if (size > limit) {
+        req.destroy();
+        reject(tooLarge());
+      } else chunks.push(c);
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks)));
+    req.on("error", reject);
+  });
+}
+
+function parseBody(raw: Buffer): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = JSON.parse(raw.toString("utf8"));
+  } catch (e) {
+    throw new BerthError("invalid_json", `the body is not valid JSON: ${(e as Error).message}`);
+  }
+  if (!v || typeof v !== "object" || Array.isArray(v))
+    throw new BerthError("invalid_request", "the body must be a JSON object with `model`");
+  return v as Record<string, unknown>;
+}

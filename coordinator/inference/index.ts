@@ -1,0 +1,43 @@
+// Hosted inference (docs/inference.md): the /v1 gateway, its model
+// directory, limits and usage. createInference wires them for main.ts.
+
+import type { Logger } from "pino";
+import type { Registry } from "prom-client";
+import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
+import type { DeploymentWithStub } from "../store/deployments.ts";
+import type { InferenceRepo } from "../store/inference.ts";
+import { InferenceGateway } from "./gateway.ts";
+import { InferenceLimiter, type InferenceLimits } from "./limiter.ts";
+import { InferenceMetrics } from "./metrics.ts";
+import { ModelDirectory } from "./models.ts";
+
+export { InferenceGateway } from "./gateway.ts";
+export { inferenceRoutes } from "./routes.ts";
+export { ModelDirectory } from "./models.ts";
+export { InferenceLimiter } from "./limiter.ts";
+
+export interface InferenceWiring {
+  endpoints: EndpointDispatcher;
+  deployments: { activeDeployments(): DeploymentWithStub[] };
+  repo: InferenceRepo;
+  limits(workspaceId: string): Promise<InferenceLimits>;
+  /** The coordinator's Prometheus registry: the gateway's series join it when given. */
+  registry?: Registry;
+  log: Logger;
+}
+
+export function createInference(w: InferenceWiring): InferenceGateway {
+  const models = new ModelDirectory({
+    activeDeployments: () => w.deployments.activeDeployments(),
+    catalog: () => w.repo.catalog(),
+  });
+  return new InferenceGateway({
+    endpoints: w.endpoints,
+    models,
+    usage: w.repo,
+    limits: w.limits,
+    limiter: new InferenceLimiter(),
+    ...(w.registry ? { metrics: new InferenceMetrics(w.registry) } : {}),
+    log: w.log,
+  });
+}

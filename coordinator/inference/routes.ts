@@ -1,0 +1,74 @@
+// `{base_url}/v1`: OpenAI-compatible hosted inference (docs/inference.md).
+// Its own scope: a token of its own (the catalog listing is public), bodies
+// read by the gateway rather than Fastify (streams go out on the raw
+// response), and OpenAI's error shape for everything this scope answers.
+
+import type { FastifyPluginAsync } from "fastify";
+import { BerthError } from "../../shared/errors.ts";
+import { publicError } from "../edge/errors.ts";
+import { type InferenceGateway, type InferenceRoute, sendOpenAiError } from "./gateway.ts";
+import type { ModelEntry } from "./models.ts";
+
+const modelJson = (m: ModelEntry) => ({
+  id: m.id,
+  object: "model" as const,
+  created: Math.floor(Date.parse(m.deployment.startedAt) / 1000),
+  owned_by: m.public ? "catalog" : "workspace",
+  public: m.public,
+});
+
+export function inferenceRoutes(gateway: InferenceGateway): FastifyPluginAsync {
+  return async (app) => {
+    app.removeAllContentTypeParsers();
+    app.addContentTypeParser("*", (_req, _payload, done) => done(null, undefined));
+    app.setErrorHandler((err, req, reply) => {
+      const pe = publicError(err, { shape: "openai", log: req.log, what: "inference request failed" });
+      reply.code(pe.status).headers(pe.headers).send(pe.body);
+    });
+
+    app.get("/v1/models", { schema: { hide: true } }, async (req) => {
+      const p = await gateway.principal(req.headers.authorization, false);
+      const models = await gateway.d.models.list(p?.workspace.id);
+      return { object: "list", data: models.map(modelJson) };
+    });
+
+    app.get("/v1/models/:model", { schema: { hide: true } }, async (req, reply) => {
+      const { model } = req.params as { model: string };
+      const p = await gateway.principal(req.headers.authorization, false);
+      const found = (await gateway.d.models.list(p?.workspace.id)).find((m) => m.id === model);
+      if (!found) {
+        reply.hijack();
+        sendOpenAiError(reply.raw, modelNotFound(model));
+        return;
+      }
+      return modelJson(found);
+    });
+
+    const post = (path: string, route: InferenceRoute) =>
+      app.post(path, { schema: { hide: true } }, async (req, reply) => {
+        reply.hijack();
+        await gateway.serve(route, req.raw, reply.raw);
+      });
+    post("/v1/chat/completions", "chat.completions");
+    post("/v1/completions", "completions");
+    post("/v1/embeddings", "embeddings");
+    // Model ids may hold "/" (Org/Model): the wildcard takes them whole.
+    app.post("/v1/models/*", { schema: { hide: true } }, async (req, reply) => {
+      const rest = (req.params as { "*": string })["*"];
+      reply.hijack();
+      if (!rest.endsWith("/invoke")) {
+        sendOpenAiError(reply.raw, routeNotFound(req.url));
+        return;
+      }
+      await gateway.serve("invoke", req.raw, reply.raw, decodeURIComponent(rest.slice(0, -"/invoke".length)));
+    });
+  };
+}
+
+const modelNotFound = (model: string) =>
+  new BerthError("model_not_found", `no model '${model}' in this workspace or the public catalog`);
+const routeNotFound = (url: string) =>
+  new BerthError(
+    "route_not_found",
+    `no route POST ${url.split("?")[0]}: invoke is POST /v1/models/{model}/invoke`,
+  );
