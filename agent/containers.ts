@@ -7,7 +7,9 @@ import type { GpuReport } from "../shared/fleet.ts";
 import { GpuInjector } from "./capacity/gpu-injection.ts";
 import type { ContainerPublisher } from "./fleet/container-publisher.ts";
 import { ContainerHost } from "./host/index.ts";
-import { ImageStore } from "./images/index.ts";
+import { type ClusterRegistry, ImageStore } from "./images/index.ts";
+import type { ClusterRegistryAccess } from "../shared/fleet.ts";
+import { parseRegistryUrl } from "../shared/registry-client.ts";
 import { Network } from "./network/index.ts";
 import type { ResolvedAgentOptions } from "./options.ts";
 import type { ContainerApi } from "../api/index.ts";
@@ -58,6 +60,7 @@ export async function startContainers(
       root: join(o.dataDir, "images"),
       ...(o.defaultImage ? { defaultImage: o.defaultImage } : {}),
       insecureRegistries: o.insecureRegistries,
+      ...(o.clusterRegistry ? { clusterRegistry: clusterRegistryOf(o.clusterRegistry) } : {}),
       logger: log.child({ area: "images" }),
     });
     const mountsRoot = join(o.dataDir, "mounts");
@@ -265,4 +268,10 @@ function lockBridge(bridge: string): { release(): void } | string {
       } catch {}
     },
   };
+}
+
+/** The image store's view of the cluster registry (docs/images.md, "The cluster registry"). */
+function clusterRegistryOf(r: ClusterRegistryAccess): ClusterRegistry {
+  const { host, insecure } = parseRegistryUrl(r.url);
+  return { host, insecure, username: r.username, password: r.password };
 }

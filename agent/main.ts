@@ -62,8 +62,10 @@ export async function startAgent(
     capacity,
   };
   let publisher: ContainerPublisher | undefined;
+  // The cluster registry the coordinator handed over at join, unless this agent was given one.
+  const registry = o.clusterRegistry ?? identity?.registry;
   const containers = await startContainers(
-    o,
+    registry ? { ...o, clusterRegistry: registry } : o,
     log,
     () => gpu.current,
     () => publisher,

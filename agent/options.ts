@@ -1,6 +1,7 @@
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import { BerthError } from "../shared/errors.ts";
+import type { ClusterRegistryAccess } from "../shared/fleet.ts";
 import { DEFAULT_SDK_DIR } from "./host/options.ts";
 
 export interface AgentOptions {
@@ -45,6 +46,12 @@ export interface AgentOptions {
   defaultImage?: string;
   /** Registries (host:port) that may be pulled from over plain HTTP; loopback always may. */
   insecureRegistries?: string[];
+  /**
+   * The cluster registry built images are pushed to and pulled from, with
+   * its credentials; normally handed over by the coordinator at join (never
+   * logged). @default none
+   */
+  clusterRegistry?: ClusterRegistryAccess;
   /** How often unused images are collected; 0 disables. @default 1 hour */
   imageGcIntervalMs?: number;
   /** Images unused this long are collected. @default 24 hours */
@@ -84,6 +91,7 @@ export interface ResolvedAgentOptions {
   network: { bridge: string; table: string; namePrefix: string; subnet4?: string; subnet6?: string };
   defaultImage?: string;
   insecureRegistries: string[];
+  clusterRegistry?: ClusterRegistryAccess;
   imageGcIntervalMs?: number;
   imageGcUnusedForMs?: number;
   sdkDir: string;
@@ -131,6 +139,7 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     network: networkNames(o),
     ...(o.defaultImage ? { defaultImage: o.defaultImage } : {}),
     insecureRegistries: o.insecureRegistries ?? [],
+    ...(o.clusterRegistry ? { clusterRegistry: o.clusterRegistry } : {}),
     ...(o.imageGcIntervalMs !== undefined ? { imageGcIntervalMs: o.imageGcIntervalMs } : {}),
     ...(o.imageGcUnusedForMs !== undefined ? { imageGcUnusedForMs: o.imageGcUnusedForMs } : {}),
     sdkDir: resolve(o.sdkDir ?? DEFAULT_SDK_DIR),

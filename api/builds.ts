@@ -40,6 +40,12 @@ export interface BuildImageRequest {
   /** CPU cores and memory of each step's container. @default 1 core, 1 GiB */
   cpu?: number;
   memoryBytes?: number;
+  /**
+   * Push the built image to the cluster registry as `<repository>:<image id>`
+   * (docs/images.md, "The cluster registry"), reporting `push` events;
+   * `done.pushedRef` names it. Absent: the image stays on this agent.
+   */
+  pushRepository?: string;
 }
 
 export type BuildEvent =
@@ -49,8 +55,29 @@ export type BuildEvent =
   | { type: "step"; index: number; total: number; name: string; cached: boolean }
   | { type: "output"; index: number; stream: "stdout" | "stderr"; line: string }
   | { type: "step_done"; index: number; cached: boolean; seconds: number; digest: string }
-  /** The image: `ref` is what a RunContainerRequest.image on this agent names. */
-  | { type: "done"; imageId: string; ref: string; digest: string; cachedSteps: number; builtSteps: number };
+  /** The push to the cluster registry: blobs and bytes done of all (blobs the registry had count as done). */
+  | {
+      type: "push";
+      ref: string;
+      blobsDone: number;
+      blobsTotal: number;
+      bytesDone: number;
+      bytesTotal: number;
+      blobsSkipped: number;
+    }
+  /**
+   * The image: `ref` is what a RunContainerRequest.image on this agent names;
+   * `pushedRef` (registry/repository@digest), when pushed, what every agent names.
+   */
+  | {
+      type: "done";
+      imageId: string;
+      ref: string;
+      digest: string;
+      cachedSteps: number;
+      builtSteps: number;
+      pushedRef?: string;
+    };
 
 export interface ImageBuildApi {
   /**

@@ -39,7 +39,13 @@ import { Planner } from "./scheduler/planner.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
 import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
-import { ImageBuilds, deploymentsUsingImage } from "./images/index.ts";
+import {
+  ImageBuilds,
+  ImageGc,
+  deploymentsUsingImage,
+  imageGcIntervalMs,
+  workspaceRepository,
+} from "./images/index.ts";
 import { Store } from "./store/store.ts";
 import { TaskService } from "./tasks/service.ts";
 
@@ -126,6 +132,7 @@ export async function startCoordinator(
     pki,
     agentNats: o.agentNats,
     heartbeatIntervalMs: o.heartbeatIntervalMs,
+    ...(o.registry ? { registry: o.registry } : {}),
   });
   const objects = new Objects(store.objects, o.dataDir);
   const events = new EventStream({
@@ -352,7 +359,18 @@ export async function startCoordinator(
     log: log.child({ area: "images" }),
     onStatus: imageEvents(workspaceEvents.emit),
     usedBy: deploymentsUsingImage(store.deployments),
+    ...(o.registry ? { pushRepository: workspaceRepository } : {}),
   });
+  // Built images no deployment uses and unused for imageGcAfterMs go (docs/images.md, "Garbage collection").
+  const imageGc = new ImageGc({
+    repo: store.builtImages,
+    usedBy: deploymentsUsingImage(store.deployments),
+    agents: { readyIds: () => fleet.ready().map((a) => a.agentId), client: (id) => agentClients.client(id) },
+    ...(o.registry ? { registry: o.registry } : {}),
+    afterMs: o.imageGcAfterMs,
+    log: log.child({ area: "image-gc" }),
+  });
+  imageGc.start(imageGcIntervalMs(o.imageGcAfterMs));
   const app = await buildHttpApp({
     logs,
     state,
@@ -413,6 +431,7 @@ export async function startCoordinator(
   try {
     await app.listen({ host: o.host, port: o.port });
   } catch (e) {
+    await imageGc.stop();
     await stopWork();
     await watcher.stop();
     await nc.close();
@@ -435,6 +454,7 @@ export async function startCoordinator(
     deployments,
     async stop() {
       await app.close();
+      await imageGc.stop();
       await stopWork();
       await watcher.stop();
       await closeNats(nc);

@@ -4,7 +4,8 @@ import { createSecureContext } from "node:tls";
 import { join, resolve } from "node:path";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { NatsCredentials } from "../shared/subjects.ts";
-import type { PipIndex } from "./images/index.ts";
+import type { ClusterRegistryAccess } from "../shared/fleet.ts";
+import { checkClusterRegistry, checkImageGcAfter, IMAGE_GC_AFTER_DEFAULT_MS, type PipIndex } from "./images/index.ts";
 import type { StreamRetention } from "./fleet/streams.ts";
 import { type CostRates, type CostRatesOptions, resolveCostRates } from "./tasks/cost.ts";
 
@@ -83,6 +84,19 @@ export interface CoordinatorOptions {
    * on-prem mirror on an air-gapped fleet; docs/images.md). @default pip's own (PyPI)
    */
   pipIndex?: PipIndex;
+  /**
+   * The cluster registry built images are pushed to and every agent pulls
+   * them from (docs/images.md, "The cluster registry"): `url` is
+   * http://host:port, https://host[:port] or host[:port]; the credentials are
+   * handed to agents at join and never logged. @default none: built images stay on the agent that built them
+   */
+  registry?: ClusterRegistryAccess;
+  /**
+   * Built images no deployment uses and none has asked for this long are
+   * removed: their record, their manifest in the cluster registry, and the
+   * agents' copies (docs/images.md, "Garbage collection"). @default 7 days
+   */
+  imageGcAfterMs?: number;
 }
 
 export interface TlsFiles {
@@ -111,6 +125,8 @@ export interface ResolvedCoordinatorOptions {
   placementWaitMs: number;
   volumeRoot: string;
   pipIndex?: PipIndex;
+  registry?: ClusterRegistryAccess;
+  imageGcAfterMs: number;
 }
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
@@ -163,6 +179,8 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     placementWaitMs: checkPlacementWait(o.placementWaitMs ?? 30_000),
     volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
     ...(o.pipIndex ? { pipIndex: checkPipIndex(o.pipIndex) } : {}),
+    ...(o.registry ? { registry: checkClusterRegistry(o.registry) } : {}),
+    imageGcAfterMs: checkImageGcAfter(o.imageGcAfterMs ?? IMAGE_GC_AFTER_DEFAULT_MS),
   };
 }
 

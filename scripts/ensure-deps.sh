@@ -6,8 +6,8 @@ set -euo pipefail
 mode="${1:-test}"
 cd "$(dirname "$0")/.."
 
-runtime_pkgs=(nats-server runc nftables skopeo umoci iproute2 python3 python3-cloudpickle iptables procps debootstrap)  # debootstrap: berth up's default Python image
-test_pkgs=(postgresql docker-registry systemd curl)  # systemd: systemd-analyze checks the unit files; curl: the deployments end-to-end test calls an endpoint as a user would
+runtime_pkgs=(nats-server runc nftables skopeo umoci iproute2 python3 python3-cloudpickle iptables procps debootstrap docker-registry)  # debootstrap: berth up's default Python image; docker-registry: its cluster registry
+test_pkgs=(postgresql systemd curl)  # systemd: systemd-analyze checks the unit files; curl: the deployments end-to-end test calls an endpoint as a user would
 pkgs=("${runtime_pkgs[@]}")
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi
 

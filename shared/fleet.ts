@@ -66,3 +66,15 @@ export function gpuCounts(report: GpuReport): Record<string, number> {
   for (const d of report.devices) out[d.type] = (out[d.type] ?? 0) + 1;
   return out;
 }
+
+/**
+ * The cluster registry built images are pushed to and pulled from
+ * (docs/images.md, "The cluster registry"): the coordinator's config names
+ * it and hands it to every agent at join. `url` is http://host:port (plain
+ * HTTP), https://host[:port] or host[:port] (HTTPS). Never logged.
+ */
+export interface ClusterRegistryAccess {
+  url: string;
+  username: string;
+  password: string;
+}

@@ -9,3 +9,4 @@ export {
   ImageBuilder,
   stepCacheKey,
 } from "./builder.ts";
+export { type ClusterPusher, PushingBuilds } from "./push.ts";

@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { BerthError, describeError } from "../../shared/errors.ts";
+import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import type { NatsCredentials } from "../../shared/subjects.ts";
 
 /** What a host keeps after joining, so restarts need no new join. */
@@ -10,6 +11,8 @@ export interface AgentIdentity {
   nats: NatsCredentials;
   heartbeatIntervalMs: number;
   tls: { caPem: string; certPem: string; keyPem: string };
+  /** The cluster registry and its credentials, when the coordinator has one. */
+  registry?: ClusterRegistryAccess;
 }
 
 export function loadIdentity(path: string): AgentIdentity | undefined {

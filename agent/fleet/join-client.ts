@@ -16,6 +16,7 @@ interface JoinResponse {
   heartbeat_interval_ms: number;
   nats: { url: string; user: string; password: string };
   tls: { ca_pem: string; cert_pem: string; key_pem: string };
+  registry?: { url: string; username: string; password: string };
 }
 
 /** One join attempt. A refused token is final; an unreachable coordinator is `unavailable`. */
@@ -51,6 +52,7 @@ export async function joinOnce(p: JoinParams): Promise<AgentIdentity> {
     nats: body.nats,
     heartbeatIntervalMs: body.heartbeat_interval_ms ?? 5000,
     tls: { caPem: body.tls.ca_pem, certPem: body.tls.cert_pem, keyPem: body.tls.key_pem },
+    ...(body.registry?.url ? { registry: body.registry } : {}),
   };
 }
 

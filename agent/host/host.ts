@@ -19,7 +19,7 @@ import type {
 } from "../../api/index.ts";
 import type { BindMount, ContainerEvent } from "../runtime/index.ts";
 import { ContainerSnapshots } from "../snapshots/index.ts";
-import { ImageBuilder } from "../build/index.ts";
+import { ImageBuilder, PushingBuilds } from "../build/index.ts";
 import { resolveRegistryCredentials } from "../images/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
@@ -66,11 +66,21 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   override readonly snapshots: ContainerSnapshots;
   private readonly provisioning: ProvisionDeps;
   /** Image builds: steps run as this host's containers, committed into its image store (agent/build). */
-  readonly builds: ImageBuilder = new ImageBuilder(this, {
-    pullDefault: async () => imageSummary(await this.options.images.pull()),
-    pullWithCreds: async (ref, vars) =>
-      imageSummary(await this.options.images.pull(ref, { credentials: resolveRegistryCredentials(vars, {}) })),
-  });
+  readonly builds = new PushingBuilds(
+    new ImageBuilder(this, {
+      pullDefault: async () => imageSummary(await this.options.images.pull()),
+      pullWithCreds: async (ref, vars) =>
+        imageSummary(await this.options.images.pull(ref, { credentials: resolveRegistryCredentials(vars, {}) })),
+    }),
+    // Built images go to the cluster registry when the build asks (agent/build/push.ts).
+    {
+      pushToCluster: (ref, to, o) => {
+        const push = this.options.images.pushToCluster?.bind(this.options.images);
+        if (!push) throw new BerthError("failed_precondition", "this agent's image store cannot push images");
+        return push(ref, to, o);
+      },
+    },
+  );
 
   private constructor(opts: ContainerHostOptions) {
     super();
@@ -89,7 +99,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
           containerId: l.containerId,
           stream: l.stream,
           // A build step's secrets never reach the shipped logs (agent/build).
-          line: this.builds.redact(l.containerId, l.line),
+          line: this.builds.inner.redact(l.containerId, l.line),
           ts: l.ts,
         }),
     });

@@ -4,6 +4,7 @@ import { fileURLToPath } from "node:url";
 import { invalid } from "../../shared/errors.ts";
 import type { GpuReport } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
+import type { ClusterPusher } from "../build/index.ts";
 import type { ImageInfo, PullOptions, RemoveResult } from "../images/index.ts";
 import type { ContainerNetwork, RecoverReport } from "../network/index.ts";
 import type { ContainerStatus, LogEntry, RunnerConfig } from "../../api/index.ts";
@@ -20,6 +21,8 @@ export interface HostImages {
   release(digest: string, holder: string): void;
   list(): ImageInfo[];
   remove(refOrDigest: string): Promise<RemoveResult>;
+  /** Pushes a built image to the cluster registry (ImageStore.pushToCluster); absent: builds cannot be pushed. */
+  pushToCluster?: ClusterPusher["pushToCluster"];
 }
 
 export interface HostNetwork {

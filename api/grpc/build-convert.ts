@@ -12,6 +12,7 @@ export interface WireBuildImageRequest {
   baseImageCreds: Record<string, string>;
   cpu: number;
   memoryBytes: number;
+  pushRepository: string;
 }
 
 type WireStream = "LOG_STREAM_STDOUT" | "LOG_STREAM_STDERR" | "LOG_STREAM_UNSPECIFIED";
@@ -22,8 +23,26 @@ export type WireBuildEvent =
   | { event: "output"; output: { index: number; stream: WireStream; line: string } }
   | { event: "stepDone"; stepDone: { index: number; cached: boolean; seconds: number; digest: string } }
   | {
+      event: "push";
+      push: {
+        ref: string;
+        blobsDone: number;
+        blobsTotal: number;
+        bytesDone: number | string;
+        bytesTotal: number | string;
+        blobsSkipped: number;
+      };
+    }
+  | {
       event: "done";
-      done: { imageId: string; ref: string; digest: string; cachedSteps: number; builtSteps: number };
+      done: {
+        imageId: string;
+        ref: string;
+        digest: string;
+        cachedSteps: number;
+        builtSteps: number;
+        pushedRef: string;
+      };
     };
 
 export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest {
@@ -38,6 +57,7 @@ export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest
     baseImageCreds: { ...(r.baseImageCreds ?? {}) },
     cpu: r.cpu ?? 0,
     memoryBytes: r.memoryBytes ?? 0,
+    pushRepository: r.pushRepository ?? "",
   };
 }
 
@@ -53,6 +73,7 @@ export function buildRequestFromProto(w: WireBuildImageRequest): BuildImageReque
   if (w.baseImageCreds && Object.keys(w.baseImageCreds).length > 0) r.baseImageCreds = { ...w.baseImageCreds };
   if (w.cpu > 0) r.cpu = w.cpu;
   if (w.memoryBytes > 0) r.memoryBytes = w.memoryBytes;
+  if (w.pushRepository) r.pushRepository = w.pushRepository;
   return r;
 }
 
@@ -80,6 +101,19 @@ export function buildEventToProto(e: BuildEvent): WireBuildEvent {
           digest: e.digest,
           cachedSteps: e.cachedSteps,
           builtSteps: e.builtSteps,
+          pushedRef: e.pushedRef ?? "",
+        },
+      };
+    case "push":
+      return {
+        event: "push",
+        push: {
+          ref: e.ref,
+          blobsDone: e.blobsDone,
+          blobsTotal: e.blobsTotal,
+          bytesDone: e.bytesDone,
+          bytesTotal: e.bytesTotal,
+          blobsSkipped: e.blobsSkipped,
         },
       };
   }
@@ -100,8 +134,17 @@ export function buildEventFromProto(w: WireBuildEvent): BuildEvent {
       };
     case "stepDone":
       return { type: "step_done", ...w.stepDone };
-    case "done":
-      return { type: "done", ...w.done };
+    case "done": {
+      const { pushedRef, ...done } = w.done;
+      return { type: "done", ...done, ...(pushedRef ? { pushedRef } : {}) };
+    }
+    case "push":
+      return {
+        type: "push",
+        ...w.push,
+        bytesDone: Number(w.push.bytesDone),
+        bytesTotal: Number(w.push.bytesTotal),
+      };
     default:
       throw new BerthError(
         "internal",

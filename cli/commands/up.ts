@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { describeError } from "../../shared/errors.ts";
 import { type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
 import { waitFor } from "../../shared/net.ts";
@@ -11,6 +11,8 @@ import { configPath, saveProfile } from "../config.ts";
 import { type ManagedChild, spawnBerth } from "../up/child.ts";
 import { loadOrCreateUpCluster } from "../up/cluster-files.ts";
 import { ensurePythonRootfs, importPythonImage, UP_PYTHON_IMAGE } from "../up/python-image.ts";
+import { startUpRegistry, type UpRegistry } from "../up/registry.ts";
+import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 
 interface UpFlags {
   dataDir?: string;
@@ -28,6 +30,10 @@ interface UpFlags {
   pipIndexUrl?: string;
   pipExtraIndexUrl: string[];
   pipTrustedHost: string[];
+  registry?: string;
+  registryUser?: string;
+  registryPort?: number;
+  imageGcAfter?: number;
 }
 
 const collect = (v: string, all: string[]) => [...all, v];
@@ -64,6 +70,21 @@ export function upCommand(program: Command): void {
       collect,
       [],
     )
+    .option(
+      "--registry <url>",
+      "push built images to this registry instead of running one (password from $BERTH_REGISTRY_PASSWORD)",
+    )
+    .option("--registry-user <name>", "the --registry user name")
+    .option(
+      "--registry-port <port>",
+      "loopback port of the cluster registry berth up runs (default: kept from the first start)",
+      (v) => Number(v),
+    )
+    .option(
+      "--image-gc-after <duration>",
+      "remove built images no deployment uses and unused this long (90s, 30m, 12h, 7d; default 7d)",
+      parseGcAge,
+    )
     .action(async (o: UpFlags) => {
       process.exitCode = await up(o);
     });
@@ -79,6 +100,7 @@ async function up(o: UpFlags): Promise<number> {
   const print = (line: string) => process.stdout.write(`${line}\n`);
   const children: ManagedChild[] = [];
   let nats: RunningNats | undefined;
+  let registry: UpRegistry | undefined;
   let shuttingDown = false;
 
   // Built before anything starts, so a failure leaves nothing half up.
@@ -102,6 +124,7 @@ async function up(o: UpFlags): Promise<number> {
     shuttingDown = true;
     // In start order: the coordinator stops the containers it runs through the agent, then the agent goes.
     for (const c of children) await c.stop();
+    await registry?.stop();
     await nats?.stop();
     print(code === 0 ? "berth up: stopped" : "berth up: stopped after an error");
     return code;
@@ -123,6 +146,25 @@ async function up(o: UpFlags): Promise<number> {
     return 1;
   }
 
+  // The cluster registry built images are pushed to (docs/images.md); the agents get it at join.
+  let registryAccess: ClusterRegistryAccess | undefined;
+  if (o.registry) {
+    registryAccess = {
+      url: o.registry,
+      username: o.registryUser ?? "",
+      password: process.env.BERTH_REGISTRY_PASSWORD ?? "",
+    };
+  } else {
+    try {
+      registry = await startUpRegistry(dataDir, o.registryPort !== undefined ? { port: o.registryPort } : {});
+      registryAccess = registry.access;
+    } catch (e) {
+      process.stderr.write(`berth up: cannot start the cluster registry: ${describeError(e)}\n`);
+      await nats.stop();
+      return 1;
+    }
+  }
+
   const coordDir = join(dataDir, "coordinator");
   const coordConfig = join(dataDir, "coordinator.json");
   const urlHost = o.host === "0.0.0.0" || o.host === "::" ? "127.0.0.1" : o.host;
@@ -137,6 +179,8 @@ async function up(o: UpFlags): Promise<number> {
         dataDir: coordDir,
         volumeRoot: join(dataDir, "volumes"),
         ...pipIndexOf(o),
+        registry: registryAccess,
+        ...(o.imageGcAfter !== undefined ? { imageGcAfterMs: o.imageGcAfter } : {}),
         nats: { url: nats.url, user: "coordinator", password: cluster.natsCoordinatorPassword },
         agentNats: { url: nats.url, user: "agent", password: cluster.natsAgentPassword },
       },
@@ -148,6 +192,7 @@ async function up(o: UpFlags): Promise<number> {
 
   const failed = new Promise<string>((resolve) => {
     nats?.process.once("exit", (code) => resolve(`nats-server exited (code ${code})`));
+    void registry?.exited.then((code) => resolve(`the cluster registry exited (code ${code})`));
   });
   const watch = (c: ManagedChild) => {
     children.push(c);
@@ -298,4 +343,16 @@ function pipIndexOf(o: UpFlags): {
     ...(o.pipTrustedHost.length > 0 ? { trustedHosts: o.pipTrustedHost } : {}),
   };
   return Object.keys(pipIndex).length > 0 ? { pipIndex } : {};
+}
+
+/** --image-gc-after: 90s, 30m, 12h, 7d (or milliseconds) as milliseconds. */
+export function parseGcAge(v: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(v.trim());
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+  const ms = m ? Number(m[1]) * unit[(m[2] ?? "ms") as keyof typeof unit] : Number.NaN;
+  if (!(ms >= 1000))
+    throw new InvalidArgumentError(
+      `${JSON.stringify(v)}: use a duration of at least 1s such as 90s, 30m, 12h, 7d`,
+    );
+  return Math.round(ms);
 }

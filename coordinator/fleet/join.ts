@@ -1,5 +1,6 @@
 import { BerthError } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
+import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import type { NatsCredentials } from "../../shared/subjects.ts";
 import type { AgentRepo, JoinTokenRepo } from "../store/cluster.ts";
 
@@ -9,6 +10,8 @@ export interface JoinGrant {
   nats: NatsCredentials;
   heartbeatIntervalMs: number;
   tls: { caPem: string; certPem: string; keyPem: string };
+  /** The cluster registry built images go to, and its credentials (docs/images.md). */
+  registry?: ClusterRegistryAccess;
 }
 
 export interface JoinRequest {
@@ -40,6 +43,7 @@ export class JoinService {
       pki: AgentCertIssuer;
       agentNats: NatsCredentials;
       heartbeatIntervalMs: number;
+      registry?: ClusterRegistryAccess;
     },
   ) {}
 
@@ -72,6 +76,7 @@ export class JoinService {
       nats: this.deps.agentNats,
       heartbeatIntervalMs: this.deps.heartbeatIntervalMs,
       tls: { caPem: this.deps.pki.caPem, ...cert },
+      ...(this.deps.registry ? { registry: this.deps.registry } : {}),
     };
   }
 }

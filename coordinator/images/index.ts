@@ -10,3 +10,12 @@ export {
   pipStep,
   shellQuote,
 } from "./steps.ts";
+export {
+  checkClusterRegistry,
+  checkImageGcAfter,
+  IMAGE_GC_AFTER_DEFAULT_MS,
+  ImageGc,
+  type ImageGcOptions,
+  imageGcIntervalMs,
+  workspaceRepository,
+} from "./gc.ts";

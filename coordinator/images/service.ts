@@ -36,6 +36,12 @@ export interface ImageBuildsOptions {
   /** What each build step's container gets. @default 1 core, 2 GiB */
   cpuMillicores?: number;
   memoryBytes?: number;
+  /**
+   * The cluster registry repository of a workspace's images (workspaceRepository):
+   * the building agent pushes there and the record's ref names the pushed image,
+   * so every agent can run it. @default none: the image stays on its agent
+   */
+  pushRepository?: (workspaceId: string) => string;
   /** How long a build waits for room. @default 60000 */
   placementWaitMs?: number;
   log?: { info(o: object, m: string): void; warn(o: object, m: string): void };
@@ -78,6 +84,7 @@ export class ImageBuilds {
     }
     req.cpu = (this.o.cpuMillicores ?? 1000) / 1000;
     req.memoryBytes = this.o.memoryBytes ?? 2 * GiB;
+    if (this.o.pushRepository) req.pushRepository = this.o.pushRepository(workspaceId);
     const secretNames = [...new Set(spec.secrets ?? [])].sort();
     const key = `${workspaceId}:${createHash("sha256").update(JSON.stringify({ req, secretNames })).digest("hex")}`;
     let f = this.running.get(key);
@@ -196,7 +203,8 @@ export class ImageBuilds {
           record = {
             ...record,
             status: "ready",
-            ref: e.ref,
+            // The cluster registry's reference when pushed: every agent pulls it from there.
+            ref: e.pushedRef ?? e.ref,
             digest: e.digest,
             updatedAt: new Date().toISOString(),
           };

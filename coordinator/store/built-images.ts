@@ -115,6 +115,12 @@ export class BuiltImageRepo {
     return Number(r.numDeletedRows) > 0;
   }
 
+  /** Every workspace's images, least recently used first (the image GC's scan). */
+  async listAll(): Promise<BuiltImage[]> {
+    const rows = await this.db.selectFrom("built_images").selectAll().orderBy("updated_at").execute();
+    return rows.map(fromRow);
+  }
+
   /** Newest first. */
   async list(workspaceId: string): Promise<BuiltImage[]> {
     const rows = await this.db

@@ -43,7 +43,7 @@ export interface BerthUp {
   api(path: string, init?: RequestInit): Promise<Response>;
 }
 
-export const UP_COMMANDS = ["runc", "skopeo", "umoci", "nats-server", "ip", "nft", "python3", "debootstrap"];
+export const UP_COMMANDS = ["runc", "skopeo", "umoci", "nats-server", "ip", "nft", "python3", "debootstrap", "docker-registry"];
 
 /** extraArgs: more `berth up` flags, or a function of the cluster's network names giving them. */
 export async function startBerthUp(

@@ -128,6 +128,9 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
               heartbeat_interval_ms: Type.Integer(),
               nats: Type.Object({ url: Type.String(), user: Type.String(), password: Type.String() }),
               tls: Type.Object({ ca_pem: Type.String(), cert_pem: Type.String(), key_pem: Type.String() }),
+              registry: Type.Optional(
+                Type.Object({ url: Type.String(), username: Type.String(), password: Type.String() }),
+              ),
             }),
             ...errors,
           },
@@ -153,6 +156,7 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
           heartbeat_interval_ms: g.heartbeatIntervalMs,
           nats: g.nats,
           tls: { ca_pem: g.tls.caPem, cert_pem: g.tls.certPem, key_pem: g.tls.keyPem },
+          ...(g.registry ? { registry: g.registry } : {}),
         };
       },
     );

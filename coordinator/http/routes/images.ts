@@ -79,6 +79,16 @@ export function buildLine(u: ImageBuildUpdate): Record<string, unknown> {
       return { event: "step_done", step: u.index, cached: u.cached, seconds: u.seconds };
     case "done":
       return { event: "built", image_id: u.imageId, cached_steps: u.cachedSteps, built_steps: u.builtSteps };
+    case "push":
+      return {
+        event: "push",
+        ref: u.ref,
+        blobs_done: u.blobsDone,
+        blobs_total: u.blobsTotal,
+        bytes_done: u.bytesDone,
+        bytes_total: u.bytesTotal,
+        blobs_skipped: u.blobsSkipped,
+      };
     case "image":
       return { event: "image", image: imageJson(u.image), env: u.env };
   }

@@ -30,6 +30,7 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
     conn = client.new_connection(None)
     record: Optional[Dict[str, Any]] = None
     names: Dict[int, str] = {}
+    push = PushProgress(out)
     try:
         try:
             body: Dict[str, Any] = {"image": image.spec()}
@@ -52,6 +53,8 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
                     n = ev["step"]
                     mark = "cached" if ev.get("cached") else f"built in {ev.get('seconds', 0):.1f} s"
                     out.write(f"step {n} {names.get(n, '')} … {mark}\n")
+                elif kind == "push":
+                    push.update(ev)
                 elif kind == "image":
                     record = dict(ev.get("image") or {})
                     record["env"] = ev.get("env") or {}
@@ -63,6 +66,51 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
     if not record or not record.get("ref"):
         raise ImageBuildError("the coordinator ended the image build without naming the built image")
     return record
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+class PushProgress:
+    """The push of a built image to the cluster registry: a bar on a terminal, plain lines off one.
+
+    Off a terminal it prints one line per finished layer (blob), so logs stay short.
+    """
+
+    WIDTH = 30
+
+    def __init__(self, out: IO[str]):
+        self.out = out
+        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        self.blobs_seen = -1
+        self.done = False
+
+    def update(self, ev: Dict[str, Any]) -> None:
+        if self.done:
+            return
+        ref, total = ev.get("ref", ""), int(ev.get("bytes_total") or 0)
+        done_bytes, blobs, blobs_total = int(ev.get("bytes_done") or 0), ev.get("blobs_done", 0), ev.get("blobs_total", 0)
+        finished = blobs_total and blobs >= blobs_total
+        if self.tty:
+            frac = done_bytes / total if total else 1.0
+            bar = "#" * int(frac * self.WIDTH)
+            self.out.write(
+                f"\rpush {ref} [{bar:<{self.WIDTH}}] {frac * 100:3.0f}% {_mib(done_bytes)}/{_mib(total)}"
+                f" ({blobs}/{blobs_total} layers)"
+            )
+            if finished:
+                self.out.write("\n")
+        elif blobs != self.blobs_seen:
+            if blobs == 0:
+                self.out.write(f"push {ref}: {blobs_total} layers, {_mib(total)}\n")
+            else:
+                self.out.write(f"push {ref}: {blobs}/{blobs_total} layers, {_mib(done_bytes)}/{_mib(total)}\n")
+        self.blobs_seen = blobs
+        if finished:
+            skipped = ev.get("blobs_skipped", 0)
+            self.out.write(f"pushed {ref} ({skipped} of {blobs_total} layers were already there)\n")
+            self.done = True
 
 
 def _dockerfile(client, dockerfile: Dict[str, str]) -> Dict[str, str]:

@@ -1,0 +1,151 @@
+// berth up's cluster registry (docs/images.md, "The cluster registry"):
+// Debian's docker-registry (distribution v2) on loopback, filesystem storage
+// under the data dir, htpasswd (bcrypt) auth with credentials made at the
+// first start and kept in <data>/registry/registry.json (0600), deletes
+// enabled so the coordinator's image GC can remove manifests. Blobs of
+// deleted manifests are freed by `docker-registry garbage-collect`, run
+// before each start (the registry must not serve while it runs).
+
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import bcrypt from "bcryptjs";
+import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
+import { freePort, waitFor } from "../../shared/net.ts";
+
+export const REGISTRY_COMMAND = "docker-registry";
+
+interface SavedRegistry {
+  port: number;
+  username: string;
+  password: string;
+}
+
+export interface UpRegistry {
+  access: ClusterRegistryAccess;
+  process: ChildProcess;
+  exited: Promise<number | null>;
+  stop(): Promise<void>;
+}
+
+/** Makes (once) and starts the registry; rejects naming the cause (and the log file) when it does not come up. */
+export async function startUpRegistry(dataDir: string, opts: { port?: number } = {}): Promise<UpRegistry> {
+  const dir = join(dataDir, "registry");
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const savedPath = join(dir, "registry.json");
+  const saved: Partial<SavedRegistry> = existsSync(savedPath)
+    ? (JSON.parse(readFileSync(savedPath, "utf8")) as SavedRegistry)
+    : {};
+  // The port is part of every pushed image's reference, so it is kept across restarts.
+  const reg: SavedRegistry = {
+    port: opts.port ?? saved.port ?? (await freePort()),
+    username: saved.username ?? "berth-cluster",
+    password: saved.password ?? randomBytes(24).toString("base64url"),
+  };
+  writeFileSync(savedPath, `${JSON.stringify(reg, null, 2)}\n`, { mode: 0o600 });
+  // distribution's htpasswd accepts bcrypt only.
+  writeFileSync(join(dir, "htpasswd"), `${reg.username}:${bcrypt.hashSync(reg.password, 10)}\n`, {
+    mode: 0o600,
+  });
+  const config = join(dir, "config.yml");
+  writeFileSync(
+    config,
+    [
+      "version: 0.1",
+      "log:",
+      "  level: warn",
+      "  accesslog:",
+      "    disabled: true",
+      "storage:",
+      "  filesystem:",
+      `    rootdirectory: ${join(dir, "data")}`,
+      "  delete:",
+      "    enabled: true",
+      "http:",
+      `  addr: 127.0.0.1:${reg.port}`,
+      "auth:",
+      "  htpasswd:",
+      "    realm: berth-cluster",
+      `    path: ${join(dir, "htpasswd")}`,
+      "",
+    ].join("\n"),
+    { mode: 0o600 },
+  );
+  const logPath = join(dir, "registry.log");
+  // Nothing to collect before the first push (and garbage-collect fails on a storage it never saw).
+  if (existsSync(join(dir, "data", "docker", "registry", "v2", "repositories")))
+    await garbageCollect(config, logPath);
+
+  const log = createWriteStream(logPath, { flags: "a" });
+  const child = spawn(REGISTRY_COMMAND, ["serve", config], { stdio: ["ignore", "pipe", "pipe"] });
+  child.stdout?.pipe(log);
+  child.stderr?.pipe(log);
+  let exitCode: number | null | undefined;
+  const exited = new Promise<number | null>((resolve) => {
+    const end = (code: number | null) => {
+      exitCode = code;
+      resolve(code);
+    };
+    child.once("error", () => end(-1));
+    child.once("exit", (code) => end(code));
+  });
+  const stop = async () => {
+    if (exitCode === undefined) {
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(t);
+    }
+    log.end();
+  };
+  const url = `http://127.0.0.1:${reg.port}`;
+  try {
+    await waitFor(
+      async () => {
+        if (exitCode === -1)
+          throw new Error(
+            `cannot run ${REGISTRY_COMMAND}: install Debian's docker-registry package (scripts/ensure-deps.sh), or give berth up --registry URL`,
+          );
+        if (exitCode !== undefined)
+          throw new Error(`${REGISTRY_COMMAND} exited (code ${exitCode}); see ${logPath}`);
+        const r = await fetch(`${url}/v2/`, { signal: AbortSignal.timeout(2000) });
+        return r.status === 401;
+      },
+      { timeoutMs: 30_000, intervalMs: 100, what: `the cluster registry on ${url}` },
+    );
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return {
+    access: { url, username: reg.username, password: reg.password },
+    process: child,
+    exited,
+    stop,
+  };
+}
+
+/** Frees the blobs no manifest references any more (images the coordinator's GC deleted). */
+function garbageCollect(config: string, logPath: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const out = createWriteStream(logPath, { flags: "a" });
+    const gc = spawn(REGISTRY_COMMAND, ["garbage-collect", config], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    gc.stdout?.pipe(out);
+    gc.stderr?.pipe(out);
+    gc.once("error", (e) =>
+      reject(
+        new Error(
+          `cannot run ${REGISTRY_COMMAND} (${(e as NodeJS.ErrnoException).code ?? e.message}): install Debian's docker-registry package (scripts/ensure-deps.sh), or give berth up --registry URL`,
+        ),
+      ),
+    );
+    gc.once("exit", (code) => {
+      out.end();
+      if (code === 0) resolve();
+      else reject(new Error(`${REGISTRY_COMMAND} garbage-collect failed (code ${code}); see ${logPath}`));
+    });
+  });
+}
