@@ -18,7 +18,7 @@
 //
 // Usage: node --import tsx scripts/build.ts [--outdir DIR]
 
-import { chmodSync, rmSync } from "node:fs";
+import { chmodSync, readFileSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -28,6 +28,20 @@ export const ROOT = resolve(fileURLToPath(new URL("..", import.meta.url)));
 export const DEFAULT_OUTDIR = join(ROOT, "dist", "cli");
 /** The file `berth` runs: package.json "bin". */
 export const ENTRY_NAME = "berth.js";
+
+/** Packages bundled in: the ones `berth --help` loads (test/cli/bundle.test.ts checks the help path). */
+export const BUNDLED_PACKAGES = ["commander", "ignore"];
+
+/** Every dependency of package.json but BUNDLED_PACKAGES (and their subpaths), for esbuild's `external`. */
+function externalPackages(): string[] {
+  const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
+    dependencies?: Record<string, string>;
+    devDependencies?: Record<string, string>;
+    optionalDependencies?: Record<string, string>;
+  };
+  const names = Object.keys({ ...pkg.dependencies, ...pkg.devDependencies, ...pkg.optionalDependencies });
+  return names.filter((n) => !BUNDLED_PACKAGES.includes(n)).flatMap((n) => [n, `${n}/*`]);
+}
 
 /** Bundles the CLI into `outdir` (emptied first); returns esbuild's metafile (what went where). */
 export async function buildCli(outdir = DEFAULT_OUTDIR): Promise<Metafile> {
@@ -41,7 +55,12 @@ export async function buildCli(outdir = DEFAULT_OUTDIR): Promise<Metafile> {
     format: "esm",
     platform: "node",
     target: "node20",
-    packages: "external",
+    // Every npm package stays outside, but the two the help path loads: commander and ignore are small,
+    // pure JavaScript and CommonJS, and bundled they cost no package lookup or CommonJS export scan at start.
+    external: externalPackages(),
+    banner: {
+      js: 'import { createRequire as __berthCreateRequire } from "node:module";\nconst require = __berthCreateRequire(import.meta.url);',
+    },
     chunkNames: "chunk-[hash]",
     sourcemap: "linked",
     metafile: true,

@@ -10,7 +10,6 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import bcrypt from "bcryptjs";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
 
@@ -44,7 +43,8 @@ export async function startUpRegistry(dataDir: string, opts: { port?: number } =
     password: saved.password ?? randomBytes(24).toString("base64url"),
   };
   writeFileSync(savedPath, `${JSON.stringify(reg, null, 2)}\n`, { mode: 0o600 });
-  // distribution's htpasswd accepts bcrypt only.
+  // distribution's htpasswd accepts bcrypt only. Loaded here, not at the top: `berth --help` never needs it.
+  const { default: bcrypt } = await import("bcryptjs");
   writeFileSync(join(dir, "htpasswd"), `${reg.username}:${bcrypt.hashSync(reg.password, 10)}\n`, {
     mode: 0o600,
   });

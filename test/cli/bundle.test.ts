@@ -4,12 +4,12 @@
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
 import type { Metafile } from "esbuild";
-import { buildCli, ENTRY_NAME, ROOT } from "../../scripts/build.ts";
+import { BUNDLED_PACKAGES, buildCli, ENTRY_NAME, ROOT } from "../../scripts/build.ts";
 import { CLI_MAIN } from "../helpers/cluster.ts";
 
 const run = promisify(execFile);
@@ -64,7 +64,42 @@ test("the bundle answers like the sources, and its help path loads no server-sid
 
   const { files, packages } = staticClosure(meta, outdir);
   for (const p of HEAVY) assert.ok(!packages.has(p), `the entry statically loads ${p} (${[...packages]})`);
-  assert.ok(packages.has("commander"));
+  // Nor any other package: what the help path needs is bundled in (BUNDLED_PACKAGES); anything else is
+  // an import for an action to make (`await import()`), or small enough to join BUNDLED_PACKAGES.
+  assert.deepEqual(
+    [...packages],
+    [],
+    "packages the help path loads from node_modules: make each an `await import()` in its command's action " +
+      "(or, when small and pure JavaScript, add it to BUNDLED_PACKAGES in scripts/build.ts)",
+  );
+  // Whatever any chunk loads from node_modules is a dependency of the package: `npm install -g` leaves
+  // devDependencies out, and a chunk that imports one fails on every installed host.
+  const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
+    dependencies: Record<string, string>;
+    optionalDependencies?: Record<string, string>;
+  };
+  const runtime = new Set(Object.keys({ ...pkg.dependencies, ...pkg.optionalDependencies }));
+  const packageOf = (spec: string) =>
+    spec
+      .split("/")
+      .slice(0, spec.startsWith("@") ? 2 : 1)
+      .join("/");
+  const imported = new Set(
+    Object.values(meta.outputs).flatMap((o) =>
+      o.imports.filter((i) => i.external && !i.path.startsWith("node:")).map((i) => packageOf(i.path)),
+    ),
+  );
+  assert.deepEqual(
+    [...imported].filter((p) => !runtime.has(p)),
+    [],
+    "packages the bundle imports that are not in package.json dependencies",
+  );
+  const bundled = Object.keys(meta.inputs).filter((i) => i.includes("node_modules/"));
+  for (const p of BUNDLED_PACKAGES)
+    assert.ok(
+      bundled.some((i) => i.includes(`node_modules/${p}/`)),
+      p,
+    );
   // The heavy parts are there, as chunks loaded on demand.
   const all = new Set(Object.values(meta.outputs).flatMap((o) => o.imports.map((i) => i.path)));
   for (const p of ["fastify", "nats", "@grpc/grpc-js", "ws"]) assert.ok(all.has(p), `${p} is in some chunk`);
