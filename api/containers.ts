@@ -42,6 +42,8 @@ export interface RunContainerRequest {
   mounts?: { source: string; destination: string; readOnly?: boolean }[];
   /** Workspace volumes (docs/volumes.md): each at /volumes/{name} and at its mountPath. */
   volumes?: VolumeMount[];
+  /** S3-compatible buckets mounted with s3fs (docs/buckets.md), each at its mountPath. */
+  buckets?: BucketMount[];
   timeoutMs?: number;
   labels?: Record<string, string>;
   /** See ContainerSpec.startupWindowMs. */
@@ -64,6 +66,25 @@ export interface VolumeMount {
 }
 
 /**
+ * A cloud bucket (CloudBucket) the agent mounts with s3fs on its host and
+ * binds at mountPath (relative to the working directory unless absolute).
+ * The keys are the values of the workspace secrets CloudBucketConfig names,
+ * resolved by the coordinator; both absent: a public bucket. Never logged
+ * or written to the host record.
+ */
+export interface BucketMount {
+  /** The bucket's name at the provider. */
+  name: string;
+  mountPath: string;
+  readOnly?: boolean;
+  /** http(s) URL of an S3-compatible service; absent: AWS S3 (https://s3.amazonaws.com). */
+  endpoint?: string;
+  region?: string;
+  accessKey?: string;
+  secretKey?: string;
+}
+
+/**
  * A runner container takes tasks of one stub through its own bridge socket
  * (docs/tasks.md). The agent mounts the socket and the Python SDK, sets the
  * BERTH_* environment and, when args is empty, runs `python3 -u -m berth.runtime.runner`.
@@ -82,6 +103,8 @@ export interface RunnerConfig {
   retryFor?: string[];
   /** @default 1 */
   workers?: number;
+  /** The stub's config_version: the container takes only tasks of that config or an older one. @default unknown: any */
+  configVersion?: number;
 }
 
 export interface ContainerStatus {

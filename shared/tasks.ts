@@ -88,6 +88,8 @@ export interface StubExtra {
   env?: Record<string, string>;
   /** Sandboxes: idle seconds before the sandbox is terminated; -1 never. */
   ttl_seconds?: number;
+  /** Endpoint and asgi deployments: the model names the /v1 gateway routes to them (docs/inference.md). */
+  served_models?: string[];
 }
 
 /** A handler's signature as JSON bodies are checked against it (docs/deployments-sdk.md). */
@@ -131,6 +133,11 @@ export const TaskHeaders = {
    * tick sends it; absent: the pickled `(args, kwargs)`.
    */
   payloadFormat: "Berth-Payload-Format",
+  /**
+   * The stub's config_version the task was submitted for: a runner container
+   * takes only tasks of its own config or an older one (agent/tasks/config-versions.ts).
+   */
+  configVersion: "Berth-Config-Version",
 } as const;
 
 /** Stream of task events (agent → coordinator), durable so none is lost while a coordinator restarts. */

@@ -58,6 +58,12 @@ export function resolveRunnerConfig(v: unknown): RunnerConfig | undefined {
     }
     out.workers = v.workers;
   }
+  if (v.configVersion !== undefined && v.configVersion !== null) {
+    if (typeof v.configVersion !== "number" || !Number.isInteger(v.configVersion) || v.configVersion < 1) {
+      throw invalid("runner.configVersion must be a positive integer", { field: "runner.configVersion" });
+    }
+    out.configVersion = v.configVersion;
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 // Tasks a runner was handed but did not start (released from a batch that
-// ran long, or the unstarted rest of a dead container's batch). They wait on
+// ran long, or the unstarted rest of a dead container's batch), and tasks of
+// a newer stub config than the container that pulled them. They wait on
 // this agent for the next runner of their stub: handing them back to
 // JetStream would count a delivery, and so an attempt, that never ran.
 
@@ -24,11 +25,14 @@ export class ReadyQueues {
     queue.push(t);
   }
 
-  /** The oldest waiting task of the stub, if any. */
-  shift(stubId: string): InFlight | undefined {
+  /** The oldest waiting task of the stub that `accept` takes (any, without it), if any. */
+  shift(stubId: string, accept?: (t: InFlight) => boolean): InFlight | undefined {
     const queue = this.queues.get(stubId);
-    const t = queue?.shift();
-    if (queue && queue.length === 0) this.drop(stubId, false);
+    if (!queue) return undefined;
+    const i = accept ? queue.findIndex(accept) : 0;
+    if (i < 0) return undefined;
+    const [t] = queue.splice(i, 1);
+    if (queue.length === 0) this.drop(stubId, false);
     return t;
   }
 

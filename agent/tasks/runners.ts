@@ -75,6 +75,7 @@ export class TaskRunners implements HostRunners {
       workers: runner.workers ?? 1,
       ...(runner.callbackUrl ? { callbackUrl: runner.callbackUrl } : {}),
       ...(onFirstAsk ? { onFirstAsk } : {}),
+      ...(runner.configVersion ? { configVersion: runner.configVersion } : {}),
     };
     const server = new BridgeServer(
       socketPath,

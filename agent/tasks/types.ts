@@ -38,6 +38,8 @@ export interface RunnerSlotInfo {
   workers: number;
   /** Called once, at the runner's first ask for a task (its start-up is over). */
   onFirstAsk?: () => void;
+  /** The stub's config_version the container was started for; undefined: unknown (takes any task). */
+  configVersion?: number;
 }
 
 /** What `POST /v1/tasks/next` answers. */
@@ -65,6 +67,8 @@ export interface InFlight {
   timeoutS: number;
   callbackUrl: string;
   createdAt: number;
+  /** The stub's config_version it was submitted for (TaskHeaders.configVersion); 0: unknown. */
+  configVersion: number;
   /** The slot (runner container) holding it; undefined while it waits in the agent's ready queue. */
   slot: Slot | undefined;
   handOut: HandOut | undefined;

@@ -29,6 +29,7 @@ import type {
 } from "./types.ts";
 import { assignment, dropHeldStart, foldedStart, settle, unhand } from "./in-flight.ts";
 import { endedOnDelivery, headerNumber, pullOne, pullQueued, taskError } from "./pulls.ts";
+import { ConfigVersions, idleAsk } from "./config-versions.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
 import { checkResult, type ResultBody } from "./result.ts";
@@ -48,6 +49,7 @@ export class TaskWorker {
   private readonly consumers = new Map<string, Promise<Consumer>>();
   /** Released by a runner before it started them: the next runner of the stub on this agent takes them first. */
   private readonly ready: ReadyQueues;
+  private readonly versions = new ConfigVersions();
   /** Per stub: messages left in its queue after the last one this agent pulled. */
   private readonly pendingHint = new Map<string, number>();
   private readonly cancelled: RecentSet;
@@ -96,6 +98,7 @@ export class TaskWorker {
   }
 
   addSlot(info: RunnerSlotInfo): void {
+    this.versions.note(info.stubId, info.configVersion);
     this.slots.set(info.containerId, {
       ...info,
       inFlight: new Map(),
@@ -112,6 +115,7 @@ export class TaskWorker {
     if (slot.inFlight.size > 0) this.containerExited(containerId, undefined);
     this.closeSlot(slot);
     this.slots.delete(containerId);
+    if (![...this.slots.values()].some((s) => s.stubId === slot.stubId)) this.versions.forget(slot.stubId);
   }
 
   /** No more tasks for this container; its waiting pulls end so no message is delivered to them. */
@@ -161,8 +165,13 @@ export class TaskWorker {
     const want = Math.max(1, Math.min(MAX_HAND_OUT, Math.floor(max) || 1));
     const handOut: HandOut = { tasks: [] };
     this.fromReady(slot, handOut, want);
+    // A container of an older config than the stub's takes no new task (config-versions.ts).
+    if (handOut.tasks.length === 0 && this.versions.outdated(slot)) {
+      await idleAsk(slot, this.pullWaitMs, signal);
+      return [];
+    }
     let consumer: Consumer | undefined;
-    if (handOut.tasks.length < want) {
+    if (handOut.tasks.length < want && !this.versions.outdated(slot)) {
       try {
         consumer = await this.consumer(slot.stubId);
       } catch (e) {
@@ -192,6 +201,11 @@ export class TaskWorker {
       if (msg) {
         this.pendingHint.set(slot.stubId, msg.info.pending);
         const t = await this.take(slot, msg);
+        if (t && !this.versions.fits(slot, t)) {
+          // Submitted for a newer config: it waits on this agent for a container of that config.
+          this.hold(slot.stubId, [t]);
+          break;
+        }
         if (t) this.hand(slot, handOut, t);
         if (want > 1 && msg.info.pending > 0) await this.topUp(slot, handOut, want);
       }
@@ -209,7 +223,8 @@ export class TaskWorker {
     this.pendingHint.set(slot.stubId, last ? last.info.pending : 0);
     for (const msg of msgs) {
       const t = await this.take(slot, msg);
-      if (t) this.hand(slot, handOut, t);
+      if (t && !this.versions.fits(slot, t)) this.hold(slot.stubId, [t]);
+      else if (t) this.hand(slot, handOut, t);
     }
   }
 
@@ -239,6 +254,8 @@ export class TaskWorker {
       return undefined;
     }
     const maxRetries = Math.max(0, headerNumber(msg, TaskHeaders.maxRetries, 0));
+    const configVersion = Math.max(0, headerNumber(msg, TaskHeaders.configVersion, 0));
+    this.versions.note(slot.stubId, configVersion);
     try {
       const ended = endedOnDelivery(msg, attempt, maxRetries, Date.now());
       if (ended) {
@@ -259,6 +276,7 @@ export class TaskWorker {
       timeoutS: headerNumber(msg, TaskHeaders.timeout, -1),
       callbackUrl: msg.headers?.get(TaskHeaders.callbackUrl) || slot.callbackUrl || "",
       createdAt: headerNumber(msg, TaskHeaders.createdAt, 0),
+      configVersion,
       slot: undefined,
       handOut: undefined,
       handedAt: 0,
@@ -292,10 +310,10 @@ export class TaskWorker {
     slot.inFlight.set(t.taskId, t);
   }
 
-  /** Takes released tasks of the slot's stub into the hand-out, up to `want` in all. */
+  /** Takes released tasks of the slot's stub (of its config or older) into the hand-out, up to `want` in all. */
   private fromReady(slot: Slot, handOut: HandOut, want: number): void {
     while (handOut.tasks.length < want) {
-      const t = this.ready.shift(slot.stubId);
+      const t = this.ready.shift(slot.stubId, (r) => this.versions.fits(slot, r));
       if (!t) return;
       this.hand(slot, handOut, t);
     }
@@ -332,23 +350,26 @@ export class TaskWorker {
    */
   release(containerId: string, taskIds: string[]): number {
     const slot = this.slots.get(containerId);
-    let n = 0;
+    const held: InFlight[] = [];
     for (const id of taskIds) {
       const t = slot?.inFlight.get(id);
       if (!t || !slot) continue;
       unhand(t);
       dropHeldStart(t);
-      this.ready.push(slot.stubId, t);
-      n++;
+      held.push(t);
     }
-    // A runner of the stub waiting in a pull takes them now rather than after its pull.
-    if (n > 0 && slot) {
-      for (const other of this.slots.values()) {
-        if (other.stubId !== slot.stubId || other.closed) continue;
-        for (const stop of other.pulls) stop();
-      }
+    if (slot) this.hold(slot.stubId, held);
+    return held.length;
+  }
+
+  /** Tasks wait on this agent for a runner of their stub; one waiting in a pull takes them now rather than after it. */
+  private hold(stubId: string, tasks: InFlight[]): void {
+    for (const t of tasks) this.ready.push(stubId, t);
+    if (tasks.length === 0) return;
+    for (const other of this.slots.values()) {
+      if (other.stubId !== stubId || other.closed) continue;
+      for (const stop of other.pulls) stop();
     }
-    return n;
   }
 
   /** One result from the runner; the event is published (batched with others of the same moment) before the ack. */

@@ -7,6 +7,7 @@
 import { BerthError } from "../../shared/errors.ts";
 import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
 import type {
+  BucketMount,
   ContainerState,
   ContainerStatus,
   ExecRequest,
@@ -68,6 +69,41 @@ export interface WireRunContainerRequest {
   code?: { sha256: string } | null;
   runner?: WireRunnerConfig | null;
   volumes?: { workspaceId: string; name: string; mountPath: string }[];
+  buckets?: WireBucketMount[];
+}
+
+export interface WireBucketMount {
+  name: string;
+  mountPath: string;
+  readOnly: boolean;
+  endpoint?: string;
+  region?: string;
+  accessKey?: string;
+  secretKey?: string;
+}
+
+function bucketToWire(b: BucketMount): WireBucketMount {
+  return defined<WireBucketMount>({
+    name: b.name,
+    mountPath: b.mountPath,
+    readOnly: b.readOnly === true,
+    endpoint: b.endpoint,
+    region: b.region,
+    accessKey: b.accessKey,
+    secretKey: b.secretKey,
+  });
+}
+
+function bucketFromWire(w: WireBucketMount): BucketMount {
+  return defined<BucketMount>({
+    name: w.name,
+    mountPath: w.mountPath,
+    readOnly: w.readOnly || undefined,
+    endpoint: w.endpoint,
+    region: w.region,
+    accessKey: w.accessKey,
+    secretKey: w.secretKey,
+  });
 }
 
 export interface WireRunnerConfig {
@@ -80,6 +116,7 @@ export interface WireRunnerConfig {
   callbackUrl?: string;
   retryFor: string[];
   workers?: number;
+  configVersion?: number;
 }
 
 export interface WireContainer {
@@ -262,6 +299,7 @@ export function runRequestToProto(r: RunContainerRequest): WireRunContainerReque
     code: r.code ? { sha256: r.code.sha256 } : null,
     runner: r.runner ? runnerToProto(r.runner) : null,
     volumes: (r.volumes ?? []).map((v) => ({ workspaceId: v.workspaceId, name: v.name, mountPath: v.mountPath })),
+    buckets: (r.buckets ?? []).map(bucketToWire),
   });
 }
 
@@ -277,6 +315,10 @@ function runnerToProto(r: RunnerConfig): WireRunnerConfig {
     retryFor: [...(r.retryFor ?? [])],
     workers:
       r.workers === undefined ? undefined : uint(r.workers, "runner.workers", "invalid_request", UINT32),
+    configVersion:
+      r.configVersion === undefined
+        ? undefined
+        : uint(r.configVersion, "runner.configVersion", "invalid_request", UINT32),
   });
 }
 
@@ -291,6 +333,7 @@ function runnerFromProto(w: WireRunnerConfig): RunnerConfig {
     callbackUrl: w.callbackUrl,
     retryFor: w.retryFor.length ? [...w.retryFor] : undefined,
     workers: w.workers,
+    configVersion: w.configVersion,
   });
 }
 
@@ -324,6 +367,7 @@ export function runRequestFromProto(w: WireRunContainerRequest): RunContainerReq
   if (w.volumes?.length) {
     r.volumes = w.volumes.map((v) => ({ workspaceId: v.workspaceId, name: v.name, mountPath: v.mountPath }));
   }
+  if (w.buckets?.length) r.buckets = w.buckets.map(bucketFromWire);
   return r;
 }
 

@@ -58,6 +58,8 @@ export function runnerRequest(
     stubType: stub.type,
     handler: config.handler,
     workers: workersOf(stub),
+    // It takes only tasks of this config or an older one: a changed image never runs in an old container.
+    configVersion: stub.configVersion,
   };
   if (config.on_start) runner.onStart = config.on_start;
   if (config.python_version) runner.pythonVersion = config.python_version;

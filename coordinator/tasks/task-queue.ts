@@ -66,6 +66,8 @@ export class TaskQueue {
       [TaskHeaders.maxRetries, String(stub.config.task_policy.max_retries)],
       [TaskHeaders.timeout, String(stub.config.task_policy.timeout)],
       [TaskHeaders.createdAt, String(f.createdAt)],
+      // Only a container of this config (or a newer one) takes it (agent/tasks/config-versions.ts).
+      [TaskHeaders.configVersion, String(stub.configVersion)],
       ...(f.expiresAt !== null ? [[TaskHeaders.expiresAt, String(f.expiresAt)] as [string, string]] : []),
       ...(f.callbackUrl ? [[TaskHeaders.callbackUrl, f.callbackUrl] as [string, string]] : []),
       ...(f.payloadFormat ? [[TaskHeaders.payloadFormat, f.payloadFormat] as [string, string]] : []),

@@ -83,6 +83,8 @@ export interface TaskOptions {
   callbackUrl?: string;
   /** TaskHeaders.payloadFormat: "json" for a JSON object payload. */
   payloadFormat?: "json";
+  /** TaskHeaders.configVersion: the stub's config_version the task was submitted for. */
+  configVersion?: number;
 }
 
 /** Publishes a task message the way the coordinator does. */
@@ -98,6 +100,7 @@ export async function publishTask(n: TaskNats, o: TaskOptions): Promise<void> {
   if (o.expiresAt !== undefined) h.set(TaskHeaders.expiresAt, String(o.expiresAt));
   if (o.callbackUrl) h.set(TaskHeaders.callbackUrl, o.callbackUrl);
   if (o.payloadFormat) h.set(TaskHeaders.payloadFormat, o.payloadFormat);
+  if (o.configVersion !== undefined) h.set(TaskHeaders.configVersion, String(o.configVersion));
   await n.coord.jetstream().publish(taskSubject(o.stubId), o.payload ?? Buffer.from(`args of ${o.taskId}`), {
     headers: h,
   });

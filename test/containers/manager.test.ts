@@ -51,6 +51,7 @@ test("starts one runner per waiting task with the stub's runner request", async 
         callbackUrl: "http://cb",
         retryFor: ["ValueError"],
         workers: 1,
+        configVersion: 1,
       },
     },
   );

@@ -49,6 +49,7 @@ const fullRequest: RunContainerRequest = {
     callbackUrl: "https://example.test/cb",
     retryFor: ["ValueError", "mymod.Flaky"],
     workers: 2,
+    configVersion: 7,
   },
 };
 

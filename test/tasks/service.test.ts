@@ -97,6 +97,7 @@ describe("task service (real NATS, SQLite)", () => {
       assert.equal(m.header.get(TaskHeaders.workspaceId), h.ws.id);
       assert.equal(m.header.get(TaskHeaders.maxRetries), "3");
       assert.equal(m.header.get(TaskHeaders.timeout), "3600");
+      assert.equal(m.header.get(TaskHeaders.configVersion), "1", "the stub's config_version");
       assert.equal(m.header.get(TaskHeaders.expiresAt), String(expiresAt));
       assert.equal(m.header.get(TaskHeaders.callbackUrl), "http://127.0.0.1:1/cb");
       assert.ok(Number(m.header.get(TaskHeaders.createdAt)) > 0);
