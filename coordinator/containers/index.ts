@@ -1,6 +1,7 @@
 export { AgentClientPool, type AgentClientPoolOptions } from "./agent-clients.ts";
 export { natsContainerEvents } from "./events.ts";
 export { ContainerManager } from "./manager.ts";
+export { type SnapshotImages, withSnapshotImages } from "./snapshot-images.ts";
 export { desiredContainers } from "./autoscale.ts";
 export { CodePusher } from "./code-push.ts";
 export { ENDPOINT_PORT, placementRequest, runnerRequest } from "./runner-request.ts";

@@ -16,7 +16,12 @@ import { runnerRequest } from "./runner-request.ts";
 export type StubRecord = Pick<
   StoredStub,
   "id" | "workspaceId" | "name" | "type" | "config" | "extra" | "configVersion"
->;
+> & {
+  /** Only these agents hold the stub's image (a sandbox's filesystem snapshot: snapshot-images.ts). @default any */
+  imageAgents?: readonly string[];
+  /** Why no container of the stub can start (its snapshot image is not there); its tasks fail with it. */
+  imageError?: string;
+};
 
 export interface StubSource {
   get(stubId: string): Promise<StubRecord | undefined>;
