@@ -33,6 +33,8 @@ export interface TarEntry {
   /** The ustar type flag ("0" file, "1" hard link, "2" symlink, "5" directory, ...). */
   type: string;
   linkname: string;
+  /** Bytes of the entry's data (a regular file's size). */
+  size: number;
 }
 
 const BLOCK = 512;
@@ -106,7 +108,7 @@ export async function readTarEntries(path: string): Promise<TarEntry[]> {
       const short = cString(header, 0, 100);
       const name = pax.get("path") ?? longName ?? (prefix ? `${prefix}/${short}` : short);
       const linkname = pax.get("linkpath") ?? longLink ?? cString(header, 157, 100);
-      entries.push({ name: normalise(name), type, linkname });
+      entries.push({ name: normalise(name), type, linkname, size: Number(pax.get("size") ?? size) });
       longName = undefined;
       longLink = undefined;
       pax = new Map();
@@ -164,8 +166,7 @@ export function planLayer(parentRootfs: string, entries: TarEntry[]): { remove: 
     else if (base.startsWith(WHITEOUT)) {
       const hidden = base.slice(WHITEOUT.length);
       remove.push(dir ? `${dir}/${hidden}` : hidden);
-    }
-    else if (e.type === "5") layerDirs.add(e.name);
+    } else if (e.type === "5") layerDirs.add(e.name);
     if (e.type === "1") checkAncestors(parentRootfs, normalise(e.linkname), layerDirs);
   }
   return { remove, empty };
@@ -182,8 +183,9 @@ export async function unpackLayerOnParent(
   layerPath: string,
   dest: string,
   timeoutMs: number,
-): Promise<void> {
-  const plan = planLayer(parentRootfs, await readTarEntries(layerPath));
+): Promise<{ addedBytes: number }> {
+  const entries = await readTarEntries(layerPath);
+  const plan = planLayer(parentRootfs, entries);
   try {
     await runner.run("cp", ["-a", "--link", "--no-target-directory", "--", parentRootfs, dest], {
       timeoutMs,
@@ -221,32 +223,43 @@ export async function unpackLayerOnParent(
     await rm(dest, { recursive: true, force: true });
     throw e;
   }
+  const regular = entries.filter((e) => e.type === "0" || e.type === "\0" || e.type === "7");
+  return { addedBytes: regular.reduce((n, e) => n + e.size, 0) };
 }
 
 /**
  * For a commit: makes `dest` the rootfs of the image `manifestDigest` (the
- * parent plus its last layer) from the parent's rootfs. False when the full
- * unpack must do it instead: a rootless store (tar cannot keep owners), or a
- * layer this path does not take (logged); `dest` is then absent.
+ * parent plus its last layer) from the parent's rootfs, and returns its
+ * apparent size: the parent's plus the layer's file bytes (an estimate that
+ * spares walking the whole tree; files the layer replaces or deletes are not
+ * taken off). Undefined when the full unpack must do it instead: a rootless
+ * store (tar cannot keep owners), or a layer this path does not take
+ * (logged); `dest` is then absent.
  */
 export async function unpackCommitOnParent(
   store: ResolvedImageStoreOptions,
   layout: OciLayout,
-  parentRootfs: string,
+  parent: { rootfs: string; sizeBytes: number },
   manifestDigest: string,
   dest: string,
-): Promise<boolean> {
-  if (store.rootless) return false;
+): Promise<number | undefined> {
+  if (store.rootless) return undefined;
   const layer = layout.readJsonBlob<OciManifest>(manifestDigest).layers.at(-1);
-  if (!layer || layer.mediaType !== LAYER_TAR_MEDIA_TYPE) return false;
+  if (!layer || layer.mediaType !== LAYER_TAR_MEDIA_TYPE) return undefined;
   try {
-    await unpackLayerOnParent(store.runner, parentRootfs, layout.blobPath(layer.digest), dest, store.transferTimeoutMs);
-    return true;
+    const { addedBytes } = await unpackLayerOnParent(
+      store.runner,
+      parent.rootfs,
+      layout.blobPath(layer.digest),
+      dest,
+      store.transferTimeoutMs,
+    );
+    return parent.sizeBytes + addedBytes;
   } catch (e) {
     store.logger.warn(
       { manifest: manifestDigest, err: (e as Error).message.slice(0, 500) },
       "unpacking a committed layer on its parent failed; unpacking the whole image",
     );
-    return false;
+    return undefined;
   }
 }

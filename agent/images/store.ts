@@ -231,8 +231,8 @@ export class ImageStore {
     digest: string,
     source: ImageRecord["source"],
     fetch: (work: string) => Promise<OciDescriptor>,
-    /** Makes the rootfs some faster way (a commit: from its parent's); false: unpack it all. */
-    unpackFast?: (dest: string) => Promise<boolean>,
+    /** Makes the rootfs some faster way (a commit: from its parent's), returning its size; undefined: unpack it all. */
+    unpackFast?: (dest: string) => Promise<number | undefined>,
   ): Promise<ImageRecord> {
     const existing = this.cachedRecord(digest);
     if (existing) return existing;
@@ -249,7 +249,8 @@ export class ImageStore {
       const target = this.rootfsPath(digest);
       const unpacked = join(work, "rootfs");
       // A complete rootfs left by an agent killed between rename and index write.
-      if (!existsSync(target) && !(await unpackFast?.(unpacked))) {
+      const fastSize = existsSync(target) ? undefined : await unpackFast?.(unpacked);
+      if (!existsSync(target) && fastSize === undefined) {
         const args = ["raw", "unpack", ...(this.options.rootless ? ["--rootless"] : [])];
         try {
           await this.options.runner.run(
@@ -273,7 +274,7 @@ export class ImageStore {
         manifestDigest: manifest.digest,
         refs: [],
         source,
-        sizeBytes: await treeBytes(target),
+        sizeBytes: fastSize ?? (await treeBytes(target)),
         pulledAt: now,
         lastUsedAt: now,
         config: runtimeConfig(this.layout, manifest.digest),
@@ -339,9 +340,9 @@ export class ImageStore {
       const found = this.lookup(base);
       if (!found || !existsSync(this.rootfsPath(found.record.digest))) throw notFound(`image ${base}`);
       const manifest = await writeCommitBlobs(this.layout, found.record.manifestDigest, layerTar, opts);
-      const parentRootfs = this.rootfsPath(found.record.digest);
+      const parent = { rootfs: this.rootfsPath(found.record.digest), sizeBytes: found.record.sizeBytes };
       return this.adoptImport(ref, manifest, (dest) =>
-        unpackCommitOnParent(this.options, this.layout, parentRootfs, manifest.digest, dest),
+        unpackCommitOnParent(this.options, this.layout, parent, manifest.digest, dest),
       );
     });
   }
@@ -349,7 +350,7 @@ export class ImageStore {
   private async adoptImport(
     ref: ImageReference,
     manifest: OciDescriptor,
-    unpackFast?: (dest: string) => Promise<boolean>,
+    unpackFast?: (dest: string) => Promise<number | undefined>,
   ): Promise<ImageInfo> {
     const record = await this.unpacks.run(manifest.digest, () =>
       this.ensureImage(manifest.digest, "import", async () => manifest, unpackFast),
