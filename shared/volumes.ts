@@ -4,6 +4,7 @@
 // <root>/<workspace id>/<name>, so the workspace is part of every path.
 
 import { join } from "node:path";
+import { checkStubBuckets, isBucketEntry } from "./buckets.ts";
 import { invalid } from "./errors.ts";
 
 /** Letters, digits, `_ . -`, starting with a letter or digit, at most 63 characters. */
@@ -68,12 +69,19 @@ export function checkMountPath(p: unknown, field = "mount_path"): string {
   return p;
 }
 
-/** The `volumes` of a stub config, checked: a list of {name, mount_path}, names unique. */
+/**
+ * The Volumes of a stub config's `volumes`, checked: a list of {name,
+ * mount_path}, names unique. CloudBucket entries (those with a `config`,
+ * shared/buckets.ts) are checked too but not returned.
+ */
 export function checkStubVolumes(v: unknown): StubVolume[] {
   if (v === null || v === undefined) return [];
   if (!Array.isArray(v)) throw invalid("volumes must be a list of {name, mount_path}", { field: "volumes" });
+  checkStubBuckets(v);
   const seen = new Set<string>();
-  return v.map((entry, i) => {
+  const out: StubVolume[] = [];
+  v.forEach((entry, i) => {
+    if (isBucketEntry(entry)) return;
     if (typeof entry !== "object" || entry === null) {
       throw invalid(`volumes[${i}] must be {name, mount_path}`, { field: `volumes[${i}]` });
     }
@@ -81,8 +89,9 @@ export function checkStubVolumes(v: unknown): StubVolume[] {
     const name = checkVolumeName(e.name, `volumes[${i}].name`);
     if (seen.has(name)) throw invalid(`volume ${name} is listed twice`, { field: `volumes[${i}].name` });
     seen.add(name);
-    return { name, mount_path: checkMountPath(e.mount_path, `volumes[${i}].mount_path`) };
+    out.push({ name, mount_path: checkMountPath(e.mount_path, `volumes[${i}].mount_path`) });
   });
+  return out;
 }
 
 /** A stub's volumes as the agent's request carries them (api VolumeMount). */
