@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -62,8 +63,8 @@ class DescribeTest(unittest.TestCase):
             f.write(textwrap.dedent(text))
         return path
 
-    def describe(self, *args, cwd=None):
-        env = dict(os.environ, PYTHONPATH=SDK)
+    def describe(self, *args, cwd=None, env=None):
+        env = dict(os.environ, PYTHONPATH=SDK, **(env or {}))
         env.pop("BERTH_REMOTE", None)
         p = subprocess.run(
             [sys.executable, "-m", "berth.client.describe", *args],
@@ -160,9 +161,61 @@ class DescribeTest(unittest.TestCase):
             self.assertIn(f"{attr} in project/app.py is {what}, not deployable", out["error"])
             self.assertIn("@endpoint", out["error"])
 
-    def test_image_that_needs_a_build(self):
-        out = self.failure("project/app.py:needs_build")
-        self.assertIn("numpy", out["error"])
+    def coordinator_that_builds(self, fail_step=None):
+        """A fake coordinator whose image build route streams the steps of the request (failing at fail_step)."""
+        from tests.fake_gateway import FakeGateway
+
+        gw = FakeGateway()
+        self.addCleanup(gw.close)
+        gw.builds = []
+
+        def route(h, method):
+            if method == "GET" and h.path == "/api/v1/workspace/current":
+                h.send_json({"external_id": "ws-test", "name": "test"})
+                return True
+            if method != "POST" or not re.match(r"^/api/v1/image/ws-test/build$", h.path):
+                return False
+            spec = json.loads(h.body())["image"]
+            gw.builds.append(spec)
+            names = spec["commands"] + ["ensure pip", "pip install " + " ".join(spec["python_packages"])]
+            lines = [{"event": "base", "image_id": "img-built", "base_image": spec["base_image"], "base_digest": "sha256:b"}]
+            for i, name in enumerate(names, 1):
+                lines.append({"event": "step", "step": i, "total": len(names), "name": name, "cached": False})
+                lines.append({"event": "output", "step": i, "stream": "stdout", "line": f"running {name}"})
+                if i == fail_step:
+                    message = f"build step {i}/{len(names)} ({name}) exited with code 3; its last output: running {name}"
+                    lines.append({"event": "error", "error": {"code": "image_build_failed", "message": message}})
+                    break
+                lines.append({"event": "step_done", "step": i, "cached": False, "seconds": 1.5})
+            else:
+                image = {"image_id": "img-built", "status": "ready", "ref": "localhost/berth-build-cache:k", "steps": names}
+                lines.append({"event": "image", "image": image, "env": {}})
+            raw = "".join(json.dumps(x) + "\n" for x in lines).encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "application/x-ndjson")
+            h.send_header("Content-Length", str(len(raw)))
+            h.end_headers()
+            h.wfile.write(raw)
+            return True
+
+        gw.routes.append(route)
+        return gw, {"BERTH_URL": gw.url, "SERVICE_TOKEN": "bt_test", "BERTH_CONFIG": os.path.join(self.tmp.name, "none.json")}
+
+    def test_image_that_needs_a_build_is_built_first(self):
+        gw, env = self.coordinator_that_builds()
+        code, out, stderr = self.describe("project/app.py:needs_build", env=env)
+        self.assertEqual(code, 0, out)
+        self.assertEqual(out["extra"]["image_ref"], "localhost/berth-build-cache:k", "the stub runs the built image")
+        self.assertEqual([b["python_packages"] for b in gw.builds], [["numpy"]])
+        self.assertIn("step 2/2 pip install numpy", stderr, "progress on stderr: stdout is the answer")
+        self.assertIn("step 2 pip install numpy … built in 1.5 s", stderr)
+
+    def test_a_failing_build_fails_describe_naming_the_step(self):
+        gw, env = self.coordinator_that_builds(fail_step=2)
+        code, out, stderr = self.describe("project/app.py:needs_build", env=env)
+        self.assertEqual((code, out["ok"]), (2, False), out)
+        self.assertIn("ImageBuildError: building the image failed: build step 2/2 (pip install numpy) exited with code 3", out["error"])
+        self.assertNotIn("Traceback", stderr)
 
     def test_bad_arguments(self):
         self.assertIn("usage", self.failure()["error"])
