@@ -3,6 +3,8 @@
 // (docs/images.md, "Builds"). Like ContainerApi, the agent's host and the
 // gRPC client implement this same interface.
 
+import type { GpuRequest } from "./containers.ts";
+
 /** One build step: a shell command run with `/bin/sh -c` on top of the previous step's files. */
 export interface BuildStep {
   /** What progress lines call the step (e.g. "pip install numpy"). */
@@ -15,6 +17,12 @@ export interface BuildStep {
    * for COPY. Its hash is part of the step's cache key.
    */
   code?: { sha256: string };
+  /**
+   * The step runs `micromamba`: where the parent image has none, the agent's
+   * configured binary (`--micromamba-bin`) is on the step's PATH; with
+   * neither, the build fails before any step runs (docs/images.md, "micromamba").
+   */
+  micromamba?: boolean;
 }
 
 export interface BuildImageRequest {
@@ -46,6 +54,8 @@ export interface BuildImageRequest {
    * `done.pushedRef` names it. Absent: the image stays on this agent.
    */
   pushRepository?: string;
+  /** build_with_gpu: every step's container gets these GPUs, injected as any container's. */
+  gpu?: GpuRequest;
 }
 
 export type BuildEvent =

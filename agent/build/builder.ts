@@ -8,6 +8,8 @@
 // are removed; the layers of the steps before it stay, as cache.
 
 import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { rm } from "node:fs/promises";
 import { performance } from "node:perf_hooks";
 import type {
   BuildEvent,
@@ -15,6 +17,7 @@ import type {
   BuildStep,
   ContainerStatus,
   ImageBuildApi,
+  GpuRequest,
   ImageSummary,
   LogEntry,
   RunContainerRequest,
@@ -22,6 +25,12 @@ import type {
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { Fanout } from "../../shared/fanout.ts";
 import { parseImageReference } from "../images/index.ts";
+import {
+  MICROMAMBA_PATH_LINE,
+  MICROMAMBA_PROBE,
+  micromambaArchive,
+  micromambaMissing,
+} from "./micromamba.ts";
 
 /** What a build needs of the container host; ContainerHost has it. */
 export interface BuildHost {
@@ -35,6 +44,8 @@ export interface BuildHost {
   getContainer(id: string): Promise<ContainerStatus>;
   stopContainer(id: string, opts?: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus>;
   commitFilesystem(containerId: string, ref: string): Promise<ImageSummary>;
+  hasCode(sha256: string): Promise<boolean>;
+  putCode(sha256: string, data: AsyncIterable<Uint8Array>): Promise<void>;
 }
 
 /** Repository of the step cache: one tag per (parent digest, step). */
@@ -55,6 +66,7 @@ export function stepCacheKey(
   step: BuildStep,
   env: Record<string, string>,
   secretNames: string[] = [],
+  gpu?: GpuRequest,
 ): string {
   const sortedEnv = Object.keys(env)
     .sort()
@@ -62,6 +74,8 @@ export function stepCacheKey(
   const key: Record<string, unknown> = { parent: parentDigest, run: step.run, env: sortedEnv };
   if (step.code) key.code = step.code.sha256;
   if (secretNames.length > 0) key.secrets = [...secretNames].sort();
+  if (step.micromamba) key.micromamba = true;
+  if (gpu) key.gpu = gpuKey(gpu);
   return sha256(JSON.stringify(key)).slice(0, 48);
 }
 
@@ -73,13 +87,25 @@ export function buildImageId(baseDigest: string, req: BuildImageRequest): string
     .map((k) => `${k}=${env[k]}`);
   const def: Record<string, unknown> = {
     base: baseDigest,
-    steps: req.steps.map((s) => (s.code ? { run: s.run, code: s.code.sha256 } : s.run)),
+    steps: req.steps.map((s) =>
+      s.code || s.micromamba
+        ? {
+            run: s.run,
+            ...(s.code ? { code: s.code.sha256 } : {}),
+            ...(s.micromamba ? { micromamba: true } : {}),
+          }
+        : s.run,
+    ),
     env: sortedEnv,
   };
   const secretNames = Object.keys(req.secretEnv ?? {}).sort();
   if (secretNames.length > 0) def.secrets = secretNames;
+  if (req.gpu) def.gpu = gpuKey(req.gpu);
   return `img-${sha256(JSON.stringify(def)).slice(0, 24)}`;
 }
+
+/** A build's GPU as part of its keys: a step built on a GPU is not the same step built without. */
+const gpuKey = (g: GpuRequest) => ({ count: g.count, types: [...(g.types ?? [])] });
 
 const invalid = (m: string) => new BerthError("invalid_request", m);
 
@@ -90,6 +116,8 @@ export function checkBuildRequest(req: BuildImageRequest): void {
     if (!s || typeof s.run !== "string" || s.run.trim() === "") {
       throw invalid(`build step ${i + 1} has no command`);
     }
+    if (s.micromamba && s.code)
+      throw invalid(`build step ${i + 1} runs micromamba and cannot also mount a context`);
     if (typeof s.name !== "string" || s.name.length > STEP_NAME_MAX) {
       throw invalid(`build step ${i + 1} needs a name of at most ${STEP_NAME_MAX} characters`);
     }
@@ -101,6 +129,8 @@ export function checkBuildRequest(req: BuildImageRequest): void {
   if (req.cpu !== undefined && !(req.cpu > 0)) throw invalid("build cpu must be positive");
   if (req.memoryBytes !== undefined && !(req.memoryBytes > 0))
     throw invalid("build memoryBytes must be positive");
+  if (req.gpu !== undefined && !(Number.isInteger(req.gpu.count) && req.gpu.count > 0))
+    throw invalid("a build's gpu count must be a positive whole number");
 }
 
 function refOf(summary: ImageSummary, wanted: string): boolean {
@@ -121,8 +151,60 @@ export class ImageBuilder implements ImageBuildApi {
       pullDefault?: () => Promise<ImageSummary>;
       /** Pulls with base_image_creds' variables (every registry form the store knows). @default refused */
       pullWithCreds?: (ref: string, vars: Record<string, string>) => Promise<ImageSummary>;
+      /** The operator's micromamba binary (`--micromamba-bin`), for steps on images without one. */
+      micromambaBin?: () => string | undefined;
     } = {},
   ) {}
+
+  /** The micromamba binary's code archive on this host, made once. */
+  private micromambaCode?: Promise<string>;
+
+  /**
+   * What a build's micromamba steps mount: the configured binary's code
+   * archive, or nothing when the base has micromamba; with neither, refused
+   * before any step runs.
+   */
+  private async micromambaFor(
+    imageId: string,
+    base: { ref: string },
+    req: BuildImageRequest,
+  ): Promise<string | undefined> {
+    const bin = this.opts.micromambaBin?.();
+    if (bin) {
+      // Made once; made again if the code store no longer has it.
+      const known = await this.micromambaCode?.catch(() => undefined);
+      if (known && (await this.host.hasCode(known))) return known;
+      this.micromambaCode = (async () => {
+        const a = await micromambaArchive(bin);
+        try {
+          if (!(await this.host.hasCode(a.sha256)))
+            await this.host.putCode(a.sha256, createReadStream(a.path));
+          return a.sha256;
+        } finally {
+          await rm(a.dir, { recursive: true, force: true });
+        }
+      })().catch((e: unknown) => {
+        this.micromambaCode = undefined;
+        throw new BerthError(
+          "failed_precondition",
+          `the micromamba binary ${bin} could not be used: ${describeError(e)}`,
+        );
+      });
+      return this.micromambaCode;
+    }
+    const id = `bld-${imageId.slice(4, 16)}-micromamba-${process.pid}-${++this.seq}`;
+    const found = await this.inContainer(
+      imageId,
+      id,
+      base.ref,
+      MICROMAMBA_PROBE,
+      req,
+      {},
+      async (s) => s.exitCode === 0,
+    );
+    if (!found) throw micromambaMissing(req.baseImage?.trim() || base.ref);
+    return undefined;
+  }
 
   async *buildImage(req: BuildImageRequest, opts: { signal?: AbortSignal } = {}): AsyncGenerator<BuildEvent> {
     checkBuildRequest(req);
@@ -155,9 +237,14 @@ export class ImageBuilder implements ImageBuildApi {
     let cachedSteps = 0;
     let builtSteps = 0;
     const total = req.steps.length;
-    for (const [i, step] of req.steps.entries()) {
+    const micromamba = req.steps.some((s) => s.micromamba)
+      ? await this.micromambaFor(imageId, parent, req)
+      : undefined;
+    for (const [i, given] of req.steps.entries()) {
       const index = i + 1;
-      const cacheRef = `${BUILD_CACHE_REPO}:${stepCacheKey(parent.digest, step, env, Object.keys(req.secretEnv ?? {}))}`;
+      // The configured micromamba's archive is mounted like a build context (and keys the step's cache).
+      const step = given.micromamba && micromamba ? { ...given, code: { sha256: micromamba } } : given;
+      const cacheRef = `${BUILD_CACHE_REPO}:${stepCacheKey(parent.digest, step, env, Object.keys(req.secretEnv ?? {}), req.gpu)}`;
       const hit = (await this.host.listImages()).find((s) => refOf(s, cacheRef));
       const started = performance.now();
       emit({ type: "step", index, total, name: step.name, cached: !!hit });
@@ -201,6 +288,47 @@ export class ImageBuilder implements ImageBuildApi {
     emit: (e: BuildEvent) => void,
   ): Promise<ImageSummary> {
     const id = `bld-${imageId.slice(4, 16)}-${index}-${process.pid}-${++this.seq}`;
+    // A micromamba step with the configured binary (its archive is step.code) finds it on PATH.
+    const run = step.micromamba && step.code ? `${MICROMAMBA_PATH_LINE}\n${step.run}` : step.run;
+    const onLine = (stream: "stdout" | "stderr", line: string) =>
+      emit({ type: "output", index, stream, line });
+    return this.inContainer(
+      imageId,
+      id,
+      parentRef,
+      run,
+      req,
+      { code: step.code, onLine },
+      async (status, tail) => {
+        if (status.exitCode !== 0) {
+          const code = status.exitCode ?? -1;
+          const why = status.reason && status.reason !== "exited" ? ` (${status.reason})` : "";
+          throw new BerthError(
+            "image_build_failed",
+            `build step ${index}/${req.steps.length} (${step.name}) exited with code ${code}${why}; last output:\n${tail.join("\n")}`,
+            { step: index, name: step.name, exitCode: code, output: tail },
+          );
+        }
+        return this.host.commitFilesystem(id, cacheRef);
+      },
+    );
+  }
+
+  /**
+   * Runs `/bin/sh -c command` in a build container on `image` (the build's
+   * environment, secrets, resources, GPUs and label), follows its output to
+   * the end, calls `then` with its final status and last output lines, and
+   * removes it.
+   */
+  private async inContainer<T>(
+    imageId: string,
+    id: string,
+    image: string,
+    command: string,
+    req: BuildImageRequest,
+    o: { code?: { sha256: string }; onLine?: (stream: "stdout" | "stderr", line: string) => void },
+    then: (status: ContainerStatus, tail: string[]) => Promise<T>,
+  ): Promise<T> {
     const tail: string[] = [];
     let c: ContainerStatus | undefined;
     const secrets = Object.values(req.secretEnv ?? {})
@@ -211,33 +339,25 @@ export class ImageBuilder implements ImageBuildApi {
     try {
       c = await this.host.runContainer({
         id,
-        image: parentRef,
-        args: ["/bin/sh", "-c", step.run],
+        image,
+        args: ["/bin/sh", "-c", command],
         env: { ...(req.env ?? {}), ...(req.secretEnv ?? {}) },
         cwd: "/",
         cpu: req.cpu ?? 1,
         memoryBytes: req.memoryBytes ?? GiB,
         labels: { [BUILD_LABEL]: imageId },
-        ...(step.code ? { code: { sha256: step.code.sha256 } } : {}),
+        ...(o.code ? { code: { sha256: o.code.sha256 } } : {}),
+        // build_with_gpu: the same GPU request, and so the same injection, as any container.
+        ...(req.gpu ? { gpu: { count: req.gpu.count, types: [...(req.gpu.types ?? [])] } } : {}),
       });
       // Follows until the container ends.
       for await (const l of this.host.streamLogs(id, { follow: true })) {
         const line = this.redact(id, l.line);
         tail.push(line);
         if (tail.length > FAILURE_TAIL_LINES) tail.shift();
-        emit({ type: "output", index, stream: l.stream, line });
+        o.onLine?.(l.stream, line);
       }
-      const status = await this.exited(id);
-      if (status.exitCode !== 0) {
-        const code = status.exitCode ?? -1;
-        const why = status.reason && status.reason !== "exited" ? ` (${status.reason})` : "";
-        throw new BerthError(
-          "image_build_failed",
-          `build step ${index}/${req.steps.length} (${step.name}) exited with code ${code}${why}; last output:\n${tail.join("\n")}`,
-          { step: index, name: step.name, exitCode: code, output: tail },
-        );
-      }
-      return await this.host.commitFilesystem(id, cacheRef);
+      return await then(await this.exited(id), tail);
     } finally {
       if (c) {
         await this.host.stopContainer(id, { graceMs: 0, remove: true }).catch((e: unknown) => {

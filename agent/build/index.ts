@@ -9,4 +9,5 @@ export {
   ImageBuilder,
   stepCacheKey,
 } from "./builder.ts";
+export { checkMicromambaBin } from "./micromamba.ts";
 export { type ClusterPusher, PushingBuilds } from "./push.ts";

@@ -6,13 +6,14 @@ import type { BuildEvent, BuildImageRequest } from "../builds.ts";
 export interface WireBuildImageRequest {
   baseImage: string;
   baseCredentials: { username: string; password: string } | null;
-  steps: { name: string; run: string; codeSha256: string }[];
+  steps: { name: string; run: string; codeSha256: string; micromamba?: boolean }[];
   env: Record<string, string>;
   secretEnv: Record<string, string>;
   baseImageCreds: Record<string, string>;
   cpu: number;
   memoryBytes: number;
   pushRepository: string;
+  gpu?: { count: number; types: string[] } | null;
 }
 
 type WireStream = "LOG_STREAM_STDOUT" | "LOG_STREAM_STDERR" | "LOG_STREAM_UNSPECIFIED";
@@ -51,29 +52,42 @@ export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest
     baseCredentials: r.baseCredentials
       ? { username: r.baseCredentials.username, password: r.baseCredentials.password }
       : null,
-    steps: r.steps.map((s) => ({ name: s.name, run: s.run, codeSha256: s.code?.sha256 ?? "" })),
+    steps: r.steps.map((s) => ({
+      name: s.name,
+      run: s.run,
+      codeSha256: s.code?.sha256 ?? "",
+      micromamba: s.micromamba ?? false,
+    })),
     env: { ...(r.env ?? {}) },
     secretEnv: { ...(r.secretEnv ?? {}) },
     baseImageCreds: { ...(r.baseImageCreds ?? {}) },
     cpu: r.cpu ?? 0,
     memoryBytes: r.memoryBytes ?? 0,
     pushRepository: r.pushRepository ?? "",
+    gpu: r.gpu ? { count: r.gpu.count, types: [...(r.gpu.types ?? [])] } : null,
   };
 }
 
 export function buildRequestFromProto(w: WireBuildImageRequest): BuildImageRequest {
   const r: BuildImageRequest = {
-    steps: (w.steps ?? []).map((s) => ({ name: s.name, run: s.run, ...(s.codeSha256 ? { code: { sha256: s.codeSha256 } } : {}) })),
+    steps: (w.steps ?? []).map((s) => ({
+      name: s.name,
+      run: s.run,
+      ...(s.codeSha256 ? { code: { sha256: s.codeSha256 } } : {}),
+      ...(s.micromamba ? { micromamba: true } : {}),
+    })),
   };
   if (w.baseImage) r.baseImage = w.baseImage;
   if (w.baseCredentials)
     r.baseCredentials = { username: w.baseCredentials.username, password: w.baseCredentials.password };
   if (w.env && Object.keys(w.env).length > 0) r.env = { ...w.env };
   if (w.secretEnv && Object.keys(w.secretEnv).length > 0) r.secretEnv = { ...w.secretEnv };
-  if (w.baseImageCreds && Object.keys(w.baseImageCreds).length > 0) r.baseImageCreds = { ...w.baseImageCreds };
+  if (w.baseImageCreds && Object.keys(w.baseImageCreds).length > 0)
+    r.baseImageCreds = { ...w.baseImageCreds };
   if (w.cpu > 0) r.cpu = w.cpu;
   if (w.memoryBytes > 0) r.memoryBytes = w.memoryBytes;
   if (w.pushRepository) r.pushRepository = w.pushRepository;
+  if (w.gpu && w.gpu.count > 0) r.gpu = { count: w.gpu.count, types: [...(w.gpu.types ?? [])] };
   return r;
 }
 

@@ -33,6 +33,8 @@ export interface ImageBuildsOptions {
   secrets?: { resolve(workspaceId: string, names: readonly string[]): Promise<Record<string, string>> };
   /** The package index of every pip step. @default PyPI (pip's own default) */
   pipIndex?: PipIndex;
+  /** Conda channels of every micromamba step, after the image's own. @default micromamba's default */
+  condaChannels?: string[];
   /** What each build step's container gets. @default 1 core, 2 GiB */
   cpuMillicores?: number;
   memoryBytes?: number;
@@ -47,6 +49,11 @@ export interface ImageBuildsOptions {
   log?: { info(o: object, m: string): void; warn(o: object, m: string): void };
   /** Told each status a record takes (building, ready, failed): the coordinator emits image.* events. */
   onStatus?: (image: BuiltImage) => void;
+  /**
+   * What else remove() removes before the record (the registry's manifest,
+   * the agents' copies: ImageGc.forget); a failure fails the removal.
+   */
+  onRemove?: (image: BuiltImage) => Promise<void>;
   /** The workspace's deployments that run this image (their names); remove() refuses while there are any. */
   usedBy?: (workspaceId: string, image: BuiltImage) => Promise<string[]>;
 }
@@ -76,7 +83,7 @@ export class ImageBuilds {
     const df = opts.dockerfile
       ? dockerfileBuild(opts.dockerfile.text, opts.dockerfile.contextSha256)
       : undefined;
-    const req = buildRequestOf(spec, this.o.pipIndex ?? {}, df);
+    const req = buildRequestOf(spec, { ...this.o.pipIndex, condaChannels: this.o.condaChannels ?? [] }, df);
     if (opts.baseImageCreds && Object.keys(opts.baseImageCreds).length > 0) {
       if (!req.baseImage) throw new BerthError("invalid_request", "base_image_creds need a base_image");
       // Never recorded or logged; part of the request the agent resolves.
@@ -122,6 +129,7 @@ export class ImageBuilds {
         `image ${imageId} is used by the deployment${users.length > 1 ? "s" : ""} ${users.join(", ")}: stop or delete ${users.length > 1 ? "them" : "it"} first`,
         { image_id: imageId, deployments: users },
       );
+    await this.o.onRemove?.(image);
     await this.o.repo.delete(workspaceId, imageId);
     this.o.log?.info({ workspaceId, imageId }, "image removed");
   }
@@ -158,8 +166,9 @@ export class ImageBuilds {
         placement: {
           cpuMillicores: this.o.cpuMillicores ?? 1000,
           memoryBytes: req.memoryBytes ?? 2 * GiB,
-          gpuTypes: [],
-          gpuCount: 0,
+          // build_with_gpu: a host with that GPU type, or unplaceable naming it.
+          gpuTypes: [...(req.gpu?.types ?? [])],
+          gpuCount: req.gpu?.count ?? 0,
           preferAgents: [],
         },
       },
@@ -170,6 +179,8 @@ export class ImageBuilds {
     try {
       await this.o.planner.whenReady(id, this.o.placementWaitMs ?? 60_000);
       const agent = this.o.agents.client(held.agentId);
+      // The type the planner chose on that host, so the agent gives its steps that GPU.
+      if (build.gpu && held.gpuType) build.gpu = { ...build.gpu, types: [held.gpuType] };
       const contexts = new Set(build.steps.flatMap((s) => (s.code ? [s.code.sha256] : [])));
       for (const sha of contexts) {
         if (!this.o.code)

@@ -34,7 +34,10 @@ export function needsBuild(spec: ImageSpec): boolean {
   return (
     (spec.commands?.length ?? 0) > 0 ||
     (spec.python_packages?.length ?? 0) > 0 ||
-    (spec.env_vars?.length ?? 0) > 0
+    (spec.env_vars?.length ?? 0) > 0 ||
+    spec.micromamba === true ||
+    (spec.micromamba_packages?.length ?? 0) > 0 ||
+    !!spec.build_with_gpu
   );
 }
 
@@ -44,8 +47,6 @@ export const shellQuote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 /** Parts of the spec this cluster's builds do not do; each is refused by name. */
 function unsupported(spec: ImageSpec): string[] {
   const out: string[] = [];
-  if (spec.micromamba || (spec.micromamba_packages?.length ?? 0) > 0) out.push("micromamba");
-  if (spec.build_with_gpu) out.push(`a build on a ${spec.build_with_gpu} GPU (build_with_gpu)`);
   if (spec.snapshot_id) out.push("a snapshot base (from_id) with build steps");
   return out;
 }
@@ -90,11 +91,37 @@ export function pipStep(packages: string[], index: PipIndex): BuildStep {
   return { name: `pip install ${packages.join(" ")}`, run };
 }
 
+/** Where micromamba installs: an environment whose bin dir leads PATH at build and at run. */
+export const CONDA_PREFIX = "/opt/conda";
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** "python3.11" → "python=3.11"; empty: the channel's python. */
+function condaPython(version: string | undefined): string {
+  const m = /^python(\d+(?:\.\d+)*)$/.exec(version ?? "");
+  return m ? `python=${m[1]}` : "python";
+}
+
+/**
+ * One micromamba install into CONDA_PREFIX of python (the spec's version)
+ * and the packages, from the image's channels then the cluster's
+ * (`condaChannels`), those only (--override-channels) when any is named.
+ * The agent puts its configured micromamba on the step's PATH where the
+ * image has none (BuildStep.micromamba).
+ */
+export function micromambaStep(spec: ImageSpec, clusterChannels: readonly string[]): BuildStep {
+  const packages = [condaPython(spec.python_version), ...(spec.micromamba_packages ?? [])];
+  const channels = [...new Set([...(spec.micromamba_channels ?? []), ...clusterChannels])];
+  const args = ["install", "--yes", "--root-prefix", CONDA_PREFIX, "--prefix", CONDA_PREFIX];
+  if (channels.length > 0) args.push("--override-channels", ...channels.flatMap((c) => ["-c", c]));
+  const run = `micromamba ${[...args, ...packages].map(shellQuote).join(" ")} && micromamba clean --all --yes --root-prefix ${CONDA_PREFIX}`;
+  return { name: `micromamba install ${packages.join(" ")}`, run, micromamba: true };
+}
+
 /** The agent's build request for `spec`; refuses what builds cannot do, naming it. */
 /** `dockerfile`: the Dockerfile's own base and steps, which the spec's commands and packages follow. */
 export function buildRequestOf(
   spec: ImageSpec,
-  index: PipIndex,
+  index: PipIndex & { condaChannels?: readonly string[] },
   dockerfile?: { baseImage: string; steps: BuildStep[]; env: Record<string, string> },
 ): BuildImageRequest {
   if (spec.dockerfile && !dockerfile) {
@@ -116,12 +143,24 @@ export function buildRequestOf(
       throw new BerthError("invalid_request", "an image command is empty");
     steps.push({ name: c.length > 200 ? `${c.slice(0, 197)}...` : c, run: c });
   }
+  const mamba = spec.micromamba === true || (spec.micromamba_packages?.length ?? 0) > 0;
+  if (mamba) steps.push(micromambaStep(spec, index.condaChannels ?? []));
   const packages = (spec.python_packages ?? []).filter((p) => typeof p === "string" && p.trim() !== "");
   if (packages.length > 0) steps.push(ENSURE_PIP_STEP, pipStep(packages, index));
   const req: BuildImageRequest = {
     steps,
-    env: { ...(dockerfile?.env ?? {}), ...envOf(spec.env_vars ?? []) },
+    env: {
+      // The environment's python and tools first, at build (pip steps) and at run.
+      ...(mamba ? { PATH: `${CONDA_PREFIX}/bin:${DEFAULT_PATH}` } : {}),
+      ...(dockerfile?.env ?? {}),
+      ...envOf(spec.env_vars ?? []),
+    },
   };
+  if (spec.build_with_gpu) {
+    if (typeof spec.build_with_gpu !== "string" || !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(spec.build_with_gpu))
+      throw new BerthError("invalid_request", `build_with_gpu ${JSON.stringify(spec.build_with_gpu)} is not a GPU type`);
+    req.gpu = { count: 1, types: [spec.build_with_gpu] };
+  }
   const base = dockerfile?.baseImage ?? spec.base_image;
   if (base) req.baseImage = base;
   return req;

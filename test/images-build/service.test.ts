@@ -171,7 +171,7 @@ for (const engine of STORE_ENGINES) {
     });
 
     test("what builds cannot do is refused before anything is reserved", async () => {
-      assert.throws(() => builds.build(ws, { commands: ["x"], micromamba: true }), /micromamba/);
+      assert.throws(() => builds.build(ws, { commands: ["x"], snapshot_id: "snap-1" }), /snapshot/);
       assert.deepEqual(planner.list([IMAGE_BUILD_KIND]), []);
     });
   });

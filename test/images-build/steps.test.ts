@@ -69,11 +69,44 @@ test("what builds do not do is refused by name; bad input names the cause", () =
     "secrets are built",
   );
   assert.throws(() => buildRequestOf({ dockerfile: { path: "/Dockerfile" } }, {}), /needs the Dockerfile's text/);
-  refused({ micromamba: true }, /micromamba/);
-  refused({ build_with_gpu: "A10G" }, /A10G/);
+  refused({ snapshot_id: "snap-1", commands: ["x"] }, /snapshot/);
+  assert.throws(() => buildRequestOf({ build_with_gpu: "A10G; rm" }, {}), /is not a GPU type/);
   assert.doesNotThrow(() =>
     buildRequestOf({ base_image: "r.example/x:1", base_image_creds: ["REGISTRY_USERNAME"] }, {}),
   );
   assert.throws(() => buildRequestOf({ commands: [" "] }, {}), /command is empty/);
   assert.throws(() => buildRequestOf({ env_vars: ["=x"] }, {}), /not KEY=VALUE/);
+});
+
+test("micromamba: one install of python and the packages into /opt/conda from the image's then the cluster's channels", () => {
+  const req = buildRequestOf(
+    {
+      python_version: "python3.11",
+      commands: ["echo first"],
+      micromamba: true,
+      micromamba_packages: ["numpy", "it's"],
+      micromamba_channels: ["https://conda.image.local/main"],
+      python_packages: ["requests"],
+    },
+    { condaChannels: ["https://conda.mirror.local/forge", "https://conda.image.local/main"] },
+  );
+  assert.deepEqual(
+    req.steps.map((s) => s.name),
+    ["echo first", "micromamba install python=3.11 numpy it's", "ensure pip", "pip install requests"],
+  );
+  const step = req.steps[1]!;
+  assert.equal(step.micromamba, true, "the agent puts its micromamba beside this step");
+  assert.equal(
+    step.run,
+    `micromamba 'install' '--yes' '--root-prefix' '/opt/conda' '--prefix' '/opt/conda' '--override-channels' '-c' 'https://conda.image.local/main' '-c' 'https://conda.mirror.local/forge' 'python=3.11' 'numpy' ${shellQuote("it's")} && micromamba clean --all --yes --root-prefix /opt/conda`,
+  );
+  assert.match(req.env?.PATH ?? "", /^\/opt\/conda\/bin:/, "the environment's python leads PATH at build and run");
+  assert.ok(needsBuild({ micromamba: true }));
+  assert.equal(buildRequestOf({ micromamba: true }, {}).steps[0]?.run.includes("--override-channels"), false);
+});
+
+test("build_with_gpu: the request carries one GPU of that type", () => {
+  assert.deepEqual(buildRequestOf({ build_with_gpu: "A10G" }, {}).gpu, { count: 1, types: ["A10G"] });
+  assert.ok(needsBuild({ build_with_gpu: "A10G" }));
+  assert.equal(buildRequestOf({ commands: ["x"] }, {}).gpu, undefined);
 });

@@ -57,10 +57,6 @@ def refused():
 def stream_error():
     pass
 
-@function(name="needs_build", image=Image(base_image="docker.io/library/python:3.11").build_with_gpu("NUMPY-GPU"))
-def needs_build():
-    pass
-
 @function(name="registry", image=Image.from_registry("docker.io/library/python:3.11-slim"), gpu=["H100", "A100"])
 def registry(x):
     return x
@@ -229,13 +225,6 @@ class FunctionTest(unittest.TestCase):
         self.assertIn("4 MiB", str(ctx.exception))
         self.assertGreater(ctx.exception.size, 5 * 1024 * 1024)
         self.assertIn(str(ctx.exception.size), str(ctx.exception))
-
-    def test_image_builds_are_refused_by_name(self):
-        with self.assertRaises(berth.ImageBuildError) as ctx:
-            self.app.needs_build.remote()
-        self.assertIn("NUMPY-GPU", str(ctx.exception))
-        self.assertIn("not available on this cluster yet", str(ctx.exception))
-        self.assertFalse(any(b["name"] == "needs_build" for b in self.gw.stub_bodies))
 
     def test_calls_during_the_runners_import_are_refused(self):
         with mock.patch.dict(os.environ, {"BERTH_REMOTE": "1"}):

@@ -174,12 +174,8 @@ class Image:
         ``extra.image_ref`` is the ``img-`` id); functions cannot yet.
         """
         out = []
-        if self.use_micromamba or self.micromamba_packages:
-            out.append(f"micromamba packages {self.micromamba_packages}" if self.micromamba_packages else "micromamba")
         if self.snapshot_id and not allow_snapshot:
             out.append(f"the snapshot {self.snapshot_id}")
-        if self.gpu:
-            out.append(f"a build on a {self.gpu} GPU")
         return out
 
     def check_runnable(self, function_name: str, allow_snapshot: bool = False) -> None:
@@ -221,6 +217,9 @@ class Image:
             or self.commands
             or self.env_vars
             or self.dockerfile
+            or self.use_micromamba
+            or self.micromamba_packages
+            or self.gpu
             or (self.base_image and self.base_image_creds)
         )
 

@@ -1,0 +1,113 @@
+// build_with_gpu through the coordinator: the build is placed by the real
+// planner (reservation kind image-build) on the host that has the GPU type,
+// holds that GPU while it runs, and tells the agent the type chosen; with no
+// host of that type it is refused as unplaceable, naming the type, and
+// nothing is held or sent to an agent.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
+import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
+import { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildUpdate } from "../../coordinator/images/index.ts";
+import { Planner } from "../../coordinator/scheduler/index.ts";
+import { Store } from "../../coordinator/store/store.ts";
+import { capacity } from "../containers/fakes.ts";
+import { STORE_ENGINES } from "../helpers/engines.ts";
+
+/** Records what it is asked to build and answers as an agent's builder does. */
+class RecordingAgent implements ImageBuildApi {
+  readonly calls: BuildImageRequest[] = [];
+  constructor(private readonly onBuild: () => void) {}
+  async *buildImage(req: BuildImageRequest): AsyncGenerator<BuildEvent> {
+    this.calls.push(req);
+    this.onBuild();
+    const imageId = `img-${"b".repeat(24)}`;
+    yield { type: "base", imageId, ref: "default", digest: "sha256:base" };
+    yield { type: "step", index: 1, total: 1, name: req.steps[0]?.name ?? "", cached: false };
+    yield { type: "step_done", index: 1, cached: false, seconds: 0.1, digest: "sha256:1" };
+    yield {
+      type: "done",
+      imageId,
+      ref: "localhost/berth-build-cache:y",
+      digest: "sha256:y",
+      cachedSteps: 0,
+      builtSteps: 1,
+    };
+  }
+}
+
+async function collect(it: AsyncIterable<ImageBuildUpdate>): Promise<ImageBuildUpdate[]> {
+  const out: ImageBuildUpdate[] = [];
+  for await (const u of it) out.push(u);
+  return out;
+}
+
+test("build_with_gpu is placed on a host with that GPU type, or refused as unplaceable", async (t) => {
+  const sqlite = STORE_ENGINES.find((e) => e.name === "sqlite")!;
+  const store = await Store.open(await sqlite.url(t));
+  t.after(() => store.close());
+  const ws = (await store.workspaces.create("gpu-builds")).id;
+  const fleet = new FleetView();
+  const now = Date.now();
+  const observe = (agentId: string, cap: ReturnType<typeof capacity>) =>
+    fleet.observe(
+      {
+        agentId,
+        hostname: agentId,
+        version: "t",
+        sentAt: now,
+        intervalMs: 600_000,
+        grpcAddress: "127.0.0.1:1",
+        capacity: cap,
+      },
+      now,
+    );
+  // The CPU host is bigger, so a build without a GPU would go there first.
+  observe("cpu-host", capacity(64, 256));
+  observe("gpu-host", capacity(8, 64, [{ type: "H100", uuid: "GPU-h100-0" }]));
+  const planner = new Planner({ fleet });
+  const heldDuring: unknown[] = [];
+  const agent = new RecordingAgent(() =>
+    heldDuring.push(...planner.list([IMAGE_BUILD_KIND]).map((h) => [h.agentId, h.gpuCount, h.gpuType])),
+  );
+  const asked: string[] = [];
+  const builds = new ImageBuilds({
+    repo: store.builtImages,
+    planner,
+    agents: {
+      client: (id) => {
+        asked.push(id);
+        return agent;
+      },
+    },
+    placementWaitMs: 1_000,
+  });
+
+  await t.test("placed on the H100 host, holding its GPU while it builds", async () => {
+    const ev = await collect(builds.build(ws, { commands: ["nvidia-smi"], build_with_gpu: "H100" }));
+    assert.equal(ev.at(-1)?.type, "image");
+    assert.deepEqual(asked, ["gpu-host"]);
+    assert.deepEqual(heldDuring, [["gpu-host", 1, "H100"]]);
+    assert.deepEqual(
+      agent.calls[0]?.gpu,
+      { count: 1, types: ["H100"] },
+      "the agent's steps ask for that GPU",
+    );
+    assert.deepEqual(planner.list([IMAGE_BUILD_KIND]), [], "released at the end");
+  });
+
+  await t.test("no host has an A10G: unplaceable, naming it; nothing held or built", async () => {
+    await assert.rejects(
+      collect(builds.build(ws, { commands: ["nvidia-smi"], build_with_gpu: "A10G" })),
+      (e: unknown) => {
+        const err = e as { code?: string; message: string };
+        assert.equal(err.code, "unplaceable");
+        assert.match(err.message, /cannot place the image build/);
+        assert.match(err.message, /A10G/);
+        return true;
+      },
+    );
+    assert.equal(agent.calls.length, 1, "no agent was asked to build");
+    assert.deepEqual(planner.list([IMAGE_BUILD_KIND]), []);
+  });
+});
