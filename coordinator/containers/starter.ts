@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { describeError } from "../../shared/errors.ts";
 import type { ContainerLimits } from "../scheduler/quota.ts";
+import { stubBucketMounts } from "../volumes/buckets.ts";
 import type { CodePusher } from "./code-push.ts";
 import { type ContainerTable, type Managed, RUNNER_KIND } from "./container-table.ts";
 import type { FleetSync } from "./fleet-sync.ts";
@@ -38,6 +39,10 @@ export class ContainerStarter {
    */
   placeOne(stub: StubRecord, limits?: ContainerLimits): boolean {
     const { o, containers, code } = this.d;
+    if (stub.imageError) {
+      void this.d.track(this.failPending(stub.id, "not_found", stub.imageError));
+      return false;
+    }
     const sha = stub.extra.code_sha256;
     const prefer = new Set(sha ? code.holders(sha) : []);
     for (const c of containers.live((c) => c.stubId === stub.id)) prefer.add(c.agentId);
@@ -50,6 +55,7 @@ export class ContainerStarter {
       stubId: stub.id,
       placement: req,
       ...(limits ? { limits } : {}),
+      ...(stub.imageAgents ? { onlyAgents: stub.imageAgents } : {}),
     });
     if (!placed.ok) {
       if (placed.permanent && placed.limit) {
@@ -110,8 +116,14 @@ export class ContainerStarter {
     try {
       const api = this.d.fleet.api(c.agentId);
       const secretEnv = await this.secretEnv(stub);
+      // Keys of the stub's CloudBuckets, from the secrets the config names (docs/buckets.md).
+      const buckets = await stubBucketMounts(stub, o.secrets).catch((e: unknown) => {
+        throw new SecretsError(e);
+      });
       if (stub.extra.code_sha256) await this.d.code.ensure(c.agentId, stub.extra.code_sha256, api);
-      const status = await api.runContainer(o.containerRequest(stub, c.id, gpuType, secretEnv));
+      const req = o.containerRequest(stub, c.id, gpuType, secretEnv);
+      if (buckets.length > 0) req.buckets = buckets;
+      const status = await api.runContainer(req);
       if (!containers.holds(c)) return; // exited already, or its agent is gone
       o.planner.assignGpus(c.id, status.gpus);
       if (c.state === "starting") {
