@@ -7,7 +7,15 @@
 import type { LiveAgent } from "../fleet/fleet-view.ts";
 import { type Reservation, buildClusterView } from "./cluster-view.ts";
 import { type Placement, type PlacementRequest, place } from "./place.ts";
-import { type ContainerLimits, everFitsLimits, fitsLimits, usageOf } from "./quota.ts";
+import type { PlacementIndex } from "./placement-index.ts";
+import {
+  type ContainerLimits,
+  type WorkspaceUsage,
+  everFitsLimits,
+  fitsLimits,
+  subtractUsage,
+  usageOf,
+} from "./quota.ts";
 
 /**
  * Who holds a reservation: "runner", "sandbox" and "pod" today; an
@@ -50,8 +58,16 @@ export interface PlanInput {
   /** Idle warm containers that may be stopped, as their owners offer them. */
   idle: readonly IdleCandidate[];
   /** Containers already being stopped to make room: they still hold their room, but no longer count toward limits. */
-  leaving?: ReadonlySet<string>;
+  leaving?: { has(id: string): boolean };
   want: PlanRequest;
+  /**
+   * The fleet and `held` indexed (placement-index.ts, kept by the planner):
+   * when set, the first placement runs place() on the few agents it names
+   * instead of the whole fleet; the decision is the same. @default none
+   */
+  index?: PlacementIndex;
+  /** What the workspace's entries of `held` hold, those `leaving` left out, when the caller keeps count (limits check it). @default summed from held */
+  usageOf?: (workspaceId: string) => WorkspaceUsage;
 }
 
 export type Plan =
@@ -77,35 +93,56 @@ export type Plan =
 export function planPlacement(input: PlanInput): Plan {
   const { want } = input;
   const req = want.placement;
-  const byId = new Map(input.held.map((h) => [h.id, h]));
-  const candidates = input.idle
-    .filter((c) => {
-      const h = byId.get(c.id);
-      return h !== undefined && (want.stubId === undefined || h.stubId !== want.stubId);
-    })
-    .sort((a, b) => a.idleSince - b.idleSince || a.id.localeCompare(b.id));
+  // Built only when needed: with no idle container and no limit, nothing here walks every reservation.
+  let byIdMap: Map<string, Held> | undefined;
+  const byId = () => {
+    byIdMap ??= new Map(input.held.map((h) => [h.id, h]));
+    return byIdMap;
+  };
+  let idleCandidates: IdleCandidate[] | undefined;
+  const candidates = () => {
+    idleCandidates ??= input.idle
+      .filter((c) => {
+        const h = byId().get(c.id);
+        return h !== undefined && (want.stubId === undefined || h.stubId !== want.stubId);
+      })
+      .sort((a, b) => a.idleSince - b.idleSince || a.id.localeCompare(b.id));
+    return idleCandidates;
+  };
   const stop = new Set<string>();
 
   if (want.limits) {
     const limits = want.limits;
-    const usage = () =>
-      usageOf(
-        input.held.filter(
-          (h) => h.workspaceId === want.workspaceId && !stop.has(h.id) && !input.leaving?.has(h.id),
-        ),
-      );
+    const ws = want.workspaceId;
+    const base =
+      input.usageOf?.(ws) ??
+      usageOf(input.held.filter((h) => h.workspaceId === ws && !input.leaving?.has(h.id)));
+    // Less what the idle containers chosen so far hold (only the workspace's own are ever chosen here).
+    const usage = () => {
+      if (stop.size === 0) return base;
+      const gone = [...stop].flatMap((id) => {
+        const h = byId().get(id);
+        return h && h.workspaceId === ws && !input.leaving?.has(id) ? [h] : [];
+      });
+      return subtractUsage(base, usageOf(gone));
+    };
     let check = fitsLimits(limits, usage(), req);
     if (!check.ok) {
       if (!everFitsLimits(limits, req))
         return { ok: false, reason: check.reason, permanent: true, limit: check.limit };
-      for (const c of candidates) {
-        if (byId.get(c.id)?.workspaceId !== want.workspaceId) continue;
+      for (const c of candidates()) {
+        if (byId().get(c.id)?.workspaceId !== want.workspaceId) continue;
         stop.add(c.id);
         check = fitsLimits(limits, usage(), req);
         if (check.ok) break;
       }
       if (!check.ok) return { ok: false, reason: check.reason, permanent: false, limit: check.limit };
     }
+  }
+
+  if (input.index && stop.size === 0 && !want.onlyAgents) {
+    const quick = placeIndexed(input.index, want);
+    if (quick) return planned(quick, stop);
   }
 
   const agents = want.onlyAgents
@@ -126,7 +163,7 @@ export function planPlacement(input: PlanInput): Plan {
   let best: { placed: Placement & { ok: true }; stop: Set<string> } | undefined;
   for (const agent of view.agents) {
     if (!agent.ready) continue;
-    const mine = candidates.filter((c) => !stop.has(c.id) && byId.get(c.id)?.agentId === agent.agentId);
+    const mine = candidates().filter((c) => !stop.has(c.id) && byId().get(c.id)?.agentId === agent.agentId);
     const more = new Set(stop);
     for (const c of mine) {
       if (best && more.size >= best.stop.size) break;
@@ -142,8 +179,24 @@ export function planPlacement(input: PlanInput): Plan {
   if (best) return planned(best.placed, best.stop);
   return {
     ...refusal,
-    reason: `${first.reason}; ${candidates.length === 0 ? "no idle warm container can be stopped to make room" : "stopping every idle warm container would not make enough room on any one agent"}`,
+    reason: `${first.reason}; ${candidates().length === 0 ? "no idle warm container can be stopped to make room" : "stopping every idle warm container would not make enough room on any one agent"}`,
   };
+}
+
+/** place() on the agents the index names; undefined when it finds no room (the full view then decides). */
+function placeIndexed(index: PlacementIndex, want: PlanRequest): (Placement & { ok: true }) | undefined {
+  const ids = index.candidates(want.placement, want.schedulable ?? (() => true));
+  if (!ids) return undefined;
+  const agents: LiveAgent[] = [];
+  const held: Reservation[] = [];
+  for (const id of ids) {
+    const one = index.agent(id);
+    if (!one) continue;
+    agents.push(one.agent);
+    held.push(...one.held);
+  }
+  const placed = place(buildClusterView(agents, held, want.schedulable), want.placement);
+  return placed.ok ? placed : undefined;
 }
 
 function planned(p: Placement & { ok: true }, stop: Set<string>): Plan {

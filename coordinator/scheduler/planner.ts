@@ -10,7 +10,8 @@
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { type Held, type IdleCandidate, type Plan, type PlanRequest, planPlacement } from "./plan.ts";
-import { type WorkspaceUsage, usageOf } from "./quota.ts";
+import { PlacementIndex } from "./placement-index.ts";
+import { NO_USAGE, type WorkspaceUsage, addUsage, subtractUsage, usageOf } from "./quota.ts";
 
 /** An owner of containers (the container manager): what it may stop to make room, and how. */
 export interface ContainerOwner {
@@ -54,6 +55,10 @@ export interface WaitOptions {
 
 export class Planner {
   private readonly held = new Map<string, Held>();
+  /** What each workspace's reservations hold together (those being stopped included), for limits. */
+  private readonly byWorkspace = new Map<string, WorkspaceUsage>();
+  /** The fleet and the reservations, indexed so a placement need not look at every agent. */
+  private readonly index: PlacementIndex;
   /** Victims being stopped, and the reservation each makes room for. */
   private readonly yielding = new Map<string, string>();
   /** Reservations waiting for their victims to go. */
@@ -62,7 +67,26 @@ export class Planner {
   private readonly owners = new Set<ContainerOwner>();
   private readonly listeners = new Set<() => void>();
 
-  constructor(private readonly o: PlannerOptions) {}
+  constructor(private readonly o: PlannerOptions) {
+    this.index = new PlacementIndex(o.fleet);
+  }
+
+  private hold(h: Held): void {
+    this.held.set(h.id, h);
+    this.byWorkspace.set(h.workspaceId, addUsage(this.byWorkspace.get(h.workspaceId) ?? NO_USAGE, usageOf([h])));
+    this.index.add(h);
+  }
+
+  private unhold(h: Held): void {
+    this.held.delete(h.id);
+    const u = this.byWorkspace.get(h.workspaceId);
+    if (u) {
+      const left = subtractUsage(u, usageOf([h]));
+      if (left.containers === 0) this.byWorkspace.delete(h.workspaceId);
+      else this.byWorkspace.set(h.workspaceId, left);
+    }
+    this.index.remove(h);
+  }
 
   /** Registers an owner whose idle containers may make room. Returns an unregister. */
   addOwner(owner: ContainerOwner): () => void {
@@ -88,25 +112,48 @@ export class Planner {
   reserve(r: ReserveRequest): ReserveResult {
     if (this.held.has(r.id))
       throw new BerthError("conflict", `container ${r.id} already holds a reservation`);
-    const idle: IdleCandidate[] = [];
+    // The owners' idle containers are asked for only when the plan needs them (a limit reached, no room anywhere).
     const ownerOf = new Map<string, ContainerOwner>();
-    for (const owner of this.owners) {
-      for (const c of owner.idle()) {
-        if (this.yielding.has(c.id) || !this.held.has(c.id)) continue;
-        idle.push(c);
-        ownerOf.set(c.id, owner);
+    let idle: IdleCandidate[] | undefined;
+    const idleNow = () => {
+      if (idle) return idle;
+      idle = [];
+      for (const owner of this.owners) {
+        for (const c of owner.idle()) {
+          if (this.yielding.has(c.id) || !this.held.has(c.id)) continue;
+          idle.push(c);
+          ownerOf.set(c.id, owner);
+        }
       }
-    }
-    const owners = [...this.owners];
-    const synced = (agentId: string) =>
-      owners.every((o) => o.synced?.(agentId) ?? true) && (r.schedulable?.(agentId) ?? true);
+      return idle;
+    };
+    const owners = this.owners;
+    const synced =
+      owners.size === 0 && !r.schedulable
+        ? undefined
+        : (agentId: string) => {
+            for (const o of owners) if (!(o.synced?.(agentId) ?? true)) return false;
+            return r.schedulable?.(agentId) ?? true;
+          };
+    this.index.sync();
+    const { fleet } = this.o;
+    const held = this.held;
     const plan = planPlacement({
-      agents: this.o.fleet.list(),
-      held: [...this.held.values()],
-      idle,
+      // Read only on the slow paths (no room anywhere, idle containers to weigh): copies of everything.
+      get agents() {
+        return fleet.list();
+      },
+      get held() {
+        return [...held.values()];
+      },
+      get idle() {
+        return idleNow();
+      },
       // Containers being stopped no longer count toward limits; their room is still theirs until they go.
-      leaving: new Set(this.yielding.keys()),
-      want: { ...r, schedulable: synced },
+      leaving: this.yielding,
+      want: synced ? { ...r, schedulable: synced } : r,
+      index: this.index,
+      usageOf: (ws) => this.usage(ws),
     });
     if (!plan.ok) return plan;
     const reservation: Held = {
@@ -120,7 +167,7 @@ export class Planner {
       gpuCount: r.placement.gpuCount,
       ...(plan.gpuType ? { gpuType: plan.gpuType } : {}),
     };
-    this.held.set(r.id, reservation);
+    this.hold(reservation);
     if (plan.stop.length > 0) {
       this.waitingOn.set(r.id, new Set(plan.stop));
       for (const id of plan.stop) this.yielding.set(id, r.id);
@@ -139,23 +186,25 @@ export class Planner {
   adopt(h: Held): void {
     const had = this.held.get(h.id);
     if (had) {
-      if (h.gpuUuids) had.gpuUuids = h.gpuUuids;
+      if (h.gpuUuids) this.assignGpus(h.id, h.gpuUuids);
       return;
     }
-    this.held.set(h.id, { ...h });
+    this.hold({ ...h });
   }
 
   /** The devices the agent assigned, once its answer came. */
   assignGpus(id: string, uuids: string[]): void {
     const h = this.held.get(id);
-    if (h) h.gpuUuids = uuids;
+    if (!h) return;
+    h.gpuUuids = uuids;
+    this.index.refresh(h);
   }
 
   /** The container is gone (or will not start): its room is free. Unknown ids are ignored. */
   release(id: string): void {
     const h = this.held.get(id);
     if (!h) return;
-    this.held.delete(id);
+    this.unhold(h);
     const forId = this.yielding.get(id);
     this.yielding.delete(id);
     if (forId) {
@@ -289,6 +338,14 @@ export class Planner {
    * count (the reservation they make room for does).
    */
   usage(workspaceId: string): WorkspaceUsage {
-    return usageOf(this.list().filter((h) => h.workspaceId === workspaceId && !this.yielding.has(h.id)));
+    const all = this.byWorkspace.get(workspaceId) ?? NO_USAGE;
+    // Those being stopped are few: subtracted one by one rather than keeping a second count.
+    const stopping: Held[] = [];
+    for (const id of this.yielding.keys()) {
+      const h = this.held.get(id);
+      if (h?.workspaceId === workspaceId) stopping.push(h);
+    }
+    return stopping.length === 0 ? { ...all } : subtractUsage(all, usageOf(stopping));
   }
 }
+

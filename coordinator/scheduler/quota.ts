@@ -48,6 +48,16 @@ export function addUsage(a: WorkspaceUsage, b: WorkspaceUsage): WorkspaceUsage {
   };
 }
 
+/** What is left of `a` without `b`. */
+export function subtractUsage(a: WorkspaceUsage, b: WorkspaceUsage): WorkspaceUsage {
+  return {
+    containers: a.containers - b.containers,
+    cpuMillicores: a.cpuMillicores - b.cpuMillicores,
+    memoryBytes: a.memoryBytes - b.memoryBytes,
+    gpus: a.gpus - b.gpus,
+  };
+}
+
 export type QuotaCheck = { ok: true } | { ok: false; limit: keyof ContainerLimits; reason: string };
 
 const fmtMb = (bytes: number) => `${Math.ceil(bytes / MiB)} MiB`;

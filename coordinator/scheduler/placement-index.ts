@@ -1,0 +1,444 @@
+// An index over the fleet that finds, without looking at every agent, a few
+// agents among which place() would pick its winner: the planner keeps it up
+// to date (reservations added and removed, fleet changes read from the
+// FleetView's change log) and plan.ts runs the real place() on the agents it
+// names. It never decides anything itself, so decisions stay place()'s.
+//
+// Agents with the same GPU inventory (types and counts) form a group; inside
+// a group they are sorted by how full they are (the bin-packing ranker's
+// request-independent part), fullest first, in blocks that remember their
+// largest free CPU, memory and GPU counts so full blocks are skipped whole.
+// For a request the first fitting agent of each group bounds the best score
+// any other agent of the group can reach; every agent within that bound is a
+// candidate. Free room is summed over the same reservations in the same
+// order as buildClusterView() sums them (each agent's map keeps the
+// planner's insertion order), so "fits" is place()'s to the bit; only the
+// score is approximated, with a margin. Agents whose totals and free room are all equal score the same,
+// and only the first of them (place()'s tie order) is kept.
+
+import type { HostCapacity } from "../../shared/fleet.ts";
+import type { FleetView, LiveAgent } from "../fleet/fleet-view.ts";
+import type { Reservation } from "./cluster-view.ts";
+import { totalResources } from "./cluster-view.ts";
+import type { PlacementRequest } from "./place.ts";
+
+const BLOCK_MAX = 64;
+
+interface Held extends Reservation {
+  id: string;
+}
+
+interface Entry {
+  agent: LiveAgent;
+  id: string;
+  group: Group;
+  totalCpu: number;
+  totalMem: number;
+  /** Devices of each of the group's types, in the group's type order. */
+  uuids: string[][];
+  held: Map<string, Held>;
+  freeCpu: number;
+  freeMem: number;
+  freeGpu: number[];
+  /** The sort key while inserted: the used share of CPU and memory, as binPack counts it. */
+  used: number;
+  /** Totals and free room together: equal keys score equally for any request. */
+  sameness: string;
+  block?: Block;
+}
+
+interface Block {
+  entries: Entry[];
+  /**
+   * The block's Pareto front of free (cpu, memory), as flat pairs by cpu
+   * descending (memory then ascending): the block has room for a request
+   * exactly when one of these points has.
+   */
+  front: number[];
+  /** Entries left or changed since the front and maxima were computed: they may promise room no entry has. */
+  stale: boolean;
+  maxGpu: number[];
+}
+
+interface Group {
+  types: string[];
+  hasGpu: boolean;
+  blocks: Block[];
+  members: Set<Entry>;
+  minCpu: number;
+  minMem: number;
+}
+
+const collator = new Intl.Collator();
+
+/** place()'s order inside a group: fuller first, then rank()'s tie order by agent id. */
+const before = (a: Entry, b: Entry) =>
+  a.used > b.used || (a.used === b.used && collator.compare(a.id, b.id) < 0);
+
+const usedShare = (total: number, free: number) => (total > 0 ? (total - free) / total : 1);
+
+/** What the request adds to binPack's score on an agent of these totals. */
+const requestShare = (req: PlacementRequest, cpu: number, mem: number) =>
+  ((cpu > 0 ? req.cpuMillicores / cpu : 0) + (mem > 0 ? req.memoryBytes / mem : 0)) / 2;
+
+export class PlacementIndex {
+  private readonly entries = new Map<string, Entry>();
+  private readonly groups = new Map<string, Group>();
+  /** Reservations on agents the index does not hold (not ready, unknown yet). */
+  private readonly parked = new Map<string, Map<string, Held>>();
+  private seen = -1;
+  /** The groups with and without GPUs, rebuilt when a group is added. */
+  private cpuGroups: Group[] = [];
+  private gpuGroups: Group[] = [];
+  /** Reused by scan(): the sameness keys already taken in one group. */
+  private readonly taken = new Set<string>();
+
+  constructor(private readonly fleet: FleetView) {}
+
+  /** Reads the fleet's changes since the last call. */
+  sync(): void {
+    const version = this.fleet.version;
+    if (version === this.seen) return;
+    const changed = this.seen < 0 ? undefined : this.fleet.changedSince(this.seen);
+    this.seen = version;
+    if (changed === undefined) {
+      const live = new Set<string>();
+      for (const a of this.fleet.list()) {
+        live.add(a.agentId);
+        this.refreshAgent(a);
+      }
+      for (const id of [...this.entries.keys()]) if (!live.has(id)) this.dropAgent(id);
+      return;
+    }
+    for (const id of new Set(changed)) {
+      const a = this.fleet.get(id);
+      if (a) this.refreshAgent(a);
+      else this.dropAgent(id);
+    }
+  }
+
+  add(h: Held): void {
+    const e = this.entries.get(h.agentId);
+    if (!e) {
+      const map = this.parked.get(h.agentId) ?? new Map<string, Held>();
+      map.set(h.id, h);
+      this.parked.set(h.agentId, map);
+      return;
+    }
+    this.unplace(e);
+    e.held.set(h.id, h);
+    this.recompute(e);
+    this.insert(e);
+  }
+
+  remove(h: Held): void {
+    const e = this.entries.get(h.agentId);
+    if (!e) {
+      this.parked.get(h.agentId)?.delete(h.id);
+      return;
+    }
+    if (!e.held.has(h.id)) return;
+    this.unplace(e);
+    e.held.delete(h.id);
+    this.recompute(e);
+    this.insert(e);
+  }
+
+  /** A reservation changed in place (its GPU devices became known): its agent's free room is counted again. */
+  refresh(h: Held): void {
+    const e = this.entries.get(h.agentId);
+    if (!e?.held.has(h.id)) return;
+    this.unplace(e);
+    this.recompute(e);
+    this.insert(e);
+  }
+
+  /** The ready agent's live record and reservations, for building its view. */
+  agent(agentId: string): { agent: LiveAgent; held: Iterable<Reservation> } | undefined {
+    const e = this.entries.get(agentId);
+    return e && { agent: e.agent, held: e.held.values() };
+  }
+
+  /**
+   * Agents among which place() picks its winner for `req` on the whole
+   * fleet; undefined when no agent has room (place() on the full view then
+   * says why, or room is made).
+   */
+  candidates(req: PlacementRequest, ready: (agentId: string) => boolean): string[] | undefined {
+    const tiers = req.gpuTypes.length > 0 ? req.gpuTypes : [undefined];
+    // CPU work ranks hosts without GPUs first: GPU hosts are looked at only when none of those fits.
+    const order = req.gpuCount > 0 ? [this.gpuGroups] : [this.cpuGroups, this.gpuGroups];
+    for (const tier of tiers) {
+      for (const gs of order) {
+        const found: string[] = [];
+        for (const g of gs) this.scan(g, req, tier, ready, found);
+        if (found.length === 0) continue;
+        for (const id of req.preferAgents ?? []) {
+          const e = this.entries.get(id);
+          if (e && !found.includes(id) && this.fits(e, req, tier) && ready(id)) found.push(id);
+        }
+        return found;
+      }
+    }
+    return undefined;
+  }
+
+  private scan(
+    g: Group,
+    req: PlacementRequest,
+    tier: string | undefined,
+    ready: (agentId: string) => boolean,
+    found: string[],
+  ): void {
+    const want = gpuSlots(g, req, tier);
+    if (want === undefined) return;
+    let floor = Number.NEGATIVE_INFINITY;
+    const seen = this.taken;
+    seen.clear();
+    // The most a request can add to any member's score: its share of the smallest totals.
+    const maxShare = requestShare(req, g.minCpu, g.minMem);
+    for (const b of g.blocks) {
+      if ((b.entries[0]?.used ?? Number.NEGATIVE_INFINITY) < floor) return;
+      if (!frontFits(b.front, req.cpuMillicores, req.memoryBytes)) continue;
+      if (want.length > 0 && !want.some((i) => (b.maxGpu[i] ?? 0) >= req.gpuCount)) continue;
+      let roomy = false;
+      for (const e of b.entries) {
+        if (e.used < floor) return;
+        if (e.freeCpu < req.cpuMillicores || e.freeMem < req.memoryBytes) continue;
+        if (want.length > 0 && !want.some((i) => (e.freeGpu[i] ?? 0) >= req.gpuCount)) continue;
+        roomy = true;
+        if (seen.has(e.sameness) || !ready(e.id)) continue;
+        seen.add(e.sameness);
+        found.push(e.id);
+        if (floor === Number.NEGATIVE_INFINITY)
+          floor = e.used + requestShare(req, e.totalCpu, e.totalMem) - maxShare - 1e-9;
+      }
+      // A front that promised room no entry has is out of date: recounted once, not on every departure.
+      if (!roomy && b.stale) remax(b);
+    }
+  }
+
+  private fits(e: Entry, req: PlacementRequest, tier: string | undefined): boolean {
+    if (e.freeCpu < req.cpuMillicores || e.freeMem < req.memoryBytes) return false;
+    const want = gpuSlots(e.group, req, tier);
+    if (want === undefined) return false;
+    return want.length === 0 || want.some((i) => (e.freeGpu[i] ?? 0) >= req.gpuCount);
+  }
+
+  private refreshAgent(a: LiveAgent): void {
+    const old = this.entries.get(a.agentId);
+    if (a.state !== "ready") {
+      if (old) this.dropAgent(a.agentId);
+      return;
+    }
+    if (old && sameTotals(old.agent.heartbeat.capacity, a.heartbeat.capacity)) {
+      old.agent = a;
+      return;
+    }
+    const total = totalResources(a.heartbeat.capacity);
+    const types = Object.keys(total.gpus).sort();
+    const held = old ? old.held : (this.parked.get(a.agentId) ?? new Map<string, Held>());
+    if (old) this.dropAgent(a.agentId);
+    this.parked.delete(a.agentId);
+    const groupKey = types.map((t) => `${t}:${total.gpus[t]?.length ?? 0}`).join(",");
+    let group = this.groups.get(groupKey);
+    if (!group) {
+      group = {
+        types,
+        hasGpu: types.some((t) => (total.gpus[t]?.length ?? 0) > 0),
+        blocks: [],
+        members: new Set(),
+        minCpu: 0,
+        minMem: 0,
+      };
+      this.groups.set(groupKey, group);
+      this.cpuGroups = [...this.groups.values()].filter((g) => !g.hasGpu);
+      this.gpuGroups = [...this.groups.values()].filter((g) => g.hasGpu);
+    }
+    const e: Entry = {
+      agent: a,
+      id: a.agentId,
+      group,
+      totalCpu: total.cpuMillicores,
+      totalMem: total.memoryBytes,
+      uuids: types.map((t) => total.gpus[t] ?? []),
+      held,
+      freeCpu: 0,
+      freeMem: 0,
+      freeGpu: [],
+      used: 0,
+      sameness: "",
+    };
+    this.entries.set(a.agentId, e);
+    group.members.add(e);
+    if (e.totalCpu > 0 && (group.minCpu === 0 || e.totalCpu < group.minCpu)) group.minCpu = e.totalCpu;
+    if (e.totalMem > 0 && (group.minMem === 0 || e.totalMem < group.minMem)) group.minMem = e.totalMem;
+    this.recompute(e);
+    this.insert(e);
+  }
+
+  private dropAgent(agentId: string): void {
+    const e = this.entries.get(agentId);
+    if (!e) return;
+    this.unplace(e);
+    this.entries.delete(agentId);
+    e.group.members.delete(e);
+    this.groupTotals(e.group);
+    // Its reservations stay known, for when it is back.
+    if (e.held.size > 0) this.parked.set(agentId, e.held);
+  }
+
+  private groupTotals(g: Group): void {
+    let cpu = Number.POSITIVE_INFINITY;
+    let mem = Number.POSITIVE_INFINITY;
+    for (const m of g.members) {
+      if (m.totalCpu > 0) cpu = Math.min(cpu, m.totalCpu);
+      if (m.totalMem > 0) mem = Math.min(mem, m.totalMem);
+    }
+    g.minCpu = Number.isFinite(cpu) ? cpu : 0;
+    g.minMem = Number.isFinite(mem) ? mem : 0;
+  }
+
+  /** Free room as buildClusterView's subtract() computes it. */
+  private recompute(e: Entry): void {
+    let cpu = 0;
+    let mem = 0;
+    for (const r of e.held.values()) {
+      cpu += r.cpuMillicores;
+      mem += r.memoryBytes;
+    }
+    e.freeCpu = e.totalCpu - cpu;
+    e.freeMem = e.totalMem - mem;
+    if (e.group.types.length > 0) {
+      const taken = new Set<string>();
+      const pending = new Map<string, number>();
+      for (const r of e.held.values()) {
+        if (r.gpuUuids) for (const u of r.gpuUuids) taken.add(u);
+        if (r.gpuType && r.gpuCount > 0 && !(r.gpuUuids && r.gpuUuids.length > 0))
+          pending.set(r.gpuType, (pending.get(r.gpuType) ?? 0) + r.gpuCount);
+      }
+      e.freeGpu = e.group.types.map((t, i) => {
+        const left = (e.uuids[i] ?? []).filter((u) => !taken.has(u)).length;
+        return Math.max(0, left - (pending.get(t) ?? 0));
+      });
+    }
+    e.used = (usedShare(e.totalCpu, e.freeCpu) + usedShare(e.totalMem, e.freeMem)) / 2;
+    e.sameness = `${e.totalCpu}/${e.totalMem}/${e.freeCpu}/${e.freeMem}`;
+  }
+
+  private insert(e: Entry): void {
+    const blocks = e.group.blocks;
+    // The first block whose last entry does not come before e.
+    let lo = 0;
+    let hi = blocks.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      const last = blocks[mid]?.entries.at(-1);
+      if (last && before(last, e)) lo = mid + 1;
+      else hi = mid;
+    }
+    let b = blocks[lo] ?? blocks.at(-1);
+    if (!b) {
+      b = { entries: [], front: [], maxGpu: [], stale: false };
+      blocks.push(b);
+    }
+    let i = 0;
+    let j = b.entries.length;
+    while (i < j) {
+      const mid = (i + j) >> 1;
+      const m = b.entries[mid];
+      if (m && before(m, e)) i = mid + 1;
+      else j = mid;
+    }
+    b.entries.splice(i, 0, e);
+    e.block = b;
+    b.front = addToFront(b.front, e.freeCpu, e.freeMem);
+    b.maxGpu = e.freeGpu.map((n, k) => Math.max(n, b.maxGpu[k] ?? 0));
+    if (b.entries.length > BLOCK_MAX) {
+      const tail = b.entries.splice(BLOCK_MAX / 2);
+      const nb: Block = { entries: tail, front: [], maxGpu: [], stale: false };
+      for (const t of tail) t.block = nb;
+      blocks.splice(blocks.indexOf(b) + 1, 0, nb);
+      remax(b);
+      remax(nb);
+    }
+  }
+
+  private unplace(e: Entry): void {
+    const b = e.block;
+    if (!b) return;
+    const i = b.entries.indexOf(e);
+    if (i >= 0) b.entries.splice(i, 1);
+    e.block = undefined;
+    if (b.entries.length === 0) {
+      const blocks = e.group.blocks;
+      blocks.splice(blocks.indexOf(b), 1);
+    } else {
+      // The front still covers every entry left, so it stays as it is until a scan finds it promised too much.
+      b.stale = true;
+    }
+  }
+}
+
+/** Whether two heartbeats report the same totals as totalResources() reads them (disk and the rest may differ). */
+function sameTotals(a: HostCapacity, b: HostCapacity): boolean {
+  if (a === b) return true;
+  if (a.cpuCores !== b.cpuCores || a.memoryBytes !== b.memoryBytes || a.gpus.available !== b.gpus.available)
+    return false;
+  if (!a.gpus.available) return true;
+  const da = a.gpus.devices;
+  const db = b.gpus.devices;
+  return da.length === db.length && da.every((d, i) => d.uuid === db[i]?.uuid && d.type === db[i]?.type);
+}
+
+function remax(b: Block): void {
+  const gpu = new Array<number>(b.entries[0]?.freeGpu.length ?? 0).fill(0);
+  for (const e of b.entries)
+    for (let k = 0; k < gpu.length; k++) if ((e.freeGpu[k] ?? 0) > (gpu[k] ?? 0)) gpu[k] = e.freeGpu[k] ?? 0;
+  let front: number[] = [];
+  for (const e of b.entries) front = addToFront(front, e.freeCpu, e.freeMem);
+  b.front = front;
+  b.maxGpu = gpu;
+  b.stale = false;
+}
+
+/** Whether a point of the front has at least `cpu` and `mem`: the last point with enough cpu has the most memory of those. */
+function frontFits(front: number[], cpu: number, mem: number): boolean {
+  let best = -1;
+  for (let i = 0; i < front.length && (front[i] ?? 0) >= cpu; i += 2) best = front[i + 1] ?? 0;
+  return best >= mem;
+}
+
+/** The front with (cpu, mem) added: unchanged when a point already dominates it, else without the points it dominates. */
+function addToFront(front: number[], cpu: number, mem: number): number[] {
+  for (let i = 0; i < front.length; i += 2)
+    if ((front[i] ?? 0) >= cpu && (front[i + 1] ?? 0) >= mem) return front;
+  const out: number[] = [];
+  let placed = false;
+  for (let i = 0; i < front.length; i += 2) {
+    const c = front[i] ?? 0;
+    const m = front[i + 1] ?? 0;
+    if (c <= cpu && m <= mem) continue;
+    if (!placed && (c < cpu || (c === cpu && m > mem))) {
+      out.push(cpu, mem);
+      placed = true;
+    }
+    out.push(c, m);
+  }
+  if (!placed) out.push(cpu, mem);
+  return out;
+}
+
+/**
+ * The group's GPU type positions that may serve the request's tier: [] for
+ * a request without GPUs, undefined when none can (as fittingGpuType, the
+ * wanted type matched case-insensitively).
+ */
+function gpuSlots(g: Group, req: PlacementRequest, tier: string | undefined): number[] | undefined {
+  if (req.gpuCount <= 0) return [];
+  const slots: number[] = [];
+  g.types.forEach((t, i) => {
+    if (!tier || t.toUpperCase() === tier.toUpperCase()) slots.push(i);
+  });
+  return slots.length > 0 ? slots : undefined;
+}
