@@ -326,12 +326,16 @@ export class DeploymentService {
     };
   }
 
-  /** The deployment with this id in any workspace (`/…/id/{id}`); deployment_stopped when stopped. */
-  async resolveById(id: string): Promise<Resolved> {
+  /**
+   * The deployment with this id in any workspace (`/…/id/{id}`); deployment_stopped when stopped,
+   * unless `includeStopped`: a caller that must first check who asks (a stopped deployment's
+   * name and state are its workspace's business) refuses it itself, after that check.
+   */
+  async resolveById(id: string, o: { includeStopped?: boolean } = {}): Promise<Resolved> {
     let d = this.cache.get(id);
     if (!d?.active && (await this.refreshIfStale())) d = this.cache.get(id);
     if (!d) throw new BerthError("not_found", `deployment ${id} not found`);
-    if (!d.active)
+    if (!d.active && !o.includeStopped)
       throw new BerthError("deployment_stopped", `deployment ${d.name} (${id}) is stopped: start it`, {
         deployment_id: id,
       });

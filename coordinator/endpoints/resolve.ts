@@ -142,7 +142,8 @@ export async function resolveEndpoint(
     tokenUsed = true;
     r = await deployments.resolveByName(p.workspace.id, path.key, path.version);
   } else {
-    r = await deployments.resolveById(path.key);
+    // Stopped ones too: whether it is stopped is told only to whom may call it (below).
+    r = await deployments.resolveById(path.key, { includeStopped: true });
     if (r.stub.config.authorized !== false) {
       if (!authorization)
         throw unauthenticated("this deployment needs 'Authorization: Bearer <token>' of its workspace");
@@ -152,6 +153,11 @@ export async function resolveEndpoint(
         throw new BerthError("not_found", `deployment ${path.key} not found`);
       }
       tokenUsed = true;
+    }
+    if (!r.deployment.active) {
+      throw new BerthError("deployment_stopped", `deployment ${r.deployment.name} (${path.key}) is stopped: start it`, {
+        deployment_id: path.key,
+      });
     }
   }
   const kind = baseStubType(r.deployment.kind || r.stub.type);

@@ -27,7 +27,8 @@ export interface ResolvedDeployment {
 export interface DeploymentTargets {
   /** Latest active version when `version` is undefined; throws not_found, or deployment_stopped (409) when stopped. */
   resolveByName(workspaceId: string, name: string, version?: number): Promise<ResolvedDeployment>;
-  resolveById(id: string): Promise<ResolvedDeployment>;
+  /** `includeStopped`: a stopped one is returned (its `active` false) for the caller to refuse after checking the token. */
+  resolveById(id: string, o?: { includeStopped?: boolean }): Promise<ResolvedDeployment>;
   noteRequest(deploymentId: string): void;
 }
 

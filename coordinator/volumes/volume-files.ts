@@ -85,7 +85,9 @@ export class VolumeFiles {
     parts: string[],
   ): Promise<{ path: string; stat: Stats }> {
     let p = dir;
-    let st = await lstat(dir);
+    // The volume may be deleted between mustExist and here (a concurrent DELETE).
+    let st = await lstatOrUndefined(dir);
+    if (!st) throw volumeNotFound(volume);
     for (const [i, c] of parts.entries()) {
       const shown = `/${parts.slice(0, i + 1).join("/")}`;
       if (!st.isDirectory()) throw pathInvalid(shown, "a component of the path is not a directory");
@@ -204,7 +206,14 @@ export class VolumeFiles {
     const dir = await this.mustExist(workspaceId, name);
     const target = await this.resolve(name, dir, parts);
     if (!target.stat.isFile()) throw pathInvalid(`/${parts.join("/")}`, "is not a regular file");
-    const fh = await open(target.path, constants.O_RDONLY | constants.O_NOFOLLOW);
+    const shown = `/${parts.join("/")}`;
+    // The file may be deleted, or replaced by a link, between resolve and open (a concurrent
+    // DELETE or upload): answered as if it had happened first, not as an internal error.
+    const fh = await open(target.path, constants.O_RDONLY | constants.O_NOFOLLOW).catch((e: NodeJS.ErrnoException) => {
+      if (e.code === "ENOENT") throw pathNotFound(name, shown);
+      if (e.code === "ELOOP") throw pathInvalid(shown, "is a symbolic link; volume files are served without following links");
+      throw e;
+    });
     const st = await fh.stat();
     return { size: st.size, stream: fh.createReadStream() };
   }

@@ -340,6 +340,13 @@ describe("deployment routes (inject)", () => {
     assert.equal((await call("POST", `/taskqueue/id/${closed.id}`, { x: 1 }, otherToken)).statusCode, 404);
     assert.equal((await call("POST", `/taskqueue/id/${closed.id}`, { x: 1 })).statusCode, 200);
     assert.equal((await call("POST", "/taskqueue/id/dep-nope", { x: 1 })).statusCode, 404);
+    // Stopped: its workspace hears so (409); anyone else gets what an unknown id gets (the route fuzzer found a 409 naming it).
+    assert.equal((await call("POST", `/api/v1/deployment/${wsExt}/stop/${closed.id}`)).statusCode, 200);
+    assert.equal((await call("POST", `/taskqueue/id/${closed.id}`, { x: 1 })).statusCode, 409);
+    const stranger = await call("POST", `/taskqueue/id/${closed.id}`, { x: 1 }, otherToken);
+    assert.equal(stranger.statusCode, 404);
+    assert.doesNotMatch(stranger.body, /private/);
+    assert.equal((await call("POST", `/taskqueue/id/${closed.id}`, { x: 1 }, null)).statusCode, 401);
   });
 
   test("POST /gateway/stubs/{stubId}/enqueue (TaskQueue.put): the pickled payload, no JSON header; task queues only", async () => {

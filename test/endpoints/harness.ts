@@ -189,11 +189,11 @@ export class FakeDeployments implements DeploymentTargets {
     return r;
   }
 
-  async resolveById(id: string): Promise<ResolvedDeployment> {
+  async resolveById(id: string, o: { includeStopped?: boolean } = {}): Promise<ResolvedDeployment> {
     const r = this.byId.get(id);
     if (!r) throw new BerthError("not_found", `deployment ${id} not found`);
-    // As the deployment service does: a stopped deployment is refused before anything else.
-    if (!r.deployment.active) throw new BerthError("deployment_stopped", `deployment ${id} is stopped`);
+    // As the deployment service does: a stopped deployment is refused unless the caller refuses it itself.
+    if (!r.deployment.active && !o.includeStopped) throw new BerthError("deployment_stopped", `deployment ${id} is stopped`);
     return r;
   }
 

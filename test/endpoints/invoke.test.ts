@@ -99,10 +99,17 @@ describe("endpoint invocation (real task service, fake containers over local HTT
     assert.equal(open.status, 200);
     assert.equal((await fetch(`${e.base}/endpoint/public`, { method: "POST", body: "{}" })).status, 401);
 
-    await e.deploy("paused", "endpoint", { active: false });
+    const paused = await e.deploy("paused", "endpoint", { active: false });
     const stopped = await post("/endpoint/paused", {});
     assert.equal(stopped.status, 409);
     assert.equal(((await stopped.json()) as { error: { code: string } }).error.code, "deployment_stopped");
+    // By id, that it is stopped (and its name) is told only to its workspace (the route fuzzer found it told anyone).
+    const byId = `/endpoint/id/${paused.deployment.id}`;
+    assert.equal((await post(byId, {})).status, 409);
+    const stranger = await post(byId, {}, bearer(e.otherToken));
+    assert.equal(stranger.status, 404);
+    assert.doesNotMatch(await stranger.text(), /paused/);
+    assert.equal((await fetch(`${e.base}${byId}`, { method: "POST", body: "{}" })).status, 401);
     await e.deploy("jobs", "taskqueue");
     const tq = await post("/endpoint/jobs", {});
     assert.equal(tq.status, 404);

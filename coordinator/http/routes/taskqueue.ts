@@ -163,11 +163,17 @@ function publicTaskQueue(d: TaskQueueRouteDeps): FastifyPluginAsync {
       { schema: schema(Type.Object({ id: Type.String() })) },
       async (req, reply) => {
         const { id } = req.params as { id: string };
-        const r = await d.deployments.resolveById(id);
+        // Stopped ones too: whether it is stopped is told only to whom may call it (below).
+        const r = await d.deployments.resolveById(id, { includeStopped: true });
         if (r.deployment.config.authorized) {
           await authenticate(req, reply);
           if (principalOf(req).workspace.id !== r.deployment.workspaceId)
             throw new BerthError("not_found", `deployment ${id} not found`);
+        }
+        if (!r.deployment.active) {
+          throw new BerthError("deployment_stopped", `deployment ${r.deployment.name} (${id}) is stopped: start it`, {
+            deployment_id: id,
+          });
         }
         return enqueue(req, reply, r);
       },
