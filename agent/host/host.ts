@@ -26,6 +26,7 @@ import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
 import { gcImages, imageOpsStore, imageSummary, importImage } from "./image-ops.ts";
 import { startInitExec } from "./init-exec.ts";
 import { streamLogFiles } from "./logs.ts";
+import { BucketMounts } from "../volumes/buckets.ts";
 import { checkMountSource } from "./mounts.ts";
 import {
   type ContainerHostOptions,
@@ -65,12 +66,15 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   /** Filesystem commits and memory checkpoints (agent/snapshots). */
   override readonly snapshots: ContainerSnapshots;
   private readonly provisioning: ProvisionDeps;
+  /** s3fs mounts of cloud buckets, per container (agent/volumes/buckets.ts). */
+  private readonly buckets: BucketMounts;
   /** Image builds: steps run as this host's containers, committed into its image store (agent/build). */
   readonly builds = new PushingBuilds(
     new ImageBuilder(this, {
       pullDefault: async () => imageSummary(await this.options.images.pull()),
       pullWithCreds: async (ref, vars) =>
         imageSummary(await this.options.images.pull(ref, { credentials: resolveRegistryCredentials(vars, {}) })),
+      micromambaBin: () => this.options.micromambaBin,
     }),
     // Built images go to the cluster registry when the build asks (agent/build/push.ts).
     {
@@ -92,6 +96,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     this.code = new CodeStore(this.options.codeDir);
     this.bridges = new RunnerBridges(this.options.bridgeDir, this.options.runners);
     this.inits = new SandboxInits(join(this.options.root, "sandbox-init"));
+    this.buckets = new BucketMounts({ dir: join(this.options.root, "buckets"), logger: this.options.logger });
     this.runtime = this.options.runtime({
       onEvent: (e) => this.onRuntimeEvent(e),
       onLog: (l) =>
@@ -108,6 +113,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       runtime: this.runtime,
       bridges: this.bridges,
       inits: this.inits,
+      buckets: this.buckets,
       hostsDir: this.hostsDir,
       keep: (record) => {
         this.records.write(record);
@@ -199,6 +205,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
         this.markReleased(r);
       }
     }
+    // Buckets of containers that stopped or vanished while no agent ran.
+    await this.buckets.sweep(new Set(live));
     const report = await this.options.network.recover(live);
     if (report.missingNamespace.length > 0) {
       log.warn({ ids: report.missingNamespace }, "running containers whose network namespace is gone");
@@ -385,6 +393,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     if (!record) return;
     if (e.type === "exit" && !record.released) {
       this.markReleased(record);
+      void this.unmountBuckets(record.id);
       // The namespace of a dead container serves nothing; recover() releases it when recovering.
       if (!this.recovering) {
         this.options.network
@@ -410,7 +419,15 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   /** Frees what a stopped container no longer needs: CPU, memory, GPUs, network. */
   private async release(record: HostRecord): Promise<void> {
     if (!record.released) this.markReleased(record);
+    await this.unmountBuckets(record.id);
     await this.options.network.detach(record.id);
+  }
+
+  /** A stopped container's bucket mounts go with it; a failure is logged, not thrown (the stop happened). */
+  private unmountBuckets(id: string): Promise<void> {
+    return this.buckets
+      .unmount(id)
+      .catch((err) => this.options.logger.error({ id, err: describeError(err) }, "unmounting cloud buckets"));
   }
 
   private markReleased(record: HostRecord): void {

@@ -4,7 +4,7 @@ import { fileURLToPath } from "node:url";
 import { invalid } from "../../shared/errors.ts";
 import type { GpuReport } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
-import type { ClusterPusher } from "../build/index.ts";
+import { type ClusterPusher, checkMicromambaBin } from "../build/index.ts";
 import type { ImageInfo, PullOptions, RemoveResult } from "../images/index.ts";
 import type { ContainerNetwork, RecoverReport } from "../network/index.ts";
 import type { ContainerStatus, LogEntry, RunnerConfig } from "../../api/index.ts";
@@ -122,6 +122,8 @@ export interface ContainerHostOptions {
   allowedMountRoots?: string[];
   /** Where workspace volumes live (docs/volumes.md); requests with volumes fail without one. */
   volumeRoot?: string;
+  /** The operator's micromamba binary, for build steps on images without one (docs/images.md, "micromamba"). */
+  micromambaBin?: string;
   logger?: HostLogger;
   onEvent?: (e: HostEvent) => void;
   onLog?: (l: LogEntry) => void;
@@ -158,6 +160,7 @@ export interface ResolvedContainerHostOptions {
   cpuOvercommit: number;
   allowedMountRoots: string[];
   volumeRoot: string | undefined;
+  micromambaBin: string | undefined;
   logger: HostLogger;
   onEvent: (e: HostEvent) => void;
   onLog: (l: LogEntry) => void;
@@ -237,6 +240,7 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
     cpuOvercommit,
     allowedMountRoots: [...roots],
     volumeRoot: o.volumeRoot === undefined ? undefined : resolve(o.volumeRoot),
+    micromambaBin: o.micromambaBin === undefined ? undefined : checkMicromambaBin(o.micromambaBin),
     logger: o.logger ?? silent,
     onEvent: o.onEvent ?? (() => {}),
     onLog: o.onLog ?? (() => {}),

@@ -13,12 +13,13 @@ import type { BindMount } from "../runtime/index.ts";
 import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
 import type { ResolvedContainerHostOptions } from "./options.ts";
 import { type HostRecord, newHostRecord, recordStatus } from "./records.ts";
-import type { ResolvedRunRequest } from "./request.ts";
+import { imageUser, type ResolvedRunRequest } from "./request.ts";
 import { applyRunner, type RunnerBridges } from "./runner.ts";
 import type { RestoringRuntime, StartStep } from "./sandbox.ts";
 import type { SandboxInits } from "./sandbox-init.ts";
 import { injectGpus, startupEnder } from "./startup.ts";
 import { RunnerPaths } from "../../shared/tasks.ts";
+import type { BucketMounts } from "../volumes/buckets.ts";
 import { volumeBindMounts } from "../volumes/volumes.ts";
 
 /** What of ContainerHost the start steps use. */
@@ -27,6 +28,8 @@ export interface ProvisionDeps {
   runtime: RestoringRuntime;
   bridges: RunnerBridges;
   inits: SandboxInits;
+  /** s3fs mounts of cloud buckets (agent/volumes/buckets.ts). */
+  buckets: BucketMounts;
   /** Where each container's /etc/hosts is written, by id. */
   hostsDir: string;
   /** Writes the record and makes the container known by it. */
@@ -119,11 +122,15 @@ export async function provisionContainer(
     const cwd = run.req.cwd ?? (image.config.workingDir || "/");
     const codeParent = codeDir ? [{ destination: RunnerPaths.code, source: codeDir }] : [];
     const volumes = volumeBindMounts(req.volumes, options.volumeRoot, cwd, codeParent);
+    step = "mounting cloud buckets";
+    undo.push({ what: "cloud bucket mounts", fn: () => d.buckets.unmount(id) });
+    const user = run.req.user ?? imageUser(image.config.user);
+    const buckets = await d.buckets.mount(id, req.buckets, cwd, user, codeParent);
     step = "building the container spec";
     const spec = buildContainerSpec({
       req: run.req,
       image,
-      mounts: [...mounts, ...run.mounts, ...volumes],
+      mounts: [...mounts, ...run.mounts, ...volumes, ...buckets],
       net,
       hostsFile,
       gpu: injection,

@@ -7,8 +7,9 @@ import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts"
 import { invalid } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
 import { checkSha256 } from "../code/store.ts";
-import type { GpuRequest, RunContainerRequest, RunnerConfig, VolumeMount } from "../../api/index.ts";
+import type { BucketMount, GpuRequest, RunContainerRequest, RunnerConfig, VolumeMount } from "../../api/index.ts";
 import { checkCpuAndMemory } from "../runtime/spec.ts";
+import { checkBucketMounts } from "../volumes/buckets.ts";
 import { checkVolumeMounts } from "../volumes/volumes.ts";
 import { resolveRunnerConfig } from "./runner.ts";
 
@@ -40,6 +41,8 @@ export interface ResolvedRunRequest {
   code?: { sha256: string };
   runner?: RunnerConfig;
   volumes: VolumeMount[];
+  /** With their keys: never written to the host record. */
+  buckets: BucketMount[];
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -158,6 +161,7 @@ export function resolveRunRequest(req: RunContainerRequest): ResolvedRunRequest 
     }),
     labels: stringMap(req.labels, "labels"),
     volumes: checkVolumeMounts(req.volumes),
+    buckets: checkBucketMounts(req.buckets),
   };
   if (req.image !== undefined) out.image = req.image.trim();
   if (creds) out.credentials = { username: creds.username, password: creds.password };

@@ -11,6 +11,7 @@ import { CodePusher } from "../containers/code-push.ts";
 import { placementRequest } from "../containers/runner-request.ts";
 import type { StubRecord } from "../containers/types.ts";
 import type { SandboxKind, SandboxRecord } from "../store/sandboxes.ts";
+import { stubBucketMounts } from "../volumes/buckets.ts";
 import { podStayedUp } from "./pod-settle.ts";
 import { sandboxRequest, terminatedError } from "./request.ts";
 import type { ResolvedSandboxServiceOptions, SandboxAgentApi } from "./types.ts";
@@ -121,17 +122,18 @@ export class SandboxStarter {
     try {
       const api = o.agents.client(placed.agentId);
       const secretEnv = await this.secretEnv(stub);
+      // Keys of the stub's CloudBuckets, from the secrets the config names (docs/buckets.md).
+      const buckets = await stubBucketMounts(stub, o.secrets);
       if (stub.extra.code_sha256) await this.code.ensure(placed.agentId, stub.extra.code_sha256, api);
-      const status = await p.run(
-        api,
-        sandboxRequest({
-          ...p,
-          containerId: id,
-          gpuType: placed.gpuType,
-          image: p.image,
-          ...(secretEnv ? { secretEnv } : {}),
-        }),
-      );
+      const req = sandboxRequest({
+        ...p,
+        containerId: id,
+        gpuType: placed.gpuType,
+        image: p.image,
+        ...(secretEnv ? { secretEnv } : {}),
+      });
+      if (buckets.length > 0) req.buckets = buckets;
+      const status = await p.run(api, req);
       o.planner.assignGpus(id, status.gpus);
       if (!(await o.repo.markRunning(id))) {
         // Ended meanwhile (its container exited at once, or a terminate came first).

@@ -2,6 +2,7 @@
 
 from . import env
 from .api.autoscaler import QueueDepthAutoscaler
+from .api.bucket import CloudBucket, CloudBucketConfig
 from .api.context import Context
 from .api.deployable import ASGI, Endpoint, Realtime, Schedule, TaskQueue, asgi, endpoint, realtime, schedule, task_queue
 from .api.function import Function, function
@@ -35,6 +36,8 @@ __all__ = [
     "ArgumentsTooLargeError",
     "BerthError",
     "Client",
+    "CloudBucket",
+    "CloudBucketConfig",
     "ConfigError",
     "Context",
     "Credentials",

@@ -55,21 +55,26 @@ class Volume:
 
 
 def volumes_option(volumes: Optional[List[Any]]) -> Optional[List[Any]]:
-    """The ``volumes=`` option: None or a list of Volume, names unique."""
+    """The ``volumes=`` option: None or a list of Volume and CloudBucket, names unique within each kind."""
+    from .bucket import CloudBucket  # bucket.py imports this module
+
     if volumes is None:
         return None
     if not isinstance(volumes, (list, tuple)):
         raise TypeError("volumes must be a list")
     seen = set()
     for v in volumes:
-        if not isinstance(v, Volume):
-            raise TypeError(f"volumes entries must be berth.Volume, not {type(v).__name__}")
-        if v.name in seen:
-            raise ValueError(f"volume {v.name!r} is listed twice")
-        seen.add(v.name)
+        if not isinstance(v, (Volume, CloudBucket)):
+            raise TypeError(f"volumes entries must be berth.Volume or berth.CloudBucket, not {type(v).__name__}")
+        key = (type(v).__name__, v.name)
+        if key in seen:
+            raise ValueError(f"{'cloud bucket' if isinstance(v, CloudBucket) else 'volume'} {v.name!r} is listed twice")
+        seen.add(key)
     return list(volumes)
 
 
 def volumes_config(volumes: Optional[List[Any]]) -> Optional[List[Dict[str, Any]]]:
-    """The stub config's ``volumes``: None when unset, else one {name, mount_path} per volume."""
-    return None if volumes is None else [v.config() for v in volumes]
+    """The stub config's ``volumes``: None when unset, else {name, mount_path} per Volume, plus config for a CloudBucket."""
+    from .bucket import CloudBucket
+
+    return None if volumes is None else [v.stub_entry() if isinstance(v, CloudBucket) else v.config() for v in volumes]
