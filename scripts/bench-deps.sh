@@ -12,7 +12,8 @@ bash scripts/ensure-deps.sh test
 
 # podman (with conmon) and containerd (ctr, containerd-shim-runc-v2) are the
 # references in bench/container-start; both use the runc ensure-deps installs.
-bench_pkgs=(podman conmon containerd)
+# buildah is the reference of bench/image-build (`buildah bud`).
+bench_pkgs=(podman conmon containerd buildah)
 
 # shellcheck source=lib/debian.sh
 source scripts/lib/debian.sh
