@@ -1,8 +1,10 @@
-// Images from the CLI, in deploys, in events and from a sandbox snapshot, end
-// to end on one `berth up` cluster through the real CLI and SDK:
+// Images from the CLI, in deploys and in events, end to end on one `berth up`
+// cluster through the real CLI and SDK:
 // `berth image build` streams each step with its built/cached mark and time
 // and a second build runs nothing; `.map()` of a function of that image
-// builds nothing more; `berth image list` (table and --json) shows it ready;
+// builds nothing more; after the image changes, the function's idle
+// container of the old image takes no task (a container of the new one runs
+// it); `berth image list` (table and --json) shows the image ready;
 // `berth deploy` of an endpoint whose image needs a build builds it first and
 // the endpoint answers from the built image; the events history holds
 // image.building and image.ready (image.failed for a failed build);
@@ -23,9 +25,10 @@ const APP = `
 import os, sys
 from berth import Image, Sandbox, endpoint, function
 
-cli_image = Image().add_commands(["echo cli-built > /cli-built", "echo second-step"])
+cli_image = Image().add_commands([f"echo {os.environ.get('CLI_TAG', 'cli-built')} > /cli-built", "echo second-step"])
 
-@function(name="cli_fn", image=cli_image, cpu=0.25, memory=128)
+# Warm long enough that its container is idle, not gone, when the image changes.
+@function(name="cli_fn", image=cli_image, cpu=0.25, memory=128, keep_warm_seconds=300)
 def cli_fn(x):
     return open("/cli-built").read().strip(), x
 
@@ -47,6 +50,8 @@ if __name__ == "__main__":
     case = sys.argv[1]
     if case == "map":
         print("result:", list(cli_fn.map([1, 2])))
+    elif case == "remote":
+        print("result:", cli_fn.remote(3))
     elif case == "snapshot":
         sb = Sandbox(cpu=0.25, memory=128).create()
         p = sb.process.exec("sh", "-c", "mkdir -p /opt && echo state-from-sandbox > /opt/snap-state")
@@ -113,8 +118,20 @@ test("images from the CLI, in deploys and in events", async (t) => {
     assert.doesNotMatch(out, /built in/);
   });
 
+  await t.test(
+    "after the function's image changes, its idle container of the old image takes no task",
+    async () => {
+      // The map's container (old image, kept warm) is idle; the changed image makes a new stub config.
+      const out = await runWith(up, { CLI_TAG: "cli-changed" }, ["app.py", "remote"]);
+      assert.match(out, /step 1 echo cli-changed > \/cli-built … built in/);
+      assert.match(out, /result: \('cli-changed', 3\)/);
+    },
+  );
+
   await t.test("berth image list shows the image ready (table and --json)", async () => {
-    const img = await imageWithStep("echo second-step");
+    const img = (await listed()).find(
+      (i) => i.steps.includes("echo cli-built > /cli-built") && i.steps.includes("echo second-step"),
+    ) as ImageJson;
     assert.equal(img.status, "ready");
     assert.match(img.image_id, /^img-/);
     const table = (await cli(["image", "list"])).stdout;
@@ -192,7 +209,6 @@ test("images from the CLI, in deploys and in events", async (t) => {
       assert.match(evs[1]?.data.error ?? "", /exited with code 4/);
     },
   );
-
 });
 
 async function runWith(up: BerthUp, env: Record<string, string>, args: string[]): Promise<string> {
