@@ -3,7 +3,9 @@
 // object and writes one back; a read_only bucket refuses writes inside the
 // container; wrong keys and a missing bucket fail the start with a reason
 // naming the bucket and never the key; every mount, s3fs process and key
-// file is gone when the container stops, exits, or fails to start.
+// file is gone when the container stops, exits, or fails to start, and
+// after an agent restart for containers that ended meanwhile (a live one
+// keeps its bucket until it stops).
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -26,7 +28,7 @@ function s3fsUnder(dir: string): number[] {
     if (!/^\d+$/.test(p)) continue;
     try {
       const argv = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
-      if (argv[0]?.endsWith("s3fs") && argv.some((a) => a.startsWith(dir))) out.push(Number(p));
+      if (argv[0]?.endsWith("s3fs") && argv.some((a) => a.startsWith(`${dir}/`))) out.push(Number(p));
     } catch {
       // exited meanwhile
     }
@@ -147,7 +149,9 @@ test("cloud bucket mounts", { timeout: 300_000 }, async (t) => {
 
   await t.test("a restarted agent unmounts the buckets of containers that ended while it was down", async () => {
     const id = "bucket-restart";
+    const live = "bucket-restart-live";
     await client.runContainer({ ...base(id), buckets: [{ name: "raw-data", mountPath: "/b", ...keys }] });
+    await client.runContainer({ ...base(live), buckets: [{ name: "raw-data", mountPath: "/b", readOnly: true, ...keys }] });
     assert.equal(mountsUnder(join(bucketsDir, id)).length, 1);
     h.host.close();
     execFileSync("runc", ["--root", join(h.dir, "containers", ".runc"), "kill", id, "KILL"]);
@@ -161,5 +165,10 @@ test("cloud bucket mounts", { timeout: 300_000 }, async (t) => {
     await h.restart();
     noneLeft(id);
     await h.host.stopContainer(id, { graceMs: 0, remove: true });
+    // A container that lived through the restart keeps its bucket, and loses it when it stops.
+    const read = await execAll(await h.host.exec(live, { args: ["cat", "/b/hello.txt"] }));
+    assert.equal(read.stdout, "hello from s3\n", read.stderr);
+    await h.host.stopContainer(live, { graceMs: 0, remove: true });
+    noneLeft(live);
   });
 });
