@@ -7,13 +7,14 @@
 // that is not an executable is refused when the agent starts.
 
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { checkMicromambaBin, ImageBuilder } from "../../agent/build/index.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { FakeContainerApi } from "../helpers/fake-container-api.ts";
+import { sh, SLEEP } from "../files/harness.ts";
 import { HOST_COMMANDS, hostHarness, MiB } from "../host/harness.ts";
 
 async function collect(api: ImageBuildApi, req: BuildImageRequest): Promise<BuildEvent[]> {
@@ -105,4 +106,38 @@ test("micromamba in neither the base nor the agent's config fails the build at o
     "no step ran",
   );
   assert.deepEqual(await h.host.listContainers(), [], "the probe's container is removed");
+
+  // The plumbing of a configured binary, not micromamba itself (there is no
+  // conda channel here): the operator's file is on a micromamba step's PATH
+  // under that name, and in no layer of the image.
+  await t.test("a configured binary is on the step's PATH and in no layer", async () => {
+    const dir = tempDir(t, "berth-mm-bin-");
+    const bin = join(dir, "micromamba-operator");
+    copyFileSync("/bin/echo", bin);
+    chmodSync(bin, 0o755);
+    const builder = new ImageBuilder(h.host, { micromambaBin: () => checkMicromambaBin(bin) });
+    const ev = await collect(builder, {
+      ...req,
+      steps: [
+        {
+          name: "micromamba on PATH",
+          run: 'micromamba from-the-operator > /answer.txt && test "$(command -v micromamba)" = /mnt/code/micromamba',
+          micromamba: true,
+        },
+      ],
+    });
+    const done = ev.at(-1);
+    assert.ok(done?.type === "done", "the step ran");
+    const c = await h.host.runContainer({ image: done.ref, args: SLEEP, cpu: 0.25, memoryBytes: 128 * MiB });
+    try {
+      assert.equal(await sh(h.host, c.id, "cat /answer.txt"), "from-the-operator\n");
+      assert.equal(
+        await sh(h.host, c.id, "command -v micromamba || echo absent; ls /mnt/code 2>/dev/null | wc -l"),
+        "absent\n0\n",
+        "the binary is not in the image",
+      );
+    } finally {
+      await h.host.stopContainer(c.id, { graceMs: 0, remove: true });
+    }
+  });
 });
