@@ -12,7 +12,7 @@ import { InferenceMetrics } from "./metrics.ts";
 import { ModelDirectory } from "./models.ts";
 
 export { InferenceGateway } from "./gateway.ts";
-export { inferenceRoutes } from "./routes.ts";
+export { inferenceRoutes, serveInferenceRequest } from "./routes.ts";
 export { ModelDirectory } from "./models.ts";
 export { InferenceLimiter } from "./limiter.ts";
 

@@ -3,6 +3,7 @@
 // read by the gateway rather than Fastify (streams go out on the raw
 // response), and OpenAI's error shape for everything this scope answers.
 
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { publicError } from "../edge/errors.ts";
@@ -16,6 +17,42 @@ const modelJson = (m: ModelEntry) => ({
   owned_by: m.public ? "catalog" : "workspace",
   public: m.public,
 });
+
+const POST_ROUTES: Record<string, InferenceRoute> = {
+  "/v1/chat/completions": "chat.completions",
+  "/v1/completions": "completions",
+  "/v1/embeddings": "embeddings",
+};
+
+/**
+ * The POST routes of /v1, taken by the coordinator's server before Fastify
+ * sees them (like /endpoint/...: the added time to first token is budgeted
+ * at 2 ms); false for every other request, which Fastify then routes.
+ */
+export function serveInferenceRequest(
+  gateway: InferenceGateway,
+  req: IncomingMessage,
+  res: ServerResponse,
+): boolean {
+  if (req.method !== "POST" || !req.url?.startsWith("/v1/")) return false;
+  const path = req.url.split("?")[0] ?? "";
+  const route = POST_ROUTES[path];
+  let model: string | undefined;
+  if (!route) {
+    if (!path.startsWith("/v1/models/") || !path.endsWith("/invoke")) return false;
+    try {
+      model = decodeURIComponent(path.slice("/v1/models/".length, -"/invoke".length));
+    } catch {
+      return false;
+    }
+    if (!model) return false;
+  }
+  gateway.serve(route ?? "invoke", req, res, model).catch((e) => {
+    gateway.d.log.error({ err: e, url: req.url }, "inference request failed");
+    res.destroy();
+  });
+  return true;
+}
 
 export function inferenceRoutes(gateway: InferenceGateway): FastifyPluginAsync {
   return async (app) => {

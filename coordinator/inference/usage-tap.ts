@@ -77,6 +77,24 @@ class JsonTap implements BodyTap {
 
 const EVENT_END = /\r?\n\r?\n/g;
 
+const USAGE_KEY = Buffer.from('"usage"');
+
+/** Whether the chunk ends where an event ends (a blank line). */
+function endsWithEventEnd(c: Buffer): boolean {
+  const n = c.length;
+  return n >= 2 && c[n - 1] === 0x0a && (c[n - 2] === 0x0a || (n >= 3 && c[n - 2] === 0x0d && c[n - 3] === 0x0a));
+}
+
+/** Whether `"usage"` appears with an object value (`"usage": null` on every chunk does not count). */
+function hasUsageObject(c: Buffer): boolean {
+  for (let i = c.indexOf(USAGE_KEY); i >= 0; i = c.indexOf(USAGE_KEY, i + USAGE_KEY.length)) {
+    let j = i + USAGE_KEY.length;
+    while (j < c.length && (c[j] === 0x20 || c[j] === 0x3a)) j++;
+    if (j >= c.length || c[j] === 0x7b) return true;
+  }
+  return false;
+}
+
 /**
  * Server-sent events: complete events are written as they complete (an
  * event split over chunks waits for its end, nothing more is held), each
@@ -91,6 +109,8 @@ class SseTap implements BodyTap {
   constructor(private readonly strip: boolean) {}
 
   chunk(c: Buffer): Buffer {
+    // The common chunk: whole events, none with a usage object. It goes out as it came, undecoded.
+    if (this.pending === "" && endsWithEventEnd(c) && !hasUsageObject(c)) return c;
     this.pending += this.decoder.write(c);
     let out = "";
     let from = 0;
