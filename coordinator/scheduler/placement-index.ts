@@ -6,15 +6,18 @@
 //
 // Agents with the same GPU inventory (types and counts) form a group; inside
 // a group they are sorted by how full they are (the bin-packing ranker's
-// request-independent part), fullest first, in blocks that remember their
-// largest free CPU, memory and GPU counts so full blocks are skipped whole.
+// request-independent part), fullest first, in blocks that remember the
+// Pareto front of their free (CPU, memory) and their largest free GPU counts,
+// so blocks without room are skipped whole (a front left over-generous by a
+// departure is recounted when a scan finds it promised too much).
 // For a request the first fitting agent of each group bounds the best score
 // any other agent of the group can reach; every agent within that bound is a
 // candidate. Free room is summed over the same reservations in the same
 // order as buildClusterView() sums them (each agent's map keeps the
 // planner's insertion order), so "fits" is place()'s to the bit; only the
-// score is approximated, with a margin. Agents whose totals and free room are all equal score the same,
-// and only the first of them (place()'s tie order) is kept.
+// score is approximated, with a margin. Agents whose totals and free room
+// are all equal score the same, and only the first of them (place()'s tie
+// order) is kept.
 
 import type { HostCapacity } from "../../shared/fleet.ts";
 import type { FleetView, LiveAgent } from "../fleet/fleet-view.ts";
@@ -42,8 +45,6 @@ interface Entry {
   freeGpu: number[];
   /** The sort key while inserted: the used share of CPU and memory, as binPack counts it. */
   used: number;
-  /** Totals and free room together: equal keys score equally for any request. */
-  sameness: string;
   block?: Block;
 }
 
@@ -77,6 +78,13 @@ const before = (a: Entry, b: Entry) =>
 
 const usedShare = (total: number, free: number) => (total > 0 ? (total - free) / total : 1);
 
+/** Equal totals and free room: place() scores the two alike for any request. */
+const scoresAlike = (a: Entry, b: Entry) =>
+  a.freeCpu === b.freeCpu &&
+  a.freeMem === b.freeMem &&
+  a.totalCpu === b.totalCpu &&
+  a.totalMem === b.totalMem;
+
 /** What the request adds to binPack's score on an agent of these totals. */
 const requestShare = (req: PlacementRequest, cpu: number, mem: number) =>
   ((cpu > 0 ? req.cpuMillicores / cpu : 0) + (mem > 0 ? req.memoryBytes / mem : 0)) / 2;
@@ -90,8 +98,8 @@ export class PlacementIndex {
   /** The groups with and without GPUs, rebuilt when a group is added. */
   private cpuGroups: Group[] = [];
   private gpuGroups: Group[] = [];
-  /** Reused by scan(): the sameness keys already taken in one group. */
-  private readonly taken = new Set<string>();
+  /** Reused by scan(): the entries taken in one group, to skip others that would score the same. */
+  private readonly taken: Entry[] = [];
 
   constructor(private readonly fleet: FleetView) {}
 
@@ -194,7 +202,7 @@ export class PlacementIndex {
     if (want === undefined) return;
     let floor = Number.NEGATIVE_INFINITY;
     const seen = this.taken;
-    seen.clear();
+    seen.length = 0;
     // The most a request can add to any member's score: its share of the smallest totals.
     const maxShare = requestShare(req, g.minCpu, g.minMem);
     for (const b of g.blocks) {
@@ -207,8 +215,8 @@ export class PlacementIndex {
         if (e.freeCpu < req.cpuMillicores || e.freeMem < req.memoryBytes) continue;
         if (want.length > 0 && !want.some((i) => (e.freeGpu[i] ?? 0) >= req.gpuCount)) continue;
         roomy = true;
-        if (seen.has(e.sameness) || !ready(e.id)) continue;
-        seen.add(e.sameness);
+        if (seen.some((o) => scoresAlike(o, e)) || !ready(e.id)) continue;
+        seen.push(e);
         found.push(e.id);
         if (floor === Number.NEGATIVE_INFINITY)
           floor = e.used + requestShare(req, e.totalCpu, e.totalMem) - maxShare - 1e-9;
@@ -267,7 +275,6 @@ export class PlacementIndex {
       freeMem: 0,
       freeGpu: [],
       used: 0,
-      sameness: "",
     };
     this.entries.set(a.agentId, e);
     group.members.add(e);
@@ -323,7 +330,6 @@ export class PlacementIndex {
       });
     }
     e.used = (usedShare(e.totalCpu, e.freeCpu) + usedShare(e.totalMem, e.freeMem)) / 2;
-    e.sameness = `${e.totalCpu}/${e.totalMem}/${e.freeCpu}/${e.freeMem}`;
   }
 
   private insert(e: Entry): void {
