@@ -341,6 +341,15 @@ export async function startCoordinator(
   });
   const volumeFiles = new VolumeFiles(o.volumeRoot);
   const logs = new LogQuery({ nats: nc, log: log.child({ area: "logs" }) });
+  // Built images no deployment uses and unused for imageGcAfterMs go (docs/images.md, "Garbage collection").
+  const imageGc = new ImageGc({
+    repo: store.builtImages,
+    usedBy: deploymentsUsingImage(store.deployments),
+    agents: { readyIds: () => fleet.ready().map((a) => a.agentId), client: (id) => agentClients.client(id) },
+    ...(o.registry ? { registry: o.registry } : {}),
+    afterMs: o.imageGcAfterMs,
+    log: log.child({ area: "image-gc" }),
+  });
   // Image builds: placed through the planner, run on an agent (docs/images.md).
   const images = new ImageBuilds({
     repo: store.builtImages,
@@ -360,15 +369,8 @@ export async function startCoordinator(
     onStatus: imageEvents(workspaceEvents.emit),
     usedBy: deploymentsUsingImage(store.deployments),
     ...(o.registry ? { pushRepository: workspaceRepository } : {}),
-  });
-  // Built images no deployment uses and unused for imageGcAfterMs go (docs/images.md, "Garbage collection").
-  const imageGc = new ImageGc({
-    repo: store.builtImages,
-    usedBy: deploymentsUsingImage(store.deployments),
-    agents: { readyIds: () => fleet.ready().map((a) => a.agentId), client: (id) => agentClients.client(id) },
-    ...(o.registry ? { registry: o.registry } : {}),
-    afterMs: o.imageGcAfterMs,
-    log: log.child({ area: "image-gc" }),
+    // berth image rm: the registry's manifest and the agents' copies go too.
+    onRemove: (image) => imageGc.forget(image),
   });
   imageGc.start(imageGcIntervalMs(o.imageGcAfterMs));
   const app = await buildHttpApp({

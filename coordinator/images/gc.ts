@@ -112,26 +112,50 @@ export class ImageGc {
    * later sweep. Then the manifest, then the record.
    */
   private async removeEverywhere(image: BuiltImage): Promise<boolean> {
-    // By digest: the agent drops the image whatever it is tagged as (its step cache tag, the registry ref).
-    if (image.digest) {
-      for (const agentId of this.o.agents.readyIds()) {
-        try {
-          await this.o.agents.client(agentId).removeImage(image.digest);
-        } catch (e) {
-          if (isBerthError(e) && e.code === "not_found") continue; // that agent never had it
-          if (isBerthError(e) && e.code === "conflict") return false; // a container runs from it
-          throw e;
-        }
-      }
-    }
-    const pushed = this.registryHost !== undefined && image.ref.startsWith(`${this.registryHost}/`);
-    if (pushed && this.registry && this.registryHost) {
-      const [repository, digest] = image.ref.slice(this.registryHost.length + 1).split("@");
-      if (repository && digest) await this.registry.deleteManifest(repository, digest);
-    }
+    if (!(await this.dropFromAgents(image, true))) return false;
+    await this.deleteManifest(image);
     await this.o.repo.delete(image.workspaceId, image.imageId);
     this.o.log?.info({ workspaceId: image.workspaceId, imageId: image.imageId }, "image GC: image removed");
     return true;
+  }
+
+  /**
+   * What `berth image rm` does beyond the record (ImageBuilds' onRemove): the
+   * manifest leaves the registry and the agents drop their copies; an agent
+   * where a container still runs from it keeps it for its own GC.
+   */
+  async forget(image: BuiltImage): Promise<void> {
+    await this.dropFromAgents(image, false);
+    await this.deleteManifest(image);
+  }
+
+  /** removeImage by digest on every ready agent: the image goes whatever it is tagged as. False: in use somewhere (with stopAtInUse). */
+  private async dropFromAgents(image: BuiltImage, stopAtInUse: boolean): Promise<boolean> {
+    if (!image.digest) return true;
+    for (const agentId of this.o.agents.readyIds()) {
+      try {
+        await this.o.agents.client(agentId).removeImage(image.digest);
+      } catch (e) {
+        if (isBerthError(e) && e.code === "not_found") continue; // that agent never had it
+        if (isBerthError(e) && e.code === "conflict") {
+          if (stopAtInUse) return false; // a container runs from it
+          this.o.log?.info(
+            { imageId: image.imageId, agentId },
+            "image in use on an agent; its own GC removes it later",
+          );
+          continue;
+        }
+        throw e;
+      }
+    }
+    return true;
+  }
+
+  private async deleteManifest(image: BuiltImage): Promise<void> {
+    const host = this.registryHost;
+    if (!host || !this.registry || !image.ref.startsWith(`${host}/`)) return;
+    const [repository, digest] = image.ref.slice(host.length + 1).split("@");
+    if (repository && digest) await this.registry.deleteManifest(repository, digest);
   }
 
   /** Sweeps every `intervalMs` (one pass at a time) until stop(). */

@@ -6,6 +6,7 @@
 //   function from the built image and pulls it from the cluster registry;
 //   the registry refuses requests without the credentials, and the password
 //   is in no log;
+// - `berth image rm` deletes the manifest and the agents' copies too;
 // - images no deployment uses and unused for `--image-gc-after` are removed:
 //   record, registry manifest, agent copy.
 
@@ -157,23 +158,55 @@ test("an image built through one agent runs on a second agent, pulled from the c
     { timeoutMs: 60_000, intervalMs: 300, what: "the second agent", describe: () => second.output() },
   );
 
-  await t.test("a function on the second agent runs from the built image, pulled from the registry", async () => {
-    const cachedBefore = await agentImages(sock);
-    assert.ok(!cachedBefore.some((i) => i.digest === built.digest), "the second agent starts without it");
-    const two = await py(["app.py", "two"], { BUILT_REF: built.ref });
-    assert.equal(two.value.marker, "built-on-one");
-    const { containers } = (await (await up.api(`/api/v1/container/${ws}`)).json()) as {
-      containers: { id: string; agent_id: string }[];
-    };
-    const agentOf = (id: string) => containers.find((c) => c.id === id)?.agent_id;
-    assert.equal(agentOf(two.value.container), secondId, "it ran on the second agent");
-    assert.notEqual(agentOf(one.value.container), secondId, "the build's function ran on the first");
-    const cached = await agentImages(sock);
-    assert.ok(
-      cached.some((i) => i.digest === built.digest && i.refs.includes(built.ref)),
-      `the second agent pulled ${built.ref}: ${JSON.stringify(cached)}`,
-    );
-  });
+  await t.test(
+    "a function on the second agent runs from the built image, pulled from the registry",
+    async () => {
+      const cachedBefore = await agentImages(sock);
+      assert.ok(!cachedBefore.some((i) => i.digest === built.digest), "the second agent starts without it");
+      const two = await py(["app.py", "two"], { BUILT_REF: built.ref });
+      assert.equal(two.value.marker, "built-on-one");
+      const { containers } = (await (await up.api(`/api/v1/container/${ws}`)).json()) as {
+        containers: { id: string; agent_id: string }[];
+      };
+      const agentOf = (id: string) => containers.find((c) => c.id === id)?.agent_id;
+      assert.equal(agentOf(two.value.container), secondId, "it ran on the second agent");
+      assert.notEqual(agentOf(one.value.container), secondId, "the build's function ran on the first");
+      const cached = await agentImages(sock);
+      assert.ok(
+        cached.some((i) => i.digest === built.digest && i.refs.includes(built.ref)),
+        `the second agent pulled ${built.ref}: ${JSON.stringify(cached)}`,
+      );
+    },
+  );
+
+  await t.test(
+    "berth image rm deletes the manifest from the registry and the second agent's copy",
+    async () => {
+      // Its warm container on agent two would keep the image there (in use): stopped first (the
+      // coordinator may be stopping it at the same moment, so a stop may find it gone).
+      const running = async () => {
+        const ps = await runCli(["agent", "ps", "--all", "--json", "--socket", sock]);
+        assert.equal(ps.code, 0, ps.stderr);
+        return JSON.parse(ps.stdout) as { id: string }[];
+      };
+      for (const row of await running())
+        await runCli(["agent", "stop", "--rm", "--grace", "1", "--socket", sock, row.id]);
+      await waitUntil(async () => (await running()).length === 0, {
+        timeoutMs: 60_000,
+        intervalMs: 300,
+        what: "agent two's containers to be gone",
+      });
+      const rm = await up.cli(["image", "rm", built.image_id]);
+      assert.equal(rm.code, 0, rm.stderr);
+      const [repo] = built.ref.slice(`127.0.0.1:${reg.port}/`.length).split("@");
+      const r = await fetch(`${registryUrl}/v2/${repo}/manifests/${built.digest}`, {
+        headers: basic(reg.username, reg.password),
+      });
+      assert.equal(r.status, 404, "the manifest is gone");
+      assert.ok(!(await agentImages(sock)).some((i) => i.digest === built.digest), "agent two dropped it");
+      assert.ok(!(await images(up, ws)).some((i) => i.image_id === built.image_id), "the record is gone");
+    },
+  );
 
   await t.test("the registry's password is in no log", () => {
     assert.ok(!up.output().includes(reg.password), "berth up's output");

@@ -128,5 +128,14 @@ for (const engine of STORE_ENGINES) {
         "img-young",
       ]);
     });
+
+    test("forget (berth image rm) drops the copies it can, keeping one a container runs from", async () => {
+      const gone = image(ws, "img-gone", ago(DAY));
+      for (const c of [a, b]) c.digests.add(gone.digest);
+      a.inUse.add(gone.digest);
+      await gc.forget(gone);
+      assert.ok(a.digests.has(gone.digest), "agent a keeps it: a container runs from it");
+      assert.ok(!b.digests.has(gone.digest), "agent b dropped it");
+    });
   });
 }
