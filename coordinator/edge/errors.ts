@@ -127,7 +127,10 @@ export function toBerthError(err: unknown): BerthError {
     return new BerthError("invalid_request", `unsupported Content-Type: ${fe.message}`);
   }
   if (fe?.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-    return new BerthError("resource_exhausted", "the request body is too large");
+    // 413 (not the code's 429): retrying the same body cannot succeed.
+    return new HttpRefusal("resource_exhausted", "the request body is larger than this route's limit (docs/api-limits.md)", {
+      status: 413,
+    });
   }
   if (fe && typeof fe.statusCode === "number" && fe.statusCode >= 400 && fe.statusCode < 500) {
     return new BerthError("invalid_request", fe.message);

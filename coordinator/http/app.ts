@@ -1,11 +1,20 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync, LogController } from "fastify";
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyPluginAsync,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
+import { publicError } from "../edge/errors.ts";
+import { DEFAULT_BODY_LIMIT } from "./body-limits.ts";
 import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
 import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
 import { rewriteEndpointHost } from "../endpoints/host-names.ts";
-import { type InferenceGateway, inferenceRoutes } from "../inference/index.ts";
+import { type InferenceGateway, inferenceRoutes, serveInferenceRequest } from "../inference/index.ts";
 import { inferenceRestRoutes } from "./routes/inference.ts";
 import { type PortProxy, servePortRequest } from "../ports/proxy.ts";
 import type { EventStream } from "../events/index.ts";
@@ -137,11 +146,13 @@ function endpointFirstServer(
   endpoints: EndpointDispatcher | undefined,
   endpointDomain: string | undefined,
   ports?: PortProxy,
+  inference?: InferenceGateway,
 ) {
   return (handler: RequestHandler) =>
     create((req, res) => {
       if (endpointDomain) rewriteEndpointHost(endpointDomain, req);
       if (endpoints && req.url?.startsWith("/endpoint/")) void serveEndpointRequest(endpoints, req, res);
+      else if (inference && serveInferenceRequest(inference, req, res)) return;
       else if (ports?.claims(req)) void servePortRequest(ports, req, res);
       else handler(req, res);
     });
@@ -150,7 +161,13 @@ function endpointFirstServer(
 /** The coordinator's public HTTP API: one plugin per area. */
 export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   const common = {
-    bodyLimit: 32 * 1024 * 1024,
+    bodyLimit: DEFAULT_BODY_LIMIT,
+    // Requests Fastify refuses before routing (a bad %-escape, a path parameter past maxParamLength)
+    // get the catalog's error shape too, not Fastify's own.
+    frameworkErrors: (err: Error, req: FastifyRequest, reply: FastifyReply) => {
+      const pe = publicError(err, { log: req.log });
+      reply.status(pe.status).headers(pe.headers).send(pe.body);
+    },
     // Per-request lines would drown the log; errors are logged by the error handler.
     logController: new LogController({ disableRequestLogging: true }),
     ajv: { customOptions: { removeAdditional: false as const, coerceTypes: "array" as const } },
@@ -159,13 +176,14 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
       : {}),
     // Fastify only reads it to say "https://" in its listening line; serverFactory makes the server.
     ...(deps.tls ? { https: { cert: deps.tls.cert, key: deps.tls.key } } : {}),
-    ...(deps.endpoints || deps.ports || deps.tls
+    ...(deps.endpoints || deps.ports || deps.tls || deps.inference
       ? {
           serverFactory: endpointFirstServer(
             serverConstructor(deps.tls),
             deps.endpoints,
             deps.endpointDomain,
             deps.ports,
+            deps.inference,
           ),
         }
       : {}),

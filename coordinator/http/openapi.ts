@@ -42,14 +42,17 @@ export async function registerOpenApi(app: FastifyInstance, version: string): Pr
       },
       security: [{ bearerAuth: [] }],
     },
-    transform: ({ schema, url }) => {
+    transform: ({ schema, url, route }) => {
       const s = (schema ?? {}) as FastifySchema & { tags?: string[]; hide?: boolean; security?: unknown };
+      // The body limit of each route that takes one (docs/api-limits.md), for clients and the route fuzzer.
+      const bodyLimit = s.body || (route.method !== "GET" && route.method !== "HEAD") ? { "x-body-limit": route.bodyLimit ?? app.initialConfig.bodyLimit } : {};
       // Catch-alls (the endpoint proxy) have no fixed shape to document.
       if (url.includes("*")) return { schema: { ...s, hide: true }, url };
       return {
         schema: {
           ...s,
           tags: s.tags && s.tags.length > 0 ? s.tags : [tagOf(url)],
+          ...bodyLimit,
           ...(PUBLIC_ROUTES.has(url) ? { security: [] } : {}),
         } as FastifySchema,
         url,

@@ -7,11 +7,13 @@
 import type { FastifyPluginAsync } from "fastify";
 import type { TokenRepo } from "../store/workspaces.ts";
 import { authenticator } from "./auth.ts";
+import { API_BODY_LIMIT, GATEWAY_BODY_LIMIT, scopeBodyLimit } from "./body-limits.ts";
 import { installGatewayErrors } from "./gateway.ts";
 
 /** Routes that need a workspace token (`/api/v1/...`, `/v2/task`); errors are the app's `{error}` ones. */
 export function tokenScope(tokens: TokenRepo, ...plugins: FastifyPluginAsync[]): FastifyPluginAsync {
   return async (scope) => {
+    scopeBodyLimit(scope, API_BODY_LIMIT);
     scope.addHook("onRequest", authenticator(tokens));
     for (const p of plugins) await scope.register(p);
   };
@@ -25,6 +27,7 @@ export function tokenScope(tokens: TokenRepo, ...plugins: FastifyPluginAsync[]):
 export function gatewayScope(tokens: TokenRepo, ...plugins: FastifyPluginAsync[]): FastifyPluginAsync {
   return async (scope) => {
     installGatewayErrors(scope);
+    scopeBodyLimit(scope, GATEWAY_BODY_LIMIT);
     scope.addHook("onRequest", authenticator(tokens));
     for (const p of plugins) await scope.register(p);
   };

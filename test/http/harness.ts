@@ -79,6 +79,7 @@ export async function startHttpHarness(
       h: TaskHarness,
       containers: ContainerTable,
       suite: { after: (fn: () => unknown) => void },
+      deployments: DeploymentService,
     ) => Promise<Partial<HttpDeps>>;
   } = {},
 ): Promise<HttpHarness> {
@@ -97,7 +98,7 @@ export async function startHttpHarness(
   await state.signals.start();
   defer(() => state.signals.stop());
   const containers = new ContainerTable();
-  const more = o.more ? await o.more(h, containers, later) : {};
+  const more = o.more ? await o.more(h, containers, later, deployments) : {};
   const app = await buildTaskApp(h, {
     deployments,
     events,

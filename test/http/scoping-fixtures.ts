@@ -27,6 +27,10 @@ import { capacity } from "../containers/fakes.ts";
 import { FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { type HttpHarness, startHttpHarness } from "./harness.ts";
+import type { ContainerTable } from "../../coordinator/containers/container-table.ts";
+import type { DeploymentService } from "../../coordinator/deployments/service.ts";
+import type { HttpDeps } from "../../coordinator/http/app.ts";
+import type { TaskHarness } from "../tasks/harness.ts";
 import { bearer } from "../helpers/auth.ts";
 
 export interface ScopingFixture {
@@ -63,16 +67,26 @@ class TunnelAgent extends Agent {
   }
 }
 
-export async function startScopingFixture(suite: {
-  after: (fn: () => unknown) => void;
-}): Promise<ScopingFixture> {
+export async function startScopingFixture(
+  suite: { after: (fn: () => unknown) => void },
+  o: {
+    /** More services for the app (the route fuzzer's images, volumes, outputs, endpoints), given the fake agent. */
+    extra?: (
+      h: TaskHarness,
+      containers: ContainerTable,
+      later: { after: (fn: () => unknown) => void },
+      deployments: DeploymentService,
+      agent: FakeContainerApi,
+    ) => Promise<Partial<HttpDeps>>;
+  } = {},
+): Promise<ScopingFixture> {
   const agent = new FakeContainerApi({ agentId: "agent-1" });
   const podAnswer = "pod canary answer";
   const limitChanges: string[] = [];
   let sandboxes!: SandboxService;
   let upstream!: Server;
   const x = await startHttpHarness(suite, {
-    more: async (h, containers, later) => {
+    more: async (h, containers, later, deployments) => {
       const log = pino({ level: "silent" });
       await ensureStreams(await h.nc.jetstreamManager());
       const fleet = new FleetView({ minLostAfterMs: 3_600_000 });
@@ -136,6 +150,7 @@ export async function startScopingFixture(suite: {
           log,
           onActivity: (id) => sandboxes.touch(id),
         }),
+        ...(o.extra ? await o.extra(h, containers, later, deployments, agent) : {}),
       };
     },
   });

@@ -1,0 +1,262 @@
+// The route fuzzer's coordinator: the workspace-scoping fixture (the whole
+// HTTP app over SQLite, nats-server and the real services, the fake agent
+// for sandboxes) plus the services it leaves out — image builds, volumes,
+// outputs, Prometheus and the endpoint dispatcher — and objects of BOTH
+// workspaces. Every object of A carries "canary" and every object of B
+// "bravo" in its name or content, so an answer to one workspace's token
+// that holds the other's marker is a leak.
+
+import { randomBytes, createHash } from "node:crypto";
+import { createServer, Agent, type Server } from "node:http";
+import { connect as netConnect, type AddressInfo, type Socket } from "node:net";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Readable, type Duplex } from "node:stream";
+import pino from "pino";
+import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
+import { EndpointDispatcher } from "../../coordinator/endpoints/dispatch.ts";
+import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
+import { ImageBuilds } from "../../coordinator/images/index.ts";
+import { CoordinatorMetrics } from "../../coordinator/metrics/index.ts";
+import { OutputStore } from "../../coordinator/outputs/output-store.ts";
+import { Planner } from "../../coordinator/scheduler/planner.ts";
+import { VolumeFiles } from "../../coordinator/volumes/volume-files.ts";
+import { capacity } from "../containers/fakes.ts";
+import { deployInput } from "../deployments/helpers.ts";
+import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
+import { addContainer } from "../http/harness.ts";
+import { type ScopingFixture, startScopingFixture } from "../http/scoping-fixtures.ts";
+
+/** What one workspace's objects are called, by the path parameter names the routes use. */
+export type SideValues = Record<string, string>;
+
+export interface FuzzFixture {
+  f: ScopingFixture;
+  tokens: { a: string; b: string; admin: string };
+  /** Path and query parameter values naming each workspace's own objects. */
+  values: { a: SideValues; b: SideValues };
+  /** The marker in every object of each workspace. */
+  markers: { a: string; b: string };
+}
+
+/** An image builder that builds every spec in one step, as an agent's events would say. */
+class OneStepBuilder implements ImageBuildApi {
+  async *buildImage(req: BuildImageRequest): AsyncGenerator<BuildEvent> {
+    const imageId = `img-${createHash("sha256").update(JSON.stringify(req.steps)).digest("hex").slice(0, 24)}`;
+    yield { type: "base", imageId, ref: req.baseImage ?? "default", digest: "sha256:base" };
+    yield { type: "done", imageId, ref: `localhost/fuzz:${imageId}`, digest: "sha256:final", cachedSteps: 0, builtSteps: req.steps.length };
+  }
+}
+
+/** Stands in for the runner's HTTP server in endpoint containers: always 200, echoing nothing of the request. */
+async function runnerStandIn(): Promise<{ server: Server; sockets: Set<Socket> }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end('{"answer":"runner stand-in"}');
+    });
+  });
+  server.on("connection", (s) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  server.on("upgrade", (_req, socket) => socket.destroy());
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { server, sockets };
+}
+
+export async function startFuzzFixture(suite: { after: (fn: () => unknown) => void }): Promise<FuzzFixture> {
+  const dir = await mkdtemp(join(tmpdir(), "berth-fuzz-"));
+  suite.after(() => rm(dir, { recursive: true, force: true }));
+  const runner = await runnerStandIn();
+  suite.after(
+    () =>
+      new Promise((r) => {
+        for (const s of runner.sockets) s.destroy();
+        runner.server.close(r);
+      }),
+  );
+  const runnerPort = (runner.server.address() as AddressInfo).port;
+  const volumes = new VolumeFiles(join(dir, "volumes"));
+  const outputs = new OutputStore({
+    root: join(dir, "outputs"),
+    signingKey: randomBytes(32),
+    publicUrl: "https://berth.example/",
+  });
+  const f = await startScopingFixture(suite, {
+    extra: async (h, containers, later, deployments, agent) => {
+      const log = pino({ level: "silent" });
+      const fleet = new FleetView({ minLostAfterMs: 3_600_000 });
+      fleet.observe(
+        {
+          agentId: agent.agentId,
+          hostname: agent.agentId,
+          version: "t",
+          sentAt: Date.now(),
+          intervalMs: 600_000,
+          grpcAddress: "127.0.0.1:1",
+          capacity: capacity(4, 8),
+        },
+        Date.now(),
+      );
+      const builder = new OneStepBuilder();
+      const endpoints = new EndpointDispatcher({
+        tokens: h.store.tokens,
+        deployments,
+        containers: {
+          containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
+          onContainersChange: (fn) => containers.onChange((stubId) => fn(stubId)),
+        },
+        tunnels: {
+          connect: (): Promise<Duplex> =>
+            new Promise((resolve, reject) => {
+              const s = netConnect(runnerPort, "127.0.0.1");
+              s.once("connect", () => resolve(s));
+              s.once("error", reject);
+            }),
+          httpAgent: () => {
+            const a = new Agent({ keepAlive: false });
+            a.createConnection = () => netConnect(runnerPort, "127.0.0.1");
+            return a;
+          },
+          forget: () => {},
+        },
+        tasks: h.tasks,
+        log,
+        podStartWaitMs: 0,
+      });
+      later.after(() => endpoints.close());
+      return {
+        images: new ImageBuilds({
+          repo: h.store.builtImages,
+          planner: new Planner({ fleet }),
+          agents: { client: () => builder },
+          placementWaitMs: 0,
+        }),
+        volumes: { files: volumes },
+        outputs,
+        endpoints,
+        prometheus: {
+          metrics: new CoordinatorMetrics({
+            taskCounts: () => h.store.metrics.taskStatusCounts(),
+            containers: () => containers.info(),
+            stubType: async (id) => (await h.store.stubs.get(id))?.type,
+            agentStates: () => fleet.list().map((a) => a.state),
+            processMetrics: false,
+          }),
+        },
+      };
+    },
+  });
+  const { x } = f;
+  const { h } = x;
+  const a = x.a;
+  const b = x.b;
+
+  // B's objects, one of each kind A was given.
+  const bDeployment = await x.deployments.deploy(b.id, deployInput("bravo-web", "endpoint"));
+  const { stub: bStub } = await h.tasks.upsertStub(b.id, {
+    name: "bravo-fn",
+    type: "function",
+    config: stubConfig(),
+    extra: stubExtra(),
+  });
+  const [bTask] = await h.tasks.submit(b.id, bStub.id, [new TextEncoder().encode("bravo")]);
+  const bBytes = new TextEncoder().encode("bravo code");
+  const bSha = createHash("sha256").update(bBytes).digest("hex");
+  await h.objects.putBytes(b.id, bSha, bBytes);
+  addContainer(x.containers, { id: "ctr-bravo", stubId: bStub.id, workspaceId: b.id, since: Date.now() });
+  // The endpoint deployments get a running container each, so a valid call is answered by the stand-in.
+  addContainer(x.containers, { id: "ctr-canary-web", stubId: x.seeded.deployment.stubId, workspaceId: a.id, since: Date.now() });
+  addContainer(x.containers, { id: "ctr-bravo-web", stubId: bDeployment.stubId, workspaceId: b.id, since: Date.now() });
+  const bSandboxStub = await h.store.stubs.upsert(b.id, {
+    name: "bravo-sandbox",
+    type: "sandbox",
+    config: stubConfig({ handler: "", authorized: true }),
+    extra: stubExtra({ ports: [8000] }),
+    objectId: null,
+  });
+  const bSandbox = await f.sandboxes.create(b.id, bSandboxStub.stub.id);
+  await f.sandboxes.exec(b.id, bSandbox.sandboxId, { args: ["bravo-proc"] });
+
+  for (const [ws, mark] of [
+    [a.id, "canary"],
+    [b.id, "bravo"],
+  ] as const) {
+    await volumes.create(ws, `${mark}-vol`);
+    await volumes.write(ws, `${mark}-vol`, `/${mark}.txt`, Readable.from([Buffer.from(`${mark} file`)]));
+  }
+  const spare = async (ws: string) => (await h.store.tokens.create(ws, { name: "spare" })).record.id;
+  const admin = await h.store.tokens.create((await h.store.workspaces.create("fuzz-ops")).id, {
+    name: "ops",
+    admin: true,
+  });
+  const side = (o: {
+    ws: string;
+    deploymentId: string;
+    deploymentName: string;
+    stubId: string;
+    taskId: string;
+    sha: string;
+    sandboxId: string;
+    mark: string;
+    tokenId: string;
+    containerId: string;
+  }): SideValues => ({
+    ws: o.ws,
+    id: o.deploymentId,
+    deployment_id: o.deploymentId,
+    taskId: o.taskId,
+    task_id: o.taskId,
+    appId: `app-${o.deploymentName}`,
+    stubId: o.stubId,
+    stub_id: o.stubId,
+    sha256: o.sha,
+    tokenId: o.tokenId,
+    container_id: o.containerId,
+    stackId: `stack-${o.mark}`,
+    agentId: "agent-1",
+    deploymentName: o.deploymentName,
+    version: "v1",
+    sandboxId: o.sandboxId,
+    pid: "1",
+    volume: `${o.mark}-vol`,
+  });
+  const values = {
+    a: {
+      ...side({
+        ws: a.externalId,
+        deploymentId: x.seeded.deployment.id,
+        deploymentName: x.seeded.deployment.name,
+        stubId: x.seeded.stubId,
+        taskId: x.seeded.taskId,
+        sha: x.seeded.objectSha256,
+        sandboxId: f.sandboxId,
+        mark: "canary",
+        tokenId: await spare(a.id),
+        containerId: x.seeded.containerId,
+      }),
+      webhookId: x.seeded.webhookId,
+      name: x.seeded.secretName,
+    },
+    b: {
+      ...side({
+        ws: b.externalId,
+        deploymentId: bDeployment.id,
+        deploymentName: bDeployment.name,
+        stubId: bStub.id,
+        taskId: bTask as string,
+        sha: bSha,
+        sandboxId: bSandbox.sandboxId,
+        mark: "bravo",
+        tokenId: await spare(b.id),
+        containerId: "ctr-bravo",
+      }),
+      name: "BRAVO_SECRET",
+    },
+  };
+  return { f, tokens: { a: x.tokenA, b: x.tokenB, admin: admin.secret }, values, markers: { a: "canary", b: "bravo" } };
+}
