@@ -44,6 +44,12 @@ export interface RunContainerRequest {
   volumes?: VolumeMount[];
   /** S3-compatible buckets mounted with s3fs (docs/buckets.md), each at its mountPath. */
   buckets?: BucketMount[];
+  /**
+   * A container that is not a runner (a sandbox, a pod) gets the workspace
+   * bridge: Output, Queue, Map and Signal over the agent socket at
+   * RunnerPaths.socket, for this workspace (docs/sandboxes.md); no tasks.
+   */
+  bridge?: { workspaceId: string };
   timeoutMs?: number;
   labels?: Record<string, string>;
   /** See ContainerSpec.startupWindowMs. */

@@ -138,6 +138,8 @@ export class BridgeServer {
     private readonly state?: { workspaceId: string; relay: () => StateRelayClient | undefined },
     /** Outputs (docs/outputs.md): uploads and URL requests, relayed the same way. */
     private readonly outputs?: () => OutputRelayClient | undefined,
+    /** False for a sandbox's or pod's workspace bridge: the task routes are not there. */
+    private readonly tasks = true,
   ) {
     this.server = createServer({ keepAlive: true }, (req, res) => void this.handle(req, res));
     // The runner keeps one connection open between calls; `next` may wait ~25 s on it.
@@ -220,7 +222,8 @@ export class BridgeServer {
       }
       const task = TASK_ROUTE.exec(path);
       const route: Route | undefined = TOP_ROUTES[path] ?? (task?.[2] as Route | undefined);
-      if (!route) throw new BridgeError(404, "route_not_found", `no route ${req.method} ${path}`);
+      if (!route || (!this.tasks && route !== "state"))
+        throw new BridgeError(404, "route_not_found", `no route ${req.method} ${path}${route ? " (this container takes no tasks)" : ""}`);
       if (req.method !== "POST") throw new BridgeError(405, "invalid_request", `${path} takes POST only`);
       const body = await readBody(req, LIMITS[route]);
       if (route === "state") return send(res, 200, await this.stateCall(body));

@@ -201,6 +201,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
         this.allocations.hold(r.id, r);
         live.push(r.id);
         if (r.request.runner) await this.bridges.reopen(r.id, r.request.runner, log);
+        else if (r.request.bridge) await this.bridges.reopenWorkspace(r.id, r.request.bridge.workspaceId, log);
       } else if (!r.released) {
         this.markReleased(r);
       }

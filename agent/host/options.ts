@@ -68,6 +68,11 @@ export interface HostRunners {
     socketPath: string,
     onFirstAsk?: () => void,
   ): Promise<void>;
+  /**
+   * Serves the workspace bridge (outputs and state, no tasks) of a container
+   * that is not a runner on `socketPath`, for `workspaceId`.
+   */
+  openWorkspace?(containerId: string, workspaceId: string, socketPath: string): Promise<void>;
   /** Stops serving it; its in-flight tasks are left to exited() or JetStream's redelivery. */
   close(containerId: string): Promise<void>;
   /** The container ended: a task it held is retried or failed. */

@@ -115,6 +115,10 @@ export async function provisionContainer(
       step = "opening the task bridge";
       undo.push({ what: "task bridge", fn: () => d.bridges.close(id) });
       bridgeDir = await d.bridges.open(id, req.runner, endStartup?.now);
+    } else if (req.bridge) {
+      step = "opening the workspace bridge";
+      undo.push({ what: "workspace bridge", fn: () => d.bridges.close(id) });
+      bridgeDir = await d.bridges.openWorkspace(id, req.bridge.workspaceId);
     }
     step = "building the container spec";
     const run = applyRunner(req, req.runner, { codeDir, bridgeDir, sdkDir: options.sdkDir });

@@ -39,6 +39,8 @@ export interface HostRecord {
     code?: { sha256: string };
     /** Set for runner containers: a restarted agent serves their bridge again. */
     runner?: RunnerConfig;
+    /** Set for sandboxes and pods with the workspace bridge: served again after a restart too. */
+    bridge?: { workspaceId: string };
   };
   /** Set when stopContainer (without remove) or the container's own exit released its resources. */
   released?: boolean;
@@ -96,6 +98,7 @@ export function newHostRecord(
   if (req.timeoutMs !== undefined) request.timeoutMs = req.timeoutMs;
   if (req.code) request.code = req.code;
   if (req.runner) request.runner = req.runner;
+  if (req.bridge) request.bridge = req.bridge;
   return {
     version: 1,
     id: req.id,

@@ -11,6 +11,7 @@ import type { BucketMount, GpuRequest, RunContainerRequest, RunnerConfig, Volume
 import { checkCpuAndMemory } from "../runtime/spec.ts";
 import { checkBucketMounts } from "../volumes/buckets.ts";
 import { checkVolumeMounts } from "../volumes/volumes.ts";
+import { checkWorkspaceId } from "../../shared/volumes.ts";
 import { resolveRunnerConfig } from "./runner.ts";
 
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -43,6 +44,8 @@ export interface ResolvedRunRequest {
   volumes: VolumeMount[];
   /** With their keys: never written to the host record. */
   buckets: BucketMount[];
+  /** The workspace bridge of a container that is not a runner (sandboxes, pods). */
+  bridge?: { workspaceId: string };
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -182,6 +185,11 @@ export function resolveRunRequest(req: RunContainerRequest): ResolvedRunRequest 
   }
   const runner = resolveRunnerConfig(req.runner);
   if (runner) out.runner = runner;
+  if (req.bridge !== undefined && req.bridge !== null) {
+    if (!isObject(req.bridge)) throw invalid("bridge must be { workspaceId }", { field: "bridge" });
+    // A runner has its bridge already, for its own stub's workspace.
+    if (!runner) out.bridge = { workspaceId: checkWorkspaceId(req.bridge.workspaceId) };
+  }
   return out;
 }
 

@@ -91,7 +91,14 @@ export function applyRunner(
     mounts.push({ source: paths.codeDir, destination: RunnerPaths.code, readonly: true });
     out.cwd ??= RunnerPaths.code;
   }
-  if (!runner) return { req: out, mounts };
+  if (!runner) {
+    // A sandbox's or pod's workspace bridge: the socket only (sandboxes have the SDK at RunnerPaths.sdk already).
+    if (paths.bridgeDir) {
+      mounts.push({ source: paths.bridgeDir, destination: RunnerPaths.bridgeDir, readonly: false });
+      Object.assign(out.env, { BERTH_CONTAINER_ID: req.id, BERTH_AGENT_SOCKET: RunnerPaths.socket });
+    }
+    return { req: out, mounts };
+  }
   if (!paths.bridgeDir) throw new Error("applyRunner: a runner needs its bridge directory");
   mounts.push({ source: paths.bridgeDir, destination: RunnerPaths.bridgeDir, readonly: false });
   mounts.push({ source: paths.sdkDir, destination: RunnerPaths.sdk, readonly: true });
@@ -143,6 +150,33 @@ export class RunnerBridges {
     mkdirSync(dir, { mode: 0o755 });
     await (this.runners as HostRunners).open(id, runner, bridgeSocketPath(dir), onFirstAsk);
     return dir;
+  }
+
+  /** Creates a sandbox's or pod's bridge directory and serves its workspace bridge there; returns the directory. */
+  async openWorkspace(id: string, workspaceId: string): Promise<string> {
+    if (!this.runners?.openWorkspace) {
+      throw new BerthError(
+        "failed_precondition",
+        "this agent cannot serve a container's workspace bridge: it is not joined to a coordinator",
+      );
+    }
+    const dir = join(this.root, id);
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { mode: 0o755 });
+    await this.runners.openWorkspace(id, workspaceId, bridgeSocketPath(dir));
+    return dir;
+  }
+
+  /** After an agent restart: a live sandbox's or pod's workspace bridge, served again. */
+  async reopenWorkspace(id: string, workspaceId: string, log: HostLogger): Promise<void> {
+    if (!this.runners?.openWorkspace) return;
+    const dir = join(this.root, id);
+    try {
+      mkdirSync(dir, { recursive: true, mode: 0o755 });
+      await this.runners.openWorkspace(id, workspaceId, bridgeSocketPath(dir));
+    } catch (e) {
+      log.error({ id, err: describeError(e) }, "serving the workspace bridge of a recovered container");
+    }
   }
 
   /** After an agent restart: serves a live runner container's bridge again (a new socket in its directory). */

@@ -30,7 +30,8 @@ export class TaskRunners implements HostRunners {
   private worker?: TaskWorker;
   private stateRelay?: StateRelayClient;
   private outputRelay?: OutputRelayClient;
-  private readonly bridges = new Map<string, { server: BridgeServer; slot: RunnerSlotInfo }>();
+  /** By container; a sandbox's or pod's workspace bridge has no slot (it takes no tasks). */
+  private readonly bridges = new Map<string, { server: BridgeServer; slot?: RunnerSlotInfo }>();
   private readonly log: TaskWorkerLogger;
 
   constructor(private readonly o: TaskRunnersOptions) {
@@ -44,7 +45,7 @@ export class TaskRunners implements HostRunners {
     await worker.start();
     this.stateRelay = new StateRelayClient(nc, agentId);
     this.outputRelay = new OutputRelayClient(nc, agentId);
-    for (const b of this.bridges.values()) worker.addSlot(b.slot);
+    for (const b of this.bridges.values()) if (b.slot) worker.addSlot(b.slot);
     this.worker = worker;
   }
 
@@ -88,6 +89,21 @@ export class TaskRunners implements HostRunners {
     await server.listen();
     this.bridges.set(containerId, { server, slot });
     this.worker?.addSlot(slot);
+  }
+
+  async openWorkspace(containerId: string, workspaceId: string, socketPath: string): Promise<void> {
+    await this.close(containerId);
+    const server = new BridgeServer(
+      socketPath,
+      containerId,
+      () => undefined,
+      this.log,
+      { workspaceId, relay: () => this.stateRelay },
+      () => this.outputRelay,
+      false,
+    );
+    await server.listen();
+    this.bridges.set(containerId, { server });
   }
 
   async close(containerId: string): Promise<void> {

@@ -70,6 +70,7 @@ export interface WireRunContainerRequest {
   runner?: WireRunnerConfig | null;
   volumes?: { workspaceId: string; name: string; mountPath: string }[];
   buckets?: WireBucketMount[];
+  bridge?: { workspaceId: string } | null;
 }
 
 export interface WireBucketMount {
@@ -300,6 +301,7 @@ export function runRequestToProto(r: RunContainerRequest): WireRunContainerReque
     runner: r.runner ? runnerToProto(r.runner) : null,
     volumes: (r.volumes ?? []).map((v) => ({ workspaceId: v.workspaceId, name: v.name, mountPath: v.mountPath })),
     buckets: (r.buckets ?? []).map(bucketToWire),
+    bridge: r.bridge ? { workspaceId: r.bridge.workspaceId } : null,
   });
 }
 
@@ -368,6 +370,7 @@ export function runRequestFromProto(w: WireRunContainerRequest): RunContainerReq
     r.volumes = w.volumes.map((v) => ({ workspaceId: v.workspaceId, name: v.name, mountPath: v.mountPath }));
   }
   if (w.buckets?.length) r.buckets = w.buckets.map(bucketFromWire);
+  if (w.bridge) r.bridge = { workspaceId: w.bridge.workspaceId };
   return r;
 }
 

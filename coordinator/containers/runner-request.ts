@@ -96,6 +96,8 @@ export function runnerRequest(
   // A pod runs its own entrypoint with no runner (docs/sandboxes.md, Pods).
   if (baseStubType(stub.type) === "pod") {
     delete req.runner;
+    // Output, Queue, Map and Signal over the agent socket, as in a function's container.
+    req.bridge = { workspaceId: stub.workspaceId };
     req.args = [...(extra.entrypoint ?? [])];
     req.exposedPorts = [...(extra.ports ?? [])];
     req.egress = resolveEgressPolicy({ block_network: extra.block_network ?? false, allow_list: extra.allow_list ?? [] });

@@ -127,6 +127,8 @@ export function sandboxRequest(i: SandboxRequestInput): RunContainerRequest {
     },
     egress: i.egress,
     exposedPorts: i.ports,
+    // Output, Queue, Map and Signal over the agent socket, as in a function's container.
+    bridge: { workspaceId: stub.workspaceId },
   };
   if (i.image) req.image = i.image;
   const gpu = gpuWish(stub);

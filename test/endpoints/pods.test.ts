@@ -48,6 +48,8 @@ test("a pod's container runs its entrypoint with no runner, its ports exposed an
   const req = runnerRequest(stub, "ctr-pod1", undefined, { API_KEY: "s" });
   assert.deepEqual(req.args, ["python3", "-m", "http.server", "8080"]);
   assert.equal(req.runner, undefined);
+  // The workspace bridge instead of a runner's (Output, Queue, Map in the pod).
+  assert.deepEqual(req.bridge, { workspaceId: stub.workspaceId });
   assert.deepEqual(req.exposedPorts, [8080, 9000]);
   assert.deepEqual(req.egress, { mode: "allow", cidrs: ["10.0.0.0/8"] });
   assert.equal(req.image, "img:1");

@@ -41,6 +41,20 @@ def _http(request: Dict[str, Any], timeout: Optional[float]) -> Dict[str, Any]:
     return {k: v for k, v in answer.items() if k != "ok"}
 
 
+def _from_socket() -> Optional[Transport]:
+    """A sandbox's or pod's process has the agent socket but no runner to install its transport."""
+    import os
+
+    path = os.environ.get("BERTH_AGENT_SOCKET", "")
+    if not path or not os.path.exists(path):
+        return None
+    from ..runtime.state_bridge import BridgeStateTransport
+
+    transport = BridgeStateTransport(path)
+    install(transport)
+    return transport
+
+
 def call(request: Dict[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
-    transport = _installed
+    transport = _installed or _from_socket()
     return (transport or _http)(request, timeout)
