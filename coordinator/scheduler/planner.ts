@@ -11,7 +11,7 @@ import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { type Held, type IdleCandidate, type Plan, type PlanRequest, planPlacement } from "./plan.ts";
 import { PlacementIndex } from "./placement-index.ts";
-import { NO_USAGE, type WorkspaceUsage, addUsage, subtractUsage, usageOf } from "./quota.ts";
+import { NO_USAGE, type WorkspaceUsage, subtractUsage, usageOf } from "./quota.ts";
 
 /** An owner of containers (the container manager): what it may stop to make room, and how. */
 export interface ContainerOwner {
@@ -73,7 +73,10 @@ export class Planner {
 
   private hold(h: Held): void {
     this.held.set(h.id, h);
-    this.byWorkspace.set(h.workspaceId, addUsage(this.byWorkspace.get(h.workspaceId) ?? NO_USAGE, usageOf([h])));
+    // Kept in place: one reservation in, one out, without new objects on the placement path.
+    const u = this.byWorkspace.get(h.workspaceId);
+    if (u) addInto(u, h, 1);
+    else this.byWorkspace.set(h.workspaceId, usageOf([h]));
     this.index.add(h);
   }
 
@@ -81,9 +84,8 @@ export class Planner {
     this.held.delete(h.id);
     const u = this.byWorkspace.get(h.workspaceId);
     if (u) {
-      const left = subtractUsage(u, usageOf([h]));
-      if (left.containers === 0) this.byWorkspace.delete(h.workspaceId);
-      else this.byWorkspace.set(h.workspaceId, left);
+      addInto(u, h, -1);
+      if (u.containers === 0) this.byWorkspace.delete(h.workspaceId);
     }
     this.index.remove(h);
   }
@@ -153,7 +155,7 @@ export class Planner {
       leaving: this.yielding,
       want: synced ? { ...r, schedulable: synced } : r,
       index: this.index,
-      usageOf: (ws) => this.usage(ws),
+      usageOf: (ws) => this.usageNow(ws),
     });
     if (!plan.ok) return plan;
     const reservation: Held = {
@@ -338,14 +340,27 @@ export class Planner {
    * count (the reservation they make room for does).
    */
   usage(workspaceId: string): WorkspaceUsage {
+    return { ...this.usageNow(workspaceId) };
+  }
+
+  /** usage() without the copy, for the plan (which only reads it). */
+  private usageNow(workspaceId: string): WorkspaceUsage {
     const all = this.byWorkspace.get(workspaceId) ?? NO_USAGE;
+    if (this.yielding.size === 0) return all;
     // Those being stopped are few: subtracted one by one rather than keeping a second count.
     const stopping: Held[] = [];
     for (const id of this.yielding.keys()) {
       const h = this.held.get(id);
       if (h?.workspaceId === workspaceId) stopping.push(h);
     }
-    return stopping.length === 0 ? { ...all } : subtractUsage(all, usageOf(stopping));
+    return stopping.length === 0 ? all : subtractUsage(all, usageOf(stopping));
   }
+
 }
 
+function addInto(u: WorkspaceUsage, h: Held, sign: 1 | -1): void {
+  u.containers += sign;
+  u.cpuMillicores += sign * h.cpuMillicores;
+  u.memoryBytes += sign * h.memoryBytes;
+  u.gpus += sign * h.gpuCount;
+}
