@@ -106,12 +106,22 @@ export class SignalStore {
     return { name, set, revision: e.revision, expires_at: new Date(v.expires_at).toISOString() };
   }
 
-  /** The workspace's signals that are set now. */
+  /**
+   * The workspace's signals that are set now. The names come from the
+   * stream's subject list (one request), not kv.keys(): its ordered consumer
+   * never ended when a key was set or cleared while it ran (it waits for a
+   * "0 pending" that the rewritten subject never delivers), and the list
+   * request hung with it (found by the route fuzzer).
+   */
   async list(ws: string): Promise<SignalState[]> {
     checkWorkspaceId(ws);
+    await this.kv();
+    const prefix = `$KV.${BUCKET}.${ws}.`;
+    const jsm = await this.nc.jetstreamManager();
+    const info = await jsm.streams.info(`KV_${BUCKET}`, { subjects_filter: `${prefix}*` });
     const out: SignalState[] = [];
-    for await (const k of await (await this.kv()).keys(`${ws}.*`)) {
-      const s = await this.state(ws, k.slice(ws.length + 1));
+    for (const subject of Object.keys(info.state.subjects ?? {})) {
+      const s = await this.state(ws, subject.slice(prefix.length));
       if (s.set) out.push(s);
     }
     return out.sort((a, b) => a.name.localeCompare(b.name));

@@ -1,7 +1,8 @@
 // The route fuzzer's coordinator: the workspace-scoping fixture (the whole
 // HTTP app over SQLite, nats-server and the real services, the fake agent
 // for sandboxes) plus the services it leaves out — image builds, volumes,
-// outputs, Prometheus and the endpoint dispatcher — and objects of BOTH
+// outputs, Prometheus, the endpoint dispatcher and the inference gateway —
+// and objects of BOTH
 // workspaces. Every object of A carries "canary" and every object of B
 // "bravo" in its name or content, so an answer to one workspace's token
 // that holds the other's marker is a leak.
@@ -18,6 +19,8 @@ import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/ind
 import { EndpointDispatcher } from "../../coordinator/endpoints/dispatch.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { ImageBuilds } from "../../coordinator/images/index.ts";
+import { createInference } from "../../coordinator/inference/index.ts";
+import { WorkspaceLimitsCache } from "../../coordinator/limits/limits.ts";
 import { CoordinatorMetrics } from "../../coordinator/metrics/index.ts";
 import { OutputStore } from "../../coordinator/outputs/output-store.ts";
 import { Planner } from "../../coordinator/scheduler/planner.ts";
@@ -129,7 +132,23 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
         podStartWaitMs: 0,
       });
       later.after(() => endpoints.close());
+      const metrics = new CoordinatorMetrics({
+        taskCounts: () => h.store.metrics.taskStatusCounts(),
+        containers: () => containers.info(),
+        stubType: async (id) => (await h.store.stubs.get(id))?.type,
+        agentStates: () => fleet.list().map((a) => a.state),
+        processMetrics: false,
+      });
+      const limitsCache = new WorkspaceLimitsCache({ repo: h.store.limits });
       return {
+        inference: createInference({
+          endpoints,
+          deployments,
+          repo: h.store.inference,
+          limits: (ws) => limitsCache.get(ws),
+          registry: metrics.registry,
+          log,
+        }),
         images: new ImageBuilds({
           repo: h.store.builtImages,
           planner: new Planner({ fleet }),
@@ -139,15 +158,7 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
         volumes: { files: volumes },
         outputs,
         endpoints,
-        prometheus: {
-          metrics: new CoordinatorMetrics({
-            taskCounts: () => h.store.metrics.taskStatusCounts(),
-            containers: () => containers.info(),
-            stubType: async (id) => (await h.store.stubs.get(id))?.type,
-            agentStates: () => fleet.list().map((a) => a.state),
-            processMetrics: false,
-          }),
-        },
+        prometheus: { metrics },
       };
     },
   });
