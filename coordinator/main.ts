@@ -10,11 +10,18 @@ import { FleetView } from "./fleet/fleet-view.ts";
 import { FleetWatcher } from "./fleet/fleet-watcher.ts";
 import { JoinService } from "./fleet/join.ts";
 import { ensureStreams } from "./fleet/streams.ts";
-import { AgentClientPool, CodePusher, ContainerManager, natsContainerEvents } from "./containers/index.ts";
+import {
+  AgentClientPool,
+  CodePusher,
+  ContainerManager,
+  natsContainerEvents,
+  withSnapshotImages,
+} from "./containers/index.ts";
 import { ContainerAddresses } from "./containers/container-addresses.ts";
 import { ContainerTunnels } from "./containers/tunnels.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
 import { EndpointDispatcher } from "./endpoints/dispatch.ts";
+import { createInference } from "./inference/index.ts";
 import { EventStream, WorkspaceEvents, imageEvents, taskEvents } from "./events/index.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
 import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
@@ -193,7 +200,8 @@ export async function startCoordinator(
   containers = new ContainerManager({
     fleet,
     activity: tasks,
-    stubs: store.stubs,
+    // A stub whose image is a sandbox's filesystem snapshot starts on the agent holding it.
+    stubs: withSnapshotImages(store.stubs, store.sandboxes),
     workspaceLimits: (ws) => limitsCache.get(ws),
     code: {
       open: (sha) =>
@@ -295,6 +303,15 @@ export async function startCoordinator(
     tasks,
     log: log.child({ area: "endpoints" }),
   });
+  // Hosted inference: the OpenAI-compatible /v1 gateway over model deployments (docs/inference.md).
+  const inference = createInference({
+    endpoints,
+    deployments,
+    repo: store.inference,
+    limits: (ws) => limitsCache.get(ws),
+    registry: prometheus.registry,
+    log: log.child({ area: "inference" }),
+  });
   // Queue, Map and Signal (docs/queues.md), for the SDK's gateway and, through agents, containers.
   const queues = new QueueStore({ nc, maxItems: async (ws) => (await limitsCache.get(ws)).maxQueueItems });
   const state = new StateObjects(queues, new MapStore(nc), new SignalStore(nc));
@@ -364,6 +381,7 @@ export async function startCoordinator(
         })(),
     }),
     ...(o.pipIndex ? { pipIndex: o.pipIndex } : {}),
+    ...(o.condaChannels ? { condaChannels: o.condaChannels } : {}),
     placementWaitMs: o.placementWaitMs,
     log: log.child({ area: "images" }),
     onStatus: imageEvents(workspaceEvents.emit),
@@ -386,6 +404,7 @@ export async function startCoordinator(
     containers: manager,
     agents: agentClients,
     endpoints,
+    inference,
     events,
     webhooks,
     costRates: o.costRates,
@@ -395,6 +414,7 @@ export async function startCoordinator(
         pendingTasks: (ws) => tasks.pendingTasks(ws),
         queueItems: (ws) => queues.items(ws),
         volumeBytes: (ws) => volumeFiles.workspaceBytes(ws),
+        inference: (ws) => inference.d.limiter.usage(ws),
       },
       onChange: (ws) => {
         limitsCache.invalidate(ws);

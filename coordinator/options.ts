@@ -85,6 +85,11 @@ export interface CoordinatorOptions {
    */
   pipIndex?: PipIndex;
   /**
+   * Conda channels (URLs or names) of every micromamba step of an image
+   * build, after the image's own (docs/images.md, "micromamba"). @default micromamba's own
+   */
+  condaChannels?: string[];
+  /**
    * The cluster registry built images are pushed to and every agent pulls
    * them from (docs/images.md, "The cluster registry"): `url` is
    * http://host:port, https://host[:port] or host[:port]; the credentials are
@@ -125,6 +130,7 @@ export interface ResolvedCoordinatorOptions {
   placementWaitMs: number;
   volumeRoot: string;
   pipIndex?: PipIndex;
+  condaChannels?: string[];
   registry?: ClusterRegistryAccess;
   imageGcAfterMs: number;
 }
@@ -179,6 +185,7 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     placementWaitMs: checkPlacementWait(o.placementWaitMs ?? 30_000),
     volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
     ...(o.pipIndex ? { pipIndex: checkPipIndex(o.pipIndex) } : {}),
+    ...(o.condaChannels?.length ? { condaChannels: checkCondaChannels(o.condaChannels) } : {}),
     ...(o.registry ? { registry: checkClusterRegistry(o.registry) } : {}),
     imageGcAfterMs: checkImageGcAfter(o.imageGcAfterMs ?? IMAGE_GC_AFTER_DEFAULT_MS),
   };
@@ -321,4 +328,16 @@ function checkPipIndex(p: PipIndex): PipIndex {
     });
   }
   return out;
+}
+
+/** Conda channels: URLs (http, https, file) or channel names, nothing a shell would split. */
+function checkCondaChannels(channels: string[]): string[] {
+  for (const c of channels) {
+    const ok =
+      typeof c === "string" &&
+      (/^(https?|file):\/\/\S+$/.test(c) || /^[A-Za-z0-9][A-Za-z0-9_.\/-]*$/.test(c));
+    if (!ok)
+      throw new BerthError("invalid_request", `coordinator config: condaChannels entry ${JSON.stringify(c)} is not a channel URL or name`);
+  }
+  return [...channels];
 }

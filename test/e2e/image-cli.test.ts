@@ -1,5 +1,5 @@
-// Images from the CLI, in deploys and in events, end to end on one `berth up`
-// cluster through the real CLI and SDK:
+// Images from the CLI, in deploys, in events and from a sandbox snapshot, end
+// to end on one `berth up` cluster through the real CLI and SDK:
 // `berth image build` streams each step with its built/cached mark and time
 // and a second build runs nothing; `.map()` of a function of that image
 // builds nothing more; after the image changes, the function's idle
@@ -10,7 +10,8 @@
 // image.building and image.ready (image.failed for a failed build);
 // `berth image rm` refuses the image an active deployment runs, then removes
 // it once the deployment is stopped; a deploy whose build fails exits with
-// ImageBuildError naming the step and deploys nothing.
+// ImageBuildError naming the step and deploys nothing; a function whose
+// image is `Image.from_id` of a sandbox's filesystem snapshot runs from it.
 
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
@@ -68,7 +69,7 @@ interface ImageJson {
   steps: string[];
 }
 
-test("images from the CLI, in deploys and in events", async (t) => {
+test("images from the CLI, in deploys, in events and from a sandbox snapshot", async (t) => {
   if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
   const td = new Teardown(t);
   const up = await startBerthUp(td);
@@ -209,6 +210,12 @@ test("images from the CLI, in deploys and in events", async (t) => {
       assert.match(evs[1]?.data.error ?? "", /exited with code 4/);
     },
   );
+  await t.test("Image.from_id of a sandbox's filesystem snapshot runs a function", async () => {
+    const snap = /SNAP (img-\S+)/.exec(await up.python(["app.py", "snapshot"], 300_000))?.[1];
+    assert.ok(snap, "the sandbox's snapshot id");
+    const out = await runWith(up, { SNAP_ID: snap }, ["app.py", "snap_fn"]);
+    assert.match(out, /result: state-from-sandbox/);
+  });
 });
 
 async function runWith(up: BerthUp, env: Record<string, string>, args: string[]): Promise<string> {

@@ -182,7 +182,8 @@ class Function:
             "gpu_types": list(self.gpu_types),
             "gpu_count": self.gpu_count,
             "retry_for": list(self.retry_for),
-            "image_ref": self.image.image_ref,
+            # A sandbox's filesystem snapshot (Image.from_id) is sent as its img- id; the cluster runs it on its agent.
+            "image_ref": self.image.snapshot_id or self.image.image_ref,
             "code_sha256": code_sha256,
             "secrets": list(self.secrets),
             "headless": self.headless,
@@ -199,7 +200,7 @@ class Function:
             stub_id = self._stubs.get(key)
             if stub_id:
                 return stub_id
-            self.image.check_runnable(self.stub_name)
+            self.image.check_runnable(self.stub_name, allow_snapshot=True)
             if self.image.needs_build():
                 from ..client.images import build_image
 

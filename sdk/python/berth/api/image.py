@@ -170,8 +170,8 @@ class Image:
     def unsupported(self, allow_snapshot: bool = False) -> List[str]:
         """What was asked for that this cluster cannot do yet (each as a phrase).
 
-        ``allow_snapshot``: sandboxes and pods run from a filesystem snapshot (their stub's
-        ``extra.image_ref`` is the ``img-`` id); functions cannot yet.
+        ``allow_snapshot``: the caller runs a filesystem snapshot (``from_id``) as it is (its stub's
+        ``extra.image_ref`` is the ``img-`` id): functions, deployments, sandboxes and pods all do.
         """
         out = []
         if self.snapshot_id and not allow_snapshot:

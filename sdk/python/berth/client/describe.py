@@ -148,7 +148,7 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
         if isinstance(obj, Pod):
             obj.check_image(stub_name)
         else:
-            obj.image.check_runnable(stub_name)
+            obj.image.check_runnable(stub_name, allow_snapshot=True)
         if obj.image.needs_build():
             _build(obj.image)
         loc = obj.location()

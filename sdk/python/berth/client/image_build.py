@@ -50,7 +50,7 @@ def main(argv: List[str], out: Optional[TextIO] = None, err: Optional[TextIO] = 
         return 2
     try:
         name, image = find_image(argv[0])
-        image.check_runnable(name)
+        image.check_runnable(name, allow_snapshot=True)
     except DescribeError as e:
         err.write(f"berth: {e}\n")
         if e.traceback:
@@ -60,7 +60,7 @@ def main(argv: List[str], out: Optional[TextIO] = None, err: Optional[TextIO] = 
         err.write(f"berth: ImageBuildError: {e}\n")
         return 1
     if not image.needs_build():
-        runs = image.image_ref or "the cluster's default image"
+        runs = image.snapshot_id or image.image_ref or "the cluster's default image"
         out.write(f"{name} needs no build: it runs {runs} as it is\n")
         return 0
     try:
