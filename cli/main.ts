@@ -2,6 +2,7 @@ import { Command, CommanderError } from "commander";
 import { describeError } from "../shared/errors.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
 import { agentCommands } from "./commands/agent.ts";
+import { agentJoinCommand } from "./commands/agent-join.ts";
 import { configureCommand } from "./commands/configure.ts";
 import { coordinatorCommand } from "./commands/coordinator.ts";
 import { deployCommand } from "./commands/deploy.ts";
@@ -26,6 +27,8 @@ export function buildProgram(): Command {
   upCommand(program);
   coordinatorCommand(program);
   agentCommands(program);
+  // `berth agent join` goes on the command agentCommands made: `berth agent`'s flags are join's too.
+  agentJoinCommand(program.commands.find((c) => c.name() === "agent")!);
   configureCommand(program);
   workspaceCommands(program);
   taskCommands(program);
