@@ -29,7 +29,8 @@ class ScriptedAgent implements ImageBuildApi {
     const imageId = `img-${name.replace(/\W/g, "")}`;
     yield { type: "base", imageId, ref: "default", digest: "sha256:base" };
     await this.gate;
-    if (name === "fail") throw new BerthError("image_build_failed", "build step 1/1 (fail) exited with code 1");
+    if (name === "fail")
+      throw new BerthError("image_build_failed", "build step 1/1 (fail) exited with code 1");
     yield { type: "step", index: 1, total: 1, name, cached: false };
     yield { type: "step_done", index: 1, cached: false, seconds: 0.1, digest: "sha256:layer" };
     const ref = `localhost/berth-build-cache:${imageId}`;
