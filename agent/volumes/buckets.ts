@@ -223,14 +223,27 @@ export class BucketMounts {
       // s3fs read the keys before it mounted.
       if (credsDir) rmSync(credsDir, { recursive: true, force: true });
       credsDir = undefined;
+      // Whether s3fs answered FUSE_INIT (so finished its bucket check) before the deadline.
+      let answered = false;
       if (!exited && mountedPaths().has(mountpoint)) {
-        // Returns once s3fs has answered FUSE_INIT, i.e. after its bucket check.
-        await run("stat", ["-c", "%i", mountpoint], { timeout: Math.max(1000, deadline - Date.now()) }).catch(() => {});
+        // Returns once s3fs has answered FUSE_INIT; an error answer (ENOTCONN) is an answer too.
+        answered = await run("stat", ["-c", "%i", mountpoint], {
+          timeout: Math.max(1000, deadline - Date.now()),
+        }).then(
+          () => true,
+          (e: { killed?: boolean }) => e.killed !== true,
+        );
       }
       const log = readFileSync(logPath, "utf8");
-      if (exited || !mountedPaths().has(mountpoint) || /result of checking service|Exiting FUSE/i.test(log)) {
-        throw mountFailure(b, endpoint, log, exited);
+      if (exited || /result of checking service|Exiting FUSE/i.test(log)) throw mountFailure(b, endpoint, log, exited);
+      if (!answered) {
+        throw new BerthError(
+          "unavailable",
+          `cloud bucket ${b.name}: s3fs did not finish mounting from ${endpoint} within ${MOUNT_TIMEOUT_MS / 1000} s`,
+          { bucket: b.name },
+        );
       }
+      if (!mountedPaths().has(mountpoint)) throw mountFailure(b, endpoint, log, exited);
       this.o.logger.info({ bucket: b.name, endpoint, readOnly: b.readOnly === true }, "cloud bucket mounted");
     } finally {
       if (credsDir) rmSync(credsDir, { recursive: true, force: true });

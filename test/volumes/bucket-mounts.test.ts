@@ -1,11 +1,11 @@
 // Cloud bucket mounts on a real agent (runc, s3fs, FUSE) reached over its
 // gRPC API, against an S3 server on loopback (s3rver): a container reads an
 // object and writes one back; a read_only bucket refuses writes inside the
-// container; wrong keys and a missing bucket fail the start with a reason
-// naming the bucket and never the key; every mount, s3fs process and key
-// file is gone when the container stops, exits, or fails to start, and
-// after an agent restart for containers that ended meanwhile (a live one
-// keeps its bucket until it stops).
+// container; wrong keys, a missing bucket and an unreachable endpoint fail
+// the start with a reason naming the bucket and never the key; every
+// mount, s3fs process and key file is gone when the container stops, exits,
+// or fails to start, and after an agent restart for containers that ended
+// meanwhile (a live one keeps its bucket until it stops).
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -15,6 +15,7 @@ import { test } from "node:test";
 import type { RunContainerRequest } from "../../api/index.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { isBerthError } from "../../shared/errors.ts";
+import { freePort } from "../../shared/net.ts";
 import { waitUntil } from "../helpers/wait.ts";
 import { needs, unavailable } from "../helpers/env.ts";
 import { realAgent } from "../helpers/real-agent.ts";
@@ -129,6 +130,21 @@ test("cloud bucket mounts", { timeout: 300_000 }, async (t) => {
     assert.ok(isBerthError(err), String(err));
     assert.equal(err.code, "not_found", err.message);
     assert.match(err.message, /cloud bucket no-such-bucket: no such bucket at http:\/\/127\.0\.0\.1/);
+    noneLeft(id);
+  });
+
+  await t.test("an endpoint nobody answers fails the start with unavailable naming the bucket", async () => {
+    const id = "bucket-unreachable";
+    const closed = `http://127.0.0.1:${await freePort()}`;
+    const err = await client
+      .runContainer({ ...base(id), buckets: [{ name: "raw-data", mountPath: "/b", ...keys, endpoint: closed }] })
+      .then(
+        () => assert.fail("the start must fail"),
+        (e: unknown) => e,
+      );
+    assert.ok(isBerthError(err), String(err));
+    assert.equal(err.code, "unavailable", err.message);
+    assert.match(err.message, new RegExp(`cloud bucket raw-data: cannot reach ${closed.replaceAll(".", "\\.")}`));
     noneLeft(id);
   });
 
