@@ -68,15 +68,30 @@ test("push to the cluster registry, pull on another store, delete", { timeout: 5
 
   await t.test("a second push uploads nothing: every blob is there", async () => {
     const again: PushProgress[] = [];
-    await one.pushToCluster(
+    const sameTag = await one.pushToCluster(
       local.digest,
       { repository: "berth/ws-test", tag: "img-marker" },
       {
         onProgress: (p) => again.push(p),
       },
     );
+    assert.equal(sameTag, ref);
     const last = again.at(-1);
     assert.equal(last?.blobsSkipped, last?.blobsTotal);
+    assert.equal(again.length, 1, "the tag already names this manifest: no blob is asked about");
+
+    const otherTag: PushProgress[] = [];
+    await one.pushToCluster(
+      local.digest,
+      { repository: "berth/ws-test", tag: "img-marker-2" },
+      { onProgress: (p) => otherTag.push(p) },
+    );
+    assert.equal(
+      otherTag.length,
+      1 + (otherTag.at(-1)?.blobsTotal ?? 0),
+      "a new tag: each blob is asked about",
+    );
+    assert.equal(otherTag.at(-1)?.blobsSkipped, otherTag.at(-1)?.blobsTotal, "and none uploaded");
   });
 
   await t.test("a push with wrong credentials fails naming the registry, never the password", async () => {
