@@ -9,8 +9,6 @@
 import type { DeploymentWithStub } from "../store/deployments.ts";
 import type { CatalogEntryRow } from "../store/inference.ts";
 
-/** How old the model index of a listing may be. */
-const INDEX_MS = 250;
 /** How long the catalog (a store table) is cached: a change on another coordinator shows within this. */
 export const CATALOG_CACHE_MS = 5000;
 
@@ -68,7 +66,8 @@ export class ModelDirectory {
 
   /** The workspace's models and the public catalog (a workspace's own name wins); only the catalog without one. */
   async list(workspaceId: string | undefined): Promise<ModelEntry[]> {
-    const ix = await this.current(true);
+    // A listing is never the hot path: always what is deployed now.
+    const ix = await this.current("rebuild");
     const out = new Map<string, ModelEntry>(ix.published);
     if (workspaceId) for (const [name, e] of ix.own.get(workspaceId) ?? []) out.set(name, e);
     return [...out.values()].sort((a, b) => a.id.localeCompare(b.id));
@@ -77,18 +76,16 @@ export class ModelDirectory {
   /** The deployment `model` reaches for the workspace: its own first, then the catalog. */
   async find(workspaceId: string, model: string): Promise<ModelEntry | undefined> {
     const look = (ix: Index) => ix.own.get(workspaceId)?.get(model) ?? ix.published.get(model);
-    const hit = look(await this.current(false));
+    const hit = look(await this.current("cached"));
     if (hit) return hit;
     // A deploy a moment ago: look once more in a fresh index.
     return look(await this.current("rebuild"));
   }
 
-  /** The index: as cached (false), at most INDEX_MS old (true), or built now ("rebuild"). */
-  private async current(fresh: boolean | "rebuild"): Promise<Index> {
+  /** The index: as cached (at most CATALOG_CACHE_MS old), or built now ("rebuild"). */
+  private async current(fresh: "cached" | "rebuild"): Promise<Index> {
     const now = this.clock();
-    const age = this.index ? now - this.index.at : Number.POSITIVE_INFINITY;
-    if (fresh !== "rebuild" && age < CATALOG_CACHE_MS && (!fresh || age < INDEX_MS) && this.index)
-      return this.index;
+    if (fresh === "cached" && this.index && now - this.index.at < CATALOG_CACHE_MS) return this.index;
     const published = new Set((await this.catalog()).map((r) => `${r.workspaceId}\u0000${r.deploymentName}`));
     const own = new Map<string, Map<string, ModelEntry>>();
     const pub = new Map<string, ModelEntry>();

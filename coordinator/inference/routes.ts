@@ -69,8 +69,9 @@ export function inferenceRoutes(gateway: InferenceGateway): FastifyPluginAsync {
       return { object: "list", data: models.map(modelJson) };
     });
 
-    app.get("/v1/models/:model", { schema: { hide: true } }, async (req, reply) => {
-      const { model } = req.params as { model: string };
+    // Model ids may hold "/" (Org/Model): the wildcard takes them whole (Fastify has decoded it).
+    app.get("/v1/models/*", { schema: { hide: true } }, async (req, reply) => {
+      const model = (req.params as { "*": string })["*"];
       const p = await gateway.principal(req.headers.authorization, false);
       const found = (await gateway.d.models.list(p?.workspace.id)).find((m) => m.id === model);
       if (!found) {

@@ -206,6 +206,24 @@ describe("the /v1 gateway", () => {
     assert.match(await asked.text(), /"choices":\[\],"usage":\{"prompt_tokens":5/);
   });
 
+  test("GET /v1/models lists the workspace's models; a model id with a slash is retrieved whole", async () => {
+    await deployModel("Org/Model-7B", 0);
+    const list = await fetch(`${c.base}/v1/models`, { headers: bearer(c.e.token) });
+    const ids = ((await list.json()) as { data: { id: string; owned_by: string }[] }).data.map((m) => m.id);
+    assert.ok(ids.includes("Org/Model-7B") && ids.includes("alpha"), ids.join(","));
+    const noToken = (await (await fetch(`${c.base}/v1/models`)).json()) as { data: unknown[] };
+    assert.deepEqual(noToken.data, [], "no token: only the public catalog, empty here");
+    const one = await fetch(`${c.base}/v1/models/Org/Model-7B`, { headers: bearer(c.e.token) });
+    assert.equal(one.status, 200);
+    assert.deepEqual(
+      { ...((await one.json()) as Record<string, unknown>), created: 0 },
+      { id: "Org/Model-7B", object: "model", created: 0, owned_by: "workspace", public: false },
+    );
+    const missing = await fetch(`${c.base}/v1/models/Org/none`, { headers: bearer(c.e.token) });
+    assert.equal(missing.status, 404);
+    assert.equal(((await missing.json()) as { error: { code: string } }).error.code, "model_not_found");
+  });
+
   test("refusals have OpenAI's shape: no token, unknown model, bad JSON", async () => {
     const noToken = await post("/v1/embeddings", { model: "alpha", input: "x" }, {});
     assert.equal(noToken.status, 401);
