@@ -53,6 +53,9 @@ export async function startContainers(
         namePrefix: o.network.namePrefix,
         ...(o.network.subnet4 ? { subnet4: o.network.subnet4 } : {}),
         ...(o.network.subnet6 ? { subnet6: o.network.subnet6 } : {}),
+        allowedPrivateCidrs: o.network.allowedPrivateCidrs,
+        fleetHosts: o.network.fleetHosts,
+        ...(o.network.fleetPorts ? { fleetPorts: o.network.fleetPorts } : {}),
       },
       { warn: (message: string) => log.warn(message) },
     );
@@ -93,6 +96,7 @@ export async function startContainers(
       bridgeDir: join(o.dataDir, "bridge"),
       sdkDir: o.sdkDir,
       volumeRoot: o.volumeRoot,
+      ...(o.micromambaBin ? { micromambaBin: o.micromambaBin } : {}),
       runners,
       logger: log.child({ area: "containers" }),
       onEvent: (e) => {

@@ -21,6 +21,7 @@ import type { ResolvedAgentOptions } from "./options.ts";
 import { TunnelServer, tunnelContainers } from "./proxy/index.ts";
 import type { AgentApi } from "../api/index.ts";
 import { type AgentRpcServer, startAgentRpcServer } from "./rpc/server.ts";
+import { fleetDenyOf } from "./network/fleet-hosts.ts";
 
 // The agent process's entry point for `berth agent` (cli/commands/agent.ts),
 // the one agent file outside agent/ may import (docs/architecture.md).
@@ -64,8 +65,16 @@ export async function startAgent(
   let publisher: ContainerPublisher | undefined;
   // The cluster registry the coordinator handed over at join, unless this agent was given one.
   const registry = o.clusterRegistry ?? identity?.registry;
+  // berth's ports on the coordinator and NATS servers it joined, and on the hosts the operator named: closed to containers.
+  const fleet = await fleetDenyOf({
+    urls: identity ? [identity.coordinator, identity.nats.url] : [],
+    hosts: o.network.fleetHosts,
+    ports: [o.grpcPort, o.proxyPort, o.metrics.port],
+    warn: (message) => log.warn(message),
+  });
+  const withFleet = { ...o, network: { ...o.network, fleetHosts: fleet.hosts, fleetPorts: fleet.ports } };
   const containers = await startContainers(
-    registry ? { ...o, clusterRegistry: registry } : o,
+    registry ? { ...withFleet, clusterRegistry: registry } : withFleet,
     log,
     () => gpu.current,
     () => publisher,

@@ -3,6 +3,7 @@ import { join, resolve } from "node:path";
 import { BerthError } from "../shared/errors.ts";
 import type { ClusterRegistryAccess } from "../shared/fleet.ts";
 import { DEFAULT_SDK_DIR } from "./host/options.ts";
+import { parseHostOrCidr, resolveAllowedPrivate } from "./network/egress-guard.ts";
 
 export interface AgentOptions {
   /** Coordinator URL to join; omitted for an edge agent with no coordinator. */
@@ -42,6 +43,18 @@ export interface AgentOptions {
   /** Container subnets. @default "10.209.0.0/16" and "fd62:6572:7468::/64" */
   subnet4?: string;
   subnet6?: string;
+  /**
+   * Private CIDRs containers may reach (docs/networking.md, "Safe by
+   * default"); every other private and every link-local address is
+   * unreachable from containers. @default none
+   */
+  allowPrivate?: string[];
+  /**
+   * Addresses or CIDRs of the fleet's other hosts (agents, coordinators,
+   * NATS nodes): no container reaches berth's ports on them. The coordinator
+   * and NATS servers this agent joined are added by themselves. @default none
+   */
+  fleetHosts?: string[];
   /** Image for containers that name none. @default the image store's default */
   defaultImage?: string;
   /** Registries (host:port) that may be pulled from over plain HTTP; loopback always may. */
@@ -71,6 +84,8 @@ export interface AgentOptions {
    * fleet (NFS or the like), local disk on one host (docs/volumes.md). @default <dataDir>/volumes
    */
   volumeRoot?: string;
+  /** The operator's micromamba binary for image builds (docs/images.md, "micromamba"). */
+  micromambaBin?: string;
 }
 
 export interface ResolvedAgentOptions {
@@ -88,7 +103,17 @@ export interface ResolvedAgentOptions {
   identityFile: string;
   unixSocket: string;
   containers: boolean;
-  network: { bridge: string; table: string; namePrefix: string; subnet4?: string; subnet6?: string };
+  network: {
+    bridge: string;
+    table: string;
+    namePrefix: string;
+    subnet4?: string;
+    subnet6?: string;
+    allowedPrivateCidrs: string[];
+    fleetHosts: string[];
+    /** berth's ports on fleet hosts; set once the joined coordinator's and NATS's are known. @default the network's defaults */
+    fleetPorts?: number[];
+  };
   defaultImage?: string;
   insecureRegistries: string[];
   clusterRegistry?: ClusterRegistryAccess;
@@ -97,6 +122,7 @@ export interface ResolvedAgentOptions {
   sdkDir: string;
   metrics: { intervalMs: number; port?: number; host: string; pool: string };
   volumeRoot: string;
+  micromambaBin?: string;
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -145,6 +171,7 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     sdkDir: resolve(o.sdkDir ?? DEFAULT_SDK_DIR),
     metrics: metricsOptions(o),
     volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
+    ...(o.micromambaBin ? { micromambaBin: resolve(o.micromambaBin) } : {}),
   };
 }
 
@@ -173,6 +200,7 @@ function networkNames(o: AgentOptions): ResolvedAgentOptions["network"] {
   const subnets = {
     ...(o.subnet4 ? { subnet4: o.subnet4 } : {}),
     ...(o.subnet6 ? { subnet6: o.subnet6 } : {}),
+    ...egressGuardOptions(o),
   };
   if (!o.networkPrefix) return { bridge: "berth0", table: "berth", namePrefix: "brt", ...subnets };
   if (!/^[a-z][a-z0-9]{1,5}$/.test(o.networkPrefix)) {
@@ -183,4 +211,20 @@ function networkNames(o: AgentOptions): ResolvedAgentOptions["network"] {
   }
   const p = o.networkPrefix;
   return { bridge: `${p}br0`, table: `berth_${p}`, namePrefix: p, ...subnets };
+}
+
+/** --allow-private and --fleet-host, checked now so a typo stops the agent with the flag's name. */
+function egressGuardOptions(o: AgentOptions): { allowedPrivateCidrs: string[]; fleetHosts: string[] } {
+  const flag = (name: string, fn: () => unknown) => {
+    try {
+      fn();
+    } catch (e) {
+      throw new BerthError("invalid_request", `${name}: ${(e as Error).message.replace(/^network options: /, "")}`);
+    }
+  };
+  const allowedPrivateCidrs = o.allowPrivate ?? [];
+  const fleetHosts = o.fleetHosts ?? [];
+  flag("--allow-private", () => resolveAllowedPrivate(allowedPrivateCidrs));
+  flag("--fleet-host", () => fleetHosts.map((h) => parseHostOrCidr(h, "fleet host")));
+  return { allowedPrivateCidrs, fleetHosts };
 }

@@ -27,10 +27,13 @@ import {
   type ContainerRulesInput,
   containerAddScript,
   containerRemoveStatements,
+  fleetScript,
   fullRuleset,
   inboundLines,
+  nameserverScript,
   policyScript,
 } from "./nft-rules.ts";
+import { type FleetDeny, resolveFleetDeny } from "./egress-guard.ts";
 import { type NetworkOptions, type ResolvedNetworkOptions, resolveNetworkOptions } from "./options.ts";
 import { NamespacePool } from "./pool.ts";
 import { containerResolvConf } from "./resolv.ts";
@@ -90,12 +93,17 @@ export class Network {
   private readonly unleased = new Set<string>();
   private tail: Promise<unknown> = Promise.resolve();
   private readonly hostAddressCache: HostAddressCache;
+  /** berth's ports on the fleet's hosts, as the nft sets hold them now. */
+  private fleet: FleetDeny;
+  /** The nameservers DNS may reach, as the nft sets hold them now (sorted, lower-case). */
+  private nameservers: string[] = [];
 
   private constructor(
     readonly options: ResolvedNetworkOptions,
     private readonly ipam: Ipam,
     log: NetworkLogger,
   ) {
+    this.fleet = options.guard.fleet;
     this.hostAddressCache = new HostAddressCache(
       async () => (await hostAddresses()).map((a) => a.address),
       options.hostAddressesMaxAgeMs,
@@ -130,6 +138,7 @@ export class Network {
       `${o.subnet4.gateway}/${o.subnet4.prefix}`,
       `${o.subnet6.gateway}/${o.subnet6.prefix}`,
     );
+    net.nameservers = await net.currentNameservers();
     await applyNft(
       fullRuleset(
         net.baseRules(),
@@ -209,6 +218,23 @@ export class Network {
     checkContainerId(containerId);
     const p = validateEgressPolicy(policy);
     return this.locked(() => this.setPolicyLocked(containerId, p));
+  }
+
+  /**
+   * Replaces the fleet's hosts (addresses or CIDRs) and berth's ports on
+   * them: no container reaches those ports there, whatever its policy.
+   */
+  async setFleet(fleet: { hosts: readonly string[]; ports: readonly number[] }): Promise<void> {
+    const f = resolveFleetDeny(fleet.hosts, fleet.ports);
+    await this.locked(async () => {
+      await applyNft(fleetScript(this.options.table, f));
+      this.fleet = f;
+    });
+  }
+
+  /** The fleet's hosts and berth's ports on them, as denied now. */
+  get fleetDeny(): { hosts: string[]; ports: number[] } {
+    return { hosts: this.fleet.hosts.map((c) => c.text), ports: [...this.fleet.ports] };
   }
 
   /** Lets the host (the port proxy) open TCP connections to this container port. */
@@ -399,8 +425,26 @@ export class Network {
       hostAddresses: await this.hostAddressCache.get(),
       fallbackNameservers: this.options.fallbackNameservers,
     });
+    await this.allowNameservers(conf.nameservers);
     // Rewritten in place, not renamed over: a bind mount keeps pointing at the original inode.
     await writeFile(this.resolvConfPath(containerId), conf.text, { mode: 0o644 });
+  }
+
+  private async currentNameservers(): Promise<string[]> {
+    const conf = await containerResolvConf({
+      sources: this.options.resolvConfSources,
+      hostAddresses: await this.hostAddressCache.get(),
+      fallbackNameservers: this.options.fallbackNameservers,
+    });
+    return normalizeNameservers(conf.nameservers);
+  }
+
+  /** Adds these to the DNS exception (nft sets dns4/dns6); older files may still name earlier ones, which stay. */
+  private async allowNameservers(nameservers: string[]): Promise<void> {
+    const wanted = normalizeNameservers([...this.nameservers, ...nameservers]);
+    if (wanted.join(" ") === this.nameservers.join(" ")) return;
+    await applyNft(nameserverScript(this.options.table, wanted));
+    this.nameservers = wanted;
   }
 
   private baseRules() {
@@ -412,6 +456,8 @@ export class Network {
       subnet4: o.subnet4.text,
       subnet6: o.subnet6.text,
       blockedDestinations: o.blockedDestinations,
+      guard: { ...o.guard, fleet: this.fleet },
+      nameservers: this.nameservers,
     };
   }
 
@@ -448,3 +494,5 @@ export class Network {
     return result;
   }
 }
+
+const normalizeNameservers = (list: string[]) => [...new Set(list.map((n) => n.toLowerCase()))].sort();

@@ -5,12 +5,16 @@
 // table inet NAME    forward/input/output filtering for the bridge, NAT, and
 //                    one chain per container (`c_<veth>`) holding its egress
 //                    policy, reached through the egress4/egress6 verdict maps
-//                    keyed by the container's source address.
+//                    keyed by the container's source address. Before those,
+//                    what no policy opens (egress-guard.ts): link-local,
+//                    private ranges the operator did not allow, berth's
+//                    ports on fleet hosts (the fleet4/fleet6/fleet_ports sets).
 // table bridge NAME  layer 2: anti-spoofing per port (`p_<veth>`, reached via
 //                    the `ports` map) and no frames between container ports.
 
 import type { Cidr, EgressPolicy } from "../../shared/egress.ts";
 import { parseCidr } from "../../shared/egress.ts";
+import type { EgressGuard, FleetDeny } from "./egress-guard.ts";
 
 export interface BaseRulesInput {
   table: string;
@@ -19,6 +23,10 @@ export interface BaseRulesInput {
   subnet4: string;
   subnet6: string;
   blockedDestinations: Cidr[];
+  /** What no policy opens: link-local, private ranges but the operator's, berth's ports on the fleet. */
+  guard: EgressGuard;
+  /** The nameservers containers' resolv.conf names: DNS (port 53) to them passes the private-range rule. */
+  nameservers: string[];
 }
 
 export interface ContainerRulesInput {
@@ -55,9 +63,20 @@ export function fullRuleset(base: BaseRulesInput, containers: ContainerRulesInpu
     `add map inet ${t} egress6 { type ipv6_addr : verdict; }`,
     `add set inet ${t} inbound4 { type ipv4_addr . inet_service; }`,
     `add set inet ${t} inbound6 { type ipv6_addr . inet_service; }`,
-    // Container → anywhere but the host (routed through the host).
+    `add set inet ${t} fleet4 { type ipv4_addr; flags interval; auto-merge; }`,
+    `add set inet ${t} fleet6 { type ipv6_addr; flags interval; auto-merge; }`,
+    `add set inet ${t} fleet_ports { type inet_service; }`,
+    `add set inet ${t} dns4 { type ipv4_addr; }`,
+    `add set inet ${t} dns6 { type ipv6_addr; }`,
+    // Container → anywhere but the host (routed through the host). First what no policy opens.
     `add chain inet ${t} from_ctr`,
     ...base.blockedDestinations.map((c) => `add rule inet ${t} from_ctr ${daddrMatch(c)} ${REJECT}`),
+    `add rule inet ${t} from_ctr ip daddr @fleet4 meta l4proto { tcp, udp } th dport @fleet_ports ${REJECT}`,
+    `add rule inet ${t} from_ctr ip6 daddr @fleet6 meta l4proto { tcp, udp } th dport @fleet_ports ${REJECT}`,
+    // DNS to the resolv.conf nameservers, often on a private address: the container's own policy decides.
+    `add rule inet ${t} from_ctr ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 ip saddr vmap @egress4`,
+    `add rule inet ${t} from_ctr ip6 daddr @dns6 meta l4proto { tcp, udp } th dport 53 ip6 saddr vmap @egress6`,
+    ...guardLines(t, base.guard),
     `add rule inet ${t} from_ctr ip saddr vmap @egress4`,
     `add rule inet ${t} from_ctr ip6 saddr vmap @egress6`,
     // A source address no container holds (spoofed, or a pool namespace).
@@ -101,7 +120,61 @@ export function fullRuleset(base: BaseRulesInput, containers: ContainerRulesInpu
     `add chain bridge ${t} bridge_forward { type filter hook forward priority -200; policy accept; }`,
     `add rule bridge ${t} bridge_forward iifname ${vethGlob} oifname ${vethGlob} drop`,
   ];
+  lines.push(...fleetLines(t, base.guard.fleet), ...nameserverLines(t, base.nameservers));
   for (const c of containers) lines.push(...containerAddLines(c));
+  return `${lines.join("\n")}\n`;
+}
+
+/** Link-local and private destinations, less the operator's exceptions: rejected. */
+function guardLines(t: string, g: EgressGuard): string[] {
+  const lines: string[] = [];
+  for (const [family, match] of [
+    [4, "ip daddr"],
+    [6, "ip6 daddr"],
+  ] as const) {
+    const denied = g.denied.filter((c) => c.family === family).map((c) => c.text);
+    const allowed = g.allowedPrivate.filter((c) => c.family === family).map((c) => c.text);
+    if (denied.length === 0) continue;
+    const except = allowed.length > 0 ? ` ${match} != { ${allowed.join(", ")} }` : "";
+    lines.push(`add rule inet ${t} from_ctr ${match} { ${denied.join(", ")} }${except} ${REJECT}`);
+  }
+  return lines;
+}
+
+function fleetLines(t: string, fleet: FleetDeny): string[] {
+  const v4 = fleet.hosts.filter((c) => c.family === 4).map((c) => c.text);
+  const v6 = fleet.hosts.filter((c) => c.family === 6).map((c) => c.text);
+  return [
+    ...(v4.length > 0 ? [`add element inet ${t} fleet4 { ${v4.join(", ")} }`] : []),
+    ...(v6.length > 0 ? [`add element inet ${t} fleet6 { ${v6.join(", ")} }`] : []),
+    ...(fleet.ports.length > 0 ? [`add element inet ${t} fleet_ports { ${fleet.ports.join(", ")} }`] : []),
+  ];
+}
+
+function nameserverLines(t: string, nameservers: string[]): string[] {
+  const unique = [...new Set(nameservers.map((n) => n.toLowerCase()))];
+  const v4 = unique.filter((n) => !n.includes(":"));
+  const v6 = unique.filter((n) => n.includes(":"));
+  return [
+    ...(v4.length > 0 ? [`add element inet ${t} dns4 { ${v4.join(", ")} }`] : []),
+    ...(v6.length > 0 ? [`add element inet ${t} dns6 { ${v6.join(", ")} }`] : []),
+  ];
+}
+
+/** Replaces the fleet's hosts and ports in one transaction. */
+export function fleetScript(table: string, fleet: FleetDeny): string {
+  const lines = [
+    `flush set inet ${table} fleet4`,
+    `flush set inet ${table} fleet6`,
+    `flush set inet ${table} fleet_ports`,
+    ...fleetLines(table, fleet),
+  ];
+  return `${lines.join("\n")}\n`;
+}
+
+/** Replaces the nameservers DNS may reach in one transaction. */
+export function nameserverScript(table: string, nameservers: string[]): string {
+  const lines = [`flush set inet ${table} dns4`, `flush set inet ${table} dns6`, ...nameserverLines(table, nameservers)];
   return `${lines.join("\n")}\n`;
 }
 

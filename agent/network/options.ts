@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { parseCidr, type Cidr } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
+import { type EgressGuard, resolveEgressGuard } from "./egress-guard.ts";
 import { Subnet } from "./subnet.ts";
 
 export interface NetworkOptions {
@@ -60,6 +61,22 @@ export interface NetworkOptions {
    */
   blockedDestinations?: string[];
   /**
+   * Private CIDRs containers may reach (each inside 10.0.0.0/8, 172.16.0.0/12,
+   * 192.168.0.0/16, 100.64.0.0/10 or fc00::/7). Every other private address,
+   * and every link-local one, is unreachable whatever a container's policy.
+   * @default []
+   */
+  allowedPrivateCidrs?: string[];
+  /**
+   * Addresses (or CIDRs) of the fleet's hosts: no container reaches
+   * fleetPorts on them, whatever else allows it. Replaced at runtime with
+   * Network.setFleet().
+   * @default []
+   */
+  fleetHosts?: string[];
+  /** berth's ports on fleet hosts. @default [4222, 6222, 8222, 8420, 8421] */
+  fleetPorts?: number[];
+  /**
    * Nameservers written into containers' resolv.conf when the host has only
    * loopback or host-local resolvers (which containers cannot reach).
    * @default ["1.1.1.1", "9.9.9.9"]
@@ -90,6 +107,7 @@ export interface ResolvedNetworkOptions {
   poolRefillDelayMs: number;
   hostAddressesMaxAgeMs: number;
   blockedDestinations: Cidr[];
+  guard: EgressGuard;
   fallbackNameservers: string[];
   resolvConfSources: string[];
   enableForwarding: boolean;
@@ -142,6 +160,7 @@ export function resolveNetworkOptions(o: NetworkOptions): ResolvedNetworkOptions
     poolRefillDelayMs,
     hostAddressesMaxAgeMs,
     blockedDestinations,
+    guard: resolveEgressGuard(o),
     fallbackNameservers,
     resolvConfSources: o.resolvConfSources ?? ["/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"],
     enableForwarding: o.enableForwarding ?? true,

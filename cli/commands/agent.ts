@@ -33,6 +33,8 @@ interface AgentRunFlags {
   networkPrefix?: string;
   subnet4?: string;
   subnet6?: string;
+  allowPrivate?: string[];
+  fleetHost?: string[];
   defaultImage?: string;
   insecureRegistry?: string[];
   imageGcHours: number;
@@ -42,6 +44,7 @@ interface AgentRunFlags {
   metricsHost?: string;
   pool?: string;
   volumeRoot?: string;
+  micromambaBin?: string;
 }
 
 function collect(v: string, acc: string[]): string[] {
@@ -68,6 +71,18 @@ export function agentCommands(program: Command): void {
     )
     .option("--subnet4 <cidr>", "IPv4 subnet for containers (default 10.209.0.0/16)")
     .option("--subnet6 <cidr>", "IPv6 subnet for containers (default fd62:6572:7468::/64)")
+    .option(
+      "--allow-private <cidr>",
+      "a private CIDR containers may reach (repeatable; private and link-local ranges are closed by default)",
+      collect,
+      [],
+    )
+    .option(
+      "--fleet-host <addr>",
+      "address or CIDR of another fleet host whose berth ports containers never reach (repeatable)",
+      collect,
+      [],
+    )
     .option("--default-image <ref>", "image for containers that name none")
     .option(
       "--insecure-registry <host:port>",
@@ -82,6 +97,7 @@ export function agentCommands(program: Command): void {
     .option("--metrics-host <host>", "address of /metrics (default 127.0.0.1)")
     .option("--pool <name>", "the pool (agent group) this host counts toward (default: default)")
     .option("--volume-root <dir>", "where workspace volumes live; the same shared path on every agent (default: DATA_DIR/volumes)")
+    .option("--micromamba-bin <path>", "a micromamba binary for image builds on bases without one (docs/images.md)")
     .action(async (o: AgentRunFlags) => {
       // Loaded here, not at the top: `berth --help` and the other commands never pay for the agent.
       const { resolveAgentOptions, startAgent } = await import("../../agent/main.ts");
@@ -101,6 +117,8 @@ export function agentCommands(program: Command): void {
             ...(o.networkPrefix ? { networkPrefix: o.networkPrefix } : {}),
             ...(o.subnet4 ? { subnet4: o.subnet4 } : {}),
             ...(o.subnet6 ? { subnet6: o.subnet6 } : {}),
+            ...(o.allowPrivate?.length ? { allowPrivate: o.allowPrivate } : {}),
+            ...(o.fleetHost?.length ? { fleetHosts: o.fleetHost } : {}),
             ...(o.defaultImage ? { defaultImage: o.defaultImage } : {}),
             ...(o.insecureRegistry?.length ? { insecureRegistries: o.insecureRegistry } : {}),
             imageGcIntervalMs: Math.round(o.imageGcHours * 3_600_000),
@@ -110,6 +128,7 @@ export function agentCommands(program: Command): void {
             ...(o.metricsHost ? { metricsHost: o.metricsHost } : {}),
             ...(o.pool ? { pool: o.pool } : {}),
             ...(o.volumeRoot ? { volumeRoot: o.volumeRoot } : {}),
+            ...(o.micromambaBin ? { micromambaBin: o.micromambaBin } : {}),
           }),
         ),
       );

@@ -25,11 +25,14 @@ interface UpFlags {
   networkPrefix?: string;
   subnet4?: string;
   subnet6?: string;
+  allowPrivate: string[];
   defaultImage?: string;
   pythonRootfs?: string;
   pipIndexUrl?: string;
   pipExtraIndexUrl: string[];
   pipTrustedHost: string[];
+  condaChannel: string[];
+  micromambaBin?: string;
   registry?: string;
   registryUser?: string;
   registryPort?: number;
@@ -54,6 +57,7 @@ export function upCommand(program: Command): void {
     .option("--network-prefix <p>", "the agent's network names (see berth agent --help)")
     .option("--subnet4 <cidr>", "the agent's IPv4 container subnet")
     .option("--subnet6 <cidr>", "the agent's IPv6 container subnet")
+    .option("--allow-private <cidr>", "a private CIDR containers may reach (repeatable; see berth agent --help)", collect, [])
     .option(
       "--default-image <ref>",
       "image for functions that name none (default: a Debian python3 image built once)",
@@ -70,6 +74,8 @@ export function upCommand(program: Command): void {
       collect,
       [],
     )
+    .option("--conda-channel <url>", "a conda channel of every micromamba step of image builds (repeatable)", collect, [])
+    .option("--micromamba-bin <path>", "a micromamba binary for image builds on bases without one")
     .option(
       "--registry <url>",
       "push built images to this registry instead of running one (password from $BERTH_REGISTRY_PASSWORD)",
@@ -179,6 +185,7 @@ async function up(o: UpFlags): Promise<number> {
         dataDir: coordDir,
         volumeRoot: join(dataDir, "volumes"),
         ...pipIndexOf(o),
+        ...(o.condaChannel.length > 0 ? { condaChannels: o.condaChannel } : {}),
         registry: registryAccess,
         ...(o.imageGcAfter !== undefined ? { imageGcAfterMs: o.imageGcAfter } : {}),
         nats: { url: nats.url, user: "coordinator", password: cluster.natsCoordinatorPassword },
@@ -273,6 +280,8 @@ async function up(o: UpFlags): Promise<number> {
         ...(o.networkPrefix ? ["--network-prefix", o.networkPrefix] : []),
         ...(o.subnet4 ? ["--subnet4", o.subnet4] : []),
         ...(o.subnet6 ? ["--subnet6", o.subnet6] : []),
+        ...o.allowPrivate.flatMap((c) => ["--allow-private", c]),
+        ...(o.micromambaBin ? ["--micromamba-bin", resolve(o.micromambaBin)] : []),
       ],
       print,
     ),

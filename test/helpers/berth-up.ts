@@ -13,7 +13,7 @@ import { cleanupNetworkByPrefix } from "../../agent/network/index.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
 import type { Teardown } from "../network/helpers.ts";
-import { type TestNames, testNames } from "../network/helpers.ts";
+import { type TestNames, outsideSubnets, testNames } from "../network/helpers.ts";
 import { CLI_MAIN, runCli } from "./cluster.ts";
 import { testRootfs } from "./rootfs.ts";
 import { bearer } from "./auth.ts";
@@ -74,6 +74,8 @@ export async function startBerthUp(
       ...["--import", "tsx", CLI_MAIN, "up", "--data-dir", dataDir],
       ...["--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)],
       ...["--network-prefix", names.namePrefix, "--subnet4", names.subnet4, "--subnet6", names.subnet6],
+      // The outside namespace (createOutside) stands in for the internet on private addresses.
+      ...outsideSubnets(names).flatMap((c) => ["--allow-private", c]),
       ...["--python-rootfs", rootfs, ...(typeof extraArgs === "function" ? extraArgs(names) : extraArgs)],
     ],
     { env, stdio: ["ignore", "pipe", "pipe"], detached: true },

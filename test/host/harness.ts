@@ -10,7 +10,7 @@ import { join } from "node:path";
 import type { TestContext } from "node:test";
 import { ContainerHost, type ContainerHostOptions, type HostEvent } from "../../agent/host/index.ts";
 import { ImageStore } from "../../agent/images/index.ts";
-import type { Network } from "../../agent/network/index.ts";
+import type { Network, NetworkOptions } from "../../agent/network/index.ts";
 import type { ExecSession, LogEntry } from "../../api/index.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
@@ -70,14 +70,19 @@ export function hostTempDir(down: Teardown, prefix: string): string {
   return dir;
 }
 
-export async function hostHarness(t: TestContext): Promise<HostHarness> {
+export interface HostHarnessOptions {
+  /** More network options, given the test's names (the default allows the outside namespace's subnets). */
+  network?: (names: TestNames) => Partial<NetworkOptions>;
+}
+
+export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): Promise<HostHarness> {
   const down = new Teardown(t);
   // Deferred first, so it runs last: after the host and network are gone.
   const dir = hostTempDir(down, "berth-host-");
   const runcRoot = join(dir, "containers", ".runc");
   const names = await testNames();
   sweepAfter(down, names);
-  const { net } = await startTestNetwork(t, down, names, { dataDir: join(dir, "net") });
+  const { net } = await startTestNetwork(t, down, names, { dataDir: join(dir, "net"), ...ho.network?.(names) });
   const registry = await startTestRegistry(t);
   const imageRef = await pushTestImage(registry);
   const allowedRoot = join(dir, "allowed");

@@ -289,6 +289,13 @@ export async function probeFrom(netns: string, host: string, port: number): Prom
 
 export const randomPort = () => randomInt(20_000, 60_000);
 
+/**
+ * The private subnets of the test's outside namespace (createOutside), which
+ * stands in for the internet: the test's operator allows them, as an
+ * operator would a private mirror (private ranges are closed by default).
+ */
+export const outsideSubnets = (names: TestNames) => [`10.214.${names.octet}.0/24`, `fd43:${names.octet.toString(16)}::/64`];
+
 /** Network options for a test's own names and subnets. */
 export function networkOptions(names: TestNames, dataDir: string, extra: Partial<NetworkOptions> = {}): NetworkOptions {
   return {
@@ -298,6 +305,7 @@ export function networkOptions(names: TestNames, dataDir: string, extra: Partial
     namePrefix: names.namePrefix,
     subnet4: names.subnet4,
     subnet6: names.subnet6,
+    allowedPrivateCidrs: outsideSubnets(names),
     ...extra,
   };
 }
