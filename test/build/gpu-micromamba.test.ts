@@ -100,9 +100,13 @@ test("micromamba in neither the base nor the agent's config fails the build at o
       return true;
     },
   );
+  assert.ok(
+    seen.some((e) => e.type === "base"),
+    "the base was resolved",
+  );
   assert.deepEqual(
-    seen.map((e) => e.type),
-    ["base"],
+    seen.filter((e) => e.type === "step" || e.type === "output" || e.type === "step_done"),
+    [],
     "no step ran",
   );
   assert.deepEqual(await h.host.listContainers(), [], "the probe's container is removed");
