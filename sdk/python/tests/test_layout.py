@@ -14,7 +14,8 @@ import berth
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(berth.__file__))
 SHARED = {"berth", "berth.env", "berth.errors", "berth.handler_call", "berth.serialize", "berth.unix_http"}
-SUBPACKAGES = {"api", "client", "runtime", "sandbox"}
+# integrations: ready-made deployments (their API and the container side they serve with), docs/inference.md.
+SUBPACKAGES = {"api", "client", "runtime", "sandbox", "integrations"}
 # Run by file path with `python3 -I` as a sandbox's pid 1: no berth import at all.
 STANDALONE = {"berth.runtime.sandbox_init", "berth.runtime.sandbox_init_wire"}
 
