@@ -5,7 +5,8 @@
 // app's directory carries a stand-in `vllm` package whose
 // vllm.entrypoints.openai.api_server is test/fixtures/inference/vllm_standin_server.py:
 // the container's VLLM app starts it as it starts vLLM (same module, flags,
-// /health) and passes requests through. A deployment whose image lacks vllm
+// /health) and passes requests through; the usage row holds its counts and
+// a client hanging up aborts its stream. A deployment whose image lacks vllm
 // answers every request with the error naming the fix.
 
 import assert from "node:assert/strict";
@@ -18,6 +19,7 @@ import OpenAI from "openai";
 import { bearer } from "../helpers/auth.ts";
 import { type BerthUp, CLI_BIN, startBerthUp, UP_COMMANDS } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
+import { waitUntil } from "../helpers/wait.ts";
 import { Teardown } from "../network/helpers.ts";
 
 const STANDIN = fileURLToPath(new URL("../fixtures/inference/vllm_standin_server.py", import.meta.url));
@@ -96,6 +98,48 @@ test("integrations.VLLM: deployed with berth deploy, served through /v1", async 
     const more: string[] = [];
     for await (const c of again) more.push(c.choices[0]?.delta.content ?? "");
     assert.deepEqual(more, ["five"]);
+  });
+
+  await t.test("the usage row holds the counts vLLM reported", async () => {
+    const ws = ((await (await up.api("/api/v1/workspace/current")).json()) as { external_id: string })
+      .external_id;
+    const r = await up.api(`/api/v1/usage/${ws}?model=tiny-vllm`);
+    const rows = (
+      (await r.json()) as { usage: { stream: boolean; prompt_tokens: number; completion_tokens: number }[] }
+    ).usage;
+    const row = rows.find((u) => u.stream);
+    assert.ok(row, `a usage row of the stream: ${JSON.stringify(rows)}`);
+    assert.deepEqual([row.prompt_tokens, row.completion_tokens], [4, 4]);
+  });
+
+  await t.test("a client that hangs up mid-stream stops vLLM's generation", async () => {
+    const abort = new AbortController();
+    const stream = await client.chat.completions.create(
+      {
+        model: "tiny-vllm",
+        messages: [{ role: "user", content: "on and on" }],
+        stream: true,
+        max_tokens: 1000,
+      },
+      { signal: abort.signal },
+    );
+    let seen = 0;
+    try {
+      for await (const c of stream) {
+        if (c.choices[0]?.delta.content) seen++;
+        if (seen === 2) abort.abort();
+      }
+    } catch (e) {
+      // The client ends the iteration, or throws its abort error: either way it hung up.
+      if (!(e instanceof OpenAI.APIUserAbortError)) throw e;
+    }
+    assert.equal(seen, 2);
+    const stats = async () =>
+      (await (await up.api("/endpoint/tiny-vllm/stats")).json()) as { aborted: number };
+    await waitUntil(async () => (await stats()).aborted === 1, {
+      what: "vLLM aborted the stream",
+      timeoutMs: 60_000,
+    });
   });
 
   await t.test("without vllm in the image every request hears what to do", async () => {

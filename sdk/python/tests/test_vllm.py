@@ -4,6 +4,7 @@ since vLLM itself cannot be installed on the test machine)."""
 
 import asyncio
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -246,12 +247,52 @@ class VLLMServerAppTest(unittest.TestCase):
         self.assertIn(b"content-type", names)
         self.assertNotIn(b"transfer-encoding", names, "hop-by-hop headers are the connection's own")
         events = [m["body"] for m in sent[1:] if m["body"]]
-        self.assertEqual(len(events), 3, "one body message per chunk vLLM wrote")
+        self.assertEqual(len(events), 4, "one body message per chunk vLLM wrote")
         self.assertIn(b'"content": "two"', events[1])
+        self.assertEqual(events[3], b"data: [DONE]\n\n")
         self.assertIs(sent[-1]["more_body"], False)
         self.assertEqual(wrong[0]["status"], 404, "vLLM's own errors pass through")
         self.assertEqual(down, [{"type": "lifespan.shutdown.complete"}])
         self.assertIsNotNone(app.process.poll(), "the vLLM process is stopped at shutdown")
+
+    def test_a_caller_that_goes_away_aborts_vllms_generation(self):
+        app = VLLMServerApp(VLLMArgs(model="tiny").to_cli(), startup_timeout_s=60)
+
+        async def scenario():
+            inbox, life_sent = asyncio.Queue(), []
+
+            async def life_send(message):
+                life_sent.append(message)
+
+            inbox.put_nowait({"type": "lifespan.startup"})
+            life = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, life_send))
+            while not life_sent:
+                await asyncio.sleep(0.05)
+            try:
+                body = b'{"model": "tiny", "stream": true, "max_tokens": 500, "messages": [{"content": "a b"}]}'
+                scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+                got = []
+
+                async def send(message):
+                    got.append(message)
+                    if len(got) == 3:  # berth's ASGI host raises on a send once its client has gone
+                        raise ConnectionResetError("the client went away")
+
+                with self.assertRaises(ConnectionResetError):
+                    await app(scope, Collected([{"type": "http.request", "body": body}]).receive, send)
+                while True:  # vLLM notices on its next write
+                    stats = Collected([{"type": "http.request", "body": b""}])
+                    await app({"type": "http", "method": "GET", "path": "/stats", "headers": []}, stats.receive,
+                              stats.send)
+                    counts = json.loads(stats.sent[1]["body"])
+                    if counts["aborted"]:
+                        return counts
+                    await asyncio.sleep(0.1)
+            finally:
+                inbox.put_nowait({"type": "lifespan.shutdown"})
+                await life
+
+        self.assertEqual(asyncio.run(scenario()), {"aborted": 1, "finished": 0})
 
     def test_a_server_that_exits_while_starting_fails_startup_with_its_output(self):
         app = VLLMServerApp(["--fail"], startup_timeout_s=60)
