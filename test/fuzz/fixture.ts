@@ -36,6 +36,8 @@ export type SideValues = Record<string, string>;
 
 export interface FuzzFixture {
   f: ScopingFixture;
+  /** The endpoint dispatcher the app serves /endpoint/... with. */
+  endpoints: EndpointDispatcher;
   tokens: { a: string; b: string; admin: string };
   /** Path and query parameter values naming each workspace's own objects. */
   values: { a: SideValues; b: SideValues };
@@ -89,6 +91,7 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
     signingKey: randomBytes(32),
     publicUrl: "https://berth.example/",
   });
+  let endpoints!: EndpointDispatcher;
   const f = await startScopingFixture(suite, {
     extra: async (h, containers, later, deployments, agent) => {
       const log = pino({ level: "silent" });
@@ -106,7 +109,7 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
         Date.now(),
       );
       const builder = new OneStepBuilder();
-      const endpoints = new EndpointDispatcher({
+      endpoints = new EndpointDispatcher({
         tokens: h.store.tokens,
         deployments,
         containers: {
@@ -269,5 +272,5 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
       name: "BRAVO_SECRET",
     },
   };
-  return { f, tokens: { a: x.tokenA, b: x.tokenB, admin: admin.secret }, values, markers: { a: "canary", b: "bravo" } };
+  return { f, endpoints, tokens: { a: x.tokenA, b: x.tokenB, admin: admin.secret }, values, markers: { a: "canary", b: "bravo" } };
 }

@@ -20,7 +20,6 @@ import { PortProxy } from "../../coordinator/ports/proxy.ts";
 import { SandboxService } from "../../coordinator/sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "../../coordinator/sandboxes/targets.ts";
 import { usageOf } from "../../coordinator/scheduler/quota.ts";
-import { BerthError } from "../../shared/errors.ts";
 import { closeNats } from "../../shared/nats-server.ts";
 import { type ContainerLogBatch, logSubjectToken, subjects } from "../../shared/subjects.ts";
 import { capacity } from "../containers/fakes.ts";
@@ -46,6 +45,8 @@ export interface ScopingFixture {
   logLine: string;
   /** Workspace ids the limits routes told caches to forget. */
   limitChanges: string[];
+  /** The exposed-port proxy the app serves /port/... with (its upgrades are the caller's to attach). */
+  ports: PortProxy;
   /** The app listening on 127.0.0.1 (ports and shell upgrades are served before Fastify). */
   listen(): Promise<string>;
 }
@@ -53,6 +54,12 @@ export interface ScopingFixture {
 /** A loopback HTTP server standing in for the pod's port behind the agent's tunnel. */
 async function podUpstream(answer: string): Promise<Server> {
   const server = createServer((_req, res) => res.end(answer));
+  // A websocket to the pod's port: accepted, then closed when the client closes.
+  server.on("upgrade", (_req, socket) => {
+    socket.on("error", () => {});
+    socket.write("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n");
+    socket.on("data", () => socket.end());
+  });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return server;
 }
@@ -85,6 +92,7 @@ export async function startScopingFixture(
   const limitChanges: string[] = [];
   let sandboxes!: SandboxService;
   let upstream!: Server;
+  let ports!: PortProxy;
   const x = await startHttpHarness(suite, {
     more: async (h, containers, later, deployments) => {
       const log = pino({ level: "silent" });
@@ -123,6 +131,22 @@ export async function startScopingFixture(
       later.after(() => new Promise((r) => upstream.close(r)));
       const tunnelTo = () => new TunnelAgent((upstream.address() as AddressInfo).port);
       const limitsCache = new WorkspaceLimitsCache({ repo: h.store.limits });
+      ports = new PortProxy({
+        targets: sandboxPortTargets(h.store.sandboxes, h.store.stubs),
+        tunnels: {
+          connect: () =>
+            new Promise((resolve, reject) => {
+              const s = netConnect((upstream.address() as AddressInfo).port, "127.0.0.1");
+              s.once("connect", () => resolve(s));
+              s.once("error", reject);
+            }),
+          httpAgent: tunnelTo,
+          forget: () => {},
+        },
+        tokens: h.store.tokens,
+        log,
+        onActivity: (id) => sandboxes.touch(id),
+      });
       return {
         logs: new LogQuery({ nats: h.nc, log }),
         limits: {
@@ -137,19 +161,7 @@ export async function startScopingFixture(
           },
         },
         sandboxes,
-        ports: new PortProxy({
-          targets: sandboxPortTargets(h.store.sandboxes, h.store.stubs),
-          tunnels: {
-            connect: async () => {
-              throw new BerthError("unavailable", "no websocket to the pod in this test");
-            },
-            httpAgent: tunnelTo,
-            forget: () => {},
-          },
-          tokens: h.store.tokens,
-          log,
-          onActivity: (id) => sandboxes.touch(id),
-        }),
+        ports,
         ...(o.extra ? await o.extra(h, containers, later, deployments, agent) : {}),
       };
     },
@@ -222,6 +234,7 @@ export async function startScopingFixture(
     podAnswer,
     logLine,
     limitChanges,
+    ports,
     async listen() {
       if (!base) {
         await app.listen({ host: "127.0.0.1", port: 0 });
