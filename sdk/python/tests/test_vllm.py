@@ -147,6 +147,7 @@ class VLLMDeploymentTest(unittest.TestCase):
             ["--model", "Qwen/Qwen2.5-7B-Instruct", "--served-model-name", "qwen-7b", "Qwen/Qwen2.5-7B-Instruct",
              "--download-dir", "./vllm_cache"],
         )  # fmt: skip
+        self.assertEqual(v.serve_target(), os.path.join(os.path.realpath(self.dir), "vllm_app.py") + ":llm")
         # The container's runner finds the object by its variable and gets the app factory.
         self.assertEqual(resolve(config["handler"], "BERTH_HANDLER"), v.func)
 

@@ -9,6 +9,7 @@ model names vLLM serves to the ``/v1`` gateway (``served_models``,
 docs/inference.md), so ``model="<name>"`` reaches it. Docs: docs/inference.md.
 """
 
+import os
 import sys
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
@@ -196,6 +197,14 @@ class VLLM(ASGI):
                 "assign it at module level (llm = integrations.VLLM(...)) so the container can find it",
             )
         return locate(SimpleNamespace(__module__=self._module_name, __qualname__=variable))
+
+    def serve_target(self) -> str:
+        """``FILE.py:VARIABLE`` for ``.serve()`` (``berth serve``): the module that built this object."""
+        loc = self.location()
+        file = getattr(sys.modules.get(self._module_name), "__file__", None)
+        if not file:
+            raise BerthError("invalid_request", f"{loc.qualname} has no file to serve: define it in a .py file")
+        return f"{os.path.abspath(file)}:{loc.qualname}"
 
     def command(self) -> List[str]:
         """vLLM's arguments as this deployment runs them (host and port are added in the container)."""
