@@ -19,7 +19,7 @@ import type { FuzzAnswer } from "./send.ts";
 const SEED = Number(process.env.BERTH_FUZZ_SEED ?? 0x18f022);
 const REQUESTS = Number(process.env.BERTH_FUZZ_RAW_REQUESTS ?? 600);
 /** A safety net, not a timing assertion: an exchange with no end is reported, not waited for. */
-const NO_ANSWER_MS = 15_000;
+const NO_ANSWER_MS = 60_000;
 
 /** One raw exchange: `head` (request line and headers, CRLF-separated, without the blank line) and a body. */
 function exchange(port: number, head: string, body = ""): Promise<FuzzAnswer & { upgraded: boolean }> {
