@@ -1,6 +1,7 @@
 import { mkdirSync } from "node:fs";
-import { connect, type NatsConnection } from "nats";
+import { connect, type NatsConnection, nkeyAuthenticator } from "nats";
 import pino, { type Logger } from "pino";
+import { agentInboxPrefix } from "../shared/agent-nats.ts";
 import { COORDINATOR_CLIENT_NAME } from "../shared/cluster-names.ts";
 import { BerthError, describeError } from "../shared/errors.ts";
 import type { Heartbeat } from "../shared/fleet.ts";
@@ -218,6 +219,7 @@ async function resolveIdentity(o: ResolvedAgentOptions, log: Logger): Promise<Ag
       hostname: o.hostname,
       version: BERTH_VERSION,
       grpcAddress: o.advertiseAddress,
+      ...(saved?.nats.seed ? { natsSeed: saved.nats.seed } : {}),
     },
     { onRetry: (err, ms) => log.warn(`join: ${err.message}; retrying in ${ms} ms`) },
   );
@@ -237,8 +239,13 @@ async function connectNatsForever(
     try {
       const nc = await connect({
         servers: id.nats.url,
-        user: id.nats.user,
-        pass: id.nats.password,
+        // Its own nkey user, limited to its subjects and inbox (shared/agent-nats.ts); else the legacy shared user.
+        ...(id.nats.seed
+          ? {
+              authenticator: nkeyAuthenticator(new TextEncoder().encode(id.nats.seed)),
+              inboxPrefix: agentInboxPrefix(id.agentId),
+            }
+          : { user: id.nats.user, pass: id.nats.password }),
         name: id.agentId,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 1000,

@@ -8,7 +8,9 @@ import { BERTH_VERSION } from "../shared/version.ts";
 import { bootstrapEmptyStore } from "./bootstrap.ts";
 import { FleetView } from "./fleet/fleet-view.ts";
 import { FleetWatcher } from "./fleet/fleet-watcher.ts";
+import { AgentNatsUsers, RevokedAgents } from "./fleet/agent-credentials.ts";
 import { JoinService } from "./fleet/join.ts";
+import { AgentRevoker } from "./fleet/revoke.ts";
 import { ensureStreams } from "./fleet/streams.ts";
 import {
   AgentClientPool,
@@ -128,9 +130,19 @@ export async function startCoordinator(
   await bootstrapEmptyStore(store, o.bootstrap, log);
 
   const fleet = new FleetView();
+  const revoked = await new RevokedAgents(store.kv).load();
+  const natsUsers = o.agentNatsUsers ? new AgentNatsUsers({ kv: store.kv, ...o.agentNatsUsers }) : undefined;
+  // Brings users.conf up to the store (agents joined or revoked while this coordinator was down).
+  try {
+    await natsUsers?.sync();
+  } catch (e) {
+    await closeNats(nc);
+    await store.close();
+    throw new StartupError(`cannot write nats-server's agent users (agentNats.usersFile): ${describeError(e)}`);
+  }
   // The one planner: every container's reservation (runners, sandboxes, pods) and workspace usage.
   const planner = new Planner({ fleet });
-  const watcher = new FleetWatcher(nc, fleet, store.agents, log.child({ area: "fleet" }));
+  const watcher = new FleetWatcher(nc, fleet, store.agents, log.child({ area: "fleet" }), revoked);
   watcher.start();
 
   const join = new JoinService({
@@ -138,6 +150,8 @@ export async function startCoordinator(
     agents: store.agents,
     pki,
     agentNats: o.agentNats,
+    ...(natsUsers ? { natsUsers } : {}),
+    revoked,
     heartbeatIntervalMs: o.heartbeatIntervalMs,
     ...(o.registry ? { registry: o.registry } : {}),
   });
@@ -168,7 +182,17 @@ export async function startCoordinator(
     throw new StartupError(`cannot start the task service: ${describeError(e)}`);
   }
   const secrets = new SecretService({ db: store.db, key: secretKey });
-  const agentClients = await AgentClientPool.create({ fleet, pki });
+  const agentClients = await AgentClientPool.create({ fleet, pki, revoked });
+  const revoker = new AgentRevoker({
+    agents: store.agents,
+    revoked,
+    ...(natsUsers ? { natsUsers } : {}),
+    fleet,
+    clients: agentClients,
+    nc,
+    log: log.child({ area: "fleet" }),
+  });
+  revoker.start();
   // On an agent's own host, its containers are dialled at their address rather than through its tunnel.
   const tunnels = await ContainerTunnels.create({
     fleet,
@@ -478,6 +502,7 @@ export async function startCoordinator(
       await app.close();
       await imageGc.stop();
       await stopWork();
+      revoker.stop();
       await watcher.stop();
       await closeNats(nc);
       await store.close();

@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { createSecureContext } from "node:tls";
 import { join, resolve } from "node:path";
 import { BerthError, describeError } from "../shared/errors.ts";
+import type { NatsUser } from "../shared/nats-server.ts";
 import type { NatsCredentials } from "../shared/subjects.ts";
 import type { ClusterRegistryAccess } from "../shared/fleet.ts";
 import { checkClusterRegistry, checkImageGcAfter, IMAGE_GC_AFTER_DEFAULT_MS, type PipIndex } from "./images/index.ts";
@@ -29,8 +30,22 @@ export interface CoordinatorOptions {
   store?: string;
   /** The coordinator's own NATS connection. */
   nats: { url: string; user?: string; password?: string };
-  /** Credentials handed to agents when they join. @default the coordinator's url with user "agent" */
-  agentNats?: { url?: string; user?: string; password: string };
+  /**
+   * NATS for agents. With `usersFile` each agent gets its own nkey user
+   * (docs/install.md, "Agent credentials"): the coordinator rewrites that
+   * file (nats-server's users.conf: `staticUsers` plus one user per agent)
+   * and reloads the server through `pidFile`. `password` is the shared agent
+   * user, handed only to agents that send no nkey (older versions); required
+   * without `usersFile`. @default the coordinator's url with user "agent"
+   */
+  agentNats?: {
+    url?: string;
+    user?: string;
+    password?: string;
+    usersFile?: string;
+    pidFile?: string;
+    staticUsers?: NatsUser[];
+  };
   /** How often agents report. @default 5000 */
   heartbeatIntervalMs?: number;
   /** On a store with no workspace yet, write the first admin and join tokens here. @default "<dataDir>/admin-token" and "<dataDir>/join-token" */
@@ -117,7 +132,9 @@ export interface ResolvedCoordinatorOptions {
   dataDir: string;
   store: string;
   nats: { url: string; user?: string; password?: string };
+  /** password "" = no shared agent user is handed out. */
   agentNats: NatsCredentials;
+  agentNatsUsers?: { usersFile: string; pidFile?: string; staticUsers: NatsUser[] };
   heartbeatIntervalMs: number;
   bootstrap: { adminTokenFile: string; joinTokenFile: string };
   logLevel: string;
@@ -137,10 +154,18 @@ export interface ResolvedCoordinatorOptions {
 
 export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordinatorOptions {
   if (!o.nats?.url) throw new BerthError("invalid_request", "coordinator config: nats.url is required");
-  if (!o.agentNats?.password) {
+  if (!o.agentNats?.password && !o.agentNats?.usersFile) {
     throw new BerthError(
       "invalid_request",
-      "coordinator config: agentNats.password (handed to joining agents) is required",
+      "coordinator config: agentNats.usersFile (per-agent NATS users) or agentNats.password (one shared agent user) is required",
+    );
+  }
+  const au = o.agentNats;
+  if (au.usersFile && !(au.staticUsers ?? []).some((u) => u.user !== undefined && u.user === o.nats.user)) {
+    // The file is rewritten whole: without its own user the coordinator would lock itself out at the first join.
+    throw new BerthError(
+      "invalid_request",
+      "coordinator config: agentNats.staticUsers must hold the coordinator's own NATS user (nats.user) when agentNats.usersFile is set",
     );
   }
   const host = o.host ?? "127.0.0.1";
@@ -167,10 +192,19 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     store: o.store ?? `sqlite:${join(dataDir, "berth.db")}`,
     nats: o.nats,
     agentNats: {
-      url: o.agentNats.url ?? o.nats.url,
-      user: o.agentNats.user ?? "agent",
-      password: o.agentNats.password,
+      url: au.url ?? o.nats.url,
+      user: au.user ?? "agent",
+      password: au.password ?? "",
     },
+    ...(au.usersFile
+      ? {
+          agentNatsUsers: {
+            usersFile: au.usersFile,
+            ...(au.pidFile ? { pidFile: au.pidFile } : {}),
+            staticUsers: au.staticUsers ?? [],
+          },
+        }
+      : {}),
     heartbeatIntervalMs,
     bootstrap: {
       adminTokenFile: o.bootstrap?.adminTokenFile ?? join(dataDir, "admin-token"),

@@ -5,8 +5,11 @@ import { join } from "node:path";
 import { sleep } from "./net.ts";
 
 export interface NatsUser {
-  user: string;
-  password: string;
+  /** A password user; `nkey` users (agents, docs/install.md "Agent credentials") have neither. */
+  user?: string;
+  password?: string;
+  /** An nkey user's public key (U...): it proves the seed by signing the server's nonce. */
+  nkey?: string;
   /** Subjects the user may publish/subscribe to; omitted means everything. */
   publish?: string[];
   subscribe?: string[];
@@ -25,14 +28,31 @@ export interface NatsServerOptions {
 // nats-server config is its own syntax; JSON strings are valid there.
 const q = (s: string) => JSON.stringify(s);
 
-export function natsConfig(o: NatsServerOptions): string {
-  const users = o.users.map((u) => {
+/**
+ * The `users` list nats-server reads from users.conf (included by nats.conf's
+ * authorization block), so the coordinator can rewrite it and reload the
+ * server when an agent joins or is revoked (coordinator/fleet/agent-nats-users.ts).
+ */
+export function natsUsersConf(users: NatsUser[]): string {
+  const lines = users.map((u) => {
     const perms: string[] = [];
     if (u.publish) perms.push(`publish: { allow: [${u.publish.map(q).join(", ")}] }`);
     if (u.subscribe) perms.push(`subscribe: { allow: [${u.subscribe.map(q).join(", ")}] }`);
     const p = perms.length ? `, permissions: { ${perms.join(", ")} }` : "";
-    return `    { user: ${q(u.user)}, password: ${q(u.password)}${p} }`;
+    const who = u.nkey ? `nkey: ${q(u.nkey)}` : `user: ${q(u.user ?? "")}, password: ${q(u.password ?? "")}`;
+    return `  { ${who}${p} }`;
   });
+  return ["users: [", lines.join(",\n"), "]", ""].join("\n");
+}
+
+/** The files of a server started by startNatsServer in `dir`. */
+export const natsFiles = (dir: string) => ({
+  conf: join(dir, "nats.conf"),
+  users: join(dir, "users.conf"),
+  pid: join(dir, "nats.pid"),
+});
+
+export function natsConfig(o: NatsServerOptions): string {
   return [
     `host: ${q(o.host ?? "127.0.0.1")}`,
     `port: ${o.port}`,
@@ -40,10 +60,10 @@ export function natsConfig(o: NatsServerOptions): string {
     // Task arguments and results travel in messages (MAX_TASK_ARGS_BYTES + headers).
     "max_payload: 8MB",
     `jetstream { store_dir: ${q(join(o.dir, "jetstream"))}${o.maxFileStore ? `, max_file_store: ${q(o.maxFileStore)}` : ""} }`,
+    `pid_file: ${q(natsFiles(o.dir).pid)}`,
     "authorization {",
-    "  users: [",
-    users.join(",\n"),
-    "  ]",
+    // nats-server resolves includes against the config's folder, even absolute ones.
+    `  include "users.conf"`,
     "}",
     "",
   ].join("\n");
@@ -51,6 +71,9 @@ export function natsConfig(o: NatsServerOptions): string {
 
 export interface RunningNats {
   url: string;
+  /** users.conf and the pid file: what a coordinator needs to manage per-agent users. */
+  usersFile: string;
+  pidFile: string;
   process: ChildProcess;
   stop(): Promise<void>;
 }
@@ -58,7 +81,9 @@ export interface RunningNats {
 /** Starts nats-server as a child process and resolves once it accepts connections. */
 export async function startNatsServer(o: NatsServerOptions): Promise<RunningNats> {
   mkdirSync(o.dir, { recursive: true });
-  const conf = join(o.dir, "nats.conf");
+  const files = natsFiles(o.dir);
+  const conf = files.conf;
+  writeFileSync(files.users, natsUsersConf(o.users), { mode: 0o600 });
   writeFileSync(conf, natsConfig(o), { mode: 0o600 });
   const host = o.host ?? "127.0.0.1";
   const child = spawn(o.binary ?? "nats-server", ["-c", conf], { stdio: ["ignore", "ignore", "pipe"] });
@@ -87,6 +112,8 @@ export async function startNatsServer(o: NatsServerOptions): Promise<RunningNats
   }
   return {
     url: `nats://${host}:${o.port}`,
+    usersFile: files.users,
+    pidFile: files.pid,
     process: child,
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;

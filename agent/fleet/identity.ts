@@ -2,13 +2,13 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "
 import { dirname } from "node:path";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
-import type { NatsCredentials } from "../../shared/subjects.ts";
+import type { AgentNatsCredentials } from "../../shared/agent-nats.ts";
 
 /** What a host keeps after joining, so restarts need no new join. */
 export interface AgentIdentity {
   agentId: string;
   coordinator: string;
-  nats: NatsCredentials;
+  nats: AgentNatsCredentials;
   heartbeatIntervalMs: number;
   tls: { caPem: string; certPem: string; keyPem: string };
   /** The cluster registry and its credentials, when the coordinator has one. */

@@ -5,7 +5,6 @@ import { type Command, InvalidArgumentError } from "commander";
 import { describeError } from "../../shared/errors.ts";
 import { type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
 import { waitFor } from "../../shared/net.ts";
-import { clusterNatsUsers } from "../../shared/subjects.ts";
 import { ApiClient } from "../api-client.ts";
 import { configPath, saveProfile } from "../config.ts";
 import { type ManagedChild, spawnBerth } from "../up/child.ts";
@@ -140,10 +139,8 @@ async function up(o: UpFlags): Promise<number> {
     nats = await startNatsServer({
       dir: join(dataDir, "nats"),
       port: cluster.natsPort,
-      users: clusterNatsUsers({
-        coordinatorPassword: cluster.natsCoordinatorPassword,
-        agentPassword: cluster.natsAgentPassword,
-      }),
+      // The coordinator adds each agent's own user when it joins.
+      users: [{ user: "coordinator", password: cluster.natsCoordinatorPassword }],
     });
   } catch (e) {
     process.stderr.write(
@@ -189,7 +186,14 @@ async function up(o: UpFlags): Promise<number> {
         registry: registryAccess,
         ...(o.imageGcAfter !== undefined ? { imageGcAfterMs: o.imageGcAfter } : {}),
         nats: { url: nats.url, user: "coordinator", password: cluster.natsCoordinatorPassword },
-        agentNats: { url: nats.url, user: "agent", password: cluster.natsAgentPassword },
+        // Each agent joins with its own nkey user (docs/install.md, "Agent credentials"); the agent
+        // re-joins at every start, so one that held the shared user moves to its own.
+        agentNats: {
+          url: nats.url,
+          usersFile: nats.usersFile,
+          pidFile: nats.pidFile,
+          staticUsers: [{ user: "coordinator", password: cluster.natsCoordinatorPassword }],
+        },
       },
       null,
       2,

@@ -15,6 +15,8 @@ export interface AgentClientPoolOptions {
   pki: { caPem: string; issueCoordinatorClientCert(): Promise<{ certPem: string; keyPem: string }> };
   /** Per-call deadline. @default 10000 */
   deadlineMs?: number;
+  /** Agents cut off by `berth agent revoke`: never dialled (coordinator/fleet/revoke.ts). */
+  revoked?: { has(agentId: string): boolean };
 }
 
 /** What the coordinator calls on one agent: containers, their files and snapshots. AgentRpcClient is all three. */
@@ -27,6 +29,7 @@ export class AgentClientPool implements AgentClients {
     private readonly fleet: FleetView,
     private readonly tls: { caPem: string; certPem: string; keyPem: string },
     private readonly deadlineMs: number | undefined,
+    private readonly revoked?: { has(agentId: string): boolean },
   ) {}
 
   /** Issues the coordinator's client certificate once for every connection. */
@@ -36,10 +39,14 @@ export class AgentClientPool implements AgentClients {
       o.fleet,
       { caPem: o.pki.caPem, certPem: cert.certPem, keyPem: cert.keyPem },
       o.deadlineMs,
+      o.revoked,
     );
   }
 
   client(agentId: string): AgentRpcClient & AgentClient {
+    if (this.revoked?.has(agentId)) {
+      throw new BerthError("failed_precondition", `agent ${agentId} is revoked: berth no longer talks to it`);
+    }
     const address = this.fleet.get(agentId)?.heartbeat.grpcAddress;
     if (!address) throw new BerthError("unavailable", `agent ${agentId} has not reported a gRPC address`);
     const existing = this.clients.get(agentId);

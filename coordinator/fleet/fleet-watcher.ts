@@ -28,6 +28,8 @@ export class FleetWatcher {
     private readonly view: FleetView,
     private readonly agents: AgentRepo,
     private readonly log: Logger,
+    /** Revoked agents' heartbeats are dropped (one on the shared legacy user could still send them). */
+    private readonly revoked?: { has(agentId: string): boolean },
     opts: FleetWatcherOptions = {},
   ) {
     this.sweepIntervalMs = opts.sweepIntervalMs ?? 1000;
@@ -62,6 +64,7 @@ export class FleetWatcher {
   private async onHeartbeat(data: Uint8Array): Promise<void> {
     const hb = JSON.parse(new TextDecoder().decode(data)) as Heartbeat;
     if (typeof hb?.agentId !== "string" || !hb.capacity) throw new Error("heartbeat without agentId or capacity");
+    if (this.revoked?.has(hb.agentId)) return;
     const now = Date.now();
     const change = this.view.observe(hb, now);
     const last = this.persisted.get(hb.agentId) ?? 0;

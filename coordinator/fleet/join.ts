@@ -1,13 +1,16 @@
 import { BerthError } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
+import { USER_NKEY_RE } from "../../shared/agent-nats.ts";
 import type { NatsCredentials } from "../../shared/subjects.ts";
 import type { AgentRepo, JoinTokenRepo } from "../store/cluster.ts";
+import type { AgentNatsUsers, RevokedAgents } from "./agent-credentials.ts";
 
 /** What a joining host is handed: its identity, where NATS is, and its TLS material. */
 export interface JoinGrant {
   agentId: string;
-  nats: NatsCredentials;
+  /** The shared agent user, or (per-agent identity) the NATS url alone: the agent signs in with its own nkey. */
+  nats: { url: string; user?: string; password?: string };
   heartbeatIntervalMs: number;
   tls: { caPem: string; certPem: string; keyPem: string };
   /** The cluster registry built images go to, and its credentials (docs/images.md). */
@@ -22,6 +25,8 @@ export interface JoinRequest {
   version: string;
   /** host:port of the agent's TLS gRPC listener as coordinators should dial it. */
   grpcAddress: string;
+  /** Public nkey (U...) of the NATS identity the agent made for itself; absent from agents older than per-agent identities. */
+  natsNkey?: string;
 }
 
 export interface AgentCertIssuer {
@@ -41,7 +46,11 @@ export class JoinService {
       joinTokens: JoinTokenRepo;
       agents: AgentRepo;
       pki: AgentCertIssuer;
+      /** The shared agent user: for agents that send no nkey; password "" = none is offered. */
       agentNats: NatsCredentials;
+      /** Set when this coordinator manages nats-server's users: each agent gets its own. */
+      natsUsers?: AgentNatsUsers;
+      revoked?: RevokedAgents;
       heartbeatIntervalMs: number;
       registry?: ClusterRegistryAccess;
     },
@@ -58,6 +67,23 @@ export class JoinService {
     if (req.agentId !== undefined && !AGENT_ID_RE.test(req.agentId)) {
       throw new BerthError("invalid_request", `agent id ${JSON.stringify(req.agentId)} is malformed`);
     }
+    if (req.natsNkey !== undefined && !USER_NKEY_RE.test(req.natsNkey)) {
+      throw new BerthError("invalid_request", "nats_nkey must be a user nkey's public key (U and 55 base32 characters)");
+    }
+    if (req.agentId !== undefined && (await this.deps.revoked?.isRevoked(req.agentId))) {
+      throw new BerthError(
+        "permission_denied",
+        `agent ${req.agentId} was revoked; remove the host's identity file to join it as a new agent`,
+      );
+    }
+    const { natsUsers } = this.deps;
+    const shared = this.deps.agentNats;
+    if (!(natsUsers && req.natsNkey) && !shared.password) {
+      throw new BerthError(
+        "invalid_request",
+        "this coordinator hands each agent its own NATS identity and the agent sent no nats_nkey: upgrade berth on the host",
+      );
+    }
     const agentId = req.agentId ?? newId("agent");
     await this.deps.agents.upsertJoin({
       id: agentId,
@@ -71,9 +97,10 @@ export class JoinService {
       ipAddresses: [...new Set(["127.0.0.1", ...(isIp ? [host] : [])])],
     };
     const cert = await this.deps.pki.issueAgentCert(agentId, names);
+    if (natsUsers && req.natsNkey) await natsUsers.add(agentId, req.natsNkey);
     return {
       agentId,
-      nats: this.deps.agentNats,
+      nats: natsUsers && req.natsNkey ? { url: shared.url } : shared,
       heartbeatIntervalMs: this.deps.heartbeatIntervalMs,
       tls: { caPem: this.deps.pki.caPem, ...cert },
       ...(this.deps.registry ? { registry: this.deps.registry } : {}),

@@ -237,6 +237,20 @@ for (const engine of STORE_ENGINES) {
       assert.equal(await store.kv.putIfAbsent("k2", "second"), "first");
       assert.equal(await store.kv.get("absent"), undefined);
     });
+
+    test("cluster kv: list by prefix (no neighbour, no LIKE wildcard leaks), delete", async () => {
+      await store.kv.put("agent-revoked/agent-b", "2");
+      await store.kv.put("agent-revoked/agent-a", "1");
+      await store.kv.put("agent-revokedX/agent-c", "3");
+      await store.kv.put("agent-nats-nkey/agent-a", "U");
+      assert.deepEqual(await store.kv.list("agent-revoked/"), [
+        { key: "agent-revoked/agent-a", value: "1" },
+        { key: "agent-revoked/agent-b", value: "2" },
+      ]);
+      await store.kv.delete("agent-revoked/agent-a");
+      assert.deepEqual((await store.kv.list("agent-revoked/")).map((r) => r.key), ["agent-revoked/agent-b"]);
+      await assert.rejects(store.kv.list("agent_"), /LIKE wildcard/);
+    });
   });
 }
 

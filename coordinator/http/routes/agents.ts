@@ -4,6 +4,7 @@ import { BerthError } from "../../../shared/errors.ts";
 import { gpuCounts, type HostCapacity } from "../../../shared/fleet.ts";
 import type { FleetView } from "../../fleet/fleet-view.ts";
 import type { JoinService } from "../../fleet/join.ts";
+import type { AgentRevoker } from "../../fleet/revoke.ts";
 import type { AgentRecord, JoinTokenRecord } from "../../store/cluster.ts";
 import type { Store } from "../../store/store.ts";
 import { requireAdmin } from "../auth.ts";
@@ -119,6 +120,7 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
               hostname: Type.String({ minLength: 1 }),
               version: Type.String(),
               grpc_address: Type.String(),
+              nats_nkey: Type.Optional(Type.String({ maxLength: 64 })),
             },
             { additionalProperties: false },
           ),
@@ -126,7 +128,12 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
             200: Type.Object({
               agent_id: Type.String(),
               heartbeat_interval_ms: Type.Integer(),
-              nats: Type.Object({ url: Type.String(), user: Type.String(), password: Type.String() }),
+              // user/password: the shared agent user; absent when the agent signs in with its own nkey.
+              nats: Type.Object({
+                url: Type.String(),
+                user: Type.Optional(Type.String()),
+                password: Type.Optional(Type.String()),
+              }),
               tls: Type.Object({ ca_pem: Type.String(), cert_pem: Type.String(), key_pem: Type.String() }),
               registry: Type.Optional(
                 Type.Object({ url: Type.String(), username: Type.String(), password: Type.String() }),
@@ -143,6 +150,7 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
           hostname: string;
           version: string;
           grpc_address: string;
+          nats_nkey?: string;
         };
         const g = await join.join({
           joinToken: b.join_token,
@@ -150,6 +158,7 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
           hostname: b.hostname,
           version: b.version,
           grpcAddress: b.grpc_address,
+          ...(b.nats_nkey !== undefined ? { natsNkey: b.nats_nkey } : {}),
         });
         return {
           agent_id: g.agentId,
@@ -164,7 +173,7 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
 }
 
 /** Operator routes: the fleet and join tokens. Admin tokens only. */
-export function fleetRoutes(store: Store, view: FleetView): FastifyPluginAsync {
+export function fleetRoutes(store: Store, view: FleetView, revoker?: AgentRevoker): FastifyPluginAsync {
   return async (app) => {
     app.addHook("preHandler", async (req) => {
       requireAdmin(req);
@@ -189,6 +198,29 @@ export function fleetRoutes(store: Store, view: FleetView): FastifyPluginAsync {
         return agentJson(rec, view);
       },
     );
+
+    if (revoker) {
+      app.post(
+        "/api/v1/agents/:agentId/revoke",
+        {
+          schema: {
+            params: Type.Object({ agentId: Type.String() }),
+            response: {
+              200: Type.Object({
+                agent_id: Type.String(),
+                revoked_at: Type.String(),
+                nats: Type.Union([Type.Literal("removed"), Type.Literal("shared_user"), Type.Literal("none")]),
+              }),
+              ...errors,
+            },
+          },
+        },
+        async (req) => {
+          const r = await revoker.revoke((req.params as { agentId: string }).agentId);
+          return { agent_id: r.agentId, revoked_at: r.revokedAt, nats: r.nats };
+        },
+      );
+    }
 
     app.get(
       "/api/v1/join-token",
