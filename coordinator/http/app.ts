@@ -21,6 +21,7 @@ import type { EventStream } from "../events/index.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { WebhookService } from "../webhooks/index.ts";
 import type { JoinService } from "../fleet/join.ts";
+import type { AgentRevoker } from "../fleet/revoke.ts";
 import type { LogQuery } from "../logs/query.ts";
 import type { Objects } from "../objects/objects.ts";
 import type { SandboxService } from "../sandboxes/service.ts";
@@ -54,6 +55,7 @@ import { gatewaySandboxRoutes } from "./routes/gateway-sandboxes.ts";
 import { gatewayStubRoutes } from "./routes/gateway-stubs.ts";
 import { gatewayTaskRoutes } from "./routes/gateway-tasks.ts";
 import { healthRoutes } from "./routes/health.ts";
+import { type DashboardOptions, dashboardRoutes } from "../dashboard/routes.ts";
 import { secretRoutes } from "./routes/secrets.ts";
 import { imageRoutes } from "./routes/images.ts";
 import type { ImageBuilds } from "../images/index.ts";
@@ -71,6 +73,8 @@ export interface HttpDeps {
   store: Store;
   fleet: FleetView;
   join: JoinService;
+  /** `berth agent revoke` (POST /api/v1/agents/{id}/revoke) exists when given. */
+  revoker?: AgentRevoker;
   logger: Logger | false;
   version: string;
   /** Functions and tasks: the gateway and task status routes exist when both are given. */
@@ -120,6 +124,8 @@ export interface HttpDeps {
   ports?: PortProxy;
   /** PEM certificate (chain) and key: the server is HTTPS (HTTP/1.1, so upgrades work as over HTTP). @default plain HTTP */
   tls?: TlsCredentials;
+  /** The web dashboard's built files, served at `/` (docs/dashboard.md). @default dist/dashboard of the package */
+  dashboard?: DashboardOptions;
 }
 
 /** What an HTTPS server is made with (coordinator option `tls`, read by loadTlsCredentials). */
@@ -199,6 +205,8 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   const tokens = deps.store.tokens;
   // Public: no token (or a check of their own).
   await app.register(healthRoutes(deps.version));
+  // The dashboard's page and its assets: files only; the page calls the token-scoped API below.
+  await app.register(dashboardRoutes(deps.dashboard));
   if (deps.outputs) await app.register(outputPublicRoutes(deps.outputs));
   await app.register(joinRoutes(deps.join));
   if (deps.endpoints) await app.register(endpointRoutes(deps.endpoints));
@@ -207,7 +215,7 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     await app.register(taskQueueRoutes({ tokens, deployments: deps.deployments, tasks: deps.tasks }));
 
   // The token-authenticated API (/api/v1/..., /v2/task): one token hook for all of it (coordinator/http/scopes.ts).
-  const api: FastifyPluginAsync[] = [notYetRoutes(), workspaceRoutes(deps.store), fleetRoutes(deps.store, deps.fleet)];
+  const api: FastifyPluginAsync[] = [notYetRoutes(), workspaceRoutes(deps.store), fleetRoutes(deps.store, deps.fleet, deps.revoker)];
   if (deps.secrets) api.push(secretRoutes(deps.secrets));
   if (deps.images) api.push(imageRoutes(deps.images));
   const pythons = deps.agents ? new ContainerPythonVersions(deps.agents) : undefined;

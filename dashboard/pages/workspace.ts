@@ -1,0 +1,92 @@
+// The workspace's events (the last hour's CloudEvents, newest first) and its
+// limits beside what it uses now.
+
+import { html } from "htm/preact";
+import { api } from "../api.ts";
+import { when } from "../format.ts";
+import { ErrorNote, usePoll } from "../hooks.ts";
+
+interface CloudEvent {
+  id: string;
+  type: string;
+  subject: string;
+  time: string;
+  data: Record<string, unknown>;
+}
+
+export function EventsPage({ ws }: { ws: string }) {
+  const { data, error } = usePoll(async () => {
+    const after = new Date(Date.now() - 3600_000).toISOString();
+    let events: CloudEvent[] = [];
+    let cursor: string | null = null;
+    // Oldest first, a page at a time: read the hour, keep the newest 500.
+    do {
+      const q = new URLSearchParams({ after, limit: "500", ...(cursor ? { cursor } : {}) });
+      const page: { events: CloudEvent[]; next_cursor: string | null } = await api(
+        `/api/v1/events/${encodeURIComponent(ws)}/history?${q}`,
+      );
+      events = events.concat(page.events).slice(-500);
+      cursor = page.next_cursor;
+    } while (cursor);
+    return events.reverse();
+  }, `events-${ws}`);
+  return html`
+    <section data-testid="events-page">
+      <h2>Events <small>the last hour</small></h2>
+      <${ErrorNote} error=${error} />
+      <table>
+        <thead><tr><th>time</th><th>type</th><th>subject</th><th>data</th></tr></thead>
+        <tbody>
+          ${(data ?? []).map(
+            (e) => html`<tr data-testid="event-row">
+              <td>${when(e.time)}</td><td>${e.type}</td><td class="mono">${e.subject}</td>
+              <td class="mono">${JSON.stringify(e.data).slice(0, 200)}</td>
+            </tr>`,
+          )}
+        </tbody>
+      </table>
+      ${data && data.length === 0 ? html`<p class="muted">No events in the last hour.</p>` : null}
+    </section>`;
+}
+
+interface Limits {
+  limits: Record<string, number | null>;
+  usage: Record<string, number>;
+}
+
+/** Each limit and the usage figure it caps. */
+const ROWS: [limit: string, usage: string, unit: string][] = [
+  ["max_containers", "containers", ""],
+  ["max_cpu_millicores", "cpu_millicores", "millicores"],
+  ["max_memory_mb", "memory_mb", "MiB"],
+  ["max_gpus", "gpus", ""],
+  ["max_pending_tasks", "pending_tasks", ""],
+  ["max_queue_items", "queue_items", ""],
+  ["max_volume_mb", "volume_mb", "MiB"],
+  ["max_inference_requests", "inference_requests", ""],
+  ["max_tokens_per_minute", "tokens_last_minute", "tokens"],
+];
+
+export function LimitsPage({ ws }: { ws: string }) {
+  const { data, error } = usePoll(() => api<Limits>(`/api/v1/workspace/${encodeURIComponent(ws)}/limits`), `limits-${ws}`);
+  return html`
+    <section data-testid="limits-page">
+      <h2>Limits</h2>
+      <${ErrorNote} error=${error} />
+      ${
+        data &&
+        html`<table>
+          <thead><tr><th>limit</th><th>in use</th><th>maximum</th></tr></thead>
+          <tbody>
+            ${ROWS.map(
+              ([limit, usage, unit]) => html`<tr data-testid="limit-row">
+                <td>${limit}</td><td>${data.usage[usage] ?? "–"} ${unit}</td>
+                <td>${data.limits[limit] ?? "none"}${data.limits[limit] !== null && data.limits[limit] !== undefined ? ` ${unit}` : ""}</td>
+              </tr>`,
+            )}
+          </tbody>
+        </table>
+        <p class="muted">An admin changes them with <code>PUT /api/v1/workspace/{ws}/limits</code> (docs/limits.md).</p>`
+      }
+    </section>`;
+}
