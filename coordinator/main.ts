@@ -421,6 +421,7 @@ export async function startCoordinator(
     store,
     fleet,
     join,
+    revoker,
     tasks,
     objects,
     secrets,

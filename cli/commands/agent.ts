@@ -156,6 +156,25 @@ export function agentCommands(program: Command): void {
       );
     });
 
+  agent
+    .command("revoke")
+    .description("cut one agent off NATS and gRPC at once; its re-join is refused (admin token)")
+    .argument("<id>", "the agent's id (berth agent list)")
+    .option("--json", "print JSON")
+    .action(async (id: string, o: { json?: boolean }) => {
+      const r = await ApiClient.fromEnv().request<{ agent_id: string; revoked_at: string; nats: string }>(
+        "POST",
+        `/api/v1/agents/${encodeURIComponent(id)}/revoke`,
+        {},
+      );
+      if (o.json) return printJson(r);
+      process.stdout.write(`revoked agent ${r.agent_id} at ${r.revoked_at}\n`);
+      if (r.nats === "shared_user")
+        process.stdout.write(
+          "note: it joined with the shared agent NATS user, which it still knows: rotate agentNats.password (docs/install.md)\n",
+        );
+    });
+
   agentEdgeCommands(agent);
 
   const jt = agent.command("join-token").description("tokens that let hosts join (admin token)");
