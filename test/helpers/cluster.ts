@@ -8,6 +8,7 @@ import pino from "pino";
 import { type RunningCoordinator, startCoordinator } from "../../coordinator/main.ts";
 import { resolveCoordinatorOptions } from "../../coordinator/options.ts";
 import { freePort } from "../../shared/net.ts";
+import { clusterNatsUsers } from "../../shared/subjects.ts";
 import { tempDir } from "./env.ts";
 import { startTestNats, type TestNats } from "./nats.ts";
 
@@ -25,7 +26,11 @@ export interface TestCluster {
 }
 
 /** Real nats-server + an in-process coordinator on free loopback ports. */
-export async function startTestCluster(t: Hooks, opts: { heartbeatIntervalMs?: number } = {}): Promise<TestCluster> {
+export async function startTestCluster(
+  t: Hooks,
+  /** perAgentNats: the coordinator gives each agent its own NATS user (agentNats.usersFile; docs/install.md). */
+  opts: { heartbeatIntervalMs?: number; perAgentNats?: boolean } = {},
+): Promise<TestCluster> {
   const nats = await startTestNats(t);
   const dir = tempDir(t, "berth-cluster-");
   const port = await freePort();
@@ -35,7 +40,21 @@ export async function startTestCluster(t: Hooks, opts: { heartbeatIntervalMs?: n
       port,
       dataDir: join(dir, "coordinator"),
       nats: { url: nats.url, user: "coordinator", password: nats.coordinator.password },
-      agentNats: { url: nats.url, user: "agent", password: nats.agent.password },
+      agentNats: {
+        url: nats.url,
+        user: "agent",
+        password: nats.agent.password,
+        ...(opts.perAgentNats
+          ? {
+              usersFile: nats.usersFile,
+              pidFile: nats.pidFile,
+              staticUsers: clusterNatsUsers({
+                coordinatorPassword: nats.coordinator.password,
+                agentPassword: nats.agent.password,
+              }),
+            }
+          : {}),
+      },
       heartbeatIntervalMs: opts.heartbeatIntervalMs ?? 1000,
     }),
     pino({ level: "silent" }),
