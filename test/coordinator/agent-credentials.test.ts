@@ -194,3 +194,49 @@ test("each agent's own NATS user reaches its subjects only; revoke cuts NATS and
   assert.equal(b.nc.isClosed(), false);
   assert.equal((await pool.client(b.id).listContainers()).length, 0);
 });
+
+test("a revoke on one coordinator reaches the others: their pools refuse the agent and their fleet drops it", async (t) => {
+  const dir = tempDir(t, "berth-agent-revoke-bcast-");
+  const coordinatorUser = { user: "coordinator", password: "coord-pw" };
+  const nats = await startNatsServer({ dir, port: await freePort(), users: [coordinatorUser] });
+  t.after(() => nats.stop());
+  const store = await Store.open(`sqlite:${dir}/berth.db`);
+  t.after(() => store.close());
+  const pki = await ClusterPki.load(store.kv);
+  const agent = await store.agents.upsertJoin({ id: "agent-bcast1", hostname: "h", version: "t", grpcAddress: "127.0.0.1:1" });
+
+  // Two coordinators: each its own NATS connection, revoked set, fleet view and gRPC pool over one store.
+  const coordinators = [];
+  for (let i = 0; i < 2; i++) {
+    const nc = await connect({ servers: nats.url, user: coordinatorUser.user, pass: coordinatorUser.password });
+    t.after(() => closeNats(nc));
+    const revoked = await new RevokedAgents(store.kv).load();
+    const fleet = new FleetView();
+    fleet.observe(
+      {
+        agentId: agent.id,
+        hostname: "h",
+        version: "t",
+        sentAt: 0,
+        intervalMs: 1000,
+        grpcAddress: "127.0.0.1:1",
+        capacity: capacity(1, 1),
+      },
+      Date.now(),
+    );
+    const pool = await AgentClientPool.create({ fleet, pki, revoked });
+    t.after(() => pool.close());
+    const revoker = new AgentRevoker({ agents: store.agents, revoked, fleet, clients: pool, nc });
+    revoker.start();
+    t.after(() => revoker.stop());
+    await nc.flush();
+    coordinators.push({ revoked, fleet, pool, revoker });
+  }
+  const [first, second] = coordinators as [(typeof coordinators)[0], (typeof coordinators)[0]];
+  assert.ok(second.pool.client(agent.id), "dialable before");
+
+  await first.revoker.revoke(agent.id);
+  await waitUntil(() => second.revoked.has(agent.id), { what: "the second coordinator to hear of the revoke" });
+  assert.throws(() => second.pool.client(agent.id), (e: unknown) => e instanceof BerthError && e.code === "failed_precondition");
+  assert.equal(second.fleet.get(agent.id)?.state, "left");
+});
