@@ -1,12 +1,13 @@
 // The dashboard's entry: the token login, the navigation and the hash
-// routes (#/fleet, #/deployments[/ID], #/tasks[/ID], #/logs, #/metrics,
-// #/events, #/limits), so
+// routes (#/fleet, #/deployments[/ID], #/tasks[/ID], #/containers, #/logs,
+// #/metrics, #/events, #/limits), so
 // the coordinator serves one page at `/` and the API stays the only data path.
 
 import { html, render } from "htm/preact";
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, api, forgetToken, saveToken, savedToken, type Workspace } from "./api.ts";
 import { parseHash } from "./format.ts";
+import { ContainersPage } from "./pages/containers.ts";
 import { DeploymentPage, DeploymentsPage } from "./pages/deployments.ts";
 import { FleetPage } from "./pages/fleet.ts";
 import { LogsPage } from "./pages/logs.ts";
@@ -49,6 +50,7 @@ const NAV = [
   ["/fleet", "Fleet"],
   ["/deployments", "Deployments"],
   ["/tasks", "Tasks"],
+  ["/containers", "Containers"],
   ["/logs", "Logs"],
   ["/metrics", "Metrics"],
   ["/events", "Events"],
@@ -64,6 +66,8 @@ function Page({ ws, path, query }: { ws: string; path: string; query: URLSearchP
       return id ? html`<${DeploymentPage} ws=${ws} id=${id} />` : html`<${DeploymentsPage} ws=${ws} />`;
     case "tasks":
       return id ? html`<${TaskPage} ws=${ws} id=${id} />` : html`<${TasksPage} ws=${ws} query=${query} />`;
+    case "containers":
+      return html`<${ContainersPage} ws=${ws} />`;
     case "logs":
       return html`<${LogsPage} ws=${ws} query=${query} />`;
     case "metrics":

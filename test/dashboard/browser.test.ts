@@ -32,7 +32,7 @@ const app = `
 import time
 from berth import task_queue
 
-@task_queue(name="dashjob", cpu=0.25, memory=128, keep_warm_seconds=30)
+@task_queue(name="dashjob", cpu=0.25, memory=128, keep_warm_seconds=600)
 def dashjob(n: int):
     print(f"${MARKER} start {n}", flush=True)
     time.sleep(2)
@@ -139,6 +139,17 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
     await page.selectOption("[data-testid=status-filter]", "FAILED");
     await page.locator("text=No tasks match.").waitFor(WAIT);
     assert.equal(await page.locator("[data-testid=task-row]", { hasText: taskId }).count(), 0);
+  });
+
+  await t.test("the containers page lists the task's container, running", async () => {
+    const task = (await (await up.api(`/v2/task/${taskId}/`)).json()) as { container_id: string };
+    assert.ok(task.container_id, JSON.stringify(task));
+    await page.click("header nav a[href='#/containers']");
+    const row = page.locator("[data-testid=container-row]", { hasText: task.container_id });
+    // keep_warm_seconds=600: the container stays until the test's teardown stops it.
+    await row.locator("text=running").waitFor(WAIT);
+    assert.match((await row.textContent()) ?? "", /runner/);
+    await shot(page, "containers");
   });
 
   await t.test("the logs page shows the workspace's lines and filters them", async () => {
