@@ -53,7 +53,7 @@ const NAV = [
   ["/containers", "Containers"],
   ["/logs", "Logs"],
   ["/metrics", "Metrics"],
-  ["/events", "Events"],
+  ["/events", "Events & webhooks"],
   ["/limits", "Limits"],
 ] as const;
 

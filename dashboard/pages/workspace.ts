@@ -1,7 +1,9 @@
-// The workspace's events (the last hour's CloudEvents, newest first) and its
-// limits beside what it uses now.
+// The workspace's events (the last hour's CloudEvents, newest first), its
+// webhooks with their recent deliveries, and its limits beside what it uses
+// now.
 
 import { html } from "htm/preact";
+import { useState } from "preact/hooks";
 import { api } from "../api.ts";
 import { when } from "../format.ts";
 import { ErrorNote, usePoll } from "../hooks.ts";
@@ -12,6 +14,68 @@ interface CloudEvent {
   subject: string;
   time: string;
   data: Record<string, unknown>;
+}
+
+interface Webhook {
+  id: string;
+  url: string;
+  event_types: string[];
+  description: string;
+  enabled: boolean;
+}
+
+interface Delivery {
+  id: string;
+  event_type: string;
+  status_code: number | null;
+  error: string | null;
+  ok: boolean;
+  duration_ms: number;
+  attempted_at: string;
+}
+
+function Deliveries({ ws, id }: { ws: string; id: string }) {
+  const { data, error } = usePoll(
+    () =>
+      api<{ deliveries: Delivery[] }>(
+        `/api/v1/webhook/${encodeURIComponent(ws)}/${encodeURIComponent(id)}/deliveries?limit=20`,
+      ),
+    `deliveries-${id}`,
+  );
+  if (error) return html`<${ErrorNote} error=${error} />`;
+  if (data && data.deliveries.length === 0) return html`<p class="muted">No deliveries yet.</p>`;
+  return html`<ul class="deliveries">
+    ${(data?.deliveries ?? []).map(
+      (d) => html`<li>${when(d.attempted_at)} ${d.event_type}
+        <span class=${`state state-${d.ok ? "ready" : "lost"}`}>${d.status_code ?? d.error ?? "no answer"}</span>
+        ${d.duration_ms} ms</li>`,
+    )}
+  </ul>`;
+}
+
+function Webhooks({ ws }: { ws: string }) {
+  const { data, error } = usePoll(
+    () => api<{ webhooks: Webhook[] }>(`/api/v1/webhook/${encodeURIComponent(ws)}?limit=100`),
+    `webhooks-${ws}`,
+  );
+  const [open, setOpen] = useState<string | null>(null);
+  return html`
+    <h3>Webhooks</h3>
+    <${ErrorNote} error=${error} />
+    <table>
+      <thead><tr><th>URL</th><th>events</th><th>enabled</th><th>description</th><th></th></tr></thead>
+      <tbody>
+        ${(data?.webhooks ?? []).map(
+          (w) => html`<tr data-testid="webhook-row">
+              <td class="mono">${w.url}</td><td>${w.event_types.join(", ") || "all"}</td>
+              <td>${w.enabled ? "yes" : "no"}</td><td>${w.description}</td>
+              <td><button onClick=${() => setOpen(open === w.id ? null : w.id)}>deliveries</button></td>
+            </tr>
+            ${open === w.id ? html`<tr><td colspan="5"><${Deliveries} ws=${ws} id=${w.id} /></td></tr>` : null}`,
+        )}
+      </tbody>
+    </table>
+    ${data && data.webhooks.length === 0 ? html`<p class="muted">No webhooks (docs/webhooks.md).</p>` : null}`;
 }
 
 export function EventsPage({ ws }: { ws: string }) {
@@ -46,6 +110,7 @@ export function EventsPage({ ws }: { ws: string }) {
         </tbody>
       </table>
       ${data && data.length === 0 ? html`<p class="muted">No events in the last hour.</p>` : null}
+      <${Webhooks} ws=${ws} />
     </section>`;
 }
 

@@ -74,6 +74,7 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
   });
   assert.equal(enqueued.status, 200, await enqueued.clone().text());
   const taskId = ((await enqueued.json()) as { task_id: string }).task_id;
+  const wsId = ((await (await up.api("/api/v1/workspace/current")).json()) as { external_id: string }).external_id;
 
   const browser: Browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -172,9 +173,17 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
     await shot(page, "metrics");
   });
 
-  await t.test("the events page lists the task's events; the limits page its limits and usage", async () => {
+  await t.test("the events page lists the task's events and a webhook; the limits page its limits and usage", async () => {
+    const hook = await up.api(`/api/v1/webhook/${wsId}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ url: "http://127.0.0.1:9/dashboard-hook", event_types: ["task.*"], description: "seen" }),
+    });
+    assert.equal(hook.status, 201, await hook.text());
     await page.click("header nav a[href='#/events']");
     await page.locator("[data-testid=event-row]", { hasText: taskId }).first().waitFor(WAIT);
+    await page.locator("[data-testid=webhook-row]", { hasText: "127.0.0.1:9/dashboard-hook" }).waitFor(WAIT);
+    await shot(page, "events");
     await page.click("header nav a[href='#/limits']");
     await page.locator("[data-testid=limit-row]", { hasText: "max_containers" }).waitFor(WAIT);
     assert.equal(await page.locator("[data-testid=limit-row]").count(), 9);
