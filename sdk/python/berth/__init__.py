@@ -2,6 +2,7 @@
 
 from . import env
 from .api.autoscaler import QueueDepthAutoscaler
+from .api.bot import Bot, BotContext, BotLocation, BotTransition
 from .api.bucket import CloudBucket, CloudBucketConfig
 from .api.context import Context
 from .api.deployable import ASGI, Endpoint, Realtime, Schedule, TaskQueue, asgi, endpoint, realtime, schedule, task_queue
@@ -35,6 +36,10 @@ __all__ = [
     "ASGI",
     "ArgumentsTooLargeError",
     "BerthError",
+    "Bot",
+    "BotContext",
+    "BotLocation",
+    "BotTransition",
     "Client",
     "CloudBucket",
     "CloudBucketConfig",
