@@ -316,6 +316,8 @@ export interface Database {
   pool_samples: PoolSampleTable;
   inference_usage: InferenceUsageTable;
   model_catalog: ModelCatalogTable;
+  bot_sessions: BotSessionTable;
+  bot_session_events: BotSessionEventTable;
 }
 
 /** One /v1 request (coordinator/inference): tokens as the model server reported them. */
@@ -344,4 +346,24 @@ export interface ModelCatalogTable {
   workspace_id: string;
   deployment_name: string;
   published_at: string;
+}
+
+/** A bot session (coordinator/store/bot-sessions.ts): `state` is its JSON document. */
+export interface BotSessionTable {
+  id: string;
+  workspace_id: string;
+  bot_name: string;
+  state: string;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+/** One change of a bot session; `seq` is the session version the change made. */
+export interface BotSessionEventTable {
+  session_id: string;
+  seq: number;
+  kind: string;
+  body: string;
+  at: string;
 }

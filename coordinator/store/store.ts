@@ -1,4 +1,5 @@
 import type { Kysely } from "kysely";
+import { BotSessionRepo } from "./bot-sessions.ts";
 import { AgentRepo, ClusterKv, JoinTokenRepo } from "./cluster.ts";
 import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
 import { DeploymentRepo } from "./deployments.ts";
@@ -30,6 +31,7 @@ export class Store {
   readonly sandboxes: SandboxRepo;
   readonly builtImages: BuiltImageRepo;
   readonly inference: InferenceRepo;
+  readonly botSessions: BotSessionRepo;
 
   constructor(
     readonly db: Kysely<Database>,
@@ -51,6 +53,7 @@ export class Store {
     this.sandboxes = new SandboxRepo(db);
     this.builtImages = new BuiltImageRepo(db);
     this.inference = new InferenceRepo(db);
+    this.botSessions = new BotSessionRepo(db);
   }
 
   /** Opens the store at `url` and brings its schema up to date. */

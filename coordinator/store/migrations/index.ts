@@ -12,6 +12,7 @@ import * as m0011 from "./0011_queue_limits.ts";
 import * as m0012 from "./0012_built_images.ts";
 import * as m0013 from "./0013_volume_limits.ts";
 import * as m0016 from "./0016_inference.ts";
+import * as m0017 from "./0017_bot_sessions.ts";
 
 // Versioned migrations, applied in key order at coordinator start. Never edit
 // a released migration; add the next number.
@@ -29,6 +30,7 @@ const MIGRATIONS: Record<string, Migration> = {
   "0012_built_images": m0012,
   "0013_volume_limits": m0013,
   "0016_inference": m0016,
+  "0017_bot_sessions": m0017,
 };
 
 export const migrationProvider: MigrationProvider = {
