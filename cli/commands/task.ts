@@ -13,6 +13,16 @@ interface TaskJson {
   updated_at: string;
   stats: { active_containers: number; queue_depth: number };
   stub: { id: string; name: string; type: string; config_version: number };
+  /** Why a PENDING/RETRY task waits; null otherwise (absent from older coordinators). */
+  waiting?: {
+    kind: string;
+    message: string;
+    position: number;
+    ahead: number;
+    waiting: number;
+    containers: number;
+    since?: string;
+  } | null;
   history: {
     status: string;
     attempt: number;
@@ -59,9 +69,13 @@ export function taskCommands(program: Command): void {
       out.write(`created    ${t.created_at}\n`);
       out.write(`started    ${t.started_at ?? "-"}\n`);
       out.write(`ended      ${t.ended_at ?? "-"}\n`);
-      out.write(
-        `queue      ${t.stats.queue_depth} waiting, ${t.stats.active_containers} containers\n\nhistory:\n`,
-      );
+      out.write(`queue      ${t.stats.queue_depth} waiting, ${t.stats.active_containers} containers\n`);
+      if (t.waiting) {
+        const w = t.waiting;
+        out.write(`place      ${w.position} of ${w.waiting} waiting (${w.ahead} ahead)\n`);
+        out.write(`waiting    ${w.kind}: ${w.message}${w.since ? ` (since ${w.since})` : ""}\n`);
+      }
+      out.write("\nhistory:\n");
       printTable(
         t.history.map((h) => ({ ...h })),
         ["at", "status", "attempt", "container_id", "reason"],

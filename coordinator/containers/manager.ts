@@ -16,7 +16,7 @@ import { BerthError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import type { ContainerLimits, WorkspaceUsage } from "../scheduler/quota.ts";
-import type { ContainerCounts, StubDemand } from "../tasks/activity.ts";
+import type { ContainerCounts, StubDemand, StubWait } from "../tasks/activity.ts";
 import { type StopCandidate, type StopReason, containersToStop, desiredContainers } from "./autoscale.ts";
 import { CodePusher } from "./code-push.ts";
 import { ContainerTable, type Managed } from "./container-table.ts";
@@ -157,6 +157,40 @@ export class ContainerManager implements ContainerCounts {
   /** Why the stub's tasks wait for a container now (no room, a workspace limit); undefined when they do not. */
   waitReason(stubId: string): string | undefined {
     return this.starter.waitReason(stubId);
+  }
+
+  /**
+   * Why the stub's tasks have no container for them now, from this
+   * manager's latest outcome (not a guess): a start failure backing off, the
+   * planner's last refusal (no room, no agent, a workspace limit), or a
+   * placed container still starting. Undefined when none holds them back
+   * (they are queued behind others for the stub's running containers).
+   */
+  waitState(stubId: string): StubWait | undefined {
+    const now = this.o.clock();
+    if (this.starter.failures.blocked(stubId, now)) {
+      const last = this.starter.failures.lastError(stubId) ?? "a container start failed";
+      const n = this.starter.failures.attempts(stubId);
+      return {
+        kind: "start_backoff",
+        message: `waiting to retry a container start (${n} failed round${n === 1 ? "" : "s"}): ${last}`,
+        since: now,
+      };
+    }
+    const refused = this.starter.lastRefusal(stubId);
+    if (refused) return { ...refused };
+    const starting = this.containers.live((c) => c.stubId === stubId && c.state === "starting");
+    const first = starting.reduce<Managed | undefined>(
+      (m, c) => (m && m.since <= c.since ? m : c),
+      undefined,
+    );
+    if (!first) return undefined;
+    const more = starting.length > 1 ? ` (and ${starting.length - 1} more)` : "";
+    return {
+      kind: "container_starting",
+      message: `container ${first.id} is starting on agent ${first.agentId}${more}`,
+      since: first.since,
+    };
   }
 
   /**

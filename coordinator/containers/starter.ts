@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { describeError } from "../../shared/errors.ts";
 import type { ContainerLimits } from "../scheduler/quota.ts";
+import type { StubWait } from "../tasks/activity.ts";
 import { stubBucketMounts } from "../volumes/buckets.ts";
 import type { CodePusher } from "./code-push.ts";
 import { type ContainerTable, type Managed, RUNNER_KIND } from "./container-table.ts";
@@ -21,12 +22,15 @@ export interface StarterDeps {
   track<T>(p: Promise<T>): Promise<T>;
 }
 
+/** A limit as the limits route names it (maxGpus: max_gpus). */
+const limitName = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
 /** How long a placed runner waits for the idle containers stopped to make room for it, beyond their stop grace. */
 const ROOM_WAIT_MS = 30_000;
 
 export class ContainerStarter {
   readonly failures: StartFailures;
-  private readonly lastWait = new Map<string, string>();
+  private readonly lastWait = new Map<string, StubWait>();
 
   constructor(private readonly d: StarterDeps) {
     this.failures = new StartFailures(d.o.startBackoff);
@@ -59,15 +63,20 @@ export class ContainerStarter {
     });
     if (!placed.ok) {
       if (placed.permanent && placed.limit) {
-        this.waiting(stub.id, `${placed.reason}; it cannot start until an operator raises the limit`);
+        this.waiting(stub.id, `${placed.reason}; it cannot start until an operator raises the limit`, {
+          kind: "workspace_limit",
+          limit: limitName(placed.limit),
+        });
       } else if (placed.permanent) {
         o.log.warn(
           { stubId: stub.id, reason: placed.reason },
           "no agent can ever run this stub's containers",
         );
         void this.d.track(this.failPending(stub.id, "unplaceable", placed.reason));
+      } else if (placed.limit) {
+        this.waiting(stub.id, placed.reason, { kind: "workspace_limit", limit: limitName(placed.limit) });
       } else {
-        this.waiting(stub.id, placed.reason);
+        this.waiting(stub.id, placed.reason, { kind: placed.noAgents ? "no_agent" : "no_room" });
       }
       return false;
     }
@@ -176,15 +185,26 @@ export class ContainerStarter {
     }
   }
 
-  /** Logs why a stub waits, once per distinct reason; waitReason gives it until the stub no longer waits. */
-  waiting(stubId: string, reason: string): void {
-    if (this.lastWait.get(stubId) === reason) return;
-    this.lastWait.set(stubId, reason);
+  /**
+   * Records the planner's latest refusal for the stub (what `berth task get`
+   * shows) and logs it once per distinct reason; kept until the stub no
+   * longer waits.
+   */
+  waiting(stubId: string, reason: string, how: Pick<StubWait, "kind" | "limit">): void {
+    const last = this.lastWait.get(stubId);
+    if (last?.message === reason && last.kind === how.kind) return;
+    const since = last?.kind === how.kind ? last.since : this.d.o.clock();
+    this.lastWait.set(stubId, { ...how, message: reason, since });
     this.d.o.log.info({ stubId, reason }, `tasks wait for room to start a container: ${reason}`);
   }
 
   /** Why the stub's tasks wait for a container now; undefined when they do not. */
   waitReason(stubId: string): string | undefined {
+    return this.lastWait.get(stubId)?.message;
+  }
+
+  /** The planner's latest refusal for the stub, as recorded by waiting(). */
+  lastRefusal(stubId: string): StubWait | undefined {
     return this.lastWait.get(stubId);
   }
 

@@ -122,12 +122,14 @@ export function place(view: ClusterView, req: PlacementRequest): Placement {
       reason: `no agent can fit ${describeRequest(req)}; ${whyNever(view, req)}`,
       permanent: true,
     };
+  // Which hosts could take it once free: says how many the request really waits on (a GPU type few have).
+  const capable = ready.filter((a) => gpuTiers(req).some((tier) => fits(a.total, req, tier) !== undefined));
   return {
     ok: false,
     reason:
       ready.length === 0
         ? `no agent accepts containers right now (${view.agents.length} starting up)`
-        : `every agent is full for ${describeRequest(req)}; ${mostFree(ready)}`,
+        : `every agent is full for ${describeRequest(req)} (${capable.length} of ${ready.length} ready agents can hold it when free); ${mostFree(capable.length > 0 ? capable : ready)}`,
     permanent: false,
   };
 }

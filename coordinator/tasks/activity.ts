@@ -30,7 +30,26 @@ export interface TaskActivity {
   failPending(stubId: string, error: { code: string; message: string }): Promise<number>;
 }
 
-/** What the task service needs back from the container manager (stats.active_containers). */
+/**
+ * Why a stub's waiting tasks have no container to take them, from the
+ * container manager's latest placement outcome (docs/tasks.md "Why a task
+ * waits"): no room in the fleet (`no_room`, `no_agent`), a workspace limit
+ * (`workspace_limit`), failed starts backing off (`start_backoff`), or a
+ * container placed and starting (`container_starting`).
+ */
+export interface StubWait {
+  kind: "no_room" | "no_agent" | "workspace_limit" | "start_backoff" | "container_starting";
+  /** The planner's reason as people read it: which resource, GPU type and count, on which hosts. */
+  message: string;
+  /** The workspace limit that refused it (workspace_limit only). */
+  limit?: string;
+  /** ms since epoch: when the stub started waiting for this reason. */
+  since: number;
+}
+
+/** What the task service needs back from the container manager (stats.active_containers, why tasks wait). */
 export interface ContainerCounts {
   activeContainers(stubId: string): number;
+  /** Why the stub's tasks wait for a container now; undefined when nothing holds them back but the queue. */
+  waitState?(stubId: string): StubWait | undefined;
 }

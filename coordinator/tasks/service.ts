@@ -22,6 +22,7 @@ import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./li
 import { checkInputs, policyExpiresAt } from "./policy.ts";
 import { TaskQueue } from "./task-queue.ts";
 import { isTerminal } from "./transitions.ts";
+import { type TaskWaiting, taskWaiting } from "./waiting.ts";
 
 export type { TaskListener, TaskUpdate };
 
@@ -346,6 +347,11 @@ export class TaskService implements TaskActivity {
 
   activeContainers(stubId: string): number {
     return this.counts?.activeContainers(stubId) ?? 0;
+  }
+
+  /** Why the task waits (its place in its stub's queue, what holds containers back); undefined once not waiting. */
+  waiting(t: TaskRecord): TaskWaiting | undefined {
+    return taskWaiting(this.engine.index.get(t.id) ?? t, this.engine.index.values(), this.counts);
   }
 
   /** The workspace's callback signature token (made on first need). */

@@ -76,9 +76,32 @@ const HistoryEntry = Type.Object({
   at: Type.String(),
 });
 
+/** Why a PENDING or RETRY task waits (docs/tasks.md "Why a task waits"); null once it does not. */
+const WaitingBody = Type.Object(
+  {
+    kind: Type.Union(
+      ["queued", "no_room", "no_agent", "workspace_limit", "start_backoff", "container_starting"].map((k) =>
+        Type.Literal(k),
+      ),
+    ),
+    message: Type.String({ description: "the planner's reason: resource, GPU type and count, hosts" }),
+    position: Type.Integer({ description: "1-based place among the stub's waiting tasks" }),
+    ahead: Type.Integer(),
+    waiting: Type.Integer({ description: "the stub's waiting tasks in all" }),
+    containers: Type.Integer({ description: "the stub's containers running or starting" }),
+    limit: Type.Optional(Type.String({ description: "the workspace limit (workspace_limit only)" })),
+    since: Type.Optional(Type.String({ format: "date-time" })),
+  },
+  { description: "why the task waits for a container" },
+);
+
 const TaskDetails = Type.Composite([
   TaskBody,
-  Type.Object({ cost: Type.Union([TaskCostBody, Type.Null()]), history: Type.Array(HistoryEntry) }),
+  Type.Object({
+    cost: Type.Union([TaskCostBody, Type.Null()]),
+    history: Type.Array(HistoryEntry),
+    waiting: Type.Union([WaitingBody, Type.Null()]),
+  }),
 ]);
 const TaskIdParams = Type.Object({ ws: Type.String(), taskId: Type.String() });
 
@@ -164,7 +187,7 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
       {
         schema: {
           tags: ["tasks"],
-          summary: "One task: the spec's Task object, its cost and status history",
+          summary: "One task: the spec's Task object, its cost, status history and why it waits",
           params: TaskIdParams,
           response: { 200: TaskDetails, ...WorkspaceErrors },
         },
@@ -184,7 +207,7 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
           at: h.at,
         }));
         const { json, stub } = await taskJson(tasks, ws.id, t, d.outputs);
-        return { ...json, cost: taskCost(t, stub, rates), history };
+        return { ...json, cost: taskCost(t, stub, rates), history, waiting: tasks.waiting(t) ?? null };
       },
     );
 

@@ -1,0 +1,98 @@
+// Why a stub's tasks wait (ContainerManager.waitState, docs/tasks.md "Why a
+// task waits"): the real planner over a fake fleet; each state is the
+// manager's latest placement outcome, not a guess.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { ContainerLimits } from "../../coordinator/scheduler/index.ts";
+import { capacity, stubRecord, world } from "./fakes.ts";
+
+const a100 = (uuid: string) => [{ type: "A100", uuid }];
+
+test("a GPU type every host of it has in use: no_room naming the type, the count and how many hosts could hold it", async (t) => {
+  const w = world();
+  t.after(() => w.mgr.stop());
+  w.addAgent("gpu-a", capacity(16, 64, a100("GPU-a")));
+  w.addAgent("gpu-b", capacity(16, 64, a100("GPU-b")));
+  w.addAgent("cpu-c", capacity(64, 256));
+  w.stubs.set("stub-gpu", stubRecord("stub-gpu", { extra: { gpu_types: ["A100"], gpu_count: 1 } }));
+  w.activity.set("stub-gpu", 3);
+  await w.tick();
+  assert.equal(w.mgr.activeContainers("stub-gpu"), 2, "one container per A100");
+  const wait = w.mgr.waitState("stub-gpu");
+  assert.equal(wait?.kind, "no_room");
+  assert.match(
+    wait?.message ?? "",
+    /every agent is full for cpu=1 memory=512 MiB gpu=1xA100 \(2 of 3 ready agents can hold it when free\)/,
+  );
+  assert.equal(wait?.since, w.clock.now);
+
+  // The same refusal later keeps its since; demand met clears it.
+  await w.tick(5000);
+  assert.equal(w.mgr.waitState("stub-gpu")?.since, w.clock.now - 5000);
+  w.activity.set("stub-gpu", 0, 2);
+  await w.tick();
+  assert.equal(w.mgr.waitState("stub-gpu"), undefined);
+});
+
+test("a GPU type no host has: the waiting tasks end FAILED naming the type and the fleet's GPUs, and nothing waits", async (t) => {
+  const w = world();
+  t.after(() => w.mgr.stop());
+  w.addAgent("gpu-a", capacity(16, 64, a100("GPU-a")));
+  w.stubs.set("stub-h100", stubRecord("stub-h100", { extra: { gpu_types: ["H100"], gpu_count: 2 } }));
+  w.activity.set("stub-h100", 2);
+  await w.tick();
+  assert.equal(w.activity.failed.length, 1);
+  assert.equal(w.activity.failed[0]?.code, "unplaceable");
+  assert.match(
+    w.activity.failed[0]?.message ?? "",
+    /no agent has 2 GPU\(s\) of type H100 \(fleet GPUs: 1xA100\)/,
+  );
+  assert.equal(w.mgr.waitState("stub-h100"), undefined);
+});
+
+test("no agent at all: no_agent; a placed container still starting: container_starting naming it and its agent", async (t) => {
+  const w = world();
+  t.after(() => w.mgr.stop());
+  w.stubs.set("stub-1", stubRecord("stub-1"));
+  w.activity.set("stub-1", 1);
+  await w.tick();
+  assert.equal(w.mgr.waitState("stub-1")?.kind, "no_agent");
+  assert.match(w.mgr.waitState("stub-1")?.message ?? "", /no agent is ready/);
+
+  const agent = w.addAgent("agent-a", capacity(8, 32));
+  let open = () => {};
+  agent.gate = new Promise<void>((r) => {
+    open = r;
+  });
+  await w.mgr.reconcile();
+  const starting = w.mgr.waitState("stub-1");
+  assert.equal(starting?.kind, "container_starting");
+  const [c] = w.mgr.containersOf("stub-1");
+  assert.ok(c);
+  assert.equal(starting?.message, `container ${c.id} is starting on agent agent-a`);
+  open();
+  await w.mgr.settled();
+  assert.equal(w.mgr.containersOf("stub-1")[0]?.state, "running");
+  assert.equal(w.mgr.waitState("stub-1"), undefined, "a running container: the tasks are only queued");
+});
+
+test("a workspace limit: workspace_limit with the limit's name", async (t) => {
+  const none: ContainerLimits = {
+    maxContainers: null,
+    maxCpuMillicores: null,
+    maxMemoryMb: null,
+    maxGpus: null,
+  };
+  const w = world({ workspaceLimits: async () => ({ ...none, maxGpus: 1 }) });
+  t.after(() => w.mgr.stop());
+  w.addAgent("gpu-a", capacity(16, 64, [...a100("GPU-0"), ...a100("GPU-1")]));
+  w.stubs.set("stub-gpu", stubRecord("stub-gpu", { extra: { gpu_types: ["A100"], gpu_count: 1 } }));
+  w.activity.set("stub-gpu", 2);
+  await w.tick();
+  assert.equal(w.mgr.activeContainers("stub-gpu"), 1);
+  const wait = w.mgr.waitState("stub-gpu");
+  assert.equal(wait?.kind, "workspace_limit");
+  assert.equal(wait?.limit, "max_gpus");
+  assert.match(wait?.message ?? "", /limit max_gpus/);
+});
