@@ -59,6 +59,20 @@ export interface BuildImageRequest {
 }
 
 export type BuildEvent =
+  /**
+   * The pull of the base image, before `base`: blobs and bytes in the
+   * agent's cache of all (blobs it had count as done). None when the base
+   * is cached, or when another build's pull of it is already running.
+   */
+  | {
+      type: "pull";
+      ref: string;
+      blobsDone: number;
+      blobsTotal: number;
+      bytesDone: number;
+      bytesTotal: number;
+      blobsSkipped: number;
+    }
   /** The base resolved to a digest; imageId is fixed from here on. */
   | { type: "base"; imageId: string; ref: string; digest: string }
   /** A step begins (cached: its layer exists and nothing runs). */

@@ -24,7 +24,7 @@ import type {
 } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { Fanout } from "../../shared/fanout.ts";
-import { parseImageReference } from "../images/index.ts";
+import { type PullProgress, parseImageReference } from "../images/index.ts";
 import {
   MICROMAMBA_PATH_LINE,
   MICROMAMBA_PROBE,
@@ -36,7 +36,7 @@ import {
 export interface BuildHost {
   pullImage(
     ref: string,
-    opts?: { credentials?: { username: string; password: string } },
+    opts?: { credentials?: { username: string; password: string }; onProgress?: (p: PullProgress) => void },
   ): Promise<ImageSummary>;
   listImages(): Promise<ImageSummary[]>;
   runContainer(req: RunContainerRequest): Promise<ContainerStatus>;
@@ -148,9 +148,13 @@ export class ImageBuilder implements ImageBuildApi {
     private readonly host: BuildHost,
     private readonly opts: {
       /** The agent's default image, for a build that names no base. @default pullImage("") (refused) */
-      pullDefault?: () => Promise<ImageSummary>;
+      pullDefault?: (onProgress: (p: PullProgress) => void) => Promise<ImageSummary>;
       /** Pulls with base_image_creds' variables (every registry form the store knows). @default refused */
-      pullWithCreds?: (ref: string, vars: Record<string, string>) => Promise<ImageSummary>;
+      pullWithCreds?: (
+        ref: string,
+        vars: Record<string, string>,
+        onProgress: (p: PullProgress) => void,
+      ) => Promise<ImageSummary>;
       /** The operator's micromamba binary (`--micromamba-bin`), for steps on images without one. */
       micromambaBin?: () => string | undefined;
     } = {},
@@ -209,7 +213,15 @@ export class ImageBuilder implements ImageBuildApi {
   async *buildImage(req: BuildImageRequest, opts: { signal?: AbortSignal } = {}): AsyncGenerator<BuildEvent> {
     checkBuildRequest(req);
     const baseRef = req.baseImage?.trim() || undefined;
-    const base = await this.pullBase(baseRef, req);
+    // The base's pull streams `pull` events while it runs (docs/images.md, "Pull progress").
+    let pulled: ImageSummary | undefined;
+    const pulling = new Fanout<BuildEvent>();
+    void pulling.run(async (emit) => {
+      pulled = await this.pullBase(baseRef, req, (p) => emit({ type: "pull", ...p }));
+    });
+    yield* pulling.follow(opts.signal);
+    const base = pulled as ImageSummary | undefined;
+    if (!base) return; // the caller stopped following
     const imageId = buildImageId(base.digest, req);
     let fanout = this.running.get(imageId);
     if (!fanout) {
@@ -263,18 +275,22 @@ export class ImageBuilder implements ImageBuildApi {
     emit({ type: "done", imageId, ref: parent.ref, digest: parent.digest, cachedSteps, builtSteps });
   }
 
-  private async pullBase(baseRef: string | undefined, req: BuildImageRequest): Promise<ImageSummary> {
+  private async pullBase(
+    baseRef: string | undefined,
+    req: BuildImageRequest,
+    onProgress: (p: PullProgress) => void,
+  ): Promise<ImageSummary> {
     if (req.baseImageCreds && Object.keys(req.baseImageCreds).length > 0) {
       if (req.baseCredentials) throw invalid("give baseCredentials or baseImageCreds, not both");
       if (!baseRef) throw invalid("base_image_creds need a base_image to use them for");
       if (!this.opts.pullWithCreds) throw invalid("this agent cannot resolve base_image_creds");
-      return this.opts.pullWithCreds(baseRef, req.baseImageCreds);
+      return this.opts.pullWithCreds(baseRef, req.baseImageCreds, onProgress);
     }
-    if (baseRef === undefined && this.opts.pullDefault) return this.opts.pullDefault();
-    return this.host.pullImage(
-      baseRef ?? "",
-      req.baseCredentials ? { credentials: req.baseCredentials } : {},
-    );
+    if (baseRef === undefined && this.opts.pullDefault) return this.opts.pullDefault(onProgress);
+    return this.host.pullImage(baseRef ?? "", {
+      ...(req.baseCredentials ? { credentials: req.baseCredentials } : {}),
+      onProgress,
+    });
   }
 
   /** Runs one step in a container on `parentRef` and commits its writes under `cacheRef`. */

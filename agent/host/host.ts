@@ -20,7 +20,7 @@ import type {
 import type { BindMount, ContainerEvent } from "../runtime/index.ts";
 import { ContainerSnapshots } from "../snapshots/index.ts";
 import { ImageBuilder, PushingBuilds } from "../build/index.ts";
-import { resolveRegistryCredentials } from "../images/index.ts";
+import { type PullProgress, resolveRegistryCredentials } from "../images/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
 import { gcImages, imageOpsStore, imageSummary, importImage } from "./image-ops.ts";
@@ -71,9 +71,15 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   /** Image builds: steps run as this host's containers, committed into its image store (agent/build). */
   readonly builds = new PushingBuilds(
     new ImageBuilder(this, {
-      pullDefault: async () => imageSummary(await this.options.images.pull()),
-      pullWithCreds: async (ref, vars) =>
-        imageSummary(await this.options.images.pull(ref, { credentials: resolveRegistryCredentials(vars, {}) })),
+      pullDefault: async (onProgress) =>
+        imageSummary(await this.options.images.pull(undefined, { onProgress })),
+      pullWithCreds: async (ref, vars, onProgress) =>
+        imageSummary(
+          await this.options.images.pull(ref, {
+            credentials: resolveRegistryCredentials(vars, {}),
+            onProgress,
+          }),
+        ),
       micromambaBin: () => this.options.micromambaBin,
     }),
     // Built images go to the cluster registry when the build asks (agent/build/push.ts).
@@ -362,14 +368,20 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     return (await startInitExec(this.inits.socketOf(id), r)) ?? startPipeExec(target, r);
   }
 
-  async pullImage(ref: string, opts: { credentials?: { username: string; password: string } } = {}) {
+  async pullImage(
+    ref: string,
+    opts: {
+      credentials?: { username: string; password: string };
+      onProgress?: (p: PullProgress) => void;
+    } = {},
+  ) {
     const c = opts.credentials;
-    const info = await this.options.images.pull(
-      ref,
-      c
+    const info = await this.options.images.pull(ref, {
+      ...(c
         ? { credentials: { kind: "basic", source: "generic", username: c.username, password: c.password } }
-        : {},
-    );
+        : {}),
+      ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+    });
     return imageSummary(info);
   }
 

@@ -30,4 +30,5 @@ export {
   type PullOptions,
   type RemoveResult,
 } from "./store.ts";
+export type { PullProgress } from "./pull-progress.ts";
 export { type PushProgress, type PushTarget, pushImage } from "./push.ts";

@@ -20,6 +20,7 @@ import {
   onlyManifest,
   platformManifestDigest,
   runtimeConfig,
+  sha256Digest,
   treeBytes,
 } from "./oci-layout.ts";
 import {
@@ -34,6 +35,7 @@ import {
   parseImageReference,
   pinnedReference,
 } from "./reference.ts";
+import { manifestBlobs, type PullProgress, withPullProgress } from "./pull-progress.ts";
 import { type PushProgress, pushImage } from "./push.ts";
 import { copyIntoLayout, inspectRawManifest, isInsecureRegistry, withRegistryAccess } from "./skopeo.ts";
 import { SharedExclusiveLock, SingleFlight } from "./sync.ts";
@@ -59,6 +61,12 @@ export interface PullOptions {
   credentials?: RegistryCredentials;
   /** Cancels the pull (skopeo/umoci are killed). A pull shared with other callers is cancelled for all. */
   signal?: AbortSignal;
+  /**
+   * Blobs and bytes fetched so far, while the image's blobs are copied
+   * (agent/images/pull-progress.ts). Not called when the image is cached;
+   * a caller that joins a pull already running gets no reports.
+   */
+  onProgress?: (p: PullProgress) => void;
 }
 
 export interface ImportOptions {
@@ -158,9 +166,10 @@ export class ImageStore {
     let resolved = false;
     const info = await withRegistryAccess(this.options, this.tmpRoot, ref, creds, async (access) => {
       let digest: string;
+      let raw: string;
       try {
         const transportRef = ref.digest ? pinnedReference(ref, ref.digest) : ref.canonical;
-        const raw = await inspectRawManifest(this.options, access, transportRef, opts.signal);
+        raw = await inspectRawManifest(this.options, access, transportRef, opts.signal);
         const picked = platformManifestDigest(raw, this.options.platform);
         if (!picked) {
           const p = this.options.platform;
@@ -187,14 +196,25 @@ export class ImageStore {
       const record = await this.unpacks.run(digest, () =>
         this.ensureImage(digest, "registry", async (work) => {
           const layoutDir = join(work, "layout");
-          await copyIntoLayout(
-            this.options,
-            `docker://${pinnedReference(ref, digest)}`,
-            { layoutDir, tag: digestHex(digest), sharedBlobDir: this.layout.blobsDir },
-            access,
-            { ref: ref.canonical, registry: ref.registry },
-            opts.signal,
-          );
+          const copy = () =>
+            copyIntoLayout(
+              this.options,
+              `docker://${pinnedReference(ref, digest)}`,
+              { layoutDir, tag: digestHex(digest), sharedBlobDir: this.layout.blobsDir },
+              access,
+              { ref: ref.canonical, registry: ref.registry },
+              opts.signal,
+            );
+          if (!opts.onProgress) await copy();
+          else {
+            // The totals are the platform manifest's: the one inspected, or (a list) the one picked from it.
+            const manifest =
+              sha256Digest(raw) === digest
+                ? raw
+                : await inspectRawManifest(this.options, access, pinnedReference(ref, digest), opts.signal);
+            const dirs = { layoutDir, blobsDir: this.layout.blobsDir };
+            await withPullProgress(ref.canonical, manifestBlobs(manifest), dirs, opts.onProgress, copy);
+          }
           return onlyManifest(layoutDir);
         }),
       );

@@ -23,6 +23,7 @@ export type WireBuildEvent =
   | { event: "step"; step: { index: number; total: number; name: string; cached: boolean } }
   | { event: "output"; output: { index: number; stream: WireStream; line: string } }
   | { event: "stepDone"; stepDone: { index: number; cached: boolean; seconds: number; digest: string } }
+  | { event: "pull"; pull: WireBlobProgress }
   | {
       event: "push";
       push: {
@@ -45,6 +46,16 @@ export type WireBuildEvent =
         pushedRef: string;
       };
     };
+
+/** BuildPull (and BuildPush's counters): uint64 arrives as a string. */
+interface WireBlobProgress {
+  ref: string;
+  blobsDone: number;
+  blobsTotal: number;
+  bytesDone: number | string;
+  bytesTotal: number | string;
+  blobsSkipped: number;
+}
 
 export function buildRequestToProto(r: BuildImageRequest): WireBuildImageRequest {
   return {
@@ -118,6 +129,10 @@ export function buildEventToProto(e: BuildEvent): WireBuildEvent {
           pushedRef: e.pushedRef ?? "",
         },
       };
+    case "pull": {
+      const { type: _, ...pull } = e;
+      return { event: "pull", pull };
+    }
     case "push":
       return {
         event: "push",
@@ -158,6 +173,13 @@ export function buildEventFromProto(w: WireBuildEvent): BuildEvent {
         ...w.push,
         bytesDone: Number(w.push.bytesDone),
         bytesTotal: Number(w.push.bytesTotal),
+      };
+    case "pull":
+      return {
+        type: "pull",
+        ...w.pull,
+        bytesDone: Number(w.pull.bytesDone),
+        bytesTotal: Number(w.pull.bytesTotal),
       };
     default:
       throw new BerthError(

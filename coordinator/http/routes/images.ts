@@ -79,9 +79,10 @@ export function buildLine(u: ImageBuildUpdate): Record<string, unknown> {
       return { event: "step_done", step: u.index, cached: u.cached, seconds: u.seconds };
     case "done":
       return { event: "built", image_id: u.imageId, cached_steps: u.cachedSteps, built_steps: u.builtSteps };
+    case "pull":
     case "push":
       return {
-        event: "push",
+        event: u.type,
         ref: u.ref,
         blobs_done: u.blobsDone,
         blobs_total: u.blobsTotal,

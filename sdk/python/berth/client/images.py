@@ -31,6 +31,7 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
     record: Optional[Dict[str, Any]] = None
     names: Dict[int, str] = {}
     push = PushProgress(out)
+    pull = PullProgress(out)
     try:
         try:
             body: Dict[str, Any] = {"image": image.spec()}
@@ -55,6 +56,8 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
                     out.write(f"step {n} {names.get(n, '')} … {mark}\n")
                 elif kind == "push":
                     push.update(ev)
+                elif kind == "pull":
+                    pull.update(ev)
                 elif kind == "image":
                     record = dict(ev.get("image") or {})
                     record["env"] = ev.get("env") or {}
@@ -79,6 +82,7 @@ class PushProgress:
     """
 
     WIDTH = 30
+    VERB, DONE, HAD = "push", "pushed", "were already there"
 
     def __init__(self, out: IO[str]):
         self.out = out
@@ -96,21 +100,27 @@ class PushProgress:
             frac = done_bytes / total if total else 1.0
             bar = "#" * int(frac * self.WIDTH)
             self.out.write(
-                f"\rpush {ref} [{bar:<{self.WIDTH}}] {frac * 100:3.0f}% {_mib(done_bytes)}/{_mib(total)}"
+                f"\r{self.VERB} {ref} [{bar:<{self.WIDTH}}] {frac * 100:3.0f}% {_mib(done_bytes)}/{_mib(total)}"
                 f" ({blobs}/{blobs_total} layers)"
             )
             if finished:
                 self.out.write("\n")
         elif blobs != self.blobs_seen:
-            if blobs == 0:
-                self.out.write(f"push {ref}: {blobs_total} layers, {_mib(total)}\n")
+            if self.blobs_seen < 0:
+                self.out.write(f"{self.VERB} {ref}: {blobs_total} layers, {_mib(total)}\n")
             else:
-                self.out.write(f"push {ref}: {blobs}/{blobs_total} layers, {_mib(done_bytes)}/{_mib(total)}\n")
+                self.out.write(f"{self.VERB} {ref}: {blobs}/{blobs_total} layers, {_mib(done_bytes)}/{_mib(total)}\n")
         self.blobs_seen = blobs
         if finished:
             skipped = ev.get("blobs_skipped", 0)
-            self.out.write(f"pushed {ref} ({skipped} of {blobs_total} layers were already there)\n")
+            self.out.write(f"{self.DONE} {ref} ({skipped} of {blobs_total} layers {self.HAD})\n")
             self.done = True
+
+
+class PullProgress(PushProgress):
+    """The pull of the build's base image onto the building host: the same bar and lines as a push."""
+
+    VERB, DONE, HAD = "pull", "pulled", "were cached"
 
 
 def _dockerfile(client, dockerfile: Dict[str, str]) -> Dict[str, str]:
