@@ -138,9 +138,15 @@ type RequestHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
 /** node:http's server, or node:https's with these credentials: the same handler either way. */
 function serverConstructor(tls: TlsCredentials | undefined): (handler: RequestHandler) => Server {
-  if (!tls) return (handler) => createServer(handler);
-  return (handler) => createHttpsServer({ cert: tls.cert, key: tls.key }, handler);
+  // Fastify's default keep-alive (72 s), which it sets only on servers it makes itself: node's own
+  // 5 s closed idle connections that clients and load balancers (idle timeouts of 60 s) still
+  // counted as open, and their next request failed ("fetch failed", other side closed).
+  const keepAlive = (server: Server) => Object.assign(server, { keepAliveTimeout: KEEP_ALIVE_MS });
+  if (!tls) return (handler) => keepAlive(createServer(handler));
+  return (handler) => keepAlive(createHttpsServer({ cert: tls.cert, key: tls.key }, handler));
 }
+
+const KEEP_ALIVE_MS = 72_000;
 
 /**
  * The HTTP server, taking /endpoint/... requests before Fastify: the

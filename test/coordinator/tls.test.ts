@@ -35,6 +35,7 @@ const REPO = fileURLToPath(new URL("../..", import.meta.url));
 interface Answer {
   status: number;
   body: string;
+  keepAlive?: string;
 }
 
 /** One HTTPS request trusting `ca`; an upgrade request's refusal is an ordinary response. */
@@ -55,7 +56,11 @@ function httpsGet(url: string, o: { ca?: string; headers?: Record<string, string
 async function collect(res: IncomingMessage): Promise<Answer> {
   const chunks: Buffer[] = [];
   for await (const c of res) chunks.push(c as Buffer);
-  return { status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") };
+  return {
+    status: res.statusCode ?? 0,
+    body: Buffer.concat(chunks).toString("utf8"),
+    keepAlive: res.headers["keep-alive"],
+  };
 }
 
 const upgradeHeaders = (token: string) => ({
@@ -213,6 +218,14 @@ describe("coordinator over TLS", () => {
     assert.equal(r.status, 200);
     assert.equal(JSON.parse(r.body).ok, true);
     await assert.rejects(httpsGet(`${url}/healthz`), /self[- ]signed|unable to verify|certificate/i);
+  });
+
+  test("idle connections are kept 72 s (Fastify's default), not node's 5 s", async () => {
+    // The coordinator makes its own server (endpoints before Fastify); Fastify sets its keep-alive
+    // only on servers it makes, and a 5 s one raced clients' reuse of idle connections.
+    const r = await httpsGet(`${url}/healthz`, { ca: caPem, headers: { connection: "keep-alive" } });
+    assert.equal(r.status, 200);
+    assert.match(r.keepAlive ?? "", /timeout=72\b/);
   });
 
   test("plain HTTP to the TLS port gets no answer", async () => {
