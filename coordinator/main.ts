@@ -171,6 +171,8 @@ export async function startCoordinator(
     objects,
     log: log.child({ area: "tasks" }),
     onTaskStatus: taskEvents(workspaceEvents.emit),
+    // RUNNING tasks of an agent lost past the bound go to RETRY (docs/reliability.md "Stuck work").
+    agents: fleet,
   });
   try {
     await events.start();

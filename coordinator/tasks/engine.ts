@@ -32,6 +32,8 @@ export class TaskEngine {
   readonly index = new LiveIndex();
   readonly writer: BatchWriter;
   private readonly watchers = new Map<string, Set<TaskListener>>();
+  /** Attempts moved to RETRY because their agent was lost, by task (presumeLost); dropped once the task ends. */
+  private readonly lostAttempts = new Map<string, number>();
   private readonly unwritten: UnwrittenTasks;
 
   constructor(
@@ -121,7 +123,7 @@ export class TaskEngine {
    * after the change is committed (at once when the event changed nothing).
    */
   applyEvent(t: LiveTask, ev: TaskEvent, ack: () => void): boolean {
-    const steps = stepsFor(t, ev);
+    const steps = stepsFor(t, ev, this.lostAttempts.get(t.id));
     if (steps.length === 0) {
       ack();
       return false;
@@ -211,6 +213,33 @@ export class TaskEngine {
     return true;
   }
 
+  /**
+   * Moves a RUNNING task to RETRY by the coordinator's own decision: its
+   * agent is lost (coordinator/tasks/lost-agents.ts). The attempt is
+   * remembered: should that agent come back and report the attempt's
+   * outcome, it is taken (stepsFor's lostAttempt). False when not RUNNING.
+   */
+  presumeLost(t: LiveTask, o: { error: TaskError; reason: string; at: number }): boolean {
+    if (t.status !== "RUNNING") return false;
+    const atIso = new Date(o.at).toISOString();
+    this.index.setStatus(t, "RETRY", t.containerId, o.at);
+    t.updatedAt = atIso;
+    t.error = o.error;
+    this.lostAttempts.set(t.id, t.attempt);
+    this.statusChanged(t, "RUNNING", "RETRY");
+    this.record({
+      taskId: t.id,
+      status: "RETRY",
+      attempt: t.attempt,
+      containerId: t.containerId,
+      reason: o.reason,
+      at: atIso,
+    });
+    this.patchRow(t.id, { status: "RETRY", updatedAt: atIso, error: o.error });
+    this.announce(t);
+    return true;
+  }
+
   /** Records a column change that is not a status change (the stream sequence). */
   patch(t: LiveTask, p: Omit<TaskPatch, "updatedAt">): void {
     this.patchRow(t.id, { ...p, updatedAt: t.updatedAt });
@@ -246,6 +275,7 @@ export class TaskEngine {
       return;
     }
     t.endedAt = t.updatedAt;
+    this.lostAttempts.delete(t.id);
     const u = this.unwritten.take(t.id);
     if (u) this.writeRow(u);
     else this.writer.patch(t.id, { endedAt: t.endedAt, updatedAt: t.updatedAt });

@@ -22,6 +22,7 @@ import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./li
 import { checkInputs, policyExpiresAt } from "./policy.ts";
 import { TaskQueue } from "./task-queue.ts";
 import { isTerminal } from "./transitions.ts";
+import { type AgentStates, LOST_TASK_AFTER_MS, tasksOfLostAgents } from "./lost-agents.ts";
 import { type TaskWaiting, taskWaiting } from "./waiting.ts";
 
 export type { TaskListener, TaskUpdate };
@@ -37,6 +38,10 @@ export interface TaskServiceDeps {
   clock?: () => number;
   /** @default 1000 */
   sweepIntervalMs?: number;
+  /** The fleet's agent states (FleetView): RUNNING tasks of a lost agent go to RETRY (lost-agents.ts). @default none */
+  agents?: AgentStates;
+  /** How long past its last heartbeat a lost agent's RUNNING tasks wait before RETRY. @default LOST_TASK_AFTER_MS */
+  lostTaskAfterMs?: number;
   writer?: BatchWriterOptions;
   /** How long a direct task stays unwritten at most (ms). @default FOLD_MS (coordinator/tasks/unwritten.ts) */
   directFoldMs?: number;
@@ -79,6 +84,8 @@ export class TaskService implements TaskActivity {
   private readonly stubListeners: ((stubId: string) => void)[] = [];
   private readonly signatureTokens = new Map<string, string>();
   private readonly sweepIntervalMs: number;
+  private readonly agents: AgentStates | undefined;
+  private readonly lostTaskAfterMs: number;
   private readonly queue: TaskQueue;
   private readonly events: TaskEventConsumer;
   private sweeper: NodeJS.Timeout | undefined;
@@ -94,6 +101,8 @@ export class TaskService implements TaskActivity {
     this.log = d.log;
     this.clock = d.clock ?? Date.now;
     this.sweepIntervalMs = d.sweepIntervalMs ?? 1000;
+    this.agents = d.agents;
+    this.lostTaskAfterMs = d.lostTaskAfterMs ?? LOST_TASK_AFTER_MS;
     this.limits = d.limits;
     this.callbacks = new CallbackSender(d.log);
     this.queue = new TaskQueue(d.nats, d.log);
@@ -428,7 +437,24 @@ export class TaskService implements TaskActivity {
         );
       }
     }
+    if (this.agents) this.retryTasksOfLostAgents(this.agents, now);
     this.engine.index.pruneContainers(now - 3_600_000);
+  }
+
+  /** RUNNING tasks whose agent is gone past the bound: RETRY, redelivered by JetStream (lost-agents.ts). */
+  private retryTasksOfLostAgents(agents: AgentStates, now: number): void {
+    for (const lost of tasksOfLostAgents(this.engine.index.values(), agents, now, this.lostTaskAfterMs)) {
+      const silent = Math.round((now - lost.lastSeen) / 1000);
+      const message = `agent ${lost.agentId} is ${lost.state} (last heard ${silent} s ago); the task will run again when a runner takes it`;
+      if (
+        this.engine.presumeLost(lost.task, {
+          error: taskError("AgentLost", message),
+          reason: "agent_lost",
+          at: now,
+        })
+      )
+        this.log.warn({ taskId: lost.task.id, agentId: lost.agentId }, `task moved to RETRY: ${message}`);
+    }
   }
 
   private async sendCallback(t: LiveTask): Promise<void> {

@@ -30,9 +30,27 @@ export interface Step {
  * an outcome that needs RUNNING after a start event that never came passes
  * through RUNNING.
  */
-export function stepsFor(task: { status: TaskStatus; attempt: number }, ev: TaskEvent): Step[] {
+export function stepsFor(
+  task: { status: TaskStatus; attempt: number },
+  ev: TaskEvent,
+  /** The attempt the coordinator moved to RETRY because its agent was lost (TaskEngine.presumeLost). */
+  lostAttempt?: number,
+): Step[] {
   if (isTerminal(task.status) || ev.attempt < task.attempt) return [];
   const newer = ev.attempt > task.attempt;
+  // Its agent came back and reports that attempt's outcome: it did run, so the outcome stands.
+  if (
+    task.status === "RETRY" &&
+    !newer &&
+    ev.type === "finished" &&
+    lostAttempt === ev.attempt &&
+    ALLOWED.RUNNING.includes(ev.status)
+  ) {
+    return [
+      { status: "RUNNING", reason: "agent_back" },
+      { status: ev.status, reason: ev.reason ?? null },
+    ];
+  }
   const steps: Step[] = [];
   let status = task.status;
   if (status === "RUNNING" && newer) {

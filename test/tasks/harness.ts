@@ -10,6 +10,7 @@ import { Objects } from "../../coordinator/objects/objects.ts";
 import type { Store } from "../../coordinator/store/store.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import type { ContainerCounts } from "../../coordinator/tasks/activity.ts";
+import type { AgentStates } from "../../coordinator/tasks/lost-agents.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";
 import {
   type TaskEvent,
@@ -44,7 +45,7 @@ export interface TaskHarness {
 
 export async function startTaskHarness(
   suite: { after: (fn: () => unknown) => void },
-  o: { directFoldMs?: number } = {},
+  o: { directFoldMs?: number; agents?: AgentStates; lostTaskAfterMs?: number } = {},
 ): Promise<TaskHarness> {
   const { nats, dir: dataDir, store, nc, agentNc, defer } = await startNatsStore(suite);
   const objects = new Objects(store.objects, dataDir);
@@ -60,6 +61,8 @@ export async function startTaskHarness(
       log,
       sweepIntervalMs: 50,
       ...(o.directFoldMs !== undefined ? { directFoldMs: o.directFoldMs } : {}),
+      ...(o.agents ? { agents: o.agents } : {}),
+      ...(o.lostTaskAfterMs !== undefined ? { lostTaskAfterMs: o.lostTaskAfterMs } : {}),
     });
   const tasks = newService();
   await tasks.start();
