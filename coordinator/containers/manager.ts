@@ -174,7 +174,7 @@ export class ContainerManager implements ContainerCounts {
       return {
         kind: "start_backoff",
         message: `waiting to retry a container start (${n} failed round${n === 1 ? "" : "s"}): ${last}`,
-        since: now,
+        since: this.starter.failures.lastFailedAt(stubId) ?? now,
       };
     }
     const refused = this.starter.lastRefusal(stubId);

@@ -10,6 +10,8 @@ interface StubFailures {
   attempts: number;
   notBefore: number;
   lastError: string;
+  /** When the last failure was recorded (ms since epoch). */
+  lastAt: number;
 }
 
 export class StartFailures {
@@ -38,8 +40,9 @@ export class StartFailures {
    * starts over).
    */
   record(stubId: string, now: number, message: string): boolean {
-    const f = this.byStub.get(stubId) ?? { attempts: 0, notBefore: 0, lastError: "" };
+    const f = this.byStub.get(stubId) ?? { attempts: 0, notBefore: 0, lastError: "", lastAt: now };
     f.lastError = message;
+    f.lastAt = now;
     if (now >= f.notBefore) {
       f.attempts++;
       const delay = Math.min(this.o.maxMs, this.o.initialMs * this.o.factor ** (f.attempts - 1));
@@ -49,6 +52,11 @@ export class StartFailures {
     if (f.attempts < this.o.maxAttempts) return false;
     f.attempts = 0;
     return true;
+  }
+
+  /** When the stub's last start failure was recorded; undefined when none is. */
+  lastFailedAt(stubId: string): number | undefined {
+    return this.byStub.get(stubId)?.lastAt;
   }
 
   reset(stubId: string): void {

@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { ContainerLimits } from "../../coordinator/scheduler/index.ts";
+import { BerthError } from "../../shared/errors.ts";
 import { capacity, stubRecord, world } from "./fakes.ts";
 
 const a100 = (uuid: string) => [{ type: "A100", uuid }];
@@ -95,4 +96,23 @@ test("a workspace limit: workspace_limit with the limit's name", async (t) => {
   assert.equal(wait?.kind, "workspace_limit");
   assert.equal(wait?.limit, "max_gpus");
   assert.match(wait?.message ?? "", /limit max_gpus/);
+});
+
+test("a failed start: start_backoff with the attempt count and the error, until the backoff is over", async (t) => {
+  const w = world();
+  t.after(() => w.mgr.stop());
+  const a = w.addAgent("agent-a", capacity(8, 32));
+  w.stubs.set("stub-1", stubRecord("stub-1"));
+  a.failRun.push(new BerthError("unavailable", "agent busy"));
+  w.activity.set("stub-1", 1);
+  await w.tick();
+  const wait = w.mgr.waitState("stub-1");
+  assert.equal(wait?.kind, "start_backoff");
+  assert.match(wait?.message ?? "", /waiting to retry a container start \(1 failed round\): .*agent busy/);
+  const failedAt = w.clock.now;
+  await w.tick(10); // still within the backoff: since stays the failure's time
+  assert.equal(w.mgr.waitState("stub-1")?.since, failedAt);
+  await w.tick(60_000); // past the backoff: the next start succeeds
+  assert.equal(w.mgr.activeContainers("stub-1"), 1);
+  assert.equal(w.mgr.waitState("stub-1"), undefined);
 });
