@@ -59,7 +59,7 @@ async function collect(res: IncomingMessage): Promise<Answer> {
   return {
     status: res.statusCode ?? 0,
     body: Buffer.concat(chunks).toString("utf8"),
-    keepAlive: res.headers["keep-alive"],
+    keepAlive: String(res.headers["keep-alive"] ?? ""),
   };
 }
 

@@ -1,9 +1,10 @@
 import { PassThrough } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { BerthError, describeError } from "../../../shared/errors.ts";
+import { BerthError } from "../../../shared/errors.ts";
 import type { ImageBuilds, ImageBuildUpdate } from "../../images/index.ts";
 import type { BuiltImage } from "../../store/built-images.ts";
+import { publicError } from "../../edge/errors.ts";
 import { principalOf } from "../auth.ts";
 import { ErrorResponse } from "../schemas.ts";
 
@@ -177,11 +178,10 @@ export function imageRoutes(builds: ImageBuilds): FastifyPluginAsync {
             if (!first.done) write(buildLine(first.value));
             for (let n = await updates.next(); !n.done; n = await updates.next()) write(buildLine(n.value));
           } catch (e) {
-            const err = e instanceof BerthError ? e : new BerthError("internal", describeError(e));
-            write({
-              event: "error",
-              error: { code: err.code, message: err.message, details: err.details ?? {} },
-            });
+            // Through the one error edge: an unexpected error is logged with an id and masked, never
+            // written to the client as its own text.
+            const { body } = publicError(e, { log: reply.log, what: "image build failed" });
+            write({ event: "error", error: { details: {}, ...(body as { error: object }).error } });
           } finally {
             out.end();
           }
