@@ -152,14 +152,13 @@ export class RunnerBridges {
     return dir;
   }
 
-  /** Creates a sandbox's or pod's bridge directory and serves its workspace bridge there; returns the directory. */
-  async openWorkspace(id: string, workspaceId: string): Promise<string> {
-    if (!this.runners?.openWorkspace) {
-      throw new BerthError(
-        "failed_precondition",
-        "this agent cannot serve a container's workspace bridge: it is not joined to a coordinator",
-      );
-    }
+  /**
+   * Creates a sandbox's or pod's bridge directory and serves its workspace bridge there; returns the
+   * directory. An agent not joined to a coordinator has nothing to relay to: the sandbox still runs,
+   * without the socket (undefined), and the SDK in it says no agent socket is set up when asked.
+   */
+  async openWorkspace(id: string, workspaceId: string): Promise<string | undefined> {
+    if (!this.runners?.openWorkspace) return undefined;
     const dir = join(this.root, id);
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { mode: 0o755 });
