@@ -1,15 +1,10 @@
-import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { BerthError, isBerthError, notFound } from "../../shared/errors.ts";
 import { ImageCatalog, type ImageRecord } from "./catalog.ts";
 import { type CommitLayerOptions, writeCommitBlobs } from "./commit.ts";
-import {
-  type BasicRegistryCredentials,
-  ecrExchangeUnavailable,
-  type RegistryCredentials,
-} from "./credentials.ts";
+import type { RegistryCredentials } from "./credentials.ts";
 import { type GcOptions, type GcResult, runGc } from "./gc.ts";
 import { buildLayoutFromRootfs, copyArchive, detectArchiveFormat } from "./import.ts";
 import { unpackCommitOnParent } from "./layer-apply.ts";
@@ -37,7 +32,8 @@ import {
 } from "./reference.ts";
 import { manifestBlobs, type PullProgress, withPullProgress } from "./pull-progress.ts";
 import { type PushProgress, pushImage } from "./push.ts";
-import { copyIntoLayout, inspectRawManifest, isInsecureRegistry, withRegistryAccess } from "./skopeo.ts";
+import { clusterPushEndpoint, credentialsFingerprint, loginCredentials } from "./registry-access.ts";
+import { copyIntoLayout, inspectRawManifest, withRegistryAccess } from "./skopeo.ts";
 import { SharedExclusiveLock, SingleFlight } from "./sync.ts";
 
 export interface ImageInfo {
@@ -162,7 +158,7 @@ export class ImageStore {
     if (known && resolvedAt !== undefined && startedAt - resolvedAt <= this.options.tagFreshnessMs) {
       return this.info(known, ref.canonical);
     }
-    const creds = await this.loginCredentials(ref.registry, opts.credentials);
+    const creds = await loginCredentials(this.options, ref.registry, opts.credentials);
     let resolved = false;
     const info = await withRegistryAccess(this.options, this.tmpRoot, ref, creds, async (access) => {
       let digest: string;
@@ -222,24 +218,6 @@ export class ImageStore {
     });
     if (resolved && this.options.tagFreshnessMs > 0) this.tagResolvedAt.set(freshnessKey, startedAt);
     return info;
-  }
-
-  private async loginCredentials(
-    registry: string,
-    creds: RegistryCredentials | undefined,
-  ): Promise<BasicRegistryCredentials | undefined> {
-    const cluster = this.options.clusterRegistry;
-    // The cluster registry's own credentials, for images the cluster built (pushToCluster).
-    if (!creds && cluster?.username && registry === cluster.host)
-      return {
-        kind: "basic",
-        username: cluster.username,
-        password: cluster.password ?? "",
-        source: "generic",
-      };
-    if (!creds || creds.kind === "basic") return creds;
-    if (!this.options.ecrLogin) throw ecrExchangeUnavailable(registry);
-    return this.options.ecrLogin(creds, registry);
   }
 
   /**
@@ -389,16 +367,10 @@ export class ImageStore {
     opts: { onProgress?: (p: PushProgress) => void; signal?: AbortSignal } = {},
   ): Promise<string> {
     this.open();
-    const reg = this.options.clusterRegistry;
-    if (!reg) throw new BerthError("failed_precondition", "this agent has no cluster registry to push to");
+    const endpoint = clusterPushEndpoint(this.options);
     return this.lock.withShared(async () => {
       const found = this.lookup(refOrDigest);
       if (!found) throw notFound(`image ${refOrDigest}`);
-      const endpoint = {
-        host: reg.host,
-        insecure: isInsecureRegistry(this.options, reg.host),
-        ...(reg.username ? { credentials: { username: reg.username, password: reg.password ?? "" } } : {}),
-      };
       return pushImage(this.layout, found.record.manifestDigest, { endpoint, ...to }, opts);
     });
   }
@@ -536,11 +508,4 @@ export class ImageStore {
       config: record.config,
     };
   }
-}
-
-/** A stable digest of the credentials a pull was made with ("" for none); never logged. */
-function credentialsFingerprint(creds: RegistryCredentials | undefined): string {
-  if (!creds) return "";
-  const sorted = Object.fromEntries(Object.entries(creds).sort(([a], [b]) => a.localeCompare(b)));
-  return createHash("sha256").update(JSON.stringify(sorted)).digest("hex");
 }
