@@ -30,6 +30,7 @@ import {
   type StubRecord,
   resolveContainerManagerOptions,
 } from "./types.ts";
+import { stubWaitState } from "./wait-state.ts";
 
 const DEMAND_RECONCILE_GAP_MS = 20;
 
@@ -161,36 +162,10 @@ export class ContainerManager implements ContainerCounts {
 
   /**
    * Why the stub's tasks have no container for them now, from this
-   * manager's latest outcome (not a guess): a start failure backing off, the
-   * planner's last refusal (no room, no agent, a workspace limit), or a
-   * placed container still starting. Undefined when none holds them back
-   * (they are queued behind others for the stub's running containers).
+   * manager's latest outcome (not a guess); see wait-state.ts.
    */
   waitState(stubId: string): StubWait | undefined {
-    const now = this.o.clock();
-    if (this.starter.failures.blocked(stubId, now)) {
-      const last = this.starter.failures.lastError(stubId) ?? "a container start failed";
-      const n = this.starter.failures.attempts(stubId);
-      return {
-        kind: "start_backoff",
-        message: `waiting to retry a container start (${n} failed round${n === 1 ? "" : "s"}): ${last}`,
-        since: this.starter.failures.lastFailedAt(stubId) ?? now,
-      };
-    }
-    const refused = this.starter.lastRefusal(stubId);
-    if (refused) return { ...refused };
-    const starting = this.containers.live((c) => c.stubId === stubId && c.state === "starting");
-    const first = starting.reduce<Managed | undefined>(
-      (m, c) => (m && m.since <= c.since ? m : c),
-      undefined,
-    );
-    if (!first) return undefined;
-    const more = starting.length > 1 ? ` (and ${starting.length - 1} more)` : "";
-    return {
-      kind: "container_starting",
-      message: `container ${first.id} is starting on agent ${first.agentId}${more}`,
-      since: first.since,
-    };
+    return stubWaitState(this.starter, this.containers, stubId, this.o.clock());
   }
 
   /**
