@@ -13,7 +13,7 @@ import {
 import { buildRunRequest, egressFromFlags, exitOutcome } from "../../cli/edge/run.ts";
 import { age, psRow } from "../../cli/edge/show.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { sampleStatus } from "../helpers/fake-container-api.ts";
+import { sampleStatus } from "../helpers/wire-samples.ts";
 
 const invalid = (re: RegExp) => (e: unknown) =>
   e instanceof BerthError && e.code === "invalid_request" && re.test(e.message);

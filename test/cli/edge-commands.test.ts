@@ -15,12 +15,8 @@ import { agentEdgeCommands } from "../../cli/commands/agent-edge.ts";
 import { checkAgentSocket, type EdgeIo } from "../../cli/edge/io.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { FakeAgent } from "../rpc/fake-agent.ts";
-import {
-  FakeContainerApi,
-  SAMPLE_STATUS_DEFAULTS,
-  sampleImage,
-  sampleStatus,
-} from "../helpers/fake-container-api.ts";
+import { FakeContainerApi } from "../helpers/fake-container-api.ts";
+import { SAMPLE_STATUS_DEFAULTS, sampleImage, sampleStatus } from "../helpers/wire-samples.ts";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 

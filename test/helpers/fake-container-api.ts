@@ -41,46 +41,7 @@ import type { EgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { FakeFileTree } from "./fake-files.ts";
 import { FakeExec, parseScript, play, playExec } from "./fake-exec.ts";
-
-/** A status with every field set, for wire round trips and CLI output. */
-export function sampleStatus(id: string, over: Partial<ContainerStatus> = {}): ContainerStatus {
-  return {
-    id,
-    image: "docker.io/library/python:3.12-slim",
-    imageDigest: "sha256:0123456789abcdef",
-    state: "running",
-    pid: 4242,
-    createdAt: 1_700_000_000_123,
-    startedAt: 1_700_000_000_456,
-    labels: { app: "web", "berth.dev/sandbox": "sb-1" },
-    cpu: 0.5,
-    memoryBytes: 64 * 1024 * 1024,
-    gpus: [],
-    ipv4: "10.88.0.2",
-    egress: { mode: "open" },
-    exposedPorts: [],
-    ...over,
-  };
-}
-
-export const sampleImage: ImageSummary = {
-  ref: "docker.io/library/python:3.12-slim",
-  refs: ["docker.io/library/python:3.12-slim", "python:3.12-slim"],
-  digest: "sha256:feedface",
-  // Above 2^32, so a uint64 truncated to 32 bits would show.
-  sizeBytes: 5_000_000_000,
-  pulledAt: "2024-05-01T12:00:00.000Z",
-  inUse: true,
-};
-
-/** The fields sampleStatus sets that a run does not: what the transport tests' fake answers with. */
-export const SAMPLE_STATUS_DEFAULTS: Partial<ContainerStatus> = {
-  imageDigest: "sha256:0123456789abcdef",
-  pid: 4242,
-  createdAt: 1_700_000_000_123,
-  startedAt: 1_700_000_000_456,
-  ipv4: "10.88.0.2",
-};
+import { SAMPLE_STATUS_DEFAULTS, sampleImage } from "./wire-samples.ts";
 
 export interface FakeContainerApiOptions {
   /** Names the agent in errors. @default "agent-fake" */
@@ -100,7 +61,6 @@ export interface FakeContainerApiOptions {
 }
 
 type Call = [method: string, ...args: unknown[]];
-
 
 export class FakeContainerApi implements ContainerApi, ContainerFilesApi, ContainerSnapshotApi {
   readonly agentId: string;

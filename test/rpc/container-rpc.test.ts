@@ -14,7 +14,7 @@ import { BerthError } from "../../shared/errors.ts";
 import { tempDir } from "../helpers/env.ts";
 import { collect, containerSuites, isBerth } from "./container-rpc-suite.ts";
 import { FakeAgent } from "./fake-agent.ts";
-import { sampleImage, sampleStatus } from "../helpers/fake-container-api.ts";
+import { sampleImage, sampleStatus } from "../helpers/wire-samples.ts";
 
 const fullRequest: RunContainerRequest = {
   id: "ctr-full",
