@@ -1,8 +1,8 @@
 // The route fuzzer's coordinator: the workspace-scoping fixture (the whole
 // HTTP app over SQLite, nats-server and the real services, the fake agent
 // for sandboxes) plus the services it leaves out — image builds, volumes,
-// outputs, Prometheus, the endpoint dispatcher and the inference gateway —
-// and objects of BOTH
+// outputs, Prometheus, the endpoint dispatcher, the inference gateway, the
+// agent revoker (over the fixture's fleet) and a built dashboard — and objects of BOTH
 // workspaces. Every object of A carries "canary" and every object of B
 // "bravo" in its name or content, so an answer to one workspace's token
 // that holds the other's marker is a leak.
@@ -10,14 +10,16 @@
 import { randomBytes, createHash } from "node:crypto";
 import { createServer, Agent, type Server } from "node:http";
 import { connect as netConnect, type AddressInfo, type Socket } from "node:net";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable, type Duplex } from "node:stream";
 import pino from "pino";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { EndpointDispatcher } from "../../coordinator/endpoints/dispatch.ts";
+import { RevokedAgents } from "../../coordinator/fleet/agent-credentials.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
+import { AgentRevoker } from "../../coordinator/fleet/revoke.ts";
 import { ImageBuilds } from "../../coordinator/images/index.ts";
 import { createInference } from "../../coordinator/inference/index.ts";
 import { WorkspaceLimitsCache } from "../../coordinator/limits/limits.ts";
@@ -44,6 +46,9 @@ export interface FuzzFixture {
   /** The marker in every object of each workspace. */
   markers: { a: string; b: string };
 }
+
+/** The built dashboard's one script (GET /assets/{file}): public, so it holds neither workspace's marker. */
+export const DASHBOARD_ASSET = "app-FUZZ0001.js";
 
 /** An image builder that builds every spec in one step, as an agent's events would say. */
 class OneStepBuilder implements ImageBuildApi {
@@ -91,7 +96,13 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
     signingKey: randomBytes(32),
     publicUrl: "https://berth.example/",
   });
+  // A built dashboard (what `npm run build` writes), so GET / answers the page rather than 503 "not built".
+  const dashboard = join(dir, "dashboard");
+  await mkdir(join(dashboard, "assets"), { recursive: true });
+  await writeFile(join(dashboard, "index.html"), `<!doctype html><script src="/assets/${DASHBOARD_ASSET}"></script>`);
+  await writeFile(join(dashboard, "assets", DASHBOARD_ASSET), "console.log('dashboard');\n");
   let endpoints!: EndpointDispatcher;
+  let images!: ImageBuilds;
   const f = await startScopingFixture(suite, {
     extra: async (h, containers, later, deployments, agent) => {
       const log = pino({ level: "silent" });
@@ -143,7 +154,24 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
         processMetrics: false,
       });
       const limitsCache = new WorkspaceLimitsCache({ repo: h.store.limits });
+      images = new ImageBuilds({
+        repo: h.store.builtImages,
+        planner: new Planner({ fleet }),
+        agents: { client: () => builder },
+        placementWaitMs: 0,
+      });
+      const revoker = new AgentRevoker({
+        agents: h.store.agents,
+        revoked: await new RevokedAgents(h.store.kv).load(),
+        fleet,
+        clients: {},
+        nc: h.nc,
+        log,
+      });
       return {
+        fleet,
+        revoker,
+        dashboard: { dir: dashboard },
         inference: createInference({
           endpoints,
           deployments,
@@ -152,12 +180,7 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
           registry: metrics.registry,
           log,
         }),
-        images: new ImageBuilds({
-          repo: h.store.builtImages,
-          planner: new Planner({ fleet }),
-          agents: { client: () => builder },
-          placementWaitMs: 0,
-        }),
+        images,
         volumes: { files: volumes },
         outputs,
         endpoints,
@@ -196,12 +219,16 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
   const bSandbox = await f.sandboxes.create(b.id, bSandboxStub.stub.id);
   await f.sandboxes.exec(b.id, bSandbox.sandboxId, { args: ["bravo-proc"] });
 
+  const imageIds: Record<string, string> = {};
   for (const [ws, mark] of [
     [a.id, "canary"],
     [b.id, "bravo"],
   ] as const) {
     await volumes.create(ws, `${mark}-vol`);
     await volumes.write(ws, `${mark}-vol`, `/${mark}.txt`, Readable.from([Buffer.from(`${mark} file`)]));
+    // A built image each (its own step, so its own id): DELETE /api/v1/image/{ws}/{imageId} names a real one.
+    for await (const u of images.build(ws, { commands: [`echo ${mark}`] })) if (u.type === "image") imageIds[mark] = u.image.imageId;
+    if (!imageIds[mark]) throw new Error(`the ${mark} image build ended without an image`);
   }
   const spare = async (ws: string) => (await h.store.tokens.create(ws, { name: "spare" })).record.id;
   const admin = await h.store.tokens.create((await h.store.workspaces.create("fuzz-ops")).id, {
@@ -238,6 +265,9 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
     sandboxId: o.sandboxId,
     pid: "1",
     volume: `${o.mark}-vol`,
+    imageId: imageIds[o.mark] as string,
+    deployment: o.deploymentName,
+    file: DASHBOARD_ASSET,
   });
   const values = {
     a: {
