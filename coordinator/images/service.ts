@@ -134,6 +134,27 @@ export class ImageBuilds {
     this.o.log?.info({ workspaceId, imageId }, "image removed");
   }
 
+  /**
+   * The agents that built this definition before (same base, same steps): a rebuild placed there
+   * finds every step in its cache and only checks the base digest, where another agent would run
+   * every step again. A preference, not a rule: the planner still places on any host with room,
+   * and the agent's cache keys (parent digest + step) decide what is really cached.
+   */
+  private async agentsHoldingSteps(
+    workspaceId: string,
+    baseImage: string,
+    steps: string[],
+  ): Promise<string[]> {
+    const same = (await this.o.repo.list(workspaceId)).filter(
+      (i) =>
+        i.status === "ready" &&
+        i.baseImage === baseImage &&
+        i.steps.length === steps.length &&
+        i.steps.every((s, n) => s === steps[n]),
+    );
+    return [...new Set(same.map((i) => i.agentId))];
+  }
+
   /** Records the image and announces its status; an announcement never fails the build. */
   private async record(image: BuiltImage): Promise<void> {
     await this.o.repo.put(image);
@@ -158,6 +179,7 @@ export class ImageBuilds {
       build.secretEnv = await this.o.secrets.resolve(workspaceId, secretNames);
     }
     const id = `bld-${randomBytes(8).toString("hex")}`;
+    const stepNames = req.steps.map((s) => s.name);
     const held = await this.o.planner.reserveWithin(
       {
         id,
@@ -169,13 +191,12 @@ export class ImageBuilds {
           // build_with_gpu: a host with that GPU type, or unplaceable naming it.
           gpuTypes: [...(req.gpu?.types ?? [])],
           gpuCount: req.gpu?.count ?? 0,
-          preferAgents: [],
+          preferAgents: await this.agentsHoldingSteps(workspaceId, req.baseImage ?? "", stepNames),
         },
       },
       { waitMs: this.o.placementWaitMs ?? 60_000, what: "the image build" },
     );
     let record: BuiltImage | undefined;
-    const stepNames = req.steps.map((s) => s.name);
     try {
       await this.o.planner.whenReady(id, this.o.placementWaitMs ?? 60_000);
       const agent = this.o.agents.client(held.agentId);
