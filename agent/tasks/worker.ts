@@ -11,7 +11,6 @@ import { describeError } from "../../shared/errors.ts";
 import {
   TASK_CANCEL_SUBJECT,
   type TaskCancelMessage,
-  type TaskEvent,
   TaskHeaders,
   TASKS_STREAM,
   stubConsumerName,
@@ -30,6 +29,7 @@ import type {
 import { assignment, dropHeldStart, foldedStart, settle, unhand } from "./in-flight.ts";
 import { endedOnDelivery, headerNumber, pullOne, pullQueued, taskError } from "./pulls.ts";
 import { ConfigVersions, idleAsk } from "./config-versions.ts";
+import { recordCrash, recordResult } from "./outcomes.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
 import { checkResult, type ResultBody } from "./result.ts";
@@ -39,7 +39,6 @@ const dec = new TextDecoder();
 /** Most tasks one runner worker is handed at once (it asks for a batch when its tasks are short). */
 export const MAX_HAND_OUT = 64;
 const silent: TaskWorkerLogger = { info() {}, warn() {}, error() {} };
-
 
 export class TaskWorker {
   private readonly js: JetStreamClient;
@@ -380,27 +379,7 @@ export class TaskWorker {
     if (!settle(t)) return;
     const base = { ...this.base(slot, taskId, t.attempt), ...(await foldedStart(t, r.startedAt)) };
     try {
-      if (r.status === "COMPLETE" && r.tooLarge) {
-        await this.events.publish({
-          ...base,
-          type: "finished",
-          status: "FAILED",
-          reason: "result_too_large",
-          error: r.tooLarge,
-        });
-        t.msg.term();
-      } else if (r.status === "COMPLETE") {
-        const e: TaskEvent = { ...base, type: "finished", status: "COMPLETE", result: r.result };
-        if (r.resultJson !== undefined) e.resultJson = r.resultJson;
-        await this.events.publish(e);
-        t.msg.ack();
-      } else if (r.retry && t.attempt <= t.maxRetries) {
-        await this.events.publish({ ...base, type: "retry", reason: "retry_for", error: r.error });
-        t.msg.nak();
-      } else {
-        await this.events.publish({ ...base, type: "finished", status: "FAILED", error: r.error });
-        t.msg.term();
-      }
+      await recordResult(this.events, base, t, r);
     } catch (e) {
       // Not recorded: the task goes back to the queue and runs again.
       t.msg.nak();
@@ -460,19 +439,7 @@ export class TaskWorker {
     if (!settle(t)) return;
     void (async () => {
       const base = { ...this.base(slot, t.taskId, t.attempt), ...(await foldedStart(t)) };
-      if (t.attempt <= t.maxRetries) {
-        await this.events.publish({ ...base, type: "retry", reason: `container_exited: exit code ${code}` });
-        t.msg.nak();
-      } else {
-        await this.events.publish({
-          ...base,
-          type: "finished",
-          status: "FAILED",
-          reason: "container_exited",
-          error: taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
-        });
-        t.msg.term();
-      }
+      await recordCrash(this.events, base, t, code);
     })().catch((e) => {
       this.log.error({ taskId: t.taskId, err: describeError(e) }, "recording a task whose container exited");
       t.msg.nak();

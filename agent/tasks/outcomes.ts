@@ -1,0 +1,68 @@
+// How each way a task attempt ends becomes one task event and a settled
+// message (docs/tasks.md, "Task status transitions"): a runner's result, or
+// its container's death. Its own module because this mapping (which event,
+// then ack, nak or term) is the status table in code, while worker.ts is the
+// delivery and hand-out machinery around it. The event is always published
+// before the message is settled, so a failed publish leaves the message for
+// the caller to nak.
+
+import type { TaskEvent, TaskStartedEvent } from "../../shared/tasks.ts";
+import type { TaskEventPublisher } from "./event-publisher.ts";
+import { taskError } from "./pulls.ts";
+import type { ResultBody } from "./result.ts";
+import type { InFlight } from "./types.ts";
+
+/** The fields every event of one attempt carries, with its folded start (in-flight.ts foldedStart). */
+export type AttemptBase = Omit<TaskStartedEvent, "type"> & { startedAt?: number };
+
+/** The runner's result: COMPLETE is acked, a retry_for within max_retries nakked, any other end termed. */
+export async function recordResult(
+  events: TaskEventPublisher,
+  base: AttemptBase,
+  t: InFlight,
+  r: ResultBody,
+): Promise<void> {
+  if (r.status === "COMPLETE" && r.tooLarge) {
+    await events.publish({
+      ...base,
+      type: "finished",
+      status: "FAILED",
+      reason: "result_too_large",
+      error: r.tooLarge,
+    });
+    t.msg.term();
+  } else if (r.status === "COMPLETE") {
+    const e: TaskEvent = { ...base, type: "finished", status: "COMPLETE", result: r.result };
+    if (r.resultJson !== undefined) e.resultJson = r.resultJson;
+    await events.publish(e);
+    t.msg.ack();
+  } else if (r.retry && t.attempt <= t.maxRetries) {
+    await events.publish({ ...base, type: "retry", reason: "retry_for", error: r.error });
+    t.msg.nak();
+  } else {
+    await events.publish({ ...base, type: "finished", status: "FAILED", error: r.error });
+    t.msg.term();
+  }
+}
+
+/** The container died while the task ran: retried within max_retries, else FAILED. */
+export async function recordCrash(
+  events: TaskEventPublisher,
+  base: AttemptBase,
+  t: InFlight,
+  code: string,
+): Promise<void> {
+  if (t.attempt <= t.maxRetries) {
+    await events.publish({ ...base, type: "retry", reason: `container_exited: exit code ${code}` });
+    t.msg.nak();
+  } else {
+    await events.publish({
+      ...base,
+      type: "finished",
+      status: "FAILED",
+      reason: "container_exited",
+      error: taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
+    });
+    t.msg.term();
+  }
+}
