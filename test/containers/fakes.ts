@@ -108,20 +108,27 @@ export function capacity(
 
 /** A fleet of one agent seen just now, with a heartbeat interval long enough that it never goes lost in a test. */
 export function oneAgentFleet(agentId: string, cap: HostCapacity): FleetView {
+  return fleetOf([[agentId, cap]]);
+}
+
+/** A fleet of these agents, each seen just now, with heartbeat intervals long enough that none goes lost in a test. */
+export function fleetOf(agents: [agentId: string, cap: HostCapacity][]): FleetView {
   const fleet = new FleetView();
   const now = Date.now();
-  fleet.observe(
-    {
-      agentId,
-      hostname: agentId,
-      version: "t",
-      sentAt: now,
-      intervalMs: 600_000,
-      grpcAddress: "127.0.0.1:1",
-      capacity: cap,
-    },
-    now,
-  );
+  for (const [agentId, cap] of agents) {
+    fleet.observe(
+      {
+        agentId,
+        hostname: agentId,
+        version: "t",
+        sentAt: now,
+        intervalMs: 600_000,
+        grpcAddress: "127.0.0.1:1",
+        capacity: cap,
+      },
+      now,
+    );
+  }
   return fleet;
 }
 

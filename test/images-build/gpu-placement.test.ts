@@ -7,11 +7,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildUpdate } from "../../coordinator/images/index.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";
 import { Store } from "../../coordinator/store/store.ts";
-import { capacity } from "../containers/fakes.ts";
+import { capacity, fleetOf } from "../containers/fakes.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 
 /** Records what it is asked to build and answers as an agent's builder does. */
@@ -47,24 +46,11 @@ test("build_with_gpu is placed on a host with that GPU type, or refused as unpla
   const store = await Store.open(await sqlite.url(t));
   t.after(() => store.close());
   const ws = (await store.workspaces.create("gpu-builds")).id;
-  const fleet = new FleetView();
-  const now = Date.now();
-  const observe = (agentId: string, cap: ReturnType<typeof capacity>) =>
-    fleet.observe(
-      {
-        agentId,
-        hostname: agentId,
-        version: "t",
-        sentAt: now,
-        intervalMs: 600_000,
-        grpcAddress: "127.0.0.1:1",
-        capacity: cap,
-      },
-      now,
-    );
   // The CPU host is bigger, so a build without a GPU would go there first.
-  observe("cpu-host", capacity(64, 256));
-  observe("gpu-host", capacity(8, 64, [{ type: "H100", uuid: "GPU-h100-0" }]));
+  const fleet = fleetOf([
+    ["cpu-host", capacity(64, 256)],
+    ["gpu-host", capacity(8, 64, [{ type: "H100", uuid: "GPU-h100-0" }])],
+  ]);
   const planner = new Planner({ fleet });
   const heldDuring: unknown[] = [];
   const agent = new RecordingAgent(() =>

@@ -6,10 +6,9 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { ImageBuilds } from "../../coordinator/images/index.ts";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";
 import { Store } from "../../coordinator/store/store.ts";
-import { capacity } from "../containers/fakes.ts";
+import { capacity, fleetOf } from "../containers/fakes.ts";
 import { tempDir } from "../helpers/env.ts";
 
 class QuickAgent implements ImageBuildApi {
@@ -31,25 +30,10 @@ test("a rebuild goes to the agent that built the same steps; a new definition wh
   const store = await Store.open(`sqlite:${tempDir(t)}/b.db`);
   t.after(() => store.close());
   const ws = (await store.workspaces.create("images")).id;
-  const fleet = new FleetView();
-  const now = Date.now();
-  for (const [agentId, cap] of [
+  const fleet = fleetOf([
     ["agent-a", capacity(2, 8)],
     ["agent-b", capacity(16, 64)],
-  ] as const) {
-    fleet.observe(
-      {
-        agentId,
-        hostname: agentId,
-        version: "t",
-        sentAt: now,
-        intervalMs: 600_000,
-        grpcAddress: "127.0.0.1:1",
-        capacity: cap,
-      },
-      now,
-    );
-  }
+  ]);
   const asked: string[] = [];
   const builds = new ImageBuilds({
     repo: store.builtImages,
