@@ -12,6 +12,7 @@ import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync }
 import { join } from "node:path";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
+import { registryConfigYaml } from "../../shared/registry-config.ts";
 
 export const REGISTRY_COMMAND = "docker-registry";
 
@@ -54,25 +55,11 @@ export async function startUpRegistry(dataDir: string, opts: { port?: number } =
   const config = join(dir, "config.yml");
   writeFileSync(
     config,
-    [
-      "version: 0.1",
-      "log:",
-      "  level: warn",
-      "  accesslog:",
-      "    disabled: true",
-      "storage:",
-      "  filesystem:",
-      `    rootdirectory: ${join(dir, "data")}`,
-      "  delete:",
-      "    enabled: true",
-      "http:",
-      `  addr: 127.0.0.1:${reg.port}`,
-      "auth:",
-      "  htpasswd:",
-      "    realm: berth-cluster",
-      `    path: ${join(dir, "htpasswd")}`,
-      "",
-    ].join("\n"),
+    registryConfigYaml({
+      port: reg.port,
+      dataDir: join(dir, "data"),
+      htpasswd: { path: join(dir, "htpasswd"), realm: "berth-cluster" },
+    }),
     { mode: 0o600 },
   );
   const logPath = join(dir, "registry.log");

@@ -3,6 +3,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import bcrypt from "bcryptjs";
 import { freePort, sleep, waitFor } from "../../shared/net.ts";
+import { registryConfigYaml } from "../../shared/registry-config.ts";
 import { tempDir } from "./env.ts";
 
 export interface TestRegistry {
@@ -27,28 +28,21 @@ export async function startTestRegistry(
 ): Promise<TestRegistry> {
   const dir = tempDir(t, "berth-registry-");
   const port = await freePort();
-  const lines = [
-    "version: 0.1",
-    "log:",
-    "  level: warn",
-    "  accesslog:",
-    "    disabled: true",
-    "storage:",
-    "  filesystem:",
-    `    rootdirectory: ${join(dir, "data")}`,
-    "  delete:",
-    "    enabled: true",
-    "http:",
-    `  addr: 127.0.0.1:${port}`,
-  ];
+  const htpasswd = join(dir, "htpasswd");
   if (opts.auth) {
     // distribution's htpasswd accepts bcrypt only.
     const hash = bcrypt.hashSync(opts.auth.password, 10);
-    writeFileSync(join(dir, "htpasswd"), `${opts.auth.user}:${hash}\n`, { mode: 0o600 });
-    lines.push("auth:", "  htpasswd:", "    realm: berth-test", `    path: ${join(dir, "htpasswd")}`);
+    writeFileSync(htpasswd, `${opts.auth.user}:${hash}\n`, { mode: 0o600 });
   }
   const config = join(dir, "config.yml");
-  writeFileSync(config, `${lines.join("\n")}\n`);
+  writeFileSync(
+    config,
+    registryConfigYaml({
+      port,
+      dataDir: join(dir, "data"),
+      ...(opts.auth ? { htpasswd: { path: htpasswd, realm: "berth-test" } } : {}),
+    }),
+  );
 
   const child = spawn("docker-registry", ["serve", config], { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
