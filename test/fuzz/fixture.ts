@@ -41,6 +41,8 @@ export interface FuzzFixture {
   /** The endpoint dispatcher the app serves /endpoint/... with. */
   endpoints: EndpointDispatcher;
   tokens: { a: string; b: string; admin: string };
+  /** What the admin token's requests on operator-only routes name: A's objects and a joined agent of its own to revoke. */
+  adminValues: SideValues;
   /** Path and query parameter values naming each workspace's own objects. */
   values: { a: SideValues; b: SideValues };
   /** The marker in every object of each workspace. */
@@ -302,5 +304,10 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
       name: "BRAVO_SECRET",
     },
   };
-  return { f, endpoints, tokens: { a: x.tokenA, b: x.tokenB, admin: admin.secret }, values, markers: { a: "canary", b: "bravo" } };
+  // A joined host only the admin token's requests name: revoking it cuts no agent the other services place on.
+  const revokable = await h.store.agents.upsertJoin({ id: "agent-fuzzrevoke", hostname: "fuzz-host", version: "t", grpcAddress: "127.0.0.1:1" });
+  // And a join token of its own: `{id}` names it on the join-token routes (the only operator-only routes with an id).
+  const joinToken = await h.store.joinTokens.create("fuzz");
+  const adminValues = { ...values.a, agentId: revokable.id, id: joinToken.record.id };
+  return { f, endpoints, adminValues, tokens: { a: x.tokenA, b: x.tokenB, admin: admin.secret }, values, markers: { a: "canary", b: "bravo" } };
 }
