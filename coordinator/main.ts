@@ -48,13 +48,7 @@ import { Planner } from "./scheduler/planner.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
 import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
-import {
-  ImageBuilds,
-  ImageGc,
-  deploymentsUsingImage,
-  imageGcIntervalMs,
-  workspaceRepository,
-} from "./images/index.ts";
+import { createImages, imageGcIntervalMs } from "./images/index.ts";
 import { Store } from "./store/store.ts";
 import { TaskService } from "./tasks/service.ts";
 
@@ -138,7 +132,9 @@ export async function startCoordinator(
   } catch (e) {
     await closeNats(nc);
     await store.close();
-    throw new StartupError(`cannot write nats-server's agent users (agentNats.usersFile): ${describeError(e)}`);
+    throw new StartupError(
+      `cannot write nats-server's agent users (agentNats.usersFile): ${describeError(e)}`,
+    );
   }
   // The one planner: every container's reservation (runners, sandboxes, pods) and workspace usage.
   const planner = new Planner({ fleet });
@@ -283,7 +279,11 @@ export async function startCoordinator(
   });
   manager.start();
   sandboxes.open();
-  const metricsIngest = new MetricsIngest({ nats: nc, repo: store.metrics, log: log.child({ area: "metrics" }) });
+  const metricsIngest = new MetricsIngest({
+    nats: nc,
+    repo: store.metrics,
+    log: log.child({ area: "metrics" }),
+  });
   metricsIngest.start();
   const poolSampler = new PoolSampler({
     repo: store.metrics,
@@ -384,37 +384,27 @@ export async function startCoordinator(
   });
   const volumeFiles = new VolumeFiles(o.volumeRoot);
   const logs = new LogQuery({ nats: nc, log: log.child({ area: "logs" }) });
-  // Built images no deployment uses and unused for imageGcAfterMs go (docs/images.md, "Garbage collection").
-  const imageGc = new ImageGc({
+  // Image builds and the GC of built images (docs/images.md).
+  const { builds: images, gc: imageGc } = createImages({
     repo: store.builtImages,
-    usedBy: deploymentsUsingImage(store.deployments),
-    agents: { readyIds: () => fleet.ready().map((a) => a.agentId), client: (id) => agentClients.client(id) },
-    ...(o.registry ? { registry: o.registry } : {}),
-    afterMs: o.imageGcAfterMs,
-    log: log.child({ area: "image-gc" }),
-  });
-  // Image builds: placed through the planner, run on an agent (docs/images.md).
-  const images = new ImageBuilds({
-    repo: store.builtImages,
+    deployments: store.deployments,
     planner,
     agents: agentClients,
+    readyAgentIds: () => fleet.ready().map((a) => a.agentId),
     secrets,
-    // A Dockerfile's build context goes to the building agent as a code archive.
     code: new CodePusher({
       open: (sha) =>
         (async function* () {
           yield* await objects.open(sha);
         })(),
     }),
+    ...(o.registry ? { registry: o.registry } : {}),
     ...(o.pipIndex ? { pipIndex: o.pipIndex } : {}),
     ...(o.condaChannels ? { condaChannels: o.condaChannels } : {}),
     placementWaitMs: o.placementWaitMs,
-    log: log.child({ area: "images" }),
+    gcAfterMs: o.imageGcAfterMs,
     onStatus: imageEvents(workspaceEvents.emit),
-    usedBy: deploymentsUsingImage(store.deployments),
-    ...(o.registry ? { pushRepository: workspaceRepository } : {}),
-    // berth image rm: the registry's manifest and the agents' copies go too.
-    onRemove: (image) => imageGc.forget(image),
+    log,
   });
   imageGc.start(imageGcIntervalMs(o.imageGcAfterMs));
   const app = await buildHttpApp({
@@ -446,9 +436,11 @@ export async function startCoordinator(
       onChange: (ws) => {
         limitsCache.invalidate(ws);
         manager.invalidateLimits(ws);
-        queues.limitsChanged(ws).catch((e) =>
-          log.error({ workspaceId: ws, err: describeError(e) }, "the queue stream kept its old limits"),
-        );
+        queues
+          .limitsChanged(ws)
+          .catch((e) =>
+            log.error({ workspaceId: ws, err: describeError(e) }, "the queue stream kept its old limits"),
+          );
       },
     },
     sandboxes,
