@@ -152,6 +152,13 @@ export async function startCoordinator(
     ...(o.registry ? { registry: o.registry } : {}),
   });
   const objects = new Objects(store.objects, o.dataDir);
+  // Code archives as the agents receive them: runners, sandboxes and build contexts.
+  const codeArchives = {
+    open: (sha: string) =>
+      (async function* () {
+        yield* await objects.open(sha);
+      })(),
+  };
   const events = new EventStream({
     nats: nc,
     log: log.child({ area: "events" }),
@@ -225,12 +232,7 @@ export async function startCoordinator(
     // A stub whose image is a sandbox's filesystem snapshot starts on the agent holding it.
     stubs: withSnapshotImages(store.stubs, store.sandboxes),
     workspaceLimits: (ws) => limitsCache.get(ws),
-    code: {
-      open: (sha) =>
-        (async function* () {
-          yield* await objects.open(sha);
-        })(),
-    },
+    code: codeArchives,
     agents: agentClients,
     events: natsContainerEvents(nc, log.child({ area: "containers" })),
     secrets,
@@ -255,12 +257,7 @@ export async function startCoordinator(
     stubs: store.stubs,
     fleet,
     agents: agentClients,
-    code: {
-      open: (sha) =>
-        (async function* () {
-          yield* await objects.open(sha);
-        })(),
-    },
+    code: codeArchives,
     secrets,
     events: natsContainerEvents(nc, log.child({ area: "sandboxes" })),
     publicUrl: o.publicUrl,
@@ -392,12 +389,7 @@ export async function startCoordinator(
     agents: agentClients,
     readyAgentIds: () => fleet.ready().map((a) => a.agentId),
     secrets,
-    code: new CodePusher({
-      open: (sha) =>
-        (async function* () {
-          yield* await objects.open(sha);
-        })(),
-    }),
+    code: new CodePusher(codeArchives),
     ...(o.registry ? { registry: o.registry } : {}),
     ...(o.pipIndex ? { pipIndex: o.pipIndex } : {}),
     ...(o.condaChannels ? { condaChannels: o.condaChannels } : {}),
