@@ -23,12 +23,7 @@ export {
   resolveImageStoreOptions,
 } from "./options.ts";
 export { type ImageReference, parseImageReference } from "./reference.ts";
-export {
-  type ImageInfo,
-  ImageStore,
-  type ImportOptions,
-  type PullOptions,
-  type RemoveResult,
-} from "./store.ts";
+export type { ImageInfo, ImportOptions, PullOptions, RemoveResult } from "./image-info.ts";
+export { ImageStore } from "./store.ts";
 export type { PullProgress } from "./pull-progress.ts";
 export { type PushProgress, type PushTarget, pushImage } from "./push.ts";

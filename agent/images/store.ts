@@ -3,13 +3,12 @@ import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { BerthError, isBerthError, notFound } from "../../shared/errors.ts";
 import { ImageCatalog, type ImageRecord } from "./catalog.ts";
+import type { ImageInfo, ImportOptions, PullOptions, RemoveResult } from "./image-info.ts";
 import { type CommitLayerOptions, writeCommitBlobs } from "./commit.ts";
-import type { RegistryCredentials } from "./credentials.ts";
 import { type GcOptions, type GcResult, runGc } from "./gc.ts";
 import { buildLayoutFromRootfs, copyArchive, detectArchiveFormat } from "./import.ts";
 import { unpackCommitOnParent } from "./layer-apply.ts";
 import {
-  type ImageRuntimeConfig,
   type OciDescriptor,
   OciLayout,
   onlyManifest,
@@ -30,50 +29,11 @@ import {
   parseImageReference,
   pinnedReference,
 } from "./reference.ts";
-import { manifestBlobs, type PullProgress, withPullProgress } from "./pull-progress.ts";
+import { manifestBlobs, withPullProgress } from "./pull-progress.ts";
 import { type PushProgress, pushImage } from "./push.ts";
 import { clusterPushEndpoint, credentialsFingerprint, loginCredentials } from "./registry-access.ts";
 import { copyIntoLayout, inspectRawManifest, withRegistryAccess } from "./skopeo.ts";
 import { SharedExclusiveLock, SingleFlight } from "./sync.ts";
-
-export interface ImageInfo {
-  /** The reference this answer is for (canonical), or the first one the image has. */
-  ref: string;
-  refs: string[];
-  /** "sha256:..."; for pulled images, the registry's manifest digest. */
-  digest: string;
-  /** Absolute path of the unpacked rootfs; read-only by contract (use it as an overlay lowerdir). */
-  rootfs: string;
-  /** Apparent size of the unpacked rootfs. */
-  sizeBytes: number;
-  pulledAt: string;
-  lastUsedAt: string;
-  source: "registry" | "import";
-  inUseBy: string[];
-  config: ImageRuntimeConfig;
-}
-
-export interface PullOptions {
-  credentials?: RegistryCredentials;
-  /** Cancels the pull (skopeo/umoci are killed). A pull shared with other callers is cancelled for all. */
-  signal?: AbortSignal;
-  /**
-   * Blobs and bytes fetched so far, while the image's blobs are copied
-   * (agent/images/pull-progress.ts). Not called when the image is cached;
-   * a caller that joins a pull already running gets no reports.
-   */
-  onProgress?: (p: PullProgress) => void;
-}
-
-export interface ImportOptions {
-  /** The reference the image is known by afterwards, e.g. "python:3.11" (normalised like a pull). */
-  name: string;
-}
-
-export interface RemoveResult {
-  untagged: string[];
-  removed: string[];
-}
 
 /**
  * The agent's image cache. Layout under `root`:
