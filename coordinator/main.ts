@@ -3,7 +3,7 @@ import { connect, type NatsConnection } from "nats";
 import pino, { type Logger } from "pino";
 import { describeError } from "../shared/errors.ts";
 import { readHostId } from "../shared/host-id.ts";
-import { closeNats } from "../shared/nats-server.ts";
+import { closeNats, jetStreamReady } from "../shared/nats-server.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
 import { bootstrapEmptyStore } from "./bootstrap.ts";
 import { FleetView } from "./fleet/fleet-view.ts";
@@ -128,7 +128,7 @@ export async function startCoordinator(
   const natsUsers = o.agentNatsUsers ? new AgentNatsUsers({ kv: store.kv, ...o.agentNatsUsers }) : undefined;
   // Brings users.conf up to the store (agents joined or revoked while this coordinator was down).
   try {
-    await natsUsers?.sync();
+    if (natsUsers && (await natsUsers.sync())) await jetStreamReady(nc);
   } catch (e) {
     await closeNats(nc);
     await store.close();

@@ -151,3 +151,27 @@ export async function closeNats(
   // A drain during a reconnect can settle without closing; close() also ends the reconnect loop.
   if (!nc.isClosed()) await nc.close().catch(() => {});
 }
+
+/**
+ * After a config reload (SIGHUP, e.g. the agents' users.conf rewritten): waits until JetStream
+ * answers this connection (its account info) again, at most `timeoutMs`. During a reload JetStream's
+ * API may answer 503 "no responders" for a moment; a start that asked then failed ("cannot start
+ * the task service: 503").
+ */
+export async function jetStreamReady(
+  nc: { jetstreamManager(): Promise<{ getAccountInfo(): Promise<unknown> }> },
+  timeoutMs = 15_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  // SIGHUP is handled asynchronously: an answer right after it may come from before the reload.
+  await sleep(500);
+  for (;;) {
+    try {
+      await (await nc.jetstreamManager()).getAccountInfo();
+      return;
+    } catch (e) {
+      if (Date.now() >= deadline) throw e;
+      await sleep(100);
+    }
+  }
+}

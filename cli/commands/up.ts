@@ -4,7 +4,7 @@ import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
 import { describeError } from "../../shared/errors.ts";
 import { type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
-import { waitFor } from "../../shared/net.ts";
+import { sleep, waitFor } from "../../shared/net.ts";
 import { ApiClient } from "../api-client.ts";
 import { configPath, saveProfile } from "../config.ts";
 import { type ManagedChild, spawnBerth } from "../up/child.ts";
@@ -56,7 +56,12 @@ export function upCommand(program: Command): void {
     .option("--network-prefix <p>", "the agent's network names (see berth agent --help)")
     .option("--subnet4 <cidr>", "the agent's IPv4 container subnet")
     .option("--subnet6 <cidr>", "the agent's IPv6 container subnet")
-    .option("--allow-private <cidr>", "a private CIDR containers may reach (repeatable; see berth agent --help)", collect, [])
+    .option(
+      "--allow-private <cidr>",
+      "a private CIDR containers may reach (repeatable; see berth agent --help)",
+      collect,
+      [],
+    )
     .option(
       "--default-image <ref>",
       "image for functions that name none (default: a Debian python3 image built once)",
@@ -73,7 +78,12 @@ export function upCommand(program: Command): void {
       collect,
       [],
     )
-    .option("--conda-channel <url>", "a conda channel of every micromamba step of image builds (repeatable)", collect, [])
+    .option(
+      "--conda-channel <url>",
+      "a conda channel of every micromamba step of image builds (repeatable)",
+      collect,
+      [],
+    )
     .option("--micromamba-bin <path>", "a micromamba binary for image builds on bases without one")
     .option(
       "--registry <url>",
@@ -201,9 +211,25 @@ async function up(o: UpFlags): Promise<number> {
     { mode: 0o600 },
   );
 
+  const onSignal = new Promise<void>((resolve) => {
+    const handler = () => {
+      signalled = true;
+      resolve();
+    };
+    process.once("SIGINT", handler);
+    process.once("SIGTERM", handler);
+  });
+  // Ctrl-C in a terminal reaches the whole process group: the registry (and nats-server) may die of
+  // that SIGINT before this process has handled its own. A child killed by SIGINT/SIGTERM gets a
+  // moment for our signal to arrive before its exit counts as a failure (up.test.ts met this).
   const failed = new Promise<string>((resolve) => {
-    nats?.process.once("exit", (code) => resolve(`nats-server exited (code ${code})`));
-    void registry?.exited.then((code) => resolve(`the cluster registry exited (code ${code})`));
+    const failure = async (what: string, code: number | null, signal: NodeJS.Signals | null) => {
+      if (signal === "SIGINT" || signal === "SIGTERM") await Promise.race([onSignal, sleep(2000)]);
+      resolve(`${what} exited (code ${code}${signal ? `, ${signal}` : ""})`);
+    };
+    nats?.process.once("exit", (code, signal) => void failure("nats-server", code, signal));
+    const reg = registry;
+    void reg?.exited.then((code) => failure("the cluster registry", code, reg.process.signalCode));
   });
   const watch = (c: ManagedChild) => {
     children.push(c);
@@ -216,15 +242,6 @@ async function up(o: UpFlags): Promise<number> {
       }
     });
   };
-
-  const onSignal = new Promise<void>((resolve) => {
-    const handler = () => {
-      signalled = true;
-      resolve();
-    };
-    process.once("SIGINT", handler);
-    process.once("SIGTERM", handler);
-  });
 
   watch(spawnBerth("coordinator", ["coordinator", "--config", coordConfig], print));
   try {

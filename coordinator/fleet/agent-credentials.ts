@@ -6,7 +6,7 @@
 // subjects. A reload makes nats-server apply it, which also closes the live
 // connection of a user that is gone.
 
-import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { agentNatsPermissions } from "../../shared/agent-nats.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { type NatsUser, natsUsersConf } from "../../shared/nats-server.ts";
@@ -26,7 +26,7 @@ export interface AgentNatsUsersOptions {
 }
 
 export class AgentNatsUsers {
-  private chain: Promise<void> = Promise.resolve();
+  private chain: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly o: AgentNatsUsersOptions) {}
 
@@ -45,25 +45,33 @@ export class AgentNatsUsers {
     return (await this.o.kv.get(`${NKEY_PREFIX}${agentId}`)) !== undefined;
   }
 
-  /** Writes users.conf from the store and reloads; one at a time, so the last write holds the latest store. */
-  sync(): Promise<void> {
+  /**
+   * Writes users.conf from the store and reloads; one at a time, so the last write holds the latest
+   * store. True when it reloaded; an unchanged file is neither written nor reloaded (a reload makes
+   * JetStream's API answer 503 for a moment, which a coordinator starting up met).
+   */
+  sync(): Promise<boolean> {
     const run = this.chain.then(() => this.writeAndReload());
-    this.chain = run.catch(() => undefined);
+    this.chain = run.catch(() => false);
     return run;
   }
 
-  private async writeAndReload(): Promise<void> {
-    const revoked = new Set((await this.o.kv.list(REVOKED_PREFIX)).map((r) => r.key.slice(REVOKED_PREFIX.length)));
+  private async writeAndReload(): Promise<boolean> {
+    const revoked = new Set(
+      (await this.o.kv.list(REVOKED_PREFIX)).map((r) => r.key.slice(REVOKED_PREFIX.length)),
+    );
     const agents: NatsUser[] = (await this.o.kv.list(NKEY_PREFIX))
       .map((r) => ({ agentId: r.key.slice(NKEY_PREFIX.length), nkey: r.value }))
       .filter((a) => !revoked.has(a.agentId))
       .map((a) => ({ nkey: a.nkey, ...agentNatsPermissions(a.agentId) }));
     const text = natsUsersConf([...this.o.staticUsers, ...agents]);
+    if (existsSync(this.o.usersFile) && readFileSync(this.o.usersFile, "utf8") === text) return false;
     // 0640: under systemd nats-server reads it as group berth-nats.
     const tmp = `${this.o.usersFile}.tmp-${process.pid}`;
     writeFileSync(tmp, text, { mode: 0o640 });
     renameSync(tmp, this.o.usersFile);
     if (this.o.pidFile) reloadNatsServer(this.o.pidFile);
+    return true;
   }
 }
 
@@ -75,7 +83,8 @@ export function reloadNatsServer(pidFile: string): void {
   } catch (e) {
     throw new BerthError("unavailable", `cannot read nats-server's pid file ${pidFile}: ${describeError(e)}`);
   }
-  if (!Number.isInteger(pid) || pid <= 1) throw new BerthError("unavailable", `nats-server's pid file ${pidFile} holds no pid`);
+  if (!Number.isInteger(pid) || pid <= 1)
+    throw new BerthError("unavailable", `nats-server's pid file ${pidFile} holds no pid`);
   try {
     process.kill(pid, "SIGHUP");
   } catch (e) {

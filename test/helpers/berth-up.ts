@@ -43,7 +43,17 @@ export interface BerthUp {
   api(path: string, init?: RequestInit): Promise<Response>;
 }
 
-export const UP_COMMANDS = ["runc", "skopeo", "umoci", "nats-server", "ip", "nft", "python3", "debootstrap", "docker-registry"];
+export const UP_COMMANDS = [
+  "runc",
+  "skopeo",
+  "umoci",
+  "nats-server",
+  "ip",
+  "nft",
+  "python3",
+  "debootstrap",
+  "docker-registry",
+];
 
 /** extraArgs: more `berth up` flags, or a function of the cluster's network names giving them. */
 export async function startBerthUp(
@@ -104,12 +114,22 @@ export async function startBerthUp(
     } catch {}
     await Promise.race([exited, new Promise((r) => setTimeout(r, 30_000))]);
   });
-  await waitFor(() => out.includes("Press Ctrl-C to stop."), {
+  // berth up that stopped (a start-up error) will never be ready: say so at once, not in 300 s.
+  let exitCode: number | null | undefined;
+  void exited.then((c) => {
+    exitCode = c;
+  });
+  await waitFor(() => out.includes("Press Ctrl-C to stop.") || exitCode !== undefined, {
     timeoutMs: 300_000,
     what: "berth up to be ready",
-  }).catch((e) => {
-    throw new Error(`${(e as Error).message}; its output:\n${out}`);
-  });
+  })
+    .then(() => {
+      if (!out.includes("Press Ctrl-C to stop."))
+        throw new Error(`berth up exited (code ${exitCode}) before it was ready`);
+    })
+    .catch((e) => {
+      throw new Error(`${(e as Error).message}; its output:\n${out}`);
+    });
   const url = /URL:\s+(\S+)/.exec(out)?.[1];
   const token = /admin token:\s+(\S+)/.exec(out)?.[1];
   if (!url || !token) throw new Error(`berth up printed no URL or token:\n${out}`);
