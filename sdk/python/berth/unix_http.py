@@ -38,12 +38,12 @@ class AgentGone(Exception):
     """The agent's socket has not answered for AGENT_GONE_AFTER_S."""
 
 
-def log(message: str) -> None:
-    """To the container's log (the real stderr, never a task's captured output)."""
+def log(message: str, who: str = "runner") -> None:
+    """To the container's log (the real stderr, never a task's captured output), as `berth {who}:`."""
     stream = sys.__stderr__
     if stream is not None:
         try:
-            stream.write(f"berth runner: {message}\n")
+            stream.write(f"berth {who}: {message}\n")
             stream.flush()
         except (OSError, ValueError):
             pass

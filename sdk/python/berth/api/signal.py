@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Optional
 
 from .. import env
 from ..errors import BerthError
+from ..unix_http import log
 from . import state_transport
 from .state import check_name
 
@@ -22,15 +23,7 @@ WAIT_MS = 20_000
 
 
 def _log(message: str) -> None:
-    import sys
-
-    stream = sys.__stderr__
-    if stream is not None:
-        try:
-            stream.write(f"berth signal: {message}\n")
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    log(message, who="signal")
 
 
 class Signal:
