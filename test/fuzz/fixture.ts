@@ -18,7 +18,6 @@ import pino from "pino";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { EndpointDispatcher } from "../../coordinator/endpoints/dispatch.ts";
 import { RevokedAgents } from "../../coordinator/fleet/agent-credentials.ts";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { AgentRevoker } from "../../coordinator/fleet/revoke.ts";
 import { ImageBuilds } from "../../coordinator/images/index.ts";
 import { createInference } from "../../coordinator/inference/index.ts";
@@ -27,7 +26,6 @@ import { CoordinatorMetrics } from "../../coordinator/metrics/index.ts";
 import { OutputStore } from "../../coordinator/outputs/output-store.ts";
 import { Planner } from "../../coordinator/scheduler/planner.ts";
 import { VolumeFiles } from "../../coordinator/volumes/volume-files.ts";
-import { capacity } from "../containers/fakes.ts";
 import { deployInput } from "../deployments/helpers.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { addContainer } from "../http/harness.ts";
@@ -106,21 +104,8 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
   let endpoints!: EndpointDispatcher;
   let images!: ImageBuilds;
   const f = await startScopingFixture(suite, {
-    extra: async (h, containers, later, deployments, agent) => {
+    extra: async (h, containers, later, deployments, _agent, fleet) => {
       const log = pino({ level: "silent" });
-      const fleet = new FleetView({ minLostAfterMs: 3_600_000 });
-      fleet.observe(
-        {
-          agentId: agent.agentId,
-          hostname: agent.agentId,
-          version: "t",
-          sentAt: Date.now(),
-          intervalMs: 600_000,
-          grpcAddress: "127.0.0.1:1",
-          capacity: capacity(4, 8),
-        },
-        Date.now(),
-      );
       const builder = new OneStepBuilder();
       endpoints = new EndpointDispatcher({
         tokens: h.store.tokens,

@@ -15,7 +15,8 @@ import { runInNewContext } from "node:vm";
 import { bearer } from "../helpers/auth.ts";
 import { normalize, problemsOf, sentValues } from "./checks.ts";
 import { type FuzzFixture, type SideValues, startFuzzFixture } from "./fixture.ts";
-import { type JsonSchema, ODD_SEGMENTS, oddAuthorization, oddBody, oddQuery, Rng, sample } from "./inputs.ts";
+import { type JsonSchema, sample } from "../helpers/schema-sample.ts";
+import { ODD_SEGMENTS, oddAuthorization, oddBody, oddQuery, Rng } from "./inputs.ts";
 import { type FuzzAnswer, type FuzzRequest, send } from "./send.ts";
 
 const SEED = Number(process.env.BERTH_FUZZ_SEED ?? 0x18f022);

@@ -31,6 +31,8 @@ import type { DeploymentService } from "../../coordinator/deployments/service.ts
 import type { HttpDeps } from "../../coordinator/http/app.ts";
 import type { TaskHarness } from "../tasks/harness.ts";
 import { bearer } from "../helpers/auth.ts";
+import { StackService } from "../../coordinator/stacks/service.ts";
+import { DeploymentMembers } from "../../coordinator/stacks/deployment-member.ts";
 
 export interface ScopingFixture {
   x: HttpHarness;
@@ -84,6 +86,7 @@ export async function startScopingFixture(
       later: { after: (fn: () => unknown) => void },
       deployments: DeploymentService,
       agent: FakeContainerApi,
+      fleet: FleetView,
     ) => Promise<Partial<HttpDeps>>;
   } = {},
 ): Promise<ScopingFixture> {
@@ -162,7 +165,22 @@ export async function startScopingFixture(
         },
         sandboxes,
         ports,
-        ...(o.extra ? await o.extra(h, containers, later, deployments, agent) : {}),
+        stacks: new StackService({
+          repo: h.store.stacks,
+          kinds: [
+            new DeploymentMembers({
+              deployments,
+              containers: {
+                containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
+                startError: () => undefined,
+              },
+            }),
+          ],
+          log,
+          // A stack the fuzzer makes from a sampled body ends quickly (nothing runs its containers here).
+          defaultReadyTimeoutS: 1,
+        }),
+        ...(o.extra ? await o.extra(h, containers, later, deployments, agent, fleet) : {}),
       };
     },
   });

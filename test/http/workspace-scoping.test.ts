@@ -10,6 +10,7 @@ import { after, before, describe, test } from "node:test";
 import type { HttpHarness } from "./harness.ts";
 import { rawRequest, type ScopingFixture, startScopingFixture } from "./scoping-fixtures.ts";
 import { bearer } from "../helpers/auth.ts";
+import { type JsonSchema, sample } from "../helpers/schema-sample.ts";
 
 interface Operation {
   method: string;
@@ -17,7 +18,6 @@ interface Operation {
   parameters?: { in: string; name: string; required?: boolean; schema?: JsonSchema }[];
   requestBody?: { content?: Record<string, { schema?: JsonSchema }> };
 }
-type JsonSchema = Record<string, unknown>;
 
 /** The spec's Workspace REST API table (service-spec.md, Endpoints), under /api/v1. */
 const SPEC_ROUTES = [
@@ -68,38 +68,6 @@ const urlValues = (u: string) =>
     .filter((p) => p.length > 4);
 const normalize = (body: string, url: string) =>
   urlValues(url).reduce((b, v) => b.split(v).join("<sent>"), body);
-
-/** A minimal value the schema accepts, so a route's validation lets the request reach its handler. */
-function sample(s: JsonSchema | undefined): unknown {
-  if (!s) return {};
-  if ("const" in s) return s.const;
-  if (Array.isArray(s.enum)) return s.enum[0];
-  for (const k of ["anyOf", "oneOf"] as const) {
-    const alts = s[k] as JsonSchema[] | undefined;
-    if (alts) return sample(alts.find((x) => x.type !== "null") ?? alts[0]);
-  }
-  if (Array.isArray(s.allOf)) return Object.assign({}, ...(s.allOf as JsonSchema[]).map((x) => sample(x)));
-  const type = Array.isArray(s.type) ? (s.type as string[]).find((t) => t !== "null") : (s.type as string);
-  switch (type) {
-    case "object": {
-      const props = (s.properties ?? {}) as Record<string, JsonSchema>;
-      const out: Record<string, unknown> = {};
-      for (const k of (s.required ?? []) as string[]) out[k] = sample(props[k]);
-      return out;
-    }
-    case "array":
-      return Array.from({ length: Number(s.minItems ?? 0) }, () => sample(s.items as JsonSchema));
-    case "string":
-      return "x".repeat(Math.max(1, Number(s.minLength ?? 1)));
-    case "integer":
-    case "number":
-      return Number(s.minimum ?? 1);
-    case "boolean":
-      return false;
-    default:
-      return {};
-  }
-}
 
 describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
   let f: ScopingFixture;
