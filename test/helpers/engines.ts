@@ -1,5 +1,7 @@
 // The two database engines the store-backed tests run on.
 
+import { after } from "node:test";
+import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "./env.ts";
 import { startTestPostgres } from "./postgres.ts";
 
@@ -13,3 +15,18 @@ export const STORE_ENGINES: StoreEngine[] = [
   { name: "sqlite", url: async (t) => `sqlite:${tempDir(t)}/berth.db` },
   { name: "postgres", url: async (t) => (await startTestPostgres(t)).url },
 ];
+
+/**
+ * A store on a fresh database of `engine` for the enclosing describe(): call it
+ * in the suite's body (or its before hook); the store is closed and the
+ * database removed when the suite ends, also on failure.
+ */
+export async function openSuiteStore(engine: StoreEngine): Promise<Store> {
+  const cleanups: (() => unknown)[] = [];
+  after(async () => {
+    for (const fn of cleanups.reverse()) await fn();
+  });
+  const store = await Store.open(await engine.url({ after: (fn) => cleanups.push(fn) }));
+  cleanups.push(() => store.close());
+  return store;
+}

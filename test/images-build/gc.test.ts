@@ -8,12 +8,11 @@
 // the agent's ImageStore does (not_found, conflict).
 
 import assert from "node:assert/strict";
-import { after, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { deploymentsUsingImage, ImageGc } from "../../coordinator/images/index.ts";
 import type { BuiltImage } from "../../coordinator/store/built-images.ts";
-import { Store } from "../../coordinator/store/store.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { STORE_ENGINES } from "../helpers/engines.ts";
+import { openSuiteStore, STORE_ENGINES } from "../helpers/engines.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
 class AgentCache {
@@ -58,14 +57,7 @@ function image(
 
 for (const engine of STORE_ENGINES) {
   describe(`image GC (${engine.name})`, async () => {
-    const cleanups: (() => Promise<void>)[] = [];
-    after(async () => {
-      for (const fn of cleanups.reverse()) await fn();
-    });
-    const store = await Store.open(
-      await engine.url({ after: (fn) => cleanups.push(async () => void (await fn())) }),
-    );
-    cleanups.push(() => store.close());
+    const store = await openSuiteStore(engine);
     const ws = (await store.workspaces.create("gc-a")).id;
     const otherWs = (await store.workspaces.create("gc-b")).id;
     const a = new AgentCache();

@@ -6,14 +6,13 @@
 // and PostgreSQL.
 
 import assert from "node:assert/strict";
-import { after, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildUpdate } from "../../coordinator/images/index.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { capacity, oneAgentFleet } from "../containers/fakes.ts";
-import { STORE_ENGINES } from "../helpers/engines.ts";
+import { openSuiteStore, STORE_ENGINES } from "../helpers/engines.ts";
 import { waitUntil } from "../helpers/wait.ts";
 
 /** An agent whose build emits the events of a real one; `gate` holds it before its first step. */
@@ -55,14 +54,7 @@ async function collect(it: AsyncIterable<ImageBuildUpdate>): Promise<ImageBuildU
 
 for (const engine of STORE_ENGINES) {
   describe(`image builds through the coordinator (${engine.name})`, async () => {
-    const cleanups: (() => Promise<void>)[] = [];
-    after(async () => {
-      for (const fn of cleanups.reverse()) await fn();
-    });
-    const store = await Store.open(
-      await engine.url({ after: (fn) => cleanups.push(async () => void (await fn())) }),
-    );
-    cleanups.push(() => store.close());
+    const store = await openSuiteStore(engine);
     const ws = (await store.workspaces.create("images")).id;
     const planner = new Planner({ fleet: oneAgentFleet("agent-a", capacity(4, 64)) });
     const agent = new ScriptedAgent();

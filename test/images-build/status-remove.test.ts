@@ -7,16 +7,15 @@
 // (SQLite and PostgreSQL); the agent is scripted.
 
 import assert from "node:assert/strict";
-import { after, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { imageEvents } from "../../coordinator/events/index.ts";
 import type { EventType } from "../../coordinator/events/types.ts";
 import { deploymentsUsingImage, ImageBuilds, type ImageBuildUpdate } from "../../coordinator/images/index.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { capacity, oneAgentFleet } from "../containers/fakes.ts";
-import { STORE_ENGINES } from "../helpers/engines.ts";
+import { openSuiteStore, STORE_ENGINES } from "../helpers/engines.ts";
 import { waitUntil } from "../helpers/wait.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
@@ -44,14 +43,7 @@ async function drain(it: AsyncIterable<ImageBuildUpdate>): Promise<void> {
 
 for (const engine of STORE_ENGINES) {
   describe(`image status events and removal (${engine.name})`, async () => {
-    const cleanups: (() => Promise<void>)[] = [];
-    after(async () => {
-      for (const fn of cleanups.reverse()) await fn();
-    });
-    const store = await Store.open(
-      await engine.url({ after: (fn) => cleanups.push(async () => void (await fn())) }),
-    );
-    cleanups.push(() => store.close());
+    const store = await openSuiteStore(engine);
     const ws = (await store.workspaces.create("images-a")).id;
     const otherWs = (await store.workspaces.create("images-b")).id;
     const events: { ws: string; type: EventType; subject: string; data: Record<string, unknown> }[] = [];
