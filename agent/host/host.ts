@@ -417,7 +417,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       }
     }
     const status = recordStatus(record, this.runtime.get(e.containerId));
-    if (e.type === "exit" && record.request.runner) this.bridges.exited(record.id, status.exitCode);
+    if (e.type === "exit" && record.request.runner)
+      this.bridges.exited(record.id, status.exitCode, status.reason);
     const ev =
       e.type === "start"
         ? { type: "start" as const, containerId: e.containerId, at: e.at, status }

@@ -7,7 +7,7 @@ import type { GpuInjection } from "../capacity/index.ts";
 import { type ClusterPusher, checkMicromambaBin } from "../build/index.ts";
 import type { ImageInfo, PullOptions, RemoveResult } from "../images/index.ts";
 import type { ContainerNetwork, RecoverReport } from "../network/index.ts";
-import type { ContainerStatus, LogEntry, RunnerConfig } from "../../api/index.ts";
+import type { ContainerStatus, ExitReason, LogEntry, RunnerConfig } from "../../api/index.ts";
 import type { ContainerEvent, ContainerInfo, ContainerSpec, LogLine } from "../runtime/index.ts";
 import type { HostResources } from "./allocations.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
@@ -75,8 +75,8 @@ export interface HostRunners {
   openWorkspace?(containerId: string, workspaceId: string, socketPath: string): Promise<void>;
   /** Stops serving it; its in-flight tasks are left to exited() or JetStream's redelivery. */
   close(containerId: string): Promise<void>;
-  /** The container ended: a task it held is retried or failed. */
-  exited(containerId: string, exitCode: number | undefined): void;
+  /** The container ended (why, when the runtime knows: oom_killed, ...): a task it held is retried or failed. */
+  exited(containerId: string, exitCode: number | undefined, reason?: ExitReason): void;
 }
 
 /** The repository's Python SDK (sdk/python, which holds `berth/`). */

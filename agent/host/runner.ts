@@ -8,7 +8,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import { RunnerLabels, RunnerPaths } from "../../shared/tasks.ts";
-import type { RunnerConfig } from "../../api/index.ts";
+import type { ExitReason, RunnerConfig } from "../../api/index.ts";
 import type { BindMount } from "../runtime/index.ts";
 import type { HostLogger, HostRunners } from "./options.ts";
 import type { ResolvedRunRequest } from "./request.ts";
@@ -195,7 +195,7 @@ export class RunnerBridges {
     rmSync(join(this.root, id), { recursive: true, force: true });
   }
 
-  exited(id: string, exitCode: number | undefined): void {
-    this.runners?.exited(id, exitCode);
+  exited(id: string, exitCode: number | undefined, reason?: ExitReason): void {
+    this.runners?.exited(id, exitCode, reason);
   }
 }

@@ -6,6 +6,7 @@
 // before the message is settled, so a failed publish leaves the message for
 // the caller to nak.
 
+import type { ExitReason } from "../../api/index.ts";
 import type { TaskEvent, TaskStartedEvent } from "../../shared/tasks.ts";
 import type { TaskEventPublisher } from "./event-publisher.ts";
 import { taskError } from "./pulls.ts";
@@ -45,23 +46,35 @@ export async function recordResult(
   }
 }
 
-/** The container died while the task ran: retried within max_retries, else FAILED. */
+/**
+ * The container died while the task ran: retried within max_retries, else
+ * FAILED. The runtime's exit reason names a death the exit code alone cannot
+ * tell apart: an OOM kill is `oom_killed` (error OutOfMemory), not "exit code 137".
+ */
 export async function recordCrash(
   events: TaskEventPublisher,
   base: AttemptBase,
   t: InFlight,
   code: string,
+  exitReason?: ExitReason,
 ): Promise<void> {
+  const oom = exitReason === "oom_killed";
   if (t.attempt <= t.maxRetries) {
-    await events.publish({ ...base, type: "retry", reason: `container_exited: exit code ${code}` });
+    const reason = oom ? `oom_killed: exit code ${code}` : `container_exited: exit code ${code}`;
+    await events.publish({ ...base, type: "retry", reason });
     t.msg.nak();
   } else {
     await events.publish({
       ...base,
       type: "finished",
       status: "FAILED",
-      reason: "container_exited",
-      error: taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
+      reason: oom ? "oom_killed" : "container_exited",
+      error: oom
+        ? taskError(
+            "OutOfMemory",
+            `the container ran out of memory: the kernel killed it at its memory limit (exit code ${code}) on the last attempt`,
+          )
+        : taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
     });
     t.msg.term();
   }

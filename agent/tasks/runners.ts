@@ -9,7 +9,7 @@ import { BridgeServer } from "../bridge/server.ts";
 import { StateRelayClient } from "../bridge/state-relay.ts";
 import { OutputRelayClient } from "../bridge/output-relay.ts";
 import type { HostRunners } from "../host/options.ts";
-import type { RunnerConfig } from "../../api/index.ts";
+import type { ExitReason, RunnerConfig } from "../../api/index.ts";
 import type { RunnerSlotInfo, TaskWorkerLogger, TaskWorkerOptions } from "./types.ts";
 import { TaskWorker } from "./worker.ts";
 
@@ -114,8 +114,8 @@ export class TaskRunners implements HostRunners {
     await b.server.close();
   }
 
-  exited(containerId: string, exitCode: number | undefined): void {
-    this.worker?.containerExited(containerId, exitCode);
+  exited(containerId: string, exitCode: number | undefined, reason?: ExitReason): void {
+    this.worker?.containerExited(containerId, exitCode, reason);
   }
 
   /** Closes every bridge and the worker; containers keep running, their messages are redelivered later. */

@@ -30,6 +30,7 @@ import { assignment, dropHeldStart, foldedStart, settle, unhand } from "./in-fli
 import { endedOnDelivery, headerNumber, pullOne, pullQueued, taskError } from "./pulls.ts";
 import { ConfigVersions, idleAsk } from "./config-versions.ts";
 import { recordCrash, recordResult } from "./outcomes.ts";
+import type { ExitReason } from "../../api/index.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
 import { checkResult, type ResultBody } from "./result.ts";
@@ -419,7 +420,7 @@ export class TaskWorker {
    * was running: it is retried or, on its last attempt, failed. The rest of
    * that hand-out never started and goes to the ready queue untouched.
    */
-  containerExited(containerId: string, exitCode: number | undefined): void {
+  containerExited(containerId: string, exitCode: number | undefined, reason?: ExitReason): void {
     const slot = this.slots.get(containerId);
     if (!slot) return;
     this.closeSlot(slot);
@@ -431,15 +432,15 @@ export class TaskWorker {
         dropHeldStart(t);
         this.ready.push(slot.stubId, t);
       }
-      if (running) this.crashed(slot, running, code);
+      if (running) this.crashed(slot, running, code, reason);
     }
   }
 
-  private crashed(slot: Slot, t: InFlight, code: string): void {
+  private crashed(slot: Slot, t: InFlight, code: string, reason: ExitReason | undefined): void {
     if (!settle(t)) return;
     void (async () => {
       const base = { ...this.base(slot, t.taskId, t.attempt), ...(await foldedStart(t)) };
-      await recordCrash(this.events, base, t, code);
+      await recordCrash(this.events, base, t, code, reason);
     })().catch((e) => {
       this.log.error({ taskId: t.taskId, err: describeError(e) }, "recording a task whose container exited");
       t.msg.nak();
