@@ -72,12 +72,21 @@ export const preferred: Ranker = (a, req) => (req.preferAgents?.includes(a.agent
  * Bin packing: the fuller the agent after placement (mean of its CPU and
  * memory use), the better, so large free blocks stay for large requests.
  */
-export const binPack: Ranker = (a, req) => {
-  const used = (total: number, free: number, want: number) => (total > 0 ? (total - free + want) / total : 1);
-  const cpu = used(a.total.cpuMillicores, a.free.cpuMillicores, req.cpuMillicores);
-  const mem = used(a.total.memoryBytes, a.free.memoryBytes, req.memoryBytes);
+export const binPack: Ranker = (a, req) =>
+  binPackScore(a.total.cpuMillicores, a.free.cpuMillicores, a.total.memoryBytes, a.free.memoryBytes, req);
+
+/** binPack on plain numbers: the placement index ranks with this very arithmetic, so its choice is place()'s to the bit. */
+export function binPackScore(
+  totalCpu: number,
+  freeCpu: number,
+  totalMem: number,
+  freeMem: number,
+  req: PlacementRequest,
+): number {
+  const cpu = totalCpu > 0 ? (totalCpu - freeCpu + req.cpuMillicores) / totalCpu : 1;
+  const mem = totalMem > 0 ? (totalMem - freeMem + req.memoryBytes) / totalMem : 1;
   return (cpu + mem) / 2;
-};
+}
 
 export const RANKERS: readonly Ranker[] = [avoidGpuHosts, preferred, binPack];
 
@@ -134,7 +143,8 @@ export function place(view: ClusterView, req: PlacementRequest): Placement {
   };
 }
 
-function checkRequest(req: PlacementRequest): string | undefined {
+/** Why the request itself is invalid (negative, not a number), or undefined. */
+export function checkRequest(req: PlacementRequest): string | undefined {
   const bad = (n: number) => !Number.isFinite(n) || n < 0;
   if (bad(req.cpuMillicores)) return `cpu must be a non-negative number, got ${req.cpuMillicores / 1000}`;
   if (bad(req.memoryBytes)) return `memory must be a non-negative number, got ${req.memoryBytes} bytes`;

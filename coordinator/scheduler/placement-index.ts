@@ -1,8 +1,11 @@
 // An index over the fleet that finds, without looking at every agent, a few
 // agents among which place() would pick its winner: the planner keeps it up
 // to date (reservations added and removed, fleet changes read from the
-// FleetView's change log) and plan.ts runs the real place() on the agents it
-// names. It never decides anything itself, so decisions stay place()'s.
+// FleetView's change log) and decides placements within the limits itself,
+// on the few agents that can win, with place()'s rankers and arithmetic
+// (binPackScore, the same tie order), so decisions stay place()'s: test/
+// scheduler/planner-equivalence.test.ts holds it to place() on the whole
+// fleet.
 //
 // Agents with the same GPU inventory (types and counts) form a group; inside
 // a group they are sorted by how full they are (the bin-packing ranker's
@@ -23,9 +26,12 @@ import type { HostCapacity } from "../../shared/fleet.ts";
 import type { FleetView, LiveAgent } from "../fleet/fleet-view.ts";
 import type { Reservation } from "./cluster-view.ts";
 import { totalResources } from "./cluster-view.ts";
-import type { PlacementRequest } from "./place.ts";
+import { type PlacementRequest, binPackScore, checkRequest } from "./place.ts";
 
 const BLOCK_MAX = 64;
+
+/** The index's decision: place()'s own on the whole fleet. */
+export type IndexedPlacement = { ok: true; agentId: string; gpuType?: string };
 
 interface Held extends Reservation {
   id: string;
@@ -63,6 +69,9 @@ interface Block {
 
 interface Group {
   types: string[];
+  /** The types upper-cased (place() matches a wanted type case-insensitively), and every position. */
+  upperTypes: string[];
+  allSlots: number[];
   hasGpu: boolean;
   blocks: Block[];
   members: Set<Entry>;
@@ -100,6 +109,8 @@ export class PlacementIndex {
   private gpuGroups: Group[] = [];
   /** Reused by scan(): the entries taken in one group, to skip others that would score the same. */
   private readonly taken: Entry[] = [];
+  /** Reused by place(): the candidates of one tier. */
+  private readonly found: Entry[] = [];
 
   constructor(private readonly fleet: FleetView) {}
 
@@ -161,31 +172,36 @@ export class PlacementIndex {
     this.insert(e);
   }
 
-  /** The ready agent's live record and reservations, for building its view. */
-  agent(agentId: string): { agent: LiveAgent; held: Iterable<Reservation> } | undefined {
-    const e = this.entries.get(agentId);
-    return e && { agent: e.agent, held: e.held.values() };
-  }
-
   /**
-   * Agents among which place() picks its winner for `req` on the whole
-   * fleet; undefined when no agent has room (place() on the full view then
-   * says why, or room is made).
+   * place()'s decision for `req` on the whole fleet, taken among the few
+   * agents scan() names with place()'s own rankers and arithmetic (no views
+   * built); undefined when no agent has room, the request is invalid, or a
+   * tie only the fleet's order could break (place() on the full view then
+   * decides).
    */
-  candidates(req: PlacementRequest, ready: (agentId: string) => boolean): string[] | undefined {
-    const tiers = req.gpuTypes.length > 0 ? req.gpuTypes : [undefined];
-    // CPU work ranks hosts without GPUs first: GPU hosts are looked at only when none of those fits.
-    const order = req.gpuCount > 0 ? [this.gpuGroups] : [this.cpuGroups, this.gpuGroups];
+  place(req: PlacementRequest, ready: (agentId: string) => boolean): IndexedPlacement | undefined {
+    if (checkRequest(req) !== undefined) return undefined;
+    const tiers = req.gpuTypes.length > 0 ? req.gpuTypes : ANY_TIER;
+    const found = this.found;
     for (const tier of tiers) {
-      for (const gs of order) {
-        const found: string[] = [];
-        for (const g of gs) this.scan(g, req, tier, ready, found);
+      // CPU work ranks hosts without GPUs first: GPU hosts are looked at only when none of those fits.
+      for (let pass = req.gpuCount > 0 ? 1 : 0; pass < 2; pass++) {
+        const groups = pass === 0 ? this.cpuGroups : this.gpuGroups;
+        found.length = 0;
+        for (const g of groups) this.scan(g, req, tier, ready, found);
         if (found.length === 0) continue;
-        for (const id of req.preferAgents ?? []) {
-          const e = this.entries.get(id);
-          if (e && !found.includes(id) && this.fits(e, req, tier) && ready(id)) found.push(id);
-        }
-        return found;
+        const prefer = req.preferAgents;
+        if (prefer)
+          for (const id of prefer) {
+            const e = this.entries.get(id);
+            if (e && !found.includes(e) && this.fits(e, req, tier) && ready(id)) found.push(e);
+          }
+        const best = bestOf(found, req);
+        found.length = 0;
+        if (!best) return undefined;
+        if (req.gpuCount <= 0) return { ok: true, agentId: best.id };
+        const gpuType = smallestFittingType(best, req, tier);
+        return gpuType ? { ok: true, agentId: best.id, gpuType } : undefined;
       }
     }
     return undefined;
@@ -196,7 +212,7 @@ export class PlacementIndex {
     req: PlacementRequest,
     tier: string | undefined,
     ready: (agentId: string) => boolean,
-    found: string[],
+    found: Entry[],
   ): void {
     const want = gpuSlots(g, req, tier);
     if (want === undefined) return;
@@ -208,16 +224,16 @@ export class PlacementIndex {
     for (const b of g.blocks) {
       if ((b.entries[0]?.used ?? Number.NEGATIVE_INFINITY) < floor) return;
       if (!frontFits(b.front, req.cpuMillicores, req.memoryBytes)) continue;
-      if (want.length > 0 && !want.some((i) => (b.maxGpu[i] ?? 0) >= req.gpuCount)) continue;
+      if (want.length > 0 && !anyAtLeast(b.maxGpu, want, req.gpuCount)) continue;
       let roomy = false;
       for (const e of b.entries) {
         if (e.used < floor) return;
         if (e.freeCpu < req.cpuMillicores || e.freeMem < req.memoryBytes) continue;
-        if (want.length > 0 && !want.some((i) => (e.freeGpu[i] ?? 0) >= req.gpuCount)) continue;
+        if (want.length > 0 && !anyAtLeast(e.freeGpu, want, req.gpuCount)) continue;
         roomy = true;
-        if (seen.some((o) => scoresAlike(o, e)) || !ready(e.id)) continue;
+        if (alikeTaken(seen, e) || !ready(e.id)) continue;
         seen.push(e);
-        found.push(e.id);
+        found.push(e);
         if (floor === Number.NEGATIVE_INFINITY)
           floor = e.used + requestShare(req, e.totalCpu, e.totalMem) - maxShare - 1e-9;
       }
@@ -230,7 +246,7 @@ export class PlacementIndex {
     if (e.freeCpu < req.cpuMillicores || e.freeMem < req.memoryBytes) return false;
     const want = gpuSlots(e.group, req, tier);
     if (want === undefined) return false;
-    return want.length === 0 || want.some((i) => (e.freeGpu[i] ?? 0) >= req.gpuCount);
+    return want.length === 0 || anyAtLeast(e.freeGpu, want, req.gpuCount);
   }
 
   private refreshAgent(a: LiveAgent): void {
@@ -253,6 +269,8 @@ export class PlacementIndex {
     if (!group) {
       group = {
         types,
+        upperTypes: types.map((t) => t.toUpperCase()),
+        allSlots: types.map((_, i) => i),
         hasGpu: types.some((t) => (total.gpus[t]?.length ?? 0) > 0),
         blocks: [],
         members: new Set(),
@@ -440,11 +458,88 @@ function addToFront(front: number[], cpu: number, mem: number): number[] {
  * a request without GPUs, undefined when none can (as fittingGpuType, the
  * wanted type matched case-insensitively).
  */
-function gpuSlots(g: Group, req: PlacementRequest, tier: string | undefined): number[] | undefined {
-  if (req.gpuCount <= 0) return [];
+function gpuSlots(g: Group, req: PlacementRequest, tier: string | undefined): readonly number[] | undefined {
+  if (req.gpuCount <= 0) return NO_SLOTS;
+  if (!tier) return g.types.length > 0 ? g.allSlots : undefined;
   const slots: number[] = [];
-  g.types.forEach((t, i) => {
-    if (!tier || t.toUpperCase() === tier.toUpperCase()) slots.push(i);
-  });
+  const wanted = tier.toUpperCase();
+  for (let i = 0; i < g.types.length; i++) if (g.upperTypes[i] === wanted) slots.push(i);
   return slots.length > 0 ? slots : undefined;
+}
+
+const NO_SLOTS: readonly number[] = [];
+const ANY_TIER: readonly (string | undefined)[] = [undefined];
+
+function anyAtLeast(counts: readonly number[], slots: readonly number[], n: number): boolean {
+  for (let k = 0; k < slots.length; k++) if ((counts[slots[k] as number] ?? 0) >= n) return true;
+  return false;
+}
+
+function alikeTaken(taken: readonly Entry[], e: Entry): boolean {
+  for (let k = 0; k < taken.length; k++) if (scoresAlike(taken[k] as Entry, e)) return true;
+  return false;
+}
+
+/**
+ * rank()'s winner among the candidates: hosts without GPUs first for CPU
+ * work, then preferred agents, then binPack's score, then the agent id by
+ * localeCompare. Undefined when two ids compare equal there (only the
+ * fleet's order would break that tie).
+ */
+function bestOf(found: readonly Entry[], req: PlacementRequest): Entry | undefined {
+  let best: Entry | undefined;
+  let bestAvoid = 0;
+  let bestPref = 0;
+  let bestScore = 0;
+  const prefer = req.preferAgents;
+  for (let k = 0; k < found.length; k++) {
+    const e = found[k] as Entry;
+    const avoid = req.gpuCount > 0 || !e.group.hasGpu ? 1 : 0;
+    const pref = prefer?.includes(e.id) ? 1 : 0;
+    const score = binPackScore(e.totalCpu, e.freeCpu, e.totalMem, e.freeMem, req);
+    if (best) {
+      if (avoid !== bestAvoid) {
+        if (avoid < bestAvoid) continue;
+      } else if (pref !== bestPref) {
+        if (pref < bestPref) continue;
+      } else if (score !== bestScore) {
+        if (score < bestScore) continue;
+      } else {
+        const c = e.id.localeCompare(best.id);
+        if (c === 0) return undefined;
+        if (c > 0) continue;
+      }
+    }
+    best = e;
+    bestAvoid = avoid;
+    bestPref = pref;
+    bestScore = score;
+  }
+  return best;
+}
+
+/**
+ * fittingGpuType on the agent's free devices: of the types the tier allows
+ * with enough free, the one with the fewest (so big boxes stay whole), then
+ * by name; undefined when none fits or two names compare equal.
+ */
+function smallestFittingType(e: Entry, req: PlacementRequest, tier: string | undefined): string | undefined {
+  const types = e.group.types;
+  const wanted = tier ? tier.toUpperCase() : undefined;
+  let best = -1;
+  for (let i = 0; i < types.length; i++) {
+    const free = e.freeGpu[i] ?? 0;
+    if (free < req.gpuCount || (wanted !== undefined && e.group.upperTypes[i] !== wanted)) continue;
+    if (best >= 0) {
+      const bestFree = e.freeGpu[best] ?? 0;
+      if (free > bestFree) continue;
+      if (free === bestFree) {
+        const c = (types[i] as string).localeCompare(types[best] as string);
+        if (c === 0) return undefined;
+        if (c > 0) continue;
+      }
+    }
+    best = i;
+  }
+  return best >= 0 ? types[best] : undefined;
 }

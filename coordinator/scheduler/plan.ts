@@ -62,8 +62,9 @@ export interface PlanInput {
   want: PlanRequest;
   /**
    * The fleet and `held` indexed (placement-index.ts, kept by the planner):
-   * when set, the first placement runs place() on the few agents it names
-   * instead of the whole fleet; the decision is the same. @default none
+   * when set, a placement within the limits is decided by the index on the
+   * few agents that can win instead of by place() over the whole fleet; the
+   * decision is the same. @default none
    */
   index?: PlacementIndex;
   /** What the workspace's entries of `held` hold, those `leaving` left out, when the caller keeps count (limits check it). @default summed from held */
@@ -91,6 +92,31 @@ export type Plan =
  * on each agent) takes it.
  */
 export function planPlacement(input: PlanInput): Plan {
+  // The common case first, without a closure or a copy: within the limits, and the index finds room.
+  const { want, index } = input;
+  if (index && !want.onlyAgents && (!want.limits || withinLimits(input, want.limits))) {
+    const placed = index.place(want.placement, want.schedulable ?? anyAgent);
+    if (placed)
+      return placed.gpuType
+        ? { ok: true, agentId: placed.agentId, gpuType: placed.gpuType, stop: [] }
+        : { ok: true, agentId: placed.agentId, stop: [] };
+  }
+  return planWithRoomMaking(input);
+}
+
+const anyAgent = () => true;
+
+/** Whether one more container fits the workspace's limits as they stand (nothing stopped). */
+function withinLimits(input: PlanInput, limits: ContainerLimits): boolean {
+  const ws = input.want.workspaceId;
+  const usage =
+    input.usageOf?.(ws) ??
+    usageOf(input.held.filter((h) => h.workspaceId === ws && !input.leaving?.has(h.id)));
+  return fitsLimits(limits, usage, input.want.placement).ok;
+}
+
+/** planPlacement() past the fast path: limits that stop idle containers, no room found by the index, or no index. */
+function planWithRoomMaking(input: PlanInput): Plan {
   const { want } = input;
   const req = want.placement;
   // Built only when needed: with no idle container and no limit, nothing here walks every reservation.
@@ -140,11 +166,6 @@ export function planPlacement(input: PlanInput): Plan {
     }
   }
 
-  if (input.index && stop.size === 0 && !want.onlyAgents) {
-    const quick = placeIndexed(input.index, want);
-    if (quick) return planned(quick, stop);
-  }
-
   const agents = want.onlyAgents
     ? input.agents.filter((a) => want.onlyAgents?.includes(a.agentId))
     : input.agents;
@@ -181,22 +202,6 @@ export function planPlacement(input: PlanInput): Plan {
     ...refusal,
     reason: `${first.reason}; ${candidates().length === 0 ? "no idle warm container can be stopped to make room" : "stopping every idle warm container would not make enough room on any one agent"}`,
   };
-}
-
-/** place() on the agents the index names; undefined when it finds no room (the full view then decides). */
-function placeIndexed(index: PlacementIndex, want: PlanRequest): (Placement & { ok: true }) | undefined {
-  const ids = index.candidates(want.placement, want.schedulable ?? (() => true));
-  if (!ids) return undefined;
-  const agents: LiveAgent[] = [];
-  const held: Reservation[] = [];
-  for (const id of ids) {
-    const one = index.agent(id);
-    if (!one) continue;
-    agents.push(one.agent);
-    held.push(...one.held);
-  }
-  const placed = place(buildClusterView(agents, held, want.schedulable), want.placement);
-  return placed.ok ? placed : undefined;
 }
 
 function planned(p: Placement & { ok: true }, stop: Set<string>): Plan {

@@ -8,8 +8,15 @@
 // bounded wait of interactive callers: released room wakes it.
 
 import { BerthError } from "../../shared/errors.ts";
-import type { FleetView } from "../fleet/fleet-view.ts";
-import { type Held, type IdleCandidate, type Plan, type PlanRequest, planPlacement } from "./plan.ts";
+import type { FleetView, LiveAgent } from "../fleet/fleet-view.ts";
+import {
+  type Held,
+  type IdleCandidate,
+  type Plan,
+  type PlanInput,
+  type PlanRequest,
+  planPlacement,
+} from "./plan.ts";
 import { PlacementIndex } from "./placement-index.ts";
 import { NO_USAGE, type WorkspaceUsage, subtractUsage, usageOf } from "./quota.ts";
 
@@ -114,68 +121,47 @@ export class Planner {
   reserve(r: ReserveRequest): ReserveResult {
     if (this.held.has(r.id))
       throw new BerthError("conflict", `container ${r.id} already holds a reservation`);
-    // The owners' idle containers are asked for only when the plan needs them (a limit reached, no room anywhere).
-    const ownerOf = new Map<string, ContainerOwner>();
-    let idle: IdleCandidate[] | undefined;
-    const idleNow = () => {
-      if (idle) return idle;
-      idle = [];
-      for (const owner of this.owners) {
-        for (const c of owner.idle()) {
-          if (this.yielding.has(c.id) || !this.held.has(c.id)) continue;
-          idle.push(c);
-          ownerOf.set(c.id, owner);
-        }
-      }
-      return idle;
-    };
     const owners = this.owners;
-    const synced =
+    const want: PlanRequest =
       owners.size === 0 && !r.schedulable
-        ? undefined
-        : (agentId: string) => {
-            for (const o of owners) if (!(o.synced?.(agentId) ?? true)) return false;
-            return r.schedulable?.(agentId) ?? true;
+        ? r
+        : {
+            ...r,
+            schedulable: (agentId: string) => {
+              for (const o of owners) if (!(o.synced?.(agentId) ?? true)) return false;
+              return r.schedulable?.(agentId) ?? true;
+            },
           };
     this.index.sync();
-    const { fleet } = this.o;
-    const held = this.held;
-    const plan = planPlacement({
-      // Read only on the slow paths (no room anywhere, idle containers to weigh): copies of everything.
-      get agents() {
-        return fleet.list();
-      },
-      get held() {
-        return [...held.values()];
-      },
-      get idle() {
-        return idleNow();
-      },
-      // Containers being stopped no longer count toward limits; their room is still theirs until they go.
-      leaving: this.yielding,
-      want: synced ? { ...r, schedulable: synced } : r,
-      index: this.index,
-      usageOf: (ws) => this.usageNow(ws),
-    });
+    const input = new ReserveInput(
+      this.o.fleet,
+      this.held,
+      owners,
+      this.yielding,
+      want,
+      this.index,
+      this.usageOf,
+    );
+    const plan = planPlacement(input);
     if (!plan.ok) return plan;
     const reservation: Held = {
       id: r.id,
       kind: r.kind,
       workspaceId: r.workspaceId,
-      ...(r.stubId ? { stubId: r.stubId } : {}),
       agentId: plan.agentId,
       cpuMillicores: r.placement.cpuMillicores,
       memoryBytes: r.placement.memoryBytes,
       gpuCount: r.placement.gpuCount,
-      ...(plan.gpuType ? { gpuType: plan.gpuType } : {}),
     };
+    if (r.stubId) reservation.stubId = r.stubId;
+    if (plan.gpuType) reservation.gpuType = plan.gpuType;
     this.hold(reservation);
     if (plan.stop.length > 0) {
       this.waitingOn.set(r.id, new Set(plan.stop));
       for (const id of plan.stop) this.yielding.set(id, r.id);
       const byOwner = new Map<ContainerOwner, string[]>();
       for (const id of plan.stop) {
-        const owner = ownerOf.get(id);
+        const owner = input.ownerOf.get(id);
         if (owner) byOwner.set(owner, [...(byOwner.get(owner) ?? []), id]);
       }
       const why = `making room on ${plan.agentId} for ${r.kind} ${r.id}`;
@@ -344,6 +330,8 @@ export class Planner {
   }
 
   /** usage() without the copy, for the plan (which only reads it). */
+  private readonly usageOf = (workspaceId: string): WorkspaceUsage => this.usageNow(workspaceId);
+
   private usageNow(workspaceId: string): WorkspaceUsage {
     const all = this.byWorkspace.get(workspaceId) ?? NO_USAGE;
     if (this.yielding.size === 0) return all;
@@ -355,7 +343,6 @@ export class Planner {
     }
     return stopping.length === 0 ? all : subtractUsage(all, usageOf(stopping));
   }
-
 }
 
 function addInto(u: WorkspaceUsage, h: Held, sign: 1 | -1): void {
@@ -363,4 +350,54 @@ function addInto(u: WorkspaceUsage, h: Held, sign: 1 | -1): void {
   u.cpuMillicores += sign * h.cpuMillicores;
   u.memoryBytes += sign * h.memoryBytes;
   u.gpus += sign * h.gpuCount;
+}
+
+/**
+ * What reserve() hands planPlacement(): the fleet, the reservations and the
+ * owners' idle containers are copied only when the plan reads them (the slow
+ * paths: no room found by the index, idle containers to weigh).
+ */
+class ReserveInput implements PlanInput {
+  /** Who offered each idle container read, to ask it to stop them. */
+  readonly ownerOf = new Map<string, ContainerOwner>();
+  private idleRead: IdleCandidate[] | undefined;
+
+  constructor(
+    private readonly fleet: FleetView,
+    private readonly heldById: ReadonlyMap<string, Held>,
+    private readonly owners: ReadonlySet<ContainerOwner>,
+    /** Containers being stopped no longer count toward limits; their room is still theirs until they go. */
+    readonly leaving: ReadonlyMap<string, string>,
+    readonly want: PlanRequest,
+    readonly index: PlacementIndex,
+    readonly usageOf: (workspaceId: string) => WorkspaceUsage,
+  ) {}
+
+  private agentsRead: LiveAgent[] | undefined;
+  private heldRead: Held[] | undefined;
+
+  get agents(): LiveAgent[] {
+    this.agentsRead ??= this.fleet.list();
+    return this.agentsRead;
+  }
+
+  get held(): Held[] {
+    this.heldRead ??= [...this.heldById.values()];
+    return this.heldRead;
+  }
+
+  /** The owners' idle containers, asked for once and only when the plan needs them (a limit reached, no room anywhere). */
+  get idle(): IdleCandidate[] {
+    if (this.idleRead) return this.idleRead;
+    const idle: IdleCandidate[] = [];
+    for (const owner of this.owners) {
+      for (const c of owner.idle()) {
+        if (this.leaving.has(c.id) || !this.heldById.has(c.id)) continue;
+        idle.push(c);
+        this.ownerOf.set(c.id, owner);
+      }
+    }
+    this.idleRead = idle;
+    return idle;
+  }
 }
