@@ -18,7 +18,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { bearer } from "../helpers/auth.ts";
-import { type BerthUp, UP_COMMANDS, startBerthUp } from "../helpers/berth-up.ts";
+import { UP_COMMANDS, startBerthUp } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
 import { Teardown } from "../network/helpers.ts";
 
@@ -123,7 +123,7 @@ test("images from the CLI, in deploys, in events and from a sandbox snapshot", a
     "after the function's image changes, its idle container of the old image takes no task",
     async () => {
       // The map's container (old image, kept warm) is idle; the changed image makes a new stub config.
-      const out = await runWith(up, { CLI_TAG: "cli-changed" }, ["app.py", "remote"]);
+      const out = await up.python(["app.py", "remote"], 300_000, { CLI_TAG: "cli-changed" });
       assert.match(out, /step 1 echo cli-changed > \/cli-built … built in/);
       assert.match(out, /result: \('cli-changed', 3\)/);
     },
@@ -213,25 +213,7 @@ test("images from the CLI, in deploys, in events and from a sandbox snapshot", a
   await t.test("Image.from_id of a sandbox's filesystem snapshot runs a function", async () => {
     const snap = /SNAP (img-\S+)/.exec(await up.python(["app.py", "snapshot"], 300_000))?.[1];
     assert.ok(snap, "the sandbox's snapshot id");
-    const out = await runWith(up, { SNAP_ID: snap }, ["app.py", "snap_fn"]);
+    const out = await up.python(["app.py", "snap_fn"], 300_000, { SNAP_ID: snap });
     assert.match(out, /result: state-from-sandbox/);
   });
 });
-
-async function runWith(up: BerthUp, env: Record<string, string>, args: string[]): Promise<string> {
-  const { execFile } = await import("node:child_process");
-  return new Promise((resolve, reject) => {
-    execFile(
-      "python3",
-      args,
-      { cwd: up.appDir, env: { ...up.env, ...env }, timeout: 300_000, maxBuffer: 64 << 20 },
-      (err, stdout, stderr) => {
-        if (err)
-          reject(
-            new Error(`python3 ${args.join(" ")} failed: ${stdout}\n${stderr}\nberth up:\n${up.output()}`),
-          );
-        else resolve(stdout + stderr);
-      },
-    );
-  });
-}

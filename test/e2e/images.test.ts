@@ -194,10 +194,10 @@ test("image builds end to end: apt, pip from a local index, step cache, failures
   });
 
   await t.test("changing only the last step reruns only that step", async () => {
-    const out = await runWith(up, { LAST_STEP: "echo second-variant > /variant", FN_NAME: "np_sum_v2" }, [
-      "app.py",
-      "numpy",
-    ]);
+    const out = await up.python(["app.py", "numpy"], 300_000, {
+      LAST_STEP: "echo second-variant > /variant",
+      FN_NAME: "np_sum_v2",
+    });
     assert.match(out, /result: \(45, 'second-variant'\)/);
     assert.match(out, /step 1 .* … cached/);
     assert.match(out, /step 2 .* … cached/);
@@ -254,7 +254,7 @@ test("image builds end to end: apt, pip from a local index, step cache, failures
       });
       assert.equal(put.status, 201, await put.text());
       const hash = createHash("sha256").update(secret).digest("hex");
-      const out = await runWith(up, { SECRET_HASH: hash }, ["app.py", "secret"]);
+      const out = await up.python(["app.py", "secret"], 300_000, { SECRET_HASH: hash });
       assert.match(out, /secret-seen/);
       assert.match(out, /echoed: \*\*\*/);
       assert.match(
@@ -290,13 +290,13 @@ test("image builds end to end: apt, pip from a local index, step cache, failures
       const registry = await startTestRegistry(t, { auth });
       const ref = await pushTestImage(registry, "private/python", "e2e");
       const env = { PRIVATE_BASE: ref, REG_USER: auth.user, REG_PASS: auth.password };
-      const out = await runWith(up, env, ["app.py", "private"]);
+      const out = await up.python(["app.py", "private"], 300_000, env);
       assert.match(out, /result: ran on the private base/);
       assert.ok(
         !out.includes(auth.password) && !up.output().includes(auth.password),
         "the password is printed nowhere",
       );
-      const refused = await runWith(up, { PRIVATE_BASE: ref }, ["app.py", "private-nocreds"]);
+      const refused = await up.python(["app.py", "private-nocreds"], 300_000, { PRIVATE_BASE: ref });
       assert.match(refused, /ImageBuildError: .*refused access to .*private\/python/);
     },
   );
@@ -319,7 +319,9 @@ test("image builds end to end: apt, pip from a local index, step cache, failures
         'RUN cp app.txt copied.txt && test "$FROM_DOCKERFILE" = yes',
       ].join("\n"),
     );
-    const out = await runWith(up, { DOCKERFILE_PATH: join(ctx, "Dockerfile") }, ["app.py", "dockerfile"]);
+    const out = await up.python(["app.py", "dockerfile"], 300_000, {
+      DOCKERFILE_PATH: join(ctx, "Dockerfile"),
+    });
     assert.match(out, /result: \('copied from the context', 'nested file', 'yes'\)/);
     assert.match(out, /COPY app.txt \.\/ … built in/);
   });
@@ -348,25 +350,3 @@ test("image builds end to end: apt, pip from a local index, step cache, failures
     );
   });
 });
-
-async function runWith(
-  up: Awaited<ReturnType<typeof startBerthUp>>,
-  env: Record<string, string>,
-  args: string[],
-): Promise<string> {
-  const { execFile } = await import("node:child_process");
-  return new Promise((resolve, reject) => {
-    execFile(
-      "python3",
-      args,
-      { cwd: up.appDir, env: { ...up.env, ...env }, timeout: 300_000, maxBuffer: 64 << 20 },
-      (err, stdout, stderr) => {
-        if (err)
-          reject(
-            new Error(`python3 ${args.join(" ")} failed: ${stdout}\n${stderr}\nberth up:\n${up.output()}`),
-          );
-        else resolve(stdout + stderr);
-      },
-    );
-  });
-}

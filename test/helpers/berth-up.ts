@@ -37,8 +37,8 @@ export interface BerthUp {
   output(): string;
   /** Runs `berth ARGS` in appDir; never rejects. */
   cli(args: string[], timeoutMs?: number): Promise<{ code: number; stdout: string; stderr: string }>;
-  /** Runs `python3 ARGS` in appDir; rejects with both outputs and the cluster's on a failure. */
-  python(args: string[], timeoutMs?: number): Promise<string>;
+  /** Runs `python3 ARGS` in appDir (with `moreEnv` over the cluster's env); rejects with both outputs and the cluster's on a failure. */
+  python(args: string[], timeoutMs?: number, moreEnv?: Record<string, string>): Promise<string>;
   /** fetch against the coordinator with the admin token. */
   api(path: string, init?: RequestInit): Promise<Response>;
 }
@@ -134,12 +134,12 @@ export async function startBerthUp(
   const token = /admin token:\s+(\S+)/.exec(out)?.[1];
   if (!url || !token) throw new Error(`berth up printed no URL or token:\n${out}`);
 
-  const run = (cmd: string, args: string[], timeoutMs: number) =>
+  const run = (cmd: string, args: string[], timeoutMs: number, moreEnv: Record<string, string> = {}) =>
     new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
       execFile(
         cmd,
         args,
-        { cwd: appDir, env, timeout: timeoutMs, maxBuffer: 64 << 20 },
+        { cwd: appDir, env: { ...env, ...moreEnv }, timeout: timeoutMs, maxBuffer: 64 << 20 },
         (err, stdout, stderr) => {
           const code = err ? (typeof err.code === "number" ? err.code : 1) : 0;
           resolve({ code, stdout, stderr });
@@ -156,8 +156,8 @@ export async function startBerthUp(
     env,
     output: () => out,
     cli: (args, timeoutMs = 240_000) => run(process.execPath, [CLI_BIN, ...args], timeoutMs),
-    async python(args, timeoutMs = 240_000) {
-      const r = await run("python3", args, timeoutMs);
+    async python(args, timeoutMs = 240_000, moreEnv = {}) {
+      const r = await run("python3", args, timeoutMs, moreEnv);
       if (r.code !== 0)
         throw new Error(
           `python3 ${args.join(" ")} failed (${r.code}):\n${r.stdout}\n${r.stderr}\nberth up:\n${out}`,
