@@ -155,11 +155,20 @@ test("berth shell: a tty exec over the websocket route, then the CLI in a pseudo
     const s = await shell(w);
     s.conn.write("echo hi-$((1+2))\n");
     await s.until("hi-3");
-    s.conn.write("stty size\n");
-    await s.until("24 80");
+    // runc passes a new size on to the container's terminal when it gets SIGWINCH,
+    // so a command typed right after a resize (or the first one) may still see the
+    // old size: ask until the size shows.
+    const sizeShows = (size: string) =>
+      waitFor(
+        () => {
+          s.conn.write("stty size\n");
+          return s.out().includes(size);
+        },
+        { timeoutMs: 30_000, intervalMs: 500, what: `the remote terminal to be ${size}` },
+      );
+    await sizeShows("24 80");
     s.conn.resize(100, 37);
-    s.conn.write("stty size\n");
-    await s.until("37 100");
+    await sizeShows("37 100");
     s.conn.write("echo started-$((3+3)); sleep 100; echo not-$((9+9))\n");
     await s.until("started-6");
     s.conn.write("\x03");
