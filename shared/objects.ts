@@ -19,6 +19,8 @@ export const STATE_OPS = [
   "signal.clear",
   "signal.state",
   "signal.wait",
+  // A bot transition's context.chat: one chat completion of the bot's model (docs/bots.md).
+  "model.chat",
 ] as const;
 export type StateOp = (typeof STATE_OPS)[number];
 
@@ -33,6 +35,8 @@ export interface StateRequest {
   /** Pickled bytes, base64. */
   value?: string;
   ttl?: number;
+  /** model.chat: the chat completion request (OpenAI's body). */
+  body?: Record<string, unknown>;
   /** map.items: the key after which the next page starts. */
   after?: string;
 }

@@ -2,6 +2,7 @@
 // subjects and headers, task events, and the stub config. docs/tasks.md
 // describes the flow and the status transitions.
 
+import type { BotDefinition } from "./bots.ts";
 import { AGENT_PREFIX } from "./subjects.ts";
 
 export const TASK_STATUSES = [
@@ -90,6 +91,8 @@ export interface StubExtra {
   ttl_seconds?: number;
   /** Endpoint and asgi deployments: the model names the /v1 gateway routes to them (docs/inference.md). */
   served_models?: string[];
+  /** Bot deployments: locations, transitions and model (docs/bots.md). */
+  bot?: BotDefinition;
 }
 
 /** A handler's signature as JSON bodies are checked against it (docs/deployments-sdk.md). */

@@ -60,6 +60,7 @@ export async function publish(api: ApiClient, target: string, o: PublishOptions 
       ...(o.stderr ? { stderr: o.stderr } : {}),
     });
     const uploaded = await uploadArchive(api, described.extra.code_sha256, archive);
+    if (described.type === "bot") await createTransitionStubs(api, described);
     const answer = await api.gateway<{ deployment: DeploymentJson; warnings?: string[] }>(
       "POST",
       "/api/v1/gateway/deployments",
@@ -77,6 +78,26 @@ export async function publish(api: ApiClient, target: string, o: PublishOptions 
   }
 }
 
+interface DescribedTransition {
+  name: string;
+  stub?: { name: string; type: string; config: unknown; extra: unknown };
+  stub_id?: string;
+}
+
+/**
+ * A bot's transitions are function stubs of their own (docs/bots.md): each is
+ * created (or updated) first and the bot's definition names it by stub_id.
+ */
+async function createTransitionStubs(api: ApiClient, described: Described): Promise<void> {
+  const bot = described.extra.bot as { transitions?: DescribedTransition[] } | undefined;
+  for (const t of bot?.transitions ?? []) {
+    if (!t.stub) continue;
+    const r = await api.gateway<{ stub: { id: string } }>("POST", "/api/v1/gateway/stubs", t.stub);
+    t.stub_id = r.stub.id;
+    delete t.stub;
+  }
+}
+
 /** How to call what was deployed, one line per way. */
 export function invocationLines(d: DeploymentJson, described: Described): string[] {
   switch (described.type) {
@@ -90,6 +111,8 @@ export function invocationLines(d: DeploymentJson, described: Described): string
       return [`POST JSON to ${d.url} to enqueue a task (answers {"task_id"}); results through the task API`];
     case "pod":
       return [`serving HTTP at ${d.url} (proxied to the pod's first port)`];
+    case "bot":
+      return [`bot sessions: websocket at ${d.url.replace(/^http/, "ws")}/session (docs/bots.md)`];
     case "schedule":
       return [`runs on the schedule ${described.extra.when ?? "?"} while active`];
     default:

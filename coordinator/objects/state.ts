@@ -30,7 +30,14 @@ function nameOf(r: StateRequest): string {
   return r.name;
 }
 
+/** Who answers model.chat (the bots' model calls, set by the composition root). */
+export interface ModelCalls {
+  chat(workspaceId: string, body: unknown): Promise<unknown>;
+}
+
 export class StateObjects {
+  private models: ModelCalls | undefined;
+
   constructor(
     readonly queues: QueueStore,
     readonly maps: MapStore,
@@ -39,10 +46,17 @@ export class StateObjects {
     private readonly itemsPageBytes = ITEMS_PAGE_BYTES,
   ) {}
 
+  useModels(models: ModelCalls): void {
+    this.models = models;
+  }
+
   async call(ws: string, r: StateRequest, abort?: AbortSignal): Promise<Record<string, unknown>> {
     if (!r || typeof r !== "object" || !(STATE_OPS as readonly string[]).includes(r.op))
       throw new BerthError("invalid_request", `op must be one of ${STATE_OPS.join(", ")}`);
     switch (r.op) {
+      case "model.chat":
+        if (!this.models) throw new BerthError("unavailable", "this coordinator serves no models to bots");
+        return { response: await this.models.chat(ws, r.body) };
       case "queue.put":
         await this.queues.put(ws, nameOf(r), bytesOf(r));
         return {};

@@ -20,6 +20,10 @@ export type Markers = Record<string, unknown[]>;
 export interface InFlight {
   transition: string;
   taken: Markers;
+  /** When the markers were taken (ISO 8601). */
+  at?: string;
+  /** The task running the handler, once submitted (`start`). */
+  taskId?: string;
 }
 
 export interface BotSessionState {
@@ -39,7 +43,7 @@ export interface BotSession {
   updatedAt: string;
 }
 
-export type BotEventKind = "created" | "put" | "take" | "finish" | "fail";
+export type BotEventKind = "created" | "put" | "take" | "start" | "finish" | "fail";
 
 export interface BotSessionEvent {
   seq: number;
@@ -163,10 +167,35 @@ export class BotSessionRepo {
       }
       for (const [location, count] of Object.entries(inputs))
         taken[location] = this.location(s, location).splice(0, count);
-      s.inFlight[String(seq)] = { transition, taken };
+      s.inFlight[String(seq)] = { transition, taken, at: new Date().toISOString() };
       return { transition, taken };
     });
     return { firing: r.seq, taken, session: r.session };
+  }
+
+  /** Notes the task that runs a firing's handler (a restarted coordinator waits for it). */
+  async start(workspaceId: string, id: string, firing: number, taskId: string): Promise<BotSession> {
+    return this.change(workspaceId, id, "start", (s) => {
+      const f = this.inFlight(s, firing);
+      f.taskId = taskId;
+      return { firing, transition: f.transition, task_id: taskId };
+    }).then((r) => r.session);
+  }
+
+  /** Sessions with firings in flight, of every workspace (what a starting coordinator picks up). */
+  async withFiringsInFlight(): Promise<BotSession[]> {
+    // The state is written by JSON.stringify of one shape: an idle session holds exactly this text.
+    const rows = await this.db
+      .selectFrom("bot_sessions")
+      .select(["id", "workspace_id"])
+      .where("state", "not like", '%"inFlight":{}%')
+      .execute();
+    const out: BotSession[] = [];
+    for (const r of rows) {
+      const s = await this.get(r.workspace_id, r.id);
+      if (s && Object.keys(s.state.inFlight).length > 0) out.push(s);
+    }
+    return out;
   }
 
   /** Puts a firing's output markers into their locations. */

@@ -41,8 +41,18 @@ for (const engine of STORE_ENGINES) {
         { Question: [], Answer: [] },
         "a taken marker is in no location",
       );
-      assert.deepEqual(t.session.state.inFlight[String(t.firing)], { transition: "answer", taken: t.taken });
+      const taken = t.session.state.inFlight[String(t.firing)];
+      assert.deepEqual({ ...taken, at: undefined }, { transition: "answer", taken: t.taken, at: undefined });
+      assert.ok(Number.isFinite(Date.parse(taken?.at ?? "")), "when it was taken");
+      assert.deepEqual(
+        (await store.botSessions.withFiringsInFlight()).map((x) => x.id),
+        [s.id],
+        "a session with a firing in flight is found (a starting coordinator picks it up)",
+      );
+      await store.botSessions.start(ws, s.id, t.firing, "task-1");
+      assert.equal((await store.botSessions.get(ws, s.id))?.state.inFlight[String(t.firing)]?.taskId, "task-1");
       await store.botSessions.finish(ws, s.id, t.firing, { Answer: [{ text: "HI" }] });
+      assert.deepEqual(await store.botSessions.withFiringsInFlight(), [], "none once it finished");
 
       const reopened = await Store.open(url);
       try {
@@ -59,10 +69,12 @@ for (const engine of STORE_ENGINES) {
             [1, "created"],
             [2, "put"],
             [3, "take"],
-            [4, "finish"],
+            [4, "start"],
+            [5, "finish"],
           ],
         );
-        assert.deepEqual(h[3]?.body, {
+        assert.deepEqual(h[3]?.body, { firing: 3, transition: "answer", task_id: "task-1" });
+        assert.deepEqual(h[4]?.body, {
           firing: 3,
           transition: "answer",
           outputs: { Answer: [{ text: "HI" }] },

@@ -1,5 +1,6 @@
 import { checkStubVolumes } from "../../../shared/volumes.ts";
 import { Type } from "@sinclair/typebox";
+import { BotDefinitionSchema } from "../../bots/definition.ts";
 import type { FastifyPluginAsync } from "fastify";
 import { STUB_TYPES, type StubConfig, type StubExtra } from "../../../shared/tasks.ts";
 import { resolveEgressPolicy } from "../../../shared/egress.ts";
@@ -74,6 +75,8 @@ export const StubExtraSchema = Type.Object({
       uniqueItems: true,
     }),
   ),
+  /** Bot deployments: locations, transitions and model (docs/bots.md). */
+  bot: Type.Optional(BotDefinitionSchema),
   /** Pods and sandboxes: the container's environment (`env=`); secrets win on a clash. */
   env: Type.Optional(Type.Record(Type.String({ pattern: "^[A-Za-z_][A-Za-z0-9_]*$" }), Type.String())),
 });

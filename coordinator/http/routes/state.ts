@@ -35,6 +35,7 @@ const StateBody = Type.Object(
     value: Type.Optional(Type.String()),
     ttl: Type.Optional(Type.Integer()),
     after: Type.Optional(Type.String()),
+    body: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
   },
   { additionalProperties: false },
 );

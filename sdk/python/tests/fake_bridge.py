@@ -36,6 +36,9 @@ class FakeBridge:
         self.adding = threading.Lock()
         # The `max` of each ask for tasks, in order.
         self.asks = []
+        # POST /v1/state (Queue, Map, Signal, a bot's model.chat): answered by this when set.
+        self.state_handler = None
+        self.state_requests = []
         bridge = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -56,6 +59,9 @@ class FakeBridge:
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(n) or b"{}")
+                if self.path == "/v1/state" and bridge.state_handler is not None:
+                    bridge.state_requests.append(body)
+                    return self.reply(200, bridge.state_handler(body))
                 if self.path == "/v1/tasks/next" and bridge.closed:
                     return self.reply(410, {"error": {"code": "failed_precondition", "message": "no more tasks"}})
                 if self.path == "/v1/tasks/next":

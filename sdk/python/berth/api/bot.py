@@ -12,6 +12,7 @@ as a task in a container, ``triage.local(...)`` here; both check the handler's
 answer against the declared outputs. Parameters and defaults: docs/bots.md.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -26,6 +27,7 @@ BOT_TIMEOUT_S = 180
 BOT_KEEP_WARM_S = 300
 # The spec lists `authorized` both ways; berth requires the token (docs/bots.md, design notes).
 BOT_AUTHORIZED = True
+BOT_TRANSITION_ATTR = "_berth_bot_transition"
 
 
 def marker_name(marker: type) -> str:
@@ -47,15 +49,61 @@ class BotLocation:
             raise TypeError(f"BotLocation expose must be a bool, not {self.expose!r}")
 
 
+def marker_from_json(marker: type, doc: Any) -> Any:
+    """A marker of type ``marker`` from the session's JSON document of its fields."""
+    if isinstance(doc, marker):
+        return doc
+    if not isinstance(doc, dict):
+        raise BerthError("invalid_request", f"a {marker_name(marker)} marker must be a JSON object, not {doc!r}")
+    validate = getattr(marker, "model_validate", None)  # pydantic models
+    try:
+        return validate(doc) if callable(validate) else marker(**doc)
+    except (TypeError, ValueError) as e:
+        raise BerthError("invalid_request", f"{doc!r} is not a {marker_name(marker)} marker: {e}") from None
+
+
+def marker_to_json(value: Any) -> Dict[str, Any]:
+    """The JSON document of a marker's fields (a dataclass, a pydantic model or a plain object)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dict(dump())
+    return dict(vars(value))
+
+
 @dataclass
 class BotContext:
-    """What a transition handler gets as ``context``: which bot, session and transition it runs for."""
+    """What a transition handler gets as ``context``: which bot, session and transition it runs for.
+
+    ``chat(messages)`` and ``prompt(text)`` ask the bot's ``model`` through the cluster's ``/v1``
+    gateway (inside a container through the agent's socket; outside with the configured token).
+    """
 
     bot_name: Optional[str] = None
     session_id: Optional[str] = None
     transition: Optional[str] = None
     model: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+
+    def chat(self, messages: List[Dict[str, Any]], **options: Any) -> Dict[str, Any]:
+        """One chat completion of the bot's model: OpenAI's response object (a dict)."""
+        if not self.model:
+            raise BerthError("failed_precondition", "the bot has no model: pass Bot(model=...) to prompt one")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("chat needs a non-empty list of messages ({'role': ..., 'content': ...})")
+        from .state_transport import call
+
+        body = {**options, "model": self.model, "messages": messages, "stream": False}
+        if self.session_id:
+            body.setdefault("user", self.session_id)
+        return call({"op": "model.chat", "body": body}).get("response") or {}
+
+    def prompt(self, text: str, **options: Any) -> str:
+        """The model's answer to one user message, as text."""
+        answer = self.chat([{"role": "user", "content": str(text)}], **options)
+        choices = answer.get("choices") or [{}]
+        return str(((choices[0] or {}).get("message") or {}).get("content") or "")
 
 
 class BotTransition(Function):
@@ -88,6 +136,8 @@ class BotTransition(Function):
             keep_warm_seconds=bot.keep_warm_seconds,
         )
         self.bot = bot
+        # The runner finds the transition of the handler it imported by this (a JSON task is a firing).
+        setattr(func, BOT_TRANSITION_ATTR, self)
         self.inputs = bot._check_inputs(func.__name__, inputs)
         self.outputs = bot._check_outputs(func.__name__, outputs)
         if description is not None and not isinstance(description, str):
@@ -145,6 +195,31 @@ class BotTransition(Function):
         """Runs the handler once as a task in a container of the transition's stub."""
         self.check_inputs(inputs)
         return self.check_result(super().remote(context, dict(inputs)))
+
+    def run_session_task(self, context: Any, session: Dict[str, Any], inputs: Dict[str, List[Any]]) -> Dict[str, Any]:
+        """What the runner calls for a firing of a deployed bot (a JSON task the coordinator sent).
+
+        ``session``: which bot, session and firing; ``inputs``: marker type name -> JSON documents.
+        Answers marker type name -> JSON documents of the markers the handler returned.
+        """
+        if not isinstance(session, dict) or not isinstance(inputs, dict):
+            raise BerthError("invalid_request", f"transition {self.func.__name__}: session and inputs must be objects")
+        ctx = BotContext(
+            bot_name=session.get("bot"),
+            session_id=session.get("id"),
+            transition=self.func.__name__,
+            model=session.get("model"),
+            extra={
+                "firing": session.get("firing"),
+                "task_id": getattr(context, "task_id", None),
+                "container_id": getattr(context, "container_id", None),
+            },
+        )
+        markers = {
+            m: [marker_from_json(m, d) for d in (inputs.get(marker_name(m)) or [])] for m in self.inputs
+        }
+        result = self.local(ctx, markers)
+        return {marker_name(m): [marker_to_json(x) for x in items] for m, items in result.items()}
 
 
 class Bot:
@@ -211,6 +286,58 @@ class Bot:
 
     def location(self, marker: type) -> Optional[BotLocation]:
         return next((loc for loc in self.locations if loc.marker is marker), None)
+
+    def deployment(self, attr: str, name: Optional[str], code_sha256: str) -> Dict[str, Any]:
+        """What ``berth deploy FILE.py:bot`` registers: the bot's stub and each transition's (docs/bots.md).
+
+        ``extra.bot`` holds the definition; each transition carries its own function stub (name, type,
+        config, extra), which the CLI creates and replaces by its ``stub_id``.
+        """
+        if not self.transitions:
+            raise BerthError("invalid_request", f"the bot {attr} has no transitions: add one with @bot.transition")
+        if self.api_key is not None:
+            # A key in the stub would be stored and shown with it (docs/bots.md, "Models").
+            raise BerthError(
+                "invalid_request",
+                "Bot(api_key=...) is not deployable: the key would be stored in the deployment's configuration; "
+                "deploy the model on the cluster (served_models=) and name it in Bot(model=...)",
+            )
+        first = next(iter(self.transitions.values()))
+        loc = first.location()
+        module = loc.handler.partition(":")[0]
+        config = first.stub_config(loc)
+        config.update(
+            handler=f"{module}:{attr}",
+            runtime={**config["runtime"], "cpu": self.cpu, "memory": self.memory},
+            authorized=self.authorized,
+            workers=self.workers,
+            keep_warm_seconds=self.keep_warm_seconds,
+            max_pending_tasks=self.max_pending_tasks,
+        )
+        extra = first.stub_extra(code_sha256)
+        deploy_name = name or self.name or attr
+        transitions = []
+        for t_name, t in self.transitions.items():
+            t_loc = t.location()
+            t_config = t.stub_config(t_loc)
+            t_config["max_pending_tasks"] = self.max_pending_tasks
+            t_config["workers"] = self.workers
+            transitions.append(
+                {
+                    "name": t_name,
+                    "inputs": {marker_name(m): c for m, c in t.inputs.items()},
+                    "outputs": [marker_name(m) for m in t.outputs],
+                    "description": t.description,
+                    "stub": {"name": f"{deploy_name}.{t_name}", "type": "function", "config": t_config, "extra": t.stub_extra(code_sha256)},
+                }
+            )
+        extra["bot"] = {
+            "model": self.model,
+            "description": self.description,
+            "locations": [{"marker": marker_name(loc.marker), "expose": loc.expose} for loc in self.locations],
+            "transitions": transitions,
+        }
+        return {"root": loc.root, "config": config, "extra": extra, "name": deploy_name}
 
     def transition(
         self,

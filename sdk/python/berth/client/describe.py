@@ -20,13 +20,14 @@ import sys
 import traceback
 from typing import Any, Dict, List, Optional, TextIO
 
+from ..api.bot import Bot
 from ..api.function import Function
 from ..errors import BerthError, ImageBuildError
 from ..sandbox.pod import Pod
 
 USAGE = "usage: python3 -m berth.client.describe FILE.py:OBJECT [--name NAME] [--archive PATH]"
-DECORATORS = "@endpoint, @asgi, @realtime, @task_queue, @schedule or @function, or make it a berth.Pod"
-DEPLOYABLE = (Function, Pod)
+DECORATORS = "@endpoint, @asgi, @realtime, @task_queue, @schedule or @function, or make it a berth.Pod or berth.Bot"
+DEPLOYABLE = (Function, Pod, Bot)
 
 
 class DescribeError(Exception):
@@ -137,6 +138,8 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
     if not os.path.isfile(path):
         raise DescribeError(f"no such file: {file_part}")
     obj = _find(_import_file(path), file_part, attr)
+    if isinstance(obj, Bot):
+        return _describe_bot(obj, attr, name, archive)
     if isinstance(obj, Pod):
         # An unnamed pod deploys under its variable's name, as a function under its own.
         stub_name = name or obj.name or attr.split(".")[-1]
@@ -175,6 +178,39 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
         "extra": extra,
         "root": loc.root,
         "handler": loc.handler,
+    }
+
+
+def _describe_bot(bot: Bot, attr: str, name: Optional[str], archive: Optional[str]) -> Dict[str, Any]:
+    """A whole Bot: its own stub (type bot) with the definition in extra.bot, and a stub per transition."""
+    try:
+        for t in bot.transitions.values():
+            t.image.check_runnable(t.stub_name, allow_snapshot=True)
+            if t.image.needs_build():
+                _build(t.image)
+        sha = ""
+        if archive and bot.transitions:
+            from .sync import pack
+
+            packed = pack(next(iter(bot.transitions.values())).location().root)
+            with open(archive, "wb") as f:
+                f.write(packed.data)
+            sha = packed.sha256
+        d = bot.deployment(attr.split(".")[-1], name, sha)
+    except BerthError as e:
+        raise DescribeError(e.message) from None
+    except ImageBuildError as e:
+        raise DescribeError(f"ImageBuildError: {e}") from None
+    except OSError as e:
+        raise DescribeError(str(e)) from None
+    return {
+        "ok": True,
+        "type": "bot",
+        "name": d["name"],
+        "config": d["config"],
+        "extra": d["extra"],
+        "root": d["root"],
+        "handler": d["config"]["handler"],
     }
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 from .. import serialize
+from ..api.bot import BOT_TRANSITION_ATTR
 from ..api.context import Context
 from ..handler_call import HandlerArgumentsError, bind_endpoint_call
 from .bridge import AgentGone, BridgeClient, log
@@ -186,15 +187,17 @@ class Runner:
     def execute(self, task: dict) -> dict:
         if self.load_error is not None:
             return {"status": "FAILED", "error": dict(self.load_error), "retry": False}
+        fn = self.fn
         if task.get("payload_format") == "json":
-            call = self._json_call(task)
+            fn = self._json_target()
+            call = self._json_call(task, fn)
         else:
             call = self._pickled_call(task)
         if isinstance(call, dict):
             return call
         args, kwargs = call
         try:
-            value = self._await(self.fn(*args, **kwargs))  # type: ignore[misc]
+            value = self._await(fn(*args, **kwargs))  # type: ignore[misc]
         except BaseException as e:  # noqa: BLE001 - SystemExit in a handler is its failure too
             return self.failure(e)
         return self.success(value)
@@ -213,14 +216,20 @@ class Runner:
             kwargs["context"] = self.context(task)
         return args, kwargs
 
-    def _json_call(self, task: dict) -> Union[Tuple[tuple, dict], dict]:
+    def _json_target(self) -> Callable:
+        """What a JSON task calls: the handler, or for a deployed bot's firing its transition's
+        session entry, which takes the session and the markers as JSON (docs/bots.md)."""
+        transition = getattr(self.fn, BOT_TRANSITION_ATTR, None)
+        return transition.run_session_task if transition is not None else self.fn  # type: ignore[return-value]
+
+    def _json_call(self, task: dict, fn: Callable) -> Union[Tuple[tuple, dict], dict]:
         """A JSON object (a task queue POST, a schedule tick) bound by the endpoint rules (handler_call.py)."""
         try:
             body = json.loads(serialize.unb64(task.get("args") or ""))
         except ValueError as e:  # UnicodeDecodeError and binascii.Error included
             return self.refused(f"the JSON payload of task {task.get('id')} does not parse: {e}", "berth.PayloadError")
         try:
-            return bind_endpoint_call(self.fn, body, self.context(task))  # type: ignore[arg-type]
+            return bind_endpoint_call(fn, body, self.context(task))  # type: ignore[arg-type]
         except HandlerArgumentsError as e:
             return self.refused(str(e), "berth.HandlerArgumentsError")
 
