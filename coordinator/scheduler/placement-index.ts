@@ -24,66 +24,21 @@
 
 import type { HostCapacity } from "../../shared/fleet.ts";
 import type { FleetView, LiveAgent } from "../fleet/fleet-view.ts";
-import type { Reservation } from "./cluster-view.ts";
 import { totalResources } from "./cluster-view.ts";
+import {
+  type Entry,
+  type Group,
+  type HeldHere as Held,
+  IdOrder,
+  frontFits,
+  insertEntry,
+  remax,
+  unplaceEntry,
+} from "./placement-blocks.ts";
 import { type PlacementRequest, binPackScore, checkRequest } from "./place.ts";
-
-const BLOCK_MAX = 64;
 
 /** The index's decision: place()'s own on the whole fleet. */
 export type IndexedPlacement = { ok: true; agentId: string; gpuType?: string };
-
-interface Held extends Reservation {
-  id: string;
-}
-
-interface Entry {
-  agent: LiveAgent;
-  id: string;
-  group: Group;
-  totalCpu: number;
-  totalMem: number;
-  /** Devices of each of the group's types, in the group's type order. */
-  uuids: string[][];
-  held: Map<string, Held>;
-  freeCpu: number;
-  freeMem: number;
-  freeGpu: number[];
-  /** The sort key while inserted: the used share of CPU and memory, as binPack counts it. */
-  used: number;
-  block?: Block;
-}
-
-interface Block {
-  entries: Entry[];
-  /**
-   * The block's Pareto front of free (cpu, memory), as flat pairs by cpu
-   * descending (memory then ascending): the block has room for a request
-   * exactly when one of these points has.
-   */
-  front: number[];
-  /** Entries left or changed since the front and maxima were computed: they may promise room no entry has. */
-  stale: boolean;
-  maxGpu: number[];
-}
-
-interface Group {
-  types: string[];
-  /** The types upper-cased (place() matches a wanted type case-insensitively), and every position. */
-  upperTypes: string[];
-  allSlots: number[];
-  hasGpu: boolean;
-  blocks: Block[];
-  members: Set<Entry>;
-  minCpu: number;
-  minMem: number;
-}
-
-const collator = new Intl.Collator();
-
-/** place()'s order inside a group: fuller first, then rank()'s tie order by agent id. */
-const before = (a: Entry, b: Entry) =>
-  a.used > b.used || (a.used === b.used && collator.compare(a.id, b.id) < 0);
 
 const usedShare = (total: number, free: number) => (total > 0 ? (total - free) / total : 1);
 
@@ -104,6 +59,9 @@ export class PlacementIndex {
   /** Reservations on agents the index does not hold (not ready, unknown yet). */
   private readonly parked = new Map<string, Map<string, Held>>();
   private seen = -1;
+  /** Agent ids as numbers in localeCompare's order, for the blocks' sort. */
+  private readonly order = new IdOrder();
+  private orderSeen = 0;
   /** The groups with and without GPUs, rebuilt when a group is added. */
   private cpuGroups: Group[] = [];
   private gpuGroups: Group[] = [];
@@ -144,10 +102,10 @@ export class PlacementIndex {
       this.parked.set(h.agentId, map);
       return;
     }
-    this.unplace(e);
+    unplaceEntry(e);
     e.held.set(h.id, h);
     this.recompute(e);
-    this.insert(e);
+    insertEntry(e);
   }
 
   remove(h: Held): void {
@@ -157,19 +115,19 @@ export class PlacementIndex {
       return;
     }
     if (!e.held.has(h.id)) return;
-    this.unplace(e);
+    unplaceEntry(e);
     e.held.delete(h.id);
     this.recompute(e);
-    this.insert(e);
+    insertEntry(e);
   }
 
   /** A reservation changed in place (its GPU devices became known): its agent's free room is counted again. */
   refresh(h: Held): void {
     const e = this.entries.get(h.agentId);
     if (!e?.held.has(h.id)) return;
-    this.unplace(e);
+    unplaceEntry(e);
     this.recompute(e);
-    this.insert(e);
+    insertEntry(e);
   }
 
   /**
@@ -281,9 +239,16 @@ export class PlacementIndex {
       this.cpuGroups = [...this.groups.values()].filter((g) => !g.hasGpu);
       this.gpuGroups = [...this.groups.values()].filter((g) => g.hasGpu);
     }
+    const rank = this.order.rankOf(a.agentId);
+    if (this.order.version !== this.orderSeen) {
+      // Numbered afresh (their order unchanged, so every block stays sorted).
+      this.orderSeen = this.order.version;
+      for (const other of this.entries.values()) other.rank = this.order.rankOf(other.id);
+    }
     const e: Entry = {
       agent: a,
       id: a.agentId,
+      rank,
       group,
       totalCpu: total.cpuMillicores,
       totalMem: total.memoryBytes,
@@ -299,13 +264,13 @@ export class PlacementIndex {
     if (e.totalCpu > 0 && (group.minCpu === 0 || e.totalCpu < group.minCpu)) group.minCpu = e.totalCpu;
     if (e.totalMem > 0 && (group.minMem === 0 || e.totalMem < group.minMem)) group.minMem = e.totalMem;
     this.recompute(e);
-    this.insert(e);
+    insertEntry(e);
   }
 
   private dropAgent(agentId: string): void {
     const e = this.entries.get(agentId);
     if (!e) return;
-    this.unplace(e);
+    unplaceEntry(e);
     this.entries.delete(agentId);
     e.group.members.delete(e);
     this.groupTotals(e.group);
@@ -349,59 +314,6 @@ export class PlacementIndex {
     }
     e.used = (usedShare(e.totalCpu, e.freeCpu) + usedShare(e.totalMem, e.freeMem)) / 2;
   }
-
-  private insert(e: Entry): void {
-    const blocks = e.group.blocks;
-    // The first block whose last entry does not come before e.
-    let lo = 0;
-    let hi = blocks.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      const last = blocks[mid]?.entries.at(-1);
-      if (last && before(last, e)) lo = mid + 1;
-      else hi = mid;
-    }
-    let b = blocks[lo] ?? blocks.at(-1);
-    if (!b) {
-      b = { entries: [], front: [], maxGpu: [], stale: false };
-      blocks.push(b);
-    }
-    let i = 0;
-    let j = b.entries.length;
-    while (i < j) {
-      const mid = (i + j) >> 1;
-      const m = b.entries[mid];
-      if (m && before(m, e)) i = mid + 1;
-      else j = mid;
-    }
-    b.entries.splice(i, 0, e);
-    e.block = b;
-    b.front = addToFront(b.front, e.freeCpu, e.freeMem);
-    b.maxGpu = e.freeGpu.map((n, k) => Math.max(n, b.maxGpu[k] ?? 0));
-    if (b.entries.length > BLOCK_MAX) {
-      const tail = b.entries.splice(BLOCK_MAX / 2);
-      const nb: Block = { entries: tail, front: [], maxGpu: [], stale: false };
-      for (const t of tail) t.block = nb;
-      blocks.splice(blocks.indexOf(b) + 1, 0, nb);
-      remax(b);
-      remax(nb);
-    }
-  }
-
-  private unplace(e: Entry): void {
-    const b = e.block;
-    if (!b) return;
-    const i = b.entries.indexOf(e);
-    if (i >= 0) b.entries.splice(i, 1);
-    e.block = undefined;
-    if (b.entries.length === 0) {
-      const blocks = e.group.blocks;
-      blocks.splice(blocks.indexOf(b), 1);
-    } else {
-      // The front still covers every entry left, so it stays as it is until a scan finds it promised too much.
-      b.stale = true;
-    }
-  }
 }
 
 /** Whether two heartbeats report the same totals as totalResources() reads them (disk and the rest may differ). */
@@ -413,44 +325,6 @@ function sameTotals(a: HostCapacity, b: HostCapacity): boolean {
   const da = a.gpus.devices;
   const db = b.gpus.devices;
   return da.length === db.length && da.every((d, i) => d.uuid === db[i]?.uuid && d.type === db[i]?.type);
-}
-
-function remax(b: Block): void {
-  const gpu = new Array<number>(b.entries[0]?.freeGpu.length ?? 0).fill(0);
-  for (const e of b.entries)
-    for (let k = 0; k < gpu.length; k++) if ((e.freeGpu[k] ?? 0) > (gpu[k] ?? 0)) gpu[k] = e.freeGpu[k] ?? 0;
-  let front: number[] = [];
-  for (const e of b.entries) front = addToFront(front, e.freeCpu, e.freeMem);
-  b.front = front;
-  b.maxGpu = gpu;
-  b.stale = false;
-}
-
-/** Whether a point of the front has at least `cpu` and `mem`: the last point with enough cpu has the most memory of those. */
-function frontFits(front: number[], cpu: number, mem: number): boolean {
-  let best = -1;
-  for (let i = 0; i < front.length && (front[i] ?? 0) >= cpu; i += 2) best = front[i + 1] ?? 0;
-  return best >= mem;
-}
-
-/** The front with (cpu, mem) added: unchanged when a point already dominates it, else without the points it dominates. */
-function addToFront(front: number[], cpu: number, mem: number): number[] {
-  for (let i = 0; i < front.length; i += 2)
-    if ((front[i] ?? 0) >= cpu && (front[i + 1] ?? 0) >= mem) return front;
-  const out: number[] = [];
-  let placed = false;
-  for (let i = 0; i < front.length; i += 2) {
-    const c = front[i] ?? 0;
-    const m = front[i + 1] ?? 0;
-    if (c <= cpu && m <= mem) continue;
-    if (!placed && (c < cpu || (c === cpu && m > mem))) {
-      out.push(cpu, mem);
-      placed = true;
-    }
-    out.push(c, m);
-  }
-  if (!placed) out.push(cpu, mem);
-  return out;
 }
 
 /**

@@ -117,7 +117,14 @@ function fleetOf(n: number, odd: boolean) {
   const ids = Array.from({ length: n }, (_, i) =>
     odd && i % 7 === 3 ? `Agent-${i}` : `agent-${i.toString(36).padStart(3, "0")}`,
   );
-  for (const [i, id] of ids.entries()) fleet.observe(heartbeat(id, capacityOf(i, odd)), 0);
+  const joins = [...ids.keys()];
+  if (odd) {
+    // The two last ids (in localeCompare's order) join first, then the rest in order: each new one lands just
+    // below the same neighbour, so the index's id numbers run out of room and are numbered afresh (IdOrder).
+    joins.sort((x, y) => (ids[x] as string).localeCompare(ids[y] as string));
+    joins.unshift(...joins.splice(-2).reverse());
+  }
+  for (const i of joins) fleet.observe(heartbeat(ids[i] as string, capacityOf(i, odd)), 0);
   return { fleet, ids };
 }
 

@@ -1,0 +1,125 @@
+// The placement index's building blocks (coordinator/scheduler/placement-blocks.ts):
+// agent ids as numbers in localeCompare's order, also after the room
+// between two neighbours runs out, and the blocks' Pareto fronts, which
+// must say "room" exactly when some entry of the block has it.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  type Block,
+  type Entry,
+  type Group,
+  IdOrder,
+  frontFits,
+  insertEntry,
+  remax,
+  unplaceEntry,
+} from "../../coordinator/scheduler/placement-blocks.ts";
+
+function rng(seed: number) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const sign = (n: number) => (n < 0 ? -1 : n > 0 ? 1 : 0);
+
+test("IdOrder numbers ids in localeCompare's order, also when it must number them afresh", () => {
+  const order = new IdOrder();
+  const ids: string[] = [];
+  // Each new id lands just below "b" (numbered below "c"): the midpoints run out of precision and force renumbering.
+  for (let i = 0; i < 200; i++) ids.push(`a${String(i).padStart(3, "0")}`);
+  ids.unshift("c", "b");
+  // Ids whose collation differs from code-unit order, and ids localeCompare calls equal to others.
+  const r = rng(3);
+  for (let i = 0; i < 300; i++) {
+    const n = Math.floor(r() * 1000);
+    ids.push(r() < 0.5 ? `Agent-${n}` : `agent_${n}`, `node${n}.example`, `é${n}`, `e\u0301${n}`);
+  }
+  const versions = new Set<number>();
+  for (const id of ids) {
+    order.rankOf(id);
+    versions.add(order.version);
+  }
+  assert.ok(versions.size > 1, "renumbered at least once");
+  const unique = [...new Set(ids)];
+  for (let i = 0; i < 4000; i++) {
+    const a = unique[Math.floor(r() * unique.length)] as string;
+    const b = unique[Math.floor(r() * unique.length)] as string;
+    assert.equal(sign(order.rankOf(a) - order.rankOf(b)), sign(a.localeCompare(b)), `${a} vs ${b}`);
+  }
+});
+
+function entry(group: Group, id: number, freeCpu: number, freeMem: number, used: number): Entry {
+  return {
+    agent: undefined as never,
+    id: `agent-${id}`,
+    rank: id,
+    group,
+    totalCpu: 1000,
+    totalMem: 1000,
+    uuids: [],
+    held: new Map(),
+    freeCpu,
+    freeMem,
+    freeGpu: [Math.floor(freeCpu / 250)],
+    used,
+  };
+}
+
+test("block fronts and GPU maxima say there is room exactly when an entry has it", () => {
+  const r = rng(7);
+  const group: Group = {
+    types: ["T"],
+    upperTypes: ["T"],
+    allSlots: [0],
+    hasGpu: true,
+    blocks: [],
+    members: new Set(),
+    minCpu: 1000,
+    minMem: 1000,
+  };
+  const live: Entry[] = [];
+  for (let step = 0; step < 3000; step++) {
+    if (live.length > 0 && r() < 0.45) {
+      const e = live.splice(Math.floor(r() * live.length), 1)[0] as Entry;
+      unplaceEntry(e);
+    } else {
+      const e = entry(
+        group,
+        step,
+        Math.floor(r() * 9) * 125,
+        Math.floor(r() * 9) * 125,
+        Math.floor(r() * 20) / 20,
+      );
+      insertEntry(e);
+      live.push(e);
+    }
+    if (step % 10 !== 0) continue;
+    // Sorted fullest first, then by rank, across blocks.
+    const flat = group.blocks.flatMap((b) => b.entries);
+    assert.equal(flat.length, live.length);
+    for (let i = 1; i < flat.length; i++) {
+      const [a, b] = [flat[i - 1] as Entry, flat[i] as Entry];
+      assert.ok(a.used > b.used || (a.used === b.used && a.rank < b.rank), `order at ${i}`);
+    }
+    for (const b of group.blocks as Block[]) {
+      for (const e of b.entries) assert.equal(e.block, b);
+      if (b.stale && r() < 0.5) remax(b);
+      const cpu = Math.floor(r() * 9) * 125;
+      const mem = Math.floor(r() * 9) * 125;
+      const has = b.entries.some((e) => e.freeCpu >= cpu && e.freeMem >= mem);
+      // A stale front may promise room that left; a fresh one is exact. Neither may miss room.
+      if (has) assert.ok(frontFits(b.front, cpu, mem), "the front misses room an entry has");
+      if (!b.stale) {
+        assert.equal(frontFits(b.front, cpu, mem), has, `fresh front for ${cpu}/${mem}`);
+        assert.equal(b.maxGpu[0], Math.max(...b.entries.map((e) => e.freeGpu[0] as number)));
+      }
+    }
+  }
+});
