@@ -318,6 +318,9 @@ export interface Database {
   model_catalog: ModelCatalogTable;
   bot_sessions: BotSessionTable;
   bot_session_events: BotSessionEventTable;
+  stacks: StackTable;
+  stack_versions: StackVersionTable;
+  databases: DatabaseTable;
 }
 
 /** One /v1 request (coordinator/inference): tokens as the model server reported them. */
@@ -366,4 +369,55 @@ export interface BotSessionEventTable {
   kind: string;
   body: string;
   at: string;
+}
+
+/** A stack (docs/stacks.md): its live version and the attempt in flight. */
+export interface StackTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  /** The version whose members are live; 0 before the first attempt succeeded. */
+  current_version: number;
+  /** The attempt in flight; null when none. */
+  applying_version: number | null;
+  /** When the attempt in flight may be taken over (its coordinator stopped); null when none. */
+  lease_until: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** One attempt of a stack: what was asked (spec), what its members became, why it failed. */
+export interface StackVersionTable {
+  stack_id: string;
+  version: number;
+  /** applying, ready, rolled_back or abandoned (its coordinator stopped mid-apply). */
+  status: string;
+  /** JSON: the members as asked. */
+  spec: string;
+  /** JSON: each member's outcome. */
+  members: string;
+  /** JSON {member, reason}; null unless the attempt failed. */
+  failure: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A managed database of a workspace (migration 0020_databases; docs/databases.md). */
+export interface DatabaseTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  /** postgres or redis. */
+  engine: string;
+  /** starting, running, stopped or failed. */
+  status: string;
+  stub_id: string;
+  pod_id: string | null;
+  agent_id: string | null;
+  volume: string;
+  secret_name: string;
+  local_port: number;
+  error: string;
+  created_at: string;
+  updated_at: string;
 }

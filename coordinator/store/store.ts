@@ -2,6 +2,7 @@ import type { Kysely } from "kysely";
 import { BotSessionRepo } from "./bot-sessions.ts";
 import { AgentRepo, ClusterKv, JoinTokenRepo } from "./cluster.ts";
 import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
+import { DatabaseRepo } from "./databases.ts";
 import { DeploymentRepo } from "./deployments.ts";
 import { InferenceRepo } from "./inference.ts";
 import { MetricsRepo } from "./metrics.ts";
@@ -9,6 +10,7 @@ import { LimitsRepo } from "./limits.ts";
 import { BuiltImageRepo } from "./built-images.ts";
 import type { Database } from "./schema.ts";
 import { SandboxRepo } from "./sandboxes.ts";
+import { StackRepo } from "./stacks.ts";
 import { ObjectRepo, StubRepo } from "./stubs.ts";
 import { TaskRepo } from "./tasks.ts";
 import { WebhookRepo } from "./webhooks.ts";
@@ -32,6 +34,8 @@ export class Store {
   readonly builtImages: BuiltImageRepo;
   readonly inference: InferenceRepo;
   readonly botSessions: BotSessionRepo;
+  readonly databases: DatabaseRepo;
+  readonly stacks: StackRepo;
 
   constructor(
     readonly db: Kysely<Database>,
@@ -54,6 +58,8 @@ export class Store {
     this.builtImages = new BuiltImageRepo(db);
     this.inference = new InferenceRepo(db);
     this.botSessions = new BotSessionRepo(db);
+    this.databases = new DatabaseRepo(db);
+    this.stacks = new StackRepo(db);
   }
 
   /** Opens the store at `url` and brings its schema up to date. */

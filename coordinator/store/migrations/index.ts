@@ -13,6 +13,8 @@ import * as m0012 from "./0012_built_images.ts";
 import * as m0013 from "./0013_volume_limits.ts";
 import * as m0016 from "./0016_inference.ts";
 import * as m0017 from "./0017_bot_sessions.ts";
+import * as m0019 from "./0019_stacks.ts";
+import * as m0020 from "./0020_databases.ts";
 
 // Versioned migrations, applied in key order at coordinator start. Never edit
 // a released migration; add the next number.
@@ -31,6 +33,8 @@ const MIGRATIONS: Record<string, Migration> = {
   "0013_volume_limits": m0013,
   "0016_inference": m0016,
   "0017_bot_sessions": m0017,
+  "0019_stacks": m0019,
+  "0020_databases": m0020,
 };
 
 export const migrationProvider: MigrationProvider = {
