@@ -55,5 +55,8 @@ export const stateSubjects = {
   allRequests: `${AGENT_PREFIX}.*.state`,
 } as const;
 
+/** Longest a bot's model.chat may take: a model scaled to zero starts first (docs/bots.md). */
+export const MAX_MODEL_CALL_MS = 300_000;
+
 /** Longest a signal.wait is held before it answers "nothing yet". */
 export const MAX_SIGNAL_WAIT_MS = 25_000;

@@ -7,6 +7,7 @@
 import type { NatsConnection } from "nats";
 import { BerthError, isErrorCode } from "../../shared/errors.ts";
 import {
+  MAX_MODEL_CALL_MS,
   MAX_SIGNAL_WAIT_MS,
   type RelayedStateReply,
   type StateRequest,
@@ -25,7 +26,13 @@ export class StateRelayClient {
   async call(workspaceId: string, req: StateRequest): Promise<Record<string, unknown>> {
     if (!req || typeof req !== "object" || typeof req.op !== "string")
       throw new BerthError("invalid_request", "a state request is {op, name, ...}");
-    const waitMs = req.op === "signal.wait" ? Math.min(Number(req.wait_ms ?? 0) || 0, MAX_SIGNAL_WAIT_MS) : 0;
+    // A bot's model call may wait for its model to start (scaled to zero): it gets the longer bound.
+    const waitMs =
+      req.op === "signal.wait"
+        ? Math.min(Number(req.wait_ms ?? 0) || 0, MAX_SIGNAL_WAIT_MS)
+        : req.op === "model.chat"
+          ? MAX_MODEL_CALL_MS
+          : 0;
     const body = JSON.stringify({ ...req, workspace_id: workspaceId });
     let data: Uint8Array;
     try {

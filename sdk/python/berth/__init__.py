@@ -3,6 +3,7 @@
 from . import env
 from .api.autoscaler import QueueDepthAutoscaler
 from .api.bot import Bot, BotContext, BotLocation, BotTransition
+from .client.bots import BotSession
 from .api.bucket import CloudBucket, CloudBucketConfig
 from .api.context import Context
 from .api.deployable import ASGI, Endpoint, Realtime, Schedule, TaskQueue, asgi, endpoint, realtime, schedule, task_queue
@@ -39,6 +40,7 @@ __all__ = [
     "Bot",
     "BotContext",
     "BotLocation",
+    "BotSession",
     "BotTransition",
     "Client",
     "CloudBucket",

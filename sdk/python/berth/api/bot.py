@@ -28,6 +28,8 @@ BOT_KEEP_WARM_S = 300
 # The spec lists `authorized` both ways; berth requires the token (docs/bots.md, design notes).
 BOT_AUTHORIZED = True
 BOT_TRANSITION_ATTR = "_berth_bot_transition"
+# shared/objects.ts MAX_MODEL_CALL_MS plus the relay's own 30 s.
+MODEL_CALL_TIMEOUT_S = 330.0
 
 
 def marker_name(marker: type) -> str:
@@ -97,7 +99,8 @@ class BotContext:
         body = {**options, "model": self.model, "messages": messages, "stream": False}
         if self.session_id:
             body.setdefault("user", self.session_id)
-        return call({"op": "model.chat", "body": body}).get("response") or {}
+        # A model scaled to zero starts first: the agent waits up to 300 s for the answer (docs/bots.md).
+        return call({"op": "model.chat", "body": body}, timeout=MODEL_CALL_TIMEOUT_S).get("response") or {}
 
     def prompt(self, text: str, **options: Any) -> str:
         """The model's answer to one user message, as text."""
@@ -286,6 +289,14 @@ class Bot:
 
     def location(self, marker: type) -> Optional[BotLocation]:
         return next((loc for loc in self.locations if loc.marker is marker), None)
+
+    def session(self, client: Any = None) -> Any:
+        """A new session of this bot as deployed (``berth deploy``) under its name: a BotSession."""
+        if not self.name:
+            raise BerthError("invalid_request", "an unnamed Bot is deployed under its variable's name: use BotSession.open(name)")
+        from ..client.bots import BotSession
+
+        return BotSession.open(self.name, client)
 
     def deployment(self, attr: str, name: Optional[str], code_sha256: str) -> Dict[str, Any]:
         """What ``berth deploy FILE.py:bot`` registers: the bot's stub and each transition's (docs/bots.md).
