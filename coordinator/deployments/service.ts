@@ -7,6 +7,7 @@
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import { parseCron } from "../schedules/cron.ts";
+import { checkBotDefinition } from "../../shared/bots.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { hostUrl } from "../endpoints/host-names.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
@@ -27,6 +28,7 @@ export const DEPLOYMENT_KINDS = [
   "schedule",
   "function",
   "pod",
+  "bot",
 ] as const;
 export type DeploymentKind = (typeof DEPLOYMENT_KINDS)[number];
 export const DEPLOYMENT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
@@ -91,6 +93,8 @@ const URL_PREFIX: Record<string, string> = {
   taskqueue: "taskqueue",
   // A pod's URL proxies to its first port (coordinator/endpoints/pods.ts).
   pod: "endpoint",
+  // A bot's sessions: a websocket at `{url}/session` (coordinator/bots/websocket.ts).
+  bot: "bot",
 };
 
 export class DeploymentService {
@@ -165,6 +169,16 @@ export class DeploymentService {
   /** What the container manager scales by (synchronous, from memory). */
   get states(): DeploymentStates {
     return this.cache;
+  }
+
+  /**
+   * Keeps one container of the deployment running (while it is its name's
+   * latest active version) until released: a stack waits for its members to
+   * be ready although their min_containers may be 0 (docs/stacks.md).
+   */
+  holdContainer(d: DeploymentRecord, on: boolean): void {
+    this.cache.hold(d.id, on);
+    this.onStubChange(d.stubId);
   }
 
   /** The latest active version of each deployment, and each serve session, from memory (the /v1 gateway's models). */
@@ -485,6 +499,7 @@ export function checkDeployment(input: DeployInput): void {
     parseCron(extra.when);
   }
   if (kind === "pod") checkPod(extra);
+  if (kind === "bot") checkBotDefinition(extra.bot);
   if (NEEDS_HANDLER_PARAMS.has(kind) && !extra.handler_params)
     throw invalid(`a ${kind} deployment needs extra.handler_params (berth.client.describe writes them)`);
 }

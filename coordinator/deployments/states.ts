@@ -32,6 +32,8 @@ export class DeploymentCache implements DeploymentStates {
   private states = new Map<string, { active: boolean; minContainers: number }>();
   private latest: DeploymentWithStub[] = [];
   private baselineList: { stubId: string; minContainers: number }[] = [];
+  /** Deployments held at one container at least while a stack waits for them to be ready (docs/stacks.md). */
+  private readonly held = new Set<string>();
   /** Raised on every local change, so that a reload begun before it is not applied over it. */
   private changes = 0;
 
@@ -71,6 +73,14 @@ export class DeploymentCache implements DeploymentStates {
     this.derive();
   }
 
+  /** Holds (or releases) one container of the deployment while it is its name's latest active version. */
+  hold(id: string, on: boolean): void {
+    this.changes++;
+    if (on) this.held.add(id);
+    else this.held.delete(id);
+    this.derive();
+  }
+
   remove(id: string): void {
     this.changes++;
     this.byId.delete(id);
@@ -93,7 +103,7 @@ export class DeploymentCache implements DeploymentStates {
     const baselines: { stubId: string; minContainers: number }[] = [];
     for (const d of this.byId.values()) {
       // A pod keeps one container at least (keep_warm_seconds -1: never scaled to zero).
-      const floor = d.kind === "pod" ? 1 : 0;
+      const floor = d.kind === "pod" || this.held.has(d.id) ? 1 : 0;
       const minContainers = latestIds.has(d.id) ? Math.max(floor, d.extra.min_containers ?? 0) : 0;
       states.set(d.stubId, { active: d.active, minContainers });
       if (minContainers > 0) baselines.push({ stubId: d.stubId, minContainers });
