@@ -84,6 +84,13 @@ export interface SandboxServiceOptions {
    */
   orphanGraceMs?: number;
   /**
+   * A sandbox whose agent is lost or has left (or, after a coordinator start,
+   * was never heard from) for longer than this ends: nothing can reach its
+   * container (docs/reliability.md, "Stuck work: sandboxes"). The same bound
+   * as a task's on a lost agent. @default 60000
+   */
+  lostAgentAfterMs?: number;
+  /**
    * A pod create answers once its entrypoint has stayed up this long; one that
    * exits sooner (a program that crashes at once) fails the create with its
    * exit code and last output. 0 skips the check. @default 2000
@@ -144,6 +151,7 @@ export function resolveSandboxServiceOptions(o: SandboxServiceOptions): Resolved
     touchEveryMs: positive("touchEveryMs", o.touchEveryMs ?? 5000),
     stopGraceMs: o.stopGraceMs ?? 5000,
     orphanGraceMs: positive("orphanGraceMs", o.orphanGraceMs ?? 120_000),
+    lostAgentAfterMs: positive("lostAgentAfterMs", o.lostAgentAfterMs ?? 60_000),
     podSettleMs: settleMs(o.podSettleMs ?? 2000),
     processes: o.processes ?? {},
   };

@@ -2,7 +2,8 @@
 // sweep, container exits (events), and a periodic look at each agent's
 // sandbox containers, which also catches what happened while no coordinator
 // was listening (exits, agent restarts, starts cut short) and rebuilds what
-// the containers hold for placement after a coordinator restart.
+// the containers hold for placement after a coordinator restart; and the
+// sandboxes of agents that are gone, which nothing else would ever end.
 
 import type { ContainerStatus } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
@@ -42,11 +43,14 @@ export class SandboxUpkeep {
   private timer?: NodeJS.Timeout;
   private unsubscribe?: () => void;
   private sweeping?: Promise<void>;
+  /** When this upkeep started: an agent never heard from since is judged from then. */
+  private startedAt?: number;
 
   constructor(private readonly d: SandboxUpkeepDeps) {}
 
   start(): void {
     const { o } = this.d;
+    this.startedAt = o.clock();
     this.unsubscribe = o.events?.subscribe((e) => this.onEvent(e));
     this.timer = setInterval(() => void this.sweep(), o.sweepIntervalMs);
     this.timer.unref();
@@ -79,6 +83,7 @@ export class SandboxUpkeep {
       try {
         await this.expire();
         await this.reconcile();
+        await this.endOnGoneAgents();
       } catch (err) {
         this.d.o.log.error({ err }, `sandbox sweep failed: ${describeError(err)}`);
       }
@@ -175,6 +180,34 @@ export class SandboxUpkeep {
     }
   }
 
+  /**
+   * Sandboxes on agents lost, left or never heard from (since this start)
+   * for longer than lostAgentAfterMs end, without asking the agent (it does
+   * not answer): their processes are dropped and their room released. An
+   * agent that comes back later finds them terminated, and reconcileAgent
+   * removes their containers there.
+   */
+  private async endOnGoneAgents(): Promise<void> {
+    const { o, processes, starting } = this.d;
+    const now = o.clock();
+    const startedAt = this.startedAt ?? now;
+    for (const agentId of await o.repo.liveAgentIds()) {
+      const why = goneAgentReason(agentId, o.fleet.get(agentId), {
+        now,
+        startedAt,
+        afterMs: o.lostAgentAfterMs,
+      });
+      if (!why) continue;
+      for (const s of await o.repo.listLive(agentId)) {
+        if (starting.has(s.id)) continue;
+        processes.drop(s.id);
+        o.planner.release(s.id);
+        if (await o.repo.markTerminated(s.id, iso(now), why))
+          o.log.warn({ sandboxId: s.id, agentId }, `${s.kind} ${s.id} terminated: ${why}`);
+      }
+    }
+  }
+
   private async reconcileAgent(agentId: string, view: AgentView, found: ContainerStatus[]): Promise<void> {
     const { o, processes, starting } = this.d;
     const now = o.clock();
@@ -216,6 +249,21 @@ export class SandboxUpkeep {
     for (const r of o.planner.list(SANDBOX_KINDS))
       if (r.agentId === agentId && !seen.has(r.id) && !starting.has(r.id)) o.planner.release(r.id);
   }
+}
+
+/** Why a sandbox on a gone agent ends, or undefined while its agent may still come back within the bound. */
+export function goneAgentReason(
+  agentId: string,
+  agent: { state: "ready" | "lost" | "left"; lastSeen: number } | undefined,
+  o: { now: number; startedAt: number; afterMs: number },
+): string | undefined {
+  if (agent?.state === "ready") return undefined;
+  const since = agent ? agent.lastSeen : o.startedAt;
+  const silent = o.now - since;
+  if (silent <= o.afterMs) return undefined;
+  const s = Math.round(silent / 1000);
+  if (!agent) return `its agent ${agentId} was not heard from in ${s} s`;
+  return `its agent ${agentId} ${agent.state === "left" ? "left" : "is lost"} and has been silent for ${s} s`;
 }
 
 /** What a running sandbox container holds, read back from its status. */

@@ -190,6 +190,17 @@ export class SandboxRepo {
     return rows.map(toSandbox);
   }
 
+  /** The agents that hold sandboxes not terminated (the sweep's look at agents that are gone). */
+  async liveAgentIds(): Promise<string[]> {
+    const rows = await this.db
+      .selectFrom("sandboxes")
+      .select("agent_id")
+      .distinct()
+      .where("status", "!=", "terminated")
+      .execute();
+    return rows.map((r) => r.agent_id);
+  }
+
   /** starting → running; false when it is no longer starting (terminated meanwhile). */
   async markRunning(id: string): Promise<boolean> {
     const r = await this.db
