@@ -15,6 +15,7 @@ import type { ResolvedAgentOptions } from "./options.ts";
 import type { ContainerApi } from "../api/index.ts";
 import { ContainerRuntime } from "./runtime/index.ts";
 import { TaskRunners } from "./tasks/runners.ts";
+import { localDatabaseDialer } from "./bridge/db-connect.ts";
 
 export interface ContainerSubsystem {
   api: ContainerApi;
@@ -78,6 +79,8 @@ export async function startContainers(
         await hostRef?.stopContainer(id, { graceMs: RUNNER_KILL_GRACE_MS, remove: true });
       },
       logger: log.child({ area: "tasks" }),
+      // Database pods of this host, dialled for their workspace's containers (docs/databases.md).
+      dialDatabase: localDatabaseDialer(() => hostRef),
     });
     const host = await ContainerHost.start({
       root: join(o.dataDir, "host"),

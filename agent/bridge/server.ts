@@ -8,6 +8,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { describeError, isBerthError } from "../../shared/errors.ts";
 import type { StateRequest } from "../../shared/objects.ts";
 import { BridgeError } from "../tasks/bridge-error.ts";
+import { type DatabaseDialer, serveDatabaseConnect } from "./db-connect.ts";
 import { MAX_HAND_OUT, type TaskWorker } from "../tasks/worker.ts";
 import type { StateRelayClient } from "./state-relay.ts";
 import type { OutputRelayClient } from "./output-relay.ts";
@@ -140,8 +141,16 @@ export class BridgeServer {
     private readonly outputs?: () => OutputRelayClient | undefined,
     /** False for a sandbox's or pod's workspace bridge: the task routes are not there. */
     private readonly tasks = true,
+    /** Connects the container to its workspace's databases (db-connect.ts); none: those upgrades answer 503. */
+    private readonly dialDatabase?: DatabaseDialer,
   ) {
     this.server = createServer({ keepAlive: true }, (req, res) => void this.handle(req, res));
+    this.server.on("upgrade", (req, socket, head) => {
+      void serveDatabaseConnect(req, socket, head, {
+        workspaceId: this.state?.workspaceId,
+        dial: this.dialDatabase,
+      });
+    });
     // The runner keeps one connection open between calls; `next` may wait ~25 s on it.
     this.server.keepAliveTimeout = 120_000;
     this.server.requestTimeout = 0;

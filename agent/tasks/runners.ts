@@ -6,6 +6,7 @@
 import type { NatsConnection } from "nats";
 import { BerthError } from "../../shared/errors.ts";
 import { BridgeServer } from "../bridge/server.ts";
+import type { DatabaseDialer } from "../bridge/db-connect.ts";
 import { StateRelayClient } from "../bridge/state-relay.ts";
 import { OutputRelayClient } from "../bridge/output-relay.ts";
 import type { HostRunners } from "../host/options.ts";
@@ -17,6 +18,8 @@ export interface TaskRunnersOptions {
   /** Stops and removes a container (for a timed-out or cancelled task). */
   kill: (containerId: string) => Promise<void>;
   logger?: TaskWorkerLogger;
+  /** Connects containers to their workspace's databases over their bridge (agent/bridge/db-connect.ts). @default none */
+  dialDatabase?: DatabaseDialer;
   /** Passed to the TaskWorker (tests shorten them). */
   worker?: Pick<
     TaskWorkerOptions,
@@ -85,6 +88,8 @@ export class TaskRunners implements HostRunners {
       this.log,
       { workspaceId: runner.workspaceId, relay: () => this.stateRelay },
       () => this.outputRelay,
+      true,
+      this.o.dialDatabase,
     );
     await server.listen();
     this.bridges.set(containerId, { server, slot });
@@ -101,6 +106,7 @@ export class TaskRunners implements HostRunners {
       { workspaceId, relay: () => this.stateRelay },
       () => this.outputRelay,
       false,
+      this.o.dialDatabase,
     );
     await server.listen();
     this.bridges.set(containerId, { server });
