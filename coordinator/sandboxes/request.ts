@@ -3,6 +3,7 @@
 // the stub's entrypoint instead of the runner, its ports and its egress.
 
 import { stubVolumeMounts } from "../../shared/volumes.ts";
+import { DatabaseLabels } from "../../shared/databases.ts";
 import type { RunContainerRequest } from "../../api/index.ts";
 import { type EgressPolicy, resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
@@ -44,8 +45,15 @@ export const KEEP_ALIVE_ARGS = [
   'trap "exit 0" TERM INT; if command -v sleep >/dev/null 2>&1; then while :; do sleep 3600 & wait $!; done; else exec python3 -c "import signal; signal.signal(signal.SIGTERM, lambda *a: exit(0)); signal.pause()"; fi',
 ];
 
-/** A stub's extra with the environment the SDK may send (Pod/Sandbox `env=`). */
-export type SandboxStubExtra = StubExtra & { env?: Record<string, string> };
+/**
+ * A stub's extra with the environment the SDK may send (Pod/Sandbox `env=`),
+ * and, on a managed database's pod, the ports its agent finds it by
+ * (shared/databases.ts).
+ */
+export type SandboxStubExtra = StubExtra & {
+  env?: Record<string, string>;
+  database?: { local_port: number; port: number };
+};
 
 export function sandboxKindOf(stub: Pick<StubRecord, "id" | "type">): SandboxKind {
   const t = baseStubType(stub.type);
@@ -124,6 +132,12 @@ export function sandboxRequest(i: SandboxRequestInput): RunContainerRequest {
       [SandboxLabels.sandbox]: "1",
       [SandboxLabels.kind]: kind,
       ...(entrypoint.length === 0 ? { [SandboxLabels.init]: "1" } : {}),
+      ...(extra.database
+        ? {
+            [DatabaseLabels.localPort]: String(extra.database.local_port),
+            [DatabaseLabels.serverPort]: String(extra.database.port),
+          }
+        : {}),
     },
     egress: i.egress,
     exposedPorts: i.ports,

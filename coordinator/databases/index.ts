@@ -1,0 +1,16 @@
+export { DatabaseService } from "./service.ts";
+export type {
+  CreateDatabase,
+  DatabasePods,
+  DatabaseSecrets,
+  DatabaseServiceOptions,
+  DatabaseView,
+} from "./service.ts";
+export {
+  DATABASE_ENGINES,
+  checkDatabaseName,
+  checkEngine,
+  databaseImageCommands,
+  databaseSecretName,
+} from "./engines.ts";
+export { databaseImage } from "./image.ts";
