@@ -32,6 +32,7 @@ import {
   IdOrder,
   frontFits,
   insertEntry,
+  recount,
   remax,
   unplaceEntry,
 } from "./placement-blocks.ts";
@@ -179,24 +180,34 @@ export class PlacementIndex {
     seen.length = 0;
     // The most a request can add to any member's score: its share of the smallest totals.
     const maxShare = requestShare(req, g.minCpu, g.minMem);
-    for (const b of g.blocks) {
-      if ((b.entries[0]?.used ?? Number.NEGATIVE_INFINITY) < floor) return;
-      if (!frontFits(b.front, req.cpuMillicores, req.memoryBytes)) continue;
-      if (want.length > 0 && !anyAtLeast(b.maxGpu, want, req.gpuCount)) continue;
-      let roomy = false;
-      for (const e of b.entries) {
-        if (e.used < floor) return;
-        if (e.freeCpu < req.cpuMillicores || e.freeMem < req.memoryBytes) continue;
-        if (want.length > 0 && !anyAtLeast(e.freeGpu, want, req.gpuCount)) continue;
-        roomy = true;
-        if (alikeTaken(seen, e) || !ready(e.id)) continue;
-        seen.push(e);
-        found.push(e);
-        if (floor === Number.NEGATIVE_INFINITY)
-          floor = e.used + requestShare(req, e.totalCpu, e.totalMem) - maxShare - 1e-9;
+    const cpu = req.cpuMillicores;
+    const mem = req.memoryBytes;
+    for (const run of g.runs) {
+      if ((run.blocks[0]?.entries[0]?.used ?? Number.NEGATIVE_INFINITY) < floor) return;
+      if (!frontFits(run.front, cpu, mem)) continue;
+      if (want.length > 0 && !anyAtLeast(run.maxGpu, want, req.gpuCount)) continue;
+      let runRoomy = false;
+      for (const b of run.blocks) {
+        if ((b.entries[0]?.used ?? Number.NEGATIVE_INFINITY) < floor) return;
+        if (!frontFits(b.front, cpu, mem)) continue;
+        if (want.length > 0 && !anyAtLeast(b.maxGpu, want, req.gpuCount)) continue;
+        let roomy = false;
+        for (const e of b.entries) {
+          if (e.used < floor) return;
+          if (e.freeCpu < cpu || e.freeMem < mem) continue;
+          if (want.length > 0 && !anyAtLeast(e.freeGpu, want, req.gpuCount)) continue;
+          roomy = true;
+          if (alikeTaken(seen, e) || !ready(e.id)) continue;
+          seen.push(e);
+          found.push(e);
+          if (floor === Number.NEGATIVE_INFINITY)
+            floor = e.used + requestShare(req, e.totalCpu, e.totalMem) - maxShare - 1e-9;
+        }
+        // A front that promised room no entry has is out of date: recounted once, not on every departure.
+        if (roomy) runRoomy = true;
+        else if (b.stale) remax(b);
       }
-      // A front that promised room no entry has is out of date: recounted once, not on every departure.
-      if (!roomy && b.stale) remax(b);
+      if (!runRoomy && run.stale) recount(run);
     }
   }
 
@@ -230,7 +241,7 @@ export class PlacementIndex {
         upperTypes: types.map((t) => t.toUpperCase()),
         allSlots: types.map((_, i) => i),
         hasGpu: types.some((t) => (total.gpus[t]?.length ?? 0) > 0),
-        blocks: [],
+        runs: [],
         members: new Set(),
         minCpu: 0,
         minMem: 0,

@@ -1,17 +1,19 @@
 // The placement index's building blocks (coordinator/scheduler/placement-blocks.ts):
 // agent ids as numbers in localeCompare's order, also after the room
-// between two neighbours runs out, and the blocks' Pareto fronts, which
-// must say "room" exactly when some entry of the block has it.
+// between two neighbours runs out, and the Pareto fronts of blocks and runs
+// of blocks, which must never miss room an entry has, and say "room"
+// exactly when some entry has it once recounted.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  type Block,
   type Entry,
   type Group,
   IdOrder,
+  type Summary,
   frontFits,
   insertEntry,
+  recount,
   remax,
   unplaceEntry,
 } from "../../coordinator/scheduler/placement-blocks.ts";
@@ -79,14 +81,14 @@ test("block fronts and GPU maxima say there is room exactly when an entry has it
     upperTypes: ["T"],
     allSlots: [0],
     hasGpu: true,
-    blocks: [],
+    runs: [],
     members: new Set(),
     minCpu: 1000,
     minMem: 1000,
   };
   const live: Entry[] = [];
-  for (let step = 0; step < 3000; step++) {
-    if (live.length > 0 && r() < 0.45) {
+  for (let step = 0; step < 6000; step++) {
+    if (live.length > 0 && r() < 0.4) {
       const e = live.splice(Math.floor(r() * live.length), 1)[0] as Entry;
       unplaceEntry(e);
     } else {
@@ -101,25 +103,39 @@ test("block fronts and GPU maxima say there is room exactly when an entry has it
       live.push(e);
     }
     if (step % 10 !== 0) continue;
-    // Sorted fullest first, then by rank, across blocks.
-    const flat = group.blocks.flatMap((b) => b.entries);
+    // Sorted fullest first, then by rank, across blocks and runs.
+    const blocks = group.runs.flatMap((run) => run.blocks);
+    const flat = blocks.flatMap((b) => b.entries);
     assert.equal(flat.length, live.length);
     for (let i = 1; i < flat.length; i++) {
       const [a, b] = [flat[i - 1] as Entry, flat[i] as Entry];
       assert.ok(a.used > b.used || (a.used === b.used && a.rank < b.rank), `order at ${i}`);
     }
-    for (const b of group.blocks as Block[]) {
+    for (const b of blocks) {
+      assert.ok(b.entries.length > 0 && group.runs.includes(b.run) && b.run.blocks.includes(b));
       for (const e of b.entries) assert.equal(e.block, b);
-      if (b.stale && r() < 0.5) remax(b);
+    }
+    // Blocks and runs alike: recounted now and then, as scans do.
+    const summaries: [Summary, Entry[], () => void][] = [
+      ...blocks.map((b): [Summary, Entry[], () => void] => [b, b.entries, () => remax(b)]),
+      ...group.runs.map((run): [Summary, Entry[], () => void] => [
+        run,
+        run.blocks.flatMap((b) => b.entries),
+        () => recount(run),
+      ]),
+    ];
+    for (const [s, entries, recountIt] of summaries) {
+      if (s.stale && r() < 0.5) recountIt();
       const cpu = Math.floor(r() * 9) * 125;
       const mem = Math.floor(r() * 9) * 125;
-      const has = b.entries.some((e) => e.freeCpu >= cpu && e.freeMem >= mem);
+      const has = entries.some((e) => e.freeCpu >= cpu && e.freeMem >= mem);
       // A stale front may promise room that left; a fresh one is exact. Neither may miss room.
-      if (has) assert.ok(frontFits(b.front, cpu, mem), "the front misses room an entry has");
-      if (!b.stale) {
-        assert.equal(frontFits(b.front, cpu, mem), has, `fresh front for ${cpu}/${mem}`);
-        assert.equal(b.maxGpu[0], Math.max(...b.entries.map((e) => e.freeGpu[0] as number)));
+      if (has) assert.ok(frontFits(s.front, cpu, mem), "the front misses room an entry has");
+      if (!s.stale) {
+        assert.equal(frontFits(s.front, cpu, mem), has, `fresh front for ${cpu}/${mem}`);
+        assert.equal(s.maxGpu[0], Math.max(...entries.map((e) => e.freeGpu[0] as number)));
       }
     }
   }
+  assert.ok(group.runs.length > 2, `${group.runs.length} runs`);
 });
