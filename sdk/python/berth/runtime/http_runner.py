@@ -28,6 +28,7 @@ from ..api.context import Context
 from .asgi_host import SHUTDOWN_GRACE_S, AsgiServer, LifespanFailed
 from .endpoint_app import EndpointApp, FailedApp, call_factory, guarded, log, with_health
 from .state_bridge import install_from_env as install_state_transport
+from .db_forward import start_from_env as forward_databases
 from .handler_load import import_handler, load_failure, resolve
 from .realtime_app import realtime_asgi
 from .runner import RunnerConfig
@@ -232,6 +233,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     # Queue, Map and Signal of the user's module go through the agent's socket.
     install_state_transport()
+    # The workspace's databases at the 127.0.0.1 ports their URLs name (docs/databases.md).
+    forward_databases()
     def run_worker() -> int:
         # We may be PID 1, which ignores signals without a handler: until the server
         # takes SIGTERM over for a graceful stop, it ends the process at once.

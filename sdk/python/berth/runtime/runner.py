@@ -25,6 +25,7 @@ from ..handler_call import HandlerArgumentsError, bind_endpoint_call
 from .bridge import AgentGone, BridgeClient, log
 from .capture import Capture
 from .state_bridge import install_from_env as install_state_transport
+from .db_forward import start_from_env as forward_databases
 from .handler_load import (
     error_of,
     import_handler,
@@ -448,6 +449,8 @@ def main() -> int:
         sys.path.insert(0, cwd)
     # Queue, Map and Signal of the user's module go through the agent's socket.
     install_state_transport()
+    # The workspace's databases at the 127.0.0.1 ports their URLs name (docs/databases.md).
+    forward_databases()
     runner = Runner(cfg)
     runner.load()
     code = runner.serve()
