@@ -1,6 +1,10 @@
 // The manager's view of agents: containers on agents that are gone are
 // forgotten, and an agent seen anew has its managed containers adopted before
-// anything is placed there (their resources count).
+// anything is placed there (their resources count). Each ready agent's list
+// is looked at again every VERIFY_EVERY_MS: a container the table holds that
+// the agent no longer has, or has stopped without an exit event reaching us
+// (missed while NATS was away), is handed to onGone like an exit, so it stops
+// counting as capacity and its stub's tasks get a new container.
 
 import type { Logger } from "pino";
 import type { ContainerApi } from "../../api/index.ts";
@@ -13,6 +17,16 @@ import { type ContainerTable, adoptedRecord } from "./container-table.ts";
 import type { AgentClients } from "./types.ts";
 
 const SYNC_RETRY_MS = 5000;
+/** How often a synced agent's managed containers are listed again against the table. */
+export const VERIFY_EVERY_MS = 30_000;
+
+/** A container the table holds that its agent no longer runs: vanished, or stopped unseen. */
+export interface GoneContainer {
+  agentId: string;
+  containerId: string;
+  exitCode?: number;
+  reason: string;
+}
 
 export interface FleetSyncDeps {
   fleet: FleetView;
@@ -25,6 +39,10 @@ export interface FleetSyncDeps {
   track<T>(p: Promise<T>): Promise<T>;
   /** An agent's containers are known now: it takes containers from now on. */
   onSynced(): void;
+  /** A tracked container its agent no longer runs (handled like its exit event). */
+  onGone(c: GoneContainer): void;
+  /** @default VERIFY_EVERY_MS */
+  verifyEveryMs?: number;
 }
 
 export class FleetSync {
@@ -32,6 +50,8 @@ export class FleetSync {
   private readonly synced = new Set<string>();
   private readonly syncing = new Map<string, Promise<void>>();
   private readonly retryAt = new Map<string, number>();
+  private readonly verifyAt = new Map<string, number>();
+  private readonly verifying = new Set<string>();
 
   constructor(private readonly d: FleetSyncDeps) {}
 
@@ -55,6 +75,13 @@ export class FleetSync {
       ) {
         const p = this.d.track(this.adopt(a.agentId)).finally(() => this.syncing.delete(a.agentId));
         this.syncing.set(a.agentId, p);
+      } else if (
+        this.synced.has(a.agentId) &&
+        !this.verifying.has(a.agentId) &&
+        clock() >= (this.verifyAt.get(a.agentId) ?? 0)
+      ) {
+        this.verifying.add(a.agentId);
+        void this.d.track(this.verify(a.agentId)).finally(() => this.verifying.delete(a.agentId));
       }
     }
     for (const c of containers.all()) if (!fleet.get(c.agentId)) this.forgetAgent(c.agentId);
@@ -72,6 +99,7 @@ export class FleetSync {
 
   private forgetAgent(agentId: string): void {
     const had = this.synced.delete(agentId);
+    this.verifyAt.delete(agentId);
     const forgot = this.d.containers.forgetAgent(agentId);
     this.d.code.forgetAgent(agentId);
     if (had || forgot > 0) {
@@ -104,7 +132,46 @@ export class FleetSync {
     }
     this.synced.add(agentId);
     this.retryAt.delete(agentId);
+    this.verifyAt.set(agentId, clock() + (this.d.verifyEveryMs ?? VERIFY_EVERY_MS));
     if (found.length > 0) log.info({ agentId, containers: found.length }, "adopted managed containers");
     this.d.onSynced();
+  }
+
+  /**
+   * Lists the agent's managed containers again: each one the table holds as
+   * running or stopping since before the list was asked for, and the agent
+   * lacks or reports stopped, goes to onGone. Starting ones are the
+   * starter's; a failed list is tried at the next interval.
+   */
+  private async verify(agentId: string): Promise<void> {
+    const { containers, log, clock } = this.d;
+    const listedAt = clock();
+    try {
+      const found = await this.api(agentId).listContainers({ labels: { [RunnerLabels.managed]: "1" } });
+      if (!this.synced.has(agentId)) return;
+      const byId = new Map(found.map((s) => [s.id, s]));
+      for (const c of containers.all()) {
+        if (c.agentId !== agentId || c.state === "starting" || c.since > listedAt) continue;
+        const s = byId.get(c.id);
+        if (s && s.state !== "stopped") continue;
+        const reason = s ? (s.reason ?? "exited") : "vanished";
+        log.warn(
+          { containerId: c.id, agentId, stubId: c.stubId, reason },
+          s
+            ? `runner container ${c.id} stopped on agent ${agentId} with no exit event seen; handling its exit now`
+            : `runner container ${c.id} vanished from agent ${agentId}; forgetting it`,
+        );
+        this.d.onGone({
+          agentId,
+          containerId: c.id,
+          reason,
+          ...(s?.exitCode !== undefined ? { exitCode: s.exitCode } : {}),
+        });
+      }
+    } catch (err) {
+      log.debug({ err, agentId }, "cannot list containers to verify; trying at the next interval");
+    } finally {
+      this.verifyAt.set(agentId, clock() + (this.d.verifyEveryMs ?? VERIFY_EVERY_MS));
+    }
   }
 }

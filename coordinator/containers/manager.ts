@@ -74,6 +74,14 @@ export class ContainerManager implements ContainerCounts {
       onSynced: () => {
         if (!this.stopped) void this.reconcile();
       },
+      // As if its exit event had come: forgotten, removed there, its stub reconciled.
+      onGone: (g) =>
+        this.onContainerEvent({
+          type: "exit",
+          at: this.o.clock(),
+          labels: { [RunnerLabels.managed]: "1" },
+          ...g,
+        }),
     });
     this.starter = new ContainerStarter({
       o: this.o,
