@@ -2,9 +2,11 @@
 // the deployed bots it resolves, the websocket route and the model calls of
 // transitions (op model.chat of the agents' state relay).
 
-import type { Server } from "node:http";
+import { request as httpRequest, type Server } from "node:http";
+import { Server as HttpsServer, request as httpsRequest } from "node:https";
 import type { Logger } from "pino";
-import { describeError } from "../../shared/errors.ts";
+import { BerthError, describeError } from "../../shared/errors.ts";
+import { MAX_MODEL_CALL_MS } from "../../shared/objects.ts";
 import type { DeploymentService } from "../deployments/service.ts";
 import type { StateObjects } from "../objects/state.ts";
 import type { BotSessionRepo } from "../store/bot-sessions.ts";
@@ -45,8 +47,8 @@ export function createBots(d: BotsDeps) {
     engine,
     models,
     /** The websocket route on the app's server, and /v1 in process for the model calls. */
-    attach(app: { server: Server; inject: Inject }): void {
-      inject = (o) => app.inject(o);
+    attach(app: { server: Server }): void {
+      inject = selfPost(app.server);
       detach = attachBotUpgrades(app.server, { engine, bots: directory, tokens, log: d.log });
       // Firings a stopped coordinator left in flight: their tasks are followed again.
       engine
@@ -60,4 +62,44 @@ export function createBots(d: BotsDeps) {
       await models.close();
     },
   };
+}
+
+/**
+ * A POST to the server's own listening address over loopback (an address of
+ * every interface is reached on loopback). TLS: the peer is this process's
+ * own listener, so its certificate (made for the public name) is not checked.
+ */
+export function selfPost(server: Server): Inject {
+  return (o) =>
+    new Promise((resolve, reject) => {
+      const addr = server.address();
+      if (!addr || typeof addr !== "object")
+        return reject(new BerthError("unavailable", "the coordinator is not listening yet"));
+      const host = addr.address === "::" || addr.address === "0.0.0.0" ? "localhost" : addr.address;
+      const tls = server instanceof HttpsServer;
+      const req = (tls ? httpsRequest : httpRequest)(
+        {
+          hostname: host,
+          port: addr.port,
+          method: o.method,
+          path: o.url,
+          headers: { ...o.headers, "content-length": String(Buffer.byteLength(o.payload)) },
+          timeout: MAX_MODEL_CALL_MS,
+          ...(tls ? { rejectUnauthorized: false } : {}),
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () =>
+            resolve({ statusCode: res.statusCode ?? 502, body: Buffer.concat(chunks).toString("utf8") }),
+          );
+          res.on("error", reject);
+        },
+      );
+      req.on("timeout", () =>
+        req.destroy(new BerthError("unavailable", "the model did not answer in time")),
+      );
+      req.on("error", reject);
+      req.end(o.payload);
+    });
 }

@@ -1,9 +1,11 @@
 // A transition's `context.chat(...)` (docs/bots.md, "The model"): the
 // container asks over its agent's socket (op `model.chat`, relayed like
 // Queue and Map, so the workspace is the one the agent started it for), and
-// the coordinator sends the request through its own /v1 gateway, in process,
+// the coordinator sends the request to its own /v1 gateway over loopback,
 // with a token of that workspace. So a bot's model calls are routed, limited,
-// scaled from zero and metered (usage rows) exactly as any client's.
+// scaled from zero and metered (usage rows) exactly as any client's. (A real
+// connection, not Fastify's inject: the gateway's response path works on a
+// real socket.)
 //
 // The token is minted per workspace the first time a bot of it calls a model
 // and held only in this process's memory (the store keeps its hash, as for
@@ -12,7 +14,7 @@
 import { BerthError, isErrorCode } from "../../shared/errors.ts";
 import type { TokenRepo } from "../store/workspaces.ts";
 
-/** Fastify's inject, as much as this needs. */
+/** One POST to this coordinator's own server (`selfPost` in index.ts). */
 export type Inject = (o: {
   method: "POST";
   url: string;
