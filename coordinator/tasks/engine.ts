@@ -188,6 +188,57 @@ export class TaskEngine {
   }
 
   /**
+   * Takes in an event another coordinator applied and committed (the relay of
+   * coordinator/tasks/event-consumer.ts): this coordinator's live copy of the
+   * task and its watchers follow, nothing is written and nothing announced to
+   * workspace events or callbacks — the applying coordinator did both. An
+   * ended task leaves the index. False when the event changed nothing here.
+   */
+  observe(t: LiveTask, ev: TaskEvent): boolean {
+    // A task whose row this coordinator has not written is its own (a direct task): no one else applies its events.
+    if (this.unwritten.has(t.id)) return false;
+    const steps = stepsFor(t, ev, this.lostAttempts.get(t.id));
+    if (steps.length === 0) return false;
+    t.attempt = Math.max(t.attempt, ev.attempt);
+    t.agentId = ev.agentId;
+    const folded = ev.type !== "started" && typeof ev.startedAt === "number" && ev.startedAt <= ev.at;
+    for (const step of steps) {
+      const running = step.status === "RUNNING";
+      this.index.setStatus(
+        t,
+        step.status,
+        ev.containerId || null,
+        running && folded ? (ev.startedAt as number) : ev.at,
+      );
+      if (running && !t.startedAt)
+        t.startedAt = new Date(folded ? (ev.startedAt as number) : ev.at).toISOString();
+    }
+    if (ev.type === "retry" && ev.error) t.error = ev.error;
+    if (ev.type === "finished") {
+      t.result = ev.result ?? null;
+      t.resultJson = ev.resultJson ?? null;
+      t.error = ev.status === "COMPLETE" ? null : (ev.error ?? t.error);
+    }
+    t.updatedAt = new Date(ev.at).toISOString();
+    if (!isTerminal(t.status)) {
+      this.emit({ type: "status", taskId: t.id, status: t.status, attempt: t.attempt });
+      return true;
+    }
+    t.endedAt = t.updatedAt;
+    this.lostAttempts.delete(t.id);
+    this.index.remove(t.id);
+    this.emit({
+      type: "result",
+      taskId: t.id,
+      status: t.status,
+      result: t.result,
+      resultJson: t.resultJson,
+      error: t.error,
+    });
+    return true;
+  }
+
+  /**
    * Ends a task by the coordinator's own decision (cancel, expiry, a failed
    * publish, failPending). Returns false when the task has already ended.
    */

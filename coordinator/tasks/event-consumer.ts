@@ -1,7 +1,15 @@
 // What agents report about tasks: the durable BERTH_TASK_EVENTS consumer
 // (status changes, acked once written) and the core task output subjects.
+//
+// Several coordinators share the durable consumer, so each event reaches one
+// of them, which writes it. That one then relays the event on a core subject
+// (TASK_EVENTS_APPLIED_SUBJECT) once it is committed, and every other
+// coordinator applies it to its own live copy of the task (TaskEngine.observe):
+// a task's status, its event streams and waits are right on any coordinator,
+// whichever one the agent's event reached.
 
 import {
+  headers,
   AckPolicy,
   type ConsumerMessages,
   DeliverPolicy,
@@ -12,6 +20,7 @@ import {
 } from "nats";
 import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
+import { randomUUID } from "node:crypto";
 import {
   ALL_TASK_EVENTS,
   ALL_TASK_OUTPUT,
@@ -28,13 +37,20 @@ import { isTerminal } from "./transitions.ts";
 
 /** The durable consumer of BERTH_TASK_EVENTS that coordinators share. */
 export const TASK_EVENTS_CONSUMER = "berth-coordinator";
+/** Core NATS, coordinator → coordinators: a task event (or batch) that coordinator committed. Agents may not subscribe to it. */
+export const TASK_EVENTS_APPLIED_SUBJECT = "berth.cluster.task-events-applied";
+/** The relaying coordinator's id, so it skips its own relay. */
+const RELAY_FROM = "Berth-Coordinator";
 const ns = (ms: number) => ms * 1_000_000;
 
 export class TaskEventConsumer {
   private messages: ConsumerMessages | undefined;
   private loop: Promise<void> | undefined;
   private outputSub: Subscription | undefined;
+  private relaySub: Subscription | undefined;
   private readonly decoder = new TextDecoder();
+  /** This process among the coordinators (relay headers). */
+  private readonly self = randomUUID();
 
   constructor(
     private readonly nc: NatsConnection,
@@ -54,10 +70,19 @@ export class TaskEventConsumer {
     this.outputSub = this.nc.subscribe(ALL_TASK_OUTPUT, {
       callback: (_e, m) => this.onOutput(m.subject, m.data),
     });
+    this.relaySub = this.nc.subscribe(TASK_EVENTS_APPLIED_SUBJECT, {
+      callback: (_e, m) => {
+        if (m.headers?.get(RELAY_FROM) === this.self) return;
+        void this.onRelayed(m.data).catch((e) =>
+          this.log.warn({ err: describeError(e) }, "cannot apply a task event another coordinator relayed"),
+        );
+      },
+    });
   }
 
   async stop(): Promise<void> {
     this.outputSub?.unsubscribe();
+    this.relaySub?.unsubscribe();
     await this.messages?.close().catch(() => undefined);
     await this.loop;
   }
@@ -77,10 +102,12 @@ export class TaskEventConsumer {
       m.ack();
       return;
     }
-    // A batch is acknowledged once every event in it is committed.
+    // A batch is acknowledged once every event in it is committed, then relayed to the other coordinators.
     let left = events.length;
     const ackOne = () => {
-      if (--left === 0) m.ack();
+      if (--left > 0) return;
+      m.ack();
+      this.relay(m.data);
     };
     for (const ev of events) await this.applyOne(ev, ackOne);
   }
@@ -101,6 +128,43 @@ export class TaskEventConsumer {
       }
     }
     this.engine.applyEvent(t, ev, ack);
+  }
+
+  private relay(data: Uint8Array): void {
+    const h = headers();
+    h.set(RELAY_FROM, this.self);
+    try {
+      this.nc.publish(TASK_EVENTS_APPLIED_SUBJECT, data, { headers: h });
+    } catch (e) {
+      // The row is written; another coordinator's copy catches up at its next read of the row.
+      this.log.warn({ err: describeError(e) }, "cannot relay a task event to the other coordinators");
+    }
+  }
+
+  /**
+   * An event another coordinator committed: applied to this coordinator's live copy of the task,
+   * or to a copy loaded for a watcher here (a stream opened on this coordinator for a task it
+   * does not track). A task this coordinator neither tracks nor watches needs nothing.
+   */
+  private async onRelayed(data: Uint8Array): Promise<void> {
+    const body = JSON.parse(this.decoder.decode(data)) as TaskEvent | TaskEventBatch;
+    const events =
+      body && body.type === "batch" && Array.isArray(body.events) ? body.events : [body as TaskEvent];
+    for (const ev of events) {
+      if (!ev || typeof ev.taskId !== "string" || typeof ev.attempt !== "number") continue;
+      let t = this.engine.index.get(ev.taskId);
+      if (!t && this.engine.isWatched(ev.taskId)) {
+        const row = await this.tasks.get(ev.taskId).catch(() => undefined);
+        t = this.engine.index.get(ev.taskId);
+        if (!t && row) {
+          t = liveFromRecord(row);
+          // The row is already past this event when it is ended: the watcher reads the row itself.
+          if (isTerminal(row.status)) continue;
+          this.engine.index.add(t, true);
+        }
+      }
+      if (t) this.engine.observe(t, ev);
+    }
   }
 
   private onOutput(subject: string, data: Uint8Array): void {

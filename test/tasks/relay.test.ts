@@ -1,0 +1,117 @@
+// Several coordinators (issue 18, requirement 1): each agent event reaches one
+// of them through the shared durable consumer; the relay makes every other
+// coordinator's live copy and watchers follow (coordinator/tasks/event-consumer.ts).
+
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import type { TaskService, TaskUpdate } from "../../coordinator/tasks/service.ts";
+import { waitFor } from "../../shared/net.ts";
+import { startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
+
+describe("task events across coordinators (real NATS, one SQLite store)", () => {
+  let h: TaskHarness;
+  let a: TaskService;
+  let b: TaskService;
+  let stubId: string;
+  const cleanups: (() => unknown)[] = [];
+
+  before(async () => {
+    h = await startTaskHarness({ after: (fn) => cleanups.push(fn) });
+    a = h.tasks;
+    b = h.newService();
+    await b.start();
+    cleanups.unshift(() => b.stop());
+    stubId = (
+      await a.upsertStub(h.ws.id, {
+        name: "relay",
+        type: "function",
+        config: stubConfig(),
+        extra: stubExtra(),
+      })
+    ).stub.id;
+  });
+  after(async () => {
+    for (const fn of cleanups) await fn();
+  });
+
+  test("every event reaches the watchers and the live copy on both coordinators, whichever consumed it", async () => {
+    const n = 30;
+    const ids = await a.submit(
+      h.ws.id,
+      stubId,
+      Array.from({ length: n }, (_, i) => Buffer.from(`in-${i}`)),
+    );
+    // Each event is consumed by one coordinator: for every task, one of the two watchers hears
+    // it only through the relay, so without it this fails whatever the consumers' split.
+    const heard = { a: new Map<string, TaskUpdate[]>(), b: new Map<string, TaskUpdate[]>() };
+    const listen = (side: "a" | "b") => (u: TaskUpdate) => {
+      if (u.type === "output") return;
+      heard[side].set(u.taskId, [...(heard[side].get(u.taskId) ?? []), u]);
+    };
+    const unwatchA = a.watch(ids, listen("a"));
+    const unwatchB = b.watch(ids, listen("b"));
+    try {
+      for (const [i, id] of ids.entries()) {
+        await h.event({ type: "started", taskId: id, stubId, attempt: 1 });
+        await h.event({
+          type: "finished",
+          taskId: id,
+          stubId,
+          attempt: 1,
+          status: "COMPLETE",
+          result: Buffer.from(`out-${i}`).toString("base64"),
+          resultJson: JSON.stringify(i * i),
+        });
+      }
+      const ended = (side: "a" | "b") =>
+        ids.filter((id) => heard[side].get(id)?.some((u) => u.type === "result"));
+      await waitFor(() => ended("a").length === n && ended("b").length === n, {
+        timeoutMs: 15_000,
+        what: `results on both coordinators (a ${ended("a").length}/${n}, b ${ended("b").length}/${n})`,
+      });
+      for (const side of ["a", "b"] as const) {
+        for (const [i, id] of ids.entries()) {
+          const results = (heard[side].get(id) ?? []).filter((u) => u.type === "result");
+          assert.equal(results.length, 1, `${side}: one result for ${id}`);
+          const r = results[0] as Extract<TaskUpdate, { type: "result" }>;
+          assert.equal(r.status, "COMPLETE");
+          assert.equal(r.resultJson, JSON.stringify(i * i), `${side}: the result of ${id}`);
+        }
+      }
+    } finally {
+      unwatchA();
+      unwatchB();
+    }
+    // The submitting coordinator's own copy is not stale: both answer COMPLETE with the result.
+    for (const svc of [a, b]) {
+      for (const [i, id] of ids.entries()) {
+        const t = await svc.getTask(h.ws.id, id);
+        assert.equal(t.status, "COMPLETE");
+        assert.equal(t.resultJson, JSON.stringify(i * i));
+      }
+    }
+    // Neither keeps an ended task as waiting or running work.
+    assert.equal(a.pendingTasks(h.ws.id), 0);
+    assert.equal(b.pendingTasks(h.ws.id), 0);
+  });
+
+  test("a task another coordinator is running shows RUNNING on the one that queued it", async () => {
+    const [id] = await a.submit(h.ws.id, stubId, [Buffer.from("x")]);
+    await h.event({ type: "started", taskId: id as string, stubId, attempt: 1 });
+    await waitFor(async () => (await a.getTask(h.ws.id, id as string)).status === "RUNNING", {
+      timeoutMs: 10_000,
+      what: "RUNNING on the coordinator that queued it",
+    });
+    await h.event({
+      type: "finished",
+      taskId: id as string,
+      stubId,
+      attempt: 1,
+      status: "COMPLETE",
+    } as never);
+    await waitFor(async () => (await a.getTask(h.ws.id, id as string)).status === "COMPLETE", {
+      timeoutMs: 10_000,
+      what: "COMPLETE on the coordinator that queued it",
+    });
+  });
+});
