@@ -34,7 +34,8 @@ import { type PrometheusRouteDeps, prometheusRoutes } from "./routes/prometheus.
 import { registerOpenApi } from "./openapi.ts";
 import { appRoutes } from "./routes/apps.ts";
 import { containerRoutes } from "./routes/containers.ts";
-import { notYetRoutes } from "./routes/later.ts";
+import { stackRoutes } from "./routes/stacks.ts";
+import type { StackService } from "../stacks/service.ts";
 import { taskRoutes } from "./routes/tasks.ts";
 import type { CostRates } from "../tasks/cost.ts";
 import type { ManagedContainerInfo } from "../containers/types.ts";
@@ -57,6 +58,10 @@ import { gatewayTaskRoutes } from "./routes/gateway-tasks.ts";
 import { healthRoutes } from "./routes/health.ts";
 import { type DashboardOptions, dashboardRoutes } from "../dashboard/routes.ts";
 import { secretRoutes } from "./routes/secrets.ts";
+import { databaseRoutes } from "./routes/databases.ts";
+import type { DatabaseService } from "../databases/index.ts";
+import { botRoutes } from "./routes/bots.ts";
+import type { BotEngine } from "../bots/engine.ts";
 import { imageRoutes } from "./routes/images.ts";
 import type { ImageBuilds } from "../images/index.ts";
 import { gatewayStateRoutes, stateRoutes } from "./routes/state.ts";
@@ -82,8 +87,14 @@ export interface HttpDeps {
   objects?: Objects;
   /** Workspace secrets: the secret routes exist when given. */
   secrets?: Secrets;
+  /** Managed databases (docs/databases.md): the database routes exist when given. */
+  databases?: DatabaseService;
   /** Image builds: the image routes exist when given. */
   images?: ImageBuilds;
+  /** Bot sessions (docs/bots.md): the bot session routes exist when given. */
+  bots?: BotEngine;
+  /** Stacks (docs/stacks.md): the stack routes exist when given. */
+  stacks?: StackService;
   /** Deployments (with tasks): the deployment, deploy and task-queue routes exist when given. */
   deployments?: DeploymentService;
   /** Live containers per stub (deployment details, log streams). */
@@ -221,8 +232,9 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     await app.register(taskQueueRoutes({ tokens, deployments: deps.deployments, tasks: deps.tasks }));
 
   // The token-authenticated API (/api/v1/..., /v2/task): one token hook for all of it (coordinator/http/scopes.ts).
-  const api: FastifyPluginAsync[] = [notYetRoutes(), workspaceRoutes(deps.store), fleetRoutes(deps.store, deps.fleet, deps.revoker)];
+  const api: FastifyPluginAsync[] = [workspaceRoutes(deps.store), fleetRoutes(deps.store, deps.fleet, deps.revoker)];
   if (deps.secrets) api.push(secretRoutes(deps.secrets));
+  if (deps.databases) api.push(databaseRoutes(deps.databases));
   if (deps.images) api.push(imageRoutes(deps.images));
   const pythons = deps.agents ? new ContainerPythonVersions(deps.agents) : undefined;
   const pythonOf = pythons ? (agentId: string, id: string) => pythons.of(agentId, id) : undefined;
@@ -257,6 +269,8 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
       }),
     );
   }
+  if (deps.stacks) api.push(stackRoutes(deps.stacks));
+  if (deps.bots) api.push(botRoutes(deps.bots));
   if (deps.events) api.push(eventRoutes({ events: deps.events }));
   if (deps.webhooks) api.push(webhookRoutes(deps.webhooks));
   if (deps.limits)

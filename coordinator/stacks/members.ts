@@ -53,8 +53,15 @@ export interface MemberKind {
   readonly order: number;
   /** Refuses a bad member with a message naming the field (throws invalid). */
   check(spec: MemberSpec): void;
-  /** Deploys the member's new version; the object it made. */
-  apply(workspaceId: string, spec: MemberSpec): Promise<{ ref: string; version: number | null }>;
+  /**
+   * Deploys the member's new version (`previous`: as the live version asked it); the object it
+   * made, or (`existed`) the one already there that it uses, which rollback leaves in place.
+   */
+  apply(
+    workspaceId: string,
+    spec: MemberSpec,
+    previous?: MemberSpec,
+  ): Promise<{ ref: string; version: number | null; existed?: boolean }>;
   /** Whether the member's new version is ready, failed (why), or not yet known. */
   readiness(workspaceId: string, o: MemberOutcome): Promise<Readiness>;
   /** After the attempt ended, either way: gives back what apply held for the readiness check. */

@@ -131,7 +131,15 @@ export class StackService {
       version: attempt.version,
     });
     log.info({ members: outcomes.map((o) => `${o.kind}:${o.name}:${o.action}`) }, "stacks: applying");
-    const failure = await this.deployAndWait(workspaceId, stack, attempt.version, spec, outcomes, deadline);
+    const failure = await this.deployAndWait(
+      workspaceId,
+      stack,
+      attempt.version,
+      spec,
+      previous,
+      outcomes,
+      deadline,
+    );
     const deployed = outcomes.filter((o) => o.action === "deploy" && o.ref);
     await Promise.all(
       deployed.map((o) =>
@@ -187,21 +195,26 @@ export class StackService {
     stack: StackRecord,
     version: number,
     spec: StackSpec,
+    previous: StackVersion | undefined,
     outcomes: MemberOutcome[],
     deadline: number,
   ): Promise<{ member: string; reason: string } | undefined> {
     const specOf = new Map(spec.members.map((m) => [`${m.kind}\u0000${m.name}`, m]));
+    const previousOf = new Map((previous?.spec.members ?? []).map((m) => [`${m.kind}\u0000${m.name}`, m]));
     const order = outcomes
       .filter((o) => o.action === "deploy")
       .sort((a, b) => this.kind(a).order - this.kind(b).order);
     for (const o of order) {
       try {
+        const key = `${o.kind}\u0000${o.name}`;
         const made = await this.kind(o).apply(
           workspaceId,
-          specOf.get(`${o.kind}\u0000${o.name}`) as MemberSpec,
+          specOf.get(key) as MemberSpec,
+          previousOf.get(key),
         );
         o.ref = made.ref;
         o.version = made.version;
+        if (made.existed) o.previous ??= { ref: made.ref, version: made.version };
         o.state = "pending";
       } catch (e) {
         o.state = "failed";

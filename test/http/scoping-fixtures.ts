@@ -33,10 +33,17 @@ import type { TaskHarness } from "../tasks/harness.ts";
 import { bearer } from "../helpers/auth.ts";
 import { StackService } from "../../coordinator/stacks/service.ts";
 import { DeploymentMembers } from "../../coordinator/stacks/deployment-member.ts";
+import { DatabaseService } from "../../coordinator/databases/index.ts";
+import { SecretService } from "../../coordinator/secrets/index.ts";
+import { VolumeFiles } from "../../coordinator/volumes/volume-files.ts";
+import { tempDir } from "../helpers/env.ts";
+import { randomKey } from "../secrets/helpers.ts";
 
 export interface ScopingFixture {
   x: HttpHarness;
   sandboxes: SandboxService;
+  /** A's database (a record marked running; no pod runs it here). */
+  databaseName: string;
   /** A's sandbox (running, process 1 in it) and A's pod (authorized, port 9000 exposed). */
   sandboxId: string;
   podId: string;
@@ -165,6 +172,16 @@ export async function startScopingFixture(
         },
         sandboxes,
         ports,
+        // Managed databases over the same pods; B's calls must never reach one of A's.
+        databases: new DatabaseService({
+          repo: h.store.databases,
+          stubs: h.store.stubs,
+          pods: sandboxes,
+          secrets: new SecretService({ db: h.store.db, key: randomKey() }),
+          image: async () => "registry.test/berth/databases:1",
+          volumes: new VolumeFiles(tempDir(later)),
+          log,
+        }),
         stacks: new StackService({
           repo: h.store.stacks,
           kinds: [
@@ -174,6 +191,8 @@ export async function startScopingFixture(
                 containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
                 startError: () => undefined,
               },
+              // No container runs here: nothing answers.
+              probe: async () => undefined,
             }),
           ],
           log,
@@ -214,6 +233,21 @@ export async function startScopingFixture(
     entrypoint: ["canary-server"],
   });
 
+  const databaseName = "canary-db";
+  const db = await h.store.databases.insert({
+    id: "db-canary",
+    workspaceId: a,
+    name: databaseName,
+    engine: "postgres",
+    stubId: "stub-canary-db",
+    volume: "db-canary-db",
+    secretName: "DB_CANARY_DB_URL",
+    localPort: 15432,
+    createdAt: new Date().toISOString(),
+  });
+  if (!db) throw new Error("the canary database exists already");
+  await h.store.databases.setState(db.id, { status: "running", podId: null, agentId: null }, db.createdAt);
+
   const logLine = "canary log line of workspace A";
   const batch: ContainerLogBatch = {
     agentId: agent.agentId,
@@ -247,6 +281,7 @@ export async function startScopingFixture(
     x,
     sandboxes,
     sandboxId: sandbox.sandboxId,
+    databaseName,
     podId: pod.sandboxId,
     podPort,
     podAnswer,
