@@ -19,6 +19,7 @@ import type { InferenceLimiter, InferenceLimits } from "./limiter.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import type { ModelDirectory } from "./models.ts";
 import { type Exchange, forwardModel } from "./upstream.ts";
+import type { UsageWriter } from "./usage-writer.ts";
 
 export type InferenceRoute = "chat.completions" | "completions" | "embeddings" | "invoke";
 
@@ -34,7 +35,8 @@ const QUEUE_FULL_RETRY_S = 1;
 export interface InferenceDeps {
   endpoints: EndpointDispatcher;
   models: ModelDirectory;
-  usage: { recordUsage(r: UsageRecord): Promise<unknown> };
+  /** Where finished requests' rows go (batched to the store). */
+  usage: Pick<UsageWriter, "add" | "close">;
   limits(workspaceId: string): Promise<InferenceLimits>;
   limiter: InferenceLimiter;
   metrics?: InferenceMetrics;
@@ -59,6 +61,11 @@ export class InferenceGateway {
 
   constructor(readonly d: InferenceDeps) {
     this.clock = d.clock ?? Date.now;
+  }
+
+  /** The coordinator stops: the queued usage rows are written. */
+  close(): Promise<void> {
+    return this.d.usage.close();
   }
 
   /** The caller's principal; unauthenticated (401) without a valid token. */
@@ -245,11 +252,8 @@ export class InferenceGateway {
       durationMs: end - o.t0,
       atMs: o.t0,
     };
-    this.d.usage
-      .recordUsage(rec)
-      .catch((e) =>
-        this.d.log.error({ err: e, workspaceId: ws, model: rec.model }, "inference: cannot record usage"),
-      );
+    // Queued: written with others off the request's path (./usage-writer.ts).
+    this.d.usage.add(rec);
   }
 }
 

@@ -10,6 +10,7 @@ import { InferenceGateway } from "./gateway.ts";
 import { InferenceLimiter, type InferenceLimits } from "./limiter.ts";
 import { InferenceMetrics } from "./metrics.ts";
 import { ModelDirectory } from "./models.ts";
+import { UsageWriter } from "./usage-writer.ts";
 
 export { InferenceGateway } from "./gateway.ts";
 export { inferenceRoutes, serveInferenceRequest } from "./routes.ts";
@@ -27,6 +28,9 @@ export interface InferenceWiring {
 }
 
 export function createInference(w: InferenceWiring): InferenceGateway {
+  // Usage rows are written in batches off the request's path; the usage API's reads write them first.
+  const usage = new UsageWriter(w.repo, w.log);
+  w.repo.readsWriteFirst(usage);
   const models = new ModelDirectory({
     activeDeployments: () => w.deployments.activeDeployments(),
     catalog: () => w.repo.catalog(),
@@ -34,7 +38,7 @@ export function createInference(w: InferenceWiring): InferenceGateway {
   return new InferenceGateway({
     endpoints: w.endpoints,
     models,
-    usage: w.repo,
+    usage,
     limits: w.limits,
     limiter: new InferenceLimiter(),
     ...(w.registry ? { metrics: new InferenceMetrics(w.registry) } : {}),

@@ -56,6 +56,8 @@ export function serveInferenceRequest(
 
 export function inferenceRoutes(gateway: InferenceGateway): FastifyPluginAsync {
   return async (app) => {
+    // The HTTP server has stopped taking requests: the queued usage rows go to the store before it closes.
+    app.addHook("onClose", () => gateway.close());
     app.removeAllContentTypeParsers();
     app.addContentTypeParser("*", (_req, _payload, done) => done(null, undefined));
     app.setErrorHandler((err, req, reply) => {

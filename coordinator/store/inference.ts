@@ -55,35 +55,68 @@ export interface CatalogEntryRow {
   publishedAt: string;
 }
 
+/** 16 parameters a row: 500 rows stay under SQLite's (32,766) and PostgreSQL's (65,535) limits. */
+export const USAGE_ROWS_PER_INSERT = 500;
+
+const usageValues = (id: string, r: UsageRecord) => ({
+  id,
+  workspace_id: r.workspaceId,
+  token_id: r.tokenId,
+  model: r.model,
+  route: r.route,
+  deployment_id: r.deploymentId,
+  task_id: r.taskId,
+  stream: r.stream ? 1 : 0,
+  status: r.status,
+  error_code: r.errorCode,
+  prompt_tokens: r.promptTokens,
+  completion_tokens: r.completionTokens,
+  total_tokens: r.totalTokens,
+  ttft_ms: r.ttftMs === null ? null : Math.round(r.ttftMs),
+  duration_ms: Math.round(r.durationMs),
+  at_ms: r.atMs,
+});
+
 const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 
 export class InferenceRepo {
+  /** Rows queued to be written (the gateway's UsageWriter); reads write them first. */
+  private queued: { flush(): Promise<void> } | undefined;
+
   constructor(private readonly db: Kysely<Database>) {}
 
+  /**
+   * Usage rows of this coordinator's gateway wait in `queue` to be written
+   * together: usage() and totals() write them first, so a read shows every
+   * request that has ended. A failed write is left to the queue's own retry.
+   */
+  readsWriteFirst(queue: { flush(): Promise<void> }): void {
+    this.queued = queue;
+  }
+
+  private async writeQueued(): Promise<void> {
+    await this.queued?.flush().catch(() => {});
+  }
+
   async recordUsage(r: UsageRecord): Promise<string> {
-    const id = `inf-${randomUUID().replace(/-/g, "")}`;
+    const [id] = await this.recordUsageRows([r]);
+    return id as string;
+  }
+
+  /**
+   * Up to USAGE_ROWS_PER_INSERT rows in one statement (all or none): the
+   * gateway's batched writer (coordinator/inference/usage-writer.ts).
+   */
+  async recordUsageRows(rows: readonly UsageRecord[]): Promise<string[]> {
+    if (rows.length > USAGE_ROWS_PER_INSERT)
+      throw new RangeError(`at most ${USAGE_ROWS_PER_INSERT} usage rows a statement, got ${rows.length}`);
+    const ids = rows.map(() => `inf-${randomUUID().replace(/-/g, "")}`);
+    if (rows.length === 0) return ids;
     await this.db
       .insertInto("inference_usage")
-      .values({
-        id,
-        workspace_id: r.workspaceId,
-        token_id: r.tokenId,
-        model: r.model,
-        route: r.route,
-        deployment_id: r.deploymentId,
-        task_id: r.taskId,
-        stream: r.stream ? 1 : 0,
-        status: r.status,
-        error_code: r.errorCode,
-        prompt_tokens: r.promptTokens,
-        completion_tokens: r.completionTokens,
-        total_tokens: r.totalTokens,
-        ttft_ms: r.ttftMs === null ? null : Math.round(r.ttftMs),
-        duration_ms: Math.round(r.durationMs),
-        at_ms: r.atMs,
-      })
+      .values(rows.map((r, i) => usageValues(ids[i] as string, r)))
       .execute();
-    return id;
+    return ids;
   }
 
   private filtered(workspaceId: string, q: Omit<UsageQuery, "limit">) {
@@ -95,6 +128,7 @@ export class InferenceRepo {
   }
 
   async usage(workspaceId: string, q: UsageQuery): Promise<UsageRow[]> {
+    await this.writeQueued();
     const rows = await this.filtered(workspaceId, q)
       .selectAll()
       .orderBy("at_ms", "desc")
@@ -122,6 +156,7 @@ export class InferenceRepo {
   }
 
   async totals(workspaceId: string, q: Omit<UsageQuery, "limit">): Promise<UsageTotals> {
+    await this.writeQueued();
     const r = await this.filtered(workspaceId, q)
       .select((eb) => [
         eb.fn.countAll().as("requests"),

@@ -4,8 +4,10 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import type { UsageRecord } from "../../coordinator/store/inference.ts";
+import pino from "pino";
+import { type UsageRecord, USAGE_ROWS_PER_INSERT } from "../../coordinator/store/inference.ts";
 import { Store } from "../../coordinator/store/store.ts";
+import { UsageWriter } from "../../coordinator/inference/usage-writer.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 
 const row = (o: Partial<UsageRecord>): UsageRecord => ({
@@ -105,6 +107,42 @@ for (const engine of STORE_ENGINES) {
         totalTokens: 0,
       });
       assert.equal((await repo.usage("ws-a", { limit: 1 })).length, 1);
+    });
+
+    test("usage rows in one statement: all of them, each its own id; over the statement's size refused", async () => {
+      const repo = store.inference;
+      const ws = "ws-batch";
+      const ids = await repo.recordUsageRows(
+        [1, 2, 3].map((i) => row({ workspaceId: ws, atMs: 1_800_000_100_000 + i, completionTokens: i })),
+      );
+      assert.equal(new Set(ids).size, 3);
+      assert.deepEqual(
+        (await repo.usage(ws, { limit: 10 })).map((r) => [r.id, r.completionTokens]),
+        [
+          [ids[2], 3],
+          [ids[1], 2],
+          [ids[0], 1],
+        ],
+      );
+      const tooMany = Array.from({ length: USAGE_ROWS_PER_INSERT + 1 }, () => row({ workspaceId: ws }));
+      await assert.rejects(repo.recordUsageRows(tooMany), /at most 500 usage rows/);
+      assert.equal((await repo.totals(ws, {})).requests, 3, "nothing of a refused batch is written");
+      assert.deepEqual(await repo.recordUsageRows([]), []);
+    });
+
+    test("rows the gateway's writer still holds are written before a read, so the read shows them", async () => {
+      const repo = store.inference;
+      const ws = "ws-queued";
+      const writer = new UsageWriter(repo, pino({ level: "silent" }), { flushMs: 60_000 });
+      repo.readsWriteFirst(writer);
+      writer.add(row({ workspaceId: ws, completionTokens: 1 }));
+      writer.add(row({ workspaceId: ws, completionTokens: 2 }));
+      assert.equal(writer.queued, 2);
+      assert.equal((await repo.totals(ws, {})).completionTokens, 3);
+      assert.equal(writer.queued, 0);
+      writer.add(row({ workspaceId: ws, completionTokens: 4 }));
+      assert.equal((await repo.usage(ws, { limit: 10 })).length, 3);
+      await writer.close();
     });
 
     test("the catalog: publish is idempotent, unpublish says whether it removed one", async () => {
