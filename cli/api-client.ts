@@ -27,8 +27,9 @@ export class ApiClient {
     return new ApiClient(c.url, c.token);
   }
 
-  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
-    return this.json<T>(await this.send(method, path, body !== undefined ? { body } : {}));
+  /** timeoutMs: how long to wait for the answer (0: no limit). @default 30000 */
+  async request<T>(method: string, path: string, body?: unknown, o: { timeoutMs?: number } = {}): Promise<T> {
+    return this.json<T>(await this.send(method, path, { ...(body !== undefined ? { body } : {}), ...o }));
   }
 
   /**
