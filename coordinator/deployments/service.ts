@@ -205,6 +205,10 @@ export class DeploymentService {
   async deploy(workspaceId: string, input: DeployInput): Promise<DeploymentRecord> {
     const { name, kind, config, extra } = input;
     checkDeployment(input);
+    // A bot's transitions run as tasks of function stubs of this workspace (berth deploy makes them first).
+    for (const t of kind === "bot" ? (extra.bot?.transitions ?? []) : [])
+      if ((await this.tasks.getStub(workspaceId, t.stub_id).catch(() => undefined))?.type !== "function")
+        throw invalid(`transition ${t.name}: ${t.stub_id} is not a function stub of this workspace`);
     const at = new Date(this.clock()).toISOString();
     if (input.serve) {
       const { stub } = await this.upsertStub(workspaceId, { name, type: `${kind}/serve`, config, extra });

@@ -15,6 +15,7 @@ import { TASKS_STREAM, TaskHeaders } from "../../shared/tasks.ts";
 import pino from "pino";
 import { startTaskHarness, type TaskHarness } from "../tasks/harness.ts";
 import { deployInput, deploymentService } from "./helpers.ts";
+import { stubConfig, stubExtra } from "../tasks/harness.ts";
 
 describe("deployment service", () => {
   let h: TaskHarness;
@@ -68,6 +69,53 @@ describe("deployment service", () => {
     // Nothing was left behind: the failed deploy's version is free again.
     assert.deepEqual(await svc.list(ws, { name: "code" }), []);
     assert.equal((await svc.deploy(ws, deployInput("code", "endpoint"))).version, 1);
+  });
+
+  test("a bot: its definition and its transitions' function stubs are checked; its URL is /bot/{name}/v{N}", async () => {
+    const ws = h.ws.id;
+    const fn = (
+      await h.tasks.upsertStub(ws, {
+        name: "helper.answer",
+        type: "function",
+        config: stubConfig(),
+        extra: stubExtra(),
+      })
+    ).stub;
+    const def = (
+      stubId: string,
+      locations = [
+        { marker: "Question", expose: true },
+        { marker: "Answer", expose: true },
+      ],
+    ) => ({
+      model: "tiny",
+      description: null,
+      locations,
+      transitions: [
+        { name: "answer", inputs: { Question: 1 }, outputs: ["Answer"], description: null, stub_id: stubId },
+      ],
+    });
+    const d = await svc.deploy(ws, deployInput("helper", "bot", { extra: { bot: def(fn.id) } }));
+    assert.equal(d.kind, "bot");
+    assert.equal(svc.urlOf(d), "http://coordinator.test:7070/bot/helper/v1");
+    await assert.rejects(svc.deploy(ws, deployInput("nobot", "bot")), {
+      code: "invalid_request",
+      message: /needs extra.bot/,
+    });
+    await assert.rejects(
+      svc.deploy(
+        ws,
+        deployInput("b", "bot", { extra: { bot: def(fn.id, [{ marker: "Question", expose: true }]) } }),
+      ),
+      {
+        code: "invalid_request",
+        message: "transition answer names the marker type Answer, which has no location in the bot",
+      },
+    );
+    await assert.rejects(svc.deploy(ws, deployInput("b", "bot", { extra: { bot: def("stub-elsewhere") } })), {
+      code: "invalid_request",
+      message: "transition answer: stub-elsewhere is not a function stub of this workspace",
+    });
   });
 
   test("each deploy is a new version with its own stub {name}/v{N} of type {kind}/deployment", async () => {
