@@ -14,7 +14,7 @@ export function reportDescribeFailure(e: DescribeFailed, out: NodeJS.WritableStr
 export function deployCommand(program: Command): void {
   program
     .command("deploy")
-    .description("deploy an @endpoint, @asgi, @realtime, @task_queue, @schedule, @function or a berth.Pod; prints its URL")
+    .description("deploy an @endpoint, @asgi, @realtime, @task_queue, @schedule, @function, a berth.Pod or a berth.Bot; prints its URL")
     .argument("<target>", "FILE.py:OBJECT, e.g. app.py:predict")
     .option("--name <name>", "deployment name (default: the decorator's name, else the function's)")
     .action(async (target: string, o: { name?: string }) => {
