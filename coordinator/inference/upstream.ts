@@ -120,8 +120,28 @@ export function forwardModel(f: ModelRequest): Promise<TryResult> {
           res.once("drain", () => ur.resume());
         }
       };
-      ur.on("data", (c: Buffer) => write(tap.chunk(c)));
+      // The chunks one socket read brings are written together, in the same tick (res.write
+      // would itself hold them corked until then): one framed write instead of one per chunk.
+      const batch: Buffer[] = [];
+      let flushQueued = false;
+      const flush = () => {
+        flushQueued = false;
+        if (batch.length === 0) return;
+        const b = batch.length === 1 ? (batch[0] as Buffer) : Buffer.concat(batch);
+        batch.length = 0;
+        write(b);
+      };
+      ur.on("data", (c: Buffer) => {
+        const b = tap.chunk(c);
+        if (b.length === 0) return;
+        batch.push(b);
+        if (!flushQueued) {
+          flushQueued = true;
+          process.nextTick(flush);
+        }
+      });
       ur.on("end", () => {
+        flush();
         write(tap.end());
         res.end();
         const usage = tap.usage();

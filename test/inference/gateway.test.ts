@@ -82,6 +82,8 @@ class ModelServer {
         `data: ${JSON.stringify({ choices: [{ delta: { content: `w${i}` } }], ...(withUsage ? { usage: null } : {}) })}\n\n`,
       );
       if (body.slow) await new Promise((r) => setTimeout(r, 20));
+      // The next event only once the test has seen this one at the client (release()).
+      if (body.lockstep) await new Promise<void>((r) => this.held.push(r));
     }
     if (gone) return;
     if (withUsage) res.write(`data: ${JSON.stringify({ choices: [], usage })}\n\n`);
@@ -204,6 +206,38 @@ describe("the /v1 gateway", () => {
       max_tokens: 2,
     });
     assert.match(await asked.text(), /"choices":\[\],"usage":\{"prompt_tokens":5/);
+  });
+
+  test("no buffering: each event reaches the client before the server writes the next one", {
+    timeout: 60_000,
+  }, async () => {
+    const { servers } = await deployModel("lockstep", 1);
+    const server = servers[0] as ModelServer;
+    const r = await post("/v1/chat/completions", {
+      model: "lockstep",
+      stream: true,
+      max_tokens: 3,
+      lockstep: true,
+      messages: [],
+    });
+    assert.equal(r.status, 200);
+    const reader = (r.body as ReadableStream<Uint8Array>).getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    for (let i = 0; i < 3; i++) {
+      // A gateway that held an event for more would leave this read waiting (the server waits too).
+      while (!text.includes(`"w${i}"`)) {
+        const { value, done } = await reader.read();
+        assert.ok(!done, `the stream ended before event ${i}`);
+        text += decoder.decode(value, { stream: true });
+      }
+      assert.ok(!text.includes(`"w${i + 1}"`), "the server has not written the next event yet");
+      server.release();
+    }
+    for (let c = await reader.read(); !c.done; c = await reader.read())
+      text += decoder.decode(c.value, { stream: true });
+    assert.match(text, /data: \[DONE\]\n\n$/);
+    assert.doesNotMatch(text, /"choices":\[\]/, "the usage chunk the gateway asked for is stripped");
   });
 
   test("GET /v1/models lists the workspace's models; a model id with a slash is retrieved whole", async () => {

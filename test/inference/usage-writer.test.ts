@@ -64,7 +64,10 @@ describe("the gateway's usage writer", () => {
       sink.calls.map((c) => c.length),
       [USAGE_ROWS_PER_INSERT, 2],
     );
-    assert.deepEqual(sink.written, Array.from({ length: USAGE_ROWS_PER_INSERT + 2 }, (_, i) => i + 1));
+    assert.deepEqual(
+      sink.written,
+      Array.from({ length: USAGE_ROWS_PER_INSERT + 2 }, (_, i) => i + 1),
+    );
     await w.close();
   });
 
@@ -112,7 +115,10 @@ describe("the gateway's usage writer", () => {
     const second = w.flush();
     release();
     await Promise.all([first, second]);
-    assert.deepEqual(sink.calls.map((c) => c.map((r) => r.completionTokens)), [[1], [2]]);
+    assert.deepEqual(
+      sink.calls.map((c) => c.map((r) => r.completionTokens)),
+      [[1], [2]],
+    );
     await w.close();
   });
 
