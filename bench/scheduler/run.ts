@@ -8,6 +8,7 @@
 //          [--placements 100000] [--rounds 3] [--seed 1]
 
 import { spawnSync } from "node:child_process";
+import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
@@ -183,6 +184,8 @@ interface RunResult {
   /** Latency of single reserve() calls (µs), every 100th call. */
   latencyUs: number[];
   liveAtEnd: number;
+  /** The machine's 1-minute load average before and after the timed loop (other work on a shared machine shows here). */
+  load: [number, number];
 }
 
 interface Setup {
@@ -220,6 +223,7 @@ function run(agents: number, fill: Req[], stream: Req[]): RunResult & { state: S
   let refused = 0;
   const latencyUs: number[] = [];
   let hb = 0;
+  const load0 = loadavg()[0] ?? Number.NaN;
   const t1 = performance.now();
   const c1 = process.cpuUsage();
   for (let i = 0; i < stream.length; i++) {
@@ -247,6 +251,7 @@ function run(agents: number, fill: Req[], stream: Req[]): RunResult & { state: S
     perCpuSecond: (stream.length - refused) / cpuSeconds,
     latencyUs,
     liveAtEnd: live.length,
+    load: [load0, loadavg()[0] ?? Number.NaN],
     state,
   };
 }
@@ -296,7 +301,7 @@ for (let round = 0; round < ROUNDS; round++) {
     const { state, ...result } = r;
     results.push({ round, fleet: agents === AGENTS ? "large" : "reference", result });
     console.log(
-      `round ${round + 1}: ${agents} agents: ${Math.round(r.perSecond)} placements/s wall, ${Math.round(r.perCpuSecond)} per CPU second (${r.placements} placed, ${r.refused} refused, fill ${r.fill.placements} in ${r.fill.seconds.toFixed(2)} s)`,
+      `round ${round + 1}: ${agents} agents: ${Math.round(r.perSecond)} placements/s wall, ${Math.round(r.perCpuSecond)} per CPU second (${r.placements} placed, ${r.refused} refused, fill ${r.fill.placements} in ${r.fill.seconds.toFixed(2)} s, load ${r.load.map((l) => l.toFixed(1)).join(" -> ")})`,
     );
     if (agents === AGENTS && FULL_SCAN > 0) {
       const s = fullScan(state, stream, FULL_SCAN, agents);
@@ -324,8 +329,8 @@ const table = formatTable(
   [
     "fleet",
     "agents",
-    "placements/s, wall (median)",
-    "placements per CPU second (median)",
+    "placements/s, wall (min / median)",
+    "placements per CPU second (min / median)",
     "vs reference (CPU)",
     "reserve() p50 µs",
     "reserve() p95 µs",
@@ -334,8 +339,8 @@ const table = formatTable(
     ...rows.map((r) => [
       r.fleet === "large" ? "large" : "reference",
       String(r.agents),
-      String(Math.round(r.wall.p50)),
-      String(Math.round(r.cpu.p50)),
+      `${Math.round(r.wall.min)} / ${Math.round(r.wall.p50)}`,
+      `${Math.round(r.cpu.min)} / ${Math.round(r.cpu.p50)}`,
       `${(r.cpu.p50 / ref).toFixed(2)}x`,
       r.lat.p50.toFixed(1),
       r.lat.p95.toFixed(1),

@@ -1,26 +1,29 @@
-// An index over the fleet that finds, without looking at every agent, a few
-// agents among which place() would pick its winner: the planner keeps it up
-// to date (reservations added and removed, fleet changes read from the
-// FleetView's change log) and decides placements within the limits itself,
-// on the few agents that can win, with place()'s rankers and arithmetic
-// (binPackScore, the same tie order), so decisions stay place()'s: test/
-// scheduler/planner-equivalence.test.ts holds it to place() on the whole
-// fleet.
+// An index over the fleet that makes place()'s decision without looking at
+// every agent: the planner keeps it up to date (reservations added and
+// removed, fleet changes read from the FleetView's change log), and for a
+// placement within the workspace's limits it finds the few agents that can
+// win and ranks them with place()'s own rankers and arithmetic
+// (binPackScore, the same tie order by agent id), building no views. A
+// refusal, or a plan that must stop idle containers, is left to
+// planPlacement()'s whole-fleet path. test/scheduler/planner-equivalence
+// .test.ts and placement-index.test.ts hold its decisions to place() on the
+// whole fleet.
 //
 // Agents with the same GPU inventory (types and counts) form a group; inside
 // a group they are sorted by how full they are (the bin-packing ranker's
-// request-independent part), fullest first, in blocks that remember the
-// Pareto front of their free (CPU, memory) and their largest free GPU counts,
-// so blocks without room are skipped whole (a front left over-generous by a
-// departure is recounted when a scan finds it promised too much).
-// For a request the first fitting agent of each group bounds the best score
-// any other agent of the group can reach; every agent within that bound is a
-// candidate. Free room is summed over the same reservations in the same
-// order as buildClusterView() sums them (each agent's map keeps the
-// planner's insertion order), so "fits" is place()'s to the bit; only the
-// score is approximated, with a margin. Agents whose totals and free room
-// are all equal score the same, and only the first of them (place()'s tie
-// order) is kept.
+// request-independent part), fullest first, in blocks and runs of blocks
+// (placement-blocks.ts) that remember the Pareto front of their free (CPU,
+// memory) and their largest free GPU counts, so runs and blocks without
+// room are skipped whole (a front left over-generous by a departure is
+// recounted when a scan finds it promised too much). For a request the
+// first fitting agent of each group bounds the best score any other agent of
+// the group can reach; every agent within that bound (with a margin for
+// rounding) is a candidate, and the winner among them is scored exactly.
+// Free room is summed over the same reservations in the same order as
+// buildClusterView() sums them (each agent's map keeps the planner's
+// insertion order), so "fits" is place()'s to the bit. Agents whose totals
+// and free room are all equal score the same, and only the first of them
+// (place()'s tie order) is kept.
 
 import type { HostCapacity } from "../../shared/fleet.ts";
 import type { FleetView, LiveAgent } from "../fleet/fleet-view.ts";
