@@ -119,12 +119,15 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
   /** The operation's URL with A's ids (or `idOf`'s) in the path and its required query parameters. */
   const urlOf = (op: Operation, idOf: (name: string, v: string) => string = (_n, v) => v) => {
     const path = op.path.replace(/\{([^}]+)\}/g, (_m, name: string) => {
-      // Invocation routes name a deployment where the secret routes name a secret; sandbox routes' {id} is a sandbox.
+      // Invocation routes name a deployment where the secret routes name a secret; sandbox routes' {id} is a
+      // sandbox, database routes' {name} a database.
       const own = op.path.startsWith("/taskqueue/")
         ? taskQueueValues
         : op.path.startsWith("/api/v1/gateway/sandboxes/")
           ? sandboxValues
-          : {};
+          : op.path.startsWith("/api/v1/database/")
+            ? { name: f.databaseName }
+            : {};
       const v = own[name] ?? paramValues[name];
       assert.ok(v, `${op.path}: no value of A's for path parameter {${name}}: add one to paramValues`);
       return encodeURIComponent(name === "ws" ? v : idOf(name, v));
@@ -180,9 +183,13 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
       "GET /api/v1/events/{ws}/stream",
       "DELETE /api/v1/webhook/{ws}/{webhookId}",
       "POST /api/v1/deployment/{ws}/stop/{id}",
+      "POST /api/v1/database/{ws}",
+      "DELETE /api/v1/database/{ws}/{name}",
     ]) {
       assert.ok(checked.includes(r), `${r} was checked`);
     }
+    // None of B's calls reached A's database.
+    assert.equal((await x.h.store.databases.find(x.a.id, f.databaseName))?.status, "running");
   });
 
   test("B's token with A's object ids on routes without {ws}: 404 (403 operator-only; gateway ok:false)", async () => {
