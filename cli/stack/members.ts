@@ -2,7 +2,8 @@
 // deployable object of the file (@endpoint, @asgi, @realtime, @task_queue,
 // @schedule, @function, berth.Pod at module level, names not starting with
 // '_'), each described by berth.client.describe with its code archive, as
-// `berth deploy FILE.py:OBJECT` describes it, and the archives uploaded.
+// `berth deploy FILE.py:OBJECT` describes it, and the archives uploaded; and
+// every module-level berth.Database, a database member.
 
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -12,6 +13,15 @@ import { BerthError } from "../../shared/errors.ts";
 import type { ApiClient } from "../api-client.ts";
 import { DescribeFailed, type Described, describeTarget, pythonCommand } from "../deploy/describe.ts";
 import { uploadArchive } from "../deploy/publish.ts";
+
+/** A database member as berth.Database.stack_member() writes it. */
+export interface DatabaseMember {
+  kind: "database";
+  name: string;
+  engine: string;
+  cpu?: number;
+  memory?: number;
+}
 
 /** A stack member as POST/PUT /api/v1/stack take it. */
 export interface DeploymentMember {
@@ -28,16 +38,21 @@ const LIST_DEPLOYABLES = `
 import json, sys
 sys.path.pop(0)
 from berth.client import describe as d
+from berth.api.database import Database
 try:
-    names = d._deployables(d._import_file(sys.argv[1]))
-    print(json.dumps({"ok": True, "objects": names}))
+    m = d._import_file(sys.argv[1])
+    dbs = sorted((v for k, v in vars(m).items() if isinstance(v, Database) and not k.startswith("_")), key=lambda v: v.name)
+    print(json.dumps({"ok": True, "objects": d._deployables(m), "databases": [v.stack_member() for v in dbs]}))
 except d.DescribeError as e:
     print(json.dumps({"ok": False, "error": str(e), "traceback": e.traceback}))
     sys.exit(2)
 `;
 
-/** The names of the file's deployable objects. */
-export async function listDeployables(file: string, env: NodeJS.ProcessEnv = process.env): Promise<string[]> {
+/** The names of the file's deployable objects, and its databases as members. */
+export async function listDeployables(
+  file: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ objects: string[]; databases: DatabaseMember[] }> {
   const path = resolve(file);
   if (!existsSync(path)) throw new DescribeFailed(`no such file: ${file}`);
   const { python, env: pyEnv } = pythonCommand(env);
@@ -53,7 +68,9 @@ export async function listDeployables(file: string, env: NodeJS.ProcessEnv = pro
     child.once("close", done);
   });
   const line = stdout.trim().split("\n").pop() ?? "";
-  let answer: { ok?: boolean; objects?: string[]; error?: string; traceback?: string } | undefined;
+  let answer:
+    | { ok?: boolean; objects?: string[]; databases?: DatabaseMember[]; error?: string; traceback?: string }
+    | undefined;
   try {
     answer = JSON.parse(line) as typeof answer;
   } catch {
@@ -65,7 +82,7 @@ export async function listDeployables(file: string, env: NodeJS.ProcessEnv = pro
       `listing the objects of ${file} (${python}) exited with ${exit} without its answer`,
     );
   if (!answer.ok) throw new DescribeFailed(answer.error ?? "cannot read the file", answer.traceback);
-  return answer.objects ?? [];
+  return { objects: answer.objects ?? [], databases: answer.databases ?? [] };
 }
 
 /** Describes every deployable object of `file` and uploads the code archives the coordinator lacks. */
@@ -73,11 +90,11 @@ export async function stackMembersOf(
   api: ApiClient,
   file: string,
   o: { env?: NodeJS.ProcessEnv } = {},
-): Promise<{ members: DeploymentMember[]; described: Described[] }> {
-  const names = await listDeployables(file, o.env);
-  if (names.length === 0)
+): Promise<{ members: (DeploymentMember | DatabaseMember)[]; described: Described[] }> {
+  const { objects: names, databases } = await listDeployables(file, o.env);
+  if (names.length === 0 && databases.length === 0)
     throw new DescribeFailed(
-      `${file} has no deployable objects: decorate functions with @endpoint, @asgi, @realtime, @task_queue, @schedule or @function, or make a berth.Pod`,
+      `${file} has no deployable objects: decorate functions with @endpoint, @asgi, @realtime, @task_queue, @schedule or @function, or make a berth.Pod or berth.Database`,
     );
   const dir = mkdtempSync(join(tmpdir(), "berth-stack-"));
   try {
@@ -95,7 +112,7 @@ export async function stackMembersOf(
       config: d.config,
       extra: d.extra,
     }));
-    return { members, described };
+    return { members: [...databases, ...members], described };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -6,6 +6,7 @@ from .api.bot import Bot, BotContext, BotLocation, BotTransition
 from .client.bots import BotSession
 from .api.bucket import CloudBucket, CloudBucketConfig
 from .api.context import Context
+from .api.database import Database
 from .api.deployable import ASGI, Endpoint, Realtime, Schedule, TaskQueue, asgi, endpoint, realtime, schedule, task_queue
 from .api.function import Function, function
 from .api.image import Image
@@ -48,6 +49,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "Credentials",
+    "Database",
     "Deployment",
     "Endpoint",
     "FileRef",
