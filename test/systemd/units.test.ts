@@ -50,7 +50,24 @@ describe("systemd units", () => {
       assert.equal(value(u, "Install", "WantedBy"), "multi-user.target");
       assert.ok(value(u, "Service", "Restart"));
     });
+
+    // The fault suite's promise (issue 18): a process killed
+    // with SIGKILL (an unclean signal) is started again by systemd, as berth up does for its children.
+    test(`${name} is restarted after SIGKILL`, () => {
+      const u = load(name);
+      assert.ok(
+        ["always", "on-failure", "on-abnormal", "on-abort"].includes(value(u, "Service", "Restart") ?? ""),
+        `Restart=${value(u, "Service", "Restart")} does not restart a process killed by SIGKILL`,
+      );
+      assert.notEqual(value(u, "Service", "RestartPreventExitStatus"), "SIGKILL");
+    });
   }
+
+  test("berth-agent.service's restart keeps the containers for the next agent to adopt", () => {
+    const u = load("berth-agent.service");
+    assert.equal(value(u, "Service", "KillMode"), "process");
+    assert.equal(value(u, "Service", "Delegate"), "yes");
+  });
 
   for (const [name, user, command, state] of [
     ["berth-nats.service", "berth-nats", "/usr/sbin/nats-server -c /etc/berth/nats.conf", "berth-nats"],
