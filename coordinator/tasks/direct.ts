@@ -141,14 +141,25 @@ export class DirectTasks {
    * are found here: a task whose row was never written (it was open for less
    * than FOLD_MS when the process died without stopping) left no trace, so
    * no API ever shows it after the restart. A coordinator that stops writes
-   * every unwritten row first (TaskEngine.stop).
+   * every unwritten row first (TaskEngine.stop). With several coordinators,
+   * a task another live coordinator still serves is its own (`servedElsewhere`,
+   * coordinator/tasks/direct-owners.ts) and is left alone.
    */
-  async failOrphans(live: Iterable<LiveTask>, stubType: (stubId: string) => Promise<string | undefined>) {
+  async failOrphans(
+    live: Iterable<LiveTask>,
+    stubType: (stubId: string) => Promise<string | undefined>,
+    servedElsewhere: (ids: string[]) => Promise<Set<string>> = async () => new Set(),
+  ) {
     let n = 0;
+    const open: LiveTask[] = [];
     for (const t of [...live]) {
       if (this.own.has(t.id) || isTerminal(t.status)) continue;
       const type = await stubType(t.stubId);
-      if (!type || !isDirectStubType(type)) continue;
+      if (type && isDirectStubType(type)) open.push(t);
+    }
+    const served = await servedElsewhere(open.map((t) => t.id));
+    for (const t of open) {
+      if (served.has(t.id)) continue;
       const error: TaskError = {
         type: "CoordinatorRestarted",
         message: "the coordinator restarted while the request was open",

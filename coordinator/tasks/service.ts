@@ -16,6 +16,7 @@ import { PendingAdmissions } from "./admissions.ts";
 import type { BatchWriterOptions } from "./batch-writer.ts";
 import { buildCallback, CallbackSender } from "./callbacks.ts";
 import { DirectTasks } from "./direct.ts";
+import { DirectOwners } from "./direct-owners.ts";
 import { TaskEngine, type TaskListener, type TaskStatusListener, type TaskUpdate } from "./engine.ts";
 import { TaskEventConsumer } from "./event-consumer.ts";
 import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./live-index.ts";
@@ -93,6 +94,7 @@ export class TaskService implements TaskActivity {
   private readonly admissions = new PendingAdmissions();
   /** Requests the coordinator proxies itself (endpoint, asgi, realtime): tasks without a queue. */
   readonly direct: DirectTasks;
+  private readonly directOwners: DirectOwners;
 
   constructor(d: TaskServiceDeps) {
     this.store = d.store;
@@ -116,6 +118,7 @@ export class TaskService implements TaskActivity {
     );
     this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
     this.direct = new DirectTasks(this.engine, d.log, this.clock);
+    this.directOwners = new DirectOwners(d.nats, (id) => this.direct.owns(id), d.log);
   }
 
   /** Called with a stub's id when its config, extra or code changed (warm containers of the old one are replaced). */
@@ -130,7 +133,12 @@ export class TaskService implements TaskActivity {
   async start(): Promise<void> {
     const jsm = await this.queue.start();
     for (const r of await this.store.tasks.listLive()) this.engine.index.add(liveFromRecord(r), true);
-    await this.direct.failOrphans(this.engine.index.values(), async (id) => (await this.stubById(id))?.type);
+    this.directOwners.start();
+    await this.direct.failOrphans(
+      this.engine.index.values(),
+      async (id) => (await this.stubById(id))?.type,
+      (ids) => this.directOwners.servedElsewhere(ids),
+    );
     for (const d of this.engine.index.demandList()) this.engine.index.notify(d.stubId);
     await this.events.start(jsm);
     this.sweeper = setInterval(() => this.sweep(), this.sweepIntervalMs);
@@ -139,6 +147,7 @@ export class TaskService implements TaskActivity {
 
   async stop(): Promise<void> {
     clearInterval(this.sweeper);
+    this.directOwners.stop();
     await this.events.stop();
     await this.engine.stop();
     await this.callbacks.drain();
