@@ -34,8 +34,8 @@ export interface StackJson {
   latest: VersionJson | null;
 }
 
-/** The deploys and the rollback on top of the readiness wait. */
-const APPLY_MARGIN_S = 180;
+/** The deploys (a database's first create builds its image) and the rollback on top of the readiness wait. */
+const APPLY_MARGIN_S = 1800;
 const DEFAULT_READY_TIMEOUT_S = 300;
 
 async function stackBase(api: ApiClient): Promise<string> {

@@ -52,6 +52,8 @@ export interface StackServiceDeps {
 export const MAX_READY_TIMEOUT_S = 3600;
 /** The lease outlives the readiness deadline by this much (deploys and rollback). */
 const LEASE_MARGIN_MS = 120_000;
+/** The lease while members are deployed (a database's create waits for its image and readiness check). */
+const DEPLOY_LEASE_MS = 30 * 60_000;
 
 export class StackService {
   private readonly kinds: Map<string, MemberKind>;
@@ -116,13 +118,12 @@ export class StackService {
         ? await this.d.repo.version<StackSpec, MemberOutcome>(stack.id, stack.currentVersion)
         : undefined;
     const outcomes = this.plan(spec, previous);
-    const deadline = this.clock() + spec.ready_timeout_s * 1000;
     const attempt = await this.d.repo.begin(
       stack.id,
       spec,
       outcomes,
       this.now(),
-      new Date(deadline + LEASE_MARGIN_MS).toISOString(),
+      new Date(this.clock() + DEPLOY_LEASE_MS).toISOString(),
     );
     const log = this.d.log.child({
       workspaceId,
@@ -131,15 +132,7 @@ export class StackService {
       version: attempt.version,
     });
     log.info({ members: outcomes.map((o) => `${o.kind}:${o.name}:${o.action}`) }, "stacks: applying");
-    const failure = await this.deployAndWait(
-      workspaceId,
-      stack,
-      attempt.version,
-      spec,
-      previous,
-      outcomes,
-      deadline,
-    );
+    const failure = await this.deployAndWait(workspaceId, stack, attempt.version, spec, previous, outcomes);
     const deployed = outcomes.filter((o) => o.action === "deploy" && o.ref);
     await Promise.all(
       deployed.map((o) =>
@@ -197,7 +190,6 @@ export class StackService {
     spec: StackSpec,
     previous: StackVersion | undefined,
     outcomes: MemberOutcome[],
-    deadline: number,
   ): Promise<{ member: string; reason: string } | undefined> {
     const specOf = new Map(spec.members.map((m) => [`${m.kind}\u0000${m.name}`, m]));
     const previousOf = new Map((previous?.spec.members ?? []).map((m) => [`${m.kind}\u0000${m.name}`, m]));
@@ -222,7 +214,10 @@ export class StackService {
         return { member: o.name, reason: `cannot deploy it: ${o.reason}` };
       }
     }
-    await this.d.repo.progress(stack.id, version, outcomes, this.now());
+    // ready_timeout_s counts from here: a deploy's own wait (a database's image build) is not readiness.
+    const deadline = this.clock() + spec.ready_timeout_s * 1000;
+    const leaseUntil = new Date(deadline + LEASE_MARGIN_MS).toISOString();
+    await this.d.repo.progress(stack.id, version, outcomes, this.now(), leaseUntil);
     for (;;) {
       const waiting = order.filter((o) => o.state === "pending");
       if (waiting.length === 0) return undefined;

@@ -201,13 +201,26 @@ export class StackRepo {
     return toVersion<S, M>(row);
   }
 
-  /** Writes the attempt's members as they are now (progress others can read). */
-  async progress<M>(stackId: string, version: number, members: M[], at: string): Promise<void> {
+  /** Writes the attempt's members as they are now (progress others can read); `leaseUntil` renews its lease. */
+  async progress<M>(
+    stackId: string,
+    version: number,
+    members: M[],
+    at: string,
+    leaseUntil?: string,
+  ): Promise<void> {
     await this.db
       .updateTable("stack_versions")
       .set({ members: JSON.stringify(members), updated_at: at })
       .where("stack_id", "=", stackId)
       .where("version", "=", version)
+      .execute();
+    if (leaseUntil === undefined) return;
+    await this.db
+      .updateTable("stacks")
+      .set({ lease_until: leaseUntil })
+      .where("id", "=", stackId)
+      .where("applying_version", "=", version)
       .execute();
   }
 

@@ -45,7 +45,8 @@ for (const engine of STORE_ENGINES) {
       assert.equal(v1.version, 1);
       assert.equal(v1.status, "applying");
       assert.equal((await store.stacks.get(ws, s.id))?.applyingVersion, 1);
-      await store.stacks.progress(s.id, 1, [{ name: "a", state: "ready" }], at(2));
+      await store.stacks.progress(s.id, 1, [{ name: "a", state: "ready" }], at(2), at(200));
+      assert.equal((await store.stacks.get(ws, s.id))?.leaseUntil, at(200), "progress renews the lease");
       assert.equal(
         await store.stacks.finish(
           s.id,
