@@ -4,7 +4,7 @@
 // then the cluster, then its network and home).
 
 import { execFile, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -171,3 +171,44 @@ export async function startBerthUp(
       }),
   };
 }
+
+/**
+ * Kills the cluster's coordinator (SIGKILL: a crash, nothing flushed) and
+ * waits until berth up has started it again and it answers /healthz. Finds
+ * the coordinator as the process running `coordinator --config` with this
+ * cluster's config file, so no other cluster's is touched.
+ */
+export async function restartCoordinator(up: BerthUp): Promise<void> {
+  const config = join(up.dataDir, "coordinator.json");
+  const pidOf = (): number | undefined => {
+    for (const entry of readdirSync("/proc")) {
+      if (!/^\d+$/.test(entry)) continue;
+      let argv: string[];
+      try {
+        argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
+      } catch {
+        continue; // gone meanwhile
+      }
+      const i = argv.indexOf("--config");
+      if (i > 0 && argv[i + 1] === config && argv.includes("coordinator")) return Number(entry);
+    }
+    return undefined;
+  };
+  const before = pidOf();
+  if (before === undefined) throw new Error(`no coordinator process runs with --config ${config}`);
+  const restartsBefore = up.output().split("starting it again").length;
+  process.kill(before, "SIGKILL");
+  await waitFor(
+    async () => {
+      if (up.output().split("starting it again").length === restartsBefore) return false;
+      const now = pidOf();
+      if (now === undefined || now === before) return false;
+      const r = await fetch(`${up.url}/healthz`, { signal: AbortSignal.timeout(2000) }).catch(() => undefined);
+      return r?.ok === true;
+    },
+    { timeoutMs: 120_000, intervalMs: 200, what: "berth up to start the coordinator again" },
+  ).catch((e) => {
+    throw new Error(`${(e as Error).message}; berth up's output:\n${up.output()}`);
+  });
+}
+
