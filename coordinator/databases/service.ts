@@ -190,7 +190,11 @@ export class DatabaseService {
     const rec = await this.reconciled(await this.recordOf(workspaceId, name));
     if (rec.status === "running") return this.view(rec);
     if (rec.status === "starting")
-      throw new BerthError("conflict", `database ${name} is starting already`, { name });
+      throw new BerthError(
+        "conflict",
+        `database ${name} is starting already (a start cut short by a coordinator restart stays so: berth db restart ${name} ends it and starts again)`,
+        { name },
+      );
     return this.view(await this.startPod(rec));
   }
 

@@ -108,7 +108,33 @@ test("stop ends the pod and keeps the data's volume; start runs a new pod; resta
   assert.equal(restarted.status, "running");
   assert.notEqual(restarted.pod_id, started.pod_id);
   assert.equal((await d.w.svc.get(d.w.ws, started.pod_id as string)).status, "terminated");
-  assert.equal((await d.db.start(d.w.ws, "main")).pod_id, restarted.pod_id, "start of a running one is a no-op");
+  assert.equal(
+    (await d.db.start(d.w.ws, "main")).pod_id,
+    restarted.pod_id,
+    "start of a running one is a no-op",
+  );
+});
+
+test("a start cut short (left starting) is a conflict for start, and restart ends it and starts again", async (t) => {
+  const d = await databaseWorld(t);
+  d.answerChecks([0]);
+  const v = await d.db.create(d.w.ws, { engine: "postgres", name: "main" });
+  const rec = await d.w.store.databases.find(d.w.ws, "main");
+  assert.ok(rec);
+  // As a coordinator that died between the pod's start and its readiness leaves it.
+  await d.w.store.databases.setState(
+    rec.id,
+    { status: "starting", podId: v.pod_id, agentId: v.agent_id },
+    rec.updatedAt,
+  );
+  await assert.rejects(
+    d.db.start(d.w.ws, "main"),
+    (e: unknown) => code(e) === "conflict" && /berth db restart main/.test((e as Error).message),
+  );
+  const again = await d.db.restart(d.w.ws, "main");
+  assert.equal(again.status, "running");
+  assert.notEqual(again.pod_id, v.pod_id);
+  assert.equal((await d.w.svc.get(d.w.ws, v.pod_id as string)).status, "terminated");
 });
 
 test("a database whose pod ended reads as failed, with the reason; start brings it back", async (t) => {
@@ -127,7 +153,8 @@ test("a readiness check that never passes fails the create, ends the pod and rec
   d.answerChecks([2]);
   await assert.rejects(
     d.db.create(d.w.ws, { engine: "postgres", name: "slow" }),
-    (e: unknown) => code(e) === "unavailable" && /pg_isready\) did not pass within 0 s/.test((e as Error).message),
+    (e: unknown) =>
+      code(e) === "unavailable" && /pg_isready\) did not pass within 0 s/.test((e as Error).message),
   );
   const v = await d.db.get(d.w.ws, "slow");
   assert.deepEqual([v.status, v.pod_id], ["failed", null]);
