@@ -126,6 +126,32 @@ export class IdOrder {
     return rank;
   }
 
+  /** Drops the id (its agent is gone); the others keep their numbers. */
+  forget(id: string): void {
+    const rank = this.byId.get(id);
+    if (rank === undefined) return;
+    this.byId.delete(id);
+    // Ranks never decrease along ids: the first with this rank, then the id among those that share it.
+    let lo = 0;
+    let hi = this.ranks.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((this.ranks[mid] as number) < rank) lo = mid + 1;
+      else hi = mid;
+    }
+    for (let i = lo; i < this.ids.length && this.ranks[i] === rank; i++)
+      if (this.ids[i] === id) {
+        this.ids.splice(i, 1);
+        this.ranks.splice(i, 1);
+        return;
+      }
+  }
+
+  /** How many ids are numbered (for tests). */
+  get size(): number {
+    return this.ids.length;
+  }
+
   private renumber(): void {
     let n = 0;
     for (let i = 0; i < this.ids.length; i++) {

@@ -288,6 +288,8 @@ export class PlacementIndex {
     this.entries.delete(agentId);
     e.group.members.delete(e);
     this.groupTotals(e.group);
+    // Numbered again if it comes back: ids of agents gone for good must not pile up.
+    this.order.forget(agentId);
     // Its reservations stay known, for when it is back.
     if (e.held.size > 0) this.parked.set(agentId, e.held);
   }
