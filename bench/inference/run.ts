@@ -1,14 +1,22 @@
 // Inference gateway overhead: streamed chat completions of the tests' bigram
 // model (one warm container on a `berth up` cluster) through POST
 // /v1/chat/completions, against the same container's server called directly
-// at its address, in the same run, interleaved. Per request: time to first
-// token (request → first content chunk) and streamed tokens/s (tokens ÷
-// request → last chunk). The server generates as fast as it can
+// at its address and behind a bare node:http proxy (bare-proxy.mjs: what one
+// more process hop costs), in the same run, interleaved. Per request: time to first
+// token (request → first content chunk), streamed tokens/s (the tokens after
+// the first ÷ first → last content chunk: the stream's own rate, as vLLM's
+// benchmarks count it, so the time to first token is not counted twice) and
+// end-to-end tokens/s (tokens ÷ request → stream end, which holds the time to
+// first token too). The server generates as fast as it can
 // (--token-delay-ms 0), so the figures compare the paths, not the model; a
 // delay paces it like a GPU server's stream (5 ms: 200 tokens/s).
+// Targets (issue 16): added time to first token <= 2 ms p50; streamed tokens/s >= 95% of direct.
 // Usage: node --import tsx bench/inference/run.ts [--requests 200] [--tokens 256] [--rounds 3] [--token-delay-ms 0]
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { loadavg } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { waitFor } from "../../shared/net.ts";
@@ -32,6 +40,9 @@ interface Target {
 
 interface Sample {
   ttftMs: number;
+  /** Tokens after the first ÷ first → last content chunk. */
+  streamTokensPerS: number;
+  /** All tokens ÷ request sent → stream end. */
   tokensPerS: number;
   tokens: number;
 }
@@ -54,6 +65,7 @@ async function once(t: Target, tokens: number, seed: number, delayMs = 0): Promi
   if (!r.ok || !r.body) throw new Error(`${t.name}: ${r.status} ${await r.text()}`);
   const decoder = new TextDecoder();
   let first = 0;
+  let last = 0;
   let got = 0;
   let rest = "";
   for await (const chunk of r.body) {
@@ -65,12 +77,18 @@ async function once(t: Target, tokens: number, seed: number, delayMs = 0): Promi
       const c = JSON.parse(e.slice(6)) as { choices: { delta?: { content?: string } }[] };
       if (!c.choices[0]?.delta?.content) continue;
       got++;
-      if (got === 1) first = performance.now();
+      last = performance.now();
+      if (got === 1) first = last;
     }
   }
   const end = performance.now();
   if (got !== tokens) throw new Error(`${t.name}: ${got} content chunks, not ${tokens}`);
-  return { ttftMs: first - started, tokensPerS: got / ((end - started) / 1000), tokens: got };
+  return {
+    ttftMs: first - started,
+    streamTokensPerS: (got - 1) / ((last - first) / 1000),
+    tokensPerS: got / ((end - started) / 1000),
+    tokens: got,
+  };
 }
 
 async function main() {
@@ -84,6 +102,8 @@ async function main() {
   });
   const [requests, tokens, rounds] = [Number(values.requests), Number(values.tokens), Number(values.rounds)];
   const delayMs = Number(values["token-delay-ms"]);
+  if (!(tokens >= 2))
+    throw new Error("--tokens must be at least 2: the streamed rate is measured from the first token on");
   const cleanup = new Cleanup();
   cleanup.onSignals();
   try {
@@ -139,52 +159,102 @@ async function main() {
     if (!ipv4) throw new Error(`no container address in berth agent ps: ${JSON.stringify(ps)}`);
     const direct: Target = { name: "direct", url: `http://${ipv4}:8000/v1/chat/completions`, headers: {} };
     await once(direct, 4, 0);
+    // The same server behind a bare node:http proxy in its own process: the floor of one more hop.
+    const bareProxy = spawn(process.execPath, [join(HERE, "bare-proxy.mjs"), ipv4, "8000"], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    cleanup.add("stop the bare proxy", () => {
+      bareProxy.kill();
+    });
+    const barePort = await new Promise<string>((resolve, reject) => {
+      bareProxy.once("exit", (code) => reject(new Error(`the bare proxy exited (${code})`)));
+      createInterface({ input: bareProxy.stdout as NodeJS.ReadableStream }).once("line", resolve);
+    });
+    const bare: Target = {
+      name: "bare",
+      url: `http://127.0.0.1:${barePort}/v1/chat/completions`,
+      headers: {},
+    };
+    await once(bare, 4, 0);
 
-    const samples: Record<string, Sample[]> = { gateway: [], direct: [] };
+    const samples: Record<string, Sample[]> = { gateway: [], direct: [], bare: [] };
+    const targets = [gateway, direct, bare];
     for (let r = 0; r < rounds; r++) {
       for (let i = 0; i < requests; i++) {
-        // Interleaved, the first one alternating: machine noise falls on both alike.
-        const order = (r * requests + i) % 2 === 0 ? [gateway, direct] : [direct, gateway];
+        // Interleaved, the first one rotating: machine noise falls on all three alike.
+        const k = (r * requests + i) % targets.length;
+        const order = [...targets.slice(k), ...targets.slice(0, k)];
         for (const t of order) samples[t.name]?.push(await once(t, tokens, i, delayMs));
       }
     }
+    const pick = (k: string, f: (s: Sample) => number) => (samples[k] ?? []).map(f);
     const ttft = {
-      gateway: summarize((samples.gateway ?? []).map((s) => s.ttftMs)),
-      direct: summarize((samples.direct ?? []).map((s) => s.ttftMs)),
+      gateway: summarize(pick("gateway", (s) => s.ttftMs)),
+      direct: summarize(pick("direct", (s) => s.ttftMs)),
+      bare: summarize(pick("bare", (s) => s.ttftMs)),
+    };
+    const stream = {
+      gateway: summarize(pick("gateway", (s) => s.streamTokensPerS)),
+      direct: summarize(pick("direct", (s) => s.streamTokensPerS)),
+      bare: summarize(pick("bare", (s) => s.streamTokensPerS)),
     };
     const tps = {
-      gateway: summarize((samples.gateway ?? []).map((s) => s.tokensPerS)),
-      direct: summarize((samples.direct ?? []).map((s) => s.tokensPerS)),
+      gateway: summarize(pick("gateway", (s) => s.tokensPerS)),
+      direct: summarize(pick("direct", (s) => s.tokensPerS)),
+      bare: summarize(pick("bare", (s) => s.tokensPerS)),
     };
     console.log(
       formatTable(
-        ["what", "n", "TTFT p50 ms", "TTFT p95 ms", "tokens/s p50", "tokens/s p95 (slowest 5%)"],
-        (["gateway", "direct"] as const).map((k) => [
-          k === "gateway" ? "berth POST /v1/chat/completions" : "the same server, direct",
+        [
+          "what",
+          "n",
+          "TTFT p50 ms",
+          "TTFT p95 ms",
+          "streamed tokens/s p50",
+          "streamed p5 (slowest 5%)",
+          "end-to-end tokens/s p50",
+        ],
+        (["gateway", "direct", "bare"] as const).map((k) => [
+          {
+            gateway: "berth POST /v1/chat/completions",
+            direct: "the same server, direct",
+            bare: "the same server behind a bare node:http proxy",
+          }[k],
           String(ttft[k].n),
           fmtMs(ttft[k].p50),
           fmtMs(ttft[k].p95),
-          tps[k].p50.toFixed(0),
+          stream[k].p50.toFixed(0),
           // Higher is better: the 5th percentile is the slow tail.
-          String(Math.round(percentile5((samples[k] ?? []).map((s) => s.tokensPerS)))),
+          String(Math.round(percentile5(pick(k, (s) => s.streamTokensPerS)))),
+          tps[k].p50.toFixed(0),
         ]),
       ),
     );
     const verdict = {
       addedTtftP50Ms: ttft.gateway.p50 - ttft.direct.p50,
-      throughputRatio: tps.gateway.p50 / tps.direct.p50,
+      addedTtftP95Ms: ttft.gateway.p95 - ttft.direct.p95,
+      throughputRatio: stream.gateway.p50 / stream.direct.p50,
+      endToEndThroughputRatio: tps.gateway.p50 / tps.direct.p50,
       ttftMeetsTarget: ttft.gateway.p50 - ttft.direct.p50 <= TARGETS.addedTtftP50Ms,
-      throughputMeetsTarget: tps.gateway.p50 / tps.direct.p50 >= TARGETS.throughputRatio,
+      throughputMeetsTarget: stream.gateway.p50 / stream.direct.p50 >= TARGETS.throughputRatio,
+      // What one more process hop costs here (the bare proxy), and the gateway over that hop.
+      bareAddedTtftP50Ms: ttft.bare.p50 - ttft.direct.p50,
+      gatewayOverBareTtftP50Ms: ttft.gateway.p50 - ttft.bare.p50,
+      bareThroughputRatio: stream.bare.p50 / stream.direct.p50,
     };
     console.log(
       `added TTFT p50 ${verdict.addedTtftP50Ms.toFixed(2)} ms (target <= ${TARGETS.addedTtftP50Ms}): ${verdict.ttftMeetsTarget ? "met" : "NOT met"}; ` +
-        `throughput ${(verdict.throughputRatio * 100).toFixed(1)}% of direct (target >= ${TARGETS.throughputRatio * 100}%): ${verdict.throughputMeetsTarget ? "met" : "NOT met"}`,
+        `streamed throughput ${(verdict.throughputRatio * 100).toFixed(1)}% of direct (target >= ${TARGETS.throughputRatio * 100}%): ${verdict.throughputMeetsTarget ? "met" : "NOT met"}; ` +
+        `end-to-end ${(verdict.endToEndThroughputRatio * 100).toFixed(1)}%; ` +
+        `a bare proxy adds ${verdict.bareAddedTtftP50Ms.toFixed(2)} ms TTFT p50 (the gateway ${verdict.gatewayOverBareTtftP50Ms.toFixed(2)} ms more), streams at ${(verdict.bareThroughputRatio * 100).toFixed(1)}%; load average ${machine.loadAvg1} → ${loadavg()[0]?.toFixed(2)}`,
     );
     const file = writeResults(delayMs > 0 ? "inference-paced" : "inference", {
       machine,
+      loadAvg1AtEnd: loadavg()[0],
       params: { requests, tokens, rounds, tokenDelayMs: delayMs },
       targets: TARGETS,
       ttftMs: ttft,
+      streamTokensPerS: stream,
       tokensPerS: tps,
       verdict,
       samples,
