@@ -68,7 +68,7 @@ export async function startAgent(
   const registry = o.clusterRegistry ?? identity?.registry;
   // berth's ports on the coordinator and NATS servers it joined, and on the hosts the operator named: closed to containers.
   const fleet = await fleetDenyOf({
-    urls: identity ? [identity.coordinator, identity.nats.url] : [],
+    urls: identity ? [identity.coordinator, ...identity.nats.url.split(",")] : [],
     hosts: o.network.fleetHosts,
     ports: [o.grpcPort, o.proxyPort, o.metrics.port],
     warn: (message) => log.warn(message),
@@ -238,7 +238,8 @@ async function connectNatsForever(
   while (!stopping()) {
     try {
       const nc = await connect({
-        servers: id.nats.url,
+        // A cluster's nodes, comma-separated (berth up --replicas): any one of them lets it in.
+        servers: id.nats.url.split(","),
         // Its own nkey user, limited to its subjects and inbox (shared/agent-nats.ts); else the legacy shared user.
         ...(id.nats.seed
           ? {

@@ -12,6 +12,7 @@ import { AgentNatsUsers, RevokedAgents } from "./fleet/agent-credentials.ts";
 import { JoinService } from "./fleet/join.ts";
 import { AgentRevoker } from "./fleet/revoke.ts";
 import { ensureStreams } from "./fleet/streams.ts";
+import { streamReplicas } from "./streams/replicas.ts";
 import {
   AgentClientPool,
   CodePusher,
@@ -23,12 +24,17 @@ import { ContainerAddresses } from "./containers/container-addresses.ts";
 import { ContainerTunnels } from "./containers/tunnels.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
 import { EndpointDispatcher } from "./endpoints/dispatch.ts";
+import { createBots } from "./bots/index.ts";
 import { createInference } from "./inference/index.ts";
 import { EventStream, WorkspaceEvents, imageEvents, taskEvents } from "./events/index.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
 import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
 import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
 import { buildHttpApp } from "./http/app.ts";
+import { StackService } from "./stacks/service.ts";
+import { DeploymentMembers } from "./stacks/deployment-member.ts";
+import { healthProbe } from "./stacks/health-probe.ts";
+import { DatabaseMembers } from "./stacks/database-member.ts";
 import { OUTPUT_SWEEP_MS, OutputRelay, OutputStore } from "./outputs/index.ts";
 import { VolumeFiles } from "./volumes/volume-files.ts";
 import { WorkspaceLimitsCache } from "./limits/limits.ts";
@@ -49,6 +55,7 @@ import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
 import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
 import { createImages, imageGcIntervalMs } from "./images/index.ts";
+import { DatabaseService, databaseImage } from "./databases/index.ts";
 import { Store } from "./store/store.ts";
 import { TaskService } from "./tasks/service.ts";
 
@@ -93,7 +100,8 @@ export async function startCoordinator(
   let nc: NatsConnection;
   try {
     nc = await connect({
-      servers: o.nats.url,
+      // A cluster's nodes, comma-separated (docs/install.md, "Highly available control plane").
+      servers: o.nats.url.split(","),
       ...(o.nats.user ? { user: o.nats.user, pass: o.nats.password ?? "" } : {}),
       name: "berth-coordinator",
       maxReconnectAttempts: -1,
@@ -111,7 +119,7 @@ export async function startCoordinator(
   })();
 
   try {
-    await ensureStreams(await nc.jetstreamManager(), o.streams);
+    await ensureStreams(await nc.jetstreamManager(), o.streams, streamReplicas(nc));
   } catch (e) {
     await closeNats(nc);
     await store.close();
@@ -339,6 +347,7 @@ export async function startCoordinator(
   const queues = new QueueStore({ nc, maxItems: async (ws) => (await limitsCache.get(ws)).maxQueueItems });
   const state = new StateObjects(queues, new MapStore(nc), new SignalStore(nc));
   await state.signals.start();
+  const bots = createBots({ store, deployments, tasks, state, log: log.child({ area: "bots" }) });
   const stateRelay = new StateRelay(nc, state, log.child({ area: "state" }));
   stateRelay.start();
   // Outputs (docs/outputs.md): containers' uploads through their agents, swept at expiry.
@@ -353,6 +362,7 @@ export async function startCoordinator(
     log.error({ err: describeError(e) }, "sweeping expired outputs failed"),
   );
   const stopWork = async () => {
+    await bots.close();
     endpoints.close();
     await ticker.stop();
     await deployments.close();
@@ -399,7 +409,29 @@ export async function startCoordinator(
     log,
   });
   imageGc.start(imageGcIntervalMs(o.imageGcAfterMs));
+  // Managed databases (docs/databases.md): pods of the workspace, their data on volumes, their URL in a secret.
+  const databases = new DatabaseService({
+    repo: store.databases,
+    stubs: store.stubs,
+    pods: sandboxes,
+    secrets,
+    image: databaseImage(images),
+    volumes: volumeFiles,
+    log: log.child({ area: "databases" }),
+  });
+  // Stacks (docs/stacks.md): deployments and databases applied as one, through their own services.
+  const stacks = new StackService({
+    repo: store.stacks,
+    kinds: [
+      new DatabaseMembers(databases),
+      new DeploymentMembers({ deployments, containers: manager, probe: healthProbe(tunnels) }),
+    ],
+    log: log.child({ area: "stacks" }),
+  });
   const app = await buildHttpApp({
+    bots: bots.engine,
+    stacks,
+    databases,
     logs,
     state,
     store,
@@ -455,6 +487,7 @@ export async function startCoordinator(
   if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
   attachEndpointUpgrades(app.server, endpoints);
   attachPortUpgrades(app.server, ports);
+  bots.attach(app);
   attachShellUpgrades(app.server, {
     tokens: store.tokens,
     targets: [managedShellTargets(manager), sandboxShellTargets(store.sandboxes)],

@@ -43,7 +43,8 @@ export interface CoordinatorOptions {
     user?: string;
     password?: string;
     usersFile?: string;
-    pidFile?: string;
+    /** One nats-server's pid file, or every node's of a cluster that shares the users file. */
+    pidFile?: string | string[];
     staticUsers?: NatsUser[];
   };
   /** How often agents report. @default 5000 */
@@ -134,7 +135,7 @@ export interface ResolvedCoordinatorOptions {
   nats: { url: string; user?: string; password?: string };
   /** password "" = no shared agent user is handed out. */
   agentNats: NatsCredentials;
-  agentNatsUsers?: { usersFile: string; pidFile?: string; staticUsers: NatsUser[] };
+  agentNatsUsers?: { usersFile: string; pidFile?: string | string[]; staticUsers: NatsUser[] };
   heartbeatIntervalMs: number;
   bootstrap: { adminTokenFile: string; joinTokenFile: string };
   logLevel: string;

@@ -1,7 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { connect as netConnect } from "node:net";
 import { join } from "node:path";
+import { type NatsConnection, StorageType } from "nats";
 import { sleep } from "./net.ts";
 
 export interface NatsUser {
@@ -23,6 +24,24 @@ export interface NatsServerOptions {
   /** Cap on JetStream file storage, e.g. "10G". */
   maxFileStore?: string;
   binary?: string;
+  /** Unique per node of a cluster. @default "berth" */
+  serverName?: string;
+  /** A node of a JetStream cluster (berth up --replicas 3): its route port and its peers' routes. */
+  cluster?: NatsClusterOptions;
+  /**
+   * Another node's users.conf this node reads too (a symlink): one file the coordinators rewrite
+   * for every node, each then reloaded through its own pid file.
+   */
+  sharedUsersFile?: string;
+}
+
+export interface NatsClusterOptions {
+  /** The cluster's name; the same on every node. */
+  name: string;
+  /** This node's route port (on the node's host). */
+  port: number;
+  /** The other nodes' routes, e.g. nats-route://127.0.0.1:6223. */
+  routes: string[];
 }
 
 // nats-server config is its own syntax; JSON strings are valid there.
@@ -56,11 +75,17 @@ export function natsConfig(o: NatsServerOptions): string {
   return [
     `host: ${q(o.host ?? "127.0.0.1")}`,
     `port: ${o.port}`,
-    `server_name: "berth"`,
+    `server_name: ${q(o.serverName ?? "berth")}`,
     // Task arguments and results travel in messages (MAX_TASK_ARGS_BYTES + headers).
     "max_payload: 8MB",
     `jetstream { store_dir: ${q(join(o.dir, "jetstream"))}${o.maxFileStore ? `, max_file_store: ${q(o.maxFileStore)}` : ""} }`,
     `pid_file: ${q(natsFiles(o.dir).pid)}`,
+    ...(o.cluster
+      ? [
+          // Routes carry no client traffic and no credentials: they stay on the node's host.
+          `cluster { name: ${q(o.cluster.name)}, host: ${q(o.host ?? "127.0.0.1")}, port: ${o.cluster.port}, routes: [${o.cluster.routes.map(q).join(", ")}] }`,
+        ]
+      : []),
     "authorization {",
     // nats-server resolves includes against the config's folder, even absolute ones.
     `  include "users.conf"`,
@@ -83,7 +108,12 @@ export async function startNatsServer(o: NatsServerOptions): Promise<RunningNats
   mkdirSync(o.dir, { recursive: true });
   const files = natsFiles(o.dir);
   const conf = files.conf;
-  writeFileSync(files.users, natsUsersConf(o.users), { mode: 0o600 });
+  if (o.sharedUsersFile) {
+    rmSync(files.users, { force: true });
+    symlinkSync(o.sharedUsersFile, files.users);
+  } else {
+    writeFileSync(files.users, natsUsersConf(o.users), { mode: 0o600 });
+  }
   writeFileSync(conf, natsConfig(o), { mode: 0o600 });
   const host = o.host ?? "127.0.0.1";
   const child = spawn(o.binary ?? "nats-server", ["-c", conf], { stdio: ["ignore", "ignore", "pipe"] });
@@ -172,6 +202,31 @@ export async function jetStreamReady(
     } catch (e) {
       if (Date.now() >= deadline) throw e;
       await sleep(100);
+    }
+  }
+}
+
+/**
+ * Waits until a JetStream cluster has a meta leader: until then its API answers nothing (a
+ * timeout) or 503, and a coordinator's start that creates streams fails. A lookup can answer
+ * "not found" from the node itself before there is a leader, so the probe makes (and removes)
+ * a small in-memory stream, which only the leader can do.
+ */
+export async function jetStreamClusterReady(nc: NatsConnection, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const name = "BERTH_CLUSTER_READY_PROBE";
+  for (;;) {
+    try {
+      const jsm = await nc.jetstreamManager({ timeout: 2000 });
+      await jsm.streams.add({ name, subjects: ["berth.cluster-ready-probe"], storage: StorageType.Memory });
+      await jsm.streams.delete(name);
+      return;
+    } catch (e) {
+      if (Date.now() >= deadline)
+        throw new Error(
+          `the JetStream cluster elected no leader within ${timeoutMs / 1000} s: ${(e as Error).message}`,
+        );
+      await sleep(250);
     }
   }
 }

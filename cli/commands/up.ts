@@ -3,14 +3,20 @@ import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
 import { describeError } from "../../shared/errors.ts";
-import { type RunningNats, startNatsServer } from "../../shared/nats-server.ts";
 import { sleep, waitFor } from "../../shared/net.ts";
 import { ApiClient } from "../api-client.ts";
 import { configPath, saveProfile } from "../config.ts";
 import { type ManagedChild, spawnBerth } from "../up/child.ts";
+import { type SupervisedChild, supervise } from "../up/supervise.ts";
 import { loadOrCreateUpCluster } from "../up/cluster-files.ts";
 import { ensurePythonRootfs, importPythonImage, UP_PYTHON_IMAGE } from "../up/python-image.ts";
 import { startUpRegistry, type UpRegistry } from "../up/registry.ts";
+import {
+  coordinatorHealthy,
+  MAX_UP_REPLICAS,
+  startControlPlane,
+  type UpControlPlane,
+} from "../up/replicas.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 
 interface UpFlags {
@@ -36,6 +42,9 @@ interface UpFlags {
   registryUser?: string;
   registryPort?: number;
   imageGcAfter?: number;
+  replicas: number;
+  store?: string;
+  postgresPort?: number;
 }
 
 const collect = (v: string, all: string[]) => [...all, v];
@@ -100,6 +109,18 @@ export function upCommand(program: Command): void {
       "remove built images no deployment uses and unused this long (90s, 30m, 12h, 7d; default 7d)",
       parseGcAge,
     )
+    .option(
+      "--replicas <n>",
+      `coordinators and NATS nodes (1..${MAX_UP_REPLICAS}); more than 1: a NATS cluster and PostgreSQL (docs/install.md)`,
+      parseReplicas,
+      1,
+    )
+    .option("--store <url>", "the coordinators' store (postgres://...) instead of the one berth up runs")
+    .option(
+      "--postgres-port <port>",
+      "PostgreSQL's port with --replicas (default: kept from the first start)",
+      (v) => Number(v),
+    )
     .action(async (o: UpFlags) => {
       process.exitCode = await up(o);
     });
@@ -107,14 +128,26 @@ export function upCommand(program: Command): void {
 
 async function up(o: UpFlags): Promise<number> {
   const dataDir = o.dataDir ?? process.env.BERTH_DATA_DIR ?? join(homedir(), ".berth", "up");
-  const cluster = loadOrCreateUpCluster(dataDir, {
-    ...(o.port !== undefined ? { coordinatorPort: o.port } : {}),
-    ...(o.natsPort !== undefined ? { natsPort: o.natsPort } : {}),
-    ...(o.grpcPort !== undefined ? { agentGrpcPort: o.grpcPort } : {}),
-  });
+  const cluster = loadOrCreateUpCluster(
+    dataDir,
+    {
+      ...(o.port !== undefined ? { coordinatorPort: o.port } : {}),
+      ...(o.natsPort !== undefined ? { natsPort: o.natsPort } : {}),
+      ...(o.grpcPort !== undefined ? { agentGrpcPort: o.grpcPort } : {}),
+      ...(o.postgresPort !== undefined ? { postgresPort: o.postgresPort } : {}),
+    },
+    o.replicas,
+  );
+  const coordinatorPorts = Array.from({ length: o.replicas }, (_, i) => cluster.coordinatorPort + i);
+  if (coordinatorPorts.includes(cluster.agentGrpcPort)) {
+    process.stderr.write(
+      `berth up: the agent's gRPC port ${cluster.agentGrpcPort} is one of the coordinators' ports ${coordinatorPorts.join(", ")}: pass --grpc-port\n`,
+    );
+    return 1;
+  }
   const print = (line: string) => process.stdout.write(`${line}\n`);
-  const children: ManagedChild[] = [];
-  let nats: RunningNats | undefined;
+  const children: SupervisedChild[] = [];
+  let nats: UpControlPlane | undefined;
   let registry: UpRegistry | undefined;
   let shuttingDown = false;
 
@@ -146,11 +179,14 @@ async function up(o: UpFlags): Promise<number> {
   };
 
   try {
-    nats = await startNatsServer({
-      dir: join(dataDir, "nats"),
-      port: cluster.natsPort,
-      // The coordinator adds each agent's own user when it joins.
-      users: [{ user: "coordinator", password: cluster.natsCoordinatorPassword }],
+    nats = await startControlPlane({
+      dataDir,
+      replicas: o.replicas,
+      natsPort: cluster.natsPort,
+      ...(o.store ? { store: o.store } : {}),
+      postgresPort: cluster.postgresPort,
+      coordinator: { user: "coordinator", password: cluster.natsCoordinatorPassword },
+      print,
     });
   } catch (e) {
     process.stderr.write(
@@ -179,37 +215,43 @@ async function up(o: UpFlags): Promise<number> {
   }
 
   const coordDir = join(dataDir, "coordinator");
-  const coordConfig = join(dataDir, "coordinator.json");
   const urlHost = o.host === "0.0.0.0" || o.host === "::" ? "127.0.0.1" : o.host;
-  const url = `http://${urlHost}:${cluster.coordinatorPort}`;
-  writeFileSync(
-    coordConfig,
-    JSON.stringify(
-      {
-        host: o.host,
-        port: cluster.coordinatorPort,
-        publicUrl: url,
-        dataDir: coordDir,
-        volumeRoot: join(dataDir, "volumes"),
-        ...pipIndexOf(o),
-        ...(o.condaChannel.length > 0 ? { condaChannels: o.condaChannel } : {}),
-        registry: registryAccess,
-        ...(o.imageGcAfter !== undefined ? { imageGcAfterMs: o.imageGcAfter } : {}),
-        nats: { url: nats.url, user: "coordinator", password: cluster.natsCoordinatorPassword },
-        // Each agent joins with its own nkey user (docs/install.md, "Agent credentials"); the agent
-        // re-joins at every start, so one that held the shared user moves to its own.
-        agentNats: {
-          url: nats.url,
-          usersFile: nats.usersFile,
-          pidFile: nats.pidFile,
-          staticUsers: [{ user: "coordinator", password: cluster.natsCoordinatorPassword }],
+  const urls = coordinatorPorts.map((port) => `http://${urlHost}:${port}`);
+  const url = urls[0] as string;
+  // One config per coordinator: same data dir (code objects, outputs) and store, own port.
+  const coordConfigs = coordinatorPorts.map((port, i) => {
+    const path = join(dataDir, i === 0 ? "coordinator.json" : `coordinator-${i + 1}.json`);
+    writeFileSync(
+      path,
+      JSON.stringify(
+        {
+          host: o.host,
+          port,
+          publicUrl: urls[i],
+          dataDir: coordDir,
+          ...(nats?.store ? { store: nats.store } : {}),
+          volumeRoot: join(dataDir, "volumes"),
+          ...pipIndexOf(o),
+          ...(o.condaChannel.length > 0 ? { condaChannels: o.condaChannel } : {}),
+          registry: registryAccess,
+          ...(o.imageGcAfter !== undefined ? { imageGcAfterMs: o.imageGcAfter } : {}),
+          nats: { url: nats?.natsUrl, user: "coordinator", password: cluster.natsCoordinatorPassword },
+          // Each agent joins with its own nkey user (docs/install.md, "Agent credentials"); the agent
+          // re-joins at every start, so one that held the shared user moves to its own.
+          agentNats: {
+            url: nats?.natsUrl,
+            usersFile: nats?.usersFile,
+            pidFile: nats?.pidFile,
+            staticUsers: [{ user: "coordinator", password: cluster.natsCoordinatorPassword }],
+          },
         },
-      },
-      null,
-      2,
-    ),
-    { mode: 0o600 },
-  );
+        null,
+        2,
+      ),
+      { mode: 0o600 },
+    );
+    return path;
+  });
 
   const onSignal = new Promise<void>((resolve) => {
     const handler = () => {
@@ -227,34 +269,31 @@ async function up(o: UpFlags): Promise<number> {
       if (signal === "SIGINT" || signal === "SIGTERM") await Promise.race([onSignal, sleep(2000)]);
       resolve(`${what} exited (code ${code}${signal ? `, ${signal}` : ""})`);
     };
-    nats?.process.once("exit", (code, signal) => void failure("nats-server", code, signal));
+    nats?.essential?.once("exit", (code, signal) => void failure("nats-server", code, signal));
     const reg = registry;
     void reg?.exited.then((code) => failure("the cluster registry", code, reg.process.signalCode));
   });
-  const watch = (c: ManagedChild) => {
-    children.push(c);
-    void c.exited.then((code) => {
-      if (!shuttingDown && !signalled) {
-        process.stderr.write(
-          `berth up: ${c.name} exited unexpectedly (code ${code}); stopping the cluster\n`,
-        );
-        void shutdown(1).then((rc) => process.exit(rc));
-      }
-    });
+  // A child that dies is started again (cli/up/supervise.ts); one that keeps dying stops the cluster.
+  const watch = (name: string, start: () => ManagedChild) => {
+    children.push(
+      supervise(name, start, {
+        print,
+        onGiveUp: (why) => {
+          if (shuttingDown || signalled) return;
+          process.stderr.write(`berth up: ${why}; stopping the cluster\n`);
+          void shutdown(1).then((rc) => process.exit(rc));
+        },
+      }),
+    );
   };
 
-  watch(spawnBerth("coordinator", ["coordinator", "--config", coordConfig], print));
   try {
-    await Promise.race([
-      waitFor(
-        async () => {
-          const r = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(2000) });
-          return r.ok;
-        },
-        { timeoutMs: 60_000, intervalMs: 200, what: `the coordinator at ${url}` },
-      ),
-      failed.then((why) => Promise.reject(new Error(why))),
-    ]);
+    // One at a time: the first bootstraps the empty store (tokens, keys) the others then find.
+    for (const [i, config] of coordConfigs.entries()) {
+      const name = o.replicas === 1 ? "coordinator" : `coordinator-${i + 1}`;
+      watch(name, () => spawnBerth(name, ["coordinator", "--config", config], print));
+      await coordinatorHealthy(urls[i] as string, failed);
+    }
   } catch (e) {
     process.stderr.write(`berth up: ${describeError(e)}\n`);
     return shutdown(1);
@@ -277,7 +316,7 @@ async function up(o: UpFlags): Promise<number> {
   }
 
   const agentDir = join(dataDir, "agent");
-  watch(
+  watch("agent", () =>
     spawnBerth(
       "agent",
       [
@@ -341,6 +380,7 @@ async function up(o: UpFlags): Promise<number> {
   print("");
   print("berth is up.");
   print(`  URL:         ${url}`);
+  if (urls.length > 1) print(`  coordinators: ${urls.join(" ")}   (any one answers any request)`);
   print(`  admin token: ${adminToken}`);
   print(`  join token:  ${joinToken}   (berth agent --coordinator ${url} --join-token ...)`);
   print(`  data:        ${dataDir}`);
@@ -373,6 +413,14 @@ function pipIndexOf(o: UpFlags): {
     ...(o.pipTrustedHost.length > 0 ? { trustedHosts: o.pipTrustedHost } : {}),
   };
   return Object.keys(pipIndex).length > 0 ? { pipIndex } : {};
+}
+
+/** --replicas: how many coordinators and NATS nodes. */
+export function parseReplicas(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1 || n > MAX_UP_REPLICAS)
+    throw new InvalidArgumentError(`${JSON.stringify(v)}: use a whole number from 1 to ${MAX_UP_REPLICAS}`);
+  return n;
 }
 
 /** --image-gc-after: 90s, 30m, 12h, 7d (or milliseconds) as milliseconds. */

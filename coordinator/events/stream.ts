@@ -15,6 +15,7 @@ import {
   StorageType,
 } from "nats";
 import type { Logger } from "pino";
+import { streamReplicas } from "../streams/replicas.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { BerthEvent, EventFeed, EventSink } from "./types.ts";
 import { newId } from "../../shared/ids.ts";
@@ -154,7 +155,7 @@ export class EventStream implements EventSink, EventFeed {
         ...limits,
         retention: RetentionPolicy.Limits,
         storage: StorageType.File,
-        num_replicas: 1,
+        num_replicas: streamReplicas(this.nc),
       });
     }
   }

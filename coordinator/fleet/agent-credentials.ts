@@ -19,8 +19,11 @@ export interface AgentNatsUsersOptions {
   kv: ClusterKv;
   /** nats-server's users.conf (the authorization block includes it); rewritten whole. */
   usersFile: string;
-  /** nats-server's pid_file: SIGHUP after each write. Without it something else reloads (a systemd path unit). */
-  pidFile?: string;
+  /**
+   * nats-server's pid_file: SIGHUP after each write; every node's of a cluster whose nodes read
+   * this one file (berth up --replicas). Without it something else reloads (a systemd path unit).
+   */
+  pidFile?: string | string[];
   /** Users that are not agents (the coordinator's, the legacy shared agent user). */
   staticUsers: NatsUser[];
 }
@@ -70,7 +73,7 @@ export class AgentNatsUsers {
     const tmp = `${this.o.usersFile}.tmp-${process.pid}`;
     writeFileSync(tmp, text, { mode: 0o640 });
     renameSync(tmp, this.o.usersFile);
-    if (this.o.pidFile) reloadNatsServer(this.o.pidFile);
+    for (const pidFile of [this.o.pidFile ?? []].flat()) reloadNatsServer(pidFile);
     return true;
   }
 }

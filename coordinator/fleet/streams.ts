@@ -15,7 +15,12 @@ export interface StreamRetention {
 const ns = (ms: number) => ms * 1_000_000;
 
 /** Creates berth's JetStream streams, or updates their retention to what the operator set. */
-export async function ensureStreams(jsm: JetStreamManager, r: StreamRetention = {}): Promise<void> {
+/** `replicas`: copies of each stream (coordinator/streams/replicas.ts). */
+export async function ensureStreams(
+  jsm: JetStreamManager,
+  r: StreamRetention = {},
+  replicas = 1,
+): Promise<void> {
   const wanted = [
     {
       name: streams.logs.name,
@@ -31,7 +36,7 @@ export async function ensureStreams(jsm: JetStreamManager, r: StreamRetention = 
     },
   ];
   for (const cfg of wanted) {
-    const full = { ...cfg, retention: RetentionPolicy.Limits, storage: StorageType.File, num_replicas: 1 };
+    const full = { ...cfg, retention: RetentionPolicy.Limits, storage: StorageType.File, num_replicas: replicas };
     try {
       await jsm.streams.info(cfg.name);
       await jsm.streams.update(cfg.name, { subjects: full.subjects, max_age: full.max_age, max_bytes: full.max_bytes });

@@ -7,6 +7,7 @@
 
 import type { KV, NatsConnection } from "nats";
 import { BerthError } from "../../shared/errors.ts";
+import { streamReplicas } from "../streams/replicas.ts";
 import { checkObjectName, checkWorkspaceId, isJsNotFound, jsErrorText } from "./names.ts";
 
 export interface MapLimits {
@@ -53,6 +54,7 @@ export class MapStore {
     if (!p) {
       p = this.nc.jetstream().views.kv(bucketName(ws), {
         history: 1,
+        replicas: streamReplicas(this.nc),
         // JetStream counts the key and headers too; the value itself is checked in set.
         maxValueSize: this.limits.maxValueBytes + 4096,
         max_bytes: this.limits.maxWorkspaceBytes,

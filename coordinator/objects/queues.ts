@@ -9,6 +9,7 @@
 import type { JetStreamClient, JetStreamManager, NatsConnection, StreamConfig } from "nats";
 import { DiscardPolicy, RetentionPolicy, StorageType } from "nats";
 import { BerthError } from "../../shared/errors.ts";
+import { streamReplicas } from "../streams/replicas.ts";
 import { checkObjectName, checkWorkspaceId, isJsNotFound, jsErrorText } from "./names.ts";
 
 export interface QueueLimits {
@@ -89,7 +90,7 @@ export class QueueStore {
           have = (await jsm.streams.info(streamName(ws))).config;
         } catch (e) {
           if (!isJsNotFound(e)) throw e;
-          await jsm.streams.add({ name: streamName(ws), ...want });
+          await jsm.streams.add({ name: streamName(ws), ...want, num_replicas: streamReplicas(this.o.nc) });
           this.soft.delete(ws);
           return;
         }

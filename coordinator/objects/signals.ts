@@ -7,6 +7,7 @@
 
 import { type KV, type KvEntry, KvWatchInclude, type NatsConnection, type QueuedIterator } from "nats";
 import { BerthError } from "../../shared/errors.ts";
+import { streamReplicas } from "../streams/replicas.ts";
 import { checkObjectName, checkWorkspaceId } from "./names.ts";
 
 const BUCKET = "BERTH_SIGNALS";
@@ -48,7 +49,7 @@ export class SignalStore {
   ) {}
 
   private kv(): Promise<KV> {
-    this.kvP ??= this.nc.jetstream().views.kv(BUCKET, { history: 1 });
+    this.kvP ??= this.nc.jetstream().views.kv(BUCKET, { history: 1, replicas: streamReplicas(this.nc) });
     this.kvP.catch(() => {
       this.kvP = undefined;
     });

@@ -27,14 +27,17 @@ async function ensureStream(jsm: JetStreamManager, cfg: Parameters<JetStreamMana
   }
 }
 
-/** Creates BERTH_TASKS (work queue) and BERTH_TASK_EVENTS (limits, 1 day) when missing. */
-export async function ensureTaskStreams(jsm: JetStreamManager): Promise<void> {
+/**
+ * Creates BERTH_TASKS (work queue) and BERTH_TASK_EVENTS (limits, 1 day) when missing, with
+ * `replicas` copies (coordinator/streams/replicas.ts).
+ */
+export async function ensureTaskStreams(jsm: JetStreamManager, replicas = 1): Promise<void> {
   await ensureStream(jsm, {
     name: TASKS_STREAM,
     subjects: [ALL_TASK_SUBJECTS],
     retention: RetentionPolicy.Workqueue,
     storage: StorageType.File,
-    num_replicas: 1,
+    num_replicas: replicas,
   });
   await ensureStream(jsm, {
     name: TASK_EVENTS_STREAM,
@@ -42,7 +45,7 @@ export async function ensureTaskStreams(jsm: JetStreamManager): Promise<void> {
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     max_age: ns(86_400_000),
-    num_replicas: 1,
+    num_replicas: replicas,
   });
 }
 

@@ -14,6 +14,7 @@ import {
 } from "../../shared/tasks.ts";
 import type { StubRecord } from "../store/stubs.ts";
 import type { LiveTask } from "./live-index.ts";
+import { streamReplicas } from "../streams/replicas.ts";
 import { ensureStubConsumer, ensureTaskStreams } from "./streams.ts";
 
 const enc = new TextEncoder();
@@ -41,7 +42,7 @@ export class TaskQueue {
   async start(): Promise<JetStreamManager> {
     const jsm = await this.nc.jetstreamManager();
     this.jsm = jsm;
-    await ensureTaskStreams(jsm);
+    await ensureTaskStreams(jsm, streamReplicas(this.nc));
     return jsm;
   }
 

@@ -1,18 +1,12 @@
 import { execFileSync, spawn } from "node:child_process";
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitFor } from "../../shared/net.ts";
 
-/** Finds Debian's PostgreSQL server binaries (/usr/lib/postgresql/<v>/bin). */
-export function postgresBinDir(): string | undefined {
-  const base = "/usr/lib/postgresql";
-  if (!existsSync(base)) return undefined;
-  const versions = readdirSync(base)
-    .filter((v) => existsSync(join(base, v, "bin", "initdb")))
-    .sort((a, b) => Number(b) - Number(a));
-  return versions[0] ? join(base, versions[0], "bin") : undefined;
-}
+import { postgresBinDir } from "../../cli/up/replicas.ts";
+
+export { postgresBinDir };
 
 export interface TestPostgres {
   url: string;
