@@ -1,4 +1,6 @@
 import { basename } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { BerthError } from "../../shared/errors.ts";
 import type { Command } from "commander";
 import { ApiClient } from "../api-client.ts";
 import { DescribeFailed } from "../deploy/describe.ts";
@@ -34,9 +36,8 @@ export interface StackJson {
   latest: VersionJson | null;
 }
 
-/** The deploys (a database's first create builds its image) and the rollback on top of the readiness wait. */
-const APPLY_MARGIN_S = 1800;
 const DEFAULT_READY_TIMEOUT_S = 300;
+const POLL_MS = 2000;
 
 async function stackBase(api: ApiClient): Promise<string> {
   const ws = await api.request<{ external_id: string }>("GET", "/api/v1/workspace/current");
@@ -87,15 +88,14 @@ export function stackCommands(program: Command): void {
       const { stacks } = await api.request<{ stacks: StackJson[] }>("GET", base);
       const existing = stacks.find((s) => s.name === name);
       const body = { members, ready_timeout_s: readyTimeout };
-      const timeoutMs = (readyTimeout + APPLY_MARGIN_S) * 1000;
       process.stderr.write(
         `${existing ? "updating" : "creating"} stack ${name}: ${members.map((m) => m.name).join(", ")} (waiting until ready)\n`,
       );
-      const s = existing
-        ? await api.request<StackJson>("PUT", `${base}/${encodeURIComponent(existing.id)}`, body, {
-            timeoutMs,
-          })
-        : await api.request<StackJson>("POST", base, { name, ...body }, { timeoutMs });
+      // Answered at once (202); the attempt is followed here, so no request stays open for minutes.
+      const started = existing
+        ? await api.request<StackJson>("PUT", `${base}/${encodeURIComponent(existing.id)}?wait=false`, body)
+        : await api.request<StackJson>("POST", `${base}?wait=false`, { name, ...body });
+      const s = await followAttempt(api, base, started);
       if (o.json) printJson(s);
       const latest = s.latest;
       if (latest?.status !== "ready") {
@@ -131,6 +131,25 @@ export function stackCommands(program: Command): void {
         ["id", "name", "live", "latest", "members", "failure"],
       );
     });
+}
+
+/** Polls the stack until the attempt `started` made has ended; prints each member's state as it changes. */
+async function followAttempt(api: ApiClient, base: string, started: StackJson): Promise<StackJson> {
+  const version = started.latest?.version;
+  let s = started;
+  let said = "";
+  for (;;) {
+    const latest = s.latest;
+    if (latest && latest.version === version && latest.status !== "applying") return s;
+    const states = (latest?.members ?? []).map((m) => `${m.name} ${m.state}`).join(", ");
+    if (states && states !== said) process.stderr.write(`  ${states}\n`);
+    said = states;
+    await sleep(POLL_MS);
+    const { stacks } = await api.request<{ stacks: StackJson[] }>("GET", base);
+    const now = stacks.find((x) => x.id === started.id);
+    if (!now) throw new BerthError("not_found", `stack ${started.name} is gone`);
+    s = now;
+  }
 }
 
 function printMembers(members: MemberJson[]): void {

@@ -50,6 +50,11 @@ export interface StackServiceDeps {
 }
 
 export const MAX_READY_TIMEOUT_S = 3600;
+
+export interface ApplyOptions {
+  /** false: answer once the attempt is recorded (status applying) and let it run. @default true */
+  wait?: boolean;
+}
 /** The lease outlives the readiness deadline by this much (deploys and rollback). */
 const LEASE_MARGIN_MS = 120_000;
 /** The lease while members are deployed (a database's create waits for its image and readiness check). */
@@ -60,6 +65,7 @@ export class StackService {
   private readonly clock: () => number;
   private readonly pollMs: number;
   private readonly defaultTimeoutS: number;
+  private readonly running = new Set<Promise<void>>();
 
   constructor(private readonly d: StackServiceDeps) {
     this.kinds = new Map(d.kinds.map((k) => [k.kind, k]));
@@ -87,6 +93,7 @@ export class StackService {
     workspaceId: string,
     name: unknown,
     raw: { members: unknown; ready_timeout_s?: unknown },
+    o: ApplyOptions = {},
   ): Promise<StackView> {
     if (typeof name !== "string" || !STACK_NAME.test(name))
       throw invalid(
@@ -95,7 +102,7 @@ export class StackService {
     const spec = this.spec(raw);
     await this.checkOwnership(workspaceId, undefined, spec.members);
     const stack = await this.d.repo.create(workspaceId, name, this.now());
-    return this.apply(workspaceId, stack, spec);
+    return this.apply(workspaceId, stack, spec, o);
   }
 
   /** PUT: every member of the stack updated at once. */
@@ -103,16 +110,27 @@ export class StackService {
     workspaceId: string,
     id: string,
     raw: { members: unknown; ready_timeout_s?: unknown },
+    o: ApplyOptions = {},
   ): Promise<StackView> {
     const stack = await this.mustGet(workspaceId, id);
     const spec = this.spec(raw);
     await this.checkOwnership(workspaceId, stack.id, spec.members);
-    return this.apply(workspaceId, stack, spec);
+    return this.apply(workspaceId, stack, spec, o);
+  }
+
+  /** Resolves when every attempt running in the background has ended. */
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.running]);
   }
 
   // ---- one attempt ----
 
-  private async apply(workspaceId: string, stack: StackRecord, spec: StackSpec): Promise<StackView> {
+  private async apply(
+    workspaceId: string,
+    stack: StackRecord,
+    spec: StackSpec,
+    o: ApplyOptions,
+  ): Promise<StackView> {
     const previous =
       stack.currentVersion > 0
         ? await this.d.repo.version<StackSpec, MemberOutcome>(stack.id, stack.currentVersion)
@@ -132,6 +150,28 @@ export class StackService {
       version: attempt.version,
     });
     log.info({ members: outcomes.map((o) => `${o.kind}:${o.name}:${o.action}`) }, "stacks: applying");
+    const run = this.run(workspaceId, stack, attempt.version, spec, previous, outcomes, log);
+    if (o.wait === false) {
+      // The caller follows the attempt with GET; it ends on its own (or its lease runs out with this process).
+      this.running.add(run);
+      void run
+        .catch((e) => log.error({ err: describeError(e) }, "stacks: the attempt failed to end"))
+        .finally(() => this.running.delete(run));
+    } else await run;
+    return this.get(workspaceId, stack.id);
+  }
+
+  /** Deploys, waits, and ends the attempt: ready, or rolled back. */
+  private async run(
+    workspaceId: string,
+    stack: StackRecord,
+    version: number,
+    spec: StackSpec,
+    previous: StackVersion | undefined,
+    outcomes: MemberOutcome[],
+    log: Logger,
+  ): Promise<void> {
+    const attempt = { version };
     const failure = await this.deployAndWait(workspaceId, stack, attempt.version, spec, previous, outcomes);
     const deployed = outcomes.filter((o) => o.action === "deploy" && o.ref);
     await Promise.all(
@@ -179,7 +219,6 @@ export class StackService {
         log.warn("stacks: the attempt lost its lease before it ended (another apply took the stack over)");
       else log.info("stacks: ready");
     }
-    return this.get(workspaceId, stack.id);
   }
 
   /** Deploys the changed members, then waits for all; the first failure, or undefined when all are ready. */

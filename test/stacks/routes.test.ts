@@ -220,6 +220,30 @@ describe("stack routes", () => {
     assert.equal(d?.active, false, "a new member with nothing before it is stopped");
   });
 
+  test("?wait=false answers 202 with the attempt applying; GET follows it to ready", async () => {
+    const r = await call("POST", `/api/v1/stack/${wsA()}?wait=false`, {
+      name: "later",
+      members: [member("later-web")],
+    });
+    assert.equal(r.statusCode, 202, r.body);
+    const started = r.json();
+    assert.equal(started.latest.status, "applying");
+    assert.equal(started.applying_version, 1);
+    assert.equal(started.current, null);
+    await runContainer("later-web", 1);
+    const done = await waitUntil(
+      async () => {
+        const list = (await call("GET", `/api/v1/stack/${wsA()}`)).json();
+        const s = list.stacks.find((x: { id: string }) => x.id === started.id);
+        return s.latest.status !== "applying" && s;
+      },
+      { what: "the attempt ended" },
+    );
+    assert.equal(done.latest.status, "ready");
+    assert.equal(done.current_version, 1);
+    assert.equal(done.applying_version, null);
+  });
+
   test("two updates of one stack at once: the second is a 409 naming the attempt in flight", async () => {
     const created = call("POST", `/api/v1/stack/${wsA()}`, { name: "duo", members: [member("duo-a")] });
     await runContainer("duo-a", 1);

@@ -1,7 +1,8 @@
 // `/api/v1/stack/...` (docs/stacks.md): a workspace's stacks. POST makes one
 // and applies it, PUT applies a new version of every member at once; both
 // answer when the attempt has ended, ready or rolled back (the record says
-// which, and for a rollback which member failed and why).
+// which, and for a rollback which member failed and why), or with ?wait=false
+// at once (202, the attempt applying) for the caller to follow with GET.
 
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
@@ -111,6 +112,14 @@ export const stackJson = (s: StackView) => ({
 });
 
 const errors = { ...WorkspaceErrors, 409: ErrorResponse };
+const WaitQuery = Type.Object({
+  wait: Type.Optional(
+    Type.Boolean({
+      description:
+        "false: answer 202 once the attempt is recorded (latest.status applying) and follow it with GET; default true: answer when it has ended",
+    }),
+  ),
+});
 const StackParams = Type.Object({ ws: Type.String(), stackId: Type.String() });
 
 export function stackRoutes(stacks: StackService): FastifyPluginAsync {
@@ -141,15 +150,17 @@ export function stackRoutes(stacks: StackService): FastifyPluginAsync {
         schema: {
           tags: ["stacks"],
           params: WsParams,
+          querystring: WaitQuery,
           body: Type.Object({ name: Type.String(), ...ApplyFields }, { additionalProperties: false }),
-          response: { 201: StackJson, ...errors },
+          response: { 201: StackJson, 202: StackJson, ...errors },
         },
       },
       async (req, reply) => {
         const ws = scopedWorkspace(req).id;
         const b = req.body as { name: string; members: unknown[]; ready_timeout_s?: number };
-        const view = await stacks.create(ws, b.name, b);
-        return reply.status(201).send(stackJson(view));
+        const wait = (req.query as { wait?: boolean }).wait !== false;
+        const view = await stacks.create(ws, b.name, b, { wait });
+        return reply.status(wait ? 201 : 202).send(stackJson(view));
       },
     );
 
@@ -160,16 +171,18 @@ export function stackRoutes(stacks: StackService): FastifyPluginAsync {
         schema: {
           tags: ["stacks"],
           params: StackParams,
+          querystring: WaitQuery,
           body: Type.Object(ApplyFields, { additionalProperties: false }),
-          response: { 200: StackJson, ...errors },
+          response: { 200: StackJson, 202: StackJson, ...errors },
         },
       },
-      async (req) => {
+      async (req, reply) => {
         const ws = scopedWorkspace(req).id;
         const { stackId } = req.params as { stackId: string };
-        return stackJson(
-          await stacks.update(ws, stackId, req.body as { members: unknown[]; ready_timeout_s?: number }),
-        );
+        const wait = (req.query as { wait?: boolean }).wait !== false;
+        const body = req.body as { members: unknown[]; ready_timeout_s?: number };
+        const view = await stacks.update(ws, stackId, body, { wait });
+        return reply.status(wait ? 200 : 202).send(stackJson(view));
       },
     );
   };
