@@ -1,5 +1,5 @@
 import type { Insertable, Kysely, Updateable } from "kysely";
-import type { TaskError, TaskStatus } from "../../shared/tasks.ts";
+import { TERMINAL_STATUSES, type TaskError, type TaskStatus } from "../../shared/tasks.ts";
 import { QueryShapes } from "./db.ts";
 import type { Database, TaskEventTable, TaskTable } from "./schema.ts";
 
@@ -106,7 +106,8 @@ const TASK_COLUMNS = [
 
 /** What a list reads: every column but the results. */
 const LIST_COLUMNS = TASK_COLUMNS.filter(
-  (c): c is Exclude<(typeof TASK_COLUMNS)[number], "result" | "result_json"> => c !== "result" && c !== "result_json",
+  (c): c is Exclude<(typeof TASK_COLUMNS)[number], "result" | "result_json"> =>
+    c !== "result" && c !== "result_json",
 );
 
 const EVENT_COLUMNS = ["task_id", "status", "attempt", "container_id", "reason", "at"] as const;
@@ -189,6 +190,9 @@ const toTask = (r: Database["tasks"]): TaskRecord => ({
   updatedAt: r.updated_at,
 });
 
+/** Final statuses (shared/tasks.ts TERMINAL_STATUSES), in a fixed order for the statement's parameters. */
+const ENDED: TaskStatus[] = [...TERMINAL_STATUSES].sort();
+
 /** The columns a patch sets, in a fixed order, and their values. */
 function patchColumns(p: TaskPatch): { columns: string[]; values: unknown[] } {
   const columns: string[] = [];
@@ -240,11 +244,21 @@ export class TaskRepo {
       for (const [id, p] of patches) {
         const { columns, values } = patchColumns(p);
         values.push(id);
-        await this.shapes.run(trx, `update tasks ${columns.join(",")}`, values, () =>
-          trx
-            .updateTable("tasks")
-            .set(zip(columns, values, 0) as Updateable<TaskTable>)
-            .where("id", "=", id),
+        // With several coordinators two may write one task (each applied one of its events): a
+        // change to an open status never overwrites a row another already ended.
+        const open = p.status !== undefined && !ENDED.includes(p.status);
+        if (open) values.push(...ENDED);
+        await this.shapes.run(
+          trx,
+          `update tasks ${columns.join(",")}${open ? " while open" : ""}`,
+          values,
+          () => {
+            const q = trx
+              .updateTable("tasks")
+              .set(zip(columns, values, 0) as Updateable<TaskTable>)
+              .where("id", "=", id);
+            return open ? q.where("status", "not in", ENDED) : q;
+          },
         );
       }
       await this.insertChunks(trx, "task_events", EVENT_COLUMNS, history.map(eventValues));
@@ -307,10 +321,7 @@ export class TaskRepo {
    */
   async list(workspaceId: string, f: TaskListFilter, page: TaskListPage): Promise<TaskRecord[]> {
     if (f.stubIds?.length === 0 || f.statuses?.length === 0) return [];
-    let q = this.db
-      .selectFrom("tasks")
-      .select(LIST_COLUMNS)
-      .where("workspace_id", "=", workspaceId);
+    let q = this.db.selectFrom("tasks").select(LIST_COLUMNS).where("workspace_id", "=", workspaceId);
     if (f.statuses) q = q.where("status", "in", f.statuses);
     if (f.stubIds) q = q.where("stub_id", "in", f.stubIds);
     if (f.createdAfter !== undefined) q = q.where("created_at", ">", f.createdAfter);

@@ -114,4 +114,24 @@ describe("task events across coordinators (real NATS, one SQLite store)", () => 
       what: "COMPLETE on the coordinator that queued it",
     });
   });
+
+  test("a late open-status write of one coordinator never overwrites a row another already ended", async () => {
+    const [id] = await a.submit(h.ws.id, stubId, [Buffer.from("late")]);
+    const at = new Date().toISOString();
+    await h.store.tasks.applyBatch(
+      new Map([[id as string, { status: "COMPLETE", updatedAt: at, endedAt: at }]]),
+      [],
+    );
+    await h.store.tasks.applyBatch(
+      new Map([[id as string, { status: "RUNNING", attempt: 1, containerId: "ctr-late", updatedAt: at }]]),
+      [],
+    );
+    const row = await h.store.tasks.get(id as string);
+    assert.equal(row?.status, "COMPLETE");
+    assert.equal(row?.containerId, null);
+    // A change that is not a status change (the end time) still applies to an ended row.
+    const later = new Date(Date.now() + 1000).toISOString();
+    await h.store.tasks.applyBatch(new Map([[id as string, { endedAt: later, updatedAt: later }]]), []);
+    assert.equal((await h.store.tasks.get(id as string))?.endedAt, later);
+  });
 });
