@@ -33,8 +33,11 @@ export async function openDatabase(url: string): Promise<OpenedDatabase> {
   if (/^postgres(ql)?:\/\//.test(url)) {
     const display = redactUrl(url);
     const pool = new pg.Pool({ connectionString: url, max: 10, connectionTimeoutMillis: 5000 });
-    // An idle client's error (server restart) must not crash the process.
+    // An idle client's error (server restart) must not crash the process; neither must one a
+    // transaction holds between its queries (the pool's handler covers idle clients only): the
+    // query in flight fails on its own, and the pool drops the client when its connection ends.
     pool.on("error", () => {});
+    pool.on("connect", (client) => client.on("error", () => {}));
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
     try {
       const c = await pool.connect();

@@ -29,7 +29,7 @@ test("assertFaultSummary prints one line and fails on anything lost, duplicated,
   );
   for (const bad of [{ lost: 1, completed: 2 }, { duplicated: 1 }, { wrong: 2 }, { completed: 2 }])
     assert.throws(
-      () => assertFaultSummary(undefined, "demo", { ...ok, ...bad }),
+      () => assertFaultSummary({ diagnostic: () => {} }, "demo", { ...ok, ...bad }),
       /fault-summary case="demo"/,
     );
 });
