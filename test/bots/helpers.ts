@@ -117,6 +117,15 @@ export const directory = (ws: string): BotDirectory => ({
   },
 });
 
+/** The bot the workspace-scoping fixture serves: deployed (as DEF) in every workspace. */
+export const BOT_NAME = "helper";
+export const anyWorkspaceDirectory: BotDirectory = {
+  async byName(_workspaceId, name) {
+    if (name !== BOT_NAME) throw new BerthError("not_found", `deployment ${name} not found`);
+    return { deploymentId: "dep-1", name, authorized: true, def: DEF };
+  },
+};
+
 export const upper = (p: { inputs: Record<string, unknown[]> }) => {
   const q = p.inputs.Question?.[0] as { text: string };
   if (q.text === "fail") throw new Error("cannot answer that");

@@ -28,6 +28,7 @@ import { Planner } from "../../coordinator/scheduler/planner.ts";
 import { VolumeFiles } from "../../coordinator/volumes/volume-files.ts";
 import { deployInput } from "../deployments/helpers.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
+import { BOT_NAME } from "../bots/helpers.ts";
 import { addContainer } from "../http/harness.ts";
 import { type ScopingFixture, startScopingFixture } from "../http/scoping-fixtures.ts";
 
@@ -272,6 +273,8 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
       }),
       webhookId: x.seeded.webhookId,
       name: x.seeded.secretName,
+      botName: BOT_NAME,
+      session_id: f.botSessionId,
     },
     b: {
       ...side({
@@ -287,6 +290,8 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
         containerId: "ctr-bravo",
       }),
       name: "BRAVO_SECRET",
+      botName: BOT_NAME,
+      session_id: (await f.bots.create(b.id, BOT_NAME)).id,
     },
   };
   // A joined host only the admin token's requests name: revoking it cuts no agent the other services place on.

@@ -134,6 +134,7 @@ describe("route fuzzer: hostile input on every route", () => {
     if (path.startsWith("/endpoint/")) return name === "id" ? (v.id as string) : (v.deploymentName as string);
     if (path.startsWith("/api/v1/gateway/sandboxes/") && name === "id") return v.sandboxId as string;
     if (path.startsWith("/api/v1/volume/") && name === "name") return v.volume as string;
+    if (path.startsWith("/api/v1/bot/") && name === "name") return v.botName as string;
     return v[name] ?? "fuzz";
   };
   const fill = (op: Operation, v: SideValues, odd?: { name: string; value: string }) => {

@@ -33,7 +33,9 @@ import type { TaskHarness } from "../tasks/harness.ts";
 import { bearer } from "../helpers/auth.ts";
 import { StackService } from "../../coordinator/stacks/service.ts";
 import { DeploymentMembers } from "../../coordinator/stacks/deployment-member.ts";
+import { BotEngine } from "../../coordinator/bots/engine.ts";
 import { DatabaseService } from "../../coordinator/databases/index.ts";
+import { BOT_NAME, anyWorkspaceDirectory, TestTasks, upper } from "../bots/helpers.ts";
 import { SecretService } from "../../coordinator/secrets/index.ts";
 import { VolumeFiles } from "../../coordinator/volumes/volume-files.ts";
 import { tempDir } from "../helpers/env.ts";
@@ -44,6 +46,9 @@ export interface ScopingFixture {
   sandboxes: SandboxService;
   /** A's database (a record marked running; no pod runs it here). */
   databaseName: string;
+  /** The bot engine (bot BOT_NAME in every workspace, tasks answered by the test) and A's session of it. */
+  bots: BotEngine;
+  botSessionId: string;
   /** A's sandbox (running, process 1 in it) and A's pod (authorized, port 9000 exposed). */
   sandboxId: string;
   podId: string;
@@ -101,6 +106,7 @@ export async function startScopingFixture(
   const podAnswer = "pod canary answer";
   const limitChanges: string[] = [];
   let sandboxes!: SandboxService;
+  let bots!: BotEngine;
   let upstream!: Server;
   let ports!: PortProxy;
   const x = await startHttpHarness(suite, {
@@ -157,6 +163,12 @@ export async function startScopingFixture(
         log,
         onActivity: (id) => sandboxes.touch(id),
       });
+      bots = new BotEngine({
+        sessions: h.store.botSessions,
+        bots: anyWorkspaceDirectory,
+        tasks: new TestTasks(upper),
+        log,
+      });
       return {
         logs: new LogQuery({ nats: h.nc, log }),
         limits: {
@@ -172,6 +184,7 @@ export async function startScopingFixture(
         },
         sandboxes,
         ports,
+        bots,
         // Managed databases over the same pods; B's calls must never reach one of A's.
         databases: new DatabaseService({
           repo: h.store.databases,
@@ -276,12 +289,16 @@ export async function startScopingFixture(
     await closeNats(agentNc);
   }
 
+  const botSession = await bots.create(a, BOT_NAME);
+
   let base: string | undefined;
   return {
     x,
     sandboxes,
     sandboxId: sandbox.sandboxId,
     databaseName,
+    bots,
+    botSessionId: botSession.id,
     podId: pod.sandboxId,
     podPort,
     podAnswer,

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { HttpHarness } from "./harness.ts";
 import { rawRequest, type ScopingFixture, startScopingFixture } from "./scoping-fixtures.ts";
+import { BOT_NAME } from "../bots/helpers.ts";
 import { bearer } from "../helpers/auth.ts";
 import { type JsonSchema, sample } from "../helpers/schema-sample.ts";
 
@@ -120,14 +121,16 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
   const urlOf = (op: Operation, idOf: (name: string, v: string) => string = (_n, v) => v) => {
     const path = op.path.replace(/\{([^}]+)\}/g, (_m, name: string) => {
       // Invocation routes name a deployment where the secret routes name a secret; sandbox routes' {id} is a
-      // sandbox, database routes' {name} a database.
+      // sandbox, database routes' {name} a database, bot routes' {name} a bot.
       const own = op.path.startsWith("/taskqueue/")
         ? taskQueueValues
         : op.path.startsWith("/api/v1/gateway/sandboxes/")
           ? sandboxValues
           : op.path.startsWith("/api/v1/database/")
             ? { name: f.databaseName }
-            : {};
+            : op.path.startsWith("/api/v1/bot/")
+              ? { name: BOT_NAME, session_id: f.botSessionId }
+              : {};
       const v = own[name] ?? paramValues[name];
       assert.ok(v, `${op.path}: no value of A's for path parameter {${name}}: add one to paramValues`);
       return encodeURIComponent(name === "ws" ? v : idOf(name, v));
