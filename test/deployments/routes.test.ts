@@ -153,11 +153,11 @@ describe("deployment routes (inject)", () => {
     assert.match(bad.json().error.message, /day-of-month field "30": no selected month has such a day/);
     const kind = await call("POST", "/api/v1/gateway/deployments", {
       name: "k",
-      type: "bot",
+      type: "spaceship",
       config: b.config,
       extra: b.extra,
     });
-    assert.match(kind.json().error.message, /unknown deployment type "bot"/);
+    assert.match(kind.json().error.message, /unknown deployment type "spaceship"/);
     const code = await call("POST", "/api/v1/gateway/deployments", {
       name: "c",
       type: "function",
