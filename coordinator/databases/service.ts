@@ -106,6 +106,10 @@ export interface DatabaseView {
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
+/** How long one readiness check may take. */
+const READY_CHECK_WAIT_MS = 10_000;
+/** A start whose pod create (an image pull included) has not come back for this long was abandoned. */
+const ABANDONED_CREATE_MS = 30 * 60_000;
 
 function checkSize(v: unknown, field: string, min: number, max: number, dflt: number): number {
   if (v === undefined || v === null) return dflt;
@@ -192,7 +196,7 @@ export class DatabaseService {
     if (rec.status === "starting")
       throw new BerthError(
         "conflict",
-        `database ${name} is starting already (a start cut short by a coordinator restart stays so: berth db restart ${name} ends it and starts again)`,
+        `database ${name} is starting already (a start cut short by a coordinator restart reads as failed once its readiness wait has passed; berth db restart ${name} ends it and starts again now)`,
         { name },
       );
     return this.view(await this.startPod(rec));
@@ -305,7 +309,7 @@ export class DatabaseService {
           `its pod ${podId} ended before it was ready (${pod.terminatedReason ?? "no reason given"})`,
         );
       const p = await this.o.pods.exec(rec.workspaceId, podId, check);
-      const r = await p.wait(10_000);
+      const r = await p.wait(READY_CHECK_WAIT_MS);
       if (r.status !== "running" && r.exitCode === 0) return;
       if (this.clock() >= deadline)
         throw new Error(
@@ -315,8 +319,28 @@ export class DatabaseService {
     }
   }
 
-  /** A running record whose pod ended is failed, with the pod's reason. */
+  /**
+   * A start nobody finishes is failed: a coordinator that died between the
+   * pod's start and its readiness leaves the record starting. Its pod was
+   * made (podId set) longer ago than the readiness wait, or its pod create
+   * began longer ago than ABANDONED_CREATE_MS (an image pull included): no
+   * live start can still be at work on it, so its pod is ended and the
+   * record failed, saying why.
+   */
+  private async abandonedStartEnded(rec: DatabaseRecord): Promise<DatabaseRecord> {
+    const since = this.clock() - Date.parse(rec.updatedAt);
+    const bound = rec.podId ? this.readyTimeoutMs + READY_CHECK_WAIT_MS + 60_000 : ABANDONED_CREATE_MS;
+    if (!(since > bound)) return rec;
+    if (rec.podId) await this.terminateQuietly(rec.workspaceId, rec.podId);
+    const error = `its start was cut short (nothing has finished it for ${Math.round(since / 1000)} s: the coordinator starting it stopped)`;
+    await this.o.repo.setState(rec.id, { status: "failed", podId: null, agentId: null, error }, iso(this.clock()));
+    this.o.log.warn({ workspaceId: rec.workspaceId, database: rec.name }, "database start cut short: marked failed");
+    return { ...rec, status: "failed", podId: null, agentId: null, error };
+  }
+
+  /** A running record whose pod ended is failed, with the pod's reason; so is a start nobody finishes. */
   private async reconciled(rec: DatabaseRecord): Promise<DatabaseRecord> {
+    if (rec.status === "starting") return this.abandonedStartEnded(rec);
     if (rec.status !== "running" || !rec.podId) return rec;
     let reason: string | null;
     try {

@@ -137,6 +137,31 @@ test("a start cut short (left starting) is a conflict for start, and restart end
   assert.equal((await d.w.svc.get(d.w.ws, v.pod_id as string)).status, "terminated");
 });
 
+test("a start nobody finishes reads as failed once its readiness wait has passed: its pod ended, start runs again", async (t) => {
+  let now = Date.now();
+  const d = await databaseWorld(t, { clock: () => now, readyTimeoutMs: 120_000 });
+  d.answerChecks([0, 0]);
+  const v = await d.db.create(d.w.ws, { engine: "postgres", name: "main" });
+  const rec = await d.w.store.databases.find(d.w.ws, "main");
+  assert.ok(rec);
+  // As a coordinator that died between the pod's start and its readiness leaves it.
+  await d.w.store.databases.setState(
+    rec.id,
+    { status: "starting", podId: v.pod_id, agentId: v.agent_id },
+    new Date(now).toISOString(),
+  );
+  now += 120_000; // within the readiness wait (plus one check and a minute): still starting
+  assert.equal((await d.db.get(d.w.ws, "main")).status, "starting");
+  now += 80_000;
+  const got = await d.db.get(d.w.ws, "main");
+  assert.equal(got.status, "failed");
+  assert.match(got.error ?? "", /start was cut short/);
+  assert.equal((await d.w.svc.get(d.w.ws, v.pod_id as string)).status, "terminated");
+  const again = await d.db.start(d.w.ws, "main");
+  assert.equal(again.status, "running");
+  assert.notEqual(again.pod_id, v.pod_id);
+});
+
 test("a database whose pod ended reads as failed, with the reason; start brings it back", async (t) => {
   const d = await databaseWorld(t);
   d.answerChecks([0]);
