@@ -204,7 +204,7 @@ export class EndpointDispatcher {
     }
     let task: DirectTaskInfo;
     try {
-      task = await this.deps.tasks.direct.create(stub, { callbackUrl });
+      task = this.deps.tasks.direct.create(stub, { callbackUrl });
     } catch (e) {
       this.slots.unreserve(stub);
       // Logged (with its id) by the edge when it is internal.
@@ -250,14 +250,15 @@ export class EndpointDispatcher {
     try {
       for (;;) {
         let slot: Slot;
+        const want = {
+          expiresAt: task.expiresAt,
+          signal: run.controller.signal,
+          front: unreachable > 0,
+          avoid,
+          ...(run.prefer ? { prefer: run.prefer } : {}),
+        };
         try {
-          slot = await this.slots.acquire(stub, {
-            expiresAt: task.expiresAt,
-            signal: run.controller.signal,
-            front: unreachable > 0,
-            avoid,
-            ...(run.prefer ? { prefer: run.prefer } : {}),
-          });
+          slot = this.slots.take(stub, want) ?? (await this.slots.acquire(stub, want));
         } catch (e) {
           if (e instanceof SlotWaitEnded && e.why === "expired") {
             const secs =

@@ -82,6 +82,39 @@ export class EndpointSlots {
   }
 
   /**
+   * A slot at once, when nobody waits before this request and a running
+   * container has one free; else undefined, and the caller waits in
+   * acquire(). Takes the same options and does the same bookkeeping as
+   * acquire() would for a slot it hands out in the same turn, without the
+   * promise, the expiry timer and the abort listener a wait needs (most
+   * requests never wait: this is each endpoint request's path).
+   */
+  take(
+    stub: StubRecord,
+    o: {
+      expiresAt: number | null;
+      signal?: AbortSignal;
+      front?: boolean;
+      avoid?: ReadonlySet<string>;
+      prefer?: string;
+    },
+  ): Slot | undefined {
+    if (o.signal?.aborted) return undefined;
+    if (o.expiresAt !== null && o.expiresAt - this.clock() <= 0) return undefined;
+    const q = this.queues.get(stub.id);
+    if (q && q.waiting.length > 0) return undefined;
+    const c = this.freeContainer(stub, o.avoid, o.prefer);
+    if (!c) return undefined;
+    if (q) {
+      q.stub = stub;
+      if (!o.front) q.reserved = Math.max(0, q.reserved - 1);
+      this.dropIdle(stub.id, q);
+    }
+    this.inFlight.set(c.id, (this.inFlight.get(c.id) ?? 0) + 1);
+    return { containerId: c.id, agentId: c.agentId };
+  }
+
+  /**
    * A slot on the least busy running container, once one is free (in FIFO
    * order, or first in line with `front`: a request whose container proved
    * unreachable). Rejects with SlotWaitEnded at `expiresAt` or on `signal`.

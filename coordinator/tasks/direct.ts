@@ -51,7 +51,7 @@ export class DirectTasks {
    * (the container manager scales from it) until started or ended. Its row is
    * written later (see above); until then the live index answers for it.
    */
-  async create(stub: StubRecord, o: { callbackUrl?: string | null } = {}): Promise<DirectTaskInfo> {
+  create(stub: StubRecord, o: { callbackUrl?: string | null } = {}): DirectTaskInfo {
     const now = this.clock();
     const row = {
       id: newId("task"),
