@@ -21,7 +21,7 @@ import { type StopCandidate, type StopReason, containersToStop, desiredContainer
 import { CodePusher } from "./code-push.ts";
 import { ContainerTable, type Managed } from "./container-table.ts";
 import { FleetSync } from "./fleet-sync.ts";
-import { ScaleTargets } from "./scale-targets.ts";
+import { ScaleTargets, scaleReason } from "./scale-targets.ts";
 import { ContainerStarter } from "./starter.ts";
 import {
   type ContainerManagerOptions,
@@ -31,6 +31,7 @@ import {
   resolveContainerManagerOptions,
 } from "./types.ts";
 import { stubWaitState } from "./wait-state.ts";
+import { TimedCache } from "./timed-cache.ts";
 
 const DEMAND_RECONCILE_GAP_MS = 20;
 
@@ -41,8 +42,8 @@ export class ContainerManager implements ContainerCounts {
   private readonly fleet: FleetSync;
   private readonly starter: ContainerStarter;
   private readonly targets: ScaleTargets;
-  private readonly stubCache = new Map<string, { stub: StubRecord | undefined; at: number }>();
-  private readonly limitCache = new Map<string, { limits: ContainerLimits; at: number }>();
+  private readonly stubCache: TimedCache<string, StubRecord | undefined>;
+  private readonly limitCache: TimedCache<string, ContainerLimits>;
   private readonly work = new Set<Promise<unknown>>();
   private timer?: NodeJS.Timeout;
   private unsubscribers: (() => void)[] = [];
@@ -54,6 +55,8 @@ export class ContainerManager implements ContainerCounts {
 
   constructor(options: ContainerManagerOptions) {
     this.o = resolveContainerManagerOptions(options);
+    this.stubCache = new TimedCache(this.o.stubCacheMs);
+    this.limitCache = new TimedCache(this.o.stubCacheMs);
     this.containers = new ContainerTable(this.o.planner);
     this.owner = {
       idle: () => this.idleContainers(),
@@ -269,7 +272,7 @@ export class ContainerManager implements ContainerCounts {
         this.o.log.error({ err, stubId }, "container reconcile of a stub failed");
       }
     }
-    for (const id of this.stubCache.keys()) {
+    for (const id of [...this.stubCache.keys()]) {
       if (!stubIds.has(id)) {
         this.stubCache.delete(id);
         this.starter.forget(id);
@@ -302,40 +305,19 @@ export class ContainerManager implements ContainerCounts {
     const stops = this.scaleDown(stub, desired, draining, now);
     // Warm containers above the desired count stay part of the target until they stop.
     const target = draining ? 0 : Math.max(desired, this.current(stub).length);
-    this.targets.note(stub, target, now, this.reason(stops, draining, demand, baseline), queueDepth);
+    this.targets.note(stub, target, now, scaleReason(stops, draining, demand, baseline), queueDepth);
     if (!draining) await this.scaleUp(stub, desired, now);
     else this.starter.notWaiting(stub.id);
   }
 
   /** Why a target changed: read by people, in the log and the deployment's events. */
-  private reason(
-    stops: StopReason[],
-    draining: boolean,
-    demand: { pending: number; running: number },
-    baseline: number,
-  ): string {
-    if (draining) return "deployment stopped";
-    if (stops.includes("idle past keep_warm_seconds")) return "idle past keep_warm_seconds";
-    if (stops.includes("config changed")) return "config changed";
-    if (demand.pending + demand.running === 0 && baseline > 0) return "min_containers";
-    return `queue depth: ${demand.pending} waiting, ${demand.running} running`;
-  }
-
   /** Cached like stubs: scale-up asks on every reconcile while tasks wait. */
-  private async workspaceLimits(workspaceId: string, now: number): Promise<ContainerLimits> {
-    const hit = this.limitCache.get(workspaceId);
-    if (hit && now - hit.at < this.o.stubCacheMs) return hit.limits;
-    const limits = await this.o.workspaceLimits(workspaceId);
-    this.limitCache.set(workspaceId, { limits, at: now });
-    return limits;
+  private workspaceLimits(workspaceId: string, now: number): Promise<ContainerLimits> {
+    return this.limitCache.get(workspaceId, now, () => this.o.workspaceLimits(workspaceId));
   }
 
-  private async stub(stubId: string, now: number): Promise<StubRecord | undefined> {
-    const hit = this.stubCache.get(stubId);
-    if (hit && now - hit.at < this.o.stubCacheMs) return hit.stub;
-    const stub = await this.o.stubs.get(stubId);
-    this.stubCache.set(stubId, { stub, at: now });
-    return stub;
+  private stub(stubId: string, now: number): Promise<StubRecord | undefined> {
+    return this.stubCache.get(stubId, now, () => this.o.stubs.get(stubId));
   }
 
   /** Live containers of the stub's current config (an adopted one of unknown version counts as current). */

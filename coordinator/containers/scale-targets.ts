@@ -2,7 +2,22 @@
 // one scaling event: logged, and handed to the manager's onScale.
 
 import type { Logger } from "pino";
+import type { StopReason } from "./autoscale.ts";
 import type { ScaleEvent } from "./types.ts";
+
+/** Why a stub's target is what it is, for its scaling event. */
+export function scaleReason(
+  stops: StopReason[],
+  draining: boolean,
+  demand: { pending: number; running: number },
+  baseline: number,
+): string {
+  if (draining) return "deployment stopped";
+  if (stops.includes("idle past keep_warm_seconds")) return "idle past keep_warm_seconds";
+  if (stops.includes("config changed")) return "config changed";
+  if (demand.pending + demand.running === 0 && baseline > 0) return "min_containers";
+  return `queue depth: ${demand.pending} waiting, ${demand.running} running`;
+}
 
 interface Target {
   workspaceId: string;
