@@ -31,7 +31,7 @@ import {
 } from "../../shared/tasks.ts";
 import type { TaskRepo } from "../store/tasks.ts";
 import type { TaskEngine } from "./engine.ts";
-import { liveFromRecord } from "./live-index.ts";
+import { type LiveTask, liveFromRecord } from "./live-index.ts";
 import { TASK_ACK_WAIT_MS } from "./streams.ts";
 import { isTerminal } from "./transitions.ts";
 
@@ -39,6 +39,11 @@ import { isTerminal } from "./transitions.ts";
 export const TASK_EVENTS_CONSUMER = "berth-coordinator";
 /** Core NATS, coordinator → coordinators: a task event (or batch) that coordinator committed. Agents may not subscribe to it. */
 export const TASK_EVENTS_APPLIED_SUBJECT = "berth.cluster.task-events-applied";
+/**
+ * Core NATS, coordinator → coordinators: tasks just queued (their live state, JSON), so every
+ * coordinator's demand — what its container manager scales from — holds every waiting task.
+ */
+export const TASKS_CREATED_SUBJECT = "berth.cluster.tasks-created";
 /** The relaying coordinator's id, so it skips its own relay. */
 const RELAY_FROM = "Berth-Coordinator";
 const ns = (ms: number) => ms * 1_000_000;
@@ -48,6 +53,7 @@ export class TaskEventConsumer {
   private loop: Promise<void> | undefined;
   private outputSub: Subscription | undefined;
   private relaySub: Subscription | undefined;
+  private createdSub: Subscription | undefined;
   private readonly decoder = new TextDecoder();
   /** This process among the coordinators (relay headers). */
   private readonly self = randomUUID();
@@ -70,6 +76,16 @@ export class TaskEventConsumer {
     this.outputSub = this.nc.subscribe(ALL_TASK_OUTPUT, {
       callback: (_e, m) => this.onOutput(m.subject, m.data),
     });
+    this.createdSub = this.nc.subscribe(TASKS_CREATED_SUBJECT, {
+      callback: (_e, m) => {
+        if (m.headers?.get(RELAY_FROM) === this.self) return;
+        try {
+          this.onCreated(JSON.parse(this.decoder.decode(m.data)) as LiveTask[]);
+        } catch (e) {
+          this.log.warn({ err: describeError(e) }, "cannot take in tasks another coordinator queued");
+        }
+      },
+    });
     this.relaySub = this.nc.subscribe(TASK_EVENTS_APPLIED_SUBJECT, {
       callback: (_e, m) => {
         if (m.headers?.get(RELAY_FROM) === this.self) return;
@@ -83,6 +99,7 @@ export class TaskEventConsumer {
   async stop(): Promise<void> {
     this.outputSub?.unsubscribe();
     this.relaySub?.unsubscribe();
+    this.createdSub?.unsubscribe();
     await this.messages?.close().catch(() => undefined);
     await this.loop;
   }
@@ -128,6 +145,34 @@ export class TaskEventConsumer {
       }
     }
     this.engine.applyEvent(t, ev, ack);
+  }
+
+  /**
+   * Tells the other coordinators of tasks just written and not yet published to their queue: sent
+   * before any runner can take them, so it comes before any event of theirs (which another
+   * coordinator relays only after an agent ran the task and its event was committed).
+   */
+  announceCreated(tasks: LiveTask[]): void {
+    if (tasks.length === 0) return;
+    const h = headers();
+    h.set(RELAY_FROM, this.self);
+    try {
+      this.nc.publish(TASKS_CREATED_SUBJECT, new TextEncoder().encode(JSON.stringify(tasks)), { headers: h });
+    } catch (e) {
+      this.log.warn({ err: describeError(e) }, "cannot tell the other coordinators of queued tasks");
+    }
+  }
+
+  private onCreated(tasks: LiveTask[]): void {
+    const stubs = new Set<string>();
+    for (const t of Array.isArray(tasks) ? tasks : []) {
+      if (!t || typeof t.id !== "string" || typeof t.stubId !== "string" || this.engine.index.get(t.id))
+        continue;
+      if (isTerminal(t.status)) continue;
+      this.engine.index.add({ ...t }, true);
+      stubs.add(t.stubId);
+    }
+    for (const stubId of stubs) this.engine.index.notify(stubId);
   }
 
   private relay(data: Uint8Array): void {

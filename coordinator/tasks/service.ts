@@ -242,6 +242,7 @@ export class TaskService implements TaskActivity {
     admitted();
     this.engine.index.notify(stubId);
     o.onCreated?.(ids);
+    this.events.announceCreated(live);
     const fields = { workspaceId, createdAt: now, expiresAt, callbackUrl, payloadFormat: o.payloadFormat };
     await this.queue.publish(stub, live, inputs, fields, {
       published: (t, seq) => this.onPublished(t, seq),

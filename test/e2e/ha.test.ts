@@ -1,27 +1,35 @@
 // Issue 18, requirement 1: `berth up --replicas 3` — three coordinators, a
 // three-node JetStream cluster (streams with three copies) and PostgreSQL —
 // runs the functions and deployments flows with every request spread over the
-// coordinators by a round-robin balancer. (A coordinator SIGKILLed mid-map is
-// not covered yet: docs/reliability.md, "Several coordinators".)
+// coordinators by a round-robin balancer, and a `.map()` keeps every result
+// while one coordinator is SIGKILLed in the middle of it (the fault suite's
+// summary line, test/faults/summary.ts).
 
 import assert from "node:assert/strict";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { connect } from "nats";
 import pg from "pg";
 import { waitFor } from "../../shared/net.ts";
+import { TERMINAL_STATUSES } from "../../shared/tasks.ts";
+import { assertFaultSummary, countDuplicates, isFinalStatus } from "../faults/summary.ts";
 import { UP_COMMANDS, startBerthUp } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
 import { startRoundRobin } from "../helpers/round-robin.ts";
 import { Teardown } from "../network/helpers.ts";
 
 const APP = `
-import json, sys
+import json, sys, time
 from berth import endpoint, function
 
 @function(cpu=0.25, memory=128)
 def square(x):
+    return x * x
+
+@function(cpu=0.25, memory=128)
+def slow_square(x):
+    time.sleep(0.2)
     return x * x
 
 @endpoint(name="hello", cpu=0.25, memory=128, keep_warm_seconds=60)
@@ -32,7 +40,25 @@ if __name__ == "__main__":
     if sys.argv[1] == "square":
         print("remote:", square.remote(7))
         print("map:", json.dumps(list(square.map(range(60)))))
+    elif sys.argv[1] == "slow":
+        print("map:", json.dumps(list(slow_square.map(range(int(sys.argv[2]))))))
 `;
+
+/** The pid of the process running `coordinator --config <config>` (this cluster's, no other). */
+function pidRunning(config: string): number | undefined {
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let argv: string[];
+    try {
+      argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
+    } catch {
+      continue;
+    }
+    const i = argv.indexOf("--config");
+    if (i > 0 && argv[i + 1] === config && argv.includes("coordinator")) return Number(entry);
+  }
+  return undefined;
+}
 
 /** The pid of the postgres server whose data dir is `data`. */
 function postgresPid(data: string): number | undefined {
@@ -43,7 +69,7 @@ function postgresPid(data: string): number | undefined {
   }
 }
 
-test("berth up --replicas 3: functions and an endpoint through a round-robin balancer over three coordinators", async (t) => {
+test("berth up --replicas 3: functions and an endpoint through a round-robin balancer; a coordinator SIGKILLed mid-map", async (t) => {
   if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
   const td = new Teardown(t);
   const up = await startBerthUp(td, ["--replicas", "3"]);
@@ -127,6 +153,64 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
       assert.deepEqual(await res.json(), { hello: c });
     }
   });
+
+  await t.test(
+    "a coordinator SIGKILLed during a .map(): every accepted task ends once, every result right",
+    async () => {
+      const n = 100;
+      const run = up.python(["app.py", "slow", String(n)], 300_000, env);
+      const finished = async () =>
+        Number(
+          (
+            await db.query(
+              "select count(*) as n from tasks t join stubs s on s.id = t.stub_id where s.name like $1 and t.status = 'COMPLETE'",
+              ["%slow_square"],
+            )
+          ).rows[0].n,
+        );
+      await waitFor(async () => (await finished()) >= 10, {
+        timeoutMs: 240_000,
+        what: "the map to be under way",
+      });
+      const pid = pidRunning(join(up.dataDir, "coordinator-2.json"));
+      assert.ok(pid, "coordinator-2 runs");
+      process.kill(pid, "SIGKILL");
+      const done = await finished();
+      assert.ok(done < n, `the kill came mid-map (${done}/${n} done)`);
+      const text = await run;
+      const results = JSON.parse(/^map: (.*)$/m.exec(text)?.[1] ?? "[]") as number[];
+      const wrong = results.filter((v, i) => v !== i * i).length + Math.max(0, n - results.length);
+      const taskRows = async () =>
+        (
+          await db.query(
+            "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
+            ["%slow_square"],
+          )
+        ).rows as { id: string; status: string; attempt: number }[];
+      // The dead coordinator's unacknowledged events are redelivered to another after the consumer's
+      // ack wait (30 s): a result its stream sent before its write was committed is written then.
+      await waitFor(async () => (await taskRows()).every((r) => isFinalStatus(r.status)), {
+        timeoutMs: 120_000,
+        what: "every task of the map to have its final status in the store",
+      }).catch(() => undefined);
+      const rows = await taskRows();
+      const ends = (
+        await db.query(
+          "select h.task_id from task_events h join tasks t on t.id = h.task_id join stubs s on s.id = t.stub_id where s.name like $1 and h.status = any($2)",
+          ["%slow_square", [...TERMINAL_STATUSES]],
+        )
+      ).rows as { task_id: string }[];
+      assertFaultSummary(t, "coordinator SIGKILL during map (3 coordinators)", {
+        accepted: rows.length,
+        completed: rows.filter((r) => isFinalStatus(r.status)).length,
+        retried: rows.filter((r) => r.attempt > 1).length,
+        lost: rows.filter((r) => !isFinalStatus(r.status)).length,
+        duplicated: countDuplicates(ends.map((h) => h.task_id)),
+        wrong,
+      });
+      assert.equal(rows.length, n, "one task per input");
+    },
+  );
 });
 
 function existsPid(pid: number): boolean {

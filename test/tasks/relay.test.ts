@@ -134,4 +134,26 @@ describe("task events across coordinators (real NATS, one SQLite store)", () => 
     await h.store.tasks.applyBatch(new Map([[id as string, { endedAt: later, updatedAt: later }]]), []);
     assert.equal((await h.store.tasks.get(id as string))?.endedAt, later);
   });
+
+  test("tasks queued through one coordinator count in the other's demand at once (its container manager scales from it)", async () => {
+    // Earlier cases left a task waiting (never run): counted on both.
+    const base = a.demandOf(stubId)?.pending ?? 0;
+    const ids = await a.submit(h.ws.id, stubId, [Buffer.from("1"), Buffer.from("2"), Buffer.from("3")]);
+    await waitFor(() => b.demandOf(stubId)?.pending === base + 3, {
+      timeoutMs: 10_000,
+      what: `three waiting tasks in the other coordinator's demand (${JSON.stringify(b.demandOf(stubId))})`,
+    });
+    for (const id of ids) {
+      await h.event({ type: "started", taskId: id, stubId, attempt: 1 });
+      await h.event({ type: "finished", taskId: id, stubId, attempt: 1, status: "COMPLETE" } as never);
+    }
+    for (const svc of [a, b])
+      await waitFor(
+        () => (svc.demandOf(stubId)?.pending ?? 0) + (svc.demandOf(stubId)?.running ?? 0) === base,
+        {
+          timeoutMs: 10_000,
+          what: "no demand left once the tasks ended",
+        },
+      );
+  });
 });

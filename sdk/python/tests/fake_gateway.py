@@ -10,6 +10,7 @@ import hashlib
 import json
 import pickle
 import re
+import socket
 import threading
 import time
 import traceback
@@ -196,6 +197,22 @@ class FakeGateway:
                         self.line({"event": "task", "index": i, "task_id": tid})
                     if name == "stream_error":
                         self.line({"event": "error", "error": {"code": "resource_exhausted", "message": "queue full"}})
+                    elif name == "dies_mid_stream":
+                        # The coordinator dies after naming every task and streaming the first half's
+                        # results; the rest end elsewhere, known only by id (the result route).
+                        half = len(inputs) // 2
+                        for i in range(half):
+                            self.run(name, i, ids[i], inputs[i])
+                        for i in range(half, len(inputs)):
+                            args, kwargs = pickle.loads(base64.b64decode(inputs[i]))
+                            _, status, value = gw.behaviours[name](*args, **kwargs)
+                            gw.results[ids[i]] = (status, b64(pickle.dumps(value)), None)
+                        # Cut inside a chunk, as a process killed mid-write leaves it.
+                        self.wfile.write(b"40\r\n{\"event\": \"res")
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
                     else:
                         order = range(len(inputs))
                         for i in reversed(order) if gw.reverse else order:

@@ -57,6 +57,10 @@ def refused():
 def stream_error():
     pass
 
+@function(name="dies_mid_stream")
+def dies_mid_stream(x):
+    return x * x
+
 @function(name="registry", image=Image.from_registry("docker.io/library/python:3.11-slim"), gpu=["H100", "A100"])
 def registry(x):
     return x
@@ -83,6 +87,7 @@ class FunctionTest(unittest.TestCase):
         g["first"] = lambda x: ([], "COMPLETE", x)
         g["fails_at"] = lambda x: ([], "FAILED", ValueError(f"bad {x}")) if x in (5, 8) else ([], "COMPLETE", x)
         g["registry"] = lambda x: ([], "COMPLETE", x)
+        g["dies_mid_stream"] = lambda x: ([], "COMPLETE", x * x)
         cls.dir = tempfile.TemporaryDirectory()
         with open(os.path.join(cls.dir.name, "app_fn.py"), "w") as f:
             f.write(textwrap.dedent(APP))
@@ -256,6 +261,11 @@ class FunctionTest(unittest.TestCase):
         sizes = [n for _, n, _ in self.gw.submissions[before:]]
         self.assertGreater(len(sizes), 1)
         self.assertEqual(sum(sizes), 10)
+
+    def test_map_and_remote_ask_by_id_when_the_coordinator_dies_mid_stream(self):
+        # Behind a load balancer another coordinator answers for tasks the dead one named.
+        self.assertEqual(list(self.app.dies_mid_stream.map(range(10))), [x * x for x in range(10)])
+        self.assertEqual(self.app.dies_mid_stream.remote(7), 49)
 
     def test_map_item_is_one_argument(self):
         self.assertEqual(list(self.app.first.map([(1, 2), (3, 4)])), [(1, 2), (3, 4)])

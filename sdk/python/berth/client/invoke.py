@@ -80,13 +80,35 @@ def events(resp: http.client.HTTPResponse, base_url: str) -> Iterator[dict]:
         yield ev
 
 
+# How long wait_raw keeps asking while the coordinator cannot be reached: behind a load balancer
+# another coordinator answers once the dead one is out of rotation (docs/reliability.md).
+UNAVAILABLE_WAIT_S = 60.0
+
+
 def wait_raw(client, task_id: str) -> Raw:
     """Asks for a task's end by id (after its stream broke off)."""
+    unreachable_since: Optional[float] = None
     while True:
-        r = Task(client, task_id)._result_once(25)
+        try:
+            r = Task(client, task_id)._result_once(25)
+        except BerthError as e:
+            if e.code != "unavailable":
+                raise
+            now = time.monotonic()
+            unreachable_since = unreachable_since or now
+            if now - unreachable_since > UNAVAILABLE_WAIT_S:
+                raise
+            time.sleep(1)
+            continue
+        unreachable_since = None
         status = r.get("status", "")
         if status in outcome.TERMINAL:
             return task_id, status, r.get("result"), r.get("error")
+
+
+def broke_off(e: Optional[BaseException]) -> bool:
+    """No failure, or the stream from the coordinator broke (it died): tasks it named are asked for by id."""
+    return e is None or (isinstance(e, BerthError) and e.code == "unavailable")
 
 
 def submit_body(inputs: List[str], headless: bool) -> dict:
@@ -109,6 +131,10 @@ def run_one(client, conn: HttpConnection, stub_id: str, payload: bytes, headless
             elif kind == "result":
                 final = (ev.get("task_id", task_id), ev.get("status", ""), ev.get("result"), ev.get("error"))
         clean = not resp.will_close
+    except BerthError as e:
+        # The task is accepted once named: its end is asked for by id (another coordinator answers).
+        if not (task_id and broke_off(e)):
+            raise
     finally:
         if not clean:
             conn.close()
@@ -195,7 +221,7 @@ class MapRun:
         for idx in range(len(inputs)):
             if idx in got:
                 continue
-            if failure is None and ids.get(idx):
+            if broke_off(failure) and ids.get(idx):
                 try:
                     self.state.put(base + idx, wait_raw(self.client, ids[idx]))
                     continue
