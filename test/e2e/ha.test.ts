@@ -2,8 +2,9 @@
 // three-node JetStream cluster (streams with three copies) and PostgreSQL —
 // runs the functions and deployments flows with every request spread over the
 // coordinators by a round-robin balancer, and a `.map()` keeps every result
-// while one coordinator is SIGKILLed in the middle of it (the fault suite's
-// summary line, test/faults/summary.ts).
+// while one coordinator is SIGKILLed in the middle of it, and another while
+// one NATS node of three is stopped (the fault suite's summary lines,
+// test/faults/summary.ts).
 
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -201,6 +202,64 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
         )
       ).rows as { task_id: string }[];
       assertFaultSummary(t, "coordinator SIGKILL during map (3 coordinators)", {
+        accepted: rows.length,
+        completed: rows.filter((r) => isFinalStatus(r.status)).length,
+        retried: rows.filter((r) => r.attempt > 1).length,
+        lost: rows.filter((r) => !isFinalStatus(r.status)).length,
+        duplicated: countDuplicates(ends.map((h) => h.task_id)),
+        wrong,
+      });
+      assert.equal(rows.length, n, "one task per input");
+    },
+  );
+
+  await t.test(
+    "a NATS node stopped during a .map(): every accepted task ends once, every result right",
+    async () => {
+      const n = 100;
+      const before = new Set(
+        (
+          (
+            await db.query("select t.id from tasks t join stubs s on s.id = t.stub_id where s.name like $1", [
+              "%slow_square",
+            ])
+          ).rows as { id: string }[]
+        ).map((r) => r.id),
+      );
+      const run = up.python(["app.py", "slow", String(n)], 300_000, env);
+      const mine = async () =>
+        (
+          (
+            await db.query(
+              "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
+              ["%slow_square"],
+            )
+          ).rows as { id: string; status: string; attempt: number }[]
+        ).filter((r) => !before.has(r.id));
+      await waitFor(async () => (await mine()).filter((r) => r.status === "COMPLETE").length >= 10, {
+        timeoutMs: 240_000,
+        what: "the map to be under way",
+      });
+      // Node 1: the first URL of every client's list, so coordinators and the agent move to the others.
+      const pid = Number(readFileSync(join(up.dataDir, "nats", "node-1", "nats.pid"), "utf8").trim());
+      process.kill(pid, "SIGTERM");
+      const done = (await mine()).filter((r) => r.status === "COMPLETE").length;
+      assert.ok(done < n, `the stop came mid-map (${done}/${n} done)`);
+      const text = await run;
+      const results = JSON.parse(/^map: (.*)$/m.exec(text)?.[1] ?? "[]") as number[];
+      const wrong = results.filter((v, i) => v !== i * i).length + Math.max(0, n - results.length);
+      await waitFor(async () => (await mine()).every((r) => isFinalStatus(r.status)), {
+        timeoutMs: 120_000,
+        what: "every task of the map to have its final status in the store",
+      }).catch(() => undefined);
+      const rows = await mine();
+      const ends = (
+        await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
+          rows.map((r) => r.id),
+          [...TERMINAL_STATUSES],
+        ])
+      ).rows as { task_id: string }[];
+      assertFaultSummary(t, "NATS node stopped during map (1 of 3)", {
         accepted: rows.length,
         completed: rows.filter((r) => isFinalStatus(r.status)).length,
         retried: rows.filter((r) => r.attempt > 1).length,
