@@ -3,25 +3,10 @@
 // password: the connection URL lives in the workspace secret the answer names.
 
 import type { Command } from "commander";
+import type { DatabaseView } from "../../shared/databases.ts";
 import { ApiClient } from "../api-client.ts";
 import { printJson, printTable } from "../output.ts";
 
-interface DatabaseJson {
-  id: string;
-  name: string;
-  engine: string;
-  status: string;
-  secret_name: string;
-  volume: string;
-  host: string;
-  local_port: number;
-  port: number;
-  pod_id: string | null;
-  agent_id: string | null;
-  error: string;
-  created_at: string;
-  updated_at: string;
-}
 
 /** A create or start waits for the image build (first time) and the readiness check. */
 const READY_TIMEOUT_MS = 20 * 60_000;
@@ -33,7 +18,7 @@ async function databasesPath(api: ApiClient): Promise<string> {
 
 const COLUMNS = ["name", "engine", "status", "secret_name", "volume", "local_port", "agent_id", "error"];
 
-function printOne(d: DatabaseJson, json: boolean | undefined, verb: string): void {
+function printOne(d: DatabaseView, json: boolean | undefined, verb: string): void {
   if (json) {
     printJson(d);
     return;
@@ -62,7 +47,7 @@ export function dbCommands(program: Command): void {
       const api = ApiClient.fromEnv();
       if (!o.json)
         process.stderr.write(`creating ${engine} database ${name} (the first one builds its image)…\n`);
-      const d = await api.request<DatabaseJson>(
+      const d = await api.request<DatabaseView>(
         "POST",
         await databasesPath(api),
         {
@@ -80,7 +65,7 @@ export function dbCommands(program: Command): void {
     .option("--json", "print JSON")
     .action(async (o: { json?: boolean }) => {
       const api = ApiClient.fromEnv();
-      const r = await api.request<{ databases: DatabaseJson[] }>("GET", await databasesPath(api));
+      const r = await api.request<{ databases: DatabaseView[] }>("GET", await databasesPath(api));
       if (o.json) printJson(r.databases);
       else printTable(r.databases as unknown as Record<string, unknown>[], COLUMNS);
     });
@@ -90,7 +75,7 @@ export function dbCommands(program: Command): void {
     .option("--json", "print JSON")
     .action(async (name: string, o: { json?: boolean }) => {
       const api = ApiClient.fromEnv();
-      const d = await api.request<DatabaseJson>(
+      const d = await api.request<DatabaseView>(
         "GET",
         `${await databasesPath(api)}/${encodeURIComponent(name)}`,
       );
@@ -108,7 +93,7 @@ export function dbCommands(program: Command): void {
       .option("--json", "print JSON")
       .action(async (name: string, o: { json?: boolean }) => {
         const api = ApiClient.fromEnv();
-        const d = await api.request<DatabaseJson>(
+        const d = await api.request<DatabaseView>(
           "POST",
           `${await databasesPath(api)}/${encodeURIComponent(name)}/${action}`,
           undefined,

@@ -9,6 +9,7 @@
 import type { Logger } from "pino";
 import type { ExecRequest } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
+import type { DatabaseView } from "../../shared/databases.ts";
 import { newId } from "../../shared/ids.ts";
 import type { StubConfig } from "../../shared/tasks.ts";
 import type { SandboxStubExtra } from "../sandboxes/request.ts";
@@ -84,26 +85,8 @@ export interface CreateDatabase {
   memory?: number;
 }
 
-/** A database as the routes, the CLI and stacks see it; never the password. */
-export interface DatabaseView {
-  id: string;
-  name: string;
-  engine: DatabaseEngine;
-  status: DatabaseRecord["status"];
-  /** The workspace secret holding the connection URL (functions name it in secrets=[...]). */
-  secret_name: string;
-  volume: string;
-  /** Where functions reach it: 127.0.0.1:local_port inside their own container. */
-  host: string;
-  local_port: number;
-  /** The server's port inside its pod. */
-  port: number;
-  pod_id: string | null;
-  agent_id: string | null;
-  error: string;
-  created_at: string;
-  updated_at: string;
-}
+
+export type { DatabaseView } from "../../shared/databases.ts";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 /** How long one readiness check may take. */

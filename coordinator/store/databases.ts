@@ -1,13 +1,8 @@
 import type { Kysely, Selectable } from "kysely";
+import type { DatabaseEngine, DatabaseStatus } from "../../shared/databases.ts";
 import type { Database, DatabaseTable } from "./schema.ts";
 
-export type DatabaseEngine = "postgres" | "redis";
-/**
- * starting: a create or start is bringing its pod up; running: its readiness
- * check answered; stopped: no pod (the data stays on the volume); failed: the
- * last start did not become ready (`error` says why).
- */
-export type DatabaseStatus = "starting" | "running" | "stopped" | "failed";
+export type { DatabaseEngine, DatabaseStatus } from "../../shared/databases.ts";
 
 export interface DatabaseRecord {
   id: string;

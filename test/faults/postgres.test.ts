@@ -19,9 +19,10 @@ import { Objects } from "../../coordinator/objects/objects.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";
 import { closeNats } from "../../shared/nats-server.ts";
-import { freePort, waitFor } from "../../shared/net.ts";
+import { freePort } from "../../shared/net.ts";
 import { TASKS_STREAM, TaskHeaders, stubConsumerName, taskEventSubject } from "../../shared/tasks.ts";
 import { needs, unavailable } from "../helpers/env.ts";
+import { waitForPostgres } from "../helpers/postgres.ts";
 import { startTestNats } from "../helpers/nats.ts";
 import { teardownStack } from "../helpers/suite.ts";
 import { waitUntil } from "../helpers/wait.ts";
@@ -75,19 +76,7 @@ async function restartablePostgres(bin: string, defer: (fn: () => unknown) => vo
     );
     server = s;
     exited = new Promise<void>((r) => s.once("exit", () => r()));
-    const pg = (await import("pg")).default;
-    await waitFor(
-      async () => {
-        const c = new pg.Client({ connectionString: url });
-        try {
-          await c.connect();
-          return true;
-        } finally {
-          await c.end().catch(() => {});
-        }
-      },
-      { timeoutMs: 30_000, what: "PostgreSQL to accept connections" },
-    );
+    await waitForPostgres(url);
   };
   const stop = async () => {
     const s = server;

@@ -58,10 +58,18 @@ export async function startTestPostgres(t: { after: (fn: () => unknown) => void 
   };
   t.after(stop);
   const url = `postgres://berth@127.0.0.1:${port}/postgres`;
+  await waitForPostgres(url, () => {
+    if (server.exitCode !== null) throw new Error(`postgres exited: ${stderr}`);
+  });
+  return { url, stop };
+}
+
+/** Waits until a PostgreSQL server accepts a connection at `url` (30 s); `check` may throw to stop waiting. */
+export async function waitForPostgres(url: string, check: () => void = () => {}): Promise<void> {
   const pg = (await import("pg")).default;
   await waitFor(
     async () => {
-      if (server.exitCode !== null) throw new Error(`postgres exited: ${stderr}`);
+      check();
       const c = new pg.Client({ connectionString: url });
       try {
         await c.connect();
@@ -72,5 +80,4 @@ export async function startTestPostgres(t: { after: (fn: () => unknown) => void 
     },
     { timeoutMs: 30_000, what: "PostgreSQL to accept connections" },
   );
-  return { url, stop };
 }
