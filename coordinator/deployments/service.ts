@@ -6,44 +6,28 @@
 
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
-import { parseCron } from "../schedules/cron.ts";
-import { checkBotDefinition } from "../../shared/bots.ts";
-import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { hostUrl } from "../endpoints/host-names.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
-import type { EventType } from "../events/types.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
+import type { EventType } from "../events/types.ts";
 import type { DeploymentRecord, DeploymentRepo, DeploymentWithStub } from "../store/deployments.ts";
 import type { StubRecord } from "../store/stubs.ts";
 import type { EmitEvent } from "../events/emitter.ts";
 import type { TaskService } from "../tasks/service.ts";
+import { checkDeployment, type DeployInput } from "./check.ts";
 import { ScalingEvents, type ScalingEvent, type ScalingEventJson } from "./scaling-events.ts";
 import { DeploymentCache, type DeploymentStates, latestActiveVersions } from "./states.ts";
 
-export const DEPLOYMENT_KINDS = [
-  "endpoint",
-  "asgi",
-  "realtime",
-  "taskqueue",
-  "schedule",
-  "function",
-  "pod",
-  "bot",
-] as const;
-export type DeploymentKind = (typeof DEPLOYMENT_KINDS)[number];
-export const DEPLOYMENT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
-/** Kinds whose JSON bodies are checked against extra.handler_params. */
-const NEEDS_HANDLER_PARAMS: ReadonlySet<string> = new Set(["endpoint", "realtime", "taskqueue"]);
+export {
+  checkDeployment,
+  DEPLOYMENT_KINDS,
+  DEPLOYMENT_NAME,
+  type DeployInput,
+  type DeploymentKind,
+} from "./check.ts";
+
 /** Spec, Limits: a serve session ends after 10 minutes of inactivity. */
 export const SERVE_IDLE_MS = 10 * 60_000;
-
-export interface DeployInput {
-  name: string;
-  kind: string;
-  config: StubConfig;
-  extra: StubExtra;
-  serve?: boolean;
-}
 
 /** What the service needs of the task service. */
 export type DeploymentTasks = Pick<
@@ -482,35 +466,4 @@ export class DeploymentService {
       );
     }
   }
-}
-
-/** Refuses what would make a broken deployment, naming the reason. */
-export function checkDeployment(input: DeployInput): void {
-  const { name, kind, extra } = input;
-  if (!(DEPLOYMENT_KINDS as readonly string[]).includes(kind))
-    throw invalid(
-      `unknown deployment type ${JSON.stringify(kind)}: use one of ${DEPLOYMENT_KINDS.join(", ")}`,
-    );
-  if (typeof name !== "string" || !DEPLOYMENT_NAME.test(name))
-    throw invalid(
-      `deployment name ${JSON.stringify(name)} is not valid: 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit`,
-    );
-  // `/endpoint/id/{id}` and `/taskqueue/id/{id}` call by id.
-  if (name === "id")
-    throw invalid('the deployment name "id" is reserved (URLs /endpoint/id/{deployment_id})');
-  if (kind === "schedule") {
-    if (!extra.when) throw invalid("a schedule needs extra.when, its cron expression");
-    parseCron(extra.when);
-  }
-  if (kind === "pod") checkPod(extra);
-  if (kind === "bot") checkBotDefinition(extra.bot);
-  if (NEEDS_HANDLER_PARAMS.has(kind) && !extra.handler_params)
-    throw invalid(`a ${kind} deployment needs extra.handler_params (berth.client.describe writes them)`);
-}
-
-/** A pod runs its own entrypoint (docs/sandboxes.md, Pods); its egress fields follow the sandbox rules. */
-function checkPod(extra: StubExtra): void {
-  if (!extra.entrypoint || extra.entrypoint.length === 0)
-    throw invalid("a pod deployment needs extra.entrypoint, the command its container runs");
-  resolveEgressPolicy({ block_network: extra.block_network ?? false, allow_list: extra.allow_list ?? [] });
 }
