@@ -11,12 +11,11 @@ import { type SupervisedChild, supervise } from "../up/supervise.ts";
 import { loadOrCreateUpCluster } from "../up/cluster-files.ts";
 import { ensurePythonRootfs, importPythonImage, UP_PYTHON_IMAGE } from "../up/python-image.ts";
 import { startUpRegistry, type UpRegistry } from "../up/registry.ts";
-import {
-  coordinatorHealthy,
-  MAX_UP_REPLICAS,
-  startControlPlane,
-  type UpControlPlane,
-} from "../up/replicas.ts";
+// replicas.ts loads nats: imported where berth up runs, so `berth --help` does not (test/cli/bundle.test.ts).
+import type { UpControlPlane } from "../up/replicas.ts";
+
+/** The most replicas berth up runs (JetStream keeps at most 5 copies of a stream). */
+const MAX_UP_REPLICAS = 5;
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 
 interface UpFlags {
@@ -178,6 +177,7 @@ async function up(o: UpFlags): Promise<number> {
     return code;
   };
 
+  const { coordinatorHealthy, startControlPlane } = await import("../up/replicas.ts");
   try {
     nats = await startControlPlane({
       dataDir,

@@ -20,9 +20,6 @@ import {
 } from "../../shared/nats-server.ts";
 import { waitFor } from "../../shared/net.ts";
 
-/** The most replicas berth up runs (JetStream keeps at most 5 copies of a stream). */
-export const MAX_UP_REPLICAS = 5;
-
 export interface UpNatsCluster {
   nodes: RunningNats[];
   /** Every node's client URL, comma-separated: what coordinators and agents connect to. */
