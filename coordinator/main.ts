@@ -1,18 +1,16 @@
 import { hostname } from "node:os";
-import { connect, type NatsConnection } from "nats";
 import pino, { type Logger } from "pino";
 import { describeError } from "../shared/errors.ts";
 import { readHostId } from "../shared/host-id.ts";
 import { closeNats, jetStreamReady } from "../shared/nats-server.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
 import { bootstrapEmptyStore } from "./bootstrap.ts";
+import { openFoundations, StartupError } from "./startup.ts";
 import { FleetView } from "./fleet/fleet-view.ts";
 import { FleetWatcher } from "./fleet/fleet-watcher.ts";
 import { AgentNatsUsers, RevokedAgents } from "./fleet/agent-credentials.ts";
 import { JoinService } from "./fleet/join.ts";
 import { AgentRevoker } from "./fleet/revoke.ts";
-import { ensureStreams } from "./fleet/streams.ts";
-import { streamReplicas } from "./streams/replicas.ts";
 import {
   AgentClientPool,
   CodePusher,
@@ -46,17 +44,17 @@ import { SignalStore } from "./objects/signals.ts";
 import { StateObjects } from "./objects/state.ts";
 import { CoordinatorMetrics, MetricsIngest, PoolSampler } from "./metrics/index.ts";
 import { Objects } from "./objects/objects.ts";
-import { loadTlsCredentials, type ResolvedCoordinatorOptions } from "./options.ts";
+import type { ResolvedCoordinatorOptions } from "./options.ts";
 import { ClusterPki } from "./pki/cluster-pki.ts";
 import { PortProxy, attachPortUpgrades } from "./ports/proxy.ts";
 import { attachShellUpgrades, managedShellTargets } from "./http/routes/shell.ts";
 import { Planner } from "./scheduler/planner.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
-import { SECRET_KEY_ENV, type SecretKey, SecretService, loadSecretKey } from "./secrets/index.ts";
+import { SecretService } from "./secrets/index.ts";
 import { createImages, imageGcIntervalMs } from "./images/index.ts";
 import { DatabaseService, databaseImage } from "./databases/index.ts";
-import { Store } from "./store/store.ts";
+import type { Store } from "./store/store.ts";
 import { TaskService } from "./tasks/service.ts";
 
 export interface RunningCoordinator {
@@ -71,62 +69,14 @@ export interface RunningCoordinator {
   stop(): Promise<void>;
 }
 
-/** A start-up failure the operator can act on, printed as one line. */
-export class StartupError extends Error {}
+export { StartupError } from "./startup.ts";
 
 /** The coordinator's composition root: wires store, NATS, PKI, fleet and HTTP. */
 export async function startCoordinator(
   o: ResolvedCoordinatorOptions,
   log: Logger = pino({ level: o.logLevel }),
 ): Promise<RunningCoordinator> {
-  let tls: ReturnType<typeof loadTlsCredentials> | undefined;
-  try {
-    tls = o.tls ? loadTlsCredentials(o.tls) : undefined;
-  } catch (e) {
-    throw new StartupError(`cannot load the TLS certificate: ${describeError(e)}`);
-  }
-  let secretKey: SecretKey;
-  try {
-    secretKey = loadSecretKey({ file: o.secretsKeyFile, fromEnv: process.env[SECRET_KEY_ENV] });
-  } catch (e) {
-    throw new StartupError(`cannot load the secrets key: ${describeError(e)}`);
-  }
-  let store: Store;
-  try {
-    store = await Store.open(o.store);
-  } catch (e) {
-    throw new StartupError(`cannot open the store: ${describeError(e)}`);
-  }
-  let nc: NatsConnection;
-  try {
-    nc = await connect({
-      // A cluster's nodes, comma-separated (docs/install.md, "Highly available control plane").
-      servers: o.nats.url.split(","),
-      ...(o.nats.user ? { user: o.nats.user, pass: o.nats.password ?? "" } : {}),
-      name: "berth-coordinator",
-      maxReconnectAttempts: -1,
-      reconnectTimeWait: 1000,
-      timeout: 5000,
-    });
-  } catch (e) {
-    await store.close();
-    throw new StartupError(`cannot connect to NATS at ${o.nats.url}: ${describeError(e)}`);
-  }
-  void (async () => {
-    for await (const s of nc.status()) {
-      if (s.type === "disconnect" || s.type === "reconnect") log.warn({ nats: s.type }, `NATS ${s.type}`);
-    }
-  })();
-
-  try {
-    await ensureStreams(await nc.jetstreamManager(), o.streams, streamReplicas(nc));
-  } catch (e) {
-    await closeNats(nc);
-    await store.close();
-    throw new StartupError(
-      `cannot set up JetStream streams on ${o.nats.url} (is JetStream enabled?): ${describeError(e)}`,
-    );
-  }
+  const { tls, secretKey, store, nc } = await openFoundations(o, log);
 
   const pki = await ClusterPki.load(store.kv);
   await bootstrapEmptyStore(store, o.bootstrap, log);
