@@ -22,11 +22,17 @@ export const STORE_ENGINES: StoreEngine[] = [
  * database removed when the suite ends, also on failure.
  */
 export async function openSuiteStore(engine: StoreEngine): Promise<Store> {
+  return (await openSuiteDatabase(engine)).store;
+}
+
+/** openSuiteStore's store with the database's URL, for a test that opens it again (a restart). */
+export async function openSuiteDatabase(engine: StoreEngine): Promise<{ store: Store; url: string }> {
   const cleanups: (() => unknown)[] = [];
   after(async () => {
     for (const fn of cleanups.reverse()) await fn();
   });
-  const store = await Store.open(await engine.url({ after: (fn) => cleanups.push(fn) }));
+  const url = await engine.url({ after: (fn) => cleanups.push(fn) });
+  const store = await Store.open(url);
   cleanups.push(() => store.close());
-  return store;
+  return { store, url };
 }

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { Store } from "../../coordinator/store/store.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { STORE_ENGINES } from "../helpers/engines.ts";
+import { openSuiteDatabase, STORE_ENGINES } from "../helpers/engines.ts";
 
 // Bot sessions (coordinator/store/bot-sessions.ts) on both engines: markers
 // move through take/finish/fail, history is kept, other workspaces see
@@ -11,24 +11,10 @@ import { STORE_ENGINES } from "../helpers/engines.ts";
 const code = (c: string) => (e: unknown) => e instanceof BerthError && e.code === c;
 
 for (const engine of STORE_ENGINES) {
-  describe(`bot sessions on ${engine.name}`, () => {
-    let store: Store;
-    let url: string;
-    let ws: string;
-    let other: string;
-    const cleanups: (() => unknown)[] = [];
-    const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
-
-    before(async () => {
-      url = await engine.url(suite);
-      store = await Store.open(url);
-      ws = (await store.workspaces.create("bots")).id;
-      other = (await store.workspaces.create("elsewhere")).id;
-    });
-    after(async () => {
-      await store?.close();
-      for (const fn of cleanups.reverse()) await fn();
-    });
+  describe(`bot sessions on ${engine.name}`, async () => {
+    const { store, url } = await openSuiteDatabase(engine);
+    const ws = (await store.workspaces.create("bots")).id;
+    const other = (await store.workspaces.create("elsewhere")).id;
 
     test("a marker moves through a transition and the session survives a reopen", async () => {
       const s = await store.botSessions.create(ws, "helper", ["Question", "Answer"]);
@@ -50,7 +36,10 @@ for (const engine of STORE_ENGINES) {
         "a session with a firing in flight is found (a starting coordinator picks it up)",
       );
       await store.botSessions.start(ws, s.id, t.firing, "task-1");
-      assert.equal((await store.botSessions.get(ws, s.id))?.state.inFlight[String(t.firing)]?.taskId, "task-1");
+      assert.equal(
+        (await store.botSessions.get(ws, s.id))?.state.inFlight[String(t.firing)]?.taskId,
+        "task-1",
+      );
       await store.botSessions.finish(ws, s.id, t.firing, { Answer: [{ text: "HI" }] });
       assert.deepEqual(await store.botSessions.withFiringsInFlight(), [], "none once it finished");
 

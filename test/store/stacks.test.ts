@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { Store } from "../../coordinator/store/store.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { STORE_ENGINES } from "../helpers/engines.ts";
+import { openSuiteDatabase, STORE_ENGINES } from "../helpers/engines.ts";
 
 // Stack records (coordinator/store/stacks.ts) on both engines: one stack name
 // per workspace, versions numbered per stack, one attempt in flight at a time
@@ -15,24 +15,10 @@ const T0 = "2026-11-26T10:00:00.000Z";
 const at = (s: number) => new Date(Date.parse(T0) + s * 1000).toISOString();
 
 for (const engine of STORE_ENGINES) {
-  describe(`stacks on ${engine.name}`, () => {
-    let store: Store;
-    let url: string;
-    let ws: string;
-    let other: string;
-    const cleanups: (() => unknown)[] = [];
-    const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
-
-    before(async () => {
-      url = await engine.url(suite);
-      store = await Store.open(url);
-      ws = (await store.workspaces.create("stacks")).id;
-      other = (await store.workspaces.create("elsewhere")).id;
-    });
-    after(async () => {
-      await store?.close();
-      for (const fn of cleanups.reverse()) await fn();
-    });
+  describe(`stacks on ${engine.name}`, async () => {
+    const { store, url } = await openSuiteDatabase(engine);
+    const ws = (await store.workspaces.create("stacks")).id;
+    const other = (await store.workspaces.create("elsewhere")).id;
 
     test("attempts are versions; only a ready one goes live; all of it survives a reopen", async () => {
       const s = await store.stacks.create(ws, "shop", at(0));
