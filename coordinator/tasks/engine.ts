@@ -136,18 +136,13 @@ export class TaskEngine {
     };
     t.attempt = patch.attempt as number;
     t.agentId = ev.agentId;
-    // An outcome that folds its start in (no `started` event was sent) says when it started.
-    const folded = ev.type !== "started" && typeof ev.startedAt === "number" && ev.startedAt <= ev.at;
-    const startIso = folded ? new Date(ev.startedAt as number).toISOString() : atIso;
+    const foldedAt = foldedStart(ev);
+    const folded = foldedAt !== undefined;
+    const startIso = folded ? new Date(foldedAt).toISOString() : atIso;
     const from = t.status;
     for (const step of steps) {
       const running = step.status === "RUNNING";
-      this.index.setStatus(
-        t,
-        step.status,
-        ev.containerId || null,
-        running && folded ? (ev.startedAt as number) : ev.at,
-      );
+      this.index.setStatus(t, step.status, ev.containerId || null, running ? (foldedAt ?? ev.at) : ev.at);
       if (running && !t.startedAt) {
         t.startedAt = startIso;
         patch.startedAt = startIso;
@@ -163,14 +158,9 @@ export class TaskEngine {
     }
     patch.status = t.status;
     patch.containerId = t.containerId;
-    if (ev.type === "retry" && ev.error) {
-      t.error = ev.error;
-      patch.error = ev.error;
-    }
+    takeOutcome(t, ev);
+    if (ev.type === "retry" && ev.error) patch.error = t.error;
     if (ev.type === "finished") {
-      t.result = ev.result ?? null;
-      t.resultJson = ev.resultJson ?? null;
-      t.error = ev.status === "COMPLETE" ? null : (ev.error ?? t.error);
       patch.result = t.result ? Buffer.from(t.result, "base64") : null;
       patch.resultJson = t.resultJson;
       patch.error = t.error;
@@ -201,24 +191,13 @@ export class TaskEngine {
     if (steps.length === 0) return false;
     t.attempt = Math.max(t.attempt, ev.attempt);
     t.agentId = ev.agentId;
-    const folded = ev.type !== "started" && typeof ev.startedAt === "number" && ev.startedAt <= ev.at;
+    const startAt = foldedStart(ev) ?? ev.at;
     for (const step of steps) {
       const running = step.status === "RUNNING";
-      this.index.setStatus(
-        t,
-        step.status,
-        ev.containerId || null,
-        running && folded ? (ev.startedAt as number) : ev.at,
-      );
-      if (running && !t.startedAt)
-        t.startedAt = new Date(folded ? (ev.startedAt as number) : ev.at).toISOString();
+      this.index.setStatus(t, step.status, ev.containerId || null, running ? startAt : ev.at);
+      if (running && !t.startedAt) t.startedAt = new Date(startAt).toISOString();
     }
-    if (ev.type === "retry" && ev.error) t.error = ev.error;
-    if (ev.type === "finished") {
-      t.result = ev.result ?? null;
-      t.resultJson = ev.resultJson ?? null;
-      t.error = ev.status === "COMPLETE" ? null : (ev.error ?? t.error);
-    }
+    takeOutcome(t, ev);
     t.updatedAt = new Date(ev.at).toISOString();
     if (!isTerminal(t.status)) {
       this.emit({ type: "status", taskId: t.id, status: t.status, attempt: t.attempt });
@@ -342,5 +321,22 @@ export class TaskEngine {
       this.index.remove(t.id);
       this.onFinished(t);
     });
+  }
+}
+
+/** When an outcome that folds its start in (no `started` event was sent) started; undefined for any other event. */
+function foldedStart(ev: TaskEvent): number | undefined {
+  return ev.type !== "started" && typeof ev.startedAt === "number" && ev.startedAt <= ev.at
+    ? ev.startedAt
+    : undefined;
+}
+
+/** The error a retry brings, and the result and error an outcome brings, onto the live task. */
+function takeOutcome(t: LiveTask, ev: TaskEvent): void {
+  if (ev.type === "retry" && ev.error) t.error = ev.error;
+  if (ev.type === "finished") {
+    t.result = ev.result ?? null;
+    t.resultJson = ev.resultJson ?? null;
+    t.error = ev.status === "COMPLETE" ? null : (ev.error ?? t.error);
   }
 }
