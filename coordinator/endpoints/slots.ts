@@ -11,6 +11,17 @@ export interface Slot {
   agentId: string;
 }
 
+/** What a request for a slot says: take() and acquire() read the same. */
+export interface SlotRequest {
+  expiresAt: number | null;
+  signal?: AbortSignal;
+  /** First in line: a request whose container proved unreachable. */
+  front?: boolean;
+  avoid?: ReadonlySet<string>;
+  /** This container when it has a free slot (a session kept on one container, docs/inference.md). */
+  prefer?: string;
+}
+
 /** Why a wait ended without a slot. */
 export class SlotWaitEnded extends Error {
   constructor(readonly why: "expired" | "aborted") {
@@ -89,16 +100,7 @@ export class EndpointSlots {
    * promise, the expiry timer and the abort listener a wait needs (most
    * requests never wait: this is each endpoint request's path).
    */
-  take(
-    stub: StubRecord,
-    o: {
-      expiresAt: number | null;
-      signal?: AbortSignal;
-      front?: boolean;
-      avoid?: ReadonlySet<string>;
-      prefer?: string;
-    },
-  ): Slot | undefined {
+  take(stub: StubRecord, o: SlotRequest): Slot | undefined {
     if (o.signal?.aborted) return undefined;
     if (o.expiresAt !== null && o.expiresAt - this.clock() <= 0) return undefined;
     const q = this.queues.get(stub.id);
@@ -119,17 +121,7 @@ export class EndpointSlots {
    * order, or first in line with `front`: a request whose container proved
    * unreachable). Rejects with SlotWaitEnded at `expiresAt` or on `signal`.
    */
-  acquire(
-    stub: StubRecord,
-    o: {
-      expiresAt: number | null;
-      signal?: AbortSignal;
-      front?: boolean;
-      avoid?: ReadonlySet<string>;
-      /** This container when it has a free slot (a session kept on one container, docs/inference.md). */
-      prefer?: string;
-    },
-  ): Promise<Slot> {
+  acquire(stub: StubRecord, o: SlotRequest): Promise<Slot> {
     const q = this.queueOf(stub);
     q.stub = stub;
     if (!o.front) q.reserved = Math.max(0, q.reserved - 1);
