@@ -297,7 +297,7 @@ export async function startCoordinator(
   const queues = new QueueStore({ nc, maxItems: async (ws) => (await limitsCache.get(ws)).maxQueueItems });
   const state = new StateObjects(queues, new MapStore(nc), new SignalStore(nc));
   await state.signals.start();
-  const bots = createBots({ store, deployments, tasks, state, log: log.child({ area: "bots" }) });
+  const bots = createBots({ store, deployments, tasks, state, nats: nc, log: log.child({ area: "bots" }) });
   const stateRelay = new StateRelay(nc, state, log.child({ area: "state" }));
   stateRelay.start();
   // Outputs (docs/outputs.md): containers' uploads through their agents, swept at expiry.

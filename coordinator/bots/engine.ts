@@ -13,6 +13,7 @@ import type { BotSession, BotSessionEvent, BotSessionRepo, Markers } from "../st
 import type { TaskRecord } from "../store/tasks.ts";
 import type { TaskService, TaskUpdate } from "../tasks/service.ts";
 import { isTerminal } from "../tasks/transitions.ts";
+import type { BotEventBus } from "./event-bus.ts";
 
 /** The bot a session runs, as the deployments resolve it (latest active version by name). */
 export interface ResolvedBot {
@@ -58,12 +59,20 @@ export const MAX_MARKERS_PER_PUSH = 1000;
 const MAX_MARKER_JSON = 1024 * 1024;
 /** A firing taken but never submitted (its coordinator died between the two) is given back after this. */
 const UNSUBMITTED_AFTER_MS = 60_000;
+/**
+ * A firing whose task ended this long ago and is still in flight lost its
+ * follower (the coordinator that submitted it died): the sweep settles it.
+ * Its follower settles it within milliseconds when alive.
+ */
+export const UNSETTLED_AFTER_MS = 10_000;
 
 export interface BotEngineDeps {
   sessions: BotSessionRepo;
   bots: BotDirectory;
   tasks: BotTasks;
   log: Logger;
+  /** Every coordinator's session messages (several coordinators); without it, this engine's only. */
+  bus?: BotEventBus;
   clock?: () => number;
 }
 
@@ -75,9 +84,11 @@ export class BotEngine {
   private readonly passes = new Map<string, Promise<void>>();
   private readonly clock: () => number;
   private closed = false;
+  private readonly unlisten: (() => void) | undefined;
 
   constructor(private readonly d: BotEngineDeps) {
     this.clock = d.clock ?? Date.now;
+    this.unlisten = d.bus?.listen((id, m) => this.deliver(id, m));
   }
 
   /** Picks up the firings in flight that a stopped coordinator left (call once the task service runs). */
@@ -89,22 +100,69 @@ export class BotEngine {
         if (f.taskId) {
           this.follow(s.workspaceId, s.id, firing, f.transition, f.taskId);
           n++;
-        } else if (this.clock() - Date.parse(f.at ?? "") > UNSUBMITTED_AFTER_MS || !f.at) {
-          await this.giveBack(
-            s.workspaceId,
-            s.id,
-            firing,
-            f.transition,
-            "its task was never submitted (the coordinator stopped)",
-          );
-        }
+        } else await this.giveBackUnsubmitted(s.workspaceId, s.id, firing, f);
       }
     }
     return n;
   }
 
+  /**
+   * What a coordinator that died left behind while this one runs (every
+   * coordinator calls it on a timer): a firing whose task ended over
+   * UNSETTLED_AFTER_MS ago is settled here, one never submitted is given back
+   * after UNSUBMITTED_AFTER_MS. The store's compare-and-set settles each
+   * firing once, whichever coordinator gets there first. Answers how many it
+   * settled or gave back.
+   */
+  async sweep(): Promise<number> {
+    let n = 0;
+    for (const s of await this.d.sessions.withFiringsInFlight()) {
+      for (const [key, f] of Object.entries(s.state.inFlight)) {
+        const firing = Number(key);
+        if (this.closed || this.watching.has(`${s.id}/${firing}`)) continue;
+        if (!f.taskId) {
+          if (await this.giveBackUnsubmitted(s.workspaceId, s.id, firing, f)) n++;
+          continue;
+        }
+        const t = await this.d.tasks.getTask(s.workspaceId, f.taskId).catch(() => undefined);
+        if (!t || !isTerminal(t.status)) continue;
+        const ended = Date.parse(t.endedAt ?? t.updatedAt);
+        if (this.clock() - ended < UNSETTLED_AFTER_MS) continue;
+        await this.settle(s.workspaceId, s.id, firing, f.transition, f.taskId, t).then(
+          () => n++,
+          (e) => this.settleFailed(s.id, firing, e),
+        );
+      }
+    }
+    return n;
+  }
+
+  private async giveBackUnsubmitted(
+    workspaceId: string,
+    id: string,
+    firing: number,
+    f: { transition: string; at?: string },
+  ): Promise<boolean> {
+    if (f.at && this.clock() - Date.parse(f.at) <= UNSUBMITTED_AFTER_MS) return false;
+    await this.giveBack(
+      workspaceId,
+      id,
+      firing,
+      f.transition,
+      "its task was never submitted (the coordinator stopped)",
+    ).catch((e) => this.settleFailed(id, firing, e));
+    return true;
+  }
+
+  /** Another coordinator settled the firing first (the store refused the second): nothing to say. */
+  private settleFailed(id: string, firing: number, e: unknown): void {
+    if (e instanceof BerthError && e.code === "failed_precondition") return;
+    this.d.log.warn({ sessionId: id, firing, err: describeError(e) }, "bots: cannot settle a firing");
+  }
+
   close(): void {
     this.closed = true;
+    this.unlisten?.();
     for (const unwatch of this.watching.values()) unwatch();
     this.watching.clear();
     this.listeners.clear();
@@ -245,7 +303,7 @@ export class BotEngine {
       this.watching.get(key)?.();
       this.watching.delete(key);
       void this.settle(workspaceId, id, firing, transition, taskId, t).catch((e) =>
-        this.d.log.warn({ sessionId: id, firing, err: describeError(e) }, "bots: cannot settle a firing"),
+        this.settleFailed(id, firing, e),
       );
     };
     const unwatch = this.d.tasks.watch([taskId], (u: TaskUpdate) => {
@@ -332,6 +390,12 @@ export class BotEngine {
   }
 
   private emit(id: string, m: BotSessionMessage): void {
+    if (this.d.bus) this.d.bus.publish(id, m);
+    else this.deliver(id, m);
+  }
+
+  /** A session message (this engine's, or through the bus another coordinator's) to its local listeners. */
+  private deliver(id: string, m: BotSessionMessage): void {
     for (const fn of this.listeners.get(id) ?? []) {
       try {
         fn(m);

@@ -3,6 +3,7 @@
 // transitions (op model.chat of the agents' state relay).
 
 import { request as httpRequest, type Server } from "node:http";
+import type { NatsConnection } from "nats";
 import { Server as HttpsServer, request as httpsRequest } from "node:https";
 import type { Logger } from "pino";
 import { BerthError, describeError } from "../../shared/errors.ts";
@@ -12,7 +13,8 @@ import type { StateObjects } from "../objects/state.ts";
 import type { BotSessionRepo } from "../store/bot-sessions.ts";
 import type { TokenRepo } from "../store/workspaces.ts";
 import { DeployedBots } from "./directory.ts";
-import { type BotTasks, BotEngine } from "./engine.ts";
+import { type BotTasks, BotEngine, UNSETTLED_AFTER_MS } from "./engine.ts";
+import { NatsBotEventBus } from "./event-bus.ts";
 import { BotModelCalls, type Inject } from "./model-calls.ts";
 import { attachBotUpgrades } from "./websocket.ts";
 
@@ -24,7 +26,11 @@ export interface BotsDeps {
   state: Pick<StateObjects, "useModels">;
   deployments: Pick<DeploymentService, "resolveByName" | "resolveById">;
   tasks: BotTasks;
+  /** Session messages reach the websockets of every coordinator over it (docs/bots.md, "Events and several coordinators"). */
+  nats?: NatsConnection;
   log: Logger;
+  /** How often the firings a dead coordinator left are looked for. @default UNSETTLED_AFTER_MS * 3 */
+  sweepEveryMs?: number;
 }
 
 export function createBots(d: BotsDeps) {
@@ -35,6 +41,7 @@ export function createBots(d: BotsDeps) {
     bots: directory,
     tasks: d.tasks,
     log: d.log,
+    ...(d.nats ? { bus: new NatsBotEventBus(d.nats, d.log) } : {}),
   });
   let inject: Inject | undefined;
   const models = new BotModelCalls(tokens, () => {
@@ -43,6 +50,7 @@ export function createBots(d: BotsDeps) {
   });
   d.state.useModels(models);
   let detach: (() => void) | undefined;
+  let sweeper: NodeJS.Timeout | undefined;
   return {
     engine,
     models,
@@ -55,8 +63,22 @@ export function createBots(d: BotsDeps) {
         .resume()
         .then((n) => n > 0 && d.log.info({ firings: n }, "bots: following the firings in flight"))
         .catch((e) => d.log.error({ err: describeError(e) }, "bots: cannot pick up the firings in flight"));
+      // ... and those of a coordinator that dies while this one runs.
+      sweeper = setInterval(
+        () => {
+          engine
+            .sweep()
+            .then(
+              (n) => n > 0 && d.log.info({ firings: n }, "bots: settled firings a stopped coordinator left"),
+            )
+            .catch((e) => d.log.warn({ err: describeError(e) }, "bots: cannot look for firings left behind"));
+        },
+        d.sweepEveryMs ?? UNSETTLED_AFTER_MS * 3,
+      );
+      sweeper.unref();
     },
     async close(): Promise<void> {
+      if (sweeper) clearInterval(sweeper);
       detach?.();
       engine.close();
       await models.close();
@@ -96,9 +118,7 @@ export function selfPost(server: Server): Inject {
           res.on("error", reject);
         },
       );
-      req.on("timeout", () =>
-        req.destroy(new BerthError("unavailable", "the model did not answer in time")),
-      );
+      req.on("timeout", () => req.destroy(new BerthError("unavailable", "the model did not answer in time")));
       req.on("error", reject);
       req.end(o.payload);
     });
