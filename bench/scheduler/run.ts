@@ -20,10 +20,10 @@ import {
 } from "../../coordinator/scheduler/index.ts";
 import type { ContainerLimits } from "../../coordinator/scheduler/quota.ts";
 import type { Heartbeat, HostCapacity } from "../../shared/fleet.ts";
+import { benchHostCapacity, mulberry32 as rng } from "../../test/helpers/seeded-fleet.ts";
 import { machineInfo } from "../lib/machine.ts";
 import { formatTable, summarize, writeResults } from "../lib/stats.ts";
 
-const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
 
 const { values: args } = parseArgs({
@@ -71,36 +71,8 @@ const FULL_SCAN = int("full-scan", args["full-scan"], 0);
 /** Containers per agent kept running: about half of a CPU host's cores are held in steady state. */
 const DENSITY = 10;
 
-function rng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** The fleet: 70% CPU hosts (32 cores, 128 GiB), 20% 8x H100 (96 cores, 1 TiB), 10% 4x A10G (48 cores, 192 GiB). */
-function capacityOf(i: number): HostCapacity {
-  const kind = i % 10;
-  const gpus = (type: string, n: number) =>
-    Array.from({ length: n }, (_, k) => ({
-      index: k,
-      uuid: `GPU-${i}-${k}`,
-      model: type,
-      type,
-      memoryMiB: 81559,
-    }));
-  const devices = kind < 7 ? [] : kind < 9 ? gpus("H100", 8) : gpus("A10G", 4);
-  return {
-    cpuCores: kind < 7 ? 32 : kind < 9 ? 96 : 48,
-    memoryBytes: (kind < 7 ? 128 : kind < 9 ? 1024 : 192) * GiB,
-    disk: { path: "/var/lib/berth-agent", totalBytes: 1e12, freeBytes: 5e11 },
-    gpus: { available: devices.length > 0, toolkit: true, devices },
-  };
-}
+/** The fleet: bench/scheduler's shape (test/helpers/seeded-fleet.ts), shared with the planner's equivalence tests. */
+const capacityOf = (i: number): HostCapacity => benchHostCapacity(i);
 
 const agentId = (i: number) => `agent-${i.toString(36).padStart(4, "0")}`;
 

@@ -17,17 +17,7 @@ import {
   remax,
   unplaceEntry,
 } from "../../coordinator/scheduler/placement-blocks.ts";
-
-function rng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 as rng } from "../helpers/seeded-fleet.ts";
 
 const sign = (n: number) => (n < 0 ? -1 : n > 0 ? 1 : 0);
 

@@ -10,25 +10,9 @@ import { test } from "node:test";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { Planner, type PlacementRequest, planPlacement } from "../../coordinator/scheduler/index.ts";
 import type { HostCapacity } from "../../shared/fleet.ts";
+import { type Rng, rng } from "../helpers/seeded-fleet.ts";
 
 const GiB = 1024 ** 3;
-
-/** A small deterministic PRNG (mulberry32), so a failure names a seed that reproduces it. */
-function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1));
-  const pick = <T>(xs: readonly T[]): T => xs[int(0, xs.length - 1)] as T;
-  return { next, int, pick };
-}
-
-type Rng = ReturnType<typeof rng>;
 
 function hostCapacity(r: Rng, n: number): HostCapacity {
   const shape = r.pick(["cpu", "cpu", "h100", "a10g", "mixed", "odd"] as const);

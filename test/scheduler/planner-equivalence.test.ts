@@ -16,54 +16,13 @@ import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { type PlacementRequest, Planner, planPlacement } from "../../coordinator/scheduler/index.ts";
 import type { ContainerLimits } from "../../coordinator/scheduler/quota.ts";
 import type { Heartbeat, HostCapacity } from "../../shared/fleet.ts";
+import { benchHostCapacity, type Rng, rng } from "../helpers/seeded-fleet.ts";
 
-const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
 
-/** mulberry32: a failure names a seed that reproduces it. */
-function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)] as T;
-  return { next, pick };
-}
-type Rng = ReturnType<typeof rng>;
-
-/** bench/scheduler's fleet: 70% CPU hosts, 20% 8x H100, 10% 4x A10G; `odd` adds a few hosts of other shapes. */
-function capacityOf(i: number, odd: boolean): HostCapacity {
-  const kind = i % 10;
-  const gpus = (type: string, n: number) =>
-    Array.from({ length: n }, (_, k) => ({
-      index: k,
-      uuid: `GPU-${i}-${k}`,
-      model: type,
-      type,
-      memoryMiB: 1,
-    }));
-  if (odd && i % 13 === 5) {
-    // Mixed types on one host, and a host whose GPUs the agent does not offer.
-    const devices = [...gpus("L4", 2), ...gpus("A10G", 1).map((d) => ({ ...d, uuid: `${d.uuid}-a` }))];
-    return {
-      cpuCores: 24,
-      memoryBytes: 96 * GiB + (i % 3) * MiB,
-      disk: { path: "/", totalBytes: 1, freeBytes: 1 },
-      gpus: { available: i % 2 === 0, toolkit: true, devices },
-    };
-  }
-  const devices = kind < 7 ? [] : kind < 9 ? gpus("H100", 8) : gpus("A10G", 4);
-  return {
-    cpuCores: kind < 7 ? 32 : kind < 9 ? 96 : 48,
-    memoryBytes: (kind < 7 ? 128 : kind < 9 ? 1024 : 192) * GiB,
-    disk: { path: "/", totalBytes: 1, freeBytes: 1 },
-    gpus: { available: devices.length > 0, toolkit: true, devices },
-  };
-}
+/** bench/scheduler's fleet; `odd` adds a few hosts of other shapes. */
+const capacityOf = (i: number, odd: boolean): HostCapacity =>
+  benchHostCapacity(i, { odd, gpuMemoryMiB: 1, disk: { path: "/", totalBytes: 1, freeBytes: 1 } });
 
 function heartbeat(agentId: string, capacity: HostCapacity): Heartbeat {
   return {
