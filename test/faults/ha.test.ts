@@ -7,18 +7,16 @@
 // test/faults/summary.ts).
 
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 import { connect } from "nats";
-import pg from "pg";
 import { waitFor } from "../../shared/net.ts";
 import { TERMINAL_STATUSES } from "../../shared/tasks.ts";
-import { assertFaultSummary, countDuplicates, isFinalStatus, tallyTasks } from "../faults/summary.ts";
-import { UP_COMMANDS, startBerthUp } from "../helpers/berth-up.ts";
+import { UP_COMMANDS } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
-import { startRoundRobin } from "../helpers/round-robin.ts";
-import { Teardown } from "../network/helpers.ts";
+import { startHaCluster } from "./ha-cluster.ts";
+import { assertFaultSummary, countDuplicates, isFinalStatus, tallyTasks } from "./summary.ts";
 
 const APP = `
 import json, sys, time
@@ -45,62 +43,10 @@ if __name__ == "__main__":
         print("map:", json.dumps(list(slow_square.map(range(int(sys.argv[2]))))))
 `;
 
-/** The pid of the process running `coordinator --config <config>` (this cluster's, no other). */
-function pidRunning(config: string): number | undefined {
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    let argv: string[];
-    try {
-      argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
-    } catch {
-      continue;
-    }
-    const i = argv.indexOf("--config");
-    if (i > 0 && argv[i + 1] === config && argv.includes("coordinator")) return Number(entry);
-  }
-  return undefined;
-}
-
-/** The pid of the postgres server whose data dir is `data`. */
-function postgresPid(data: string): number | undefined {
-  try {
-    return Number(readFileSync(join(data, "postmaster.pid"), "utf8").split("\n")[0]);
-  } catch {
-    return undefined;
-  }
-}
-
 test("berth up --replicas 3: functions and an endpoint through a round-robin balancer; a coordinator SIGKILLed mid-map", async (t) => {
   if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
-  const td = new Teardown(t);
-  const up = await startBerthUp(td, ["--replicas", "3"]);
-  const out = up.output();
-  const coordinators = /coordinators:\s+(.+?)\s+\(any one/.exec(out)?.[1]?.split(" ") ?? [];
-  assert.equal(coordinators.length, 3, `three coordinator URLs in:\n${out}`);
-  const pgLine = /PostgreSQL on 127\.0\.0\.1:(\d+), data in (\S+)/.exec(out);
-  assert.ok(pgLine, `berth up ran PostgreSQL:\n${out}`);
-  const pgData = pgLine[2] as string;
-  // berth up keeps PostgreSQL's data out of a 0700 home (under /var/lib/postgresql): gone with the test.
-  td.defer(async () => {
-    const pid = postgresPid(pgData);
-    if (pid) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {}
-    }
-    await waitFor(() => !pid || !existsPid(pid), { timeoutMs: 30_000, what: "postgres to exit" });
-    if (pgData.startsWith("/var/lib/postgresql/berth-up/"))
-      rmSync(dirname(pgData), { recursive: true, force: true });
-  });
-  // The coordinators' store is the PostgreSQL berth up runs.
-  const db = new pg.Client({ connectionString: `postgres://berth@127.0.0.1:${pgLine[1]}/postgres` });
-  await db.connect();
-  td.defer(() => db.end());
+  const { up, coordinators, lb, db, env, killCoordinator } = await startHaCluster(t);
   assert.equal(Number((await db.query("select count(*) as n from workspaces")).rows[0].n), 1);
-
-  const lb = await startRoundRobin(coordinators);
-  td.defer(() => lb.close());
-  const env = { BERTH_URL: lb.url };
   writeFileSync(join(up.appDir, "app.py"), APP);
 
   await t.test("every stream is replicated on the three NATS nodes", async () => {
@@ -173,9 +119,7 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
         timeoutMs: 240_000,
         what: "the map to be under way",
       });
-      const pid = pidRunning(join(up.dataDir, "coordinator-2.json"));
-      assert.ok(pid, "coordinator-2 runs");
-      process.kill(pid, "SIGKILL");
+      killCoordinator(2);
       const done = await finished();
       assert.ok(done < n, `the kill came mid-map (${done}/${n} done)`);
       const text = await run;
@@ -272,11 +216,3 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
   );
 });
 
-function existsPid(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
