@@ -7,19 +7,18 @@
 // history are still there and it goes on.
 
 import assert from "node:assert/strict";
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import WebSocket from "ws";
 import { type BerthUp, restartCoordinator, startBerthUp, UP_COMMANDS } from "../helpers/berth-up.ts";
+import { okJson as json, writeBigramApp } from "../helpers/bigram-app.ts";
 import { needs } from "../helpers/env.ts";
 import { waitUntil } from "../helpers/wait.ts";
 import { Teardown } from "../network/helpers.ts";
 
-const MODEL_APP = fileURLToPath(new URL("../fixtures/inference/bigram_app.py", import.meta.url));
 const BOT_APP = fileURLToPath(new URL("../fixtures/bots/bot_app.py", import.meta.url));
-const LICENSES = "/usr/share/common-licenses";
 
 interface Answer {
   question: string;
@@ -42,18 +41,8 @@ interface HistoryEntry {
 }
 
 function writeApps(dir: string): void {
-  copyFileSync(MODEL_APP, join(dir, "app.py"));
+  writeBigramApp(dir);
   copyFileSync(BOT_APP, join(dir, "bot_app.py"));
-  mkdirSync(join(dir, "corpus"));
-  const files = readdirSync(LICENSES).filter((f) => statSync(join(LICENSES, f)).isFile());
-  assert.ok(files.length > 0, `no license texts in ${LICENSES}`);
-  for (const f of files.slice(0, 6)) writeFileSync(join(dir, "corpus", f), readFileSync(join(LICENSES, f)));
-}
-
-async function json<T>(r: Response): Promise<T> {
-  const text = await r.text();
-  assert.ok(r.ok, `${r.status}: ${text}`);
-  return JSON.parse(text) as T;
 }
 
 /** A session's websocket: every message it got, and a wait for one that matches. */

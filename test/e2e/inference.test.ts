@@ -8,19 +8,14 @@
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
 import { waitFor } from "../../shared/net.ts";
 import { bearer } from "../helpers/auth.ts";
 import { type BerthUp, CLI_BIN, startBerthUp, UP_COMMANDS } from "../helpers/berth-up.ts";
+import { okJson as json, writeBigramApp } from "../helpers/bigram-app.ts";
 import { needs } from "../helpers/env.ts";
 import { Teardown } from "../network/helpers.ts";
-
-const APP = fileURLToPath(new URL("../fixtures/inference/bigram_app.py", import.meta.url));
-const LICENSES = "/usr/share/common-licenses";
 
 interface UsageRow {
   model: string;
@@ -43,26 +38,11 @@ interface Generation {
   disconnected: boolean;
 }
 
-/** The app and its training text (a few license files, read as they are on this machine). */
-function writeApp(dir: string): void {
-  copyFileSync(APP, join(dir, "app.py"));
-  mkdirSync(join(dir, "corpus"));
-  const files = readdirSync(LICENSES).filter((f) => statSync(join(LICENSES, f)).isFile());
-  assert.ok(files.length > 0, `no license texts in ${LICENSES}`);
-  for (const f of files.slice(0, 6)) writeFileSync(join(dir, "corpus", f), readFileSync(join(LICENSES, f)));
-}
-
-async function json<T>(r: Response): Promise<T> {
-  const text = await r.text();
-  assert.ok(r.ok, `${r.status}: ${text}`);
-  return JSON.parse(text) as T;
-}
-
 test("hosted inference: the /v1 gateway end to end on a berth up cluster", async (t) => {
   if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
   const td = new Teardown(t);
   const up: BerthUp = await startBerthUp(td);
-  writeApp(up.appDir);
+  writeBigramApp(up.appDir);
   const ws = (await json<{ external_id: string }>(await up.api("/api/v1/workspace/current"))).external_id;
   const deploy = async (target: string, env: NodeJS.ProcessEnv = up.env) => {
     const r = await new Promise<{ code: number; out: string }>((resolve) =>
