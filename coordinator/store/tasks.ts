@@ -339,6 +339,56 @@ export class TaskRepo {
     return rows.map((r) => toTask({ ...r, result: null, result_json: null }));
   }
 
+  /**
+   * Open tasks (PENDING, RETRY, RUNNING) created before `createdBefore` (ISO)
+   * whose stub's type is one of `stubTypes`, oldest first, at most `limit`:
+   * the direct tasks a coordinator checks for a dead owner
+   * (coordinator/tasks/direct-orphans.ts).
+   */
+  async listOpenOfStubTypes(stubTypes: string[], createdBefore: string, limit = 1000): Promise<TaskRecord[]> {
+    if (stubTypes.length === 0) return [];
+    const rows = await this.db
+      .selectFrom("tasks")
+      .innerJoin("stubs", "stubs.id", "tasks.stub_id")
+      .selectAll("tasks")
+      .where("tasks.status", "in", LIVE_STATUSES)
+      .where("stubs.type", "in", stubTypes)
+      .where("tasks.created_at", "<", createdBefore)
+      .orderBy("tasks.created_at")
+      .limit(limit)
+      .execute();
+    return rows.map(toTask);
+  }
+
+  /**
+   * Ends an open task in one transaction: its row takes `status`, `error` and
+   * the end time only while it is still open, and its history entry is
+   * written only then. False when the task had already ended (or has no
+   * row): two coordinators ending the same task write one final entry.
+   */
+  async endIfOpen(entry: TaskHistoryEntry, error: TaskError | null): Promise<boolean> {
+    if (!ENDED.includes(entry.status)) throw new Error(`endIfOpen: ${entry.status} is not a final status`);
+    return this.db.transaction().execute(async (trx) => {
+      const r = await trx
+        .updateTable("tasks")
+        .set({
+          status: entry.status,
+          error_json: error ? JSON.stringify(error) : null,
+          ended_at: entry.at,
+          updated_at: entry.at,
+        })
+        .where("id", "=", entry.taskId)
+        .where("status", "in", LIVE_STATUSES)
+        .executeTakeFirst();
+      if (Number(r.numUpdatedRows) !== 1) return false;
+      await trx
+        .insertInto("task_events")
+        .values(zip(EVENT_COLUMNS, eventValues(entry), 0) as Insertable<TaskEventTable>)
+        .execute();
+      return true;
+    });
+  }
+
   /** Tasks not yet finished (PENDING, RETRY, RUNNING), without results: what a restarting coordinator tracks. */
   async listLive(): Promise<TaskRecord[]> {
     const rows = await this.db

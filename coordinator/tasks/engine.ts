@@ -244,6 +244,27 @@ export class TaskEngine {
   }
 
   /**
+   * A task this coordinator ended with a write already committed (a dead
+   * coordinator's direct task, TaskRepo.endIfOpen): its live copy and
+   * watchers here follow, status listeners and the callback are told — what
+   * end() does, without writing again.
+   */
+  endCommitted(t: LiveTask, status: TaskStatus, o: { error: TaskError; at: number }): void {
+    if (!this.index.get(t.id)) this.index.add(t, true);
+    const from = t.status;
+    const atIso = new Date(o.at).toISOString();
+    this.index.setStatus(t, status, null, o.at);
+    t.updatedAt = atIso;
+    t.endedAt = atIso;
+    t.error = o.error;
+    this.statusChanged(t, from, status);
+    this.lostAttempts.delete(t.id);
+    this.index.remove(t.id);
+    this.emit({ type: "result", taskId: t.id, status, result: null, resultJson: null, error: o.error });
+    this.onFinished(t);
+  }
+
+  /**
    * Moves a RUNNING task to RETRY by the coordinator's own decision: its
    * agent is lost (coordinator/tasks/lost-agents.ts). The attempt is
    * remembered: should that agent come back and report the attempt's

@@ -175,6 +175,11 @@ export class TaskEventConsumer {
     for (const stubId of stubs) this.engine.index.notify(stubId);
   }
 
+  /** Relays an event this coordinator committed by its own decision (a dead coordinator's direct task ended). */
+  relayEvent(ev: TaskEvent): void {
+    this.relay(new TextEncoder().encode(JSON.stringify(ev)));
+  }
+
   private relay(data: Uint8Array): void {
     const h = headers();
     h.set(RELAY_FROM, this.self);

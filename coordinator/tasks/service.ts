@@ -16,6 +16,7 @@ import { PendingAdmissions } from "./admissions.ts";
 import type { BatchWriterOptions } from "./batch-writer.ts";
 import { buildCallback, CallbackSender } from "./callbacks.ts";
 import { DirectTasks } from "./direct.ts";
+import { DirectOrphanCheck } from "./direct-orphans.ts";
 import { DirectOwners } from "./direct-owners.ts";
 import { TaskEngine, type TaskListener, type TaskStatusListener, type TaskUpdate } from "./engine.ts";
 import { TaskEventConsumer } from "./event-consumer.ts";
@@ -50,6 +51,8 @@ export interface TaskServiceDeps {
   onTaskStatus?: TaskStatusListener;
   /** The workspace's max_pending_tasks (docs/limits.md; WorkspaceLimitsCache). @default no limit */
   limits?: { maxPendingTasks(workspaceId: string): Promise<number | null> };
+  /** The survivors' check for a dead coordinator's direct tasks (direct-orphans.ts): interval, grace, answer wait (ms). */
+  directOrphans?: { intervalMs?: number; graceMs?: number; answerWaitMs?: number };
 }
 
 export interface SubmitOptions {
@@ -95,6 +98,8 @@ export class TaskService implements TaskActivity {
   /** Requests the coordinator proxies itself (endpoint, asgi, realtime): tasks without a queue. */
   readonly direct: DirectTasks;
   private readonly directOwners: DirectOwners;
+  /** The survivors' check for a dead coordinator's direct tasks (direct-orphans.ts). */
+  readonly directOrphans: DirectOrphanCheck;
 
   constructor(d: TaskServiceDeps) {
     this.store = d.store;
@@ -119,6 +124,16 @@ export class TaskService implements TaskActivity {
     this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
     this.direct = new DirectTasks(this.engine, d.log, this.clock);
     this.directOwners = new DirectOwners(d.nats, (id) => this.direct.owns(id), d.log);
+    this.directOrphans = new DirectOrphanCheck({
+      tasks: d.store.tasks,
+      engine: this.engine,
+      owners: this.directOwners,
+      owns: (id) => this.direct.owns(id),
+      relay: (ev) => this.events.relayEvent(ev),
+      log: d.log,
+      clock: this.clock,
+      ...d.directOrphans,
+    });
   }
 
   /** Called with a stub's id when its config, extra or code changed (warm containers of the old one are replaced). */
@@ -141,12 +156,14 @@ export class TaskService implements TaskActivity {
     );
     for (const d of this.engine.index.demandList()) this.engine.index.notify(d.stubId);
     await this.events.start(jsm);
+    this.directOrphans.start();
     this.sweeper = setInterval(() => this.sweep(), this.sweepIntervalMs);
     this.sweeper.unref();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.sweeper);
+    this.directOrphans.stop();
     this.directOwners.stop();
     await this.events.stop();
     await this.engine.stop();

@@ -11,7 +11,7 @@ import type { Store } from "../../coordinator/store/store.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import type { ContainerCounts } from "../../coordinator/tasks/activity.ts";
 import type { AgentStates } from "../../coordinator/tasks/lost-agents.ts";
-import { TaskService } from "../../coordinator/tasks/service.ts";
+import { TaskService, type TaskServiceDeps } from "../../coordinator/tasks/service.ts";
 import {
   type TaskEvent,
   type TaskOutputMessage,
@@ -45,7 +45,12 @@ export interface TaskHarness {
 
 export async function startTaskHarness(
   suite: { after: (fn: () => unknown) => void },
-  o: { directFoldMs?: number; agents?: AgentStates; lostTaskAfterMs?: number } = {},
+  o: {
+    directFoldMs?: number;
+    agents?: AgentStates;
+    lostTaskAfterMs?: number;
+    directOrphans?: TaskServiceDeps["directOrphans"];
+  } = {},
 ): Promise<TaskHarness> {
   const { nats, dir: dataDir, store, nc, agentNc, defer } = await startNatsStore(suite);
   const objects = new Objects(store.objects, dataDir);
@@ -63,6 +68,7 @@ export async function startTaskHarness(
       ...(o.directFoldMs !== undefined ? { directFoldMs: o.directFoldMs } : {}),
       ...(o.agents ? { agents: o.agents } : {}),
       ...(o.lostTaskAfterMs !== undefined ? { lostTaskAfterMs: o.lostTaskAfterMs } : {}),
+      ...(o.directOrphans ? { directOrphans: o.directOrphans } : {}),
     });
   const tasks = newService();
   await tasks.start();
