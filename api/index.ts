@@ -9,5 +9,6 @@ export * from "./agent.ts";
 export * from "./builds.ts";
 export * from "./containers.ts";
 export * from "./files.ts";
+export * from "./processes.ts";
 export * from "./snapshots.ts";
 export * from "./tunnel.ts";

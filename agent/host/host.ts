@@ -46,6 +46,7 @@ import {
   type StartStep,
 } from "./sandbox.ts";
 import { SandboxInits } from "./sandbox-init.ts";
+import { ProcessTable } from "../sandboxes/processes.ts";
 
 /** Also ContainerFilesApi and ContainerSnapshotApi, through `files` and `snapshots` (see SandboxDelegation). */
 export class ContainerHost extends SandboxDelegation implements ContainerApi {
@@ -65,6 +66,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   override readonly files: ContainerFiles;
   /** Filesystem commits and memory checkpoints (agent/snapshots). */
   override readonly snapshots: ContainerSnapshots;
+  /** Sandbox containers' processes (agent/sandboxes), recorded under <root>/processes for a restart. */
+  override readonly processes: ProcessTable;
   private readonly provisioning: ProvisionDeps;
   /** s3fs mounts of cloud buckets, per container (agent/volumes/buckets.ts). */
   private readonly buckets: BucketMounts;
@@ -133,6 +136,11 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
         this.mustGet(id);
         return processRoot(id, this.runtime.get(id));
       },
+    });
+    this.processes = new ProcessTable({
+      exec: (id, req) => this.exec(id, req),
+      known: (id) => void this.mustGet(id),
+      recordDir: join(this.options.root, "processes"),
     });
     const { runc, runcRoot } = this.runtime.options;
     this.snapshots = new ContainerSnapshots(
@@ -212,6 +220,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
         this.markReleased(r);
       }
     }
+    this.processes.recover(this.byId.keys());
     // Buckets of containers that stopped or vanished while no agent ran.
     await this.buckets.sweep(new Set(live));
     const report = await this.options.network.recover(live);
@@ -275,6 +284,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     await this.release(record);
     const status = recordStatus(record, info);
     if (opts.remove) {
+      this.processes.drop(id);
       await this.runtime.delete(id);
       await this.bridges.close(id);
       this.inits.close(id);

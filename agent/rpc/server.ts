@@ -13,6 +13,8 @@ import { type Authorize, containerHandlers, unary } from "./container-handlers.t
 import { capacityToProto, healthToProto } from "../../api/grpc/index.ts";
 import { loadAgentProto } from "../../api/grpc/index.ts";
 import { isSandboxApi, type SandboxApi, sandboxHandlers } from "./sandbox-handlers.ts";
+import { isProcessApi, processHandlers } from "./process-handlers.ts";
+import type { SandboxProcessApi } from "../../api/index.ts";
 import { bindUnixSocket, resolveUnixSocketPath } from "./unix-socket.ts";
 
 export interface AgentRpcTlsOptions {
@@ -51,6 +53,11 @@ export interface AgentRpcServerOptions {
    * @default `containers`, when it implements them too (ContainerHost does)
    */
   sandboxes?: SandboxApi;
+  /**
+   * Sandbox processes (api/processes.ts). Without it the process RPCs answer UNIMPLEMENTED.
+   * @default `containers`, when it keeps them too (ContainerHost does)
+   */
+  processes?: SandboxProcessApi;
   /** Absolute path of the local socket; created with mode 0600. */
   unixSocket?: string;
   tcp?: AgentRpcTcpOptions;
@@ -60,6 +67,7 @@ export interface ResolvedAgentRpcServerOptions {
   impl: AgentApi;
   containers?: ContainerApi;
   sandboxes?: SandboxApi;
+  processes?: SandboxProcessApi;
   unixSocket?: string;
   tcp?: Required<Omit<AgentRpcTcpOptions, "allowedClientNames">> & { allowedClientNames?: Set<string> };
 }
@@ -87,6 +95,8 @@ export function resolveAgentRpcServerOptions(o: AgentRpcServerOptions): Resolved
   if (o.containers) resolved.containers = o.containers;
   const sandboxes = o.sandboxes ?? (isSandboxApi(o.containers) ? o.containers : undefined);
   if (sandboxes) resolved.sandboxes = sandboxes;
+  const processes = o.processes ?? (isProcessApi(o.containers) ? o.containers : undefined);
+  if (processes) resolved.processes = processes;
   if (o.unixSocket !== undefined) resolved.unixSocket = resolveUnixSocketPath(o.unixSocket);
   if (o.tcp) {
     const { host, port, tls } = o.tcp;
@@ -119,6 +129,7 @@ function handlers(o: ResolvedAgentRpcServerOptions, authorize: Authorize): grpc.
     GetCapacity: unary(authorize, async () => capacityToProto(await impl.capacity())),
     ...containerHandlers(o.containers, authorize),
     ...sandboxHandlers(o.sandboxes, authorize),
+    ...processHandlers(o.processes, authorize),
     ...buildHandlers(buildsOf(o.containers), authorize),
   };
 }

@@ -27,6 +27,8 @@ import { SandboxRpcClient } from "./sandbox-client.ts";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../builds.ts";
 import { buildEventFromProto, buildRequestToProto, type WireBuildEvent } from "./build-convert.ts";
 import { streamCall } from "./container-client.ts";
+import type { OutputStream, ProcessInfo, ProcessOutput, SandboxProcessApi } from "../processes.ts";
+import { ProcessRpcClient } from "./process-client.ts";
 
 export interface AgentRpcClientTlsOptions {
   /** The cluster CA the agent's server certificate must chain to. */
@@ -113,13 +115,14 @@ export function resolveAgentRpcClientOptions(o: AgentRpcClientOptions): Resolved
 }
 
 export class AgentRpcClient
-  implements AgentApi, ContainerApi, ContainerFilesApi, ContainerSnapshotApi, ImageBuildApi
+  implements AgentApi, ContainerApi, ContainerFilesApi, ContainerSnapshotApi, SandboxProcessApi, ImageBuildApi
 {
   readonly options: ResolvedAgentRpcClientOptions;
   private readonly client: grpc.Client;
   private readonly channel: RpcChannel;
   private readonly containers: ContainerRpcClient;
   private readonly sandboxes: SandboxRpcClient;
+  private readonly processes: ProcessRpcClient;
 
   constructor(options: AgentRpcClientOptions) {
     this.options = resolveAgentRpcClientOptions(options);
@@ -141,6 +144,7 @@ export class AgentRpcClient
     this.channel = { client: this.client, address, deadlineMs, longDeadlineMs };
     this.containers = new ContainerRpcClient(this.channel);
     this.sandboxes = new SandboxRpcClient(this.channel);
+    this.processes = new ProcessRpcClient(this.channel);
   }
 
   async health(): Promise<AgentHealth> {
@@ -279,6 +283,50 @@ export class AgentRpcClient
 
   restoreMemory(snapshotId: string, req: RunContainerRequest): Promise<ContainerStatus> {
     return this.sandboxes.restoreMemory(snapshotId, req);
+  }
+
+  startProcess(id: string, req: ExecRequest): Promise<ProcessInfo> {
+    return this.processes.startProcess(id, req);
+  }
+
+  listProcesses(id: string): Promise<ProcessInfo[]> {
+    return this.processes.listProcesses(id);
+  }
+
+  getProcess(id: string, pid: number): Promise<ProcessInfo> {
+    return this.processes.getProcess(id, pid);
+  }
+
+  writeProcessStdin(id: string, pid: number, data: Uint8Array, opts?: { eof?: boolean }): Promise<void> {
+    return this.processes.writeProcessStdin(id, pid, data, opts);
+  }
+
+  killProcess(id: string, pid: number, signal?: NodeJS.Signals): Promise<void> {
+    return this.processes.killProcess(id, pid, signal);
+  }
+
+  /** Asks in calls of at most 30 s each until the process ends, the timeout passes or the signal aborts. */
+  waitProcess(
+    id: string,
+    pid: number,
+    opts?: { timeoutMs?: number; signal?: AbortSignal },
+  ): Promise<ProcessInfo> {
+    return this.processes.waitProcess(id, pid, opts);
+  }
+
+  readProcessOutput(id: string, pid: number, stream: OutputStream, offset: number): Promise<ProcessOutput> {
+    return this.processes.readProcessOutput(id, pid, stream, offset);
+  }
+
+  /** Aborting `signal` (or leaving the loop) cancels the follow on the agent. */
+  followProcessOutput(
+    id: string,
+    pid: number,
+    stream: OutputStream,
+    offset: number,
+    opts?: { signal?: AbortSignal },
+  ): AsyncGenerator<Uint8Array> {
+    return this.processes.followProcessOutput(id, pid, stream, offset, opts);
   }
 
   close(): void {

@@ -15,3 +15,4 @@ export * from "./files-convert.ts";
 export * from "./image-convert.ts";
 export * from "./proto.ts";
 export * from "./sandbox-client.ts";
+export * from "./process-client.ts";

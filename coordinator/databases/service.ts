@@ -40,11 +40,14 @@ export interface DatabasePods {
   ): Promise<{ sandboxId: string; agentId: string }>;
   get(workspaceId: string, id: string): Promise<{ status: string; terminatedReason: string | null }>;
   terminate(workspaceId: string, id: string): Promise<true>;
-  exec(
+  exec(workspaceId: string, id: string, req: ExecRequest): Promise<{ pid: number }>;
+  /** A process's status once it ends, or after timeoutMs while it still runs. */
+  wait(
     workspaceId: string,
     id: string,
-    req: ExecRequest,
-  ): Promise<{ wait(timeoutMs?: number): Promise<{ exitCode: number; status: string }> }>;
+    pid: number,
+    opts: { timeoutMs?: number },
+  ): Promise<{ exitCode: number; status: string }>;
 }
 
 export interface DatabaseSecrets {
@@ -292,7 +295,7 @@ export class DatabaseService {
           `its pod ${podId} ended before it was ready (${pod.terminatedReason ?? "no reason given"})`,
         );
       const p = await this.o.pods.exec(rec.workspaceId, podId, check);
-      const r = await p.wait(READY_CHECK_WAIT_MS);
+      const r = await this.o.pods.wait(rec.workspaceId, podId, p.pid, { timeoutMs: READY_CHECK_WAIT_MS });
       if (r.status !== "running" && r.exitCode === 0) return;
       if (this.clock() >= deadline)
         throw new Error(

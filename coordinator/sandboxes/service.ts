@@ -1,31 +1,26 @@
 // Sandboxes and pods on the coordinator (docs/sandboxes.md): one container
 // per create, placed through the planner and started on the chosen agent
 // (starter.ts);
-// its record in the store; processes, files, ports, egress and snapshots
-// through that agent; the TTL and container exits end it (upkeep.ts).
+// its record in the store; processes (kept by that agent, so any coordinator
+// answers for them), files, ports, egress and snapshots through that agent;
+// the TTL and container exits end it (upkeep.ts).
 
 import type { WorkspaceUsage } from "../scheduler/quota.ts";
-import type { ContainerFilesApi, ExecRequest } from "../../api/index.ts";
-import {
-  type EgressRequest,
-  egressPolicyToRequest,
-  resolveEgressPolicy,
-} from "../../shared/egress.ts";
+import type {
+  ContainerFilesApi,
+  ExecRequest,
+  OutputStream,
+  ProcessInfo,
+  ProcessOutput,
+} from "../../api/index.ts";
+import { type EgressRequest, egressPolicyToRequest, resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
 import { hasKind, newId } from "../../shared/ids.ts";
 import type { StubRecord } from "../containers/types.ts";
 import { portUrl, portUrls } from "../ports/urls.ts";
 import type { Reservation } from "../scheduler/cluster-view.ts";
 import type { SandboxKind, SandboxRecord } from "../store/sandboxes.ts";
-import { ProcessTable, type SandboxProcess } from "./processes.ts";
-import {
-  checkPorts,
-  checkTtl,
-  sandboxKindOf,
-  stubEgress,
-  stubTtl,
-  terminatedError,
-} from "./request.ts";
+import { checkPorts, checkTtl, sandboxKindOf, stubEgress, stubTtl, terminatedError } from "./request.ts";
 import {
   type ResolvedSandboxServiceOptions,
   type SandboxAgentApi,
@@ -40,7 +35,6 @@ import { SANDBOX_KINDS, SandboxUpkeep } from "./upkeep.ts";
 const iso = (ms: number) => new Date(ms).toISOString();
 
 export class SandboxService {
-  readonly processes: ProcessTable;
   private readonly o: ResolvedSandboxServiceOptions;
   /** Containers whose start is in flight here (upkeep leaves them alone). */
   private readonly starting = new Set<string>();
@@ -49,10 +43,8 @@ export class SandboxService {
 
   constructor(options: SandboxServiceOptions) {
     this.o = resolveSandboxServiceOptions(options);
-    this.processes = new ProcessTable({ clock: this.o.clock, ...this.o.processes });
     this.upkeep = new SandboxUpkeep({
       o: this.o,
-      processes: this.processes,
       starting: this.starting,
       end: (s, reason) => this.end(s, reason),
     });
@@ -222,19 +214,84 @@ export class SandboxService {
 
   // ---- processes ----
 
-  async exec(workspaceId: string, id: string, req: ExecRequest): Promise<SandboxProcess> {
+  // The sandbox's agent keeps them (agent/sandboxes/processes.ts): every call asks it.
+
+  async exec(workspaceId: string, id: string, req: ExecRequest): Promise<ProcessInfo> {
     if (req.args.length === 0 || req.args[0] === "") throw invalid("args must name a program to run");
-    return this.onAgent(workspaceId, id, (api, s) => this.processes.start(s.id, api, req));
+    return this.onAgent(workspaceId, id, (api, s) => api.startProcess(s.id, req));
   }
 
-  async process(workspaceId: string, id: string, pid: number): Promise<SandboxProcess> {
-    const s = await this.live(workspaceId, id);
-    return this.processes.get(s.id, pid);
+  /** process_not_found for a pid the sandbox's agent does not know. */
+  async process(workspaceId: string, id: string, pid: number): Promise<ProcessInfo> {
+    return this.onAgent(workspaceId, id, (api, s) => api.getProcess(s.id, pid));
   }
 
-  async listProcesses(workspaceId: string, id: string) {
-    const s = await this.live(workspaceId, id);
-    return this.processes.list(s.id);
+  async listProcesses(workspaceId: string, id: string): Promise<ProcessInfo[]> {
+    return this.onAgent(workspaceId, id, (api, s) => api.listProcesses(s.id));
+  }
+
+  /** Writes each chunk to the process's stdin, then (eof) closes it; the bytes written. */
+  async writeStdin(
+    workspaceId: string,
+    id: string,
+    pid: number,
+    data: AsyncIterable<Uint8Array>,
+    eof: boolean,
+  ): Promise<number> {
+    return this.onAgent(workspaceId, id, async (api, s) => {
+      await api.getProcess(s.id, pid);
+      let written = 0;
+      for await (const chunk of data) {
+        await api.writeProcessStdin(s.id, pid, chunk);
+        written += chunk.length;
+      }
+      if (eof) await api.writeProcessStdin(s.id, pid, new Uint8Array(0), { eof: true });
+      return written;
+    });
+  }
+
+  async kill(workspaceId: string, id: string, pid: number, signal: NodeJS.Signals): Promise<void> {
+    return this.onAgent(workspaceId, id, (api, s) => api.killProcess(s.id, pid, signal));
+  }
+
+  /** The status once the process ends, or after timeoutMs (or `signal`) while it still runs. */
+  async wait(
+    workspaceId: string,
+    id: string,
+    pid: number,
+    opts: { timeoutMs?: number; signal?: AbortSignal } = {},
+  ): Promise<ProcessInfo> {
+    return this.onAgent(workspaceId, id, (api, s) => api.waitProcess(s.id, pid, opts));
+  }
+
+  async readOutput(
+    workspaceId: string,
+    id: string,
+    pid: number,
+    stream: OutputStream,
+    offset: number,
+  ): Promise<ProcessOutput> {
+    return this.onAgent(workspaceId, id, (api, s) => api.readProcessOutput(s.id, pid, stream, offset));
+  }
+
+  /**
+   * The output from `offset` followed live: `start` (the first offset kept)
+   * is known before any byte comes, and a missing process fails here rather
+   * than in the stream.
+   */
+  async followOutput(
+    workspaceId: string,
+    id: string,
+    pid: number,
+    stream: OutputStream,
+    offset: number,
+    signal: AbortSignal,
+  ): Promise<{ start: number; chunks: AsyncIterable<Uint8Array> }> {
+    return this.onAgent(workspaceId, id, async (api, s) => {
+      // A read past the end answers no bytes, only where the kept output starts.
+      const { start } = await api.readProcessOutput(s.id, pid, stream, Number.MAX_SAFE_INTEGER);
+      return { start, chunks: api.followProcessOutput(s.id, pid, stream, offset, { signal }) };
+    });
   }
 
   // ---- files ----
@@ -298,7 +355,7 @@ export class SandboxService {
   }
 
   /**
-   * Ends a sandbox: its processes, its container, its room; true when this
+   * Ends a sandbox: its container (the agent ends its processes with it), its room; true when this
    * call marked it terminated. The record is marked first, so the exit event of the container stopped
    * here reads as an end already recorded (not a second, racing one); a stop
    * that fails is retried by the sweep, which removes terminated sandboxes'
@@ -306,7 +363,6 @@ export class SandboxService {
    */
   private async end(s: SandboxRecord, reason: string): Promise<boolean> {
     const ended = await this.o.repo.markTerminated(s.id, iso(this.o.clock()), reason);
-    this.processes.drop(s.id);
     await this.upkeep.removeOnAgent(s.agentId, s.id, this.o.stopGraceMs);
     this.o.planner.release(s.id);
     if (ended)

@@ -3,7 +3,7 @@
 
 import type { Logger } from "pino";
 import type { ContainerApi } from "../../api/index.ts";
-import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
+import type { ContainerFilesApi, ContainerSnapshotApi, SandboxProcessApi } from "../../api/index.ts";
 import type {
   CodeSource,
   ContainerEventSource,
@@ -15,10 +15,9 @@ import type { FleetView } from "../fleet/fleet-view.ts";
 import { Planner } from "../scheduler/planner.ts";
 import type { ContainerLimits } from "../scheduler/quota.ts";
 import type { SandboxKind, SandboxRepo } from "../store/sandboxes.ts";
-import type { ProcessTableOptions } from "./processes.ts";
 
-/** One agent as sandboxes use it: containers (exposePort included), files inside them, snapshots. */
-export type SandboxAgentApi = ContainerApi & ContainerFilesApi & ContainerSnapshotApi;
+/** One agent as sandboxes use it: containers (exposePort included), files inside them, snapshots, processes. */
+export type SandboxAgentApi = ContainerApi & ContainerFilesApi & ContainerSnapshotApi & SandboxProcessApi;
 
 export interface SandboxAgents {
   client(agentId: string): SandboxAgentApi;
@@ -96,22 +95,17 @@ export interface SandboxServiceOptions {
    * exit code and last output. 0 skips the check. @default 2000
    */
   podSettleMs?: number;
-  processes?: ProcessTableOptions;
 }
 
 export interface ResolvedSandboxServiceOptions
   extends Required<
-    Omit<
-      SandboxServiceOptions,
-      "secrets" | "events" | "endpointDomain" | "processes" | "limits" | "onWaiting"
-    >
+    Omit<SandboxServiceOptions, "secrets" | "events" | "endpointDomain" | "limits" | "onWaiting">
   > {
   secrets: SecretResolver | undefined;
   events: ContainerEventSource | undefined;
   endpointDomain: string | undefined;
   limits: ((workspaceId: string) => Promise<ContainerLimits>) | undefined;
   onWaiting: SandboxServiceOptions["onWaiting"];
-  processes: ProcessTableOptions;
 }
 
 function waitMs(v: number): number {
@@ -153,7 +147,6 @@ export function resolveSandboxServiceOptions(o: SandboxServiceOptions): Resolved
     orphanGraceMs: positive("orphanGraceMs", o.orphanGraceMs ?? 120_000),
     lostAgentAfterMs: positive("lostAgentAfterMs", o.lostAgentAfterMs ?? 60_000),
     podSettleMs: settleMs(o.podSettleMs ?? 2000),
-    processes: o.processes ?? {},
   };
 }
 

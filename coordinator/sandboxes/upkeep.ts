@@ -10,7 +10,6 @@ import { BerthError, describeError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { type AgentView, type Reservation, buildClusterView, gpuTypeOf } from "../scheduler/cluster-view.ts";
 import type { SandboxRecord } from "../store/sandboxes.ts";
-import type { ProcessTable } from "./processes.ts";
 import { SandboxLabels } from "./request.ts";
 import type { ResolvedSandboxServiceOptions } from "./types.ts";
 
@@ -19,7 +18,6 @@ const ACTIVITY_MEMORY_MS = 3_600_000;
 
 export interface SandboxUpkeepDeps {
   o: ResolvedSandboxServiceOptions;
-  processes: ProcessTable;
   starting: Set<string>;
   end(s: SandboxRecord, reason: string): Promise<boolean>;
 }
@@ -128,11 +126,10 @@ export class SandboxUpkeep {
 
   /** The container ended on its own: the sandbox is terminated and the container removed. */
   private async exited(agentId: string, id: string, why: string): Promise<void> {
-    const { o, processes } = this.d;
+    const { o } = this.d;
     try {
       const s = await o.repo.get(id);
       if (s && s.agentId !== agentId) return;
-      processes.drop(id);
       o.planner.release(id);
       const ended = s ? await o.repo.markTerminated(id, iso(o.clock()), why) : false;
       if (s && ended) o.log.info({ sandboxId: id, agentId }, `${s.kind} ${id} terminated: ${why}`);
@@ -146,11 +143,15 @@ export class SandboxUpkeep {
   }
 
   private async expire(): Promise<void> {
-    const { o, processes } = this.d;
+    const { o } = this.d;
     const now = o.clock();
     for (const s of await o.repo.listExpired(iso(now))) {
       const seen = this.active.get(s.id) ?? 0;
-      if (processes.hasRunning(s.id)) {
+      const running = s.status === "running" ? await this.hasRunningProcess(s) : false;
+      if (running === undefined) {
+        // The agent did not answer: the sandbox is judged at the next sweep (a gone agent's end is endOnGoneAgents').
+        continue;
+      } else if (running) {
         // A running process is activity.
         await o.repo.touch(s.id, iso(now));
       } else if (seen > Date.parse(s.lastActiveAt) && seen + s.ttlSeconds * 1000 > now) {
@@ -162,6 +163,25 @@ export class SandboxUpkeep {
     }
     for (const m of [this.active, this.written])
       for (const [id, at] of m) if (now - at > ACTIVITY_MEMORY_MS) m.delete(id);
+  }
+
+  /** Whether the sandbox's agent runs a process in it; undefined when the agent cannot say now. */
+  private async hasRunningProcess(s: SandboxRecord): Promise<boolean | undefined> {
+    try {
+      return (await this.d.o.agents.client(s.agentId).listProcesses(s.id)).some(
+        (p) => p.status === "running",
+      );
+    } catch (err) {
+      // A container the agent no longer has runs nothing (reconcile ends its sandbox); an agent from
+      // before the process calls runs none of them.
+      if (err instanceof BerthError && (err.code === "not_found" || err.code === "not_implemented"))
+        return false;
+      this.d.o.log.debug(
+        { err, sandboxId: s.id },
+        "cannot list the sandbox's processes; asking at the next sweep",
+      );
+      return undefined;
+    }
   }
 
   private async reconcile(): Promise<void> {
@@ -183,12 +203,12 @@ export class SandboxUpkeep {
   /**
    * Sandboxes on agents lost, left or never heard from (since this start)
    * for longer than lostAgentAfterMs end, without asking the agent (it does
-   * not answer): their processes are dropped and their room released. An
+   * not answer): their room is released. An
    * agent that comes back later finds them terminated, and reconcileAgent
    * removes their containers there.
    */
   private async endOnGoneAgents(): Promise<void> {
-    const { o, processes, starting } = this.d;
+    const { o, starting } = this.d;
     const now = o.clock();
     const startedAt = this.startedAt ?? now;
     for (const agentId of await o.repo.liveAgentIds()) {
@@ -200,7 +220,6 @@ export class SandboxUpkeep {
       if (!why) continue;
       for (const s of await o.repo.listLive(agentId)) {
         if (starting.has(s.id)) continue;
-        processes.drop(s.id);
         o.planner.release(s.id);
         if (await o.repo.markTerminated(s.id, iso(now), why))
           o.log.warn({ sandboxId: s.id, agentId }, `${s.kind} ${s.id} terminated: ${why}`);
@@ -209,7 +228,7 @@ export class SandboxUpkeep {
   }
 
   private async reconcileAgent(agentId: string, view: AgentView, found: ContainerStatus[]): Promise<void> {
-    const { o, processes, starting } = this.d;
+    const { o, starting } = this.d;
     const now = o.clock();
     const seen = new Set<string>();
     for (const c of found) {
@@ -224,7 +243,6 @@ export class SandboxUpkeep {
         continue;
       }
       if (s.status === "terminated") {
-        processes.drop(c.id);
         o.planner.release(c.id);
         await this.removeOnAgent(agentId, c.id, 0);
       } else if (c.state === "stopped") {

@@ -1,5 +1,5 @@
 // One conformance suite for the agent's contract (api/: ContainerApi,
-// ContainerFilesApi, ContainerSnapshotApi), written against the interfaces
+// ContainerFilesApi, ContainerSnapshotApi, SandboxProcessApi), written against the interfaces
 // only. It runs against the real host (host.test.ts), the gRPC client over
 // the agent's server (grpc.test.ts) and the shared fake (fake.test.ts): what
 // it checks, all three do.
@@ -21,11 +21,12 @@ import type {
   ExecSession,
   LogEntry,
   RunContainerRequest,
+  SandboxProcessApi,
 } from "../../api/index.ts";
 import { tempDir } from "../helpers/env.ts";
 import { waitUntil } from "../helpers/wait.ts";
 
-export type ConformanceApi = ContainerApi & ContainerFilesApi & ContainerSnapshotApi;
+export type ConformanceApi = ContainerApi & ContainerFilesApi & ContainerSnapshotApi & SandboxProcessApi;
 
 export interface ConformanceSubject {
   api: ConformanceApi;
@@ -212,6 +213,75 @@ export function containerApiConformance(
         await within(reading, 10_000, "the killed exec's output");
       });
 
+      await t.test(
+        "processes: pids in order, output by stream and offset, follow, stdin, kill, wait with a timeout",
+        async () => {
+          const p1 = await api.startProcess(idA, { args: ["sh", "-c", "echo out; echo err >&2; exit 7"] });
+          assert.deepEqual([p1.pid, p1.status, p1.exitCode, p1.cwd], [1, "running", -1, null]);
+          const e1 = await within(api.waitProcess(idA, 1), 30_000, "process 1's end");
+          assert.deepEqual([e1.status, e1.exitCode], ["exited", 7]);
+          assert.ok(e1.endedAt !== undefined && e1.endedAt >= e1.startedAt);
+          const out = await api.readProcessOutput(idA, 1, "stdout", 0);
+          assert.deepEqual([out.start, out.offset, Buffer.from(out.data).toString()], [0, 0, "out\n"]);
+          assert.equal(
+            Buffer.from((await api.readProcessOutput(idA, 1, "stderr", 0)).data).toString(),
+            "err\n",
+          );
+          const both = Buffer.from((await api.readProcessOutput(idA, 1, "combined", 0)).data).toString();
+          assert.deepEqual(both.split("\n").sort(), ["", "err", "out"]);
+          const from2 = await api.readProcessOutput(idA, 1, "stdout", 2);
+          assert.deepEqual([from2.offset, Buffer.from(from2.data).toString()], [2, "t\n"]);
+
+          // Followed live: what comes later arrives, from any offset, and the stream ends with the process.
+          await api.startProcess(idA, { args: ["sh", "-c", "echo one; sleep 1; echo two"] });
+          const [all, tail] = await within(
+            Promise.all([
+              text(api.followProcessOutput(idA, 2, "combined", 0)),
+              text(api.followProcessOutput(idA, 2, "stdout", 4)),
+            ]),
+            30_000,
+            "following process 2",
+          );
+          assert.deepEqual([all, tail], ["one\ntwo\n", "two\n"]);
+
+          await api.startProcess(idA, { args: ["cat"] });
+          await api.writeProcessStdin(idA, 3, Buffer.from("hello\n"));
+          await api.writeProcessStdin(idA, 3, Buffer.from("stdin\n"), { eof: true });
+          const e3 = await within(api.waitProcess(idA, 3), 30_000, "cat's end");
+          assert.deepEqual([e3.status, e3.exitCode], ["exited", 0]);
+          assert.equal(
+            Buffer.from((await api.readProcessOutput(idA, 3, "stdout", 0)).data).toString(),
+            "hello\nstdin\n",
+          );
+          await assert.rejects(
+            api.writeProcessStdin(idA, 3, Buffer.from("late")),
+            rejectsWith("failed_precondition"),
+          );
+
+          // sleep itself, not under sh: a kill of sh alone would leave sleep holding the output open.
+          await api.startProcess(idA, { args: ["sleep", "60"], cwd: "/tmp" });
+          const still = await api.waitProcess(idA, 4, { timeoutMs: 50 });
+          assert.deepEqual([still.status, still.exitCode, still.cwd], ["running", -1, "/tmp"]);
+          await api.killProcess(idA, 4);
+          const e4 = await within(api.waitProcess(idA, 4), 15_000, "the killed process's end");
+          assert.deepEqual([e4.status, e4.exitCode], ["killed", 137]);
+          await api.killProcess(idA, 4); // an ended process is left as it is
+
+          assert.deepEqual(
+            (await api.listProcesses(idA)).map((p) => [p.pid, p.status]),
+            [
+              [1, "exited"],
+              [2, "exited"],
+              [3, "exited"],
+              [4, "killed"],
+            ],
+          );
+          assert.deepEqual((await api.getProcess(idA, 2)).args, ["sh", "-c", "echo one; sleep 1; echo two"]);
+          await assert.rejects(api.getProcess(idA, 99), rejectsWith("process_not_found", "99"));
+          await assert.rejects(api.startProcess(idA, { args: [] }), rejectsWith("invalid_request"));
+        },
+      );
+
       await t.test("files: directories, write, stat, list, read, find, replace, delete", async () => {
         const dir = await api.createDirectory(idA, `/tmp/${tag}/sub`);
         assert.equal(dir.isDir, true);
@@ -377,6 +447,12 @@ export function containerApiConformance(
         );
         await assert.rejects(collect(api.streamLogs(ghost)), rejectsWith("not_found", ghost));
         await assert.rejects(api.statPath(ghost, "/"), rejectsWith("not_found", ghost));
+        await assert.rejects(api.listProcesses(ghost), rejectsWith("not_found", ghost));
+        await assert.rejects(api.getProcess(ghost, 1), rejectsWith("not_found", ghost));
+        await assert.rejects(
+          api.startProcess(ghost, { args: ["sh", "-c", "true"] }),
+          rejectsWith("not_found", ghost),
+        );
         await assert.rejects(
           api.commitFilesystem(ghost, `localhost/conformance-${tag}:ghost`),
           rejectsWith("not_found"),

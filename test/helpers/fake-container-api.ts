@@ -8,7 +8,9 @@
 // `failRun` (errors for the next runContainer calls), `failWith` (every call
 // rejects), `gate` (holds runContainer calls), `onStop`, `exit()` (a
 // container's end, as the runtime reports it), `appendLog`/`endLogs`,
-// `execs` (each exec a FakeExec the test can drive), `refused` (methods that
+// `execs` (each exec a FakeExec the test can drive; a sandbox process is
+// one too: the fake keeps processes in the agent's own ProcessTable over its
+// exec, as ContainerHost does), `refused` (methods that
 // fail the test when called), `checkpointError`, `servesExposePort`.
 //
 // With `scripted: true` containers and execs also play a small vocabulary:
@@ -34,9 +36,14 @@ import type {
   ImageSummary,
   ImportImageRequest,
   LogEntry,
+  OutputStream,
+  ProcessInfo,
+  ProcessOutput,
   ReplaceResult,
   RunContainerRequest,
+  SandboxProcessApi,
 } from "../../api/index.ts";
+import { ProcessTable } from "../../agent/sandboxes/processes.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { FakeFileTree } from "./fake-files.ts";
@@ -62,7 +69,9 @@ export interface FakeContainerApiOptions {
 
 type Call = [method: string, ...args: unknown[]];
 
-export class FakeContainerApi implements ContainerApi, ContainerFilesApi, ContainerSnapshotApi {
+export class FakeContainerApi
+  implements ContainerApi, ContainerFilesApi, ContainerSnapshotApi, SandboxProcessApi
+{
   readonly agentId: string;
   readonly gpuUuids: string[];
   readonly scripted: boolean;
@@ -101,6 +110,12 @@ export class FakeContainerApi implements ContainerApi, ContainerFilesApi, Contai
   private readonly followers = new Set<() => void>();
   private readonly ended = new Set<string>();
   private readonly fs = new Map<string, FakeFileTree>();
+  /** Sandbox processes: the agent's own table over this fake's exec. */
+  readonly processes = new ProcessTable({
+    exec: (id, req) => this.exec(id, req),
+    known: (id) => void this.must(id),
+    clock: () => this.now(),
+  });
 
   constructor(o: FakeContainerApiOptions = {}) {
     this.agentId = o.agentId ?? "agent-fake";
@@ -208,6 +223,7 @@ export class FakeContainerApi implements ContainerApi, ContainerFilesApi, Contai
     const s = this.must(id);
     if (s.state !== "stopped") this.exit(id, opts?.graceMs === 0 ? 137 : 143, "killed");
     if (opts?.remove) {
+      this.processes.drop(id);
       this.containers.delete(id);
       this.fs.delete(id);
     }
@@ -429,6 +445,61 @@ export class FakeContainerApi implements ContainerApi, ContainerFilesApi, Contai
   ): Promise<ReplaceResult[]> {
     this.record("replaceInFiles", id, path, oldString, newString);
     return this.tree(id).replace(path, oldString, newString);
+  }
+
+  // Processes: recorded, then the agent's ProcessTable.
+
+  async startProcess(id: string, req: ExecRequest): Promise<ProcessInfo> {
+    this.record("startProcess", id, req);
+    return this.processes.startProcess(id, req);
+  }
+  async listProcesses(id: string): Promise<ProcessInfo[]> {
+    this.record("listProcesses", id);
+    return this.processes.listProcesses(id);
+  }
+  async getProcess(id: string, pid: number): Promise<ProcessInfo> {
+    this.record("getProcess", id, pid);
+    return this.processes.getProcess(id, pid);
+  }
+  async writeProcessStdin(
+    id: string,
+    pid: number,
+    data: Uint8Array,
+    opts?: { eof?: boolean },
+  ): Promise<void> {
+    this.record("writeProcessStdin", id, pid, opts);
+    return this.processes.writeProcessStdin(id, pid, data, opts);
+  }
+  async killProcess(id: string, pid: number, signal?: NodeJS.Signals): Promise<void> {
+    this.record("killProcess", id, pid, signal);
+    return this.processes.killProcess(id, pid, signal);
+  }
+  async waitProcess(
+    id: string,
+    pid: number,
+    opts?: { timeoutMs?: number; signal?: AbortSignal },
+  ): Promise<ProcessInfo> {
+    this.record("waitProcess", id, pid, { timeoutMs: opts?.timeoutMs });
+    return this.processes.waitProcess(id, pid, opts);
+  }
+  async readProcessOutput(
+    id: string,
+    pid: number,
+    stream: OutputStream,
+    offset: number,
+  ): Promise<ProcessOutput> {
+    this.record("readProcessOutput", id, pid, stream, offset);
+    return this.processes.readProcessOutput(id, pid, stream, offset);
+  }
+  async *followProcessOutput(
+    id: string,
+    pid: number,
+    stream: OutputStream,
+    offset: number,
+    opts?: { signal?: AbortSignal },
+  ): AsyncIterable<Uint8Array> {
+    this.record("followProcessOutput", id, pid, stream, offset);
+    yield* this.processes.followProcessOutput(id, pid, stream, offset, opts);
   }
 
   // Snapshots

@@ -245,7 +245,7 @@ describe("workspace scoping of every route (OpenAPI-enumerated)", () => {
     // None of B's calls reached A's sandbox: it and its process still run.
     const a = f.x.a.id;
     assert.equal((await x.h.store.sandboxes.get(f.sandboxId))?.status, "running");
-    assert.equal((await f.sandboxes.process(a, f.sandboxId, 1)).status.status, "running");
+    assert.equal((await f.sandboxes.process(a, f.sandboxId, 1)).status, "running");
     assert.deepEqual(f.limitChanges, []);
   });
 

@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { OutputBuffer } from "../../coordinator/sandboxes/output-buffer.ts";
+import { OutputBuffer } from "../../agent/sandboxes/output-buffer.ts";
 
 test("keeps the last capacity bytes at absolute offsets; a reader resumes from its offset", () => {
   const b = new OutputBuffer(8);

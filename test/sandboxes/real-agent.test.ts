@@ -64,18 +64,22 @@ test("a sandbox on a real agent: exec, output, block network, files, terminate",
   assert.deepEqual(running.exposedPorts, [8000]);
   assert.equal(running.labels["berth.managed"], undefined);
 
+  // The agent keeps the processes; the service asks it for each.
+  const wait = (pid: number) => svc.wait(ws, v.sandboxId, pid, { timeoutMs: 60_000 });
+  const out = async (pid: number, stream: "stdout" | "stderr" | "combined") =>
+    Buffer.from((await svc.readOutput(ws, v.sandboxId, pid, stream, 0)).data).toString();
   const p = await svc.exec(ws, v.sandboxId, { args: ["python3", "-c", "print(1+1)"] });
-  const done = await p.wait(60_000);
+  const done = await wait(p.pid);
   assert.deepEqual([done.exitCode, done.status], [0, "exited"]);
-  assert.equal(p.output("stdout").read(0).data.toString(), "2\n");
-  assert.equal(p.output("combined").read(0).data.toString(), "2\n");
+  assert.equal(await out(p.pid, "stdout"), "2\n");
+  assert.equal(await out(p.pid, "combined"), "2\n");
 
   // The coordinator asked for the process server (the test image has python3):
   // once it listens, processes are its children (PPID 1), not runc exec's (0).
   const ppid = async () => {
     const q = await svc.exec(ws, v.sandboxId, { args: ["sh", "-c", "echo $PPID"] });
-    await q.wait(30_000);
-    return q.output("stdout").read(0).data.toString();
+    await wait(q.pid);
+    return out(q.pid, "stdout");
   };
   for (let i = 0; (await ppid()) !== "1\n"; i++) {
     assert.ok(i < 100, "the sandbox's process server never answered");
@@ -88,12 +92,11 @@ test("a sandbox on a real agent: exec, output, block network, files, terminate",
     args: ["sh", "-c", "echo $X >&2", "x"],
     env: { X: "from-env" },
   });
-  cat.writeStdin(Buffer.from("typed\n"));
-  cat.closeStdin();
-  assert.equal((await cat.wait(30_000)).exitCode, 0);
-  assert.equal(cat.output("stdout").read(0).data.toString(), "typed\n");
-  await echo.wait(30_000);
-  assert.equal(echo.output("stderr").read(0).data.toString(), "from-env\n");
+  await svc.writeStdin(ws, v.sandboxId, cat.pid, bytes("typed\n"), true);
+  assert.equal((await wait(cat.pid)).exitCode, 0);
+  assert.equal(await out(cat.pid, "stdout"), "typed\n");
+  await wait(echo.pid);
+  assert.equal(await out(echo.pid, "stderr"), "from-env\n");
 
   assert.deepEqual(await svc.updateNetwork(ws, v.sandboxId, { block_network: true }), {
     block_network: true,
@@ -107,8 +110,8 @@ test("a sandbox on a real agent: exec, output, block network, files, terminate",
     );
     assert.equal(f.size, 8);
     const r = await svc.exec(ws, v.sandboxId, { args: ["cat", "/work/hello.txt"] });
-    await r.wait(30_000);
-    assert.equal(r.output("stdout").read(0).data.toString(), "hi there");
+    await wait(r.pid);
+    assert.equal(await out(r.pid, "stdout"), "hi there");
     const st = await svc.withFiles(ws, v.sandboxId, (files, id) => files.statPath(id, "/work/hello.txt"));
     assert.equal(st.isDir, false);
     await assert.rejects(

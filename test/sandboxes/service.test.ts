@@ -142,7 +142,13 @@ test("terminate answers true when the stopped container's exit event is handled 
   const v = await w.svc.create(w.ws, (await w.stub("sb", "sandbox")).id);
   a.onStop = async (id) => {
     a.onStop = undefined;
-    w.emit({ agentId: "agent-a", containerId: id, type: "exit", exitCode: 0, labels: { [SandboxLabels.sandbox]: "1" } });
+    w.emit({
+      agentId: "agent-a",
+      containerId: id,
+      type: "exit",
+      exitCode: 0,
+      labels: { [SandboxLabels.sandbox]: "1" },
+    });
     // The event's handling (a store read and write) runs to its end here, before the stop answers.
     await new Promise((r) => setTimeout(r, 50));
   };
@@ -182,7 +188,7 @@ test("TTL: an idle sandbox ends after ttl_seconds; activity and running processe
 
   // The process ends; a TTL later the sandbox goes too.
   a.execs[0]?.finish(0);
-  await w.svc.process(w.ws, busy.sandboxId, 1).then((p) => p.done);
+  await w.svc.wait(w.ws, busy.sandboxId, 1);
   w.clock.now += 61_000;
   await w.svc.sweep();
   assert.equal((await w.svc.get(w.ws, busy.sandboxId)).status, "terminated");
@@ -281,21 +287,26 @@ test("processes: pids per sandbox, output kept per stream, stdin, kill, wait wit
   e1.write("stdout", "2\n");
   e1.write("stderr", "warn\n");
   e1.finish(0);
-  await p1.done;
-  assert.equal(p1.output("stdout").read(0).data.toString(), "2\n");
-  assert.equal(p1.output("stderr").read(0).data.toString(), "warn\n");
-  assert.equal(p1.output("combined").read(0).data.toString(), "2\nwarn\n");
-  assert.deepEqual([p1.status.exitCode, p1.status.status], [0, "exited"]);
+  const s1 = await w.svc.wait(w.ws, v.sandboxId, 1);
+  const out = async (stream: "stdout" | "stderr" | "combined") =>
+    Buffer.from((await w.svc.readOutput(w.ws, v.sandboxId, 1, stream, 0)).data).toString();
+  assert.equal(await out("stdout"), "2\n");
+  assert.equal(await out("stderr"), "warn\n");
+  assert.equal(await out("combined"), "2\nwarn\n");
+  assert.deepEqual([s1.exitCode, s1.status], [0, "exited"]);
 
-  p2.writeStdin(Buffer.from("hello"));
-  p2.closeStdin();
+  const body = async function* () {
+    yield Buffer.from("hello");
+  };
+  assert.equal(await w.svc.writeStdin(w.ws, v.sandboxId, p2.pid, body(), true), 5);
   assert.equal(Buffer.concat(e2.stdin).toString(), "hello");
   assert.equal(e2.stdinClosed, true);
-  assert.deepEqual(await p2.wait(10).then((s) => [s.exitCode, s.status]), [-1, "running"]);
-  p2.kill();
-  const s2 = await p2.wait();
+  const waited = await w.svc.wait(w.ws, v.sandboxId, p2.pid, { timeoutMs: 10 });
+  assert.deepEqual([waited.exitCode, waited.status], [-1, "running"]);
+  await w.svc.kill(w.ws, v.sandboxId, p2.pid, "SIGKILL");
+  const s2 = await w.svc.wait(w.ws, v.sandboxId, p2.pid);
   assert.deepEqual([s2.exitCode, s2.status], [137, "killed"]);
-  assert.throws(() => p2.writeStdin(Buffer.from("x")), /has ended/);
+  await assert.rejects(w.svc.writeStdin(w.ws, v.sandboxId, p2.pid, body(), false), /has ended/);
   assert.deepEqual(
     (await w.svc.listProcesses(w.ws, v.sandboxId)).map((p) => p.pid),
     [1, 2],

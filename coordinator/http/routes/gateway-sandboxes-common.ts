@@ -2,9 +2,8 @@
 
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance } from "fastify";
-import type { FileInfo } from "../../../api/index.ts";
+import type { FileInfo, ProcessInfo } from "../../../api/index.ts";
 import { BerthError } from "../../../shared/errors.ts";
-import type { ProcessInfo } from "../../sandboxes/processes.ts";
 import type { SandboxView } from "../../sandboxes/types.ts";
 import { publicError } from "../../edge/errors.ts";
 

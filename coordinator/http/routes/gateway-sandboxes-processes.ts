@@ -1,11 +1,12 @@
 // Processes in a sandbox (docs/sandboxes.md): start, list, output (raw bytes,
 // followed live), stdin, kill, wait. The output route answers bytes, so its
 // failures keep their HTTP status; the others follow the gateway convention.
+// The sandbox's agent keeps the processes, so any coordinator answers these.
 
 import { Readable } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import type { OutputStream } from "../../sandboxes/processes.ts";
+import type { OutputStream } from "../../../api/index.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
 import { principalOf } from "../auth.ts";
 import { GatewayFailure, gatewayResponse } from "../gateway.ts";
@@ -33,9 +34,7 @@ const SIGNALS = [
   "SIGCONT",
 ] as const;
 
-export function gatewaySandboxProcessRoutes(
-  sandboxes: SandboxService,
-): FastifyPluginAsync {
+export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyPluginAsync {
   return async (app) => {
     await app.register(async (json) => {
       passBodyThrough(json);
@@ -97,7 +96,7 @@ export function gatewaySandboxProcessRoutes(
         },
         async (req) => {
           const { id, pid } = req.params as { id: string; pid: number };
-          return { ok: true as const, ...processJson((await sandboxes.process(ws(req), id, pid)).status) };
+          return { ok: true as const, ...processJson(await sandboxes.process(ws(req), id, pid)) };
         },
       );
 
@@ -113,13 +112,7 @@ export function gatewaySandboxProcessRoutes(
         async (req) => {
           const { id, pid } = req.params as { id: string; pid: number };
           const { eof } = req.query as { eof?: boolean };
-          const p = await sandboxes.process(ws(req), id, pid);
-          let written = 0;
-          for await (const chunk of bodyChunks(req.body)) {
-            p.writeStdin(chunk);
-            written += chunk.length;
-          }
-          if (eof) p.closeStdin();
+          const written = await sandboxes.writeStdin(ws(req), id, pid, bodyChunks(req.body), eof === true);
           return { ok: true as const, written };
         },
       );
@@ -141,7 +134,7 @@ export function gatewaySandboxProcessRoutes(
         async (req) => {
           const { id, pid } = req.params as { id: string; pid: number };
           const signal = (req.body as { signal?: NodeJS.Signals } | undefined)?.signal ?? "SIGKILL";
-          (await sandboxes.process(ws(req), id, pid)).kill(signal);
+          await sandboxes.kill(ws(req), id, pid, signal);
           return { ok: true as const, killed: true as const };
         },
       );
@@ -165,11 +158,13 @@ export function gatewaySandboxProcessRoutes(
         async (req, reply) => {
           const { id, pid } = req.params as { id: string; pid: number };
           const t = (req.body as { timeout_seconds?: number | null } | undefined)?.timeout_seconds;
-          const p = await sandboxes.process(ws(req), id, pid);
           // The response's close before it is sent: the client went away.
           const gone = new AbortController();
           reply.raw.once("close", () => gone.abort());
-          const s = await p.wait(t === undefined || t === null ? undefined : t * 1000, gone.signal);
+          const s = await sandboxes.wait(ws(req), id, pid, {
+            ...(t === undefined || t === null ? {} : { timeoutMs: t * 1000 }),
+            signal: gone.signal,
+          });
           return { ok: true as const, exit_code: s.exitCode, status: s.status };
         },
       );
@@ -196,12 +191,17 @@ export function gatewaySandboxProcessRoutes(
         async (req, reply) => {
           const { id, pid } = req.params as { id: string; pid: number };
           const q = req.query as { stream?: OutputStream; offset?: number; follow?: boolean };
-          const buf = (await sandboxes.process(ws(req), id, pid)).output(q.stream ?? "combined");
-          reply.header("X-Output-Start", String(buf.start)).type("application/octet-stream");
-          if (!q.follow) return reply.send(buf.read(q.offset ?? 0).data);
+          const stream = q.stream ?? "combined";
+          if (!q.follow) {
+            const out = await sandboxes.readOutput(ws(req), id, pid, stream, q.offset ?? 0);
+            reply.header("X-Output-Start", String(out.start)).type("application/octet-stream");
+            return reply.send(Buffer.from(out.data.buffer, out.data.byteOffset, out.data.byteLength));
+          }
           const gone = new AbortController();
           reply.raw.once("close", () => gone.abort());
-          return reply.send(Readable.from(buf.follow(q.offset ?? 0, gone.signal)));
+          const f = await sandboxes.followOutput(ws(req), id, pid, stream, q.offset ?? 0, gone.signal);
+          reply.header("X-Output-Start", String(f.start)).type("application/octet-stream");
+          return reply.send(Readable.from(f.chunks));
         },
       );
     });
