@@ -31,6 +31,13 @@ export interface HaCluster {
   coordinatorPid(n: number): number | undefined;
   /** SIGKILLs coordinator `n` (1-based); returns the pid it killed. berth up starts it again after a second. */
   killCoordinator(n: number): number;
+  /**
+   * Stops berth up itself (SIGSTOP), so a coordinator killed meanwhile stays
+   * dead (nobody starts it again) while the rest of the cluster runs; the
+   * function returned resumes it (and it starts the dead one again). Resumed
+   * at teardown in any case.
+   */
+  pauseSupervisor(): () => void;
 }
 
 /** The pid of the process running `coordinator --config <config>` (this cluster's, no other). */
@@ -65,6 +72,22 @@ export function existsPid(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** The pid of `berth up --data-dir <dataDir>` (this cluster's supervisor). */
+export function berthUpPid(dataDir: string): number | undefined {
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let argv: string[];
+    try {
+      argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
+    } catch {
+      continue;
+    }
+    const i = argv.indexOf("--data-dir");
+    if (i > 0 && argv[i + 1] === dataDir && argv[i - 1] === "up") return Number(entry);
+  }
+  return undefined;
 }
 
 /** Starts the cluster; everything it made goes with the test (the Teardown of `t`). */
@@ -111,6 +134,18 @@ export async function startHaCluster(t: TestContext): Promise<HaCluster> {
       assert.ok(pid, `coordinator-${n} runs`);
       process.kill(pid, "SIGKILL");
       return pid;
+    },
+    pauseSupervisor() {
+      const pid = berthUpPid(up.dataDir);
+      assert.ok(pid, "berth up runs");
+      const resume = () => {
+        try {
+          process.kill(pid, "SIGCONT");
+        } catch {}
+      };
+      td.defer(resume);
+      process.kill(pid, "SIGSTOP");
+      return resume;
     },
   };
 }

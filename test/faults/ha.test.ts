@@ -20,7 +20,7 @@ import { assertFaultSummary, countDuplicates, isFinalStatus, tallyTasks } from "
 
 const APP = `
 import json, sys, time
-from berth import endpoint, function
+from berth import asgi, endpoint, function
 
 @function(cpu=0.25, memory=128)
 def square(x):
@@ -35,6 +35,30 @@ def slow_square(x):
 def hello(name: str = "world"):
     return {"hello": name}
 
+@asgi(name="streamer", cpu=0.25, memory=128, concurrent_requests=8, keep_warm_seconds=600)
+def streamer():
+    import asyncio
+    from urllib.parse import parse_qs
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                m = await receive()
+                if m["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif m["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        q = parse_qs(scope["query_string"].decode())
+        n, tag = int(q.get("n", ["1"])[0]), q.get("tag", ["-"])[0]
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        for i in range(n):
+            await send({"type": "http.response.body", "body": f"{tag} {i}\\n".encode(), "more_body": True})
+            await asyncio.sleep(0.25)
+        await send({"type": "http.response.body", "body": f"{tag} end\\n".encode()})
+
+    return app
+
 if __name__ == "__main__":
     if sys.argv[1] == "square":
         print("remote:", square.remote(7))
@@ -45,7 +69,7 @@ if __name__ == "__main__":
 
 test("berth up --replicas 3: functions and an endpoint through a round-robin balancer; a coordinator SIGKILLed mid-map", async (t) => {
   if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
-  const { up, coordinators, lb, db, env, killCoordinator } = await startHaCluster(t);
+  const { up, coordinators, lb, db, env, killCoordinator, pauseSupervisor } = await startHaCluster(t);
   assert.equal(Number((await db.query("select count(*) as n from workspaces")).rows[0].n), 1);
   writeFileSync(join(up.appDir, "app.py"), APP);
 
@@ -214,5 +238,118 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
       assert.equal(rows.length, n, "one task per input");
     },
   );
-});
 
+  await t.test(
+    "a coordinator SIGKILLed during streaming endpoint calls: the others' streams are whole, the cut ones fail, their tasks end FAILED",
+    async () => {
+      const d = await up.cli(["deploy", "app.py:streamer"], 240_000);
+      assert.equal(d.code, 0, `${d.stdout}\n${d.stderr}`);
+      const call = (c: string, query: string, signal?: AbortSignal) =>
+        fetch(`${c}/endpoint/streamer?${query}`, {
+          headers: { authorization: `Bearer ${up.token}` },
+          signal: signal ?? AbortSignal.timeout(180_000),
+        });
+      // The container is up and every coordinator reaches it.
+      for (const c of coordinators) {
+        const r = await call(c, "n=1&tag=warm");
+        assert.equal(r.status, 200, `${c}: ${await r.clone().text()}`);
+        assert.equal(await r.text(), "warm 0\nwarm end\n");
+      }
+      const streamerTasks = async () =>
+        (
+          await db.query(
+            "select t.id, t.status, t.attempt, t.error_json from tasks t join stubs s on s.id = t.stub_id where s.name like $1 order by t.created_at",
+            ["%streamer%"],
+          )
+        ).rows as { id: string; status: string; attempt: number; error_json: string | null }[];
+      const before = new Set((await streamerTasks()).map((r) => r.id));
+
+      // Two slow streams through each coordinator (40 chunks, 10 s each).
+      const n = 40;
+      const expected = (tag: string) =>
+        `${Array.from({ length: n }, (_, i) => `${tag} ${i}\n`).join("")}${tag} end\n`;
+      const streams = [0, 1, 2].flatMap((ci) =>
+        [0, 1].map((k) => {
+          const tag = `c${ci + 1}s${k}`;
+          const s = { coordinator: ci + 1, tag, text: "", done: false, error: undefined as unknown };
+          const run = (async () => {
+            const r = await call(coordinators[ci] as string, `n=${n}&tag=${tag}`);
+            assert.equal(r.status, 200, `${tag}: ${r.status}`);
+            const reader = (r.body as ReadableStream<Uint8Array>).getReader();
+            const dec = new TextDecoder();
+            for (;;) {
+              const { value, done } = await reader.read();
+              if (done) break;
+              s.text += dec.decode(value, { stream: true });
+            }
+            s.done = true;
+          })().catch((e) => {
+            s.error = e;
+          });
+          return { s, run };
+        }),
+      );
+      await waitFor(() => streams.every(({ s }) => s.text.split("\n").length > 3), {
+        timeoutMs: 120_000,
+        what: "every stream to be under way",
+      });
+      // berth up paused: the killed coordinator stays dead, so the survivors' check must end its requests.
+      const resume = pauseSupervisor();
+      const killedAt = Date.now();
+      try {
+        killCoordinator(2);
+        await Promise.all(streams.map(({ run }) => run));
+        assert.ok(
+          streams.filter(({ s }) => s.coordinator === 2).every(({ s }) => !s.done),
+          "the kill came mid-stream",
+        );
+        const mine = async () => (await streamerTasks()).filter((r) => !before.has(r.id));
+        await waitFor(async () => (await mine()).every((r) => isFinalStatus(r.status)), {
+          timeoutMs: 120_000,
+          what: "every streaming call's task to end (the survivors' check)",
+        }).catch(() => undefined);
+        const endedAfterS = Math.round((Date.now() - killedAt) / 1000);
+        const rows = await mine();
+        assert.equal(rows.length, streams.length, "one task per call");
+        const cut = rows.filter((r) => r.status === "FAILED");
+        assert.equal(cut.length, 2, `the killed coordinator's two calls failed: ${JSON.stringify(rows)}`);
+        for (const r of cut) {
+          const err = JSON.parse(r.error_json ?? "{}") as { type?: string; message?: string };
+          assert.equal(err.type, "CoordinatorDied", JSON.stringify(err));
+          assert.match(err.message ?? "", /coordinator serving this request died/);
+        }
+        assert.equal(rows.filter((r) => r.status === "COMPLETE").length, 4, JSON.stringify(rows));
+        // Whole streams through the live coordinators; a cut one is an error to its caller, never a short answer.
+        let wrong = 0;
+        for (const { s } of streams) {
+          if (s.coordinator === 2) wrong += s.done ? 1 : 0;
+          else wrong += s.done && s.text === expected(s.tag) ? 0 : 1;
+        }
+        const finals = (
+          await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
+            rows.map((r) => r.id),
+            [...TERMINAL_STATUSES],
+          ])
+        ).rows as { task_id: string }[];
+        t.diagnostic(`the killed coordinator's calls ended ${endedAfterS} s after the kill`);
+        assertFaultSummary(
+          t,
+          "coordinator SIGKILL during a streaming endpoint call",
+          tallyTasks(
+            rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
+            { duplicateResults: countDuplicates(finals.map((h) => h.task_id)), wrong },
+          ),
+        );
+      } finally {
+        resume();
+      }
+      await waitFor(
+        async () => (await fetch(`${coordinators[1]}/healthz`).catch(() => undefined))?.ok === true,
+        {
+          timeoutMs: 120_000,
+          what: "berth up to start coordinator 2 again",
+        },
+      );
+    },
+  );
+});
