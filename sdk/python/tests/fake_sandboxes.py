@@ -16,6 +16,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import tempfile
@@ -173,6 +174,10 @@ class FakeSandboxes:
         self.images = []
         self.output_limit = 1 << 20
         self.criu = False
+        # Process waits and output follows to break off (a coordinator that dies under them): how many
+        # of each are cut, the output after sending `cut_after` bytes.
+        self.cut = {"wait": 0, "output": 0}
+        self.cut_after = 0
         self.seq = 0
         gw.routes.append(self.route)
 
@@ -353,6 +358,8 @@ class FakeSandboxes:
             p.proc.send_signal(getattr(signal, body.get("signal") or "SIGKILL"))
             return h.send_json({"ok": True, "killed": True})
         if op == "/wait":
+            if self.take_cut("wait"):
+                return self.hang_up(h)
             try:
                 p.proc.wait(timeout=body.get("timeout_seconds"))
                 code = p.exit_code()
@@ -372,6 +379,7 @@ class FakeSandboxes:
         h.send_header("Transfer-Encoding", "chunked")
         h.send_header("X-Output-Start", str(start))
         h.end_headers()
+        cut = self.take_cut("output")
         while True:
             with p.cond:
                 while follow and buf.end <= pos and not p.done:
@@ -379,6 +387,12 @@ class FakeSandboxes:
                 pos = max(pos, buf.start)
                 chunk = bytes(buf.data[pos - buf.start :])
                 finished = not follow or p.done
+            if cut and pos + len(chunk) > int(qs.get("offset", "0")) + self.cut_after:
+                chunk = chunk[: max(0, int(qs.get("offset", "0")) + self.cut_after - pos)]
+                if chunk:
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    h.wfile.flush()
+                return self.hang_up(h)
             if chunk:
                 h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 h.wfile.flush()
@@ -387,6 +401,22 @@ class FakeSandboxes:
                 break
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+
+    def take_cut(self, kind):
+        with self.lock:
+            if self.cut[kind] <= 0:
+                return False
+            self.cut[kind] -= 1
+            return True
+
+    @staticmethod
+    def hang_up(h):
+        """The connection ends without (the rest of) an answer, as when the coordinator serving it is killed."""
+        h.close_connection = True
+        try:
+            h.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     # ---- files ----
 

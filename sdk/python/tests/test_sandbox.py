@@ -291,6 +291,35 @@ class SandboxProcessTest(SandboxTestCase):
         self.assertEqual(next(lines), "a\n")
         self.assertEqual(p.stdout.read(), "b\nc")
 
+    def test_a_wait_and_a_stream_whose_coordinator_dies_resume_from_where_they_were(self):
+        # Each cut is a connection closed under the request, as when the coordinator serving it is
+        # SIGKILLed behind a load balancer: the SDK asks again and another one answers.
+        self.addCleanup(self.fake.cut.update, {"wait": 0, "output": 0})
+        sb = self.new()
+        script = "import sys, time\nfor i in range(6):\n    print(f'line {i}', flush=True)\n    time.sleep(0.05)\nsys.exit(5)"
+        p = sb.process.exec(PY, "-c", script)
+        self.watchdog(sb, p.pid)
+        self.fake.cut["output"], self.fake.cut_after = 2, 9
+        self.assertEqual(list(p.stdout), [f"line {i}\n" for i in range(6)], "every byte once, in order")
+        self.assertEqual(self.fake.cut["output"], 0, "both follows were cut and resumed")
+        self.fake.cut["wait"] = 2
+        self.assertEqual(p.wait(), 5)
+        self.assertEqual(self.fake.cut["wait"], 0)
+
+    def test_a_wait_gives_up_once_no_coordinator_answered_for_the_bound(self):
+        sb = self.new()
+        p = sb.process.exec(PY, "-c", "import time; time.sleep(30)")
+        self.watchdog(sb, p.pid)
+        self.addCleanup(self.fake.cut.update, {"wait": 0, "output": 0})
+        self.fake.cut["wait"] = 1000
+        with mock.patch("berth.sandbox.sandbox_process.UNAVAILABLE_WAIT_S", 0.3):
+            with self.assertRaises(BerthError) as cm:
+                p.wait()
+        self.assertEqual(cm.exception.code, "unavailable")
+        self.fake.cut["wait"] = 0
+        p.kill()
+        self.assertEqual(p.wait(), 137)
+
     def test_the_bounded_buffer_skips_what_it_no_longer_holds(self):
         self.fake.output_limit = 1000
         sb = self.new()

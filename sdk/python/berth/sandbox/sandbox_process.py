@@ -1,12 +1,16 @@
 """Processes in a sandbox: exec, their output streams, status, wait, kill (docs/sandboxes.md).
 
-A process is held by the coordinator that started it; ``pid`` is a small
-integer per sandbox. Its output is read from the coordinator's bounded buffer
-by byte offset, so a stream resumes where it stopped, and a connection that
-breaks mid-stream is reopened at the same offset.
+A process is held by the agent that runs the sandbox, so any coordinator
+answers for it; ``pid`` is a small integer per sandbox. Its output is read
+from the agent's bounded buffer by byte offset, so a stream resumes where it
+stopped: a connection that breaks mid-stream (its coordinator died) is
+reopened at the same offset, and a wait that breaks is asked again, through
+the same URL (behind a load balancer, another coordinator), for up to
+UNAVAILABLE_WAIT_S while no coordinator can be reached.
 """
 
 import http.client
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
@@ -19,7 +23,41 @@ if TYPE_CHECKING:
 STREAMS = ("stdout", "stderr", "combined")
 # A wait is asked for in slices so no proxy sees a request idle for minutes.
 WAIT_SLICE_S = 30
-STREAM_RETRIES = 3
+# How long a wait or a stream keeps asking while its coordinator cannot be reached (the bound
+# berth.client uses for a task after its stream broke): behind a load balancer another one answers.
+UNAVAILABLE_WAIT_S = 60.0
+# Pause before asking again: doubles from the first to the last, each try.
+RETRY_PAUSE_S = (0.2, 2.0)
+
+
+def unreachable(e: BaseException) -> bool:
+    """The coordinator could not be reached or broke off (it died), as opposed to an answer refusing the call."""
+    if isinstance(e, (OSError, http.client.HTTPException)):
+        return True
+    return isinstance(e, BerthError) and (e.code == "unavailable" or e.status in (502, 503, 504))
+
+
+class Unreachable:
+    """Counts one stretch of failures to reach a coordinator; raises once it lasted UNAVAILABLE_WAIT_S."""
+
+    def __init__(self) -> None:
+        self.since: Optional[float] = None
+        self.tries = 0
+
+    def reset(self) -> None:
+        self.since, self.tries = None, 0
+
+    def pause_or_raise(self, e: BaseException, what: str) -> None:
+        now = time.monotonic()
+        self.since = self.since if self.since is not None else now
+        if now - self.since > UNAVAILABLE_WAIT_S:
+            if isinstance(e, BerthError):
+                raise e
+            raise BerthError(
+                "unavailable", f"{what} broke off and no coordinator answered for {UNAVAILABLE_WAIT_S:.0f} s: {e}"
+            ) from None
+        time.sleep(min(RETRY_PAUSE_S[1], RETRY_PAUSE_S[0] * (2**self.tries)))
+        self.tries += 1
 
 
 class SandboxProcessStream:
@@ -44,13 +82,20 @@ class SandboxProcessStream:
     def _chunks(self) -> Iterator[bytes]:
         """Raw bytes from ``offset`` until the process ends, reconnecting at the offset when a connection breaks."""
         sb = self.process.sandbox
-        failures = 0
+        broken = Unreachable()
+        what = f"the {self.stream} stream of pid {self.process.pid}"
         while True:
             route = (
                 f"/sandboxes/{q(sb.container_id)}/processes/{self.process.pid}/output?"
                 + query(stream=self.stream, offset=self.offset, follow="true")
             )
-            conn, resp = sb.api.open_raw(route, self.process.context(), None)
+            try:
+                conn, resp = sb.api.open_raw(route, self.process.context(), None)
+            except (OSError, http.client.HTTPException, BerthError) as e:
+                if not unreachable(e):
+                    raise
+                broken.pause_or_raise(e, what)
+                continue
             try:
                 start = resp.getheader("X-Output-Start")
                 if start is not None and start.isdigit() and int(start) > self.offset:
@@ -60,15 +105,12 @@ class SandboxProcessStream:
                     block = resp.read1(CHUNK)
                     if not block:
                         return
-                    failures = 0
+                    broken.reset()
                     self.offset += len(block)
                     yield block
             except (OSError, http.client.HTTPException) as e:
-                failures += 1
-                if failures > STREAM_RETRIES:
-                    raise BerthError(
-                        "unavailable", f"the {self.stream} stream of pid {self.process.pid} broke off: {e}"
-                    ) from None
+                conn.close()
+                broken.pause_or_raise(e, what)
             finally:
                 conn.close()
 
@@ -128,24 +170,35 @@ class SandboxProcess:
         return exit_code_of(r), str(r.get("status", ""))
 
     def wait(self, timeout: Optional[float] = None) -> int:
-        """Blocks until the process ends and returns its exit code (-1 if ``timeout`` seconds pass first)."""
-        remaining = timeout
+        """Blocks until the process ends and returns its exit code (-1 if ``timeout`` seconds pass first).
+
+        A wait whose coordinator dies is asked again (another coordinator answers behind a load
+        balancer) for up to UNAVAILABLE_WAIT_S; the process runs on meanwhile, held by its agent.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        broken = Unreachable()
         while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
             slice_s = WAIT_SLICE_S if remaining is None else max(0.0, min(WAIT_SLICE_S, remaining))
-            r = self.sandbox.call(
-                "POST",
-                self._route("/wait"),
-                {"timeout_seconds": slice_s},
-                context=self.context(),
-                timeout=self.sandbox.api.timeout + slice_s,
-            )
+            try:
+                r = self.sandbox.call(
+                    "POST",
+                    self._route("/wait"),
+                    {"timeout_seconds": slice_s},
+                    context=self.context(),
+                    timeout=self.sandbox.api.timeout + slice_s,
+                )
+            except BerthError as e:
+                if not unreachable(e):
+                    raise
+                broken.pause_or_raise(e, f"the wait for pid {self.pid}")
+                continue
+            broken.reset()
             code = exit_code_of(r)
             if code != -1:
                 return code
-            if remaining is not None:
-                remaining -= slice_s
-                if remaining <= 0:
-                    return -1
+            if deadline is not None and time.monotonic() >= deadline:
+                return -1
 
     def kill(self, signal: Optional[str] = None) -> bool:
         """Sends ``signal`` (a name such as "SIGTERM"; SIGKILL by default)."""
@@ -177,7 +230,7 @@ class SandboxProcessResponse:
 
 
 class SandboxProcessManager:
-    """``sandbox.process``: runs commands and finds the processes the coordinator holds."""
+    """``sandbox.process``: runs commands and finds the processes the sandbox's agent holds."""
 
     def __init__(self, sandbox: "SandboxInstance"):
         self.sandbox = sandbox
@@ -210,7 +263,7 @@ class SandboxProcessManager:
         return SandboxProcess(self.sandbox, pid, r)
 
     def list_processes(self) -> Dict[int, SandboxProcess]:
-        """Every process the coordinator holds for this sandbox, by pid."""
+        """Every process the sandbox's agent holds for it, by pid."""
         sid = self.sandbox.container_id
         r = self.sandbox.call("GET", f"/sandboxes/{q(sid)}/processes", context={"sandbox_id": sid})
         out: Dict[int, SandboxProcess] = {}
