@@ -231,6 +231,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
 
   /** Stops the runtime's timers and watchers; containers keep running (for an agent restart). */
   close(): void {
+    this.processes.close();
     this.runtime.close();
   }
 

@@ -170,6 +170,8 @@ export class ProcessTable implements SandboxProcessApi {
   private readonly maxProcesses: number;
   private readonly clock: () => number;
   private readonly records?: ProcessRecords;
+  /** After close(): nothing more is recorded (the next agent process owns the records). */
+  private closed = false;
 
   constructor(private readonly o: ProcessTableOptions) {
     this.bufferBytes = o.bufferBytes ?? OUTPUT_BUFFER_BYTES;
@@ -273,11 +275,16 @@ export class ProcessTable implements SandboxProcessApi {
     yield* buf.follow(checkOffset(offset), opts.signal);
   }
 
+  /** Stops recording (an agent handing over to its next process); the sessions are left as they are. */
+  close(): void {
+    this.closed = true;
+  }
+
   /** The container is gone: its running processes are killed and all of them forgotten. */
   drop(containerId: string): void {
     const entry = this.byContainer.get(containerId);
     this.byContainer.delete(containerId);
-    this.records?.remove(containerId);
+    if (!this.closed) this.records?.remove(containerId);
     for (const p of entry?.procs.values() ?? []) {
       try {
         p.kill("SIGKILL");
@@ -311,7 +318,7 @@ export class ProcessTable implements SandboxProcessApi {
   /** Records the container's processes (when it still has a table: a dropped one stays dropped). */
   private save(containerId: string): void {
     const e = this.byContainer.get(containerId);
-    if (!this.records || !e) return;
+    if (!this.records || !e || this.closed) return;
     this.records.write(
       containerId,
       e.next,
