@@ -223,7 +223,7 @@ export class SandboxService {
 
   /** process_not_found for a pid the sandbox's agent does not know. */
   async process(workspaceId: string, id: string, pid: number): Promise<ProcessInfo> {
-    return this.onAgent(workspaceId, id, (api, s) => api.getProcess(s.id, pid));
+    return this.onProcess(workspaceId, id, pid, (api, cid) => api.getProcess(cid, pid));
   }
 
   async listProcesses(workspaceId: string, id: string): Promise<ProcessInfo[]> {
@@ -238,20 +238,20 @@ export class SandboxService {
     data: AsyncIterable<Uint8Array>,
     eof: boolean,
   ): Promise<number> {
-    return this.onAgent(workspaceId, id, async (api, s) => {
-      await api.getProcess(s.id, pid);
+    return this.onProcess(workspaceId, id, pid, async (api, cid) => {
+      await api.getProcess(cid, pid);
       let written = 0;
       for await (const chunk of data) {
-        await api.writeProcessStdin(s.id, pid, chunk);
+        await api.writeProcessStdin(cid, pid, chunk);
         written += chunk.length;
       }
-      if (eof) await api.writeProcessStdin(s.id, pid, new Uint8Array(0), { eof: true });
+      if (eof) await api.writeProcessStdin(cid, pid, new Uint8Array(0), { eof: true });
       return written;
     });
   }
 
   async kill(workspaceId: string, id: string, pid: number, signal: NodeJS.Signals): Promise<void> {
-    return this.onAgent(workspaceId, id, (api, s) => api.killProcess(s.id, pid, signal));
+    return this.onProcess(workspaceId, id, pid, (api, cid) => api.killProcess(cid, pid, signal));
   }
 
   /** The status once the process ends, or after timeoutMs (or `signal`) while it still runs. */
@@ -261,7 +261,7 @@ export class SandboxService {
     pid: number,
     opts: { timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<ProcessInfo> {
-    return this.onAgent(workspaceId, id, (api, s) => api.waitProcess(s.id, pid, opts));
+    return this.onProcess(workspaceId, id, pid, (api, cid) => api.waitProcess(cid, pid, opts));
   }
 
   async readOutput(
@@ -271,7 +271,8 @@ export class SandboxService {
     stream: OutputStream,
     offset: number,
   ): Promise<ProcessOutput> {
-    return this.onAgent(workspaceId, id, (api, s) => api.readProcessOutput(s.id, pid, stream, offset));
+    const at = Math.min(offset, Number.MAX_SAFE_INTEGER);
+    return this.onProcess(workspaceId, id, pid, (api, cid) => api.readProcessOutput(cid, pid, stream, at));
   }
 
   /**
@@ -287,10 +288,29 @@ export class SandboxService {
     offset: number,
     signal: AbortSignal,
   ): Promise<{ start: number; chunks: AsyncIterable<Uint8Array> }> {
-    return this.onAgent(workspaceId, id, async (api, s) => {
+    // Offsets past what a process can write read as its end (and stay exact on the wire).
+    const at = Math.min(offset, Number.MAX_SAFE_INTEGER);
+    return this.onProcess(workspaceId, id, pid, async (api, cid) => {
       // A read past the end answers no bytes, only where the kept output starts.
-      const { start } = await api.readProcessOutput(s.id, pid, stream, Number.MAX_SAFE_INTEGER);
-      return { start, chunks: api.followProcessOutput(s.id, pid, stream, offset, { signal }) };
+      const { start } = await api.readProcessOutput(cid, pid, stream, Number.MAX_SAFE_INTEGER);
+      return { start, chunks: api.followProcessOutput(cid, pid, stream, at, { signal }) };
+    });
+  }
+
+  /** A call on one process; a pid no agent can have (past uint32, the wire's) is process_not_found here. */
+  private onProcess<T>(
+    workspaceId: string,
+    id: string,
+    pid: number,
+    fn: (api: SandboxAgentApi, containerId: string) => Promise<T>,
+  ): Promise<T> {
+    return this.onAgent(workspaceId, id, (api, s) => {
+      if (!Number.isInteger(pid) || pid < 1 || pid > 0xffff_ffff)
+        throw new BerthError("process_not_found", `sandbox ${s.id} has no process ${pid}`, {
+          sandbox_id: s.id,
+          pid,
+        });
+      return fn(api, s.id);
     });
   }
 
