@@ -195,6 +195,27 @@ test("TTL: an idle sandbox ends after ttl_seconds; activity and running processe
   await assert.rejects(w.svc.setTtl(w.ws, forever.sandboxId, 0), code("invalid_request"));
 });
 
+test("TTL: the sweep asks the sandbox's agent for running processes; one that does not answer is asked again, not read as idle", async (t) => {
+  const w = await sandboxWorld(t);
+  const a = w.addAgent("agent-a");
+  const v = await w.svc.create(w.ws, (await w.stub("busy", "sandbox", { ttl_seconds: 60 })).id);
+  await w.svc.exec(w.ws, v.sandboxId, { args: ["sleep", "1000"] });
+  const asked = a.count("listProcesses");
+  w.clock.now += 61_000;
+  a.failWith = new BerthError("unavailable", "agent agent-a is unreachable");
+  await w.svc.sweep();
+  a.failWith = undefined;
+  assert.equal(a.count("listProcesses"), asked + 1, "the expired sandbox's agent was asked");
+  assert.equal((await w.svc.get(w.ws, v.sandboxId)).status, "running");
+  // It answers now: a running process is activity, the TTL starts again.
+  await w.svc.sweep();
+  assert.equal((await w.svc.get(w.ws, v.sandboxId)).status, "running");
+  a.execs[0]?.finish(0);
+  w.clock.now += 61_000;
+  await w.svc.sweep();
+  assert.equal((await w.svc.get(w.ws, v.sandboxId)).status, "terminated");
+});
+
 test("a container that exits on its own (event or agent listing) terminates its sandbox", async (t) => {
   const w = await sandboxWorld(t);
   const a = w.addAgent("agent-a");
