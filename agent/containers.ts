@@ -74,6 +74,7 @@ export async function startContainers(
     const labelsById = new Map<string, Record<string, string>>();
     // A timed-out or cancelled task's container is stopped by the host the runners belong to.
     let hostRef: ContainerHost | undefined;
+    let runtimeRef: ContainerRuntime | undefined;
     const runners = new TaskRunners({
       kill: async (id) => {
         await hostRef?.stopContainer(id, { graceMs: RUNNER_KILL_GRACE_MS, remove: true });
@@ -81,17 +82,23 @@ export async function startContainers(
       logger: log.child({ area: "tasks" }),
       // Database pods of this host, dialled for their workspace's containers (docs/databases.md).
       dialDatabase: localDatabaseDialer(() => hostRef),
+      // A failed task names the limit it ran into: a full disk quota, refused forks.
+      limits: {
+        limits: (id) => runtimeRef?.limits(id),
+        pidsRefused: (id) => runtimeRef?.pidsRefused(id),
+      },
     });
     const host = await ContainerHost.start({
       root: join(o.dataDir, "host"),
       images,
       network,
       runtime: (hooks) =>
-        new ContainerRuntime({
+        (runtimeRef = new ContainerRuntime({
           root: join(o.dataDir, "containers"),
           logger: log.child({ area: "runtime" }),
+          diskBytes: o.containerDiskBytes,
           ...hooks,
-        }),
+        })),
       gpus,
       gpuInjector: new GpuInjector({ nvidiaSmiPath: o.nvidiaSmi }),
       allowedMountRoots: [mountsRoot],

@@ -4,6 +4,7 @@ import { BerthError } from "../shared/errors.ts";
 import type { ClusterRegistryAccess } from "../shared/fleet.ts";
 import { DEFAULT_SDK_DIR } from "./host/options.ts";
 import { parseHostOrCidr, resolveAllowedPrivate } from "./network/egress-guard.ts";
+import { DEFAULT_CONTAINER_DISK_BYTES, MIN_DISK_BYTES } from "./runtime/index.ts";
 
 export interface AgentOptions {
   /** Coordinator URL to join; omitted for an edge agent with no coordinator. */
@@ -86,6 +87,11 @@ export interface AgentOptions {
   volumeRoot?: string;
   /** The operator's micromamba binary for image builds (docs/images.md, "micromamba"). */
   micromambaBin?: string;
+  /**
+   * Each container's disk quota (its writable layer, a sparse loop-mounted
+   * ext4 image; docs/runtime.md, "Disk quota"); 0: no quota. @default 50 GiB
+   */
+  containerDiskBytes?: number;
 }
 
 export interface ResolvedAgentOptions {
@@ -123,6 +129,7 @@ export interface ResolvedAgentOptions {
   metrics: { intervalMs: number; port?: number; host: string; pool: string };
   volumeRoot: string;
   micromambaBin?: string;
+  containerDiskBytes: number;
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -172,6 +179,7 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     metrics: metricsOptions(o),
     volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
     ...(o.micromambaBin ? { micromambaBin: resolve(o.micromambaBin) } : {}),
+    containerDiskBytes: containerDiskBytes(o),
   };
 }
 
@@ -211,6 +219,17 @@ function networkNames(o: AgentOptions): ResolvedAgentOptions["network"] {
   }
   const p = o.networkPrefix;
   return { bridge: `${p}br0`, table: `berth_${p}`, namePrefix: p, ...subnets };
+}
+
+function containerDiskBytes(o: AgentOptions): number {
+  const bytes = o.containerDiskBytes ?? DEFAULT_CONTAINER_DISK_BYTES;
+  if (!Number.isSafeInteger(bytes) || (bytes !== 0 && bytes < MIN_DISK_BYTES)) {
+    throw new BerthError(
+      "invalid_request",
+      `--container-disk must be 0 (no quota) or at least ${MIN_DISK_BYTES / 2 ** 20} MiB, got ${bytes} bytes`,
+    );
+  }
+  return bytes;
 }
 
 /** --allow-private and --fleet-host, checked now so a typo stops the agent with the flag's name. */

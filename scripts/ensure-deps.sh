@@ -6,7 +6,7 @@ set -euo pipefail
 mode="${1:-test}"
 cd "$(dirname "$0")/.."
 
-runtime_pkgs=(nats-server runc nftables skopeo umoci iproute2 python3 python3-cloudpickle iptables procps debootstrap s3fs fuse3 docker-registry)  # debootstrap: berth up's default Python image; docker-registry: its cluster registry; s3fs, fuse3: CloudBucket mounts (docs/buckets.md)
+runtime_pkgs=(nats-server runc nftables skopeo umoci iproute2 python3 python3-cloudpickle iptables procps debootstrap s3fs fuse3 docker-registry e2fsprogs)  # debootstrap: berth up's default Python image; docker-registry: its cluster registry; s3fs, fuse3: CloudBucket mounts (docs/buckets.md); e2fsprogs: each container's disk (mkfs.ext4, filefrag; docs/runtime.md)
 test_pkgs=(postgresql systemd curl chromium)  # systemd: systemd-analyze checks the unit files; curl: the deployments end-to-end test calls an endpoint as a user would; chromium: the dashboard browser test (headless, driven by playwright-core)
 pkgs=("${runtime_pkgs[@]}")
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi

@@ -133,6 +133,17 @@ export function readPidsLimit(cg: CgroupLayout, cgroupsPath: string): number | n
   return v === "max" ? null : Number(v);
 }
 
+/**
+ * Forks and clones the pids controller refused because the cgroup was at
+ * pids.max: the `max` counter of pids.events (same file and format in v1 and
+ * v2). Undefined where the kernel has no such file.
+ */
+export function readPidsRefused(cg: CgroupLayout, cgroupsPath: string): number | undefined {
+  const dir = cg.version === 2 ? join(cg.unifiedMount, cgroupsPath) : v1Dir(cg, "pids", cgroupsPath);
+  const events = readOrUndefined(join(dir, "pids.events"));
+  return events === undefined ? undefined : (parseFlatKeyed(events).get("max") ?? 0);
+}
+
 export interface CgroupUsage {
   cpuUsageNs: number;
   memoryBytes: number;

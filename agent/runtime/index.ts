@@ -1,6 +1,14 @@
 // The runtime's entry point: other agent packages import from here only.
 export type { CgroupLayout, CgroupUsage, CpuLimit, OomState } from "./cgroups.ts";
-export { detectCgroups, readCpuLimit, readOomState, readPidsLimit, readUsage } from "./cgroups.ts";
+export {
+  detectCgroups,
+  readCpuLimit,
+  readOomState,
+  readPidsLimit,
+  readPidsRefused,
+  readUsage,
+} from "./cgroups.ts";
+export { DEFAULT_CONTAINER_DISK_BYTES, MIN_DISK_BYTES } from "./disk.ts";
 export type { HostFacts } from "./oci-spec.ts";
 export { buildOciSpec, CONTAINER_CAPABILITIES, MASKED_PATHS, READONLY_PATHS } from "./oci-spec.ts";
 export type { OciSpec } from "./oci-types.ts";
@@ -14,6 +22,7 @@ export type {
   BindMount,
   ContainerEvent,
   ContainerInfo,
+  ContainerLimits,
   ContainerSpec,
   ContainerStatus,
   DeviceNode,

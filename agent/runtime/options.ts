@@ -1,5 +1,6 @@
 import { join, resolve } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
+import { DEFAULT_CONTAINER_DISK_BYTES, MIN_DISK_BYTES } from "./disk.ts";
 import type { ContainerEvent, LogLine, RuntimeLogger } from "./types.ts";
 
 export interface ContainerRuntimeOptions {
@@ -20,6 +21,12 @@ export interface ContainerRuntimeOptions {
   maxLogSpoolBytes?: number;
   /** @default "/berth" */
   cgroupParent?: string;
+  /**
+   * Each container's disk quota: its writable layer lives on a sparse ext4
+   * image of this size (agent/runtime/disk.ts); 0: no quota, the writable
+   * layer is on the agent's disk. @default 50 GiB
+   */
+  diskBytes?: number;
 }
 
 export interface ResolvedContainerRuntimeOptions {
@@ -33,6 +40,7 @@ export interface ResolvedContainerRuntimeOptions {
   startTimeoutMs: number;
   maxLogSpoolBytes: number;
   cgroupParent: string;
+  diskBytes: number;
 }
 
 export function resolveContainerRuntimeOptions(o: ContainerRuntimeOptions): ResolvedContainerRuntimeOptions {
@@ -49,7 +57,14 @@ export function resolveContainerRuntimeOptions(o: ContainerRuntimeOptions): Reso
     startTimeoutMs: o.startTimeoutMs ?? 60_000,
     maxLogSpoolBytes: o.maxLogSpoolBytes ?? 16 * 1024 * 1024,
     cgroupParent: o.cgroupParent ?? "/berth",
+    diskBytes: o.diskBytes ?? DEFAULT_CONTAINER_DISK_BYTES,
   };
+  if (!Number.isSafeInteger(r.diskBytes) || (r.diskBytes !== 0 && r.diskBytes < MIN_DISK_BYTES)) {
+    throw new BerthError(
+      "invalid_request",
+      `the container disk size must be 0 (no quota) or at least ${MIN_DISK_BYTES / 2 ** 20} MiB, got ${r.diskBytes} bytes`,
+    );
+  }
   if (!(r.pollIntervalMs >= 10)) throw new BerthError("invalid_request", "pollIntervalMs must be >= 10");
   if (!(r.startTimeoutMs >= 1000)) throw new BerthError("invalid_request", "startTimeoutMs must be >= 1000");
   if (!/^\/[A-Za-z0-9_./-]*$/.test(r.cgroupParent)) {

@@ -18,11 +18,16 @@ export interface OverlayPaths {
   merged: string;
 }
 
-export function overlayPathsFor(bundleDir: string, lowerDirs: string[]): OverlayPaths {
+/** `writableDir` holds the upper and work dirs: the container's own disk (disk.ts) or, without a quota, the bundle dir. */
+export function overlayPathsFor(
+  bundleDir: string,
+  lowerDirs: string[],
+  writableDir = bundleDir,
+): OverlayPaths {
   return {
     lowerDirs,
-    upperDir: join(bundleDir, "upper"),
-    workDir: join(bundleDir, "work"),
+    upperDir: join(writableDir, "upper"),
+    workDir: join(writableDir, "work"),
     merged: join(bundleDir, "rootfs"),
   };
 }

@@ -6,6 +6,8 @@ import {
   type CgroupUsage,
   detectCgroups,
   readOomState,
+  readPidsLimit,
+  readPidsRefused,
   readUsage,
   removeCgroupDirs,
   writeCpuQuota,
@@ -24,6 +26,7 @@ import {
   type ResolvedContainerRuntimeOptions,
   resolveContainerRuntimeOptions,
 } from "./options.ts";
+import { ContainerDisks } from "./disk.ts";
 import { readHostHardLimits } from "./rlimits.ts";
 import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
 import { type RestoreImages, Runc, restoreImages } from "./runc.ts";
@@ -37,7 +40,7 @@ import {
   readMeta,
   writeMeta,
 } from "./state.ts";
-import type { ContainerEvent, ContainerInfo, ContainerSpec } from "./types.ts";
+import type { ContainerEvent, ContainerInfo, ContainerLimits, ContainerSpec } from "./types.ts";
 
 export type { ContainerRuntimeOptions, ResolvedContainerRuntimeOptions };
 export { resolveContainerRuntimeOptions };
@@ -53,6 +56,7 @@ export class ContainerRuntime {
   private readonly entries = new Map<string, ContainerEntry>();
   private timer?: NodeJS.Timeout;
   private closed = false;
+  private readonly disks: ContainerDisks;
 
   constructor(opts: ContainerRuntimeOptions) {
     this.options = resolveContainerRuntimeOptions(opts);
@@ -65,6 +69,7 @@ export class ContainerRuntime {
       cgroupParent: this.options.cgroupParent,
     };
     this.runc = new Runc(this.options.runc, this.options.runcRoot);
+    this.disks = new ContainerDisks(this.options.root, this.options.diskBytes, this.options.logger);
     mkdirSync(this.options.root, { recursive: true });
   }
 
@@ -99,7 +104,9 @@ export class ContainerRuntime {
     this.entries.set(spec.id, entry);
     try {
       writeFileSync(paths.config, JSON.stringify(buildOciSpec(spec, this.host)));
-      await mountOverlay(overlayPathsFor(paths.dir, spec.lowerDirs));
+      // The container's own disk (its quota) holds the overlay's upper and work dirs.
+      const writable = await this.disks.create(paths.dir);
+      await mountOverlay(overlayPathsFor(paths.dir, spec.lowerDirs, writable));
       // Not kept in meta: a recovered container is past its start either way.
       const restore =
         input.restoreFrom === undefined ? undefined : restoreImages(input.restoreFrom, paths.dir);
@@ -220,6 +227,34 @@ export class ContainerRuntime {
   }
 
   /**
+   * What the container's limits refused so far, for naming why a task in it
+   * failed: how full its disk is, and how many forks its pids cgroup refused.
+   * Undefined for an unknown container.
+   */
+  limits(id: string): ContainerLimits | undefined {
+    const e = this.entries.get(id);
+    if (!e) return undefined;
+    const disk = this.disks.usage(e.paths.dir);
+    let limit: number | null = null;
+    try {
+      limit = readPidsLimit(this.cgroups, e.meta.cgroupsPath);
+    } catch {
+      // The cgroup is gone (the container just ended): the count below is undefined too.
+    }
+    const refused = readPidsRefused(this.cgroups, e.meta.cgroupsPath);
+    return {
+      ...(disk ? { disk: { sizeBytes: disk.sizeBytes, freeBytes: disk.freeBytes, full: disk.full } } : {}),
+      pids: { limit, ...(refused !== undefined ? { refused } : {}) },
+    };
+  }
+
+  /** Forks the container's pids cgroup refused so far (pids.events `max`); undefined: unknown container or not counted. */
+  pidsRefused(id: string): number | undefined {
+    const e = this.entries.get(id);
+    return e && readPidsRefused(this.cgroups, e.meta.cgroupsPath);
+  }
+
+  /**
    * Adopts what a previous agent left: running containers keep running and
    * are watched again (logs resume from saved offsets); ones that exited
    * meanwhile get their exit event; leftovers without a bundle (or a bundle
@@ -233,6 +268,7 @@ export class ContainerRuntime {
       ? this.options.runcRoot.slice(this.options.root.length + 1)
       : undefined;
     for (const d of readdirSync(this.options.root, { withFileTypes: true })) {
+      if (d.isFile() && this.disks.sweepLeftover(d.name)) continue;
       if (!d.isDirectory() || d.name === runcDirName || this.entries.has(d.name)) continue;
       const id = d.name;
       const r = known.get(id);
@@ -383,6 +419,8 @@ export class ContainerRuntime {
     if (existsSync(join(this.options.runcRoot, id))) await this.runc.deleteForce(id);
     const dir = join(this.options.root, id);
     await unmountOverlay(join(dir, "rootfs"));
+    // After the overlay: its upper dir lives on this disk. Removing the dir below deletes the image.
+    await this.disks.remove(dir);
     const busy = removeCgroupDirs(this.cgroups, entry?.meta.cgroupsPath ?? this.cgroupsPath(id));
     if (busy.length > 0) this.options.logger?.warn({ id, busy }, "cgroup dirs still in use");
     rmSync(dir, { recursive: true, force: true });

@@ -104,6 +104,14 @@ export type ContainerStatus = "created" | "running" | "stopped";
  */
 export type ExitReason = "exited" | "oom_killed" | "killed" | "timed_out" | "unknown";
 
+/** What a container's limits refused (ContainerRuntime.limits): for naming why a task inside it failed. */
+export interface ContainerLimits {
+  /** Its disk quota (undefined: the agent runs without one). */
+  disk?: { sizeBytes: number; freeBytes: number; full: boolean };
+  /** Its pids cgroup: pids.max (null: unlimited) and forks refused at it so far (undefined: not counted by this kernel). */
+  pids: { limit: number | null; refused?: number };
+}
+
 export interface ContainerInfo {
   id: string;
   /** Host pid of the container's init; 0 before start. */

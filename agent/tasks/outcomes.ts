@@ -11,17 +11,23 @@ import type { TaskEvent, TaskStartedEvent } from "../../shared/tasks.ts";
 import type { TaskEventPublisher } from "./event-publisher.ts";
 import { taskError } from "./pulls.ts";
 import type { ResultBody } from "./result.ts";
+import type { LimitHit } from "./limits.ts";
 import type { InFlight } from "./types.ts";
 
 /** The fields every event of one attempt carries, with its folded start (in-flight.ts foldedStart). */
 export type AttemptBase = Omit<TaskStartedEvent, "type"> & { startedAt?: number };
 
-/** The runner's result: COMPLETE is acked, a retry_for within max_retries nakked, any other end termed. */
+/**
+ * The runner's result: COMPLETE is acked, a retry_for within max_retries
+ * nakked, any other end termed. A failure a container limit explains
+ * (`limit`) carries that reason and error instead of the task's own.
+ */
 export async function recordResult(
   events: TaskEventPublisher,
   base: AttemptBase,
   t: InFlight,
   r: ResultBody,
+  limit?: LimitHit,
 ): Promise<void> {
   if (r.status === "COMPLETE" && r.tooLarge) {
     await events.publish({
@@ -38,8 +44,12 @@ export async function recordResult(
     await events.publish(e);
     t.msg.ack();
   } else if (r.retry && t.attempt <= t.maxRetries) {
-    await events.publish({ ...base, type: "retry", reason: "retry_for", error: r.error });
+    const reason = limit ? `${limit.reason}: retry_for` : "retry_for";
+    await events.publish({ ...base, type: "retry", reason, error: limit?.error ?? r.error });
     t.msg.nak();
+  } else if (limit) {
+    await events.publish({ ...base, type: "finished", status: "FAILED", reason: limit.reason, error: limit.error });
+    t.msg.term();
   } else {
     await events.publish({ ...base, type: "finished", status: "FAILED", error: r.error });
     t.msg.term();

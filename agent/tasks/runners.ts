@@ -11,7 +11,7 @@ import { StateRelayClient } from "../bridge/state-relay.ts";
 import { OutputRelayClient } from "../bridge/output-relay.ts";
 import type { HostRunners } from "../host/options.ts";
 import type { ExitReason, RunnerConfig } from "../../api/index.ts";
-import type { RunnerSlotInfo, TaskWorkerLogger, TaskWorkerOptions } from "./types.ts";
+import type { ContainerLimitsReader, RunnerSlotInfo, TaskWorkerLogger, TaskWorkerOptions } from "./types.ts";
 import { TaskWorker } from "./worker.ts";
 
 export interface TaskRunnersOptions {
@@ -20,6 +20,8 @@ export interface TaskRunnersOptions {
   logger?: TaskWorkerLogger;
   /** Connects containers to their workspace's databases over their bridge (agent/bridge/db-connect.ts). @default none */
   dialDatabase?: DatabaseDialer;
+  /** Reads runner containers' disk and pids limits, for the disk_full and pids_exhausted reasons. @default none */
+  limits?: ContainerLimitsReader;
   /** Passed to the TaskWorker (tests shorten them). */
   worker?: Pick<
     TaskWorkerOptions,
@@ -44,7 +46,14 @@ export class TaskRunners implements HostRunners {
   /** Starts taking tasks over `nc` as agent `agentId`. */
   async attach(nc: NatsConnection, agentId: string): Promise<void> {
     if (this.worker) throw new BerthError("conflict", "the task runners already have a NATS connection");
-    const worker = new TaskWorker({ nc, agentId, kill: this.o.kill, logger: this.log, ...this.o.worker });
+    const worker = new TaskWorker({
+      nc,
+      agentId,
+      kill: this.o.kill,
+      logger: this.log,
+      ...(this.o.limits ? { limits: this.o.limits } : {}),
+      ...this.o.worker,
+    });
     await worker.start();
     this.stateRelay = new StateRelayClient(nc, agentId);
     this.outputRelay = new OutputRelayClient(nc, agentId);

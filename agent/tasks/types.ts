@@ -27,6 +27,22 @@ export interface TaskWorkerOptions {
   startedDelayMs?: number;
   /** How long released tasks wait on this agent for a runner of their stub before going back to the queue. @default 30_000 */
   readyHoldMs?: number;
+  /** Reads runner containers' limits, so a failed task names a full disk or refused forks. @default none (no such reasons) */
+  limits?: ContainerLimitsReader;
+}
+
+/** What a container's limits refused (the runtime's ContainerLimits), read when a task in it ends. */
+export interface ContainerLimitState {
+  /** Its disk quota; undefined: none. */
+  disk?: { sizeBytes: number; freeBytes: number; full: boolean };
+  /** pids.max (null: unlimited) and the forks refused at it so far (undefined: not counted). */
+  pids: { limit: number | null; refused?: number };
+}
+
+export interface ContainerLimitsReader {
+  limits(containerId: string): ContainerLimitState | undefined;
+  /** Just the refused-forks counter: read after every result, so it must be cheap. */
+  pidsRefused(containerId: string): number | undefined;
 }
 
 export interface RunnerSlotInfo {
@@ -89,4 +105,6 @@ export interface Slot extends RunnerSlotInfo {
   /** Stops each pull in progress (unsubscribing drops the server's pending request). */
   pulls: Set<() => void>;
   closed: boolean;
+  /** The container's refused-forks counter after its last answered task: a failed task that raised it hit the pids limit. */
+  pidsRefused?: number;
 }

@@ -30,6 +30,7 @@ import { assignment, dropHeldStart, foldedStart, settle, unhand } from "./in-fli
 import { endedOnDelivery, headerNumber, pullOne, pullQueued, taskError } from "./pulls.ts";
 import { ConfigVersions, idleAsk } from "./config-versions.ts";
 import { recordCrash, recordResult } from "./outcomes.ts";
+import { limitOfResult, readLimit } from "./limits.ts";
 import type { ExitReason } from "../../api/index.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
@@ -105,6 +106,7 @@ export class TaskWorker {
       handOuts: new Set(),
       pulls: new Set(),
       closed: false,
+      pidsRefused: readLimit(this.o.limits, this.log, info.containerId, (l, id) => l.pidsRefused(id)),
     });
   }
 
@@ -378,9 +380,13 @@ export class TaskWorker {
     const r: ResultBody = checkResult(body);
     const slot = t.slot as Slot;
     if (!settle(t)) return;
+    const limit = limitOfResult(this.o.limits, slot, r, this.log);
     const base = { ...this.base(slot, taskId, t.attempt), ...(await foldedStart(t, r.startedAt)) };
     try {
-      await recordResult(this.events, base, t, r);
+      await recordResult(this.events, base, t, r, limit);
+      // A full disk or leftover processes at the pids limit would fail the
+      // next task too: the container is replaced, as after an OOM kill.
+      if (limit) void this.killContainer(slot.containerId, `task ${taskId} ended ${limit.reason}`);
     } catch (e) {
       // Not recorded: the task goes back to the queue and runs again.
       t.msg.nak();

@@ -32,26 +32,33 @@ function deferred<T>(): PromiseWithResolversCompat<T> {
  * asks runc for a fresh empty one, like the other contenders).
  */
 export class BerthRuntime implements Contender {
-  readonly name = "berth runtime";
+  readonly name: string;
   readonly method = {
     running:
       "ContainerRuntime.run() call until it resolves (it returns once runc's init.pid exists; the `start` event fires in the same tick)",
     print: "same run() call until onLog delivers the stdout line `ready` (log file followed via inotify)",
     notes:
-      "cpu 1 core, memory 512 MiB; timing includes config.json/meta.json writes, overlay mount, waiter spawn",
+      "cpu 1 core, memory 512 MiB; timing includes config.json/meta.json writes, the container's disk (a 50 GiB sparse ext4 image, loop-mounted) and overlay mounts, waiter spawn",
   };
   private runtime?: ContainerRuntime;
   private readonly waiters = new Map<string, Waiters>();
 
-  constructor(private readonly ctx: BenchContext) {}
+  /** diskBytes 0: the ablation row without a disk quota (the upper dir on the host's disk). */
+  constructor(
+    private readonly ctx: BenchContext,
+    private readonly diskBytes?: number,
+  ) {
+    this.name = diskBytes === 0 ? "berth runtime, no disk quota" : "berth runtime";
+  }
 
   async setup(): Promise<void> {
     const dir = benchTempDir(this.ctx.cleanup, "berth-bench-berth-");
     // Own cgroup parent: nothing of a real agent on this host is touched.
-    const cgroupParent = `/berth-bench-berth-${this.ctx.runId}`;
+    const cgroupParent = `/berth-bench-berth-${this.ctx.runId}${this.diskBytes === 0 ? "-nodisk" : ""}`;
     const runtime = new ContainerRuntime({
       root: join(dir, "containers"),
       cgroupParent,
+      ...(this.diskBytes !== undefined ? { diskBytes: this.diskBytes } : {}),
       onLog: (l: LogLine) => this.onLog(l),
       onEvent: (e: ContainerEvent) => this.onEvent(e),
     });

@@ -69,6 +69,8 @@ async function main(): Promise<void> {
     const all: Contender[] = [
       new RawRunc(ctx),
       new BerthRuntime(ctx),
+      // What the per-container disk quota costs (docs/runtime.md, "Disk quota").
+      new BerthRuntime(ctx, 0),
       new BerthHost(ctx, "import"),
       new BerthHost(ctx, "registry"),
       new Podman(ctx),

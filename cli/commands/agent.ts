@@ -1,4 +1,5 @@
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
+import { parseMemory } from "../edge/args.ts";
 import { ApiClient } from "../api-client.ts";
 import { formatBytes, printJson, printTable } from "../output.ts";
 import { agentEdgeCommands } from "./agent-edge.ts";
@@ -45,6 +46,17 @@ interface AgentRunFlags {
   pool?: string;
   volumeRoot?: string;
   micromambaBin?: string;
+  containerDisk?: number;
+}
+
+/** --container-disk: a size like 50Gi or 512Mi (a plain number is MiB), or 0 for no quota. */
+export function parseContainerDisk(v: string): number {
+  if (v.trim() === "0") return 0;
+  try {
+    return parseMemory(v, "--container-disk");
+  } catch (e) {
+    throw new InvalidArgumentError((e as Error).message);
+  }
 }
 
 function collect(v: string, acc: string[]): string[] {
@@ -98,6 +110,11 @@ export function agentCommands(program: Command): void {
     .option("--pool <name>", "the pool (agent group) this host counts toward (default: default)")
     .option("--volume-root <dir>", "where workspace volumes live; the same shared path on every agent (default: DATA_DIR/volumes)")
     .option("--micromamba-bin <path>", "a micromamba binary for image builds on bases without one (docs/images.md)")
+    .option(
+      "--container-disk <size>",
+      "each container's disk quota, a sparse file (e.g. 50Gi, 512Mi; 0: no quota; default 50Gi)",
+      parseContainerDisk,
+    )
     .action(async (o: AgentRunFlags) => {
       // Loaded here, not at the top: `berth --help` and the other commands never pay for the agent.
       const { resolveAgentOptions, startAgent } = await import("../../agent/main.ts");
@@ -129,6 +146,7 @@ export function agentCommands(program: Command): void {
             ...(o.pool ? { pool: o.pool } : {}),
             ...(o.volumeRoot ? { volumeRoot: o.volumeRoot } : {}),
             ...(o.micromambaBin ? { micromambaBin: o.micromambaBin } : {}),
+            ...(o.containerDisk !== undefined ? { containerDiskBytes: o.containerDisk } : {}),
           }),
         ),
       );

@@ -5,6 +5,7 @@ import { type Command, InvalidArgumentError } from "commander";
 import { describeError } from "../../shared/errors.ts";
 import { sleep, waitFor } from "../../shared/net.ts";
 import { ApiClient } from "../api-client.ts";
+import { parseContainerDisk } from "./agent.ts";
 import { configPath, saveProfile } from "../config.ts";
 import { type ManagedChild, spawnBerth } from "../up/child.ts";
 import { type SupervisedChild, supervise } from "../up/supervise.ts";
@@ -44,6 +45,7 @@ interface UpFlags {
   replicas: number;
   store?: string;
   postgresPort?: number;
+  containerDisk?: string;
 }
 
 const collect = (v: string, all: string[]) => [...all, v];
@@ -93,6 +95,14 @@ export function upCommand(program: Command): void {
       [],
     )
     .option("--micromamba-bin <path>", "a micromamba binary for image builds on bases without one")
+    .option(
+      "--container-disk <size>",
+      "the agent's per-container disk quota (see berth agent --help)",
+      (v: string) => {
+        parseContainerDisk(v); // checked here, so a typo stops berth up before it starts anything
+        return v.trim();
+      },
+    )
     .option(
       "--registry <url>",
       "push built images to this registry instead of running one (password from $BERTH_REGISTRY_PASSWORD)",
@@ -342,6 +352,7 @@ async function up(o: UpFlags): Promise<number> {
         ...(o.subnet6 ? ["--subnet6", o.subnet6] : []),
         ...o.allowPrivate.flatMap((c) => ["--allow-private", c]),
         ...(o.micromambaBin ? ["--micromamba-bin", resolve(o.micromambaBin)] : []),
+        ...(o.containerDisk ? ["--container-disk", o.containerDisk] : []),
       ],
       print,
     ),

@@ -6,12 +6,9 @@
 //  - the same with a second agent joined: it takes part of the map while
 //    berth up's agent is away and comes back;
 //  - a runner that hangs without exiting: each task ends
-//    TIMEOUT and its container is killed, every time;
-//  - a task that runs its container out of memory ends FAILED with reason
-//    oom_killed, and the host runs the next task as before;
-//  - a task that exhausts its container's pids limit ends FAILED with the
-//    error the refused fork/thread raised; the host is unaffected.
-// Each case prints its summary line (test/faults/summary.ts).
+//    TIMEOUT and its container is killed, every time.
+// Each case prints its summary line (test/faults/summary.ts). A container
+// that runs out of memory, pids or disk: test/faults/container-limits.test.ts.
 
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
@@ -30,13 +27,8 @@ import { freePort } from "../../shared/net.ts";
 import { needs } from "../helpers/env.ts";
 import { waitUntil } from "../helpers/wait.ts";
 import { Teardown, outsideSubnets, testNames } from "../network/helpers.ts";
-import {
-  type FaultCounts,
-  type SeenTask,
-  assertFaultSummary,
-  countDuplicates,
-  tallyTasks,
-} from "./summary.ts";
+import { type TaskRow, agentIdOf, agentReady, containers, seen, tasksOf } from "./cluster.ts";
+import { type FaultCounts, assertFaultSummary, countDuplicates, tallyTasks } from "./summary.ts";
 
 const MAP_ITEMS = 2000;
 /** The agent dies once this many results reached the caller. */
@@ -62,23 +54,6 @@ def hang(i):
     while True:
         time.sleep(3600)
 
-@function(cpu=0.25, memory=64, retries=0)
-def hog():
-    blocks = []
-    while True:
-        blocks.append(b"x" * (8 << 20))
-
-@function(cpu=0.25, memory=512, retries=0)
-def threads():
-    # Starts threads until the container's pids limit refuses one; they end with the task.
-    import threading
-    stop = threading.Event()
-    try:
-        while True:
-            threading.Thread(target=stop.wait, daemon=True).start()
-    finally:
-        stop.set()
-
 if __name__ == "__main__":
     case = sys.argv[1]
     if case in ("map", "map3"):
@@ -92,50 +67,7 @@ if __name__ == "__main__":
             print("hang: returned")
         except Exception as e:
             print("hang:", type(e).__name__, getattr(e, "task_id", ""))
-    elif case == "hog":
-        try:
-            hog.remote()
-            print("hog: returned")
-        except Exception as e:
-            print("hog:", type(e).__name__, str(e))
-    elif case == "threads":
-        try:
-            threads.remote()
-            print("threads: returned")
-        except Exception as e:
-            print("threads:", type(e).__name__, str(e).splitlines()[0])
-    elif case == "one":
-        print("one:", json.dumps(double.remote(21)))
 `;
-
-interface TaskRow {
-  id: string;
-  status: string;
-  attempt: number;
-  container_id: string | null;
-  error_json: string | null;
-  finals: number;
-}
-
-/** The stub's tasks as the coordinator's store holds them, with how many final-status history entries each has. */
-function tasksOf(up: BerthUp, stubName: string): TaskRow[] {
-  const db = new Database(join(up.dataDir, "coordinator", "berth.db"), { readonly: true });
-  try {
-    return db
-      .prepare(
-        `SELECT t.id, t.status, t.attempt, t.container_id, t.error_json,
-           (SELECT COUNT(*) FROM task_events e WHERE e.task_id = t.id
-              AND e.status IN ('COMPLETE', 'FAILED', 'TIMEOUT', 'EXPIRED', 'CANCELLED')) AS finals
-         FROM tasks t JOIN stubs s ON s.id = t.stub_id WHERE s.name = ? ORDER BY t.created_at`,
-      )
-      .all(stubName) as TaskRow[];
-  } finally {
-    db.close();
-  }
-}
-
-const seen = (rows: TaskRow[]): SeenTask[] =>
-  rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt, finalEntries: r.finals }));
 
 /** The pid of berth up's agent (its command line names the cluster's agent data dir). */
 function agentPid(up: BerthUp): number | undefined {
@@ -170,30 +102,6 @@ function runcRunning(up: BerthUp): string[] {
     }) || "[]",
   ) as { id: string; status: string }[] | null;
   return (list ?? []).filter((c) => c.status === "running").map((c) => c.id);
-}
-
-interface Container {
-  id: string;
-  state: string;
-  reason?: string;
-}
-
-async function containers(up: BerthUp): Promise<Container[] | undefined> {
-  const sock = join(up.dataDir, "agent", "agent.sock");
-  const r = await runCli(["agent", "ps", "--all", "--json", "--socket", sock], up.env);
-  return r.code === 0 ? (JSON.parse(r.stdout) as Container[]) : undefined;
-}
-
-/** The agent id in an agent data dir (berth up's: DATA/agent). */
-const agentIdOf = (agentDir: string): string =>
-  (JSON.parse(readFileSync(join(agentDir, "identity.json"), "utf8")) as { agentId: string }).agentId;
-
-/** Is the agent (berth up's unless named) reported ready to the coordinator? */
-async function agentReady(up: BerthUp, agentId = agentIdOf(join(up.dataDir, "agent"))): Promise<boolean> {
-  const r = await up.api("/api/v1/agents");
-  if (!r.ok) return false;
-  const { agents } = (await r.json()) as { agents: { id: string; state: string }[] };
-  return agents.some((a) => a.id === agentId && a.state === "ready");
 }
 
 /**
@@ -282,7 +190,7 @@ async function mapKillingTheAgent(
   return { rows, counts };
 }
 
-test("fault suite on a berth up cluster: agent SIGKILL mid-map, hung runners, OOM, pids", async (t) => {
+test("fault suite on a berth up cluster: agent SIGKILL mid-map, hung runners", async (t) => {
   if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
   const td = new Teardown(t);
   const up = await startBerthUp(td);
@@ -324,37 +232,6 @@ test("fault suite on a berth up cluster: agent SIGKILL mid-map, hung runners, OO
       }
       assert.equal(killed.size, runs, "each hung task had its own container, each killed");
       assertFaultSummary(st, "hung runner times out", tallyTasks(seen(rows)));
-    },
-  );
-
-  await t.test(
-    "a task that runs its container out of memory ends FAILED oom_killed; the host runs the next task",
-    async (st) => {
-      const out = await up.python(["app.py", "hog"]);
-      assert.match(out, /^hog: RemoteError OutOfMemory: the container ran out of memory/m, out);
-      const rows = tasksOf(up, "hog");
-      assert.equal(rows.length, 1);
-      assert.equal(rows[0]?.status, "FAILED");
-      assert.match(rows[0]?.error_json ?? "", /"OutOfMemory"/);
-      const c = ((await containers(up)) ?? []).find((x) => x.id === rows[0]?.container_id);
-      if (c) assert.equal(c.reason, "oom_killed");
-      assert.ok(await agentReady(up), "the agent is still ready");
-      assert.match(await up.python(["app.py", "one"]), /^one: \{"x": 21, "y": 42\}$/m);
-      assertFaultSummary(st, "container OOM", tallyTasks(seen(rows)));
-    },
-  );
-
-  await t.test(
-    "a task that exhausts its container's pids ends FAILED naming it; the host runs the next task",
-    async (st) => {
-      const out = await up.python(["app.py", "threads"]);
-      assert.match(out, /^threads: RuntimeError can't start new thread/m, out);
-      const rows = tasksOf(up, "threads");
-      assert.equal(rows.length, 1);
-      assert.equal(rows[0]?.status, "FAILED");
-      assert.ok(await agentReady(up), "the agent is still ready");
-      assert.match(await up.python(["app.py", "one"]), /^one: \{"x": 21, "y": 42\}$/m);
-      assertFaultSummary(st, "container pids exhausted", tallyTasks(seen(rows)));
     },
   );
 
