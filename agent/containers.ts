@@ -97,6 +97,8 @@ export async function startContainers(
           root: join(o.dataDir, "containers"),
           logger: log.child({ area: "runtime" }),
           diskBytes: o.containerDiskBytes,
+          // Two disks ready: a start takes one and does not wait for mount(8).
+          diskPoolSize: CONTAINER_DISK_POOL,
           ...hooks,
         })),
       gpus,
@@ -142,6 +144,10 @@ export async function startContainers(
         await runners.stop();
         await gc.stop();
         host.close();
+        // Containers stay for the next agent; the disks made ahead of demand do not.
+        await runtimeRef
+          ?.drainDisks()
+          .catch((e) => log.warn({ err: describeError(e) }, "unmounting spare disks"));
         await net.shutdown();
         lock.release();
       },
@@ -156,6 +162,8 @@ export async function startContainers(
 
 /** Grace a runner gets when its task timed out or was cancelled: the task is over either way. */
 const RUNNER_KILL_GRACE_MS = 2_000;
+/** Container disks kept made and mounted ahead of demand (agent/runtime/disks.ts). */
+const CONTAINER_DISK_POOL = 2;
 
 /** Agent options the periodic image GC reads (the agent's flags fill them). */
 export interface ImageGcFields {

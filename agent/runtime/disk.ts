@@ -13,11 +13,10 @@ import {
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { mountsUnder } from "./rootfs.ts";
-import type { RuntimeLogger } from "./types.ts";
 
 // A container's disk quota: its overlay's upper and work dirs live on a
-// filesystem of its own, an ext4 image in the bundle dir loop-mounted at
-// <bundle>/disk. The image is sparse (truncate), so a 50 GiB quota costs the
+// filesystem of its own, an ext4 image in the bundle dir (<bundle>/disk/
+// disk.img) loop-mounted at <bundle>/disk/mnt. The image is sparse (truncate), so a 50 GiB quota costs the
 // host only what the container writes (plus ~0.5 MiB of ext4 metadata); a
 // container that writes past it gets ENOSPC instead of filling the agent's
 // disk. The host's filesystem (ext4 without project quotas here, anything on
@@ -25,19 +24,26 @@ import type { RuntimeLogger } from "./types.ts";
 // with autoclear, so the unmount detaches it and removing the bundle dir
 // deletes the image: nothing else to track across agent restarts. mkfs runs
 // once per runtime (DiskTemplate); each disk is a copy of its few written
-// blocks, so a start pays one mount(8), not a format.
+// blocks. Which disks exist, and the ones made ahead of demand: disks.ts.
 
 const execFileP = promisify(execFile);
 
 export interface DiskPaths {
+  /** Holds the image and its mount point: one directory, so a made disk moves with one rename. */
+  dir: string;
   /** The sparse ext4 image. */
   image: string;
   /** Where the image is mounted; the overlay's upper and work dirs lie under it. */
   mountPoint: string;
 }
 
+export function diskPaths(dir: string): DiskPaths {
+  return { dir, image: join(dir, "disk.img"), mountPoint: join(dir, "mnt") };
+}
+
+/** A container's disk: <bundle>/disk/{disk.img,mnt/}. */
 export function diskPathsFor(bundleDir: string): DiskPaths {
-  return { image: join(bundleDir, "disk.img"), mountPoint: join(bundleDir, "disk") };
+  return diskPaths(join(bundleDir, "disk"));
 }
 
 /** Sparse: what a container does not write costs nothing. */
@@ -136,6 +142,7 @@ export async function makeDiskTemplate(scratch: string, bytes: number): Promise<
  * bundle dir on failure.
  */
 export async function createDisk(p: DiskPaths, bytes: number, template?: DiskTemplate): Promise<void> {
+  mkdirSync(p.dir, { recursive: true });
   const fd = sparseFile(p.image, bytes);
   try {
     if (template?.bytes === bytes) {
@@ -196,7 +203,7 @@ export function readDiskUsage(p: DiskPaths): DiskUsage | undefined {
 }
 
 /** A mount point sits on another device than its parent (cheaper than reading mountinfo). */
-function isMounted(p: DiskPaths): boolean {
+export function isMounted(p: DiskPaths): boolean {
   try {
     return statSync(p.mountPoint).dev !== statSync(dirname(p.mountPoint)).dev;
   } catch {
@@ -212,55 +219,4 @@ function isMounted(p: DiskPaths): boolean {
 export function isFull(sizeBytes: number, freeBytes: number, freeInodes: number, inodes: number): boolean {
   const margin = Math.min(Math.max(sizeBytes / 100, 4 * 2 ** 20), 64 * 2 ** 20);
   return freeBytes < margin || freeInodes < Math.min(inodes / 100, 1024);
-}
-
-/** Scratch image a runtime formats once to learn its disks' bytes. */
-const TEMPLATE_PREFIX = ".disk-template.";
-
-/** The disks of one runtime's containers: `bytes` each (0: none), under its root. */
-export class ContainerDisks {
-  /** Made at the first start that needs a disk; see DiskTemplate. */
-  private template?: Promise<DiskTemplate | undefined>;
-
-  constructor(
-    private readonly root: string,
-    readonly bytes: number,
-    private readonly logger?: RuntimeLogger,
-  ) {}
-
-  /** Makes and mounts the disk of the container at `bundleDir`; returns where its upper and work dirs go. */
-  async create(bundleDir: string): Promise<string> {
-    if (this.bytes === 0) return bundleDir;
-    const p = diskPathsFor(bundleDir);
-    await createDisk(p, this.bytes, await this.templateOnce());
-    return p.mountPoint;
-  }
-
-  /** Unmounts the container's disk; removing the bundle dir then deletes its image. */
-  remove(bundleDir: string): Promise<void> {
-    return unmountDisk(diskPathsFor(bundleDir));
-  }
-
-  usage(bundleDir: string): DiskUsage | undefined {
-    return readDiskUsage(diskPathsFor(bundleDir));
-  }
-
-  /** For recovery: deletes the template scratch file a killed agent left; true when `name` was one. */
-  sweepLeftover(name: string): boolean {
-    if (!name.startsWith(TEMPLATE_PREFIX)) return false;
-    if (name !== this.scratchName()) rmSync(join(this.root, name), { force: true });
-    return true;
-  }
-
-  private scratchName(): string {
-    return `${TEMPLATE_PREFIX}${process.pid}.img`;
-  }
-
-  private templateOnce(): Promise<DiskTemplate | undefined> {
-    this.template ??= makeDiskTemplate(join(this.root, this.scratchName()), this.bytes).then((t) => {
-      if (!t) this.logger?.warn({}, "cannot read a formatted disk's extents: each container disk runs mkfs");
-      return t;
-    });
-    return this.template;
-  }
 }

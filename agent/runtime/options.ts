@@ -27,6 +27,12 @@ export interface ContainerRuntimeOptions {
    * layer is on the agent's disk. @default 50 GiB
    */
   diskBytes?: number;
+  /**
+   * Disks made and mounted ahead of demand, so a start does not wait for
+   * mount(8) (agent/runtime/disks.ts); whoever sets it calls drainDisks()
+   * when done. @default 0
+   */
+  diskPoolSize?: number;
 }
 
 export interface ResolvedContainerRuntimeOptions {
@@ -41,6 +47,7 @@ export interface ResolvedContainerRuntimeOptions {
   maxLogSpoolBytes: number;
   cgroupParent: string;
   diskBytes: number;
+  diskPoolSize: number;
 }
 
 export function resolveContainerRuntimeOptions(o: ContainerRuntimeOptions): ResolvedContainerRuntimeOptions {
@@ -58,7 +65,11 @@ export function resolveContainerRuntimeOptions(o: ContainerRuntimeOptions): Reso
     maxLogSpoolBytes: o.maxLogSpoolBytes ?? 16 * 1024 * 1024,
     cgroupParent: o.cgroupParent ?? "/berth",
     diskBytes: o.diskBytes ?? DEFAULT_CONTAINER_DISK_BYTES,
+    diskPoolSize: o.diskPoolSize ?? 0,
   };
+  if (!Number.isInteger(r.diskPoolSize) || r.diskPoolSize < 0 || r.diskPoolSize > 64) {
+    throw new BerthError("invalid_request", `diskPoolSize must be 0..64, got ${r.diskPoolSize}`);
+  }
   if (!Number.isSafeInteger(r.diskBytes) || (r.diskBytes !== 0 && r.diskBytes < MIN_DISK_BYTES)) {
     throw new BerthError(
       "invalid_request",

@@ -26,7 +26,7 @@ import {
   type ResolvedContainerRuntimeOptions,
   resolveContainerRuntimeOptions,
 } from "./options.ts";
-import { ContainerDisks } from "./disk.ts";
+import { ContainerDisks } from "./disks.ts";
 import { readHostHardLimits } from "./rlimits.ts";
 import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
 import { type RestoreImages, Runc, restoreImages } from "./runc.ts";
@@ -69,7 +69,12 @@ export class ContainerRuntime {
       cgroupParent: this.options.cgroupParent,
     };
     this.runc = new Runc(this.options.runc, this.options.runcRoot);
-    this.disks = new ContainerDisks(this.options.root, this.options.diskBytes, this.options.logger);
+    this.disks = new ContainerDisks(
+      this.options.root,
+      this.options.diskBytes,
+      this.options.diskPoolSize,
+      this.options.logger,
+    );
     mkdirSync(this.options.root, { recursive: true });
   }
 
@@ -121,6 +126,10 @@ export class ContainerRuntime {
       throw e;
     }
     this.markRunning(entry);
+    // The disk it took is made again behind it, once this start is out of the way.
+    setImmediate(() => {
+      if (!this.closed) this.disks.refill();
+    });
     if (spec.startupWindowMs > 0) {
       entry.heldEvents = [];
       await entry.wakeup.until(() => entry.status === "stopped", spec.startupWindowMs);
@@ -262,13 +271,14 @@ export class ContainerRuntime {
    */
   async recover(): Promise<ContainerInfo[]> {
     this.assertOpen();
+    await this.disks.recover();
     const known = new Map((await this.runc.list()).map((c) => [c.id, c]));
     for (const id of this.entries.keys()) known.delete(id);
     const runcDirName = this.options.runcRoot.startsWith(`${this.options.root}/`)
       ? this.options.runcRoot.slice(this.options.root.length + 1)
       : undefined;
     for (const d of readdirSync(this.options.root, { withFileTypes: true })) {
-      if (d.isFile() && this.disks.sweepLeftover(d.name)) continue;
+      if (this.disks.owns(d.name)) continue;
       if (!d.isDirectory() || d.name === runcDirName || this.entries.has(d.name)) continue;
       const id = d.name;
       const r = known.get(id);
@@ -307,12 +317,14 @@ export class ContainerRuntime {
       await this.removeContainer(id, undefined);
     }
     this.updateTimer();
+    this.disks.refill();
     return this.list();
   }
 
   /** Stops watching (timers, files) and saves log offsets; containers keep running. */
   close(): void {
     this.closed = true;
+    this.disks.stop();
     clearInterval(this.timer);
     this.timer = undefined;
     for (const e of this.entries.values()) {
@@ -322,6 +334,14 @@ export class ContainerRuntime {
       e.child?.removeAllListeners();
     }
     this.entries.clear();
+  }
+
+  /**
+   * Unmounts and deletes the disks made ahead of demand (close() leaves
+   * them for the next runtime on this root): for an agent that stops for good.
+   */
+  drainDisks(): Promise<void> {
+    return this.disks.drain();
   }
 
   private spawnWaiter(entry: ContainerEntry, restore: RestoreImages | undefined): void {

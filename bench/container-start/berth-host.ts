@@ -98,13 +98,20 @@ export class BerthHost implements Contender {
       await images.pull(this.imageRef);
     }
     const cgroupParent = `/berth-bench-host-${this.source}-${this.ctx.runId}`;
+    let runtime: ContainerRuntime | undefined;
     const host = await ContainerHost.start({
       root: join(dir, "host"),
       images: this.timed(images, "images", ["pull"]),
       network: this.timed(net, "network", ["attach", "allowInbound"]),
       runtime: (hooks) =>
         this.timed(
-          new ContainerRuntime({ root: join(dir, "containers"), cgroupParent, ...hooks }),
+          // As the agent runs it: two disks made ahead of demand.
+          (runtime = new ContainerRuntime({
+            root: join(dir, "containers"),
+            cgroupParent,
+            diskPoolSize: 2,
+            ...hooks,
+          })),
           "runtime",
           ["run"],
         ),
@@ -117,6 +124,7 @@ export class BerthHost implements Contender {
       for (const c of await host.listContainers())
         await host.stopContainer(c.id, { graceMs: 0, remove: true });
       host.close();
+      await runtime?.drainDisks();
       removeCgroup(cgroupParent);
     });
   }

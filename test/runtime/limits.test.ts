@@ -12,6 +12,7 @@ import { test } from "node:test";
 import { waitFor } from "../../shared/net.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { Runc } from "../../agent/runtime/runc.ts";
+import { ContainerRuntime } from "../../agent/runtime/runtime.ts";
 import { resolveContainerRuntimeOptions } from "../../agent/runtime/options.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
 import { parseContainerDisk } from "../../cli/commands/agent.ts";
@@ -63,7 +64,7 @@ test("a container's disk is its quota: it fills at the quota with ENOSPC, limits
   assert.ok(Number(m[1]) >= 20 && Number(m[1]) < 32, `filled the 32 MiB disk, not the host's: ${line}`);
   // The host holds what the container wrote, not more: the image is sparse and bounded.
   const du = Number(
-    execFileSync("du", ["-sk", join(bundle, "disk.img")], { encoding: "utf8" }).split("\t")[0],
+    execFileSync("du", ["-sk", join(bundle, "disk", "disk.img")], { encoding: "utf8" }).split("\t")[0],
   );
   assert.ok(du * 1024 <= 33 * MiB, `the image takes ${du} KiB of the host's disk`);
   const limits = h.rt.limits(spec.id);
@@ -93,7 +94,7 @@ test("a container with room left is not full; diskBytes 0 runs without a quota",
   await bare.rt.run(spec);
   assert.equal(bare.rt.limits(spec.id)?.disk, undefined);
   assert.ok(existsSync(join(bare.root, spec.id, "upper")), "the upper dir lies in the bundle");
-  assert.equal(existsSync(join(bare.root, spec.id, "disk.img")), false);
+  assert.equal(existsSync(join(bare.root, spec.id, "disk")), false);
   assert.equal(h.rt.limits("no-such-container"), undefined);
   assert.throws(() => resolveContainerRuntimeOptions({ root: h.root, diskBytes: MiB }), /at least 16 MiB/);
 });
@@ -177,4 +178,72 @@ test("the agent's --container-disk: a size or 0, bad values named", () => {
     () => resolveAgentOptions({ containerDiskBytes: 8 * MiB }),
     /--container-disk must be 0 \(no quota\) or at least 16 MiB/,
   );
+});
+
+test("disks made ahead of demand: a start takes a ready one, a restarted runtime takes them back, drain removes them", async (t) => {
+  if (!needs(t, REQ)) return;
+  const h = await runtimeHarness(t, { diskBytes: 48 * MiB, diskPoolSize: 2 });
+  noLoopsLeft(t, h);
+  const pool = join(h.root, ".disk-pool");
+  /** The pool's disks that are mounted (made and ready). */
+  const ready = () =>
+    existsSync(pool) ? readdirSync(pool).filter((n) => mountsUnder(join(pool, n)).length > 0) : [];
+  const first = h.spec(["sleep", "60"]);
+  await h.rt.run(first);
+  const made = await waitFor(() => (ready().length === 2 ? ready() : undefined), {
+    timeoutMs: 30_000,
+    what: "two disks made ahead of demand",
+  });
+  const second = h.spec(["sh", "-c", "head -c 1048576 /dev/zero > /big && echo wrote && sleep 60"]);
+  await h.rt.run(second);
+  assert.equal(
+    await waitFor(() => h.linesOf(second.id)[0], { timeoutMs: 20_000, what: "the write" }),
+    "wrote",
+  );
+  // One of the ready disks is now the container's: the mount moved with its directory.
+  const taken = made.filter((n) => !ready().includes(n));
+  assert.equal(taken.length, 1, "the start took a ready disk");
+  assert.deepEqual(mountsUnder(join(h.root, second.id, "disk")), [join(h.root, second.id, "disk", "mnt")]);
+  assert.equal(h.rt.limits(second.id)?.disk?.sizeBytes, 48 * MiB);
+  await waitFor(() => (ready().length === 2 ? true : undefined), {
+    timeoutMs: 30_000,
+    what: "the pool refilled",
+  });
+  // A restarted runtime takes the ready disks back instead of leaving them mounted for nobody.
+  const before = ready();
+  h.rt.close();
+  h.rt = h.make();
+  await h.rt.recover();
+  assert.deepEqual(ready().sort(), before.sort(), "the ready disks are kept");
+  const third = h.spec(["sleep", "60"]);
+  await h.rt.run(third);
+  assert.equal(
+    before.filter((n) => !ready().includes(n)).length,
+    1,
+    "the restarted runtime hands one of them out",
+  );
+  // One of another size is not taken back: it makes its own (recover starts the refill).
+  await waitFor(() => (ready().length === 2 ? true : undefined), {
+    timeoutMs: 30_000,
+    what: "the pool refilled",
+  });
+  const old = ready();
+  h.rt.close();
+  h.rt = new ContainerRuntime({ root: h.root, diskBytes: 32 * MiB, diskPoolSize: 2 });
+  await h.rt.recover();
+  assert.deepEqual(
+    old.filter((n) => existsSync(join(pool, n))),
+    [],
+    "disks of another size are removed",
+  );
+  const small = h.spec(["sleep", "60"]);
+  await h.rt.run(small);
+  assert.equal(h.rt.limits(small.id)?.disk?.sizeBytes, 32 * MiB);
+  await waitFor(() => (ready().length === 2 ? true : undefined), {
+    timeoutMs: 30_000,
+    what: "the pool refilled",
+  });
+  await h.rt.drainDisks();
+  assert.deepEqual(readdirSync(pool), [], "drained: no ready disk is left");
+  assert.equal(loopsUnder(pool).length, 0);
 });
