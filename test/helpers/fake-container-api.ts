@@ -36,14 +36,12 @@ import type {
   ImageSummary,
   ImportImageRequest,
   LogEntry,
-  OutputStream,
-  ProcessInfo,
-  ProcessOutput,
   ReplaceResult,
   RunContainerRequest,
   SandboxProcessApi,
 } from "../../api/index.ts";
 import { ProcessTable } from "../../agent/sandboxes/processes.ts";
+import { FakeProcesses } from "./fake-processes.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { FakeFileTree } from "./fake-files.ts";
@@ -70,6 +68,7 @@ export interface FakeContainerApiOptions {
 type Call = [method: string, ...args: unknown[]];
 
 export class FakeContainerApi
+  extends FakeProcesses
   implements ContainerApi, ContainerFilesApi, ContainerSnapshotApi, SandboxProcessApi
 {
   readonly agentId: string;
@@ -111,13 +110,14 @@ export class FakeContainerApi
   private readonly ended = new Set<string>();
   private readonly fs = new Map<string, FakeFileTree>();
   /** Sandbox processes: the agent's own table over this fake's exec. */
-  readonly processes = new ProcessTable({
+  override readonly processes = new ProcessTable({
     exec: (id, req) => this.exec(id, req),
     known: (id) => void this.must(id),
     clock: () => this.now(),
   });
 
   constructor(o: FakeContainerApiOptions = {}) {
+    super();
     this.agentId = o.agentId ?? "agent-fake";
     this.gpuUuids = o.gpuUuids ?? [];
     this.scripted = o.scripted ?? false;
@@ -148,7 +148,7 @@ export class FakeContainerApi
     return this.calls.filter((c) => c[0] === "stopContainer").map((c) => c[1] as string);
   }
 
-  private record(method: string, ...args: unknown[]): void {
+  protected record(method: string, ...args: unknown[]): void {
     this.calls.push([method, ...args]);
     if (this.refused.has(method)) throw new Error(`${method} is not used here`);
     if (this.failWith !== undefined) throw this.failWith;
@@ -445,61 +445,6 @@ export class FakeContainerApi
   ): Promise<ReplaceResult[]> {
     this.record("replaceInFiles", id, path, oldString, newString);
     return this.tree(id).replace(path, oldString, newString);
-  }
-
-  // Processes: recorded, then the agent's ProcessTable.
-
-  async startProcess(id: string, req: ExecRequest): Promise<ProcessInfo> {
-    this.record("startProcess", id, req);
-    return this.processes.startProcess(id, req);
-  }
-  async listProcesses(id: string): Promise<ProcessInfo[]> {
-    this.record("listProcesses", id);
-    return this.processes.listProcesses(id);
-  }
-  async getProcess(id: string, pid: number): Promise<ProcessInfo> {
-    this.record("getProcess", id, pid);
-    return this.processes.getProcess(id, pid);
-  }
-  async writeProcessStdin(
-    id: string,
-    pid: number,
-    data: Uint8Array,
-    opts?: { eof?: boolean },
-  ): Promise<void> {
-    this.record("writeProcessStdin", id, pid, opts);
-    return this.processes.writeProcessStdin(id, pid, data, opts);
-  }
-  async killProcess(id: string, pid: number, signal?: NodeJS.Signals): Promise<void> {
-    this.record("killProcess", id, pid, signal);
-    return this.processes.killProcess(id, pid, signal);
-  }
-  async waitProcess(
-    id: string,
-    pid: number,
-    opts?: { timeoutMs?: number; signal?: AbortSignal },
-  ): Promise<ProcessInfo> {
-    this.record("waitProcess", id, pid, { timeoutMs: opts?.timeoutMs });
-    return this.processes.waitProcess(id, pid, opts);
-  }
-  async readProcessOutput(
-    id: string,
-    pid: number,
-    stream: OutputStream,
-    offset: number,
-  ): Promise<ProcessOutput> {
-    this.record("readProcessOutput", id, pid, stream, offset);
-    return this.processes.readProcessOutput(id, pid, stream, offset);
-  }
-  async *followProcessOutput(
-    id: string,
-    pid: number,
-    stream: OutputStream,
-    offset: number,
-    opts?: { signal?: AbortSignal },
-  ): AsyncIterable<Uint8Array> {
-    this.record("followProcessOutput", id, pid, stream, offset);
-    yield* this.processes.followProcessOutput(id, pid, stream, offset, opts);
   }
 
   // Snapshots
