@@ -21,6 +21,7 @@ import { test } from "node:test";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { type BerthUp, UP_COMMANDS, startBerthUp } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
+import { loopsUnder } from "../helpers/loops.ts";
 import { waitUntil } from "../helpers/wait.ts";
 import { Teardown } from "../network/helpers.ts";
 import { type TaskRow, agentReady, containers, seen, tasksOf } from "./cluster.ts";
@@ -80,12 +81,6 @@ if __name__ == "__main__":
         except Exception as e:
             print(case + ":", type(e).__name__, str(e).splitlines()[0])
 `;
-
-/** Loop devices whose backing file lies under `dir` (losetup -a: "/dev/loopN: [...]: (/path)"). */
-const loopsUnder = (dir: string): string[] =>
-  execFileSync("losetup", ["-a"], { encoding: "utf8" })
-    .split("\n")
-    .filter((l) => l.includes(`(${dir}/`));
 
 /**
  * The host is unaffected: the agent still reports ready, the next task

@@ -14,6 +14,7 @@ import type { Network, NetworkOptions } from "../../agent/network/index.ts";
 import type { ExecSession, LogEntry } from "../../api/index.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
+import { loopsUnder } from "../helpers/loops.ts";
 import { Runc } from "../../agent/runtime/runc.ts";
 import { waitFor } from "../../shared/net.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
@@ -133,6 +134,7 @@ export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): 
     assert.deepEqual(await new Runc("runc", runcRoot).list(), [], "no runc container may be left");
     assert.deepEqual(net.list(), [], "no network lease may be left");
     assert.deepEqual(mountsUnder(dir), [], "no mount may be left");
+    assert.deepEqual(loopsUnder(dir), [], "no loop device (container disk) may be left");
   });
   return h;
 }

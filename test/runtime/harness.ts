@@ -11,6 +11,7 @@ import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { Runc } from "../../agent/runtime/runc.ts";
 import { ContainerRuntime, type ContainerRuntimeOptions } from "../../agent/runtime/runtime.ts";
 import type { ContainerEvent, ContainerSpec, LogLine } from "../../agent/runtime/types.ts";
+import { loopsUnder } from "../helpers/loops.ts";
 import { testRootfs } from "../helpers/rootfs.ts";
 
 export interface Harness {
@@ -96,6 +97,7 @@ export async function runtimeHarness(
         assert.deepEqual(left, [], `no cgroup dir of ${id} may be left`);
       }
       assert.deepEqual(mountsUnder(dir), [], "no mount may be left under the test dir");
+      assert.deepEqual(loopsUnder(dir), [], "no loop device (container disk) may be left");
       assert.deepEqual(await runc.list(), [], "no runc container may be left");
     } finally {
       for (const c of await runc.list().catch(() => [])) {

@@ -17,21 +17,11 @@ import { resolveContainerRuntimeOptions } from "../../agent/runtime/options.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
 import { parseContainerDisk } from "../../cli/commands/agent.ts";
 import { needs } from "../helpers/env.ts";
-import { type Harness, py, runtimeHarness } from "./harness.ts";
+import { loopsUnder } from "../helpers/loops.ts";
+import { py, runtimeHarness } from "./harness.ts";
 
 const MiB = 1024 * 1024;
 const REQ = { root: true, commands: ["runc", "mount", "umount", "mkfs.ext4", "losetup"] };
-
-/** Loop devices whose backing file lies under `dir` (losetup -a: "/dev/loopN: []: (/path)"). */
-const loopsUnder = (dir: string): string[] =>
-  execFileSync("losetup", ["-a"], { encoding: "utf8" })
-    .split("\n")
-    .filter((l) => l.includes(`(${dir}/`));
-
-/** After the harness's cleanup (after() hooks run in the order they were added): no loop device of the test is left. */
-function noLoopsLeft(t: Parameters<typeof runtimeHarness>[0], h: Harness): void {
-  t.after(() => assert.deepEqual(loopsUnder(h.dir), [], "no loop device may be left"));
-}
 
 const FILL = py(
   [
@@ -49,11 +39,7 @@ const FILL = py(
 
 test("a container's disk is its quota: it fills at the quota with ENOSPC, limits() says full, delete leaves nothing", async (t) => {
   if (!needs(t, REQ)) return;
-  const loopsBefore = execFileSync("losetup", ["-a"], { encoding: "utf8" })
-    .split("\n")
-    .filter(Boolean).length;
   const h = await runtimeHarness(t, { diskBytes: 32 * MiB });
-  noLoopsLeft(t, h);
   const spec = h.spec(FILL);
   await h.rt.run(spec);
   const bundle = join(h.root, spec.id);
@@ -74,22 +60,18 @@ test("a container's disk is its quota: it fills at the quota with ENOSPC, limits
   await h.rt.delete(spec.id);
   assert.equal(existsSync(bundle), false, "the bundle dir (and the image in it) is removed");
   assert.deepEqual(mountsUnder(h.dir), []);
-  assert.deepEqual(loopsUnder(h.dir), []);
-  const loopsAfter = execFileSync("losetup", ["-a"], { encoding: "utf8" }).split("\n").filter(Boolean).length;
-  assert.ok(loopsAfter <= loopsBefore, `no loop device added: ${loopsBefore} before, ${loopsAfter} after`);
+  assert.deepEqual(loopsUnder(h.dir), [], "its loop device is detached");
 });
 
 test("a container with room left is not full; diskBytes 0 runs without a quota", async (t) => {
   if (!needs(t, REQ)) return;
   const h = await runtimeHarness(t);
-  noLoopsLeft(t, h);
   const quota = h.spec(["sleep", "60"]);
   await h.rt.run(quota);
   const l = h.rt.limits(quota.id);
   assert.equal(l?.disk?.sizeBytes, 50 * 1024 * MiB, "the default quota is 50 GiB");
   assert.equal(l?.disk?.full, false);
   const bare = await runtimeHarness(t, { diskBytes: 0 });
-  noLoopsLeft(t, bare);
   const spec = bare.spec(["sleep", "60"]);
   await bare.rt.run(spec);
   assert.equal(bare.rt.limits(spec.id)?.disk, undefined);
@@ -102,7 +84,6 @@ test("a container with room left is not full; diskBytes 0 runs without a quota",
 test("limits() counts the forks the pids cgroup refused", async (t) => {
   if (!needs(t, REQ)) return;
   const h = await runtimeHarness(t);
-  noLoopsLeft(t, h);
   const script = [
     "import os, time",
     "try:",
@@ -128,7 +109,6 @@ test("limits() counts the forks the pids cgroup refused", async (t) => {
 test("a restarted runtime keeps an adopted container's disk and removes a gone container's", async (t) => {
   if (!needs(t, REQ)) return;
   const h = await runtimeHarness(t, { diskBytes: 64 * MiB });
-  noLoopsLeft(t, h);
   const kept = h.spec(["sleep", "60"]);
   const gone = h.spec(["sleep", "60"]);
   await h.rt.run(kept);
@@ -183,7 +163,6 @@ test("the agent's --container-disk: a size or 0, bad values named", () => {
 test("disks made ahead of demand: a start takes a ready one, a restarted runtime takes them back, drain removes them", async (t) => {
   if (!needs(t, REQ)) return;
   const h = await runtimeHarness(t, { diskBytes: 48 * MiB, diskPoolSize: 2 });
-  noLoopsLeft(t, h);
   const pool = join(h.root, ".disk-pool");
   /** The pool's disks that are mounted (made and ready). */
   const ready = () =>
