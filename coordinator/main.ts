@@ -342,7 +342,7 @@ export async function startCoordinator(
   const volumeFiles = new VolumeFiles(o.volumeRoot);
   const logs = new LogQuery({ nats: nc, log: log.child({ area: "logs" }) });
   // Image builds and the GC of built images (docs/images.md).
-  const { builds: images, gc: imageGc } = createImages({
+  const { builds: images, gc: imageGc, orphans: imageBuildOrphans } = createImages({
     repo: store.builtImages,
     deployments: store.deployments,
     planner,
@@ -357,8 +357,10 @@ export async function startCoordinator(
     gcAfterMs: o.imageGcAfterMs,
     onStatus: imageEvents(workspaceEvents.emit),
     log,
+    nats: nc,
   });
   imageGc.start(imageGcIntervalMs(o.imageGcAfterMs));
+  imageBuildOrphans.start();
   // Managed databases (docs/databases.md): pods of the workspace, their data on volumes, their URL in a secret.
   const databases = new DatabaseService({
     repo: store.databases,
@@ -447,6 +449,7 @@ export async function startCoordinator(
   try {
     await app.listen({ host: o.host, port: o.port });
   } catch (e) {
+    imageBuildOrphans.stop();
     await imageGc.stop();
     await stopWork();
     await watcher.stop();
@@ -470,6 +473,7 @@ export async function startCoordinator(
     deployments,
     async stop() {
       await app.close();
+      imageBuildOrphans.stop();
       await imageGc.stop();
       await stopWork();
       revoker.stop();

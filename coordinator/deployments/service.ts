@@ -308,7 +308,11 @@ export class DeploymentService {
    */
   async resolveByName(workspaceId: string, name: string, version?: number): Promise<Resolved> {
     let found = this.findByName(workspaceId, name, version);
-    if (!found.deployment && (await this.refreshIfStale()))
+    if (
+      !found.deployment &&
+      ((await this.refreshIfStale()) ||
+        (await this.takeActiveFromStore(await this.repo.list(workspaceId, name), version)))
+    )
       found = this.findByName(workspaceId, name, version);
     const which = version === undefined ? `deployment ${name}` : `deployment ${name} v${version}`;
     if (!found.deployment) {
@@ -335,7 +339,11 @@ export class DeploymentService {
    */
   async resolveById(id: string, o: { includeStopped?: boolean } = {}): Promise<Resolved> {
     let d = this.cache.get(id);
-    if (!d?.active && (await this.refreshIfStale())) d = this.cache.get(id);
+    if (
+      !d?.active &&
+      ((await this.refreshIfStale()) || (await this.takeActiveFromStore([await this.repo.get(id)])))
+    )
+      d = this.cache.get(id);
     if (!d) throw new BerthError("not_found", `deployment ${id} not found`);
     if (!d.active && !o.includeStopped)
       throw new BerthError("deployment_stopped", `deployment ${d.name} (${id}) is stopped: start it`, {
@@ -396,6 +404,25 @@ export class DeploymentService {
       } else if (!best || d.version > best.version) best = d;
     }
     return best ? { deployment: best } : stopped ? { stopped } : {};
+  }
+
+  /**
+   * Reloads when the store holds an active version (of `version`, when given) that memory does not
+   * have active: a deploy or start through another coordinator, committed before this request came
+   * (the once-a-second reload may have run just before it). One indexed read per miss; a reload only
+   * when there is something to take — twice when the first one had begun before that commit.
+   */
+  private async takeActiveFromStore(
+    rows: (DeploymentRecord | undefined)[],
+    version?: number,
+  ): Promise<boolean> {
+    const missing = rows.find(
+      (r) => r?.active && (version === undefined || r.version === version) && !this.cache.get(r.id)?.active,
+    );
+    if (!missing) return false;
+    await this.refresh();
+    if (!this.cache.get(missing.id)?.active) await this.refresh();
+    return true;
   }
 
   /** Reloads before answering "none" or "stopped", at most once a second (another coordinator may have changed it). */

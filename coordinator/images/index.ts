@@ -3,14 +3,17 @@
 // share the record repository, the deployments that pin an image and the
 // agents, and a removal through the builds goes through the GC's forget.
 
+import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import type { ContainerApi, ImageBuildApi } from "../../api/index.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import type { BuiltImage, BuiltImageRepo } from "../store/built-images.ts";
+import { BuildOrphanCheck } from "./build-orphans.ts";
 import { ImageGc, workspaceRepository } from "./gc.ts";
 import { ImageBuilds, type ImageBuildsOptions } from "./service.ts";
 import { deploymentsUsingImage } from "./used-by.ts";
 
+export { BUILD_COORDINATOR_DIED, BuildOrphanCheck, IMAGE_BUILDS_RUNNING_SUBJECT } from "./build-orphans.ts";
 export { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildsOptions, type ImageBuildUpdate } from "./service.ts";
 export { deploymentsUsingImage } from "./used-by.ts";
 export {
@@ -48,10 +51,16 @@ export interface ImagesWiring {
   gcAfterMs: number;
   onStatus: (image: BuiltImage) => void;
   log: Logger;
+  /** The coordinators' NATS: builds of a dead coordinator are marked failed (build-orphans.ts). */
+  nats: NatsConnection;
 }
 
-/** The build service and the image GC, wired together; the caller starts the GC. */
-export function createImages(w: ImagesWiring): { builds: ImageBuilds; gc: ImageGc } {
+/** The build service, the image GC and the check for a dead coordinator's builds, wired together; the caller starts the GC and the check. */
+export function createImages(w: ImagesWiring): {
+  builds: ImageBuilds;
+  gc: ImageGc;
+  orphans: BuildOrphanCheck;
+} {
   const usedBy = deploymentsUsingImage(w.deployments);
   // Built images no deployment uses and unused for gcAfterMs go (docs/images.md, "Garbage collection").
   const gc = new ImageGc({
@@ -80,5 +89,12 @@ export function createImages(w: ImagesWiring): { builds: ImageBuilds; gc: ImageG
     // berth image rm: the registry's manifest and the agents' copies go too.
     onRemove: (image) => gc.forget(image),
   });
-  return { builds, gc };
+  const orphans = new BuildOrphanCheck({
+    nats: w.nats,
+    repo: w.repo,
+    holds: (key) => builds.holds(key),
+    onStatus: w.onStatus,
+    log: w.log.child({ area: "images" }),
+  });
+  return { builds, gc, orphans };
 }

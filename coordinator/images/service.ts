@@ -66,6 +66,8 @@ export type ImageBuildUpdate =
 
 export class ImageBuilds {
   private readonly running = new Map<string, Fanout<ImageBuildUpdate>>();
+  /** `workspaceId/imageId` of the records this process has `building` (build-orphans.ts asks). */
+  private readonly building = new Set<string>();
 
   constructor(private readonly o: ImageBuildsOptions) {}
 
@@ -104,6 +106,11 @@ export class ImageBuilds {
         .finally(() => this.running.delete(key));
     }
     return f.follow(opts.signal);
+  }
+
+  /** Whether this process runs the build of that record (`workspaceId/imageId`). */
+  holds(key: string): boolean {
+    return this.building.has(key);
   }
 
   list(workspaceId: string): Promise<BuiltImage[]> {
@@ -228,6 +235,7 @@ export class ImageBuilds {
             createdAt: (await this.o.repo.get(workspaceId, e.imageId))?.createdAt ?? now,
             updatedAt: now,
           };
+          this.building.add(buildingKey(record));
           await this.record(record);
         }
         emit(e);
@@ -261,7 +269,12 @@ export class ImageBuilds {
       );
       throw e;
     } finally {
+      if (record) this.building.delete(buildingKey(record));
       this.o.planner.release(id);
     }
   }
 }
+
+/** The key of a build record among the coordinators (ClusterClaims ids). */
+export const buildingKey = (i: Pick<BuiltImage, "workspaceId" | "imageId">): string =>
+  `${i.workspaceId}/${i.imageId}`;

@@ -105,6 +105,30 @@ export class BuiltImageRepo {
     return r ? fromRow(r) : undefined;
   }
 
+  /**
+   * Marks the image failed with `error`, only while it is still `building`
+   * and its row is the one `updatedAt` names (not a newer build of the same
+   * image): whether it did. The survivors' end of a dead coordinator's build
+   * (coordinator/images/build-orphans.ts); two at once end it once.
+   */
+  async failIfBuilding(
+    workspaceId: string,
+    imageId: string,
+    updatedAt: string,
+    error: string,
+    at: string,
+  ): Promise<boolean> {
+    const r = await this.db
+      .updateTable("built_images")
+      .set({ status: "failed", error, updated_at: at })
+      .where("workspace_id", "=", workspaceId)
+      .where("image_id", "=", imageId)
+      .where("status", "=", "building")
+      .where("updated_at", "=", updatedAt)
+      .executeTakeFirst();
+    return Number(r.numUpdatedRows) === 1;
+  }
+
   /** Removes the row; whether there was one. */
   async delete(workspaceId: string, imageId: string): Promise<boolean> {
     const r = await this.db

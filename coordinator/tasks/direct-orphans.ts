@@ -88,7 +88,7 @@ export class DirectOrphanCheck {
         this.suspects.clear();
         return 0;
       }
-      const { served, heardSelf } = await this.d.owners.ask(
+      const { claimed: served, heardSelf } = await this.d.owners.ask(
         open.map((r) => r.id),
         ...(this.d.answerWaitMs !== undefined ? [this.d.answerWaitMs] : []),
       );

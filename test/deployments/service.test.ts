@@ -220,6 +220,24 @@ describe("deployment service", () => {
     }
   });
 
+  test("a deploy made by another coordinator within the second after a reload is resolved too (by name and by id)", async () => {
+    const { service: other } = deploymentService(h);
+    await other.open();
+    try {
+      now.ms += 2000;
+      await assert.rejects(svc.resolveByName(h.ws.id, "just-now"), /not found/); // reloads now
+      const d = await other.deploy(h.ws.id, deployInput("just-now", "taskqueue"));
+      // Same second: the once-a-second reload does not run again; the store is asked about this name.
+      assert.equal((await svc.resolveByName(h.ws.id, "just-now")).deployment.id, d.id);
+      const d2 = await other.deploy(h.ws.id, deployInput("just-now", "taskqueue"));
+      assert.equal((await svc.resolveByName(h.ws.id, "just-now", 2)).deployment.id, d2.id);
+      assert.equal((await svc.resolveById(d2.id)).deployment.id, d2.id);
+      await assert.rejects(svc.resolveByName(h.ws.id, "never-deployed"), /not found/);
+    } finally {
+      await other.close();
+    }
+  });
+
   test("states: only the latest active version keeps min_containers; stopped → inactive; functions undefined", async () => {
     const ws = h.ws.id;
     const v1 = await svc.deploy(ws, deployInput("scaled", "endpoint", { extra: { min_containers: 2 } }));

@@ -7,20 +7,21 @@
 // test/faults/summary.ts).
 
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { connect } from "nats";
 import { waitFor } from "../../shared/net.ts";
 import { TERMINAL_STATUSES } from "../../shared/tasks.ts";
-import { UP_COMMANDS } from "../helpers/berth-up.ts";
+import { CLI_BIN, UP_COMMANDS } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
 import { startHaCluster } from "./ha-cluster.ts";
 import { assertFaultSummary, countDuplicates, isFinalStatus, tallyTasks } from "./summary.ts";
 
 const APP = `
 import json, sys, time
-from berth import asgi, endpoint, function
+from berth import Image, asgi, endpoint, function
 
 @function(cpu=0.25, memory=128)
 def square(x):
@@ -34,6 +35,11 @@ def slow_square(x):
 @endpoint(name="hello", cpu=0.25, memory=128, keep_warm_seconds=60)
 def hello(name: str = "world"):
     return {"hello": name}
+
+@endpoint(name="slowbuild", cpu=0.25, memory=128, keep_warm_seconds=120,
+          image=Image().add_commands(["sleep 25 && echo slow > /built-slowly"]))
+def slowbuild(x: int = 0):
+    return {"x": x, "built": open("/built-slowly").read().strip()}
 
 @asgi(name="streamer", cpu=0.25, memory=128, concurrent_requests=8, keep_warm_seconds=600)
 def streamer():
@@ -72,6 +78,27 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
   const { up, coordinators, lb, db, env, killCoordinator, pauseSupervisor } = await startHaCluster(t);
   assert.equal(Number((await db.query("select count(*) as n from workspaces")).rows[0].n), 1);
   writeFileSync(join(up.appDir, "app.py"), APP);
+  /** `berth ARGS` in the app's directory, every request through the balancer. */
+  const cliThroughBalancer = (args: string[]) =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        [CLI_BIN, ...args],
+        { cwd: up.appDir, env: { ...up.env, ...env }, timeout: 400_000, maxBuffer: 16 << 20 },
+        (err, stdout, stderr) =>
+          resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr }),
+      );
+    });
+  /** Waits until every coordinator answers (berth up restarts one an earlier case killed). */
+  const everyCoordinatorAnswers = () =>
+    waitFor(
+      async () => {
+        for (const c of coordinators)
+          if ((await fetch(`${c}/healthz`).catch(() => undefined))?.ok !== true) return false;
+        return true;
+      },
+      { timeoutMs: 120_000, what: "every coordinator to answer" },
+    );
 
   await t.test("every stream is replicated on the three NATS nodes", async () => {
     const r = await up.api("/healthz");
@@ -182,46 +209,100 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
   );
 
   await t.test(
-    "a NATS node stopped during a .map(): every accepted task ends once, every result right",
+    "a coordinator SIGKILLed during a deploy's image build: the deploy carries on through the balancer, nothing is left half done",
     async () => {
-      const n = 100;
-      const before = new Set(
-        (
-          (
-            await db.query("select t.id from tasks t join stubs s on s.id = t.stub_id where s.name like $1", [
-              "%slow_square",
-            ])
-          ).rows as { id: string }[]
-        ).map((r) => r.id),
-      );
-      const run = up.python(["app.py", "slow", String(n)], 300_000, env);
-      const mine = async () =>
-        (
-          (
-            await db.query(
-              "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
-              ["%slow_square"],
-            )
-          ).rows as { id: string; status: string; attempt: number }[]
-        ).filter((r) => !before.has(r.id));
-      await waitFor(async () => (await mine()).filter((r) => r.status === "COMPLETE").length >= 10, {
-        timeoutMs: 240_000,
-        what: "the map to be under way",
+      await everyCoordinatorAnswers();
+      const deploy = () => cliThroughBalancer(["deploy", "app.py:slowbuild"]);
+      const building = async () =>
+        Number(
+          (await db.query("select count(*) as n from built_images where status = 'building'")).rows[0].n,
+        );
+      let ended: { code: number; stdout: string; stderr: string } | undefined;
+      const first = deploy().then((r) => {
+        ended = r;
+        return r;
       });
-      // Node 1: the first URL of every client's list, so coordinators and the agent move to the others.
-      const pid = Number(readFileSync(join(up.dataDir, "nats", "node-1", "nats.pid"), "utf8").trim());
-      process.kill(pid, "SIGTERM");
-      const done = (await mine()).filter((r) => r.status === "COMPLETE").length;
-      assert.ok(done < n, `the stop came mid-map (${done}/${n} done)`);
-      const text = await run;
-      const results = JSON.parse(/^map: (.*)$/m.exec(text)?.[1] ?? "[]") as number[];
-      const wrong = results.filter((v, i) => v !== i * i).length + Math.max(0, n - results.length);
-      await waitFor(async () => (await mine()).every((r) => isFinalStatus(r.status)), {
+      // The kill lands on the coordinator holding the build's stream, once its step runs (25 s of sleep).
+      let holder = "";
+      await waitFor(
+        async () => {
+          holder =
+            [...lb.inFlight].find((f) => f.method === "POST" && f.path.endsWith("/build"))?.backend ?? "";
+          return ended !== undefined || (holder !== "" && (await building()) > 0);
+        },
+        { timeoutMs: 240_000, what: "the deploy's image build to be under way" },
+      );
+      assert.equal(
+        ended,
+        undefined,
+        `the deploy ended before its build was under way: ${JSON.stringify(ended)}`,
+      );
+      await new Promise((r) => setTimeout(r, 3000)); // into the step, not at its start
+      const n = coordinators.indexOf(holder) + 1;
+      killCoordinator(n);
+      const r1 = await first;
+      assert.equal(r1.code, 0, `the deploy carried on through the balancer:\n${r1.stdout}\n${r1.stderr}`);
+      assert.match(r1.stderr, /the build's connection broke/, "the build was asked for again");
+      assert.match(r1.stdout, /deployed slowbuild version 1/);
+      await waitFor(async () => (await fetch(`${holder}/healthz`).catch(() => undefined))?.ok === true, {
         timeoutMs: 120_000,
-        what: "every task of the map to have its final status in the store",
-      }).catch(() => undefined);
-      const rows = await mine();
-      const ends = (
+        what: `berth up to start coordinator ${n} again`,
+      });
+      const r2 = await deploy();
+      assert.equal(r2.code, 0, `a second deploy through the balancer:\n${r2.stdout}\n${r2.stderr}`);
+      assert.match(r2.stdout, /deployed slowbuild version 2/);
+
+      // Nothing half done: no build left building, every version has its stub, versions 1 and 2 only.
+      await waitFor(async () => (await building()) === 0, {
+        timeoutMs: 120_000,
+        what: "no image build left 'building'",
+      });
+      const versions = (
+        await db.query("select version, stub_id, active from deployments where name = $1 order by version", [
+          "slowbuild",
+        ])
+      ).rows as { version: number; stub_id: string | null; active: number | boolean }[];
+      assert.deepEqual(
+        versions.map((v) => v.version),
+        [1, 2],
+        JSON.stringify(versions),
+      );
+      assert.ok(
+        versions.every((v) => v.stub_id),
+        `every version has its stub: ${JSON.stringify(versions)}`,
+      );
+      // The latest active version answers on every coordinator, from the built image.
+      let wrong = 0;
+      for (const [i, c] of [...coordinators, ...coordinators].entries()) {
+        const res = await fetch(`${c}/endpoint/slowbuild`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${up.token}`, "content-type": "application/json" },
+          body: JSON.stringify({ x: i }),
+          signal: AbortSignal.timeout(180_000),
+        });
+        const body = (await res.json().catch(() => null)) as unknown;
+        if (res.status !== 200 || JSON.stringify(body) !== JSON.stringify({ x: i, built: "slow" })) {
+          wrong++;
+          t.diagnostic(`${c}: ${res.status} ${JSON.stringify(body)}`);
+        }
+      }
+      const taskRows = async () =>
+        (
+          await db.query(
+            "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
+            ["slowbuild/%"],
+          )
+        ).rows as { id: string; status: string; attempt: number }[];
+      // A call's answer comes before its task's row is written (batched): wait for the writes.
+      await waitFor(
+        async () => {
+          const rows = await taskRows();
+          return rows.length >= 6 && rows.every((r) => isFinalStatus(r.status));
+        },
+        { timeoutMs: 60_000, what: "every endpoint call's task to have its final status in the store" },
+      ).catch(() => undefined);
+      const rows = await taskRows();
+      const finals = (
         await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
           rows.map((r) => r.id),
           [...TERMINAL_STATUSES],
@@ -229,20 +310,20 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
       ).rows as { task_id: string }[];
       assertFaultSummary(
         t,
-        "NATS node stopped during map (1 of 3)",
+        "coordinator SIGKILL during a deploy",
         tallyTasks(
           rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
-          { duplicateResults: countDuplicates(ends.map((h) => h.task_id)), wrong },
+          { duplicateResults: countDuplicates(finals.map((h) => h.task_id)), wrong },
         ),
       );
-      assert.equal(rows.length, n, "one task per input");
+      assert.equal(rows.length, 6, "one task per endpoint call");
     },
   );
-
   await t.test(
     "a coordinator SIGKILLed during streaming endpoint calls: the others' streams are whole, the cut ones fail, their tasks end FAILED",
     async () => {
-      const d = await up.cli(["deploy", "app.py:streamer"], 240_000);
+      await everyCoordinatorAnswers();
+      const d = await cliThroughBalancer(["deploy", "app.py:streamer"]);
       assert.equal(d.code, 0, `${d.stdout}\n${d.stderr}`);
       const call = (c: string, query: string, signal?: AbortSignal) =>
         fetch(`${c}/endpoint/streamer?${query}`, {
@@ -350,6 +431,64 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
           what: "berth up to start coordinator 2 again",
         },
       );
+    },
+  );
+
+  await t.test(
+    "a NATS node stopped during a .map(): every accepted task ends once, every result right",
+    async () => {
+      const n = 100;
+      const before = new Set(
+        (
+          (
+            await db.query("select t.id from tasks t join stubs s on s.id = t.stub_id where s.name like $1", [
+              "%slow_square",
+            ])
+          ).rows as { id: string }[]
+        ).map((r) => r.id),
+      );
+      const run = up.python(["app.py", "slow", String(n)], 300_000, env);
+      const mine = async () =>
+        (
+          (
+            await db.query(
+              "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
+              ["%slow_square"],
+            )
+          ).rows as { id: string; status: string; attempt: number }[]
+        ).filter((r) => !before.has(r.id));
+      await waitFor(async () => (await mine()).filter((r) => r.status === "COMPLETE").length >= 10, {
+        timeoutMs: 240_000,
+        what: "the map to be under way",
+      });
+      // Node 1: the first URL of every client's list, so coordinators and the agent move to the others.
+      const pid = Number(readFileSync(join(up.dataDir, "nats", "node-1", "nats.pid"), "utf8").trim());
+      process.kill(pid, "SIGTERM");
+      const done = (await mine()).filter((r) => r.status === "COMPLETE").length;
+      assert.ok(done < n, `the stop came mid-map (${done}/${n} done)`);
+      const text = await run;
+      const results = JSON.parse(/^map: (.*)$/m.exec(text)?.[1] ?? "[]") as number[];
+      const wrong = results.filter((v, i) => v !== i * i).length + Math.max(0, n - results.length);
+      await waitFor(async () => (await mine()).every((r) => isFinalStatus(r.status)), {
+        timeoutMs: 120_000,
+        what: "every task of the map to have its final status in the store",
+      }).catch(() => undefined);
+      const rows = await mine();
+      const ends = (
+        await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
+          rows.map((r) => r.id),
+          [...TERMINAL_STATUSES],
+        ])
+      ).rows as { task_id: string }[];
+      assertFaultSummary(
+        t,
+        "NATS node stopped during map (1 of 3)",
+        tallyTasks(
+          rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
+          { duplicateResults: countDuplicates(ends.map((h) => h.task_id)), wrong },
+        ),
+      );
+      assert.equal(rows.length, n, "one task per input");
     },
   );
 });

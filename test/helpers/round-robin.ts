@@ -11,12 +11,15 @@ export interface RoundRobin {
   url: string;
   /** Requests each backend answered, by backend URL. */
   served: Map<string, number>;
+  /** Requests sent to a backend whose answer has not ended yet (which coordinator holds a long request). */
+  inFlight: Set<{ backend: string; method: string; path: string }>;
   close(): Promise<void>;
 }
 
 export async function startRoundRobin(backends: string[]): Promise<RoundRobin> {
   let next = 0;
   const served = new Map(backends.map((b) => [b, 0]));
+  const inFlight: RoundRobin["inFlight"] = new Set();
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
@@ -26,6 +29,9 @@ export async function startRoundRobin(backends: string[]): Promise<RoundRobin> {
         const backend = backends[next++ % backends.length] as string;
         const b = new URL(backend);
         const headers: IncomingHttpHeaders = { ...req.headers, host: b.host };
+        const flight = { backend, method: req.method ?? "", path: req.url ?? "" };
+        inFlight.add(flight);
+        res.once("close", () => inFlight.delete(flight));
         const out = httpRequest(
           { host: b.hostname, port: b.port, method: req.method, path: req.url, headers },
           (r) => {
@@ -37,6 +43,7 @@ export async function startRoundRobin(backends: string[]): Promise<RoundRobin> {
         );
         out.on("error", (e) => {
           // Refused: the request never reached that backend, so another may take it.
+          inFlight.delete(flight);
           if ((e as NodeJS.ErrnoException).code === "ECONNREFUSED" && left > 1) attempt(left - 1);
           else res.destroy();
         });
@@ -51,6 +58,7 @@ export async function startRoundRobin(backends: string[]): Promise<RoundRobin> {
   return {
     url: `http://127.0.0.1:${port}`,
     served,
+    inFlight,
     close: () =>
       new Promise<void>((r) => {
         server.closeAllConnections();

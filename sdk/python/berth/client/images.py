@@ -8,6 +8,7 @@ naming the step, its exit code and its last output lines.
 
 import os
 import sys
+import time
 from typing import IO, Any, Dict, Optional
 from urllib.parse import quote
 
@@ -23,9 +24,40 @@ def _workspace(client) -> str:
     return ws
 
 
+# A build whose stream broke (its coordinator died) is asked for again: behind a load balancer another
+# coordinator answers, and the steps done so far are in the agents' step cache. For a while the dead
+# build's room on its agent may not be free yet (the agent is tearing it down): "no room" is then
+# asked again too, within the window (docs/reliability.md, "Several coordinators").
+REBUILD_WINDOW_S = 60.0
+REBUILD_PAUSE_S = 2.0
+
+
 def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
     """Builds ``image`` (once: the cluster caches every step) and returns its record, with ``ref``."""
     out = out or sys.stdout
+    broke_at: Optional[float] = None
+    while True:
+        try:
+            record = _build_once(client, image, out)
+        except BerthError as e:
+            again = e.code == "unavailable" or (broke_at is not None and e.code == "resource_exhausted")
+            if not again or (broke_at is not None and time.monotonic() - broke_at > REBUILD_WINDOW_S):
+                raise ImageBuildError(f"building the image failed: {e.message}") from None
+            if broke_at is None:
+                broke_at = time.monotonic()
+                out.write(f"the build's connection broke ({e.message}); asking {client.url} again\n")
+            else:
+                out.write(f"the build cannot start yet ({e.message}); asking again\n")
+                time.sleep(REBUILD_PAUSE_S)
+            out.flush()
+            continue
+        if not record.get("ref"):
+            raise ImageBuildError("the coordinator ended the image build without naming the built image")
+        return record
+
+
+def _build_once(client, image, out: IO[str]) -> Dict[str, Any]:
+    """One build request and its progress; BerthError when it fails or its stream breaks."""
     path = f"/api/v1/image/{quote(_workspace(client), safe='')}/build"
     conn = client.new_connection(None)
     record: Optional[Dict[str, Any]] = None
@@ -33,41 +65,40 @@ def build_image(client, image, out: Optional[IO[str]] = None) -> Dict[str, Any]:
     push = PushProgress(out)
     pull = PullProgress(out)
     try:
-        try:
-            body: Dict[str, Any] = {"image": image.spec()}
-            creds = image.credential_values()
-            if creds:
-                # Values only in this request (TLS to the coordinator, then mTLS to the agent); never printed.
-                body["base_image_creds"] = creds
-            if image.dockerfile:
-                body["dockerfile"] = _dockerfile(client, image.dockerfile)
-            resp = client.stream(conn, path, body)
-            for ev in events(resp, client.url):
-                kind = ev.get("event")
-                if kind == "step":
-                    names[ev["step"]] = ev.get("name", "")
-                    if not ev.get("cached"):
-                        out.write(f"step {ev['step']}/{ev['total']} {ev.get('name', '')}\n")
-                elif kind == "output":
-                    out.write(f"  {ev.get('line', '')}\n")
-                elif kind == "step_done":
-                    n = ev["step"]
-                    mark = "cached" if ev.get("cached") else f"built in {ev.get('seconds', 0):.1f} s"
-                    out.write(f"step {n} {names.get(n, '')} … {mark}\n")
-                elif kind == "push":
-                    push.update(ev)
-                elif kind == "pull":
-                    pull.update(ev)
-                elif kind == "image":
-                    record = dict(ev.get("image") or {})
-                    record["env"] = ev.get("env") or {}
-                out.flush()
-        except BerthError as e:
-            raise ImageBuildError(f"building the image failed: {e.message}") from None
+        body: Dict[str, Any] = {"image": image.spec()}
+        creds = image.credential_values()
+        if creds:
+            # Values only in this request (TLS to the coordinator, then mTLS to the agent); never printed.
+            body["base_image_creds"] = creds
+        if image.dockerfile:
+            body["dockerfile"] = _dockerfile(client, image.dockerfile)
+        resp = client.stream(conn, path, body)
+        for ev in events(resp, client.url):
+            kind = ev.get("event")
+            if kind == "step":
+                names[ev["step"]] = ev.get("name", "")
+                if not ev.get("cached"):
+                    out.write(f"step {ev['step']}/{ev['total']} {ev.get('name', '')}\n")
+            elif kind == "output":
+                out.write(f"  {ev.get('line', '')}\n")
+            elif kind == "step_done":
+                n = ev["step"]
+                mark = "cached" if ev.get("cached") else f"built in {ev.get('seconds', 0):.1f} s"
+                out.write(f"step {n} {names.get(n, '')} … {mark}\n")
+            elif kind == "push":
+                push.update(ev)
+            elif kind == "pull":
+                pull.update(ev)
+            elif kind == "image":
+                record = dict(ev.get("image") or {})
+                record["env"] = ev.get("env") or {}
+            out.flush()
     finally:
         conn.close()
-    if not record or not record.get("ref"):
-        raise ImageBuildError("the coordinator ended the image build without naming the built image")
+    if record is None:
+        # A build that fails says so (an error event); an answer that just stops was cut off: http.client
+        # reads a chunked answer cut between two chunks as its end.
+        raise BerthError("unavailable", f"the build's answer from {client.url} stopped before naming the built image")
     return record
 
 
