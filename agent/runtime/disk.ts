@@ -157,14 +157,14 @@ export async function createDisk(p: DiskPaths, bytes: number, template?: DiskTem
   mkdirSync(p.mountPoint, { recursive: true });
   // noinit_itable: no background thread zeroing the inode tables, which
   // would write hundreds of MiB per container to the host's disk.
-  await run(`mounting the container disk ${p.image}`, "mount", [
-    "-t",
-    "ext4",
-    "-o",
-    "loop,noinit_itable",
-    p.image,
-    p.mountPoint,
-  ]);
+  try {
+    const args = ["-t", "ext4", "-o", "loop,noinit_itable", p.image, p.mountPoint];
+    await run(`mounting the container disk ${p.image}`, "mount", args);
+  } catch (e) {
+    throw new Error(
+      `${(e as Error).message}; on a host without loop devices, run the agent with --container-disk 0 (no disk quotas)`,
+    );
+  }
 }
 
 /** Unmounts the disk (detaching its loop device); a no-op when it is not mounted. */
