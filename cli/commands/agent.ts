@@ -49,14 +49,27 @@ interface AgentRunFlags {
   containerDisk?: number;
 }
 
-/** --container-disk: a size like 50Gi or 512Mi (a plain number is MiB), or 0 for no quota. */
+/** The smallest disk quota: agent/runtime/disk.ts MIN_DISK_BYTES (not imported: the CLI does not load the agent). */
+export const MIN_CONTAINER_DISK_BYTES = 16 * 2 ** 20;
+
+/**
+ * --container-disk: a size like 50Gi or 512Mi (a plain number is MiB) of at
+ * least 16 MiB, or 0 for no quota; checked here so `berth up` stops before
+ * it starts anything.
+ */
 export function parseContainerDisk(v: string): number {
   if (v.trim() === "0") return 0;
+  let bytes: number;
   try {
-    return parseMemory(v, "--container-disk");
+    bytes = parseMemory(v, "--container-disk");
   } catch (e) {
     throw new InvalidArgumentError((e as Error).message);
   }
+  if (bytes < MIN_CONTAINER_DISK_BYTES)
+    throw new InvalidArgumentError(
+      `--container-disk ${JSON.stringify(v)} must be 0 (no quota) or at least 16Mi`,
+    );
+  return bytes;
 }
 
 function collect(v: string, acc: string[]): string[] {

@@ -15,7 +15,8 @@ import { Runc } from "../../agent/runtime/runc.ts";
 import { ContainerRuntime } from "../../agent/runtime/runtime.ts";
 import { resolveContainerRuntimeOptions } from "../../agent/runtime/options.ts";
 import { resolveAgentOptions } from "../../agent/options.ts";
-import { parseContainerDisk } from "../../cli/commands/agent.ts";
+import { MIN_CONTAINER_DISK_BYTES, parseContainerDisk } from "../../cli/commands/agent.ts";
+import { MIN_DISK_BYTES } from "../../agent/runtime/disk.ts";
 import { needs } from "../helpers/env.ts";
 import { loopsUnder } from "../helpers/loops.ts";
 import { py, runtimeHarness } from "./harness.ts";
@@ -152,6 +153,15 @@ test("the agent's --container-disk: a size or 0, bad values named", () => {
   assert.equal(parseContainerDisk("512"), 512 * MiB, "a plain number is MiB");
   assert.equal(parseContainerDisk("0"), 0, "no quota");
   assert.throws(() => parseContainerDisk("lots"), /--container-disk "lots" is not a size/);
+  assert.throws(
+    () => parseContainerDisk("5Mi"),
+    /--container-disk "5Mi" must be 0 \(no quota\) or at least 16Mi/,
+  );
+  assert.equal(
+    MIN_CONTAINER_DISK_BYTES,
+    MIN_DISK_BYTES,
+    "the CLI and the runtime agree on the smallest quota",
+  );
   assert.equal(resolveAgentOptions({}).containerDiskBytes, 50 * 1024 * MiB, "50 GiB by default");
   assert.equal(resolveAgentOptions({ containerDiskBytes: 0 }).containerDiskBytes, 0);
   assert.throws(
