@@ -29,8 +29,8 @@ export function limitHit(
   state: ContainerLimitState | undefined,
   refusedBefore: number | undefined,
   raised: TaskError,
+  own = `the task raised ${raised.type}${raised.message ? `: ${raised.message}` : ""}`,
 ): LimitHit | undefined {
-  const own = `the task raised ${raised.type}${raised.message ? `: ${raised.message}` : ""}`;
   const refused = state?.pids.refused;
   if (refused !== undefined && refused > (refusedBefore ?? 0)) {
     const limit = state?.pids.limit;
@@ -76,6 +76,28 @@ export function limitOfResult(
   const state = readLimit(reader, log, slot.containerId, (l, id) => l.limits(id));
   slot.pidsRefused = state?.pids.refused;
   return limitHit(state, before, r.error);
+}
+
+/**
+ * The container limit a task whose container died under it ran into, if
+ * any (an OOM kill is the runtime's exit reason and comes first): forks
+ * refused since the container's last answered task, or a full disk. Read
+ * at the exit event, before the container is removed.
+ */
+export function limitOfCrash(
+  reader: ContainerLimitsReader | undefined,
+  slot: Slot,
+  code: string,
+  log: TaskWorkerLogger,
+): LimitHit | undefined {
+  const state = readLimit(reader, log, slot.containerId, (l, id) => l.limits(id));
+  const exited = `its container exited with code ${code}`;
+  return limitHit(
+    state,
+    slot.pidsRefused,
+    { type: "ContainerExited", message: exited, traceback: "" },
+    exited,
+  );
 }
 
 /** A read of the container's limits; undefined (and logged) when it fails: the task keeps its own error. */

@@ -48,7 +48,13 @@ export async function recordResult(
     await events.publish({ ...base, type: "retry", reason, error: limit?.error ?? r.error });
     t.msg.nak();
   } else if (limit) {
-    await events.publish({ ...base, type: "finished", status: "FAILED", reason: limit.reason, error: limit.error });
+    await events.publish({
+      ...base,
+      type: "finished",
+      status: "FAILED",
+      reason: limit.reason,
+      error: limit.error,
+    });
     t.msg.term();
   } else {
     await events.publish({ ...base, type: "finished", status: "FAILED", error: r.error });
@@ -59,7 +65,9 @@ export async function recordResult(
 /**
  * The container died while the task ran: retried within max_retries, else
  * FAILED. The runtime's exit reason names a death the exit code alone cannot
- * tell apart: an OOM kill is `oom_killed` (error OutOfMemory), not "exit code 137".
+ * tell apart: an OOM kill is `oom_killed` (error OutOfMemory), not "exit code 137";
+ * a death a container limit explains (`limit`: refused forks, a full disk) is
+ * `pids_exhausted` or `disk_full`.
  */
 export async function recordCrash(
   events: TaskEventPublisher,
@@ -67,12 +75,22 @@ export async function recordCrash(
   t: InFlight,
   code: string,
   exitReason?: ExitReason,
+  limit?: LimitHit,
 ): Promise<void> {
   const oom = exitReason === "oom_killed";
   if (t.attempt <= t.maxRetries) {
-    const reason = oom ? `oom_killed: exit code ${code}` : `container_exited: exit code ${code}`;
-    await events.publish({ ...base, type: "retry", reason });
+    const why = oom ? "oom_killed" : (limit?.reason ?? "container_exited");
+    await events.publish({ ...base, type: "retry", reason: `${why}: exit code ${code}` });
     t.msg.nak();
+  } else if (!oom && limit) {
+    await events.publish({
+      ...base,
+      type: "finished",
+      status: "FAILED",
+      reason: limit.reason,
+      error: limit.error,
+    });
+    t.msg.term();
   } else {
     await events.publish({
       ...base,

@@ -30,7 +30,7 @@ import { assignment, dropHeldStart, foldedStart, settle, unhand } from "./in-fli
 import { endedOnDelivery, headerNumber, pullOne, pullQueued, taskError } from "./pulls.ts";
 import { ConfigVersions, idleAsk } from "./config-versions.ts";
 import { recordCrash, recordResult } from "./outcomes.ts";
-import { limitOfResult, readLimit } from "./limits.ts";
+import { type LimitHit, limitOfCrash, limitOfResult, readLimit } from "./limits.ts";
 import type { ExitReason } from "../../api/index.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
@@ -431,6 +431,9 @@ export class TaskWorker {
     if (!slot) return;
     this.closeSlot(slot);
     const code = exitCode === undefined ? "unknown" : String(exitCode);
+    const busy = slot.handOuts.size > 0;
+    const limit =
+      busy && reason !== "oom_killed" ? limitOfCrash(this.o.limits, slot, code, this.log) : undefined;
     for (const handOut of [...slot.handOuts]) {
       const [running, ...unstarted] = handOut.tasks;
       for (const t of unstarted) {
@@ -438,15 +441,21 @@ export class TaskWorker {
         dropHeldStart(t);
         this.ready.push(slot.stubId, t);
       }
-      if (running) this.crashed(slot, running, code, reason);
+      if (running) this.crashed(slot, running, code, reason, limit);
     }
   }
 
-  private crashed(slot: Slot, t: InFlight, code: string, reason: ExitReason | undefined): void {
+  private crashed(
+    slot: Slot,
+    t: InFlight,
+    code: string,
+    reason: ExitReason | undefined,
+    limit: LimitHit | undefined,
+  ): void {
     if (!settle(t)) return;
     void (async () => {
       const base = { ...this.base(slot, t.taskId, t.attempt), ...(await foldedStart(t)) };
-      await recordCrash(this.events, base, t, code, reason);
+      await recordCrash(this.events, base, t, code, reason, limit);
     })().catch((e) => {
       this.log.error({ taskId: t.taskId, err: describeError(e) }, "recording a task whose container exited");
       t.msg.nak();

@@ -181,6 +181,50 @@ test("task bridge with container limits", { timeout: 120_000 }, async (t) => {
     },
   );
 
+  await t.test(
+    "a container that dies under its task names the limit: a pids_exhausted retry, then FAILED disk_full; else container_exited",
+    async () => {
+      const r1 = await openRunner("stub-die", { pids: { limit: 4096, refused: 1 } });
+      await publishTask(n, { stubId: "stub-die", taskId: "task-die", maxRetries: 1 });
+      await nextTask(r1.socket);
+      // The runner could not start a thread and died: forks were refused since its last answer.
+      state.set(r1.containerId, { pids: { limit: 4096, refused: 4 } });
+      runners.exited(r1.containerId, 1);
+      const r2 = await openRunner("stub-die", { pids: { limit: 4096, refused: 0 } });
+      assert.equal((await nextTask(r2.socket)).attempt, 2);
+      state.set(r2.containerId, {
+        disk: { sizeBytes: 50 * 1024 * MiB, freeBytes: MiB, full: true },
+        pids: { limit: 4096, refused: 0 },
+      });
+      runners.exited(r2.containerId, 1);
+      const evs = await eventsOf(n, "task-die", 4);
+      assert.equal((evs.find((e) => e.type === "retry") as Retry).reason, "pids_exhausted: exit code 1");
+      const fin = evs.at(-1) as Finished;
+      assert.equal(fin.reason, "disk_full");
+      assert.equal(fin.error?.type, "DiskFull");
+      assert.equal(
+        fin.error?.message,
+        "the container's disk of 50 GiB is full (1 MiB free); its container exited with code 1",
+      );
+      // An OOM kill stays oom_killed (forks refused or not), and a death no limit explains container_exited.
+      const r3 = await openRunner("stub-die", { pids: { limit: 4096, refused: 0 } });
+      await publishTask(n, { stubId: "stub-die", taskId: "task-die-oom" });
+      await nextTask(r3.socket);
+      state.set(r3.containerId, { pids: { limit: 4096, refused: 2 } });
+      runners.exited(r3.containerId, 137, "oom_killed");
+      assert.equal(((await eventsOf(n, "task-die-oom", 2))[1] as Finished).reason, "oom_killed");
+      const r4 = await openRunner("stub-die", { pids: { limit: 4096, refused: 0 } });
+      await publishTask(n, { stubId: "stub-die", taskId: "task-die-2" });
+      await nextTask(r4.socket);
+      runners.exited(r4.containerId, 3);
+      const plain = (await eventsOf(n, "task-die-2", 2))[1] as Finished;
+      assert.equal(plain.reason, "container_exited");
+      assert.equal(plain.error?.type, "ContainerExited");
+      await queueEmpty(n);
+      for (const r of [r1, r2, r3, r4]) await runners.close(r.containerId);
+    },
+  );
+
   await t.test("a reader that throws leaves the task its own error", async () => {
     const r = await openRunner("stub-throw", { pids: { limit: 4096, refused: 0 } });
     throwing.add(r.containerId);
