@@ -103,18 +103,16 @@ export class BerthHost implements Contender {
       root: join(dir, "host"),
       images: this.timed(images, "images", ["pull"]),
       network: this.timed(net, "network", ["attach", "allowInbound"]),
-      runtime: (hooks) =>
-        this.timed(
-          // As the agent runs it: two disks made ahead of demand.
-          (runtime = new ContainerRuntime({
-            root: join(dir, "containers"),
-            cgroupParent,
-            diskPoolSize: 2,
-            ...hooks,
-          })),
-          "runtime",
-          ["run"],
-        ),
+      runtime: (hooks) => {
+        // As the agent runs it: two disks made ahead of demand.
+        runtime = new ContainerRuntime({
+          root: join(dir, "containers"),
+          cgroupParent,
+          diskPoolSize: 2,
+          ...hooks,
+        });
+        return this.timed(runtime, "runtime", ["run"]);
+      },
       capacity: { cpuCores: 64, memoryBytes: 64 * 1024 ** 3 },
       onEvent: (e) => this.onEvent(e),
       onLog: (l) => this.onLog(l),
