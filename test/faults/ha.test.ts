@@ -4,7 +4,9 @@
 // coordinators by a round-robin balancer, and a `.map()` keeps every result
 // while one coordinator is SIGKILLed in the middle of it, and another while
 // one NATS node of three is stopped (the fault suite's summary lines,
-// test/faults/summary.ts).
+// test/faults/summary.ts). A second cluster (test/faults/ha-cluster.ts)
+// takes a coordinator SIGKILLed during a deploy's image build and during
+// streaming endpoint calls (issue 18, requirement 3).
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -13,8 +15,9 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { connect } from "nats";
 import { waitFor } from "../../shared/net.ts";
-import { TERMINAL_STATUSES } from "../../shared/tasks.ts";
+import { RunnerLabels, TERMINAL_STATUSES } from "../../shared/tasks.ts";
 import { CLI_BIN, UP_COMMANDS } from "../helpers/berth-up.ts";
+import { runCli } from "../helpers/cluster.ts";
 import { needs } from "../helpers/env.ts";
 import { startHaCluster } from "./ha-cluster.ts";
 import { assertFaultSummary, countDuplicates, isFinalStatus, tallyTasks } from "./summary.ts";
@@ -75,31 +78,9 @@ if __name__ == "__main__":
 
 test("berth up --replicas 3: functions and an endpoint through a round-robin balancer; a coordinator SIGKILLed mid-map", async (t) => {
   if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
-  const { up, coordinators, lb, db, env, killCoordinator, pauseSupervisor } = await startHaCluster(t);
+  const { up, coordinators, lb, db, env, killCoordinator } = await startHaCluster(t);
   assert.equal(Number((await db.query("select count(*) as n from workspaces")).rows[0].n), 1);
   writeFileSync(join(up.appDir, "app.py"), APP);
-  /** `berth ARGS` in the app's directory, every request through the balancer. */
-  const cliThroughBalancer = (args: string[]) =>
-    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(
-        process.execPath,
-        [CLI_BIN, ...args],
-        { cwd: up.appDir, env: { ...up.env, ...env }, timeout: 400_000, maxBuffer: 16 << 20 },
-        (err, stdout, stderr) =>
-          resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr }),
-      );
-    });
-  /** Waits until every coordinator answers (berth up restarts one an earlier case killed). */
-  const everyCoordinatorAnswers = () =>
-    waitFor(
-      async () => {
-        for (const c of coordinators)
-          if ((await fetch(`${c}/healthz`).catch(() => undefined))?.ok !== true) return false;
-        return true;
-      },
-      { timeoutMs: 120_000, what: "every coordinator to answer" },
-    );
-
   await t.test("every stream is replicated on the three NATS nodes", async () => {
     const r = await up.api("/healthz");
     assert.equal(r.status, 200);
@@ -209,9 +190,112 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
   );
 
   await t.test(
+    "a NATS node stopped during a .map(): every accepted task ends once, every result right",
+    async () => {
+      const n = 100;
+      const before = new Set(
+        (
+          (
+            await db.query("select t.id from tasks t join stubs s on s.id = t.stub_id where s.name like $1", [
+              "%slow_square",
+            ])
+          ).rows as { id: string }[]
+        ).map((r) => r.id),
+      );
+      const run = up.python(["app.py", "slow", String(n)], 300_000, env);
+      const mine = async () =>
+        (
+          (
+            await db.query(
+              "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
+              ["%slow_square"],
+            )
+          ).rows as { id: string; status: string; attempt: number }[]
+        ).filter((r) => !before.has(r.id));
+      await waitFor(async () => (await mine()).filter((r) => r.status === "COMPLETE").length >= 10, {
+        timeoutMs: 240_000,
+        what: "the map to be under way",
+      });
+      // Node 1: the first URL of every client's list, so coordinators and the agent move to the others.
+      const pid = Number(readFileSync(join(up.dataDir, "nats", "node-1", "nats.pid"), "utf8").trim());
+      process.kill(pid, "SIGTERM");
+      const done = (await mine()).filter((r) => r.status === "COMPLETE").length;
+      assert.ok(done < n, `the stop came mid-map (${done}/${n} done)`);
+      const text = await run;
+      const results = JSON.parse(/^map: (.*)$/m.exec(text)?.[1] ?? "[]") as number[];
+      const wrong = results.filter((v, i) => v !== i * i).length + Math.max(0, n - results.length);
+      await waitFor(async () => (await mine()).every((r) => isFinalStatus(r.status)), {
+        timeoutMs: 120_000,
+        what: "every task of the map to have its final status in the store",
+      }).catch(() => undefined);
+      const rows = await mine();
+      const ends = (
+        await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
+          rows.map((r) => r.id),
+          [...TERMINAL_STATUSES],
+        ])
+      ).rows as { task_id: string }[];
+      assertFaultSummary(
+        t,
+        "NATS node stopped during map (1 of 3)",
+        tallyTasks(
+          rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
+          { duplicateResults: countDuplicates(ends.map((h) => h.task_id)), wrong },
+        ),
+      );
+      assert.equal(rows.length, n, "one task per input");
+    },
+  );
+});
+
+// A cluster of its own: the cases above leave a NATS node stopped.
+test("berth up --replicas 3: a coordinator SIGKILLed during a deploy and during streaming endpoint calls", async (t) => {
+  if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
+  const { up, coordinators, lb, db, env, killCoordinator, pauseSupervisor } = await startHaCluster(t);
+  writeFileSync(join(up.appDir, "app.py"), APP);
+  /** `berth ARGS` in the app's directory, every request through the balancer. */
+  const cliThroughBalancer = (args: string[]) =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        [CLI_BIN, ...args],
+        { cwd: up.appDir, env: { ...up.env, ...env }, timeout: 400_000, maxBuffer: 16 << 20 },
+        (err, stdout, stderr) =>
+          resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr }),
+      );
+    });
+  /** Waits until every coordinator answers (berth up restarts one an earlier case killed). */
+  const everyCoordinatorAnswers = () =>
+    waitFor(
+      async () => {
+        for (const c of coordinators)
+          if ((await fetch(`${c}/healthz`).catch(() => undefined))?.ok !== true) return false;
+        return true;
+      },
+      { timeoutMs: 120_000, what: "every coordinator to answer" },
+    );
+
+  await t.test(
     "a coordinator SIGKILLed during a deploy's image build: the deploy carries on through the balancer, nothing is left half done",
     async () => {
       await everyCoordinatorAnswers();
+      // The build takes a core of the host's two: wait for the earlier cases' function runners (keep
+      // warm 10 s) to go, or the agent refuses the build for want of room before the kill can land.
+      const functionStubs = new Set(
+        ((await db.query("select id from stubs where type = 'function'")).rows as { id: string }[]).map(
+          (r) => r.id,
+        ),
+      );
+      const sock = join(up.dataDir, "agent", "agent.sock");
+      await waitFor(
+        async () => {
+          const ps = await runCli(["agent", "ps", "--json", "--socket", sock]);
+          if (ps.code !== 0) return false;
+          const running = JSON.parse(ps.stdout) as { labels?: Record<string, string> }[];
+          return running.every((c) => !functionStubs.has(c.labels?.[RunnerLabels.stubId] ?? ""));
+        },
+        { timeoutMs: 120_000, what: "the earlier cases' function runners to stop" },
+      );
       const deploy = () => cliThroughBalancer(["deploy", "app.py:slowbuild"]);
       const building = async () =>
         Number(
@@ -238,6 +322,7 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
         `the deploy ended before its build was under way: ${JSON.stringify(ended)}`,
       );
       await new Promise((r) => setTimeout(r, 3000)); // into the step, not at its start
+      assert.equal(ended, undefined, `the deploy ended before the kill: ${JSON.stringify(ended)}`);
       const n = coordinators.indexOf(holder) + 1;
       killCoordinator(n);
       const r1 = await first;
@@ -431,64 +516,6 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
           what: "berth up to start coordinator 2 again",
         },
       );
-    },
-  );
-
-  await t.test(
-    "a NATS node stopped during a .map(): every accepted task ends once, every result right",
-    async () => {
-      const n = 100;
-      const before = new Set(
-        (
-          (
-            await db.query("select t.id from tasks t join stubs s on s.id = t.stub_id where s.name like $1", [
-              "%slow_square",
-            ])
-          ).rows as { id: string }[]
-        ).map((r) => r.id),
-      );
-      const run = up.python(["app.py", "slow", String(n)], 300_000, env);
-      const mine = async () =>
-        (
-          (
-            await db.query(
-              "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
-              ["%slow_square"],
-            )
-          ).rows as { id: string; status: string; attempt: number }[]
-        ).filter((r) => !before.has(r.id));
-      await waitFor(async () => (await mine()).filter((r) => r.status === "COMPLETE").length >= 10, {
-        timeoutMs: 240_000,
-        what: "the map to be under way",
-      });
-      // Node 1: the first URL of every client's list, so coordinators and the agent move to the others.
-      const pid = Number(readFileSync(join(up.dataDir, "nats", "node-1", "nats.pid"), "utf8").trim());
-      process.kill(pid, "SIGTERM");
-      const done = (await mine()).filter((r) => r.status === "COMPLETE").length;
-      assert.ok(done < n, `the stop came mid-map (${done}/${n} done)`);
-      const text = await run;
-      const results = JSON.parse(/^map: (.*)$/m.exec(text)?.[1] ?? "[]") as number[];
-      const wrong = results.filter((v, i) => v !== i * i).length + Math.max(0, n - results.length);
-      await waitFor(async () => (await mine()).every((r) => isFinalStatus(r.status)), {
-        timeoutMs: 120_000,
-        what: "every task of the map to have its final status in the store",
-      }).catch(() => undefined);
-      const rows = await mine();
-      const ends = (
-        await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
-          rows.map((r) => r.id),
-          [...TERMINAL_STATUSES],
-        ])
-      ).rows as { task_id: string }[];
-      assertFaultSummary(
-        t,
-        "NATS node stopped during map (1 of 3)",
-        tallyTasks(
-          rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
-          { duplicateResults: countDuplicates(ends.map((h) => h.task_id)), wrong },
-        ),
-      );
-      assert.equal(rows.length, n, "one task per input");
     },
   );
 });
