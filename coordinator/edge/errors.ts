@@ -10,7 +10,13 @@
 // answers clients can use it without a cycle.
 
 import { randomBytes } from "node:crypto";
-import { BerthError, CATALOG, type CatalogEntry, type ErrorCode, type ErrorKind } from "../../shared/errors.ts";
+import {
+  BerthError,
+  CATALOG,
+  type CatalogEntry,
+  type ErrorCode,
+  type ErrorKind,
+} from "../../shared/errors.ts";
 
 /** The HTTP status of each kind; a catalog entry's `http` overrides it for its code. */
 export const HTTP_STATUS: Record<ErrorKind, number> = {
@@ -128,16 +134,60 @@ export function toBerthError(err: unknown): BerthError {
   }
   if (fe?.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
     // 413 (not the code's 429): retrying the same body cannot succeed.
-    return new HttpRefusal("resource_exhausted", "the request body is larger than this route's limit (docs/api-limits.md)", {
-      status: 413,
-    });
+    return new HttpRefusal(
+      "resource_exhausted",
+      "the request body is larger than this route's limit (docs/api-limits.md)",
+      {
+        status: 413,
+      },
+    );
   }
   if (fe && typeof fe.statusCode === "number" && fe.statusCode >= 400 && fe.statusCode < 500) {
     return new BerthError("invalid_request", fe.message);
   }
+  const away = dependencyAway(err);
+  if (away) {
+    const unavailable = new BerthError("unavailable", away);
+    (unavailable as { cause?: unknown }).cause = err;
+    return unavailable;
+  }
   const internal = new BerthError("internal", "internal error");
   (internal as { cause?: unknown }).cause = err;
   return internal;
+}
+
+/** NATS client errors of a server or cluster that is away or electing a leader (nats.js NatsError codes). */
+const NATS_AWAY = new Set([
+  "TIMEOUT",
+  "503",
+  "CONNECTION_CLOSED",
+  "CONNECTION_DRAINING",
+  "CONNECTION_REFUSED",
+  "CONNECTION_TIMEOUT",
+  "DISCONNECT",
+]);
+/** PostgreSQL's "connection exception" (08...) and "operator intervention" shutdowns (57P01-57P03). */
+const PG_AWAY = /^(08\d{3}|57P0[123])$/;
+const SOCKET_AWAY = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH"]);
+
+/**
+ * What the client is told when a dependency the coordinator needs (NATS,
+ * PostgreSQL) is away for a moment: a NATS node stopping or a stream
+ * electing a new leader, a database restarting. These are not berth's bugs
+ * and a retry can succeed, so they are `unavailable` (503), not internal;
+ * the text names the dependency, never its address or the driver's words.
+ */
+function dependencyAway(err: unknown): string | undefined {
+  const e = err as { name?: unknown; code?: unknown; message?: unknown } | undefined;
+  if (!e || typeof e !== "object") return undefined;
+  const code = typeof e.code === "string" ? e.code : "";
+  const message = typeof e.message === "string" ? e.message : "";
+  if (e.name === "NatsError" && NATS_AWAY.has(code))
+    return "the cluster's message bus (NATS) did not answer in time; try again";
+  if (PG_AWAY.test(code) || /^Connection terminated|timeout exceeded when trying to connect/.test(message))
+    return "the cluster's store (the database) is not reachable; try again";
+  if (SOCKET_AWAY.has(code)) return "a service the coordinator needs is not reachable; try again";
+  return undefined;
 }
 
 /** The HTTP status a client gets for `e` (before the gateway's 200 convention). */
@@ -177,6 +227,10 @@ export const openAiType = (kind: ErrorKind): string => OPENAI_TYPES[kind];
 export function publicError(err: unknown, o: PublicErrorOptions = {}): PublicError {
   let e = toBerthError(err);
   let errorId: string | undefined;
+  if (e.code === "unavailable" && e.cause !== undefined) {
+    // A dependency away (dependencyAway): the operator needs the driver's own words.
+    o.log?.error({ err: e.cause, ...o.context }, `${o.what ?? "request failed"}: ${e.message}`);
+  }
   if (e.kind === "Internal") {
     errorId = newErrorId();
     const original = e.cause !== undefined ? e.cause : err;

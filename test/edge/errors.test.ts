@@ -45,7 +45,11 @@ export function codesIn(src: string): string[] {
 
 /** `file: code` for each code written in `files` that CATALOG lacks. */
 export function uncataloged(files: { path: string; src: string }[]): string[] {
-  return files.flatMap((f) => codesIn(f.src).filter((c) => !Object.hasOwn(CATALOG, c)).map((c) => `${f.path}: ${c}`));
+  return files.flatMap((f) =>
+    codesIn(f.src)
+      .filter((c) => !Object.hasOwn(CATALOG, c))
+      .map((c) => `${f.path}: ${c}`),
+  );
 }
 
 function sources(dir: string): { path: string; src: string }[] {
@@ -63,7 +67,14 @@ describe("every error code a client sees is in the catalog", () => {
 
   test("the scan finds the codes of the raw paths and the routes", () => {
     const all = new Set(files.flatMap((f) => codesIn(f.src)));
-    for (const c of ["not_found", "bad_gateway", "task_timeout", "task_cancelled", "unauthenticated", "route_not_found"])
+    for (const c of [
+      "not_found",
+      "bad_gateway",
+      "task_timeout",
+      "task_cancelled",
+      "unauthenticated",
+      "route_not_found",
+    ])
       assert.ok(all.has(c), `the scan should find ${c}`);
   });
 
@@ -125,6 +136,43 @@ describe("publicError", () => {
     }
   });
 
+  test("a dependency away (NATS, PostgreSQL, a refused socket) is 503 unavailable, named without its words; the log has them", () => {
+    const nats = Object.assign(new Error(`TIMEOUT nats://${SECRET}:4222`), {
+      name: "NatsError",
+      code: "TIMEOUT",
+    });
+    const noResponders = Object.assign(new Error(SECRET), { name: "NatsError", code: "503" });
+    const pgShutdown = Object.assign(new Error(`terminating connection ${SECRET}`), { code: "57P01" });
+    const pgGone = new Error(`Connection terminated unexpectedly ${SECRET}`);
+    const refused = Object.assign(new Error(`connect ECONNREFUSED ${SECRET}`), { code: "ECONNREFUSED" });
+    const cases: [Error, RegExp][] = [
+      [nats, /message bus \(NATS\)/],
+      [noResponders, /message bus \(NATS\)/],
+      [pgShutdown, /store \(the database\)/],
+      [pgGone, /store \(the database\)/],
+      [refused, /not reachable/],
+    ];
+    for (const [err, named] of cases) {
+      const c = capture();
+      const pe = publicError(err, { log: c.log });
+      const body = pe.body as { error: { code: string; message: string } };
+      assert.equal(pe.status, 503, err.message);
+      assert.equal(body.error.code, "unavailable");
+      assert.match(body.error.message, named);
+      assert.ok(
+        !JSON.stringify(pe.body).includes(SECRET),
+        `the driver's words reached the client: ${body.error.message}`,
+      );
+      assert.ok(
+        c.lines().some((l) => JSON.stringify(l).includes(SECRET)),
+        "the log line has the driver's error",
+      );
+    }
+    // A NatsError that is not about availability (a permissions violation) stays internal.
+    const denied = Object.assign(new Error(SECRET), { name: "NatsError", code: "PERMISSIONS_VIOLATION" });
+    assert.equal(publicError(denied).status, 500);
+  });
+
   test("api, gateway, gateway-raw and openai shapes", () => {
     const e = new BerthError("not_found", "stub x not found");
     assert.deepEqual(publicError(e), {
@@ -140,7 +188,9 @@ describe("publicError", () => {
     assert.equal(publicError(e, { shape: "gateway-raw" }).status, 404);
     const oa = publicError(new BerthError("limit_exceeded", "too many"), { shape: "openai" });
     assert.equal(oa.status, 429);
-    assert.deepEqual(oa.body, { error: { message: "too many", type: "rate_limit_error", code: "limit_exceeded" } });
+    assert.deepEqual(oa.body, {
+      error: { message: "too many", type: "rate_limit_error", code: "limit_exceeded" },
+    });
     const oi = publicError(new RangeError(SECRET), { shape: "openai" });
     assert.equal(oi.status, 500);
     assert.equal((oi.body as { error: { type: string } }).error.type, "server_error");
@@ -148,9 +198,12 @@ describe("publicError", () => {
   });
 
   test("refusal status, headers and extra body fields", () => {
-    const pe = publicError(new HttpRefusal("invalid_request", "POST only", { status: 405, headers: { allow: "POST" } }), {
-      extra: { task_id: "t-1" },
-    });
+    const pe = publicError(
+      new HttpRefusal("invalid_request", "POST only", { status: 405, headers: { allow: "POST" } }),
+      {
+        extra: { task_id: "t-1" },
+      },
+    );
     assert.equal(pe.status, 405);
     assert.deepEqual(pe.headers, { allow: "POST" });
     assert.deepEqual(pe.body, { error: { code: "invalid_request", message: "POST only" }, task_id: "t-1" });
@@ -166,13 +219,19 @@ async function listen(t: TestContext, server: Server): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
-async function get(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: unknown }> {
+async function get(
+  url: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: unknown }> {
   const res = await fetch(url, { headers });
   return { status: res.status, body: await res.json() };
 }
 
 /** An upgrade that is refused: the status and JSON body written on the socket. */
-function upgrade(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: unknown }> {
+function upgrade(
+  url: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: unknown }> {
   return new Promise((resolve, reject) => {
     const req = request(url, {
       headers: {
@@ -187,7 +246,9 @@ function upgrade(url: string, headers: Record<string, string> = {}): Promise<{ s
     req.on("response", (res: IncomingMessage) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString()) }));
+      res.on("end", () =>
+        resolve({ status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString()) }),
+      );
     });
     req.on("error", reject);
     req.end();
@@ -204,7 +265,9 @@ const failingTokens = {
 describe("an internal error's text reaches no client", () => {
   test("Fastify route and gateway route", async () => {
     const c = capture();
-    const app = Fastify({ loggerInstance: c.log as unknown as FastifyBaseLogger }) as unknown as FastifyInstance;
+    const app = Fastify({
+      loggerInstance: c.log as unknown as FastifyBaseLogger,
+    }) as unknown as FastifyInstance;
     installErrorHandlers(app);
     app.get("/api/v1/boom", async () => {
       throw new TypeError(SECRET);
@@ -274,7 +337,12 @@ describe("an internal error's text reaches no client", () => {
   test("shell websocket refusal", async (t) => {
     const c = capture();
     const server = createServer((_req, res) => res.end());
-    attachShellUpgrades(server, { tokens: failingTokens, targets: [], agents: { client: () => ({}) as never }, log: c.log });
+    attachShellUpgrades(server, {
+      tokens: failingTokens,
+      targets: [],
+      agents: { client: () => ({}) as never },
+      log: c.log,
+    });
     const base = await listen(t, server);
     const u = await upgrade(`${base}/api/v1/container/ws-1/ctr-1/shell`, { authorization: "Bearer tok" });
     assert.equal(u.status, 500);
