@@ -185,8 +185,44 @@ export class ImageBuilds {
       // Resolved before anything is reserved, for this build only: the values go to the agent and nowhere else (no record, no log).
       build.secretEnv = await this.o.secrets.resolve(workspaceId, secretNames);
     }
-    const id = `bld-${randomBytes(8).toString("hex")}`;
     const stepNames = req.steps.map((s) => s.name);
+    const waitMs = this.o.placementWaitMs ?? 60_000;
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      try {
+        return await this.attempt(
+          workspaceId,
+          req,
+          build,
+          stepNames,
+          Math.max(1, deadline - Date.now()),
+          emit,
+        );
+      } catch (e) {
+        // The agent refused for room before the build began: this coordinator's view of that host was
+        // stale (runners started through other coordinators since its last heartbeat). Place it again
+        // once the view has moved, within the same wait, instead of failing the deploy.
+        if (!(e instanceof RoomRefusedBeforeStart) || Date.now() + ROOM_RETRY_MS >= deadline)
+          throw unwrapRoom(e);
+        this.o.log?.info(
+          { workspaceId, agentId: e.agentId, err: describeError(e.cause) },
+          "image build: the agent had no room, placing it again",
+        );
+        await new Promise((r) => setTimeout(r, ROOM_RETRY_MS));
+      }
+    }
+  }
+
+  /** One placement of the build and its run; a room refusal before the first event is RoomRefusedBeforeStart. */
+  private async attempt(
+    workspaceId: string,
+    req: BuildImageRequest,
+    build: BuildImageRequest,
+    stepNames: string[],
+    waitMs: number,
+    emit: (u: ImageBuildUpdate) => void,
+  ): Promise<void> {
+    const id = `bld-${randomBytes(8).toString("hex")}`;
     const held = await this.o.planner.reserveWithin(
       {
         id,
@@ -201,14 +237,15 @@ export class ImageBuilds {
           preferAgents: await this.agentsHoldingSteps(workspaceId, req.baseImage ?? "", stepNames),
         },
       },
-      { waitMs: this.o.placementWaitMs ?? 60_000, what: "the image build" },
+      { waitMs, what: "the image build" },
     );
     let record: BuiltImage | undefined;
+    let started = false;
     try {
-      await this.o.planner.whenReady(id, this.o.placementWaitMs ?? 60_000);
+      await this.o.planner.whenReady(id, waitMs);
       const agent = this.o.agents.client(held.agentId);
       // The type the planner chose on that host, so the agent gives its steps that GPU.
-      if (build.gpu && held.gpuType) build.gpu = { ...build.gpu, types: [held.gpuType] };
+      if (build.gpu && held.gpuType) build = { ...build, gpu: { ...build.gpu, types: [held.gpuType] } };
       const contexts = new Set(build.steps.flatMap((s) => (s.code ? [s.code.sha256] : [])));
       for (const sha of contexts) {
         if (!this.o.code)
@@ -219,6 +256,7 @@ export class ImageBuilds {
         await this.o.code.ensure(held.agentId, sha, agent as unknown as ContainerApi);
       }
       for await (const e of agent.buildImage(build)) {
+        started = true;
         if (e.type === "base") {
           const now = new Date().toISOString();
           record = {
@@ -254,6 +292,8 @@ export class ImageBuilds {
         }
       }
     } catch (e) {
+      if (!started && e instanceof BerthError && e.code === "resource_exhausted")
+        throw new RoomRefusedBeforeStart(held.agentId, e);
       if (record) {
         const failed: BuiltImage = {
           ...record,
@@ -274,6 +314,21 @@ export class ImageBuilds {
     }
   }
 }
+
+/** Between placing a build again after an agent refused it for room (about a heartbeat). */
+const ROOM_RETRY_MS = 1000;
+
+/** An agent refused the build for room before it began: nothing was built or recorded, so it can be placed again. */
+class RoomRefusedBeforeStart extends Error {
+  constructor(
+    readonly agentId: string,
+    override readonly cause: BerthError,
+  ) {
+    super(cause.message);
+  }
+}
+
+const unwrapRoom = (e: unknown): unknown => (e instanceof RoomRefusedBeforeStart ? e.cause : e);
 
 /** The key of a build record among the coordinators (ClusterClaims ids). */
 export const buildingKey = (i: Pick<BuiltImage, "workspaceId" | "imageId">): string =>
