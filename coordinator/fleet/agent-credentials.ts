@@ -73,9 +73,32 @@ export class AgentNatsUsers {
     const tmp = `${this.o.usersFile}.tmp-${process.pid}`;
     writeFileSync(tmp, text, { mode: 0o640 });
     renameSync(tmp, this.o.usersFile);
-    for (const pidFile of [this.o.pidFile ?? []].flat()) reloadNatsServer(pidFile);
+    reloadNatsNodes([this.o.pidFile ?? []].flat());
     return true;
   }
+}
+
+/**
+ * SIGHUP to every node of the cluster that runs. A node that is down (one of
+ * three stopped, its pid file stale) reads users.conf when it starts again,
+ * so it is skipped rather than failing the join or the coordinator's start;
+ * only when no node at all could be reloaded is the write an error.
+ */
+export function reloadNatsNodes(
+  pidFiles: string[],
+  reload: (pidFile: string) => void = reloadNatsServer,
+): void {
+  let reloaded = 0;
+  let first: unknown;
+  for (const pidFile of pidFiles) {
+    try {
+      reload(pidFile);
+      reloaded++;
+    } catch (e) {
+      first ??= e;
+    }
+  }
+  if (pidFiles.length > 0 && reloaded === 0) throw first;
 }
 
 /** SIGHUP to the nats-server whose pid_file this is: it rereads its config (and users.conf). */
