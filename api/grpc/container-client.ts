@@ -45,7 +45,8 @@ export interface RpcChannel {
   longDeadlineMs: number;
 }
 
-type UnaryMethod = (
+/** A generated client's unary method, as `method()` hands it out. */
+export type UnaryMethod = (
   request: object,
   metadata: grpc.Metadata,
   options: grpc.CallOptions,

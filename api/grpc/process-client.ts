@@ -14,7 +14,7 @@ import type {
   ProcessStatus,
   SandboxProcessApi,
 } from "../processes.ts";
-import { type RpcChannel, method, streamCall, unaryCall } from "./container-client.ts";
+import { type RpcChannel, type UnaryMethod, method, streamCall, unaryCall } from "./container-client.ts";
 import { execRequestToProto } from "./container-convert.ts";
 import { fromGrpcError } from "./errors.ts";
 
@@ -71,13 +71,6 @@ export function processInfoFromProto(w: WireProcessInfo): ProcessInfo {
 }
 
 const bytesOf = (b: Buffer) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-
-type UnaryMethod = (
-  request: object,
-  metadata: grpc.Metadata,
-  options: grpc.CallOptions,
-  callback: (err: grpc.ServiceError | null, res?: unknown) => void,
-) => grpc.ClientUnaryCall;
 
 export class ProcessRpcClient implements SandboxProcessApi {
   constructor(private readonly ch: RpcChannel) {}
