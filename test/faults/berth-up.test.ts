@@ -12,7 +12,7 @@
 
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -25,6 +25,7 @@ import { resolveAgentOptions } from "../../agent/options.ts";
 import { UP_PYTHON_IMAGE, importPythonImage } from "../../cli/up/python-image.ts";
 import { freePort } from "../../shared/net.ts";
 import { needs } from "../helpers/env.ts";
+import { flagValue, pidWhere } from "../helpers/procs.ts";
 import { waitUntil } from "../helpers/wait.ts";
 import { Teardown, outsideSubnets, testNames } from "../network/helpers.ts";
 import { type TaskRow, agentIdOf, agentReady, containers, seen, tasksOf } from "./cluster.ts";
@@ -72,18 +73,7 @@ if __name__ == "__main__":
 /** The pid of berth up's agent (its command line names the cluster's agent data dir). */
 function agentPid(up: BerthUp): number | undefined {
   const want = join(up.dataDir, "agent");
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    let argv: string[];
-    try {
-      argv = readFileSync(`/proc/${d}/cmdline`, "utf8").split("\0");
-    } catch {
-      continue;
-    }
-    const at = argv.indexOf("--data-dir");
-    if (argv.includes("agent") && at > 0 && argv[at + 1] === want) return Number(d);
-  }
-  return undefined;
+  return pidWhere((argv) => argv.includes("agent") && flagValue(argv, "--data-dir") === want);
 }
 
 /** Ids of the containers runc runs for the cluster's agent (read without the agent, which may be dead). */

@@ -5,12 +5,13 @@
 // the teardown of the PostgreSQL berth up runs outside the test's home.
 
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync, rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { TestContext } from "node:test";
 import pg from "pg";
 import { waitFor } from "../../shared/net.ts";
 import { type BerthUp, startBerthUp } from "../helpers/berth-up.ts";
+import { coordinatorPidByConfig, pidWhere } from "../helpers/procs.ts";
 import { type RoundRobin, startRoundRobin } from "../helpers/round-robin.ts";
 import { Teardown } from "../network/helpers.ts";
 
@@ -40,22 +41,6 @@ export interface HaCluster {
   pauseSupervisor(): () => void;
 }
 
-/** The pid of the process running `coordinator --config <config>` (this cluster's, no other). */
-export function pidRunning(config: string): number | undefined {
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    let argv: string[];
-    try {
-      argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
-    } catch {
-      continue;
-    }
-    const i = argv.indexOf("--config");
-    if (i > 0 && argv[i + 1] === config && argv.includes("coordinator")) return Number(entry);
-  }
-  return undefined;
-}
-
 /** The pid of the postgres server whose data dir is `data`. */
 export function postgresPid(data: string): number | undefined {
   try {
@@ -76,18 +61,10 @@ export function existsPid(pid: number): boolean {
 
 /** The pid of `berth up --data-dir <dataDir>` (this cluster's supervisor). */
 export function berthUpPid(dataDir: string): number | undefined {
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    let argv: string[];
-    try {
-      argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
-    } catch {
-      continue;
-    }
+  return pidWhere((argv) => {
     const i = argv.indexOf("--data-dir");
-    if (i > 0 && argv[i + 1] === dataDir && argv[i - 1] === "up") return Number(entry);
-  }
-  return undefined;
+    return i > 0 && argv[i + 1] === dataDir && argv[i - 1] === "up";
+  });
 }
 
 /** Starts the cluster; everything it made goes with the test (the Teardown of `t`). */
@@ -119,7 +96,7 @@ export async function startHaCluster(t: TestContext): Promise<HaCluster> {
   const lb = await startRoundRobin(coordinators);
   td.defer(() => lb.close());
   const coordinatorPid = (n: number) =>
-    pidRunning(join(up.dataDir, n === 1 ? "coordinator.json" : `coordinator-${n}.json`));
+    coordinatorPidByConfig(join(up.dataDir, n === 1 ? "coordinator.json" : `coordinator-${n}.json`));
   return {
     up,
     td,

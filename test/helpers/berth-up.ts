@@ -4,7 +4,7 @@
 // then the cluster, then its network and home).
 
 import { execFile, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -17,6 +17,7 @@ import { type TestNames, outsideSubnets, testNames } from "../network/helpers.ts
 import { CLI_MAIN, runCli } from "./cluster.ts";
 import { testRootfs } from "./rootfs.ts";
 import { bearer } from "./auth.ts";
+import { coordinatorPidByConfig } from "./procs.ts";
 
 export const SDK_DIR = fileURLToPath(new URL("../../sdk/python", import.meta.url));
 /** The `berth` executable; runs from any working directory (tsx resolves next to it). */
@@ -180,20 +181,7 @@ export async function startBerthUp(
  */
 export async function restartCoordinator(up: BerthUp): Promise<void> {
   const config = join(up.dataDir, "coordinator.json");
-  const pidOf = (): number | undefined => {
-    for (const entry of readdirSync("/proc")) {
-      if (!/^\d+$/.test(entry)) continue;
-      let argv: string[];
-      try {
-        argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
-      } catch {
-        continue; // gone meanwhile
-      }
-      const i = argv.indexOf("--config");
-      if (i > 0 && argv[i + 1] === config && argv.includes("coordinator")) return Number(entry);
-    }
-    return undefined;
-  };
+  const pidOf = () => coordinatorPidByConfig(config);
   const before = pidOf();
   if (before === undefined) throw new Error(`no coordinator process runs with --config ${config}`);
   const restartsBefore = up.output().split("starting it again").length;
