@@ -7,7 +7,7 @@
 // the caller to nak.
 
 import type { ExitReason } from "../../api/index.ts";
-import type { TaskEvent, TaskStartedEvent } from "../../shared/tasks.ts";
+import type { TaskError, TaskEvent, TaskStartedEvent } from "../../shared/tasks.ts";
 import type { TaskEventPublisher } from "./event-publisher.ts";
 import { taskError } from "./pulls.ts";
 import type { ResultBody } from "./result.ts";
@@ -30,14 +30,7 @@ export async function recordResult(
   limit?: LimitHit,
 ): Promise<void> {
   if (r.status === "COMPLETE" && r.tooLarge) {
-    await events.publish({
-      ...base,
-      type: "finished",
-      status: "FAILED",
-      reason: "result_too_large",
-      error: r.tooLarge,
-    });
-    t.msg.term();
+    await finishFailed(events, base, t, { reason: "result_too_large", error: r.tooLarge });
   } else if (r.status === "COMPLETE") {
     const e: TaskEvent = { ...base, type: "finished", status: "COMPLETE", result: r.result };
     if (r.resultJson !== undefined) e.resultJson = r.resultJson;
@@ -48,17 +41,9 @@ export async function recordResult(
     await events.publish({ ...base, type: "retry", reason, error: limit?.error ?? r.error });
     t.msg.nak();
   } else if (limit) {
-    await events.publish({
-      ...base,
-      type: "finished",
-      status: "FAILED",
-      reason: limit.reason,
-      error: limit.error,
-    });
-    t.msg.term();
+    await finishFailed(events, base, t, limit);
   } else {
-    await events.publish({ ...base, type: "finished", status: "FAILED", error: r.error });
-    t.msg.term();
+    await finishFailed(events, base, t, { error: r.error });
   }
 }
 
@@ -83,19 +68,9 @@ export async function recordCrash(
     await events.publish({ ...base, type: "retry", reason: `${why}: exit code ${code}` });
     t.msg.nak();
   } else if (!oom && limit) {
-    await events.publish({
-      ...base,
-      type: "finished",
-      status: "FAILED",
-      reason: limit.reason,
-      error: limit.error,
-    });
-    t.msg.term();
+    await finishFailed(events, base, t, limit);
   } else {
-    await events.publish({
-      ...base,
-      type: "finished",
-      status: "FAILED",
+    await finishFailed(events, base, t, {
       reason: oom ? "oom_killed" : "container_exited",
       error: oom
         ? taskError(
@@ -104,6 +79,23 @@ export async function recordCrash(
           )
         : taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
     });
-    t.msg.term();
   }
+}
+
+/** The attempt's end is FAILED for good: the finished event with `failure`'s reason and error, then the message termed. */
+async function finishFailed(
+  events: TaskEventPublisher,
+  base: AttemptBase,
+  t: InFlight,
+  failure: { reason?: string; error: TaskError },
+): Promise<void> {
+  const { reason, error } = failure;
+  await events.publish({
+    ...base,
+    type: "finished",
+    status: "FAILED",
+    ...(reason !== undefined && { reason }),
+    error,
+  });
+  t.msg.term();
 }
