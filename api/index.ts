@@ -9,6 +9,7 @@ export * from "./agent.ts";
 export * from "./builds.ts";
 export * from "./containers.ts";
 export * from "./files.ts";
+export * from "./process-delegation.ts";
 export * from "./processes.ts";
 export * from "./snapshots.ts";
 export * from "./tunnel.ts";

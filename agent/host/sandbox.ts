@@ -9,15 +9,12 @@ import type { ContainerStatus, ImageSummary, RunContainerRequest } from "../../a
 import type {
   ContainerFilesApi,
   ContainerSnapshotApi,
-  ExecRequest,
   FileInfo,
   FileSearchMatch,
-  OutputStream,
-  ProcessInfo,
-  ProcessOutput,
   ReplaceResult,
   SandboxProcessApi,
 } from "../../api/index.ts";
+import { ProcessDelegation } from "../../api/index.ts";
 import type { ContainerInfo, ContainerSpec } from "../runtime/index.ts";
 import type { SnapshotHost } from "../snapshots/index.ts";
 import type { HostImages, HostRuntime } from "./options.ts";
@@ -68,55 +65,14 @@ export function processRoot(id: string, info: ContainerInfo | undefined): string
   return join("/proc", String(info.pid), "root");
 }
 
-/** The sandbox half of the agent's API, passed on to `files`, `snapshots` and `processes` (ContainerHost builds them). */
+/** The sandbox half of the agent's API, passed on to `files`, `snapshots` and `processes` (ContainerHost builds them; the process calls are ProcessDelegation's). */
 export abstract class SandboxDelegation
+  extends ProcessDelegation
   implements ContainerFilesApi, ContainerSnapshotApi, SandboxProcessApi
 {
   abstract readonly files: ContainerFilesApi;
   abstract readonly snapshots: ContainerSnapshotApi;
-  abstract readonly processes: SandboxProcessApi;
-
-  startProcess(id: string, req: ExecRequest): Promise<ProcessInfo> {
-    return this.processes.startProcess(id, req);
-  }
-
-  listProcesses(id: string): Promise<ProcessInfo[]> {
-    return this.processes.listProcesses(id);
-  }
-
-  getProcess(id: string, pid: number): Promise<ProcessInfo> {
-    return this.processes.getProcess(id, pid);
-  }
-
-  writeProcessStdin(id: string, pid: number, data: Uint8Array, opts?: { eof?: boolean }): Promise<void> {
-    return this.processes.writeProcessStdin(id, pid, data, opts);
-  }
-
-  killProcess(id: string, pid: number, signal?: NodeJS.Signals): Promise<void> {
-    return this.processes.killProcess(id, pid, signal);
-  }
-
-  waitProcess(
-    id: string,
-    pid: number,
-    opts?: { timeoutMs?: number; signal?: AbortSignal },
-  ): Promise<ProcessInfo> {
-    return this.processes.waitProcess(id, pid, opts);
-  }
-
-  readProcessOutput(id: string, pid: number, stream: OutputStream, offset: number): Promise<ProcessOutput> {
-    return this.processes.readProcessOutput(id, pid, stream, offset);
-  }
-
-  followProcessOutput(
-    id: string,
-    pid: number,
-    stream: OutputStream,
-    offset: number,
-    opts?: { signal?: AbortSignal },
-  ): AsyncIterable<Uint8Array> {
-    return this.processes.followProcessOutput(id, pid, stream, offset, opts);
-  }
+  abstract override readonly processes: SandboxProcessApi;
 
   statPath(id: string, path: string): Promise<FileInfo> {
     return this.files.statPath(id, path);

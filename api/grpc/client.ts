@@ -27,7 +27,8 @@ import { SandboxRpcClient } from "./sandbox-client.ts";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../builds.ts";
 import { buildEventFromProto, buildRequestToProto, type WireBuildEvent } from "./build-convert.ts";
 import { streamCall } from "./container-client.ts";
-import type { OutputStream, ProcessInfo, ProcessOutput, SandboxProcessApi } from "../processes.ts";
+import type { SandboxProcessApi } from "../processes.ts";
+import { ProcessDelegation } from "../process-delegation.ts";
 import { ProcessRpcClient } from "./process-client.ts";
 
 export interface AgentRpcClientTlsOptions {
@@ -115,6 +116,7 @@ export function resolveAgentRpcClientOptions(o: AgentRpcClientOptions): Resolved
 }
 
 export class AgentRpcClient
+  extends ProcessDelegation
   implements AgentApi, ContainerApi, ContainerFilesApi, ContainerSnapshotApi, SandboxProcessApi, ImageBuildApi
 {
   readonly options: ResolvedAgentRpcClientOptions;
@@ -122,9 +124,10 @@ export class AgentRpcClient
   private readonly channel: RpcChannel;
   private readonly containers: ContainerRpcClient;
   private readonly sandboxes: SandboxRpcClient;
-  private readonly processes: ProcessRpcClient;
+  protected readonly processes: ProcessRpcClient;
 
   constructor(options: AgentRpcClientOptions) {
+    super();
     this.options = resolveAgentRpcClientOptions(options);
     const { Client } = loadAgentProto();
     const channelOptions: grpc.ChannelOptions = {};
@@ -283,50 +286,6 @@ export class AgentRpcClient
 
   restoreMemory(snapshotId: string, req: RunContainerRequest): Promise<ContainerStatus> {
     return this.sandboxes.restoreMemory(snapshotId, req);
-  }
-
-  startProcess(id: string, req: ExecRequest): Promise<ProcessInfo> {
-    return this.processes.startProcess(id, req);
-  }
-
-  listProcesses(id: string): Promise<ProcessInfo[]> {
-    return this.processes.listProcesses(id);
-  }
-
-  getProcess(id: string, pid: number): Promise<ProcessInfo> {
-    return this.processes.getProcess(id, pid);
-  }
-
-  writeProcessStdin(id: string, pid: number, data: Uint8Array, opts?: { eof?: boolean }): Promise<void> {
-    return this.processes.writeProcessStdin(id, pid, data, opts);
-  }
-
-  killProcess(id: string, pid: number, signal?: NodeJS.Signals): Promise<void> {
-    return this.processes.killProcess(id, pid, signal);
-  }
-
-  /** Asks in calls of at most 30 s each until the process ends, the timeout passes or the signal aborts. */
-  waitProcess(
-    id: string,
-    pid: number,
-    opts?: { timeoutMs?: number; signal?: AbortSignal },
-  ): Promise<ProcessInfo> {
-    return this.processes.waitProcess(id, pid, opts);
-  }
-
-  readProcessOutput(id: string, pid: number, stream: OutputStream, offset: number): Promise<ProcessOutput> {
-    return this.processes.readProcessOutput(id, pid, stream, offset);
-  }
-
-  /** Aborting `signal` (or leaving the loop) cancels the follow on the agent. */
-  followProcessOutput(
-    id: string,
-    pid: number,
-    stream: OutputStream,
-    offset: number,
-    opts?: { signal?: AbortSignal },
-  ): AsyncGenerator<Uint8Array> {
-    return this.processes.followProcessOutput(id, pid, stream, offset, opts);
   }
 
   close(): void {

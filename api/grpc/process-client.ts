@@ -111,6 +111,7 @@ export class ProcessRpcClient implements SandboxProcessApi {
     await unaryCall(this.ch, "KillProcess", { containerId, pid, signal: signal ?? "" });
   }
 
+  /** Asks in calls of at most WAIT_SLICE_MS each until the process ends, the timeout passes or the signal aborts. */
   async waitProcess(
     containerId: string,
     pid: number,
@@ -139,6 +140,7 @@ export class ProcessRpcClient implements SandboxProcessApi {
     return { start: w.start, offset: w.offset, data: bytesOf(w.data) };
   }
 
+  /** Aborting `signal` (or leaving the loop) cancels the follow on the agent. */
   async *followProcessOutput(
     containerId: string,
     pid: number,
