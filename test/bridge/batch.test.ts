@@ -4,13 +4,20 @@
 // a dead container: against real JetStream, a Node client in place of a runner.
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { test } from "node:test";
 import { TaskRunners } from "../../agent/tasks/runners.ts";
 import type { TaskAssignment } from "../../agent/tasks/types.ts";
 import { TASK_EVENTS_STREAM, type TaskEvent } from "../../shared/tasks.ts";
 import { tempDir } from "../helpers/env.ts";
-import { eventsOf, post, publishTask, queueEmpty, rawEvents, startTaskNats } from "./helpers.ts";
+import {
+  eventsOf,
+  post,
+  publishTask,
+  queueEmpty,
+  rawEvents,
+  runnerOpener,
+  startTaskNats,
+} from "./helpers.ts";
 
 interface Answer {
   task?: TaskAssignment;
@@ -35,17 +42,7 @@ test("batched hand-outs through the task bridge", { timeout: 120_000 }, async (t
   });
   t.after(() => runners.stop());
   await runners.attach(n.agent, "agent-batch-test");
-  let seq = 0;
-  const openRunner = async (stubId: string) => {
-    const containerId = `ctr-b${++seq}`;
-    const socket = join(dir, `${containerId}.sock`);
-    await runners.open(
-      containerId,
-      { stubId, workspaceId: "ws-test", stubType: "function", handler: "app:f" },
-      socket,
-    );
-    return { containerId, socket };
-  };
+  const openRunner = runnerOpener(runners, dir, "ctr-b");
   const storedMessages = async () => (await n.jsm.streams.info(TASK_EVENTS_STREAM)).state.messages;
 
   await t.test("max hands out what is queued; results and the next ask share one call", async () => {

@@ -3,7 +3,6 @@
 // table the agent decides, and the bridge's own errors.
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { test } from "node:test";
 import type { Msg } from "nats";
 import { TaskRunners } from "../../agent/tasks/runners.ts";
@@ -17,7 +16,16 @@ import {
   taskOutputSubject,
 } from "../../shared/tasks.ts";
 import { tempDir } from "../helpers/env.ts";
-import { eventsOf, nextTask, post, publishTask, queueEmpty, startTaskNats, storedEvents } from "./helpers.ts";
+import {
+  eventsOf,
+  nextTask,
+  post,
+  publishTask,
+  queueEmpty,
+  runnerOpener,
+  startTaskNats,
+  storedEvents,
+} from "./helpers.ts";
 
 const AGENT_ID = "agent-bridge-test";
 
@@ -33,18 +41,8 @@ test("task bridge", { timeout: 120_000 }, async (t) => {
     worker: { pullWaitMs: 1500, workingIntervalMs: 200 },
   });
   t.after(() => runners.stop());
-  let ctrSeq = 0;
   /** A runner slot of `stubId` on its own socket. */
-  const openRunner = async (stubId: string, extra: { workers?: number; callbackUrl?: string } = {}) => {
-    const containerId = `ctr-${++ctrSeq}`;
-    const socket = join(dir, `${containerId}.sock`);
-    await runners.open(
-      containerId,
-      { stubId, workspaceId: "ws-test", stubType: "function", handler: "app:f", ...extra },
-      socket,
-    );
-    return { containerId, socket };
-  };
+  const openRunner = runnerOpener(runners, dir, "ctr-");
 
   await t.test("before NATS: runner containers are refused and the bridge answers 503", async () => {
     assert.throws(

@@ -3,7 +3,10 @@
 // connection with the agent's NATS user, and an HTTP client over a unix socket.
 
 import { request } from "node:http";
+import { join } from "node:path";
 import { connect, headers, type JetStreamManager, type NatsConnection } from "nats";
+import type { RunnerConfig } from "../../api/index.ts";
+import type { TaskRunners } from "../../agent/tasks/runners.ts";
 import type { TaskAssignment } from "../../agent/tasks/types.ts";
 import { ensureStubConsumer, ensureTaskStreams } from "../../coordinator/tasks/streams.ts";
 import { closeNats } from "../../shared/nats-server.ts";
@@ -201,4 +204,39 @@ export async function nextTask(socketPath: string): Promise<TaskAssignment> {
   const r = await post(socketPath, "/v1/tasks/next");
   if (r.status !== 200) throw new Error(`next answered ${r.status} ${JSON.stringify(r.body)}`);
   return (r.body as { task: TaskAssignment }).task;
+}
+
+/** A runner slot the bridge opened: its container id and its bridge socket. */
+export interface OpenedRunner {
+  containerId: string;
+  socket: string;
+}
+
+/**
+ * Opens function runner slots of a stub on `runners`, each as container
+ * `${prefix}${n}` (n counting from 1) with its bridge socket in `dir`;
+ * `extra` adds to or overrides the runner's config; `beforeOpen` sees the
+ * container id before the slot opens (to set what the container reports).
+ */
+export function runnerOpener(
+  runners: TaskRunners,
+  dir: string,
+  prefix: string,
+): (
+  stubId: string,
+  extra?: Partial<RunnerConfig>,
+  beforeOpen?: (containerId: string) => void,
+) => Promise<OpenedRunner> {
+  let seq = 0;
+  return async (stubId, extra = {}, beforeOpen) => {
+    const containerId = `${prefix}${++seq}`;
+    beforeOpen?.(containerId);
+    const socket = join(dir, `${containerId}.sock`);
+    await runners.open(
+      containerId,
+      { stubId, workspaceId: "ws-test", stubType: "function", handler: "app:f", ...extra },
+      socket,
+    );
+    return { containerId, socket };
+  };
 }

@@ -5,7 +5,6 @@
 // disk and exhausting its pids is test/faults/container-limits.test.ts).
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { test } from "node:test";
 import { limitHit } from "../../agent/tasks/limits.ts";
 import { TaskRunners } from "../../agent/tasks/runners.ts";
@@ -13,7 +12,7 @@ import type { ContainerLimitState } from "../../agent/tasks/types.ts";
 import type { TaskEvent } from "../../shared/tasks.ts";
 import { waitFor } from "../../shared/net.ts";
 import { tempDir } from "../helpers/env.ts";
-import { eventsOf, nextTask, post, publishTask, queueEmpty, startTaskNats } from "./helpers.ts";
+import { eventsOf, nextTask, post, publishTask, queueEmpty, runnerOpener, startTaskNats } from "./helpers.ts";
 
 const MiB = 2 ** 20;
 type Finished = Extract<TaskEvent, { type: "finished" }>;
@@ -77,18 +76,10 @@ test("task bridge with container limits", { timeout: 120_000 }, async (t) => {
   });
   t.after(() => runners.stop());
   await runners.attach(n.agent, "agent-limits-test");
-  let seq = 0;
-  const openRunner = async (stubId: string, limits: ContainerLimitState) => {
-    const containerId = `ctr-limits-${++seq}`;
-    state.set(containerId, limits);
-    const socket = join(dir, `${containerId}.sock`);
-    await runners.open(
-      containerId,
-      { stubId, workspaceId: "ws-test", stubType: "function", handler: "app:f" },
-      socket,
-    );
-    return { containerId, socket };
-  };
+  const openSlot = runnerOpener(runners, dir, "ctr-limits-");
+  /** A runner slot whose container reports `limits` from before it opens. */
+  const openRunner = (stubId: string, limits: ContainerLimitState) =>
+    openSlot(stubId, {}, (id) => state.set(id, limits));
   const waitUntilKilled = (id: string) =>
     waitFor(() => killed.includes(id) || undefined, { timeoutMs: 10_000, what: `the kill of ${id}` });
   const fail = (socket: string, taskId: string, retry = false, error: object = raised) =>
