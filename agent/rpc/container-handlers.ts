@@ -50,6 +50,31 @@ export function unary<Req, Res>(
   };
 }
 
+/**
+ * The handlers of a service the agent was started without: every unary call
+ * and every stream answers `notServed()` (not_implemented, naming what is
+ * missing) once the caller is authorized.
+ */
+export function refusingHandlers(
+  authorize: Authorize,
+  notServed: () => BerthError,
+  calls: { unary: readonly string[]; stream: readonly string[] },
+): grpc.UntypedServiceImplementation {
+  const refuseUnary = unary(authorize, async () => {
+    throw notServed();
+  });
+  const refuseStream = (
+    call: grpc.ServerWritableStream<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>,
+  ) => {
+    call.on("error", () => {});
+    fail(call, notServed());
+  };
+  return Object.fromEntries([
+    ...calls.unary.map((name) => [name, refuseUnary]),
+    ...calls.stream.map((name) => [name, refuseStream]),
+  ]);
+}
+
 interface StreamLogsWire {
   id: string;
   follow: boolean;
@@ -201,32 +226,24 @@ export function containerHandlers(
   authorize: Authorize,
 ): grpc.UntypedServiceImplementation {
   if (!containers) {
-    const refuseUnary = unary(authorize, async () => {
-      throw notServed();
+    return refusingHandlers(authorize, notServed, {
+      unary: [
+        "RunContainer",
+        "StopContainer",
+        "GetContainer",
+        "ListContainers",
+        "PullImage",
+        "ListImages",
+        "RemoveImage",
+        "ImportImage",
+        "GcImages",
+        "SetNetworkPolicy",
+        "ExposePort",
+        "HasCode",
+        "PutCode",
+      ],
+      stream: ["StreamLogs", "Exec"],
     });
-    const refuseStream = (
-      call: grpc.ServerWritableStream<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>,
-    ) => {
-      call.on("error", () => {});
-      fail(call, notServed());
-    };
-    return {
-      RunContainer: refuseUnary,
-      StopContainer: refuseUnary,
-      GetContainer: refuseUnary,
-      ListContainers: refuseUnary,
-      StreamLogs: refuseStream,
-      Exec: refuseStream,
-      PullImage: refuseUnary,
-      ListImages: refuseUnary,
-      RemoveImage: refuseUnary,
-      ImportImage: refuseUnary,
-      GcImages: refuseUnary,
-      SetNetworkPolicy: refuseUnary,
-      ExposePort: refuseUnary,
-      HasCode: refuseUnary,
-      PutCode: refuseUnary,
-    };
   }
   const c = containers;
   const status = async (p: Promise<Parameters<typeof containerToProto>[0]>): Promise<WireContainer> =>

@@ -11,7 +11,7 @@ import {
   type WireExecRequest,
 } from "../../api/grpc/index.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { type Authorize, unary } from "./container-handlers.ts";
+import { type Authorize, refusingHandlers, unary } from "./container-handlers.ts";
 
 const PROCESS_METHODS = [
   "startProcess",
@@ -86,8 +86,7 @@ function followOutput(impl: SandboxProcessApi, authorize: Authorize) {
       for await (const chunk of follow) {
         if (call.cancelled) break;
         const data = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-        if (!call.write({ data }) && !call.cancelled)
-          await new Promise((r) => call.once("drain", r));
+        if (!call.write({ data }) && !call.cancelled) await new Promise((r) => call.once("drain", r));
       }
     })().then(
       () => {
@@ -106,23 +105,18 @@ export function processHandlers(
   authorize: Authorize,
 ): grpc.UntypedServiceImplementation {
   if (!impl) {
-    const refuse = unary(authorize, async () => {
-      throw notServed();
+    return refusingHandlers(authorize, notServed, {
+      unary: [
+        "StartProcess",
+        "ListProcesses",
+        "GetProcess",
+        "WriteProcessStdin",
+        "KillProcess",
+        "WaitProcess",
+        "ReadProcessOutput",
+      ],
+      stream: ["FollowProcessOutput"],
     });
-    const refuseStream = (call: grpc.ServerWritableStream<unknown, unknown>) => {
-      call.on("error", () => {});
-      call.emit("error", toGrpcError(notServed()));
-    };
-    return {
-      StartProcess: refuse,
-      ListProcesses: refuse,
-      GetProcess: refuse,
-      WriteProcessStdin: refuse,
-      KillProcess: refuse,
-      WaitProcess: refuse,
-      ReadProcessOutput: refuse,
-      FollowProcessOutput: refuseStream,
-    };
   }
   const c = impl;
   return {

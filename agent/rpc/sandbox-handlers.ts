@@ -12,7 +12,7 @@ import {
   runRequestFromProto,
   type WireRunContainerRequest,
 } from "../../api/grpc/index.ts";
-import { type Authorize, unary } from "./container-handlers.ts";
+import { type Authorize, refusingHandlers, unary } from "./container-handlers.ts";
 import { toGrpcError } from "../../api/grpc/index.ts";
 import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
 import { fileInfoToProto, matchToProto } from "../../api/grpc/index.ts";
@@ -130,28 +130,23 @@ export function sandboxHandlers(
   authorize: Authorize,
 ): grpc.UntypedServiceImplementation {
   if (!impl) {
-    const refuse = unary(authorize, async () => {
-      throw notServed();
+    return refusingHandlers(authorize, notServed, {
+      unary: [
+        "StatPath",
+        "ListDir",
+        "WriteFile",
+        "DeleteFile",
+        "CreateDirectory",
+        "DeleteDirectory",
+        "FindInFiles",
+        "ReplaceInFiles",
+        "CommitFilesystem",
+        "CheckpointSupport",
+        "CheckpointMemory",
+        "RestoreMemory",
+      ],
+      stream: ["ReadFile"],
     });
-    const refuseStream = (call: grpc.ServerWritableStream<unknown, unknown>) => {
-      call.on("error", () => {});
-      call.emit("error", toGrpcError(notServed()));
-    };
-    return {
-      StatPath: refuse,
-      ListDir: refuse,
-      ReadFile: refuseStream,
-      WriteFile: refuse,
-      DeleteFile: refuse,
-      CreateDirectory: refuse,
-      DeleteDirectory: refuse,
-      FindInFiles: refuse,
-      ReplaceInFiles: refuse,
-      CommitFilesystem: refuse,
-      CheckpointSupport: refuse,
-      CheckpointMemory: refuse,
-      RestoreMemory: refuse,
-    };
   }
   const c = impl;
   const status = async (p: Promise<ContainerStatus>) => containerToProto(await p);
