@@ -15,6 +15,7 @@ import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
 import type { BuiltImage, BuiltImageRepo } from "../store/built-images.ts";
 import { ClusterClaims } from "../streams/claims.ts";
+import { OrphanSweep } from "../streams/orphan-sweep.ts";
 import { buildingKey } from "./service.ts";
 
 /** Core NATS, coordinator → coordinators: "which of these builds (workspaceId/imageId) do you run?" */
@@ -46,69 +47,47 @@ export interface BuildOrphanDeps {
 
 export class BuildOrphanCheck {
   private readonly claims: ClusterClaims;
-  private timer: NodeJS.Timeout | undefined;
-  private running = false;
-  /** Records unclaimed at the last check (key → the updatedAt seen). */
-  private suspects = new Map<string, string>();
+  private readonly sweep: OrphanSweep<BuiltImage>;
   private readonly clock: () => number;
 
   constructor(private readonly d: BuildOrphanDeps) {
     this.clock = d.clock ?? Date.now;
     this.claims = new ClusterClaims(d.nats, IMAGE_BUILDS_RUNNING_SUBJECT, d.holds, d.log);
+    this.sweep = new OrphanSweep({
+      listOpen: async () => {
+        const before = new Date(this.clock() - (d.graceMs ?? BUILD_ORPHAN_GRACE_MS)).toISOString();
+        return (await d.repo.listAll()).filter((i) => i.status === "building" && i.updatedAt < before);
+      },
+      key: buildingKey,
+      // A newer build of the same image is another record: unclaimed twice means at the same updatedAt.
+      version: (i) => i.updatedAt,
+      holds: d.holds,
+      ask: (keys) => this.claims.ask(keys, ...(d.answerWaitMs !== undefined ? [d.answerWaitMs] : [])),
+      end: (i) => this.fail(i),
+      log: d.log,
+      messages: {
+        skipped: "image build check skipped: this coordinator did not hear its own question on NATS",
+        endedField: "images",
+        ended: "marked failed the image builds of a coordinator that died",
+        failed: "cannot check for image builds of a dead coordinator",
+      },
+    });
   }
 
   /** Answers the others' questions and checks on a timer. */
   start(): void {
     this.claims.start();
-    this.timer = setInterval(() => void this.check(), this.d.intervalMs ?? BUILD_ORPHAN_CHECK_MS);
-    this.timer.unref();
+    this.sweep.start(this.d.intervalMs ?? BUILD_ORPHAN_CHECK_MS);
   }
 
   stop(): void {
-    clearInterval(this.timer);
+    this.sweep.stop();
     this.claims.stop();
   }
 
   /** One check; returns how many records it marked failed. */
-  async check(): Promise<number> {
-    if (this.running) return 0;
-    this.running = true;
-    try {
-      const before = new Date(this.clock() - (this.d.graceMs ?? BUILD_ORPHAN_GRACE_MS)).toISOString();
-      const open = (await this.d.repo.listAll()).filter(
-        (i) => i.status === "building" && i.updatedAt < before && !this.d.holds(buildingKey(i)),
-      );
-      if (open.length === 0) {
-        this.suspects.clear();
-        return 0;
-      }
-      const { claimed, heardSelf } = await this.claims.ask(
-        open.map(buildingKey),
-        ...(this.d.answerWaitMs !== undefined ? [this.d.answerWaitMs] : []),
-      );
-      if (!heardSelf) {
-        this.suspects.clear();
-        this.d.log.warn("image build check skipped: this coordinator did not hear its own question on NATS");
-        return 0;
-      }
-      const next = new Map<string, string>();
-      let failed = 0;
-      for (const i of open) {
-        const key = buildingKey(i);
-        if (claimed.has(key) || this.d.holds(key)) continue;
-        if (this.suspects.get(key) !== i.updatedAt) next.set(key, i.updatedAt);
-        else if (await this.fail(i)) failed++;
-      }
-      this.suspects = next;
-      if (failed > 0)
-        this.d.log.warn({ images: failed }, "marked failed the image builds of a coordinator that died");
-      return failed;
-    } catch (e) {
-      this.d.log.warn({ err: describeError(e) }, "cannot check for image builds of a dead coordinator");
-      return 0;
-    } finally {
-      this.running = false;
-    }
+  check(): Promise<number> {
+    return this.sweep.check();
   }
 
   private async fail(i: BuiltImage): Promise<boolean> {

@@ -16,9 +16,9 @@
 // so two survivors checking at once end it once.
 
 import type { Logger } from "pino";
-import { describeError } from "../../shared/errors.ts";
 import { HTTP_SERVED_TYPES, type TaskError, type TaskFinishedEvent } from "../../shared/tasks.ts";
 import type { TaskRecord, TaskRepo } from "../store/tasks.ts";
+import { OrphanSweep } from "../streams/orphan-sweep.ts";
 import type { DirectOwners } from "./direct-owners.ts";
 import type { TaskEngine } from "./engine.ts";
 import { liveFromRecord } from "./live-index.ts";
@@ -56,64 +56,41 @@ export interface DirectOrphanDeps {
 }
 
 export class DirectOrphanCheck {
-  private timer: NodeJS.Timeout | undefined;
-  private running = false;
-  /** Tasks unclaimed at the last check: ended if the next one finds them unclaimed again. */
-  private suspects = new Set<string>();
+  private readonly sweep: OrphanSweep<TaskRecord>;
   private readonly clock: () => number;
 
   constructor(private readonly d: DirectOrphanDeps) {
     this.clock = d.clock ?? Date.now;
+    this.sweep = new OrphanSweep({
+      listOpen: () => {
+        const before = new Date(this.clock() - (d.graceMs ?? DIRECT_ORPHAN_GRACE_MS)).toISOString();
+        return d.tasks.listOpenOfStubTypes(DIRECT_STUB_TYPES, before);
+      },
+      key: (r) => r.id,
+      holds: d.owns,
+      ask: (ids) => d.owners.ask(ids, ...(d.answerWaitMs !== undefined ? [d.answerWaitMs] : [])),
+      end: (r) => this.end(r),
+      log: d.log,
+      messages: {
+        skipped: "direct task check skipped: this coordinator did not hear its own question on NATS",
+        endedField: "tasks",
+        ended: "ended direct tasks of a coordinator that died",
+        failed: "cannot check for direct tasks of a dead coordinator",
+      },
+    });
   }
 
   start(): void {
-    this.timer = setInterval(() => void this.check(), this.d.intervalMs ?? DIRECT_ORPHAN_CHECK_MS);
-    this.timer.unref();
+    this.sweep.start(this.d.intervalMs ?? DIRECT_ORPHAN_CHECK_MS);
   }
 
   stop(): void {
-    clearInterval(this.timer);
+    this.sweep.stop();
   }
 
   /** One check; returns how many tasks it ended. */
-  async check(): Promise<number> {
-    if (this.running) return 0;
-    this.running = true;
-    try {
-      const before = new Date(this.clock() - (this.d.graceMs ?? DIRECT_ORPHAN_GRACE_MS)).toISOString();
-      const open = (await this.d.tasks.listOpenOfStubTypes(DIRECT_STUB_TYPES, before)).filter(
-        (r) => !this.d.owns(r.id),
-      );
-      if (open.length === 0) {
-        this.suspects.clear();
-        return 0;
-      }
-      const { claimed: served, heardSelf } = await this.d.owners.ask(
-        open.map((r) => r.id),
-        ...(this.d.answerWaitMs !== undefined ? [this.d.answerWaitMs] : []),
-      );
-      if (!heardSelf) {
-        // Silence from a connection that did not carry the question proves nothing: start over.
-        this.suspects.clear();
-        this.d.log.warn("direct task check skipped: this coordinator did not hear its own question on NATS");
-        return 0;
-      }
-      const next = new Set<string>();
-      let ended = 0;
-      for (const r of open) {
-        if (served.has(r.id) || this.d.owns(r.id)) continue;
-        if (!this.suspects.has(r.id)) next.add(r.id);
-        else if (await this.end(r)) ended++;
-      }
-      this.suspects = next;
-      if (ended > 0) this.d.log.warn({ tasks: ended }, "ended direct tasks of a coordinator that died");
-      return ended;
-    } catch (e) {
-      this.d.log.warn({ err: describeError(e) }, "cannot check for direct tasks of a dead coordinator");
-      return 0;
-    } finally {
-      this.running = false;
-    }
+  check(): Promise<number> {
+    return this.sweep.check();
   }
 
   private async end(r: TaskRecord): Promise<boolean> {
