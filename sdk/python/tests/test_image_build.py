@@ -78,28 +78,26 @@ class BuildRetryTest(unittest.TestCase):
         out = io.StringIO()
         return build_image(client, Image().add_commands(["sleep 30"]), out=out), out.getvalue()
 
-    def test_a_broken_build_stream_is_asked_for_again(self):
+    def assert_built_after(self, requests, said):
+        """The build ends with the image after `requests` requests, its output saying `said`."""
         record, out = self.build()
         self.assertEqual(record["ref"], "registry/img-1")
-        self.assertEqual(self.requests, 2)
-        self.assertIn("the build's connection broke", out)
+        self.assertEqual(self.requests, requests)
+        self.assertIn(said, out)
+
+    def test_a_broken_build_stream_is_asked_for_again(self):
+        self.assert_built_after(2, "the build's connection broke")
 
     def test_an_answer_cut_between_two_chunks_is_asked_for_again(self):
         # What a SIGKILLed coordinator behind a balancer looked like in test/faults/ha.test.ts.
         self.between_chunks = True
-        record, out = self.build()
-        self.assertEqual(record["ref"], "registry/img-1")
-        self.assertEqual(self.requests, 2)
-        self.assertIn("stopped before naming the built image", out)
+        self.assert_built_after(2, "stopped before naming the built image")
 
     def test_no_room_after_a_break_is_asked_again_within_the_window(self):
         # The dead build's room on its agent is freed a moment later.
         self.no_room = 2
         with mock.patch("berth.client.images.REBUILD_PAUSE_S", 0.01):
-            record, out = self.build()
-        self.assertEqual(record["ref"], "registry/img-1")
-        self.assertEqual(self.requests, 4)
-        self.assertIn("the build cannot start yet", out)
+            self.assert_built_after(4, "the build cannot start yet")
 
     def test_breaks_past_the_window_fail_with_the_reason(self):
         self.cut = 1000
