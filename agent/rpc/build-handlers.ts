@@ -8,10 +8,9 @@ import type { ImageBuildApi } from "../../api/index.ts";
 import {
   buildEventToProto,
   buildRequestFromProto,
-  toGrpcError,
   type WireBuildImageRequest,
 } from "../../api/grpc/index.ts";
-import type { Authorize } from "./container-handlers.ts";
+import { type Authorize, serverStream } from "./container-handlers.ts";
 
 /** Whether `x` (a ContainerHost, say) can build images. */
 export function buildsOf(x: unknown): ImageBuildApi | undefined {
@@ -24,32 +23,18 @@ export function buildHandlers(
   authorize: Authorize,
 ): grpc.UntypedServiceImplementation {
   return {
-    BuildImage: (call: grpc.ServerWritableStream<WireBuildImageRequest, unknown>) => {
-      const abort = new AbortController();
-      call.on("cancelled", () => abort.abort());
-      (async () => {
-        authorize(call);
+    BuildImage: serverStream(
+      authorize,
+      (req: WireBuildImageRequest, signal) => {
         if (!builds) {
           throw new BerthError(
             "not_implemented",
             "this agent does not build images (it was started without a container host)",
           );
         }
-        for await (const e of builds.buildImage(buildRequestFromProto(call.request), {
-          signal: abort.signal,
-        })) {
-          if (call.cancelled) break;
-          if (!call.write(buildEventToProto(e)) && !call.cancelled)
-            await new Promise((r) => call.once("drain", r));
-        }
-      })().then(
-        () => {
-          if (!call.cancelled) call.end();
-        },
-        (e: unknown) => {
-          if (!call.cancelled) call.emit("error", toGrpcError(e));
-        },
-      );
-    },
+        return builds.buildImage(buildRequestFromProto(req), { signal });
+      },
+      buildEventToProto,
+    ),
   };
 }

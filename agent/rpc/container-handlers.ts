@@ -100,27 +100,24 @@ function fail(call: { emit(ev: "error", e: unknown): boolean }, e: unknown): voi
   call.emit("error", toGrpcError(e));
 }
 
-function notServed(): BerthError {
-  return new BerthError(
-    "not_implemented",
-    "this agent does not serve the container API (it was started without a container host)",
-  );
-}
-
-const isSignal = (s: string): s is NodeJS.Signals => Object.hasOwn(constants.signals, s);
-
-function streamLogs(containers: ContainerApi, authorize: Authorize) {
-  return (call: grpc.ServerWritableStream<StreamLogsWire, unknown>) => {
+/**
+ * A server stream of what `open` yields, each item encoded by `encode`. The
+ * caller's cancel aborts `open`'s signal and stops the sending; a full buffer
+ * waits for drain; the end, or an error as its gRPC status, closes the call.
+ */
+export function serverStream<Req, T>(
+  authorize: Authorize,
+  open: (req: Req, signal: AbortSignal) => AsyncIterable<T>,
+  encode: (item: T) => unknown,
+): (call: grpc.ServerWritableStream<Req, unknown>) => void {
+  return (call) => {
     const abort = new AbortController();
     call.on("cancelled", () => abort.abort());
     (async () => {
       authorize(call);
-      const { id, follow, tail } = call.request;
-      const opts: { follow: boolean; tail?: number; signal: AbortSignal } = { follow, signal: abort.signal };
-      if (tail !== undefined) opts.tail = tail;
-      for await (const entry of containers.streamLogs(id, opts)) {
+      for await (const item of open(call.request, abort.signal)) {
         if (call.cancelled) break;
-        await writeAndDrain(call, logEntryToProto(entry));
+        await writeAndDrain(call, encode(item));
       }
     })().then(
       () => {
@@ -131,6 +128,27 @@ function streamLogs(containers: ContainerApi, authorize: Authorize) {
       },
     );
   };
+}
+
+function notServed(): BerthError {
+  return new BerthError(
+    "not_implemented",
+    "this agent does not serve the container API (it was started without a container host)",
+  );
+}
+
+const isSignal = (s: string): s is NodeJS.Signals => Object.hasOwn(constants.signals, s);
+
+function streamLogs(containers: ContainerApi, authorize: Authorize) {
+  return serverStream(
+    authorize,
+    ({ id, follow, tail }: StreamLogsWire, signal) => {
+      const opts: { follow: boolean; tail?: number; signal: AbortSignal } = { follow, signal };
+      if (tail !== undefined) opts.tail = tail;
+      return containers.streamLogs(id, opts);
+    },
+    logEntryToProto,
+  );
 }
 
 function exec(containers: ContainerApi, authorize: Authorize) {

@@ -11,7 +11,7 @@ import {
   type WireExecRequest,
 } from "../../api/grpc/index.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { type Authorize, refusingHandlers, unary } from "./container-handlers.ts";
+import { type Authorize, refusingHandlers, serverStream, unary } from "./container-handlers.ts";
 
 const PROCESS_METHODS = [
   "startProcess",
@@ -74,29 +74,12 @@ function waitProcess(impl: SandboxProcessApi, authorize: Authorize): grpc.handle
 }
 
 function followOutput(impl: SandboxProcessApi, authorize: Authorize) {
-  return (call: grpc.ServerWritableStream<OutputWire, unknown>) => {
-    const abort = new AbortController();
-    call.on("cancelled", () => abort.abort());
-    (async () => {
-      authorize(call);
-      const { containerId, pid, stream, offset } = call.request;
-      const follow = impl.followProcessOutput(containerId, pid, stream as OutputStream, offset, {
-        signal: abort.signal,
-      });
-      for await (const chunk of follow) {
-        if (call.cancelled) break;
-        const data = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-        if (!call.write({ data }) && !call.cancelled) await new Promise((r) => call.once("drain", r));
-      }
-    })().then(
-      () => {
-        if (!call.cancelled) call.end();
-      },
-      (e: unknown) => {
-        if (!call.cancelled) call.emit("error", toGrpcError(e));
-      },
-    );
-  };
+  return serverStream(
+    authorize,
+    ({ containerId, pid, stream, offset }: OutputWire, signal) =>
+      impl.followProcessOutput(containerId, pid, stream as OutputStream, offset, { signal }),
+    (chunk: Uint8Array) => ({ data: Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength) }),
+  );
 }
 
 /** The process RPC handlers; every one refuses with not_implemented when `impl` is absent. */
