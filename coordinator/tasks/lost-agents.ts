@@ -5,6 +5,8 @@
 // the ack wait) to whichever runner asks next; until then the task's status
 // no longer claims a run that is not happening.
 
+import type { Logger } from "pino";
+import type { TaskEngine } from "./engine.ts";
 import type { LiveTask } from "./live-index.ts";
 
 /** What the reconciler needs of the fleet (FleetView.get). */
@@ -47,4 +49,21 @@ export function tasksOfLostAgents(
     out.push({ task: t, agentId: t.agentId, lastSeen: a.lastSeen, state: a.state });
   }
   return out;
+}
+
+/** RUNNING tasks whose agent is gone past `afterMs`: RETRY (`agent_lost`), redelivered by JetStream. */
+export function retryTasksOfLostAgents(
+  engine: TaskEngine,
+  agents: AgentStates,
+  now: number,
+  afterMs: number,
+  log: Logger,
+): void {
+  for (const lost of tasksOfLostAgents(engine.index.values(), agents, now, afterMs)) {
+    const silent = Math.round((now - lost.lastSeen) / 1000);
+    const message = `agent ${lost.agentId} is ${lost.state} (last heard ${silent} s ago); the task will run again when a runner takes it`;
+    const error = { type: "AgentLost", message, traceback: "" };
+    if (engine.presumeLost(lost.task, { error, reason: "agent_lost", at: now }))
+      log.warn({ taskId: lost.task.id, agentId: lost.agentId }, `task moved to RETRY: ${message}`);
+  }
 }

@@ -24,7 +24,7 @@ import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./li
 import { checkInputs, policyExpiresAt } from "./policy.ts";
 import { TaskQueue } from "./task-queue.ts";
 import { isTerminal } from "./transitions.ts";
-import { type AgentStates, LOST_TASK_AFTER_MS, tasksOfLostAgents } from "./lost-agents.ts";
+import { type AgentStates, LOST_TASK_AFTER_MS, retryTasksOfLostAgents } from "./lost-agents.ts";
 import { type TaskWaiting, taskWaiting } from "./waiting.ts";
 
 export type { TaskListener, TaskUpdate };
@@ -464,24 +464,8 @@ export class TaskService implements TaskActivity {
         );
       }
     }
-    if (this.agents) this.retryTasksOfLostAgents(this.agents, now);
+    if (this.agents) retryTasksOfLostAgents(this.engine, this.agents, now, this.lostTaskAfterMs, this.log);
     this.engine.index.pruneContainers(now - 3_600_000);
-  }
-
-  /** RUNNING tasks whose agent is gone past the bound: RETRY, redelivered by JetStream (lost-agents.ts). */
-  private retryTasksOfLostAgents(agents: AgentStates, now: number): void {
-    for (const lost of tasksOfLostAgents(this.engine.index.values(), agents, now, this.lostTaskAfterMs)) {
-      const silent = Math.round((now - lost.lastSeen) / 1000);
-      const message = `agent ${lost.agentId} is ${lost.state} (last heard ${silent} s ago); the task will run again when a runner takes it`;
-      if (
-        this.engine.presumeLost(lost.task, {
-          error: taskError("AgentLost", message),
-          reason: "agent_lost",
-          at: now,
-        })
-      )
-        this.log.warn({ taskId: lost.task.id, agentId: lost.agentId }, `task moved to RETRY: ${message}`);
-    }
   }
 
   private async sendCallback(t: LiveTask): Promise<void> {
