@@ -15,12 +15,13 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { connect } from "nats";
 import { waitFor } from "../../shared/net.ts";
-import { RunnerLabels, TERMINAL_STATUSES } from "../../shared/tasks.ts";
+import { RunnerLabels } from "../../shared/tasks.ts";
 import { CLI_BIN, UP_COMMANDS } from "../helpers/berth-up.ts";
 import { runCli } from "../helpers/cluster.ts";
 import { needs } from "../helpers/env.ts";
 import { startHaCluster } from "./ha-cluster.ts";
-import { assertFaultSummary, countDuplicates, isFinalStatus, tallyTasks } from "./summary.ts";
+import { assertStoreSummary, taskRowsOfStubs } from "./ha-tasks.ts";
+import { isFinalStatus } from "./summary.ts";
 
 const APP = `
 import json, sys, time
@@ -157,13 +158,7 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
       const text = await run;
       const results = JSON.parse(/^map: (.*)$/m.exec(text)?.[1] ?? "[]") as number[];
       const wrong = results.filter((v, i) => v !== i * i).length + Math.max(0, n - results.length);
-      const taskRows = async () =>
-        (
-          await db.query(
-            "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
-            ["%slow_square"],
-          )
-        ).rows as { id: string; status: string; attempt: number }[];
+      const taskRows = () => taskRowsOfStubs(db, "%slow_square");
       // The dead coordinator's unacknowledged events are redelivered to another after the consumer's
       // ack wait (30 s): a result its stream sent before its write was committed is written then.
       await waitFor(async () => (await taskRows()).every((r) => isFinalStatus(r.status)), {
@@ -171,20 +166,7 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
         what: "every task of the map to have its final status in the store",
       }).catch(() => undefined);
       const rows = await taskRows();
-      const ends = (
-        await db.query(
-          "select h.task_id from task_events h join tasks t on t.id = h.task_id join stubs s on s.id = t.stub_id where s.name like $1 and h.status = any($2)",
-          ["%slow_square", [...TERMINAL_STATUSES]],
-        )
-      ).rows as { task_id: string }[];
-      assertFaultSummary(
-        t,
-        "coordinator SIGKILL during map (3 coordinators)",
-        tallyTasks(
-          rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
-          { duplicateResults: countDuplicates(ends.map((h) => h.task_id)), wrong },
-        ),
-      );
+      await assertStoreSummary(t, db, "coordinator SIGKILL during map (3 coordinators)", rows, wrong);
       assert.equal(rows.length, n, "one task per input");
     },
   );
@@ -229,20 +211,7 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
         what: "every task of the map to have its final status in the store",
       }).catch(() => undefined);
       const rows = await mine();
-      const ends = (
-        await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
-          rows.map((r) => r.id),
-          [...TERMINAL_STATUSES],
-        ])
-      ).rows as { task_id: string }[];
-      assertFaultSummary(
-        t,
-        "NATS node stopped during map (1 of 3)",
-        tallyTasks(
-          rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
-          { duplicateResults: countDuplicates(ends.map((h) => h.task_id)), wrong },
-        ),
-      );
+      await assertStoreSummary(t, db, "NATS node stopped during map (1 of 3)", rows, wrong);
       assert.equal(rows.length, n, "one task per input");
     },
   );
@@ -371,13 +340,7 @@ test("berth up --replicas 3: a coordinator SIGKILLed during a deploy and during 
           t.diagnostic(`${c}: ${res.status} ${JSON.stringify(body)}`);
         }
       }
-      const taskRows = async () =>
-        (
-          await db.query(
-            "select t.id, t.status, t.attempt from tasks t join stubs s on s.id = t.stub_id where s.name like $1",
-            ["slowbuild/%"],
-          )
-        ).rows as { id: string; status: string; attempt: number }[];
+      const taskRows = () => taskRowsOfStubs(db, "slowbuild/%");
       // A call's answer comes before its task's row is written (batched): wait for the writes.
       await waitFor(
         async () => {
@@ -387,20 +350,7 @@ test("berth up --replicas 3: a coordinator SIGKILLed during a deploy and during 
         { timeoutMs: 60_000, what: "every endpoint call's task to have its final status in the store" },
       ).catch(() => undefined);
       const rows = await taskRows();
-      const finals = (
-        await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
-          rows.map((r) => r.id),
-          [...TERMINAL_STATUSES],
-        ])
-      ).rows as { task_id: string }[];
-      assertFaultSummary(
-        t,
-        "coordinator SIGKILL during a deploy",
-        tallyTasks(
-          rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
-          { duplicateResults: countDuplicates(finals.map((h) => h.task_id)), wrong },
-        ),
-      );
+      await assertStoreSummary(t, db, "coordinator SIGKILL during a deploy", rows, wrong);
       assert.equal(rows.length, 6, "one task per endpoint call");
     },
   );
@@ -491,21 +441,8 @@ test("berth up --replicas 3: a coordinator SIGKILLed during a deploy and during 
           if (s.coordinator === 2) wrong += s.done ? 1 : 0;
           else wrong += s.done && s.text === expected(s.tag) ? 0 : 1;
         }
-        const finals = (
-          await db.query("select task_id from task_events where task_id = any($1) and status = any($2)", [
-            rows.map((r) => r.id),
-            [...TERMINAL_STATUSES],
-          ])
-        ).rows as { task_id: string }[];
         t.diagnostic(`the killed coordinator's calls ended ${endedAfterS} s after the kill`);
-        assertFaultSummary(
-          t,
-          "coordinator SIGKILL during a streaming endpoint call",
-          tallyTasks(
-            rows.map((r) => ({ id: r.id, status: r.status, attempts: r.attempt })),
-            { duplicateResults: countDuplicates(finals.map((h) => h.task_id)), wrong },
-          ),
-        );
+        await assertStoreSummary(t, db, "coordinator SIGKILL during a streaming endpoint call", rows, wrong);
       } finally {
         resume();
       }
