@@ -20,10 +20,17 @@ import type {
 import type { BindMount, ContainerEvent } from "../runtime/index.ts";
 import { ContainerSnapshots } from "../snapshots/index.ts";
 import { ImageBuilder, PushingBuilds } from "../build/index.ts";
-import { type PullProgress, resolveRegistryCredentials } from "../images/index.ts";
+import { resolveRegistryCredentials } from "../images/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
 import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
-import { gcImages, imageOpsStore, imageSummary, importImage } from "./image-ops.ts";
+import {
+  gcImages,
+  imageOpsStore,
+  imageSummary,
+  importImage,
+  type PullImageOptions,
+  pullImage,
+} from "./image-ops.ts";
 import { startInitExec } from "./init-exec.ts";
 import { streamLogFiles } from "./logs.ts";
 import { BucketMounts } from "../volumes/buckets.ts";
@@ -379,21 +386,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     return (await startInitExec(this.inits.socketOf(id), r)) ?? startPipeExec(target, r);
   }
 
-  async pullImage(
-    ref: string,
-    opts: {
-      credentials?: { username: string; password: string };
-      onProgress?: (p: PullProgress) => void;
-    } = {},
-  ) {
-    const c = opts.credentials;
-    const info = await this.options.images.pull(ref, {
-      ...(c
-        ? { credentials: { kind: "basic", source: "generic", username: c.username, password: c.password } }
-        : {}),
-      ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
-    });
-    return imageSummary(info);
+  async pullImage(ref: string, opts: PullImageOptions = {}): Promise<ImageSummary> {
+    return pullImage(this.options.images, ref, opts);
   }
 
   async listImages(): Promise<ImageSummary[]> {

@@ -1,17 +1,14 @@
-// ContainerHost's air-gap import and image GC: checks the request, picks how
-// to read the path, and hands the work to the image store (which holds the
-// in-use marks, so gc never removes an image a container uses).
+// ContainerHost's image operations: a pull with the API's credentials, the
+// air-gap import and image GC. Each checks the request, picks how to read the
+// path, and hands the work to the image store (which holds the in-use marks,
+// so gc never removes an image a container uses).
 
 import { existsSync, statSync } from "node:fs";
 import { isAbsolute } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
-import type { CommandRunner, GcOptions, GcResult, ImageInfo } from "../images/index.ts";
-import type {
-  ImageGcResult,
-  ImageImportKind,
-  ImageSummary,
-  ImportImageRequest,
-} from "../../api/index.ts";
+import type { CommandRunner, GcOptions, GcResult, ImageInfo, PullProgress } from "../images/index.ts";
+import type { HostImages } from "./options.ts";
+import type { ImageGcResult, ImageImportKind, ImageSummary, ImportImageRequest } from "../../api/index.ts";
 
 /** What import and gc need from the image store; agent/images' ImageStore has it. */
 export interface ImageOpsStore {
@@ -30,6 +27,27 @@ export function imageSummary(i: ImageInfo): ImageSummary {
     pulledAt: i.pulledAt,
     inUse: i.inUseBy.length > 0,
   };
+}
+
+export interface PullImageOptions {
+  credentials?: { username: string; password: string };
+  onProgress?: (p: PullProgress) => void;
+}
+
+/** Pulls `ref` into the image store, the API's basic credentials passed on as a generic registry login. */
+export async function pullImage(
+  images: Pick<HostImages, "pull">,
+  ref: string,
+  opts: PullImageOptions = {},
+): Promise<ImageSummary> {
+  const c = opts.credentials;
+  const info = await images.pull(ref, {
+    ...(c
+      ? { credentials: { kind: "basic", source: "generic", username: c.username, password: c.password } }
+      : {}),
+    ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+  });
+  return imageSummary(info);
 }
 
 const KINDS: readonly ImageImportKind[] = ["auto", "oci-archive", "docker-archive", "rootfs"];
