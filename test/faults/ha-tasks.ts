@@ -4,8 +4,9 @@
 // (a second one is a duplicated result), tallied and asserted.
 
 import type pg from "pg";
+import { waitFor } from "../../shared/net.ts";
 import { TERMINAL_STATUSES } from "../../shared/tasks.ts";
-import { assertFaultSummary, countDuplicates, tallyTasks } from "./summary.ts";
+import { assertFaultSummary, countDuplicates, isFinalStatus, tallyTasks } from "./summary.ts";
 
 /** A task's row as the summary reads it. */
 export interface StoreTaskRow {
@@ -21,6 +22,26 @@ export async function taskRowsOfStubs(db: pg.Client, nameLike: string): Promise<
     [nameLike],
   );
   return res.rows as StoreTaskRow[];
+}
+
+/**
+ * The rows `read` returns once every one has its final status (and there are
+ * at least `atLeast`), else as they stand after `timeoutMs`: the summary then
+ * counts what did not end.
+ */
+export async function rowsOnceFinal<R extends { status: string }>(
+  read: () => Promise<R[]>,
+  what: string,
+  { timeoutMs = 120_000, atLeast = 0 }: { timeoutMs?: number; atLeast?: number } = {},
+): Promise<R[]> {
+  await waitFor(
+    async () => {
+      const rows = await read();
+      return rows.length >= atLeast && rows.every((r) => isFinalStatus(r.status));
+    },
+    { timeoutMs, what },
+  ).catch(() => undefined);
+  return read();
 }
 
 /**

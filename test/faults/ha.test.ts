@@ -20,8 +20,7 @@ import { CLI_BIN, UP_COMMANDS } from "../helpers/berth-up.ts";
 import { runCli } from "../helpers/cluster.ts";
 import { needs } from "../helpers/env.ts";
 import { startHaCluster } from "./ha-cluster.ts";
-import { assertStoreSummary, taskRowsOfStubs } from "./ha-tasks.ts";
-import { isFinalStatus } from "./summary.ts";
+import { assertStoreSummary, rowsOnceFinal, taskRowsOfStubs } from "./ha-tasks.ts";
 
 const APP = `
 import json, sys, time
@@ -161,11 +160,10 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
       const taskRows = () => taskRowsOfStubs(db, "%slow_square");
       // The dead coordinator's unacknowledged events are redelivered to another after the consumer's
       // ack wait (30 s): a result its stream sent before its write was committed is written then.
-      await waitFor(async () => (await taskRows()).every((r) => isFinalStatus(r.status)), {
-        timeoutMs: 120_000,
-        what: "every task of the map to have its final status in the store",
-      }).catch(() => undefined);
-      const rows = await taskRows();
+      const rows = await rowsOnceFinal(
+        taskRows,
+        "every task of the map to have its final status in the store",
+      );
       await assertStoreSummary(t, db, "coordinator SIGKILL during map (3 coordinators)", rows, wrong);
       assert.equal(rows.length, n, "one task per input");
     },
@@ -206,11 +204,7 @@ test("berth up --replicas 3: functions and an endpoint through a round-robin bal
       const text = await run;
       const results = JSON.parse(/^map: (.*)$/m.exec(text)?.[1] ?? "[]") as number[];
       const wrong = results.filter((v, i) => v !== i * i).length + Math.max(0, n - results.length);
-      await waitFor(async () => (await mine()).every((r) => isFinalStatus(r.status)), {
-        timeoutMs: 120_000,
-        what: "every task of the map to have its final status in the store",
-      }).catch(() => undefined);
-      const rows = await mine();
+      const rows = await rowsOnceFinal(mine, "every task of the map to have its final status in the store");
       await assertStoreSummary(t, db, "NATS node stopped during map (1 of 3)", rows, wrong);
       assert.equal(rows.length, n, "one task per input");
     },
@@ -342,14 +336,14 @@ test("berth up --replicas 3: a coordinator SIGKILLed during a deploy and during 
       }
       const taskRows = () => taskRowsOfStubs(db, "slowbuild/%");
       // A call's answer comes before its task's row is written (batched): wait for the writes.
-      await waitFor(
-        async () => {
-          const rows = await taskRows();
-          return rows.length >= 6 && rows.every((r) => isFinalStatus(r.status));
+      const rows = await rowsOnceFinal(
+        taskRows,
+        "every endpoint call's task to have its final status in the store",
+        {
+          timeoutMs: 60_000,
+          atLeast: 6,
         },
-        { timeoutMs: 60_000, what: "every endpoint call's task to have its final status in the store" },
-      ).catch(() => undefined);
-      const rows = await taskRows();
+      );
       await assertStoreSummary(t, db, "coordinator SIGKILL during a deploy", rows, wrong);
       assert.equal(rows.length, 6, "one task per endpoint call");
     },
@@ -420,12 +414,8 @@ test("berth up --replicas 3: a coordinator SIGKILLed during a deploy and during 
           "the kill came mid-stream",
         );
         const mine = async () => (await streamerTasks()).filter((r) => !before.has(r.id));
-        await waitFor(async () => (await mine()).every((r) => isFinalStatus(r.status)), {
-          timeoutMs: 120_000,
-          what: "every streaming call's task to end (the survivors' check)",
-        }).catch(() => undefined);
+        const rows = await rowsOnceFinal(mine, "every streaming call's task to end (the survivors' check)");
         const endedAfterS = Math.round((Date.now() - killedAt) / 1000);
-        const rows = await mine();
         assert.equal(rows.length, streams.length, "one task per call");
         const cut = rows.filter((r) => r.status === "FAILED");
         assert.equal(cut.length, 2, `the killed coordinator's two calls failed: ${JSON.stringify(rows)}`);
