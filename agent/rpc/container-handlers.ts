@@ -75,6 +75,11 @@ export function refusingHandlers(
   ]);
 }
 
+/** Whether `x` has each of `methods` as a function: an implementation that serves another API too, as ContainerHost does. */
+export function hasMethods(x: unknown, methods: readonly string[]): boolean {
+  return !!x && methods.every((m) => typeof (x as Record<string, unknown>)[m] === "function");
+}
+
 interface StreamLogsWire {
   id: string;
   follow: boolean;

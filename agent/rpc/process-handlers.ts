@@ -11,7 +11,7 @@ import {
   type WireExecRequest,
 } from "../../api/grpc/index.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { type Authorize, refusingHandlers, serverStream, unary } from "./container-handlers.ts";
+import { type Authorize, hasMethods, refusingHandlers, serverStream, unary } from "./container-handlers.ts";
 
 const PROCESS_METHODS = [
   "startProcess",
@@ -26,7 +26,7 @@ const PROCESS_METHODS = [
 
 /** Whether `x` (a ContainerApi, say) keeps sandbox processes too, as ContainerHost does. */
 export function isProcessApi(x: unknown): x is SandboxProcessApi {
-  return !!x && PROCESS_METHODS.every((m) => typeof (x as Record<string, unknown>)[m] === "function");
+  return hasMethods(x, PROCESS_METHODS);
 }
 
 interface Ref {

@@ -12,7 +12,7 @@ import {
   runRequestFromProto,
   type WireRunContainerRequest,
 } from "../../api/grpc/index.ts";
-import { type Authorize, refusingHandlers, unary } from "./container-handlers.ts";
+import { type Authorize, hasMethods, refusingHandlers, unary } from "./container-handlers.ts";
 import { toGrpcError } from "../../api/grpc/index.ts";
 import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
 import { fileInfoToProto, matchToProto } from "../../api/grpc/index.ts";
@@ -37,7 +37,7 @@ const SANDBOX_METHODS = [
 
 /** Whether `x` (a ContainerApi, say) implements the sandbox half too, as ContainerHost does. */
 export function isSandboxApi(x: unknown): x is SandboxApi {
-  return !!x && SANDBOX_METHODS.every((m) => typeof (x as Record<string, unknown>)[m] === "function");
+  return hasMethods(x, SANDBOX_METHODS);
 }
 
 interface PathWire {
