@@ -19,6 +19,8 @@ export {
   DEPLOYMENT_NAME,
   type DeployInput,
   type DeploymentKind,
+} from "./check.ts";
+export {
   DeploymentService,
   type DeploymentServiceDeps,
   type DeploymentTasks,

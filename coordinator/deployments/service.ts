@@ -18,14 +18,6 @@ import { checkDeployment, type DeployInput } from "./check.ts";
 import { ScalingEvents, type ScalingEvent, type ScalingEventJson } from "./scaling-events.ts";
 import { DeploymentCache, type DeploymentStates, latestActiveVersions } from "./states.ts";
 
-export {
-  checkDeployment,
-  DEPLOYMENT_KINDS,
-  DEPLOYMENT_NAME,
-  type DeployInput,
-  type DeploymentKind,
-} from "./check.ts";
-
 /** Spec, Limits: a serve session ends after 10 minutes of inactivity. */
 export const SERVE_IDLE_MS = 10 * 60_000;
 

@@ -1,5 +1,6 @@
 import pino from "pino";
-import { DeploymentService, type DeployInput } from "../../coordinator/deployments/service.ts";
+import type { DeployInput } from "../../coordinator/deployments/check.ts";
+import { DeploymentService } from "../../coordinator/deployments/service.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import { type TaskHarness, stubConfig, stubExtra } from "../tasks/harness.ts";
 

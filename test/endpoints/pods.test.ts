@@ -7,7 +7,7 @@ import { once } from "node:events";
 import { connect } from "node:net";
 import { after, describe, test } from "node:test";
 import { runnerRequest } from "../../coordinator/containers/runner-request.ts";
-import { checkDeployment } from "../../coordinator/deployments/service.ts";
+import { checkDeployment } from "../../coordinator/deployments/check.ts";
 import { DeploymentCache } from "../../coordinator/deployments/states.ts";
 import { RunnerLabels, type StubConfig, type StubExtra } from "../../shared/tasks.ts";
 import { capacity, stubRecord, world } from "../containers/fakes.ts";
