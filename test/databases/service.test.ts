@@ -115,18 +115,26 @@ test("stop ends the pod and keeps the data's volume; start runs a new pod; resta
   );
 });
 
+/** The database "main" as a coordinator that died between its pod's start and its readiness leaves it: starting, since `at` (default: its last change). */
+async function leaveStarting(
+  d: Awaited<ReturnType<typeof databaseWorld>>,
+  v: { pod_id: string | null; agent_id: string | null },
+  at?: string,
+): Promise<void> {
+  const rec = await d.w.store.databases.find(d.w.ws, "main");
+  assert.ok(rec);
+  await d.w.store.databases.setState(
+    rec.id,
+    { status: "starting", podId: v.pod_id, agentId: v.agent_id },
+    at ?? rec.updatedAt,
+  );
+}
+
 test("a start cut short (left starting) is a conflict for start, and restart ends it and starts again", async (t) => {
   const d = await databaseWorld(t);
   d.answerChecks([0]);
   const v = await d.db.create(d.w.ws, { engine: "postgres", name: "main" });
-  const rec = await d.w.store.databases.find(d.w.ws, "main");
-  assert.ok(rec);
-  // As a coordinator that died between the pod's start and its readiness leaves it.
-  await d.w.store.databases.setState(
-    rec.id,
-    { status: "starting", podId: v.pod_id, agentId: v.agent_id },
-    rec.updatedAt,
-  );
+  await leaveStarting(d, v);
   await assert.rejects(
     d.db.start(d.w.ws, "main"),
     (e: unknown) => code(e) === "conflict" && /berth db restart main/.test((e as Error).message),
@@ -142,14 +150,7 @@ test("a start nobody finishes reads as failed once its readiness wait has passed
   const d = await databaseWorld(t, { clock: () => now, readyTimeoutMs: 120_000 });
   d.answerChecks([0, 0]);
   const v = await d.db.create(d.w.ws, { engine: "postgres", name: "main" });
-  const rec = await d.w.store.databases.find(d.w.ws, "main");
-  assert.ok(rec);
-  // As a coordinator that died between the pod's start and its readiness leaves it.
-  await d.w.store.databases.setState(
-    rec.id,
-    { status: "starting", podId: v.pod_id, agentId: v.agent_id },
-    new Date(now).toISOString(),
-  );
+  await leaveStarting(d, v, new Date(now).toISOString());
   now += 120_000; // within the readiness wait (plus one check and a minute): still starting
   assert.equal((await d.db.get(d.w.ws, "main")).status, "starting");
   now += 80_000;
