@@ -312,7 +312,7 @@ class SandboxProcessTest(SandboxTestCase):
         self.watchdog(sb, p.pid)
         self.addCleanup(self.fake.cut.update, {"wait": 0, "output": 0})
         self.fake.cut["wait"] = 1000
-        with mock.patch("berth.sandbox.sandbox_process.UNAVAILABLE_WAIT_S", 0.3):
+        with mock.patch("berth.client.unreachable.UNAVAILABLE_WAIT_S", 0.3):
             with self.assertRaises(BerthError) as cm:
                 p.wait()
         self.assertEqual(cm.exception.code, "unavailable")

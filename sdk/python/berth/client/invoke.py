@@ -19,6 +19,7 @@ from ..errors import BerthError
 from . import outcome
 from .http import HttpConnection, read_json
 from .tasks import Task
+from .unreachable import Unreachable
 
 CHUNK_SIZE = 1000
 # Base64 bytes of inputs per request: well under the coordinator's 64 MiB body limit.
@@ -80,27 +81,18 @@ def events(resp: http.client.HTTPResponse, base_url: str) -> Iterator[dict]:
         yield ev
 
 
-# How long wait_raw keeps asking while the coordinator cannot be reached: behind a load balancer
-# another coordinator answers once the dead one is out of rotation (docs/reliability.md).
-UNAVAILABLE_WAIT_S = 60.0
-
-
 def wait_raw(client, task_id: str) -> Raw:
-    """Asks for a task's end by id (after its stream broke off)."""
-    unreachable_since: Optional[float] = None
+    """Asks for a task's end by id (after its stream broke off), for up to UNAVAILABLE_WAIT_S unreachable."""
+    broken = Unreachable(pause=(1.0, 1.0))
     while True:
         try:
             r = Task(client, task_id)._result_once(25)
         except BerthError as e:
             if e.code != "unavailable":
                 raise
-            now = time.monotonic()
-            unreachable_since = unreachable_since or now
-            if now - unreachable_since > UNAVAILABLE_WAIT_S:
-                raise
-            time.sleep(1)
+            broken.pause_or_raise(e, f"task {task_id}")
             continue
-        unreachable_since = None
+        broken.reset()
         status = r.get("status", "")
         if status in outcome.TERMINAL:
             return task_id, status, r.get("result"), r.get("error")

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
+from ..client.unreachable import Unreachable
 from ..errors import BerthError, SandboxProcessError
 from .sandbox_api import CHUNK, q, query
 
@@ -23,11 +24,6 @@ if TYPE_CHECKING:
 STREAMS = ("stdout", "stderr", "combined")
 # A wait is asked for in slices so no proxy sees a request idle for minutes.
 WAIT_SLICE_S = 30
-# How long a wait or a stream keeps asking while its coordinator cannot be reached (the bound
-# berth.client uses for a task after its stream broke): behind a load balancer another one answers.
-UNAVAILABLE_WAIT_S = 60.0
-# Pause before asking again: doubles from the first to the last, each try.
-RETRY_PAUSE_S = (0.2, 2.0)
 
 
 def unreachable(e: BaseException) -> bool:
@@ -35,29 +31,6 @@ def unreachable(e: BaseException) -> bool:
     if isinstance(e, (OSError, http.client.HTTPException)):
         return True
     return isinstance(e, BerthError) and (e.code == "unavailable" or e.status in (502, 503, 504))
-
-
-class Unreachable:
-    """Counts one stretch of failures to reach a coordinator; raises once it lasted UNAVAILABLE_WAIT_S."""
-
-    def __init__(self) -> None:
-        self.since: Optional[float] = None
-        self.tries = 0
-
-    def reset(self) -> None:
-        self.since, self.tries = None, 0
-
-    def pause_or_raise(self, e: BaseException, what: str) -> None:
-        now = time.monotonic()
-        self.since = self.since if self.since is not None else now
-        if now - self.since > UNAVAILABLE_WAIT_S:
-            if isinstance(e, BerthError):
-                raise e
-            raise BerthError(
-                "unavailable", f"{what} broke off and no coordinator answered for {UNAVAILABLE_WAIT_S:.0f} s: {e}"
-            ) from None
-        time.sleep(min(RETRY_PAUSE_S[1], RETRY_PAUSE_S[0] * (2**self.tries)))
-        self.tries += 1
 
 
 class SandboxProcessStream:
