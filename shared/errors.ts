@@ -1,5 +1,5 @@
 // One error type for the whole codebase. A kind decides the HTTP and gRPC status
-// (mapped in coordinator/edge/errors.ts and agent/rpc/errors.ts); a code from
+// (mapped in coordinator/http/public-error.ts and agent/rpc/errors.ts); a code from
 // CATALOG is the stable public identifier clients may match on. An entry's
 // `http` overrides its kind's HTTP status where the public API has always
 // answered another one (502, 504, ...); `headers` are sent with it.
@@ -92,7 +92,7 @@ export const CATALOG = {
 export interface CatalogEntry {
   kind: ErrorKind;
   summary: string;
-  /** HTTP status of this code when it is not its kind's (coordinator/edge/errors.ts HTTP_STATUS). */
+  /** HTTP status of this code when it is not its kind's (coordinator/http/public-error.ts HTTP_STATUS). */
   http?: number;
   /** Headers every answer with this code carries. */
   headers?: Readonly<Record<string, string>>;

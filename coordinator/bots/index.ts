@@ -9,7 +9,7 @@ import type { Logger } from "pino";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { MAX_MODEL_CALL_MS } from "../../shared/objects.ts";
 import type { DeploymentService } from "../deployments/service.ts";
-import type { StateObjects } from "../objects/state.ts";
+import type { StateObjects } from "../state/state.ts";
 import type { BotSessionRepo } from "../store/bot-sessions.ts";
 import type { TokenRepo } from "../store/workspaces.ts";
 import { DeployedBots } from "./directory.ts";

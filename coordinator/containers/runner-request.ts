@@ -3,7 +3,7 @@
 
 import type { RunContainerRequest, RunnerConfig } from "../../api/index.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
-import { cpuMillicores, gpuWish } from "../../shared/stub-resources.ts";
+import { cpuMillicores, gpuWish } from "../scheduler/stub-resources.ts";
 import { stubVolumeMounts } from "../../shared/volumes.ts";
 import { HTTP_SERVED_TYPES, RunnerLabels, baseStubType } from "../../shared/tasks.ts";
 import type { PlacementRequest } from "../scheduler/place.ts";

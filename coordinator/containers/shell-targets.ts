@@ -1,4 +1,4 @@
-// Where the shell route (coordinator/http/routes/shell.ts) looks a container
+// Where the shell route (coordinator/edge/shell.ts) looks a container
 // up: the container manager's running containers here, sandboxes and pods in
 // coordinator/sandboxes/targets.ts. Kept out of http/ so that the areas that
 // provide targets need not import the route.

@@ -1,6 +1,6 @@
 // Entry point of deployments (docs/deployments.md).
 
-export { checkBody, describeBodyMismatch } from "../../shared/handler-params.ts";
+export { checkBody, describeBodyMismatch } from "../endpoints/handler-params.ts";
 export {
   autoscalerSubject,
   KEPT_SCALING_EVENTS,

@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
-import { refuseUpgrade, sendError } from "../edge/raw.ts";
+import { refuseUpgrade, sendError } from "../http/raw-answer.ts";
 import type { StubRecord } from "../store/stubs.ts";
 import { forwardRaw, upstreamHeaders } from "./proxy.ts";
 import { EndpointRefusal, type Resolved } from "./resolve.ts";

@@ -12,8 +12,8 @@ import {
 import type { Readable } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
-import { publicError } from "../edge/errors.ts";
-import { sendError, writeJsonAnswer } from "../edge/raw.ts";
+import { publicError } from "../http/public-error.ts";
+import { sendError, writeJsonAnswer } from "../http/raw-answer.ts";
 import type { DirectOutcome } from "../tasks/direct.ts";
 import { MAX_RESULT_JSON_BYTES } from "./types.ts";
 

@@ -4,8 +4,8 @@
 
 import { BerthError, type ErrorCode } from "../../shared/errors.ts";
 import { baseStubType, HTTP_SERVED_TYPES } from "../../shared/tasks.ts";
-import { bearerToken } from "../edge/bearer.ts";
-import { HttpRefusal } from "../edge/errors.ts";
+import { bearerToken } from "../http/bearer.ts";
+import { HttpRefusal } from "../http/public-error.ts";
 import type { Principal, TokenRepo } from "../store/workspaces.ts";
 import type { DeploymentTargets, ResolvedDeployment } from "./types.ts";
 
@@ -24,7 +24,7 @@ export interface EndpointPath {
 
 /**
  * An answer the endpoint path gives before any task exists, with the status it
- * has always had (the public error edge, coordinator/edge/errors.ts, writes it).
+ * has always had (the public error edge, coordinator/http/public-error.ts, writes it).
  */
 export class EndpointRefusal extends HttpRefusal {
   constructor(

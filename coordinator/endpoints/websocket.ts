@@ -5,13 +5,13 @@
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
-import { answerOnSocket, refuseUpgrade } from "../edge/raw.ts";
+import { answerOnSocket, refuseUpgrade } from "../http/raw-answer.ts";
 import type { DirectOutcome } from "../tasks/direct.ts";
 import type { EndpointDispatcher, TaskRun, TryResult } from "./dispatch.ts";
 import { upstreamHeaders } from "./proxy.ts";
 import { RUNNER_HTTP_PORT } from "./types.ts";
 
-/** Re-exported: the socket writer belongs to the public error edge (coordinator/edge/raw.ts). */
+/** Re-exported: the socket writer belongs to the public error edge (coordinator/http/raw-answer.ts). */
 export { answerOnSocket };
 
 const claimed = new WeakSet<IncomingMessage>();

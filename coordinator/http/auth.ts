@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import { bearerToken } from "../edge/bearer.ts";
+import { bearerToken } from "./bearer.ts";
 import type { Principal, TokenRepo } from "../store/workspaces.ts";
 
 declare module "fastify" {

@@ -1,14 +1,14 @@
 import type { FastifyInstance } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { Socket } from "node:net";
-import { HttpRefusal, publicError } from "../edge/errors.ts";
-import { answerOnSocket } from "../edge/raw.ts";
+import { HttpRefusal, publicError } from "./public-error.ts";
+import { answerOnSocket } from "./raw-answer.ts";
 
-// Fastify's side of the public error edge (coordinator/edge/errors.ts): every
+// Fastify's side of the public error edge (coordinator/http/public-error.ts): every
 // error response has the body { error: { code, message, details? } } with a
 // code from CATALOG; an internal error's text stays in the log.
 
-export { HTTP_STATUS, toBerthError } from "../edge/errors.ts";
+export { HTTP_STATUS, toBerthError } from "./public-error.ts";
 
 export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((err, req, reply) => {

@@ -1,6 +1,6 @@
 import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyInstance } from "fastify";
-import { publicError } from "../edge/errors.ts";
+import { publicError } from "./public-error.ts";
 
 // Gateway routes (the SDK's) answer HTTP 200 with {ok: false, error} on
 // failure, per the spec; only a missing or bad token keeps its 401.

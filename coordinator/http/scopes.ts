@@ -2,7 +2,7 @@
 // convention are installed once per scope, and every route plugin
 // registered in a scope gets them. Public routes (health, join, OpenAPI,
 // /metrics, /endpoint/..., public task queues) are registered outside any
-// scope (coordinator/http/app.ts).
+// scope (coordinator/edge/app.ts).
 
 import type { FastifyPluginAsync } from "fastify";
 import type { TokenRepo } from "../store/workspaces.ts";

@@ -10,8 +10,8 @@ import { type Agent, request, type ServerResponse } from "node:http";
 import { BerthError } from "../../shared/errors.ts";
 import type { TryResult } from "../endpoints/dispatch.ts";
 import { containerError, errorOf, responseHeaders } from "../endpoints/proxy.ts";
-import { publicError } from "../edge/errors.ts";
-import { writeJsonAnswer } from "../edge/raw.ts";
+import { publicError } from "../http/public-error.ts";
+import { writeJsonAnswer } from "../http/raw-answer.ts";
 import { tapFor, type TokenUsage } from "./usage-tap.ts";
 
 export interface ModelRequest {

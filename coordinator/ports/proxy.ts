@@ -9,7 +9,7 @@ import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import { BerthError } from "../../shared/errors.ts";
 import type { TunnelDialer } from "../containers/tunnels.ts";
-import { refuseUpgrade, sendError } from "../edge/raw.ts";
+import { refuseUpgrade, sendError } from "../http/raw-answer.ts";
 import { errorOf, forwardRaw, upstreamHeaders } from "../endpoints/proxy.ts";
 import { EndpointAuth, EndpointRefusal } from "../endpoints/resolve.ts";
 import { claimUpgrade, spliceUpgrade, upgradeHead } from "../endpoints/websocket.ts";

@@ -2,7 +2,7 @@
 // warning, docs/compatibility.md): placed on an empty fleet, a permanent
 // refusal means no agent has what it asks for, however long it waits.
 
-import { cpuMillicores, gpuWish, type StubSizing } from "../../shared/stub-resources.ts";
+import { cpuMillicores, gpuWish, type StubSizing } from "./stub-resources.ts";
 import type { LiveAgent } from "../fleet/fleet-view.ts";
 import { buildClusterView } from "./cluster-view.ts";
 import { type PlacementRequest, place } from "./place.ts";

@@ -5,7 +5,7 @@
 
 import { BerthError } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
-import { cpuMillicores, gpuWish } from "../../shared/stub-resources.ts";
+import { cpuMillicores, gpuWish } from "../scheduler/stub-resources.ts";
 
 /** Cost rates as written in the coordinator's config file. */
 export interface CostRatesOptions {

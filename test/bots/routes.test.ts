@@ -1,4 +1,4 @@
-// The bot session routes (coordinator/http/routes/bots.ts) over the real
+// The bot session routes (coordinator/bots/routes.ts) over the real
 // BotEngine and a SQLite store: schema and clear 4xx for bad input, the token,
 // workspace scoping (another workspace's bot or session is 404), a marker
 // driven through a transition, a failed firing giving its markers back, and
@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import pino from "pino";
 import { BotEngine } from "../../coordinator/bots/engine.ts";
-import { botRoutes } from "../../coordinator/http/routes/bots.ts";
+import { botRoutes } from "../../coordinator/bots/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { bearer } from "../helpers/auth.ts";

@@ -9,7 +9,7 @@ import { after, before, describe, test } from "node:test";
 import Fastify, { type FastifyInstance } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { installErrorHandlers } from "../../coordinator/http/errors.ts";
-import { deploymentLogRoutes, type StubContainer } from "../../coordinator/http/routes/deployment-logs.ts";
+import { deploymentLogRoutes, type StubContainer } from "../../coordinator/logs/deployment-log-routes.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { transportFake, type FakeContainerApi } from "../helpers/fake-container-api.ts";

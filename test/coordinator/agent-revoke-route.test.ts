@@ -8,7 +8,7 @@ import { RevokedAgents } from "../../coordinator/fleet/agent-credentials.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { JoinService } from "../../coordinator/fleet/join.ts";
 import { AgentRevoker } from "../../coordinator/fleet/revoke.ts";
-import { buildHttpApp } from "../../coordinator/http/app.ts";
+import { buildHttpApp } from "../../coordinator/edge/app.ts";
 import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { bearer } from "../helpers/auth.ts";

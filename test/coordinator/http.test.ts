@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { buildHttpApp } from "../../coordinator/http/app.ts";
+import { buildHttpApp } from "../../coordinator/edge/app.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";

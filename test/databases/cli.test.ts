@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import type { AddressInfo } from "node:net";
 import { test } from "node:test";
-import { databaseRoutes } from "../../coordinator/http/routes/databases.ts";
-import { workspaceRoutes } from "../../coordinator/http/routes/workspace.ts";
+import { databaseRoutes } from "../../coordinator/databases/routes.ts";
+import { workspaceRoutes } from "../../coordinator/workspaces/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { runCli } from "../helpers/cluster.ts";
 import { tempDir } from "../helpers/env.ts";

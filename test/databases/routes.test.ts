@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { databaseRoutes } from "../../coordinator/http/routes/databases.ts";
+import { databaseRoutes } from "../../coordinator/databases/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { bearer } from "../helpers/auth.ts";
 import { routesApp } from "../helpers/routes-app.ts";

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { checkBody, describeBodyMismatch } from "../../shared/handler-params.ts";
+import { checkBody, describeBodyMismatch } from "../../coordinator/endpoints/handler-params.ts";
 import type { HandlerParams } from "../../shared/tasks.ts";
 
 const p = (names: string[], required: string[], var_keyword = false, context = false): HandlerParams => ({

@@ -7,11 +7,11 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import type { DeploymentService } from "../../coordinator/deployments/service.ts";
-import { deploymentRoutes } from "../../coordinator/http/routes/deployments.ts";
+import { deploymentRoutes } from "../../coordinator/deployments/routes.ts";
 import { gatewayScope, tokenScope } from "../../coordinator/http/scopes.ts";
-import { gatewayDeploymentRoutes } from "../../coordinator/http/routes/gateway-deployments.ts";
-import { gatewayStubRoutes } from "../../coordinator/http/routes/gateway-stubs.ts";
-import { gatewayEnqueueRoutes, taskQueueRoutes } from "../../coordinator/http/routes/taskqueue.ts";
+import { gatewayDeploymentRoutes } from "../../coordinator/functions/deploy-routes.ts";
+import { gatewayStubRoutes } from "../../coordinator/functions/stub-routes.ts";
+import { gatewayEnqueueRoutes, taskQueueRoutes } from "../../coordinator/functions/taskqueue-routes.ts";
 import { TASKS_STREAM, TaskHeaders } from "../../shared/tasks.ts";
 import { startTaskHarness, type TaskHarness } from "../tasks/harness.ts";
 import { deployInput, deploymentService } from "./helpers.ts";
@@ -23,7 +23,7 @@ import { capacity, oneAgentFleet } from "../containers/fakes.ts";
 // One 8-core agent with one A10G: the fleet berth deploy's placement warning looks at.
 const fleet = oneAgentFleet("agent-a", capacity(8, 32, [{ type: "A10G", uuid: "GPU-1" }]));
 
-/** The routes as coordinator/http/app.ts registers them (same options and error mapping). */
+/** The routes as coordinator/edge/app.ts registers them (same options and error mapping). */
 async function deploymentApp(h: TaskHarness, deployments: DeploymentService): Promise<FastifyInstance> {
   const app = routesApp();
   const tokens = h.store.tokens;

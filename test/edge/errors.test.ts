@@ -1,4 +1,4 @@
-// The public error edge (coordinator/edge/errors.ts; docs/design-notes.md,
+// The public error edge (coordinator/http/public-error.ts; docs/design-notes.md,
 // "One public error edge"): every code a client can see is in the catalog,
 // and an internal error's text reaches no client on any path, while the log
 // line carries the id the client got.
@@ -13,13 +13,13 @@ import { describe, test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import pino from "pino";
-import { HttpRefusal, publicError, statusOf } from "../../coordinator/edge/errors.ts";
+import { HttpRefusal, publicError, statusOf } from "../../coordinator/http/public-error.ts";
 import type { EndpointDispatcher } from "../../coordinator/endpoints/dispatch.ts";
 import { attachEndpointUpgrades } from "../../coordinator/endpoints/websocket.ts";
 import { installErrorHandlers } from "../../coordinator/http/errors.ts";
 import { installGatewayErrors } from "../../coordinator/http/gateway.ts";
-import { serveEndpointRequest } from "../../coordinator/http/routes/endpoints.ts";
-import { attachShellUpgrades } from "../../coordinator/http/routes/shell.ts";
+import { serveEndpointRequest } from "../../coordinator/endpoints/routes.ts";
+import { attachShellUpgrades } from "../../coordinator/edge/shell.ts";
 import { attachPortUpgrades, PortProxy } from "../../coordinator/ports/proxy.ts";
 import type { TokenRepo } from "../../coordinator/store/workspaces.ts";
 import { BerthError, CATALOG } from "../../shared/errors.ts";

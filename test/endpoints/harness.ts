@@ -19,7 +19,7 @@ import type {
 } from "../../coordinator/endpoints/types.ts";
 import { attachEndpointUpgrades } from "../../coordinator/endpoints/websocket.ts";
 import { attachEndpointHostRewrite } from "../../coordinator/endpoints/host-names.ts";
-import { endpointRoutes } from "../../coordinator/http/routes/endpoints.ts";
+import { endpointRoutes } from "../../coordinator/endpoints/routes.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";

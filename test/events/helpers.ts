@@ -5,7 +5,7 @@
 import type { NatsConnection } from "nats";
 import pino from "pino";
 import { EventStream, taskEvents, WorkspaceEvents } from "../../coordinator/events/index.ts";
-import { eventRoutes } from "../../coordinator/http/routes/events.ts";
+import { eventRoutes } from "../../coordinator/events/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";

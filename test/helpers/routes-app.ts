@@ -1,4 +1,4 @@
-// A bare Fastify app configured as coordinator/http/app.ts configures the
+// A bare Fastify app configured as coordinator/edge/app.ts configures the
 // coordinator's (body limit, validator options, principal, error mapping),
 // for tests that register just the routes under test.
 

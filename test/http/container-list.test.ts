@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { containerRoutes } from "../../coordinator/http/routes/containers.ts";
+import { containerRoutes } from "../../coordinator/sandboxes/container-routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { bearer } from "../helpers/auth.ts";
 import { routesApp } from "../helpers/routes-app.ts";

@@ -6,15 +6,15 @@
 
 import { createHash } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import type { HttpDeps } from "../../coordinator/http/app.ts";
+import type { HttpDeps } from "../../coordinator/edge/app.ts";
 import pino from "pino";
 import { ContainerTable } from "../../coordinator/containers/container-table.ts";
 import type { DeploymentService } from "../../coordinator/deployments/service.ts";
 import { EventStream } from "../../coordinator/events/index.ts";
-import { MapStore } from "../../coordinator/objects/maps.ts";
-import { QueueStore } from "../../coordinator/objects/queues.ts";
-import { SignalStore } from "../../coordinator/objects/signals.ts";
-import { StateObjects } from "../../coordinator/objects/state.ts";
+import { MapStore } from "../../coordinator/state/maps.ts";
+import { QueueStore } from "../../coordinator/state/queues.ts";
+import { SignalStore } from "../../coordinator/state/signals.ts";
+import { StateObjects } from "../../coordinator/state/state.ts";
 import { SecretService } from "../../coordinator/secrets/index.ts";
 import type { DeploymentRecord } from "../../coordinator/store/deployments.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";

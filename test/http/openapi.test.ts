@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import SwaggerParser from "@apidevtools/swagger-parser";
 import { decodeCursor, encodeCursor, paginate, pageRequest } from "../../coordinator/http/pagination.ts";
-import { tagOf } from "../../coordinator/http/openapi.ts";
+import { tagOf } from "../../coordinator/edge/openapi.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { type HttpHarness, startHttpHarness } from "./harness.ts";
 

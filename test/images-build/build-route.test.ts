@@ -6,7 +6,7 @@ import { test } from "node:test";
 import Fastify, { type FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { ImageBuilds, ImageBuildUpdate } from "../../coordinator/images/index.ts";
-import { imageRoutes } from "../../coordinator/http/routes/images.ts";
+import { imageRoutes } from "../../coordinator/images/routes.ts";
 
 function appWith(fail: () => never) {
   const builds = {

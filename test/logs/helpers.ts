@@ -4,8 +4,8 @@
 
 import pino from "pino";
 import { ensureStreams } from "../../coordinator/fleet/streams.ts";
-import { logRoutes } from "../../coordinator/http/routes/logs.ts";
-import { workspaceRoutes } from "../../coordinator/http/routes/workspace.ts";
+import { logRoutes } from "../../coordinator/logs/routes.ts";
+import { workspaceRoutes } from "../../coordinator/workspaces/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { LogQuery } from "../../coordinator/logs/index.ts";
 import { type ContainerLogBatch, logSubjectToken, subjects } from "../../shared/subjects.ts";

@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { metricsRoutes } from "../../coordinator/http/routes/metrics.ts";
-import { prometheusRoutes } from "../../coordinator/http/routes/prometheus.ts";
+import { metricsRoutes } from "../../coordinator/metrics/routes.ts";
+import { prometheusRoutes } from "../../coordinator/metrics/prometheus-routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { CoordinatorMetrics } from "../../coordinator/metrics/index.ts";
 import { Store } from "../../coordinator/store/store.ts";

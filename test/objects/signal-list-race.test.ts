@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { SignalStore } from "../../coordinator/objects/signals.ts";
+import { SignalStore } from "../../coordinator/state/signals.ts";
 import { connectTestNats, startTestNats } from "../helpers/nats.ts";
 
 // The timeout is the suite's safety net for the hang this guards against, not a timing assertion.

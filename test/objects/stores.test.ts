@@ -3,10 +3,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { isBerthError } from "../../shared/errors.ts";
-import { MapStore } from "../../coordinator/objects/maps.ts";
-import { QueueStore } from "../../coordinator/objects/queues.ts";
-import { SignalStore } from "../../coordinator/objects/signals.ts";
-import { StateObjects } from "../../coordinator/objects/state.ts";
+import { MapStore } from "../../coordinator/state/maps.ts";
+import { QueueStore } from "../../coordinator/state/queues.ts";
+import { SignalStore } from "../../coordinator/state/signals.ts";
+import { StateObjects } from "../../coordinator/state/state.ts";
 import { connectTestNats, startTestNats } from "../helpers/nats.ts";
 
 const bytes = (s: string) => new TextEncoder().encode(s);

@@ -12,7 +12,7 @@ import { test } from "node:test";
 import { promisify } from "node:util";
 import { OutputRelayClient } from "../../agent/bridge/output-relay.ts";
 import { BridgeServer } from "../../agent/bridge/server.ts";
-import { outputPublicRoutes } from "../../coordinator/http/routes/outputs.ts";
+import { outputPublicRoutes } from "../../coordinator/outputs/routes.ts";
 import { OutputRelay } from "../../coordinator/outputs/output-relay.ts";
 import { OutputStore } from "../../coordinator/outputs/output-store.ts";
 import { tempDir } from "../helpers/env.ts";

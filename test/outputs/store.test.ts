@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { outputPublicRoutes } from "../../coordinator/http/routes/outputs.ts";
+import { outputPublicRoutes } from "../../coordinator/outputs/routes.ts";
 import { OutputStore } from "../../coordinator/outputs/output-store.ts";
 import { tempDir } from "../helpers/env.ts";
 import { routesApp } from "../helpers/routes-app.ts";

@@ -10,7 +10,7 @@ import { test, type TestContext } from "node:test";
 import type { FastifyInstance } from "fastify";
 import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { buildHttpApp } from "../../coordinator/http/app.ts";
+import { buildHttpApp } from "../../coordinator/edge/app.ts";
 import { attachPortUpgrades, PortProxy, type PortTarget } from "../../coordinator/ports/proxy.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { tempDir } from "../helpers/env.ts";

@@ -5,8 +5,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { gatewayPodRoutes } from "../../coordinator/http/routes/gateway-pods.ts";
-import { gatewaySandboxRoutes } from "../../coordinator/http/routes/gateway-sandboxes.ts";
+import { gatewayPodRoutes } from "../../coordinator/sandboxes/pod-routes.ts";
+import { gatewaySandboxRoutes } from "../../coordinator/sandboxes/routes.ts";
 import { gatewayScope } from "../../coordinator/http/scopes.ts";
 import { type SandboxWorld, sandboxWorld } from "./fakes.ts";
 import { routesApp } from "../helpers/routes-app.ts";

@@ -12,7 +12,7 @@ import { test, type TestContext } from "node:test";
 import * as pty from "node-pty";
 import pino from "pino";
 import { bearerToken } from "../../coordinator/http/auth.ts";
-import { attachShellUpgrades, type ShellTarget } from "../../coordinator/http/routes/shell.ts";
+import { attachShellUpgrades, type ShellTarget } from "../../coordinator/edge/shell.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { openShell, type ShellOptions } from "../../cli/commands/shell.ts";
 import { waitFor } from "../../shared/net.ts";

@@ -11,7 +11,7 @@ import { waitUntil } from "../helpers/wait.ts";
 import { deployInput } from "../deployments/helpers.ts";
 import { addContainer, type HttpHarness, startHttpHarness } from "../http/harness.ts";
 
-// The stack routes (coordinator/http/routes/stacks.ts) over the real stack,
+// The stack routes (coordinator/stacks/routes.ts) over the real stack,
 // deployment and task services and a real store: a stack of two endpoints is
 // created, updated (an unchanged member is kept), and rolled back when its
 // second member's new container fails to start; two updates at once are a

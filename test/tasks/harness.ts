@@ -5,7 +5,7 @@ import type { FastifyInstance } from "fastify";
 import type { NatsConnection } from "nats";
 import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { buildHttpApp, type HttpDeps } from "../../coordinator/http/app.ts";
+import { buildHttpApp, type HttpDeps } from "../../coordinator/edge/app.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
 import type { Store } from "../../coordinator/store/store.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";

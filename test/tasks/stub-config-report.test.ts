@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { reportedStubConfig } from "../../coordinator/http/routes/task-status.ts";
+import { reportedStubConfig } from "../../coordinator/tasks/status-routes.ts";
 import { stubRecord } from "../containers/fakes.ts";
 import { checkStubConfigAgainstSpec } from "./stub-config-spec.ts";
 

@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { limitRoutes } from "../../coordinator/http/routes/limits.ts";
-import { volumeRoutes } from "../../coordinator/http/routes/volumes.ts";
+import { limitRoutes } from "../../coordinator/limits/routes.ts";
+import { volumeRoutes } from "../../coordinator/volumes/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";

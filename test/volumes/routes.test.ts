@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFil
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { volumeRoutes } from "../../coordinator/http/routes/volumes.ts";
+import { volumeRoutes } from "../../coordinator/volumes/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";

@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { StubConfigSchema } from "../../coordinator/http/routes/gateway-stubs.ts";
+import { StubConfigSchema } from "../../coordinator/functions/stub-routes.ts";
 import { checkStubVolumes } from "../../shared/volumes.ts";
 import { routesApp } from "../helpers/routes-app.ts";
 import { stubConfig } from "../tasks/fixtures.ts";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { webhookRoutes } from "../../coordinator/http/routes/webhooks.ts";
+import { webhookRoutes } from "../../coordinator/webhooks/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { Store } from "../../coordinator/store/store.ts";
 import { VALID_EVENT_PATTERNS } from "../../coordinator/webhooks/index.ts";

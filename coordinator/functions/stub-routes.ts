@@ -1,0 +1,166 @@
+import { checkStubVolumes } from "../../shared/volumes.ts";
+import { Type } from "@sinclair/typebox";
+import { BotDefinitionSchema } from "../bots/definition.ts";
+import type { FastifyPluginAsync } from "fastify";
+import { STUB_TYPES, type StubConfig, type StubExtra } from "../../shared/tasks.ts";
+import { resolveEgressPolicy } from "../../shared/egress.ts";
+import { BerthError } from "../../shared/errors.ts";
+import type { StubRecord } from "../store/stubs.ts";
+import type { TaskService } from "../tasks/service.ts";
+import { principalOf } from "../http/auth.ts";
+import { gatewayResponse } from "../http/gateway.ts";
+
+/** StubConfig of shared/tasks.ts, field for field. */
+export const StubConfigSchema = Type.Object({
+  runtime: Type.Object({
+    cpu: Type.Integer({ minimum: 0 }),
+    gpu: Type.String(),
+    memory: Type.Integer({ minimum: 0 }),
+    image_id: Type.String(),
+  }),
+  handler: Type.String({ pattern: "^[A-Za-z_][\\w.]*:[A-Za-z_]\\w*$" }),
+  on_start: Type.String(),
+  python_version: Type.String(),
+  keep_warm_seconds: Type.Integer(),
+  max_pending_tasks: Type.Integer({ minimum: 0 }),
+  callback_url: Type.String(),
+  task_policy: Type.Object({
+    max_retries: Type.Integer({ minimum: 0 }),
+    timeout: Type.Integer({ minimum: -1 }),
+    expires: Type.String(),
+  }),
+  workers: Type.Integer({ minimum: 1 }),
+  authorized: Type.Boolean(),
+  // One JSON type list, not anyOf [null, array]: with coerceTypes "array", Ajv
+  // unwraps a one-element list while trying the null branch and then refuses it.
+  // Entries are checked by checkStubVolumes.
+  volumes: Type.Unsafe<unknown[] | null>({ type: ["array", "null"], items: {} }),
+  autoscaler: Type.Object({
+    type: Type.String(),
+    max_containers: Type.Integer({ minimum: 0 }),
+    tasks_per_container: Type.Integer({ minimum: 0 }),
+  }),
+});
+
+export const StubExtraSchema = Type.Object({
+  cpu_millicores: Type.Integer({ minimum: 0 }),
+  gpu_types: Type.Array(Type.String()),
+  gpu_count: Type.Integer({ minimum: 0 }),
+  retry_for: Type.Array(Type.String()),
+  image_ref: Type.String(),
+  code_sha256: Type.String({ pattern: "^([0-9a-f]{64})?$" }),
+  secrets: Type.Array(Type.String()),
+  headless: Type.Boolean(),
+  min_containers: Type.Optional(Type.Integer({ minimum: 0 })),
+  concurrent_requests: Type.Optional(Type.Integer({ minimum: 1 })),
+  when: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  handler_params: Type.Optional(
+    Type.Object({
+      names: Type.Array(Type.String()),
+      required: Type.Array(Type.String()),
+      var_keyword: Type.Boolean(),
+      context: Type.Boolean(),
+    }),
+  ),
+  entrypoint: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
+  ports: Type.Optional(Type.Array(Type.Integer({ minimum: 1, maximum: 65535 }), { maxItems: 32 })),
+  block_network: Type.Optional(Type.Boolean()),
+  allow_list: Type.Optional(Type.Array(Type.String({ maxLength: 64 }))),
+  ttl_seconds: Type.Optional(Type.Integer({ minimum: -1 })),
+  /** Endpoint and asgi: model names the /v1 gateway routes here (docs/inference.md). */
+  served_models: Type.Optional(
+    Type.Array(Type.String({ pattern: "^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$" }), {
+      minItems: 1,
+      maxItems: 32,
+      uniqueItems: true,
+    }),
+  ),
+  /** Bot deployments: locations, transitions and model (docs/bots.md). */
+  bot: Type.Optional(BotDefinitionSchema),
+  /** Pods and sandboxes: the container's environment (`env=`); secrets win on a clash. */
+  env: Type.Optional(Type.Record(Type.String({ pattern: "^[A-Za-z_][A-Za-z0-9_]*$" }), Type.String())),
+});
+
+/** StubConfigSchema whose handler may be empty: sandbox and pod stubs run none (checked in the route). */
+const StubConfigOrNoHandlerSchema = Type.Object({
+  ...StubConfigSchema.properties,
+  handler: Type.String({ pattern: "^([A-Za-z_][\\w.]*:[A-Za-z_]\\w*)?$" }),
+});
+
+const StubBody = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  type: Type.String(),
+  config_version: Type.Integer(),
+  object_id: Type.Union([Type.Integer(), Type.Null()]),
+  created_at: Type.String(),
+  updated_at: Type.String(),
+});
+
+const stubJson = (s: StubRecord) => ({
+  id: s.id,
+  name: s.name,
+  type: s.type,
+  config_version: s.configVersion,
+  object_id: s.objectId,
+  created_at: s.createdAt,
+  updated_at: s.updatedAt,
+});
+
+const STUB_TYPE_PATTERN = `^(${STUB_TYPES.join("|")})(/serve)?$`;
+
+/** Stubs: get-or-create by (workspace, name, type). */
+export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
+  return async (app) => {
+    app.post(
+      "/api/v1/gateway/stubs",
+      {
+        schema: {
+          body: Type.Object(
+            {
+              name: Type.String({ minLength: 1, maxLength: 200 }),
+              type: Type.String({ pattern: STUB_TYPE_PATTERN }),
+              config: StubConfigOrNoHandlerSchema,
+              extra: StubExtraSchema,
+            },
+            { additionalProperties: false },
+          ),
+          response: gatewayResponse(Type.Object({ ok: Type.Literal(true), stub: StubBody })),
+        },
+      },
+      async (req) => {
+        const b = req.body as { name: string; type: string; config: StubConfig; extra: StubExtra };
+        if (b.config.handler === "" && !["sandbox", "pod"].includes(b.type.split("/")[0] ?? "")) {
+          throw new BerthError("invalid_request", `a ${b.type} stub needs a handler (module:function)`, {
+            field: "config.handler",
+          });
+        }
+        // Volumes are checked when registered too: a bad name never reaches an agent.
+        checkStubVolumes(b.config.volumes);
+        // A bad egress combination is refused when registered, before any container starts.
+        if (b.extra.block_network !== undefined || b.extra.allow_list !== undefined) {
+          resolveEgressPolicy({ block_network: b.extra.block_network ?? false, allow_list: b.extra.allow_list ?? null });
+        }
+        const { stub } = await tasks.upsertStub(principalOf(req).workspace.id, b);
+        return { ok: true as const, stub: stubJson(stub) };
+      },
+    );
+
+    app.get(
+      "/api/v1/gateway/stubs/:stubId",
+      {
+        schema: {
+          params: Type.Object({ stubId: Type.String() }),
+          response: gatewayResponse(Type.Object({ ok: Type.Literal(true), stub: StubBody })),
+        },
+      },
+      async (req) => {
+        const { stubId } = req.params as { stubId: string };
+        return {
+          ok: true as const,
+          stub: stubJson(await tasks.getStub(principalOf(req).workspace.id, stubId)),
+        };
+      },
+    );
+  };
+}
