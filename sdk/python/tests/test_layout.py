@@ -3,11 +3,13 @@
 Every import in every module is read (those inside functions and under
 TYPE_CHECKING too): the in-container runtime never imports the client or the
 sandbox side, nothing outside it imports the runtime, and the shared helpers
-at the top level import only each other.
+at the top level import only each other. berth.api and berth.sandbox build on
+berth.client, so the client side never imports either of them.
 """
 
 import ast
 import os
+import tempfile
 import unittest
 
 import berth
@@ -82,6 +84,32 @@ def violations(name: str, imports) -> list:
     return bad
 
 
+# berth.client is the lower layer: berth.api (and berth.sandbox) import it, it imports neither,
+# so there is no cycle to dodge with an import inside a function.
+BELOW = "client"
+ABOVE_CLIENT = ("api", "sandbox")
+
+
+def client_violations(name: str, imports) -> list:
+    """The imports by which a module of berth.client reaches up into berth.api or berth.sandbox."""
+    if side(name) != BELOW:
+        return []
+    return [
+        f"{name} ({BELOW} side, below api and sandbox) imports {target} ({side(target)})"
+        for target in sorted(imports)
+        if side(target) in ABOVE_CLIENT
+    ]
+
+
+def scan(files, rule) -> list:
+    """What `rule` finds in the imports of each file of {module name: path}."""
+    problems = []
+    for name, path in sorted(files.items()):
+        with open(path, encoding="utf-8") as f:
+            problems += rule(name, berth_imports(name, f.read(), path.endswith("__init__.py")))
+    return problems
+
+
 class LayoutTest(unittest.TestCase):
     def test_no_import_crosses_between_client_and_runtime(self):
         files = module_files()
@@ -92,6 +120,58 @@ class LayoutTest(unittest.TestCase):
             with open(path, encoding="utf-8") as f:
                 problems += violations(name, berth_imports(name, f.read(), path.endswith("__init__.py")))
         self.assertEqual(problems, [])
+
+    def test_the_client_never_imports_api_or_sandbox(self):
+        files = module_files()
+        client = {n: p for n, p in files.items() if side(n) == BELOW}
+        # Not vacuous: the package itself, the modules api builds on and the ones that inspect api's objects.
+        for name in ("berth.client", "berth.client.client", "berth.client.bots", "berth.client.describe", "berth.client.image_build"):
+            self.assertIn(name, client)
+        self.assertEqual(scan(client, client_violations), [])
+
+    def test_the_client_check_catches_an_upward_import(self):
+        files = module_files()
+        src = (
+            "from typing import TYPE_CHECKING\n"
+            "import berth.api.function\n"
+            "from .. import api\n"
+            "if TYPE_CHECKING:\n"
+            "    from berth.sandbox.pod import Pod\n"
+            "def f():\n"
+            "    from ..api.bot import marker_name\n"
+            "    from berth import sandbox\n"
+            "    from .config import current_credentials\n"
+            "    from ..errors import BerthError\n"
+        )
+        self.assertEqual(
+            client_violations("berth.client.x", berth_imports("berth.client.x", src, modules=files)),
+            [
+                "berth.client.x (client side, below api and sandbox) imports berth.api (api)",
+                "berth.client.x (client side, below api and sandbox) imports berth.api.bot (api)",
+                "berth.client.x (client side, below api and sandbox) imports berth.api.function (api)",
+                "berth.client.x (client side, below api and sandbox) imports berth.sandbox (sandbox)",
+                "berth.client.x (client side, below api and sandbox) imports berth.sandbox.pod (sandbox)",
+            ],
+        )
+        # In the package's __init__, `.` is the package itself, so `..api` is berth.api.
+        self.assertEqual(
+            client_violations("berth.client", berth_imports("berth.client", "from ..api import image\n", True, files)),
+            [
+                "berth.client (client side, below api and sandbox) imports berth.api (api)",
+                "berth.client (client side, below api and sandbox) imports berth.api.image (api)",
+            ],
+        )
+        # Upward is fine from above: api, sandbox and the runtime's own rule are not this one's business.
+        self.assertEqual(client_violations("berth.api.x", {"berth.client.client", "berth.api.image"}), [])
+        # A planted file, read from disk as the real scan reads the package.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "planted.py")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("def g():\n    from ..api.function import Function\n    return Function\n")
+            self.assertEqual(
+                scan({"berth.client.planted": path}, client_violations),
+                ["berth.client.planted (client side, below api and sandbox) imports berth.api.function (api)"],
+            )
 
     def test_every_module_has_a_home(self):
         files = module_files()

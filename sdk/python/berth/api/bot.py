@@ -12,10 +12,12 @@ as a task in a container, ``triage.local(...)`` here; both check the handler's
 answer against the declared outputs. Parameters and defaults: docs/bots.md.
 """
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
+from ..client.bots import BotSession
+from ..client.kinds import BOT
+from ..client.markers import marker_from_json, marker_name, marker_to_json
 from ..errors import BerthError
 from .function import MAX_PENDING_TASKS, Function
 from .image import Image
@@ -32,11 +34,6 @@ BOT_TRANSITION_ATTR = "_berth_bot_transition"
 MODEL_CALL_TIMEOUT_S = 330.0
 
 
-def marker_name(marker: type) -> str:
-    """The name a marker type is known by in a session (its class name)."""
-    return marker.__name__
-
-
 @dataclass(frozen=True)
 class BotLocation:
     """A place markers of one type wait in; ``expose=False`` hides it from the session's user."""
@@ -49,29 +46,6 @@ class BotLocation:
             raise TypeError(f"BotLocation marker must be a data model type (a class), not {self.marker!r}")
         if not isinstance(self.expose, bool):
             raise TypeError(f"BotLocation expose must be a bool, not {self.expose!r}")
-
-
-def marker_from_json(marker: type, doc: Any) -> Any:
-    """A marker of type ``marker`` from the session's JSON document of its fields."""
-    if isinstance(doc, marker):
-        return doc
-    if not isinstance(doc, dict):
-        raise BerthError("invalid_request", f"a {marker_name(marker)} marker must be a JSON object, not {doc!r}")
-    validate = getattr(marker, "model_validate", None)  # pydantic models
-    try:
-        return validate(doc) if callable(validate) else marker(**doc)
-    except (TypeError, ValueError) as e:
-        raise BerthError("invalid_request", f"{doc!r} is not a {marker_name(marker)} marker: {e}") from None
-
-
-def marker_to_json(value: Any) -> Dict[str, Any]:
-    """The JSON document of a marker's fields (a dataclass, a pydantic model or a plain object)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dict(dump())
-    return dict(vars(value))
 
 
 @dataclass
@@ -228,6 +202,9 @@ class BotTransition(Function):
 class Bot:
     """Spec "Bot": its locations, its transitions (``@bot.transition``) and the options its containers get."""
 
+    # What `berth deploy FILE.py:bot` tells it by (berth.client.kinds).
+    _berth_kind = BOT
+
     def __init__(
         self,
         model: Optional[str] = None,
@@ -294,8 +271,6 @@ class Bot:
         """A new session of this bot as deployed (``berth deploy``) under its name: a BotSession."""
         if not self.name:
             raise BerthError("invalid_request", "an unnamed Bot is deployed under its variable's name: use BotSession.open(name)")
-        from ..client.bots import BotSession
-
         return BotSession.open(self.name, client)
 
     def deployment(self, attr: str, name: Optional[str], code_sha256: str) -> Dict[str, Any]:

@@ -18,10 +18,12 @@ from typing import Any, Callable, Dict, Optional
 from urllib.parse import quote
 
 from .. import serialize
+from ..client.default import default_client
+from ..client.tasks import QueuedTask
 from ..errors import BerthError
 from ..handler_call import describe_params
 from .autoscaler import QueueDepthAutoscaler
-from .function import MAX_PENDING_TASKS, Function, _guard, default_client
+from .function import MAX_PENDING_TASKS, Function, _guard
 from .locate import Location
 from .options import check_int
 
@@ -303,8 +305,6 @@ class TaskQueue(Deployable):
         task_id = r.get("task_id") if isinstance(r, dict) else None
         if not task_id:
             raise BerthError("internal", f"the coordinator's answer to {what} has no task_id")
-        from ..client.tasks import QueuedTask
-
         return QueuedTask(client, str(task_id))
 
 

@@ -15,6 +15,8 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .. import env, serialize
+from ..client.default import default_client
+from ..client.kinds import FUNCTION
 from ..errors import BerthError, RemoteCallError
 from .image import Image
 from .locate import Location, locate
@@ -33,28 +35,13 @@ from .options import (
 if TYPE_CHECKING:
     from ..client.client import Client
 
-# The client side (HTTP, code sync, the task stream) is imported when a call is
-# made, not when the module is: a container imports this module through the
-# user's `from berth import function` and never calls remotely (a cold start
-# pays for every import).
+# berth.api builds on berth.client, which never imports berth.api. The heavy
+# part of the client side (HTTP, code sync, the task stream) is still imported
+# when a call is made, not when this module is: a container imports it through
+# the user's `from berth import function` and never calls remotely (a cold
+# start pays for every import). default_client's module is lean.
 
 MAX_PENDING_TASKS = 100
-_clients: Dict[Tuple[str, Optional[str]], "Client"] = {}
-_clients_lock = threading.Lock()
-
-
-def default_client() -> "Client":
-    """One client per (URL, token) in effect, so connections are reused across calls."""
-    from ..client.client import Client
-    from ..client.config import current_credentials
-
-    creds = current_credentials()
-    key = (creds.url, creds.token)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = Client()
-        return client
 
 
 def image_option(image: Optional[Image]) -> Image:
@@ -77,6 +64,8 @@ def _guard(name: str) -> None:
 class Function:
     # The registered stub's type; the deployment kinds (deployable.py) are Functions of other types.
     stub_type = "function"
+    # What `berth deploy` and `berth image build` tell it by (berth.client.kinds); every subclass too.
+    _berth_kind = FUNCTION
 
     def __init__(
         self,

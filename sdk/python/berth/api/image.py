@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from ..client.kinds import IMAGE
 from ..errors import ImageBuildError
 
 Packages = Union[Sequence[str], str, None]
@@ -65,6 +66,9 @@ class _builder:
 
 
 class Image:
+    # What `berth image build` tells it by (berth.client.kinds).
+    _berth_kind = IMAGE
+
     def __init__(
         self,
         python_version: str = "3.8",

@@ -11,6 +11,7 @@ the coordinator, and the agent adds the container's workspace itself.
 import threading
 from typing import Any, Callable, Dict, Optional
 
+from ..client.default import default_client
 from ..errors import BerthError
 from ..unix_http import BridgeClient
 
@@ -58,7 +59,6 @@ def install(transport: Optional[Transport]) -> None:
 
 def _http(request: Dict[str, Any], timeout: Optional[float]) -> Dict[str, Any]:
     from .. import env
-    from .function import default_client
 
     if env.is_remote():
         raise BerthError(

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional, Type, TypeVar
 from urllib.parse import quote
 
 from ..errors import BerthError
+from .default import default_client
+from .markers import marker_from_json, marker_name, marker_to_json
 
 M = TypeVar("M")
 
@@ -62,8 +64,6 @@ class BotSession:
         """Puts the markers into their locations (one request per marker type, in order)."""
         if not markers:
             raise ValueError("push needs at least one marker")
-        from ..api.bot import marker_name, marker_to_json
-
         groups: Dict[str, List[Dict[str, Any]]] = {}
         for m in markers:
             if isinstance(m, type):
@@ -83,8 +83,6 @@ class BotSession:
 
     def markers(self, marker: Type[M]) -> List[M]:
         """The markers now in ``marker``'s location, as instances, oldest first."""
-        from ..api.bot import marker_from_json, marker_name
-
         self.refresh()
         docs = (self._session.get("locations") or {}).get(marker_name(marker))
         if docs is None:
@@ -108,7 +106,5 @@ class BotSession:
 
 def _client_and_workspace(client: Any) -> "tuple[Any, str]":
     if client is None:
-        from ..api.function import default_client
-
         client = default_client()
     return client, str(client.current_workspace()["external_id"])

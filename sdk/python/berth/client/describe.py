@@ -20,14 +20,12 @@ import sys
 import traceback
 from typing import Any, Dict, List, Optional, TextIO
 
-from ..api.bot import Bot
-from ..api.function import Function
 from ..errors import BerthError, ImageBuildError
-from ..sandbox.pod import Pod
+from .default import default_client
+from .kinds import BOT, DEPLOYABLE, POD, kind_of
 
 USAGE = "usage: python3 -m berth.client.describe FILE.py:OBJECT [--name NAME] [--archive PATH]"
 DECORATORS = "@endpoint, @asgi, @realtime, @task_queue, @schedule or @function, or make it a berth.Pod or berth.Bot"
-DEPLOYABLE = (Function, Pod, Bot)
 
 
 class DescribeError(Exception):
@@ -95,7 +93,7 @@ def _import_file(path: str) -> Any:
 
 
 def _deployables(module: Any) -> List[str]:
-    return sorted(k for k, v in vars(module).items() if isinstance(v, DEPLOYABLE) and not k.startswith("_"))
+    return sorted(k for k, v in vars(module).items() if kind_of(v) in DEPLOYABLE and not k.startswith("_"))
 
 
 def _find(module: Any, path: str, attr: str) -> Any:
@@ -106,7 +104,7 @@ def _find(module: Any, path: str, attr: str) -> Any:
             hint = f"; its deployable objects: {', '.join(found)}" if found else f"; it has none ({DECORATORS})"
             raise DescribeError(f"{path} has no object named {attr}{hint}")
         obj = getattr(obj, part)
-    if not isinstance(obj, DEPLOYABLE):
+    if kind_of(obj) not in DEPLOYABLE:
         if isinstance(obj, type):
             kind = "a class"
         elif callable(obj) and hasattr(obj, "__code__"):
@@ -123,7 +121,6 @@ def _build(image: Any) -> None:
 
     A failed build raises ImageBuildError naming the step, so nothing is deployed.
     """
-    from ..api.function import default_client
     from .images import build_image
 
     built = build_image(default_client(), image, out=sys.stderr)
@@ -138,9 +135,10 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
     if not os.path.isfile(path):
         raise DescribeError(f"no such file: {file_part}")
     obj = _find(_import_file(path), file_part, attr)
-    if isinstance(obj, Bot):
+    kind = kind_of(obj)
+    if kind == BOT:
         return _describe_bot(obj, attr, name, archive)
-    if isinstance(obj, Pod):
+    if kind == POD:
         # An unnamed pod deploys under its variable's name, as a function under its own.
         stub_name = name or obj.name or attr.split(".")[-1]
         if not obj.entrypoint:
@@ -148,7 +146,7 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
     else:
         stub_name = name or obj.stub_name
     try:
-        if isinstance(obj, Pod):
+        if kind == POD:
             obj.check_image(stub_name)
         else:
             obj.image.check_runnable(stub_name, allow_snapshot=True)
@@ -181,7 +179,7 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
     }
 
 
-def _describe_bot(bot: Bot, attr: str, name: Optional[str], archive: Optional[str]) -> Dict[str, Any]:
+def _describe_bot(bot: Any, attr: str, name: Optional[str], archive: Optional[str]) -> Dict[str, Any]:
     """A whole Bot: its own stub (type bot) with the definition in extra.bot, and a stub per transition."""
     try:
         for t in bot.transitions.values():

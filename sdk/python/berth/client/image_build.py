@@ -13,17 +13,16 @@ import os
 import sys
 from typing import Any, List, Optional, TextIO
 
-from ..api.function import Function, default_client
-from ..api.image import Image
 from ..errors import BerthError, ImageBuildError
-from ..sandbox.pod import Pod
+from .default import default_client
 from .describe import DescribeError, _import_file
 from .images import build_image
+from .kinds import FUNCTION, IMAGE, POD, kind_of
 
 USAGE = "usage: berth image build FILE.py:OBJECT (an Image, or a function, deployment or pod with an image)"
 
 
-def find_image(target: str) -> "tuple[str, Image]":
+def find_image(target: str) -> "tuple[str, Any]":
     """The Image named by FILE.py:OBJECT (an Image, or the image of a function, deployment or pod)."""
     file_part, sep, attr = target.rpartition(":")
     if not sep or not file_part or not attr:
@@ -36,9 +35,9 @@ def find_image(target: str) -> "tuple[str, Image]":
         if not hasattr(obj, part):
             raise DescribeError(f"{file_part} has no object named {attr}")
         obj = getattr(obj, part)
-    if isinstance(obj, Image):
+    if kind_of(obj) == IMAGE:
         return attr, obj
-    if isinstance(obj, (Function, Pod)) and isinstance(getattr(obj, "image", None), Image):
+    if kind_of(obj) in (FUNCTION, POD) and kind_of(getattr(obj, "image", None)) == IMAGE:
         return attr, obj.image
     raise DescribeError(f"{attr} in {file_part} is a {type(obj).__name__}, not an Image; {USAGE}")
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from ..api.image import Image
 from ..api.locate import Location, locate
 from ..api.options import check_int
+from ..client.kinds import POD
 from ..errors import BerthError
 from .sandbox_stub import ContainerSpec
 
@@ -59,6 +60,8 @@ class Pod(ContainerSpec):
 
     stub_type = "pod"
     handler = "berth.pod:Pod"
+    # What `berth deploy` and `berth image build` tell it by (berth.client.kinds).
+    _berth_kind = POD
 
     def __init__(
         self,
