@@ -6,11 +6,11 @@ import { closeNats, jetStreamReady } from "../shared/nats-server.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
 import { bootstrapEmptyStore } from "./bootstrap.ts";
 import { openFoundations, StartupError } from "./startup.ts";
-import { FleetView } from "./fleet/fleet-view.ts";
-import { FleetWatcher } from "./fleet/fleet-watcher.ts";
-import { AgentNatsUsers, RevokedAgents } from "./fleet/agent-credentials.ts";
-import { JoinService } from "./fleet/join.ts";
-import { AgentRevoker } from "./fleet/revoke.ts";
+import { FleetView } from "./fleet/index.ts";
+import { FleetWatcher } from "./fleet/index.ts";
+import { AgentNatsUsers, RevokedAgents } from "./fleet/index.ts";
+import { JoinService } from "./fleet/index.ts";
+import { AgentRevoker } from "./fleet/index.ts";
 import {
   AgentClientPool,
   CodePusher,
@@ -18,44 +18,44 @@ import {
   natsContainerEvents,
   withSnapshotImages,
 } from "./containers/index.ts";
-import { ContainerAddresses } from "./containers/container-addresses.ts";
-import { ContainerTunnels } from "./containers/tunnels.ts";
+import { ContainerAddresses } from "./containers/index.ts";
+import { ContainerTunnels } from "./containers/index.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
-import { EndpointDispatcher } from "./endpoints/dispatch.ts";
+import { EndpointDispatcher } from "./endpoints/index.ts";
 import { createBots } from "./bots/index.ts";
 import { createInference } from "./inference/index.ts";
 import { EventStream, WorkspaceEvents, imageEvents, taskEvents } from "./events/index.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
-import { attachEndpointHostRewrite } from "./endpoints/host-names.ts";
-import { attachEndpointUpgrades } from "./endpoints/websocket.ts";
-import { buildHttpApp } from "./edge/app.ts";
-import { StackService } from "./stacks/service.ts";
-import { DeploymentMembers } from "./stacks/deployment-member.ts";
-import { healthProbe } from "./stacks/health-probe.ts";
-import { DatabaseMembers } from "./stacks/database-member.ts";
+import { attachEndpointHostRewrite } from "./endpoints/index.ts";
+import { attachEndpointUpgrades } from "./endpoints/index.ts";
+import { buildHttpApp } from "./edge/index.ts";
+import { StackService } from "./stacks/index.ts";
+import { DeploymentMembers } from "./stacks/index.ts";
+import { healthProbe } from "./stacks/index.ts";
+import { DatabaseMembers } from "./stacks/index.ts";
 import { OUTPUT_SWEEP_MS, OutputRelay, OutputStore } from "./outputs/index.ts";
-import { VolumeFiles } from "./volumes/volume-files.ts";
-import { WorkspaceLimitsCache } from "./limits/limits.ts";
+import { VolumeFiles } from "./volumes/index.ts";
+import { WorkspaceLimitsCache } from "./limits/index.ts";
 import { LogQuery } from "./logs/index.ts";
-import { MapStore } from "./state/maps.ts";
-import { QueueStore } from "./state/queues.ts";
-import { StateRelay } from "./state/relay.ts";
-import { SignalStore } from "./state/signals.ts";
-import { StateObjects } from "./state/state.ts";
+import { MapStore } from "./state/index.ts";
+import { QueueStore } from "./state/index.ts";
+import { StateRelay } from "./state/index.ts";
+import { SignalStore } from "./state/index.ts";
+import { StateObjects } from "./state/index.ts";
 import { CoordinatorMetrics, MetricsIngest, PoolSampler } from "./metrics/index.ts";
-import { Objects } from "./objects/objects.ts";
+import { Objects } from "./objects/index.ts";
 import type { ResolvedCoordinatorOptions } from "./options.ts";
-import { ClusterPki } from "./pki/cluster-pki.ts";
-import { PortProxy, attachPortUpgrades } from "./ports/proxy.ts";
-import { attachShellUpgrades, managedShellTargets } from "./edge/shell.ts";
-import { Planner } from "./scheduler/planner.ts";
+import { ClusterPki } from "./pki/index.ts";
+import { PortProxy, attachPortUpgrades } from "./ports/index.ts";
+import { attachShellUpgrades, managedShellTargets } from "./edge/index.ts";
+import { Planner } from "./scheduler/index.ts";
 import { SandboxService } from "./sandboxes/index.ts";
-import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/targets.ts";
+import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/index.ts";
 import { SecretService } from "./secrets/index.ts";
 import { createImages, imageGcIntervalMs } from "./images/index.ts";
 import { DatabaseService, databaseImage } from "./databases/index.ts";
-import type { Store } from "./store/store.ts";
-import { TaskService } from "./tasks/service.ts";
+import type { Store } from "./store/index.ts";
+import { TaskService } from "./tasks/index.ts";
 
 export interface RunningCoordinator {
   url: string;
@@ -342,7 +342,11 @@ export async function startCoordinator(
   const volumeFiles = new VolumeFiles(o.volumeRoot);
   const logs = new LogQuery({ nats: nc, log: log.child({ area: "logs" }) });
   // Image builds and the GC of built images (docs/images.md).
-  const { builds: images, gc: imageGc, orphans: imageBuildOrphans } = createImages({
+  const {
+    builds: images,
+    gc: imageGc,
+    orphans: imageBuildOrphans,
+  } = createImages({
     repo: store.builtImages,
     deployments: store.deployments,
     planner,

@@ -6,9 +6,14 @@ import { BerthError, describeError } from "../shared/errors.ts";
 import type { NatsUser } from "../shared/nats-server.ts";
 import type { NatsCredentials } from "../shared/subjects.ts";
 import type { ClusterRegistryAccess } from "../shared/fleet.ts";
-import { checkClusterRegistry, checkImageGcAfter, IMAGE_GC_AFTER_DEFAULT_MS, type PipIndex } from "./images/index.ts";
-import type { StreamRetention } from "./fleet/streams.ts";
-import { type CostRates, type CostRatesOptions, resolveCostRates } from "./tasks/cost.ts";
+import {
+  checkClusterRegistry,
+  checkImageGcAfter,
+  IMAGE_GC_AFTER_DEFAULT_MS,
+  type PipIndex,
+} from "./images/index.ts";
+import type { StreamRetention } from "./fleet/index.ts";
+import { type CostRates, type CostRatesOptions, resolveCostRates } from "./tasks/index.ts";
 
 /** Coordinator settings, as read from its JSON config file and flags. */
 export interface CoordinatorOptions {
@@ -236,13 +241,21 @@ function checkPlacementWait(v: unknown): number {
   return v;
 }
 
-function metricsOptions(o: CoordinatorOptions): Pick<ResolvedCoordinatorOptions, "metricsToken" | "metricsRetentionMs"> {
+function metricsOptions(
+  o: CoordinatorOptions,
+): Pick<ResolvedCoordinatorOptions, "metricsToken" | "metricsRetentionMs"> {
   if (o.metricsToken !== undefined && (typeof o.metricsToken !== "string" || o.metricsToken.length < 16)) {
-    throw new BerthError("invalid_request", "coordinator config: metricsToken must be a string of at least 16 characters");
+    throw new BerthError(
+      "invalid_request",
+      "coordinator config: metricsToken must be a string of at least 16 characters",
+    );
   }
   const days = o.metricsRetentionDays ?? 7;
   if (typeof days !== "number" || !(days > 0 && days <= 3650)) {
-    throw new BerthError("invalid_request", `coordinator config: metricsRetentionDays ${days} must be within (0, 3650]`);
+    throw new BerthError(
+      "invalid_request",
+      `coordinator config: metricsRetentionDays ${days} must be within (0, 3650]`,
+    );
   }
   return {
     ...(o.metricsToken !== undefined ? { metricsToken: o.metricsToken } : {}),
@@ -254,7 +267,10 @@ function checkTlsFiles(v: unknown): TlsFiles {
   const t = (typeof v === "object" && v !== null ? v : {}) as Partial<Record<keyof TlsFiles, unknown>>;
   const given = (x: unknown): x is string => typeof x === "string" && x.trim() !== "";
   if (!given(t.certFile) && !given(t.keyFile)) {
-    throw new BerthError("invalid_request", "coordinator config: tls needs certFile (--tls-cert) and keyFile (--tls-key)");
+    throw new BerthError(
+      "invalid_request",
+      "coordinator config: tls needs certFile (--tls-cert) and keyFile (--tls-key)",
+    );
   }
   if (!given(t.keyFile)) {
     throw new BerthError(
@@ -280,7 +296,10 @@ export function loadTlsCredentials(files: TlsFiles): { cert: Buffer; key: Buffer
     try {
       return readFileSync(path);
     } catch (e) {
-      throw new BerthError("invalid_request", `cannot read the TLS ${what} file ${path}: ${describeError(e)}`);
+      throw new BerthError(
+        "invalid_request",
+        `cannot read the TLS ${what} file ${path}: ${describeError(e)}`,
+      );
     }
   };
   const cert = read(files.certFile, "certificate");
@@ -289,7 +308,10 @@ export function loadTlsCredentials(files: TlsFiles): { cert: Buffer; key: Buffer
   try {
     x509 = new X509Certificate(cert);
   } catch {
-    throw new BerthError("invalid_request", `the TLS certificate file ${files.certFile} holds no PEM certificate`);
+    throw new BerthError(
+      "invalid_request",
+      `the TLS certificate file ${files.certFile} holds no PEM certificate`,
+    );
   }
   let privateKey: ReturnType<typeof createPrivateKey>;
   try {
@@ -347,17 +369,24 @@ export function readCoordinatorConfig(path: string): CoordinatorOptions {
 function checkPipIndex(p: PipIndex): PipIndex {
   const url = (u: unknown, what: string) => {
     if (typeof u !== "string" || !/^https?:\/\/[^\s]+$/.test(u)) {
-      throw new BerthError("invalid_request", `coordinator config: pipIndex.${what} ${JSON.stringify(u)} is not an http(s) URL`);
+      throw new BerthError(
+        "invalid_request",
+        `coordinator config: pipIndex.${what} ${JSON.stringify(u)} is not an http(s) URL`,
+      );
     }
     return u;
   };
   const out: PipIndex = {};
   if (p.indexUrl !== undefined) out.indexUrl = url(p.indexUrl, "indexUrl");
-  if (p.extraIndexUrls !== undefined) out.extraIndexUrls = p.extraIndexUrls.map((u) => url(u, "extraIndexUrls"));
+  if (p.extraIndexUrls !== undefined)
+    out.extraIndexUrls = p.extraIndexUrls.map((u) => url(u, "extraIndexUrls"));
   if (p.trustedHosts !== undefined) {
     out.trustedHosts = p.trustedHosts.map((h) => {
       if (typeof h !== "string" || !/^[A-Za-z0-9.:[\]-]+$/.test(h)) {
-        throw new BerthError("invalid_request", `coordinator config: pipIndex.trustedHosts ${JSON.stringify(h)} is not a host`);
+        throw new BerthError(
+          "invalid_request",
+          `coordinator config: pipIndex.trustedHosts ${JSON.stringify(h)} is not a host`,
+        );
       }
       return h;
     });
@@ -372,7 +401,10 @@ function checkCondaChannels(channels: string[]): string[] {
       typeof c === "string" &&
       (/^(https?|file):\/\/\S+$/.test(c) || /^[A-Za-z0-9][A-Za-z0-9_.\/-]*$/.test(c));
     if (!ok)
-      throw new BerthError("invalid_request", `coordinator config: condaChannels entry ${JSON.stringify(c)} is not a channel URL or name`);
+      throw new BerthError(
+        "invalid_request",
+        `coordinator config: condaChannels entry ${JSON.stringify(c)} is not a channel URL or name`,
+      );
   }
   return [...channels];
 }

@@ -7,11 +7,11 @@ import { connect, type NatsConnection } from "nats";
 import type { Logger } from "pino";
 import { describeError } from "../shared/errors.ts";
 import { closeNats } from "../shared/nats-server.ts";
-import { ensureStreams } from "./fleet/streams.ts";
+import { ensureStreams } from "./fleet/index.ts";
 import { loadTlsCredentials, type ResolvedCoordinatorOptions } from "./options.ts";
 import { SECRET_KEY_ENV, type SecretKey, loadSecretKey } from "./secrets/index.ts";
-import { Store } from "./store/store.ts";
-import { streamReplicas } from "./streams/replicas.ts";
+import { Store } from "./store/index.ts";
+import { streamReplicas } from "./streams/index.ts";
 
 /** A start-up failure the operator can act on, printed as one line. */
 export class StartupError extends Error {}

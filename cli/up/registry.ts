@@ -12,7 +12,7 @@ import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync }
 import { join } from "node:path";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
-import { registryConfigYaml } from "../../shared/registry-config.ts";
+import { registryConfigYaml } from "./registry-config.ts";
 
 export const REGISTRY_COMMAND = "docker-registry";
 

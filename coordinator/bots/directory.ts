@@ -4,7 +4,7 @@
 
 import type { BotDefinition } from "../../shared/bots.ts";
 import { BerthError } from "../../shared/errors.ts";
-import type { DeploymentService, Resolved } from "../deployments/service.ts";
+import type { DeploymentService, Resolved } from "../deployments/index.ts";
 import { type BotDirectory, type ResolvedBot, botDefinitionOf } from "./engine.ts";
 
 export class DeployedBots implements BotDirectory {

@@ -9,10 +9,10 @@
 import type { Logger } from "pino";
 import { type BotDefinition, type BotTransitionDef, checkBotDefinition } from "../../shared/bots.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
-import type { BotSession, BotSessionEvent, BotSessionRepo, Markers } from "../store/bot-sessions.ts";
-import type { TaskRecord } from "../store/tasks.ts";
-import type { TaskService, TaskUpdate } from "../tasks/service.ts";
-import { isTerminal } from "../tasks/transitions.ts";
+import type { BotSession, BotSessionEvent, BotSessionRepo, Markers } from "../store/index.ts";
+import type { TaskRecord } from "../store/index.ts";
+import type { TaskService, TaskUpdate } from "../tasks/index.ts";
+import { isTerminal } from "../tasks/index.ts";
 import type { BotEventBus } from "./event-bus.ts";
 
 /** The bot a session runs, as the deployments resolve it (latest active version by name). */

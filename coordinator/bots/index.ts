@@ -8,10 +8,10 @@ import { Server as HttpsServer, request as httpsRequest } from "node:https";
 import type { Logger } from "pino";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { MAX_MODEL_CALL_MS } from "../../shared/objects.ts";
-import type { DeploymentService } from "../deployments/service.ts";
-import type { StateObjects } from "../state/state.ts";
-import type { BotSessionRepo } from "../store/bot-sessions.ts";
-import type { TokenRepo } from "../store/workspaces.ts";
+import type { DeploymentService } from "../deployments/index.ts";
+import type { StateObjects } from "../state/index.ts";
+import type { BotSessionRepo } from "../store/index.ts";
+import type { TokenRepo } from "../store/index.ts";
 import { DeployedBots } from "./directory.ts";
 import { type BotTasks, BotEngine, UNSETTLED_AFTER_MS } from "./engine.ts";
 import { NatsBotEventBus } from "./event-bus.ts";
@@ -123,3 +123,5 @@ export function selfPost(server: Server): Inject {
       req.end(o.payload);
     });
 }
+export { BotDefinitionSchema } from "./definition.ts";
+export { botRoutes } from "./routes.ts";

@@ -12,7 +12,7 @@
 // every token); it is revoked when the coordinator stops.
 
 import { BerthError, isErrorCode } from "../../shared/errors.ts";
-import type { TokenRepo } from "../store/workspaces.ts";
+import type { TokenRepo } from "../store/index.ts";
 
 /** One POST to this coordinator's own server (`selfPost` in index.ts). */
 export type Inject = (o: {

@@ -18,11 +18,11 @@ import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { BerthError, describeError } from "../../shared/errors.ts";
-import { bearerToken } from "../http/bearer.ts";
-import { publicError } from "../http/public-error.ts";
-import { refuseUpgrade } from "../http/raw-answer.ts";
-import { claimUpgrade } from "../endpoints/websocket.ts";
-import type { Principal } from "../store/workspaces.ts";
+import { bearerToken } from "../http/index.ts";
+import { publicError } from "../http/index.ts";
+import { refuseUpgrade } from "../http/index.ts";
+import { claimUpgrade } from "../endpoints/index.ts";
+import type { Principal } from "../store/index.ts";
 import type { DeployedBots } from "./directory.ts";
 import type { BotEngine, BotSessionMessage } from "./engine.ts";
 

@@ -6,7 +6,7 @@ import { AgentRpcClient } from "../../api/grpc/index.ts";
 import type { ContainerApi } from "../../api/index.ts";
 import type { ContainerFilesApi, ContainerSnapshotApi } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
-import type { FleetView } from "../fleet/fleet-view.ts";
+import type { FleetView } from "../fleet/index.ts";
 import type { AgentClients } from "./types.ts";
 
 export interface AgentClientPoolOptions {

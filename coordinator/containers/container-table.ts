@@ -6,8 +6,8 @@
 
 import type { ContainerStatus } from "../../api/index.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
-import { type AgentView, type Reservation, gpuTypeOf } from "../scheduler/cluster-view.ts";
-import type { Planner } from "../scheduler/planner.ts";
+import { type AgentView, type Reservation, gpuTypeOf } from "../scheduler/index.ts";
+import type { Planner } from "../scheduler/index.ts";
 import { CONFIG_VERSION_LABEL } from "./runner-request.ts";
 import type { ManagedContainerInfo } from "./types.ts";
 

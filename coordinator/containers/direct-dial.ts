@@ -57,4 +57,3 @@ export async function dialDirect(t: DirectDialTarget, o: DirectDialOptions): Pro
     );
   }
 }
-

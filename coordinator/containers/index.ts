@@ -17,3 +17,11 @@ export type {
   StubRecord,
   StubSource,
 } from "./types.ts";
+export { ContainerAddresses } from "./container-addresses.ts";
+export { ContainerPythonVersions } from "./python-version.ts";
+export type { ContainerExec } from "./python-version.ts";
+export { managedShellTargets } from "./shell-targets.ts";
+export type { ShellTarget, ShellTargets } from "./shell-targets.ts";
+export { ContainerTunnels } from "./tunnels.ts";
+export type { TunnelDialer } from "./tunnels.ts";
+export type { SecretResolver } from "./types.ts";

@@ -9,14 +9,14 @@
 // of runner containers there: it offers its idle warm ones and stops those
 // the planner picks to make room, for runners and sandboxes alike.
 
-import type { Reservation } from "../scheduler/cluster-view.ts";
-import type { IdleCandidate } from "../scheduler/plan.ts";
-import type { ContainerOwner } from "../scheduler/planner.ts";
+import type { Reservation } from "../scheduler/index.ts";
+import type { IdleCandidate } from "../scheduler/index.ts";
+import type { ContainerOwner } from "../scheduler/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
-import type { ContainerLimits, WorkspaceUsage } from "../scheduler/quota.ts";
-import type { ContainerCounts, StubDemand, StubWait } from "../tasks/activity.ts";
+import type { ContainerLimits, WorkspaceUsage } from "../scheduler/index.ts";
+import type { ContainerCounts, StubDemand, StubWait } from "../tasks/index.ts";
 import { type StopCandidate, type StopReason, containersToStop, desiredContainers } from "./autoscale.ts";
 import { CodePusher } from "./code-push.ts";
 import { ContainerTable, type Managed } from "./container-table.ts";

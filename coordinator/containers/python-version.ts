@@ -40,7 +40,8 @@ export class ContainerPythonVersions {
       const timer = setTimeout(() => s.kill("SIGKILL"), this.timeoutMs);
       let out = "";
       try {
-        for await (const o of s.output) if (o.stream === "stdout") out += Buffer.from(o.data).toString("utf8");
+        for await (const o of s.output)
+          if (o.stream === "stdout") out += Buffer.from(o.data).toString("utf8");
         const code = await s.exit;
         const v = out.trim();
         return code === 0 && /^\d+\.\d+$/.test(v) ? v : undefined;

@@ -3,10 +3,10 @@
 
 import type { RunContainerRequest, RunnerConfig } from "../../api/index.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
-import { cpuMillicores, gpuWish } from "../scheduler/stub-resources.ts";
+import { cpuMillicores, gpuWish } from "../scheduler/index.ts";
 import { stubVolumeMounts } from "../../shared/volumes.ts";
 import { HTTP_SERVED_TYPES, RunnerLabels, baseStubType } from "../../shared/tasks.ts";
-import type { PlacementRequest } from "../scheduler/place.ts";
+import type { PlacementRequest } from "../scheduler/index.ts";
 import type { StubRecord } from "./types.ts";
 
 const MiB = 1024 * 1024;
@@ -100,7 +100,10 @@ export function runnerRequest(
     req.bridge = { workspaceId: stub.workspaceId };
     req.args = [...(extra.entrypoint ?? [])];
     req.exposedPorts = [...(extra.ports ?? [])];
-    req.egress = resolveEgressPolicy({ block_network: extra.block_network ?? false, allow_list: extra.allow_list ?? [] });
+    req.egress = resolveEgressPolicy({
+      block_network: extra.block_network ?? false,
+      allow_list: extra.allow_list ?? [],
+    });
   }
   // Empty: the agent's default image.
   if (extra.image_ref) req.image = extra.image_ref;

@@ -4,9 +4,9 @@
 
 import { randomBytes } from "node:crypto";
 import { describeError } from "../../shared/errors.ts";
-import type { ContainerLimits } from "../scheduler/quota.ts";
-import type { StubWait } from "../tasks/activity.ts";
-import { stubBucketMounts } from "../volumes/buckets.ts";
+import type { ContainerLimits } from "../scheduler/index.ts";
+import type { StubWait } from "../tasks/index.ts";
+import { stubBucketMounts } from "../volumes/index.ts";
 import type { CodePusher } from "./code-push.ts";
 import { type ContainerTable, type Managed, RUNNER_KIND } from "./container-table.ts";
 import type { FleetSync } from "./fleet-sync.ts";

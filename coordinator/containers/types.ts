@@ -5,11 +5,11 @@ import type { Logger } from "pino";
 import type { ContainerApi, RunContainerRequest } from "../../api/index.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { BerthError } from "../../shared/errors.ts";
-import type { FleetView } from "../fleet/fleet-view.ts";
-import { Planner } from "../scheduler/planner.ts";
-import type { ContainerLimits } from "../scheduler/quota.ts";
-import type { StubRecord as StoredStub } from "../store/stubs.ts";
-import type { TaskActivity } from "../tasks/activity.ts";
+import type { FleetView } from "../fleet/index.ts";
+import { Planner } from "../scheduler/index.ts";
+import type { ContainerLimits } from "../scheduler/index.ts";
+import type { StubRecord as StoredStub } from "../store/index.ts";
+import type { TaskActivity } from "../tasks/index.ts";
 import { runnerRequest } from "./runner-request.ts";
 
 /** What the manager needs of a stored stub. */

@@ -4,7 +4,7 @@
 // own precedence, separate from the reconcile loop in manager.ts that
 // produces those outcomes.
 
-import type { StubWait } from "../tasks/activity.ts";
+import type { StubWait } from "../tasks/index.ts";
 import type { ContainerTable, Managed } from "./container-table.ts";
 import type { ContainerStarter } from "./starter.ts";
 

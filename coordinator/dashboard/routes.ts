@@ -54,7 +54,8 @@ function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
-const isMissing = (e: unknown) => ["ENOENT", "ENOTDIR", "EISDIR"].includes((e as NodeJS.ErrnoException).code ?? "");
+const isMissing = (e: unknown) =>
+  ["ENOENT", "ENOTDIR", "EISDIR"].includes((e as NodeJS.ErrnoException).code ?? "");
 
 export interface DashboardOptions {
   /** The built dashboard. @default DEFAULT_DASHBOARD_DIR */
@@ -107,7 +108,10 @@ export function dashboardRoutes(opts: DashboardOptions = {}): FastifyPluginAsync
         }
         // Names carry their content's hash (scripts/build-dashboard.ts): a name never changes content.
         return reply
-          .headers({ "x-content-type-options": "nosniff", "cache-control": "public, max-age=31536000, immutable" })
+          .headers({
+            "x-content-type-options": "nosniff",
+            "cache-control": "public, max-age=31536000, immutable",
+          })
           .type(type)
           .send(body);
       },

@@ -14,3 +14,4 @@ export {
   databaseSecretName,
 } from "./engines.ts";
 export { databaseImage } from "./image.ts";
+export { databaseRoutes } from "./routes.ts";

@@ -6,8 +6,8 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { DatabaseService } from "./index.ts";
-import { ErrorResponse } from "../http/schemas.ts";
-import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/workspace-scope.ts";
+import { ErrorResponse } from "../http/index.ts";
+import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";
 
 const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
 

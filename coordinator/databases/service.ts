@@ -12,9 +12,9 @@ import { BerthError, describeError } from "../../shared/errors.ts";
 import type { DatabaseView } from "../../shared/databases.ts";
 import { newId } from "../../shared/ids.ts";
 import type { StubConfig } from "../../shared/tasks.ts";
-import type { SandboxStubExtra } from "../sandboxes/request.ts";
-import type { DatabaseEngine, DatabaseRecord, DatabaseRepo } from "../store/databases.ts";
-import type { StubInput, StubRecord } from "../store/stubs.ts";
+import type { SandboxStubExtra } from "../sandboxes/index.ts";
+import type { DatabaseEngine, DatabaseRecord, DatabaseRepo } from "../store/index.ts";
+import type { StubInput, StubRecord } from "../store/index.ts";
 import {
   DATA_MOUNT,
   checkDatabaseName,
@@ -87,7 +87,6 @@ export interface CreateDatabase {
   /** Memory of the pod in MiB. @default 1024 */
   memory?: number;
 }
-
 
 export type { DatabaseView } from "../../shared/databases.ts";
 
@@ -319,8 +318,15 @@ export class DatabaseService {
     if (!(since > bound)) return rec;
     if (rec.podId) await this.terminateQuietly(rec.workspaceId, rec.podId);
     const error = `its start was cut short (nothing has finished it for ${Math.round(since / 1000)} s: the coordinator starting it stopped)`;
-    await this.o.repo.setState(rec.id, { status: "failed", podId: null, agentId: null, error }, iso(this.clock()));
-    this.o.log.warn({ workspaceId: rec.workspaceId, database: rec.name }, "database start cut short: marked failed");
+    await this.o.repo.setState(
+      rec.id,
+      { status: "failed", podId: null, agentId: null, error },
+      iso(this.clock()),
+    );
+    this.o.log.warn(
+      { workspaceId: rec.workspaceId, database: rec.name },
+      "database start cut short: marked failed",
+    );
     return { ...rec, status: "failed", podId: null, agentId: null, error };
   }
 

@@ -7,10 +7,10 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { DeploymentService } from "./service.ts";
-import type { DeploymentRecord } from "../store/deployments.ts";
-import { NextCursor, pageQuery, pageRequest, paginate } from "../http/pagination.ts";
+import type { DeploymentRecord } from "../store/index.ts";
+import { NextCursor, pageQuery, pageRequest, paginate } from "../http/index.ts";
 import { DeploymentBody, deploymentJson } from "./routes.ts";
-import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/workspace-scope.ts";
+import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";
 
 export interface AppRouteDeps {
   deployments: DeploymentService;
@@ -104,7 +104,10 @@ export function appRoutes(d: AppRouteDeps): FastifyPluginAsync {
           summary: "The workspace's apps (one per deployment name), by name",
           params: WsParams,
           querystring: listQuery,
-          response: { 200: Type.Object({ apps: Type.Array(AppBody), next_cursor: NextCursor }), ...WorkspaceErrors },
+          response: {
+            200: Type.Object({ apps: Type.Array(AppBody), next_cursor: NextCursor }),
+            ...WorkspaceErrors,
+          },
         },
       },
       async (req) => {
@@ -145,7 +148,10 @@ export function appRoutes(d: AppRouteDeps): FastifyPluginAsync {
           "desc",
         );
         return {
-          apps: items.map((a) => ({ ...appJson(a), latest_deployment: deploymentJson(deployments, latestOf(a)) })),
+          apps: items.map((a) => ({
+            ...appJson(a),
+            latest_deployment: deploymentJson(deployments, latestOf(a)),
+          })),
           next_cursor,
         };
       },

@@ -5,7 +5,7 @@ import { checkBotDefinition } from "../../shared/bots.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { invalid } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
-import { parseCron } from "../schedules/cron.ts";
+import { parseCron } from "../schedules/index.ts";
 
 export const DEPLOYMENT_KINDS = [
   "endpoint",

@@ -1,6 +1,6 @@
 // Entry point of deployments (docs/deployments.md).
 
-export { checkBody, describeBodyMismatch } from "../endpoints/handler-params.ts";
+export { checkBody, describeBodyMismatch } from "../endpoints/index.ts";
 export {
   autoscalerSubject,
   KEPT_SCALING_EVENTS,
@@ -28,3 +28,5 @@ export {
   SERVE_IDLE_MS,
 } from "./service.ts";
 export { DeploymentCache, type DeploymentStates, latestActiveVersions } from "./states.ts";
+export { appRoutes } from "./app-routes.ts";
+export { DeploymentBody, deploymentJson, deploymentRoutes } from "./routes.ts";

@@ -2,11 +2,11 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { DeploymentService } from "./service.ts";
-import type { DeploymentRecord } from "../store/deployments.ts";
-import type { TaskService } from "../tasks/service.ts";
-import { principalOf } from "../http/auth.ts";
-import { NextCursor, pageQuery, pageRequest, paginate } from "../http/pagination.ts";
-import { ErrorResponse } from "../http/schemas.ts";
+import type { DeploymentRecord } from "../store/index.ts";
+import type { TaskService } from "../tasks/index.ts";
+import { principalOf } from "../http/index.ts";
+import { NextCursor, pageQuery, pageRequest, paginate } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
 
 // Deployment records of a workspace: list, details (with containers, queue
 // depth and scaling events), URL, stop, start, delete (docs/deployments.md).
@@ -46,7 +46,8 @@ const DeploymentDetails = Type.Intersect([
     queue_depth: Type.Integer({ description: "tasks waiting for a container" }),
     events: Type.Array(ScalingEventBody, { description: "recent scaling decisions, oldest first" }),
     start_error: Type.Union([Type.String(), Type.Null()], {
-      description: "why its last container start failed (e.g. a pod's entrypoint), until a container is healthy",
+      description:
+        "why its last container start failed (e.g. a pod's entrypoint), until a container is healthy",
     }),
   }),
 ]);

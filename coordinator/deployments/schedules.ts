@@ -9,10 +9,10 @@ import {
   createScheduleTicker,
   type ScheduleTicker,
 } from "../schedules/index.ts";
-import type { ActiveSchedule, ScheduleSource, SubmitTick } from "../schedules/ticker.ts";
-import type { DeploymentRepo } from "../store/deployments.ts";
-import type { Database } from "../store/schema.ts";
-import type { TaskService } from "../tasks/service.ts";
+import type { ActiveSchedule, ScheduleSource, SubmitTick } from "../schedules/index.ts";
+import type { DeploymentRepo } from "../store/index.ts";
+import type { Database } from "../store/index.ts";
+import type { TaskService } from "../tasks/index.ts";
 import { latestActiveVersions } from "./states.ts";
 
 const EMPTY_BODY = new TextEncoder().encode("{}");

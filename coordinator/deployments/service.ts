@@ -6,14 +6,14 @@
 
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
-import { hostUrl } from "../endpoints/host-names.ts";
+import { hostUrl } from "../endpoints/index.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
-import type { EventType } from "../events/types.ts";
-import type { DeploymentRecord, DeploymentRepo, DeploymentWithStub } from "../store/deployments.ts";
-import type { StubRecord } from "../store/stubs.ts";
-import type { EmitEvent } from "../events/emitter.ts";
-import type { TaskService } from "../tasks/service.ts";
+import type { EventType } from "../events/index.ts";
+import type { DeploymentRecord, DeploymentRepo, DeploymentWithStub } from "../store/index.ts";
+import type { StubRecord } from "../store/index.ts";
+import type { EmitEvent } from "../events/index.ts";
+import type { TaskService } from "../tasks/index.ts";
 import { checkDeployment, type DeployInput } from "./check.ts";
 import { ScalingEvents, type ScalingEvent, type ScalingEventJson } from "./scaling-events.ts";
 import { DeploymentCache, type DeploymentStates, latestActiveVersions } from "./states.ts";

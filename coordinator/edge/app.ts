@@ -8,71 +8,71 @@ import Fastify, {
   type FastifyRequest,
   LogController,
 } from "fastify";
-import { publicError } from "../http/public-error.ts";
-import { DEFAULT_BODY_LIMIT } from "../http/body-limits.ts";
+import { publicError } from "../http/index.ts";
+import { DEFAULT_BODY_LIMIT } from "../http/index.ts";
 import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
-import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
-import { rewriteEndpointHost } from "../endpoints/host-names.ts";
+import type { EndpointDispatcher } from "../endpoints/index.ts";
+import { rewriteEndpointHost } from "../endpoints/index.ts";
 import { type InferenceGateway, inferenceRoutes, serveInferenceRequest } from "../inference/index.ts";
-import { inferenceRestRoutes } from "../inference/admin-routes.ts";
-import { type PortProxy, servePortRequest } from "../ports/proxy.ts";
+import { inferenceRestRoutes } from "../inference/index.ts";
+import { type PortProxy, servePortRequest } from "../ports/index.ts";
 import type { EventStream } from "../events/index.ts";
-import type { FleetView } from "../fleet/fleet-view.ts";
+import type { FleetView } from "../fleet/index.ts";
 import type { WebhookService } from "../webhooks/index.ts";
-import type { JoinService } from "../fleet/join.ts";
-import type { AgentRevoker } from "../fleet/revoke.ts";
-import type { LogQuery } from "../logs/query.ts";
-import type { Objects } from "../objects/objects.ts";
-import type { SandboxService } from "../sandboxes/service.ts";
+import type { JoinService } from "../fleet/index.ts";
+import type { AgentRevoker } from "../fleet/index.ts";
+import type { LogQuery } from "../logs/index.ts";
+import type { Objects } from "../objects/index.ts";
+import type { SandboxService } from "../sandboxes/index.ts";
 import type { Secrets } from "../secrets/index.ts";
-import type { Store } from "../store/store.ts";
-import type { TaskService } from "../tasks/service.ts";
-import { installErrorHandlers } from "../http/errors.ts";
-import { metricsRoutes } from "../metrics/routes.ts";
-import { type PrometheusRouteDeps, prometheusRoutes } from "../metrics/prometheus-routes.ts";
+import type { Store } from "../store/index.ts";
+import type { TaskService } from "../tasks/index.ts";
+import { installErrorHandlers } from "../http/index.ts";
+import { metricsRoutes } from "../metrics/index.ts";
+import { type PrometheusRouteDeps, prometheusRoutes } from "../metrics/index.ts";
 import { registerOpenApi } from "./openapi.ts";
-import { appRoutes } from "../deployments/app-routes.ts";
-import { containerRoutes } from "../sandboxes/container-routes.ts";
-import { stackRoutes } from "../stacks/routes.ts";
-import type { StackService } from "../stacks/service.ts";
-import { taskRoutes } from "../functions/task-routes.ts";
-import type { CostRates } from "../tasks/cost.ts";
-import type { ManagedContainerInfo } from "../containers/types.ts";
-import { fleetRoutes, joinRoutes } from "../fleet/routes.ts";
-import { type DeploymentLogDeps, deploymentLogRoutes } from "../logs/deployment-log-routes.ts";
-import { deploymentRoutes } from "../deployments/routes.ts";
-import { endpointRoutes, serveEndpointRequest } from "../endpoints/routes.ts";
-import { eventRoutes } from "../events/routes.ts";
-import { type LimitRouteDeps, limitRoutes } from "../limits/routes.ts";
-import { logRoutes } from "../logs/routes.ts";
-import { webhookRoutes } from "../webhooks/routes.ts";
-import { gatewayDeploymentRoutes } from "../functions/deploy-routes.ts";
-import { whyStubNeverPlaceable } from "../scheduler/feasible.ts";
-import { type ContainerExec, ContainerPythonVersions } from "../containers/python-version.ts";
-import { gatewayObjectRoutes } from "../objects/routes.ts";
-import { gatewayPodRoutes } from "../sandboxes/pod-routes.ts";
-import { gatewaySandboxRoutes } from "../sandboxes/routes.ts";
-import { gatewayStubRoutes } from "../functions/stub-routes.ts";
-import { gatewayTaskRoutes } from "../tasks/gateway-routes.ts";
+import { appRoutes } from "../deployments/index.ts";
+import { containerRoutes } from "../sandboxes/index.ts";
+import { stackRoutes } from "../stacks/index.ts";
+import type { StackService } from "../stacks/index.ts";
+import { taskRoutes } from "../functions/index.ts";
+import type { CostRates } from "../tasks/index.ts";
+import type { ManagedContainerInfo } from "../containers/index.ts";
+import { fleetRoutes, joinRoutes } from "../fleet/index.ts";
+import { type DeploymentLogDeps, deploymentLogRoutes } from "../logs/index.ts";
+import { deploymentRoutes } from "../deployments/index.ts";
+import { endpointRoutes, serveEndpointRequest } from "../endpoints/index.ts";
+import { eventRoutes } from "../events/index.ts";
+import { type LimitRouteDeps, limitRoutes } from "../limits/index.ts";
+import { logRoutes } from "../logs/index.ts";
+import { webhookRoutes } from "../webhooks/index.ts";
+import { gatewayDeploymentRoutes } from "../functions/index.ts";
+import { whyStubNeverPlaceable } from "../scheduler/index.ts";
+import { type ContainerExec, ContainerPythonVersions } from "../containers/index.ts";
+import { gatewayObjectRoutes } from "../objects/index.ts";
+import { gatewayPodRoutes } from "../sandboxes/index.ts";
+import { gatewaySandboxRoutes } from "../sandboxes/index.ts";
+import { gatewayStubRoutes } from "../functions/index.ts";
+import { gatewayTaskRoutes } from "../tasks/index.ts";
 import { healthRoutes } from "./health.ts";
-import { type DashboardOptions, dashboardRoutes } from "../dashboard/routes.ts";
-import { secretRoutes } from "../secrets/routes.ts";
-import { databaseRoutes } from "../databases/routes.ts";
+import { type DashboardOptions, dashboardRoutes } from "../dashboard/index.ts";
+import { secretRoutes } from "../secrets/index.ts";
+import { databaseRoutes } from "../databases/index.ts";
 import type { DatabaseService } from "../databases/index.ts";
-import { botRoutes } from "../bots/routes.ts";
-import type { BotEngine } from "../bots/engine.ts";
-import { imageRoutes } from "../images/routes.ts";
+import { botRoutes } from "../bots/index.ts";
+import type { BotEngine } from "../bots/index.ts";
+import { imageRoutes } from "../images/index.ts";
 import type { ImageBuilds } from "../images/index.ts";
-import { gatewayStateRoutes, stateRoutes } from "../state/routes.ts";
-import { gatewayEnqueueRoutes, taskQueueRoutes } from "../functions/taskqueue-routes.ts";
-import { taskStatusRoutes } from "../tasks/status-routes.ts";
-import { workspaceRoutes } from "../workspaces/routes.ts";
-import { outputPublicRoutes } from "../outputs/routes.ts";
-import type { OutputStore } from "../outputs/output-store.ts";
-import { type VolumeRouteDeps, volumeRoutes } from "../volumes/routes.ts";
-import { gatewayScope, tokenScope } from "../http/scopes.ts";
-import type { StateObjects } from "../state/state.ts";
+import { gatewayStateRoutes, stateRoutes } from "../state/index.ts";
+import { gatewayEnqueueRoutes, taskQueueRoutes } from "../functions/index.ts";
+import { taskStatusRoutes } from "../tasks/index.ts";
+import { workspaceRoutes } from "../workspaces/index.ts";
+import { outputPublicRoutes } from "../outputs/index.ts";
+import type { OutputStore } from "../outputs/index.ts";
+import { type VolumeRouteDeps, volumeRoutes } from "../volumes/index.ts";
+import { gatewayScope, tokenScope } from "../http/index.ts";
+import type { StateObjects } from "../state/index.ts";
 
 export interface HttpDeps {
   store: Store;
@@ -232,7 +232,10 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
     await app.register(taskQueueRoutes({ tokens, deployments: deps.deployments, tasks: deps.tasks }));
 
   // The token-authenticated API (/api/v1/..., /v2/task): one token hook for all of it (coordinator/http/scopes.ts).
-  const api: FastifyPluginAsync[] = [workspaceRoutes(deps.store), fleetRoutes(deps.store, deps.fleet, deps.revoker)];
+  const api: FastifyPluginAsync[] = [
+    workspaceRoutes(deps.store),
+    fleetRoutes(deps.store, deps.fleet, deps.revoker),
+  ];
   if (deps.secrets) api.push(secretRoutes(deps.secrets));
   if (deps.databases) api.push(databaseRoutes(deps.databases));
   if (deps.images) api.push(imageRoutes(deps.images));
@@ -293,7 +296,11 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   // The SDK's gateway (/api/v1/gateway/...): a token, and failures as 200 with ok:false.
   const gateway: FastifyPluginAsync[] = [];
   if (deps.tasks && deps.objects)
-    gateway.push(gatewayObjectRoutes(deps.objects), gatewayStubRoutes(deps.tasks), gatewayTaskRoutes(deps.tasks));
+    gateway.push(
+      gatewayObjectRoutes(deps.objects),
+      gatewayStubRoutes(deps.tasks),
+      gatewayTaskRoutes(deps.tasks),
+    );
   if (deps.tasks && deps.deployments)
     gateway.push(
       gatewayDeploymentRoutes(deps.deployments, (stub) => whyStubNeverPlaceable(deps.fleet.list(), stub)),

@@ -37,7 +37,11 @@ export async function registerOpenApi(app: FastifyInstance, version: string): Pr
       },
       components: {
         securitySchemes: {
-          bearerAuth: { type: "http", scheme: "bearer", description: "a workspace token: `Authorization: Bearer <token>`" },
+          bearerAuth: {
+            type: "http",
+            scheme: "bearer",
+            description: "a workspace token: `Authorization: Bearer <token>`",
+          },
         },
       },
       security: [{ bearerAuth: [] }],
@@ -45,7 +49,10 @@ export async function registerOpenApi(app: FastifyInstance, version: string): Pr
     transform: ({ schema, url, route }) => {
       const s = (schema ?? {}) as FastifySchema & { tags?: string[]; hide?: boolean; security?: unknown };
       // The body limit of each route that takes one (docs/api-limits.md), for clients and the route fuzzer.
-      const bodyLimit = s.body || (route.method !== "GET" && route.method !== "HEAD") ? { "x-body-limit": route.bodyLimit ?? app.initialConfig.bodyLimit } : {};
+      const bodyLimit =
+        s.body || (route.method !== "GET" && route.method !== "HEAD")
+          ? { "x-body-limit": route.bodyLimit ?? app.initialConfig.bodyLimit }
+          : {};
       // Catch-alls (the endpoint proxy) have no fixed shape to document.
       if (url.includes("*")) return { schema: { ...s, hide: true }, url };
       return {

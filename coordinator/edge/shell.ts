@@ -13,12 +13,12 @@ import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
 import type { ContainerApi, ExecSession } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
-import { managedShellTargets, type ShellTarget, type ShellTargets } from "../containers/shell-targets.ts";
-import { bearerToken } from "../http/bearer.ts";
-import { publicError } from "../http/public-error.ts";
-import { refuseUpgrade } from "../http/raw-answer.ts";
-import { claimUpgrade } from "../endpoints/websocket.ts";
-import type { Principal, TokenRepo } from "../store/workspaces.ts";
+import { managedShellTargets, type ShellTarget, type ShellTargets } from "../containers/index.ts";
+import { bearerToken } from "../http/index.ts";
+import { publicError } from "../http/index.ts";
+import { refuseUpgrade } from "../http/index.ts";
+import { claimUpgrade } from "../endpoints/index.ts";
+import type { Principal, TokenRepo } from "../store/index.ts";
 
 // Re-exported for the composition root and tests: the targets are defined beside their sources.
 export { managedShellTargets, type ShellTarget, type ShellTargets };
@@ -118,8 +118,13 @@ async function serveShell(
     });
   } catch (e) {
     // An internal error is logged by the edge, with the id its answer carries.
-    const pe = refuseUpgrade(socket, e, { log: deps.log, what: "cannot start a shell", context: { containerId } });
-    if (pe.status >= 500 && !pe.errorId) deps.log.warn({ err: describeError(e), containerId }, "cannot start a shell");
+    const pe = refuseUpgrade(socket, e, {
+      log: deps.log,
+      what: "cannot start a shell",
+      context: { containerId },
+    });
+    if (pe.status >= 500 && !pe.errorId)
+      deps.log.warn({ err: describeError(e), containerId }, "cannot start a shell");
     return;
   }
   const size = new URLSearchParams(m[3] ?? "");
@@ -176,7 +181,11 @@ function pipeSession(session: ExecSession, ws: WebSocket, log: Logger, container
     } catch (e) {
       exited = true;
       // The frame's message is the edge's: an internal error's text stays in the log, under the id it names.
-      const { error, errorId } = publicError(e, { log, what: "shell exec ended with an error", context: { containerId } });
+      const { error, errorId } = publicError(e, {
+        log,
+        what: "shell exec ended with an error",
+        context: { containerId },
+      });
       if (!errorId) log.warn({ err: describeError(e), containerId }, "shell exec ended with an error");
       ws.send(JSON.stringify({ type: "error", message: error.message }), { binary: false });
       ws.close(1011, "exec failed");

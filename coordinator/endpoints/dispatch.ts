@@ -6,11 +6,11 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
 import { BerthError, isErrorCode } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
-import { publicError } from "../http/public-error.ts";
-import { sendError } from "../http/raw-answer.ts";
+import { publicError } from "../http/index.ts";
+import { sendError } from "../http/index.ts";
 import { checkBody, describeBodyMismatch } from "./handler-params.ts";
-import type { StubRecord } from "../store/stubs.ts";
-import type { DirectOutcome, DirectTaskInfo } from "../tasks/direct.ts";
+import type { StubRecord } from "../store/index.ts";
+import type { DirectOutcome, DirectTaskInfo } from "../tasks/index.ts";
 import { PodRouter } from "./pods.ts";
 import { forward, upstreamHeaders, writeJson } from "./proxy.ts";
 import {
@@ -226,11 +226,7 @@ export class EndpointDispatcher {
    * the queue (RETRY). Ends the task; `answer` gives the caller an error when
    * the task ends without the container's answer.
    */
-  async dispatch(
-    run: TaskRun,
-    attempt: (slot: Slot) => Promise<TryResult>,
-    answer: Answer,
-  ): Promise<void> {
+  async dispatch(run: TaskRun, attempt: (slot: Slot) => Promise<TryResult>, answer: Answer): Promise<void> {
     const { stub, task } = run;
     const direct = this.deps.tasks.direct;
     let ending = false;
@@ -310,11 +306,7 @@ export class EndpointDispatcher {
     }
   }
 
-  private endAborted(
-    run: TaskRun,
-    finish: (o: DirectOutcome) => void,
-    answer: Answer,
-  ): void {
+  private endAborted(run: TaskRun, finish: (o: DirectOutcome) => void, answer: Answer): void {
     const id = run.task.id;
     if (run.why === "timeout") {
       const message = `the request ran past its timeout of ${run.stub.config.task_policy.timeout} s (task_policy.timeout)`;

@@ -6,8 +6,8 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
-import { refuseUpgrade, sendError } from "../http/raw-answer.ts";
-import type { StubRecord } from "../store/stubs.ts";
+import { refuseUpgrade, sendError } from "../http/index.ts";
+import type { StubRecord } from "../store/index.ts";
 import { forwardRaw, upstreamHeaders } from "./proxy.ts";
 import { EndpointRefusal, type Resolved } from "./resolve.ts";
 import type { EndpointContainer, EndpointDeps } from "./types.ts";

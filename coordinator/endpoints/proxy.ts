@@ -12,9 +12,9 @@ import {
 import type { Readable } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
-import { publicError } from "../http/public-error.ts";
-import { sendError, writeJsonAnswer } from "../http/raw-answer.ts";
-import type { DirectOutcome } from "../tasks/direct.ts";
+import { publicError } from "../http/index.ts";
+import { sendError, writeJsonAnswer } from "../http/index.ts";
+import type { DirectOutcome } from "../tasks/index.ts";
 import { MAX_RESULT_JSON_BYTES } from "./types.ts";
 
 /** Headers of one connection, not of the message (RFC 9110 7.6.1); never forwarded. */

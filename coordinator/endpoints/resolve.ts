@@ -4,9 +4,9 @@
 
 import { BerthError, type ErrorCode } from "../../shared/errors.ts";
 import { baseStubType, HTTP_SERVED_TYPES } from "../../shared/tasks.ts";
-import { bearerToken } from "../http/bearer.ts";
-import { HttpRefusal } from "../http/public-error.ts";
-import type { Principal, TokenRepo } from "../store/workspaces.ts";
+import { bearerToken } from "../http/index.ts";
+import { HttpRefusal } from "../http/index.ts";
+import type { Principal, TokenRepo } from "../store/index.ts";
 import type { DeploymentTargets, ResolvedDeployment } from "./types.ts";
 
 export interface EndpointPath {
@@ -155,9 +155,13 @@ export async function resolveEndpoint(
       tokenUsed = true;
     }
     if (!r.deployment.active) {
-      throw new BerthError("deployment_stopped", `deployment ${r.deployment.name} (${path.key}) is stopped: start it`, {
-        deployment_id: path.key,
-      });
+      throw new BerthError(
+        "deployment_stopped",
+        `deployment ${r.deployment.name} (${path.key}) is stopped: start it`,
+        {
+          deployment_id: path.key,
+        },
+      );
     }
   }
   const kind = baseStubType(r.deployment.kind || r.stub.type);

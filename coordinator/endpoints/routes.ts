@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
-import { sendError } from "../http/raw-answer.ts";
+import { sendError } from "../http/index.ts";
 import type { EndpointDispatcher } from "./dispatch.ts";
 
 /**
@@ -34,7 +34,11 @@ export async function serveEndpointRequest(
     await endpoints.serveHttp(req, res);
   } catch (e) {
     if (!res.headersSent)
-      sendError(res, e, { log: endpoints.deps.log, what: "endpoint request failed", context: { url: req.url } });
+      sendError(res, e, {
+        log: endpoints.deps.log,
+        what: "endpoint request failed",
+        context: { url: req.url },
+      });
     else {
       endpoints.deps.log.error({ err: e, url: req.url }, "endpoint request failed");
       res.destroy();

@@ -4,11 +4,11 @@
 // agent tunnel (a byte stream to a container's port).
 
 import type { Logger } from "pino";
-import type { StubRecord } from "../store/stubs.ts";
-import type { TokenRepo } from "../store/workspaces.ts";
-import type { TaskListener } from "../tasks/engine.ts";
-import type { DirectTasks } from "../tasks/direct.ts";
-import type { TunnelDialer } from "../containers/tunnels.ts";
+import type { StubRecord } from "../store/index.ts";
+import type { TokenRepo } from "../store/index.ts";
+import type { TaskListener } from "../tasks/index.ts";
+import type { DirectTasks } from "../tasks/index.ts";
+import type { TunnelDialer } from "../containers/index.ts";
 
 export interface DeploymentInfo {
   id: string;

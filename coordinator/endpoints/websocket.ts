@@ -5,8 +5,8 @@
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
-import { answerOnSocket, refuseUpgrade } from "../http/raw-answer.ts";
-import type { DirectOutcome } from "../tasks/direct.ts";
+import { answerOnSocket, refuseUpgrade } from "../http/index.ts";
+import type { DirectOutcome } from "../tasks/index.ts";
 import type { EndpointDispatcher, TaskRun, TryResult } from "./dispatch.ts";
 import { upstreamHeaders } from "./proxy.ts";
 import { RUNNER_HTTP_PORT } from "./types.ts";
@@ -34,7 +34,10 @@ export function ensureUpgradeFallback(server: Server): void {
     process.nextTick(() => {
       if (claimed.has(req)) return;
       socket.on("error", () => {});
-      refuseUpgrade(socket, new BerthError("route_not_found", `no websocket route ${req.url?.split("?")[0]}`));
+      refuseUpgrade(
+        socket,
+        new BerthError("route_not_found", `no websocket route ${req.url?.split("?")[0]}`),
+      );
     });
   });
 }
@@ -117,7 +120,9 @@ async function serveUpgrade(
   if (target.r.kind === "pod") return endpoints.pods.serveUpgrade(target, req, socket, head);
   const { r, rest, query, prefix } = target;
   if (r.kind === "endpoint") {
-    return say(new BerthError("invalid_request", "an endpoint takes POST requests with a JSON body, not websockets"));
+    return say(
+      new BerthError("invalid_request", "an endpoint takes POST requests with a JSON body, not websockets"),
+    );
   }
   const run = await endpoints.open(r.stub, null, say);
   if (!run) return;

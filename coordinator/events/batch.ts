@@ -44,7 +44,10 @@ export function decodeBatch(m: Pick<JsMsg, "data" | "seq">, log: Logger): BerthE
   const items = Array.isArray(parsed) ? parsed : [parsed];
   const events = items.filter(isEvent);
   if (events.length !== items.length)
-    log.warn({ seq: m.seq, skipped: items.length - events.length }, "events: skipping entries that are not events");
+    log.warn(
+      { seq: m.seq, skipped: items.length - events.length },
+      "events: skipping entries that are not events",
+    );
   return events;
 }
 
@@ -57,6 +60,7 @@ export const formatCursor = (p: EventPosition): string => `${p.seq}:${p.index}`;
  */
 export function parseCursor(cursor: string): { seq: number; index: number | undefined } {
   const m = /^(\d{1,15})(?::(\d{1,6}))?$/.exec(cursor);
-  if (!m) throw invalid(`cursor ${JSON.stringify(cursor)} is not valid: pass the next_cursor of the previous page`);
+  if (!m)
+    throw invalid(`cursor ${JSON.stringify(cursor)} is not valid: pass the next_cursor of the previous page`);
   return { seq: Number(m[1]), index: m[2] === undefined ? undefined : Number(m[2]) };
 }

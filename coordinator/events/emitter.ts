@@ -8,13 +8,18 @@ import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
 import type { EventSink, EventType } from "./types.ts";
 import type { TaskStatus } from "../../shared/tasks.ts";
-import type { BuiltImage } from "../store/built-images.ts";
-import type { Workspace } from "../store/workspaces.ts";
-import type { TaskStatusListener } from "../tasks/engine.ts";
-import type { LiveTask } from "../tasks/live-index.ts";
+import type { BuiltImage } from "../store/index.ts";
+import type { Workspace } from "../store/index.ts";
+import type { TaskStatusListener } from "../tasks/index.ts";
+import type { LiveTask } from "../tasks/index.ts";
 
 /** Announces one change of a workspace's object. Never throws, never blocks. */
-export type EmitEvent = (workspaceId: string, type: EventType, subject: string, data: Record<string, unknown>) => void;
+export type EmitEvent = (
+  workspaceId: string,
+  type: EventType,
+  subject: string,
+  data: Record<string, unknown>,
+) => void;
 
 interface Queued {
   type: EventType;

@@ -17,3 +17,6 @@ export {
   type HistoryQuery,
   parseTypePatterns,
 } from "./stream.ts";
+export { eventRoutes } from "./routes.ts";
+export { CLOUDEVENTS_CONTENT_TYPE, EVENT_TYPES, eventTypeMatches, toCloudEvent } from "./types.ts";
+export type { BerthEvent, EventFeed, EventType } from "./types.ts";

@@ -9,9 +9,9 @@ import { BerthError } from "../../shared/errors.ts";
 import { toCloudEvent } from "./types.ts";
 import type { EventStream } from "./stream.ts";
 import { MAX_HISTORY_LIMIT } from "./stream.ts";
-import { principalOf } from "../http/auth.ts";
-import { ErrorResponse } from "../http/schemas.ts";
-import { openSse, pumpSse, resumeId, SSE_HEARTBEAT_MS } from "../http/sse.ts";
+import { principalOf } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
+import { openSse, pumpSse, resumeId, SSE_HEARTBEAT_MS } from "../http/index.ts";
 
 export interface EventRouteDeps {
   events: Pick<EventStream, "history" | "follow">;
@@ -80,7 +80,13 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsync {
       },
       async (req) => {
         const ws = workspaceOf(req);
-        const q = req.query as { after?: string; before?: string; type?: string; limit?: number; cursor?: string };
+        const q = req.query as {
+          after?: string;
+          before?: string;
+          type?: string;
+          limit?: number;
+          cursor?: string;
+        };
         const page = await deps.events.history(ws, q);
         return { events: page.events.map(toCloudEvent), next_cursor: page.next_cursor };
       },
@@ -94,7 +100,9 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsync {
           querystring: StreamQuery,
           headers: Type.Object({ "last-event-id": Type.Optional(Type.String({ maxLength: 100 })) }),
           response: {
-            200: Type.String({ description: "text/event-stream: id = event id, event = type, data = CloudEvent JSON" }),
+            200: Type.String({
+              description: "text/event-stream: id = event id, event = type, data = CloudEvent JSON",
+            }),
             ...errors,
           },
         },

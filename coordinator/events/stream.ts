@@ -15,12 +15,19 @@ import {
   StorageType,
 } from "nats";
 import type { Logger } from "pino";
-import { streamReplicas } from "../streams/replicas.ts";
+import { streamReplicas } from "../streams/index.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { BerthEvent, EventFeed, EventSink } from "./types.ts";
 import { newId } from "../../shared/ids.ts";
-import { type EventPosition, MAX_BATCH_BYTES, batchBody, decodeBatch, formatCursor, parseCursor } from "./batch.ts";
-import { type ScanStart, scanStored } from "../streams/scan.ts";
+import {
+  type EventPosition,
+  MAX_BATCH_BYTES,
+  batchBody,
+  decodeBatch,
+  formatCursor,
+  parseCursor,
+} from "./batch.ts";
+import { type ScanStart, scanStored } from "../streams/index.ts";
 import { matchesAny, parseTime, parseTypePatterns } from "./filters.ts";
 
 export { parseTypePatterns };
@@ -234,7 +241,8 @@ export class EventStream implements EventSink, EventFeed {
         (ack) => {
           this.counts.stored += events.length;
           this.counts.messages++;
-          for (const [index, ev] of events.entries()) this.remember(ev.id, { seq: ack.seq, index }, workspaceId);
+          for (const [index, ev] of events.entries())
+            this.remember(ev.id, { seq: ack.seq, index }, workspaceId);
           for (const ev of events) {
             for (const fn of this.localSubscribers) {
               try {
@@ -311,7 +319,8 @@ export class EventStream implements EventSink, EventFeed {
           return false;
         }
         last = { seq, index };
-        if ((after === undefined || Date.parse(ev.time) > after) && matchesAny(patterns, ev.type)) events.push(ev);
+        if ((after === undefined || Date.parse(ev.time) > after) && matchesAny(patterns, ev.type))
+          events.push(ev);
       }
       return true;
     });
@@ -364,12 +373,16 @@ export class EventStream implements EventSink, EventFeed {
     if (known?.workspaceId === workspaceId) return { seq: known.seq, index: known.index };
     let found: EventPosition | undefined;
     if (/^evt-[0-9a-z]{1,40}$/.test(id)) {
-      await this.scan(workspaceEventsFilter(workspaceId), { deliver_policy: DeliverPolicy.All }, (batch, seq) => {
-        const index = batch.findIndex((ev) => ev.id === id);
-        if (index < 0) return true;
-        found = { seq, index };
-        return false;
-      });
+      await this.scan(
+        workspaceEventsFilter(workspaceId),
+        { deliver_policy: DeliverPolicy.All },
+        (batch, seq) => {
+          const index = batch.findIndex((ev) => ev.id === id);
+          if (index < 0) return true;
+          found = { seq, index };
+          return false;
+        },
+      );
     }
     if (found === undefined)
       throw new BerthError(
@@ -390,7 +403,9 @@ export class EventStream implements EventSink, EventFeed {
     visit: (batch: BerthEvent[], seq: number, pending: number) => boolean,
   ): Promise<void> {
     const nats = { nc: this.nc, js: this.js };
-    await scanStored(nats, EVENTS_STREAM, filter, start, (m, pending) => visit(this.decode(m), m.seq, pending));
+    await scanStored(nats, EVENTS_STREAM, filter, start, (m, pending) =>
+      visit(this.decode(m), m.seq, pending),
+    );
   }
 
   private decode(m: { data: Uint8Array; seq: number }): BerthEvent[] {

@@ -10,7 +10,7 @@ import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { agentNatsPermissions } from "../../shared/agent-nats.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { type NatsUser, natsUsersConf } from "../../shared/nats-server.ts";
-import type { ClusterKv } from "../store/cluster.ts";
+import type { ClusterKv } from "../store/index.ts";
 
 const NKEY_PREFIX = "agent-nats-nkey/";
 const REVOKED_PREFIX = "agent-revoked/";

@@ -2,7 +2,7 @@ import type { NatsConnection, Subscription } from "nats";
 import type { Logger } from "pino";
 import type { Heartbeat } from "../../shared/fleet.ts";
 import { subjects } from "../../shared/subjects.ts";
-import type { AgentRepo } from "../store/cluster.ts";
+import type { AgentRepo } from "../store/index.ts";
 import type { FleetView, StateChange } from "./fleet-view.ts";
 
 export interface FleetWatcherOptions {
@@ -63,7 +63,8 @@ export class FleetWatcher {
 
   private async onHeartbeat(data: Uint8Array): Promise<void> {
     const hb = JSON.parse(new TextDecoder().decode(data)) as Heartbeat;
-    if (typeof hb?.agentId !== "string" || !hb.capacity) throw new Error("heartbeat without agentId or capacity");
+    if (typeof hb?.agentId !== "string" || !hb.capacity)
+      throw new Error("heartbeat without agentId or capacity");
     if (this.revoked?.has(hb.agentId)) return;
     const now = Date.now();
     const change = this.view.observe(hb, now);

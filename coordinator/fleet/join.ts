@@ -3,7 +3,7 @@ import { newId } from "../../shared/ids.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import { USER_NKEY_RE } from "../../shared/agent-nats.ts";
 import type { NatsCredentials } from "../../shared/subjects.ts";
-import type { AgentRepo, JoinTokenRepo } from "../store/cluster.ts";
+import type { AgentRepo, JoinTokenRepo } from "../store/index.ts";
 import type { AgentNatsUsers, RevokedAgents } from "./agent-credentials.ts";
 
 /** What a joining host is handed: its identity, where NATS is, and its TLS material. */
@@ -61,14 +61,20 @@ export class JoinService {
       throw new BerthError("join_token_invalid", "the join token is wrong or revoked");
     }
     if (!HOSTNAME_RE.test(req.hostname)) {
-      throw new BerthError("invalid_request", `hostname ${JSON.stringify(req.hostname)} is not a valid host name`);
+      throw new BerthError(
+        "invalid_request",
+        `hostname ${JSON.stringify(req.hostname)} is not a valid host name`,
+      );
     }
     const [host, port] = splitHostPort(req.grpcAddress);
     if (req.agentId !== undefined && !AGENT_ID_RE.test(req.agentId)) {
       throw new BerthError("invalid_request", `agent id ${JSON.stringify(req.agentId)} is malformed`);
     }
     if (req.natsNkey !== undefined && !USER_NKEY_RE.test(req.natsNkey)) {
-      throw new BerthError("invalid_request", "nats_nkey must be a user nkey's public key (U and 55 base32 characters)");
+      throw new BerthError(
+        "invalid_request",
+        "nats_nkey must be a user nkey's public key (U and 55 base32 characters)",
+      );
     }
     if (req.agentId !== undefined && (await this.deps.revoked?.isRevoked(req.agentId))) {
       throw new BerthError(

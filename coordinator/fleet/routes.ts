@@ -5,10 +5,10 @@ import { gpuCounts, type HostCapacity } from "../../shared/fleet.ts";
 import type { FleetView } from "./fleet-view.ts";
 import type { JoinService } from "./join.ts";
 import type { AgentRevoker } from "./revoke.ts";
-import type { AgentRecord, JoinTokenRecord } from "../store/cluster.ts";
-import type { Store } from "../store/store.ts";
-import { requireAdmin } from "../http/auth.ts";
-import { ErrorResponse } from "../http/schemas.ts";
+import type { AgentRecord, JoinTokenRecord } from "../store/index.ts";
+import type { Store } from "../store/index.ts";
+import { requireAdmin } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
 
 const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
 
@@ -190,7 +190,9 @@ export function fleetRoutes(store: Store, view: FleetView, revoker?: AgentRevoke
 
     app.get(
       "/api/v1/agents/:agentId",
-      { schema: { params: Type.Object({ agentId: Type.String() }), response: { 200: AgentBody, ...errors } } },
+      {
+        schema: { params: Type.Object({ agentId: Type.String() }), response: { 200: AgentBody, ...errors } },
+      },
       async (req) => {
         const { agentId } = req.params as { agentId: string };
         const rec = await store.agents.get(agentId);
@@ -209,7 +211,11 @@ export function fleetRoutes(store: Store, view: FleetView, revoker?: AgentRevoke
               200: Type.Object({
                 agent_id: Type.String(),
                 revoked_at: Type.String(),
-                nats: Type.Union([Type.Literal("removed"), Type.Literal("shared_user"), Type.Literal("none")]),
+                nats: Type.Union([
+                  Type.Literal("removed"),
+                  Type.Literal("shared_user"),
+                  Type.Literal("none"),
+                ]),
               }),
               ...errors,
             },
@@ -233,7 +239,10 @@ export function fleetRoutes(store: Store, view: FleetView, revoker?: AgentRevoke
       {
         schema: {
           body: Type.Optional(
-            Type.Object({ description: Type.Optional(Type.String({ maxLength: 200 })) }, { additionalProperties: false }),
+            Type.Object(
+              { description: Type.Optional(Type.String({ maxLength: 200 })) },
+              { additionalProperties: false },
+            ),
           ),
           response: { 201: Type.Object({ join_token: Type.String(), info: JoinTokenBody }), ...errors },
         },

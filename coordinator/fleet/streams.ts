@@ -36,10 +36,19 @@ export async function ensureStreams(
     },
   ];
   for (const cfg of wanted) {
-    const full = { ...cfg, retention: RetentionPolicy.Limits, storage: StorageType.File, num_replicas: replicas };
+    const full = {
+      ...cfg,
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.File,
+      num_replicas: replicas,
+    };
     try {
       await jsm.streams.info(cfg.name);
-      await jsm.streams.update(cfg.name, { subjects: full.subjects, max_age: full.max_age, max_bytes: full.max_bytes });
+      await jsm.streams.update(cfg.name, {
+        subjects: full.subjects,
+        max_age: full.max_age,
+        max_bytes: full.max_bytes,
+      });
     } catch (e) {
       if ((e as { code?: string }).code !== "404" && !/stream not found/i.test((e as Error).message)) throw e;
       await jsm.streams.add(full);

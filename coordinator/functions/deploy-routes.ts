@@ -1,10 +1,10 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
-import type { DeploymentService } from "../deployments/service.ts";
-import { principalOf } from "../http/auth.ts";
-import { gatewayResponse } from "../http/gateway.ts";
-import { DeploymentBody, deploymentJson } from "../deployments/routes.ts";
+import type { DeploymentService } from "../deployments/index.ts";
+import { principalOf } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
+import { DeploymentBody, deploymentJson } from "../deployments/index.ts";
 import { StubConfigSchema, StubExtraSchema } from "./stub-routes.ts";
 
 /** Why no host could ever run a stub of this config and extra; undefined when one could. */
@@ -42,7 +42,9 @@ export function gatewayDeploymentRoutes(
               ok: Type.Literal(true),
               deployment: DeploymentBody,
               warnings: Type.Optional(
-                Type.Array(Type.String(), { description: "e.g. no host of the fleet can ever run it, and why" }),
+                Type.Array(Type.String(), {
+                  description: "e.g. no host of the fleet can ever run it, and why",
+                }),
               ),
             }),
           ),
@@ -65,7 +67,9 @@ export function gatewayDeploymentRoutes(
         });
         const why = neverPlaceable?.({ config: b.config, extra: b.extra });
         const warnings = why
-          ? [`no host of this cluster can ever run ${b.name}'s containers: ${why}; its requests fail until one can`]
+          ? [
+              `no host of this cluster can ever run ${b.name}'s containers: ${why}; its requests fail until one can`,
+            ]
           : [];
         return {
           ok: true as const,

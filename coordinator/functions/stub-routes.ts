@@ -1,14 +1,14 @@
 import { checkStubVolumes } from "../../shared/volumes.ts";
 import { Type } from "@sinclair/typebox";
-import { BotDefinitionSchema } from "../bots/definition.ts";
+import { BotDefinitionSchema } from "../bots/index.ts";
 import type { FastifyPluginAsync } from "fastify";
 import { STUB_TYPES, type StubConfig, type StubExtra } from "../../shared/tasks.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
-import type { StubRecord } from "../store/stubs.ts";
-import type { TaskService } from "../tasks/service.ts";
-import { principalOf } from "../http/auth.ts";
-import { gatewayResponse } from "../http/gateway.ts";
+import type { StubRecord } from "../store/index.ts";
+import type { TaskService } from "../tasks/index.ts";
+import { principalOf } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
 
 /** StubConfig of shared/tasks.ts, field for field. */
 export const StubConfigSchema = Type.Object({
@@ -139,7 +139,10 @@ export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
         checkStubVolumes(b.config.volumes);
         // A bad egress combination is refused when registered, before any container starts.
         if (b.extra.block_network !== undefined || b.extra.allow_list !== undefined) {
-          resolveEgressPolicy({ block_network: b.extra.block_network ?? false, allow_list: b.extra.allow_list ?? null });
+          resolveEgressPolicy({
+            block_network: b.extra.block_network ?? false,
+            allow_list: b.extra.allow_list ?? null,
+          });
         }
         const { stub } = await tasks.upsertStub(principalOf(req).workspace.id, b);
         return { ok: true as const, stub: stubJson(stub) };

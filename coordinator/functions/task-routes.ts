@@ -6,16 +6,16 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { TASK_STATUSES, type TaskStatus } from "../../shared/tasks.ts";
-import type { DeploymentService } from "../deployments/service.ts";
-import type { StubRecord } from "../store/stubs.ts";
-import type { TaskListFilter, TaskRepo } from "../store/tasks.ts";
-import { type CostRates, ZERO_COST_RATES } from "../tasks/cost.ts";
-import type { TaskService, TaskUpdate } from "../tasks/service.ts";
-import { isTerminal } from "../tasks/transitions.ts";
-import { NextCursor, pageOf, pageQuery, pageRequest } from "../http/pagination.ts";
-import { openSse, type SseStream } from "../http/sse.ts";
-import { TaskBody, TaskCostBody, type TaskOutputs, taskCost, taskJson } from "../tasks/status-routes.ts";
-import { isoQueryTime, scopedWorkspace, WorkspaceErrors, WsParams } from "../http/workspace-scope.ts";
+import type { DeploymentService } from "../deployments/index.ts";
+import type { StubRecord } from "../store/index.ts";
+import type { TaskListFilter, TaskRepo } from "../store/index.ts";
+import { type CostRates, ZERO_COST_RATES } from "../tasks/index.ts";
+import type { TaskService, TaskUpdate } from "../tasks/index.ts";
+import { isTerminal } from "../tasks/index.ts";
+import { NextCursor, pageOf, pageQuery, pageRequest } from "../http/index.ts";
+import { openSse, type SseStream } from "../http/index.ts";
+import { TaskBody, TaskCostBody, type TaskOutputs, taskCost, taskJson } from "../tasks/index.ts";
+import { isoQueryTime, scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";
 
 /** Keep-alive comments on the subscribe stream (proxies close silent connections). */
 export const SUBSCRIBE_HEARTBEAT_MS = 15_000;
@@ -47,10 +47,15 @@ const Status = Type.Union(
 
 const TaskListQuery = pageQuery({
   status: Type.Optional(
-    Type.Array(Status, { description: "repeat (status=RUNNING&status=PENDING) for any of several", maxItems: 8 }),
+    Type.Array(Status, {
+      description: "repeat (status=RUNNING&status=PENDING) for any of several",
+      maxItems: 8,
+    }),
   ),
   stub_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
-  deployment_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: "tasks of its stub" })),
+  deployment_id: Type.Optional(
+    Type.String({ minLength: 1, maxLength: 200, description: "tasks of its stub" }),
+  ),
   created_after: Type.Optional(Type.String({ description: "ISO 8601: created strictly after" })),
   created_before: Type.Optional(Type.String({ description: "ISO 8601: created strictly before" })),
 });
@@ -148,13 +153,18 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
         let stubIds: string[] | undefined = q.stub_id === undefined ? undefined : [q.stub_id];
         if (q.deployment_id !== undefined) {
           if (!d.deployments) {
-            throw new BerthError("invalid_request", "deployment_id: this coordinator runs no deployment service");
+            throw new BerthError(
+              "invalid_request",
+              "deployment_id: this coordinator runs no deployment service",
+            );
           }
           const dep = await d.deployments.get(ws.id, q.deployment_id);
           stubIds = stubIds ? stubIds.filter((s) => s === dep.stubId) : [dep.stubId];
         }
         if (stubIds) filter.stubIds = stubIds;
-        const after = page.after ? { createdAt: String(page.after[0]), id: String(page.after[1]) } : undefined;
+        const after = page.after
+          ? { createdAt: String(page.after[0]), id: String(page.after[1]) }
+          : undefined;
         const rows = await d.rows.list(ws.id, filter, { limit: page.limit + 1, ...(after ? { after } : {}) });
         const { items, next_cursor } = pageOf(LIST, rows, page.limit, (t) => [t.createdAt, t.id]);
         const stubs = new Map<string, StubRecord>();

@@ -2,14 +2,14 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { BerthError, invalid } from "../../shared/errors.ts";
 import { baseStubType } from "../../shared/tasks.ts";
-import { checkBody, describeBodyMismatch } from "../endpoints/handler-params.ts";
-import type { DeploymentService, Resolved } from "../deployments/service.ts";
-import type { StubRecord } from "../store/stubs.ts";
-import type { TokenRepo } from "../store/workspaces.ts";
-import type { TaskService } from "../tasks/service.ts";
-import { authenticator, principalOf } from "../http/auth.ts";
-import { gatewayResponse } from "../http/gateway.ts";
-import { ErrorResponse } from "../http/schemas.ts";
+import { checkBody, describeBodyMismatch } from "../endpoints/index.ts";
+import type { DeploymentService, Resolved } from "../deployments/index.ts";
+import type { StubRecord } from "../store/index.ts";
+import type { TokenRepo } from "../store/index.ts";
+import type { TaskService } from "../tasks/index.ts";
+import { authenticator, principalOf } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
 
 // Task queues: `TaskQueue.put()` through the gateway (pickled arguments), and
 // `POST {base_url}/taskqueue/{name}[/v{N}]` or `/taskqueue/id/{id}` with a
@@ -171,9 +171,13 @@ function publicTaskQueue(d: TaskQueueRouteDeps): FastifyPluginAsync {
             throw new BerthError("not_found", `deployment ${id} not found`);
         }
         if (!r.deployment.active) {
-          throw new BerthError("deployment_stopped", `deployment ${r.deployment.name} (${id}) is stopped: start it`, {
-            deployment_id: id,
-          });
+          throw new BerthError(
+            "deployment_stopped",
+            `deployment ${r.deployment.name} (${id}) is stopped: start it`,
+            {
+              deployment_id: id,
+            },
+          );
         }
         return enqueue(req, reply, r);
       },

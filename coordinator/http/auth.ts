@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { bearerToken } from "./bearer.ts";
-import type { Principal, TokenRepo } from "../store/workspaces.ts";
+import type { Principal, TokenRepo } from "../store/index.ts";
 
 declare module "fastify" {
   interface FastifyRequest {

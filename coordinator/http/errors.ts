@@ -31,7 +31,9 @@ export function installErrorHandlers(app: FastifyInstance): void {
     answerOnSocket(socket, pe.status, pe.body, pe.headers);
   });
   app.setNotFoundHandler((req, reply) => {
-    const pe = publicError(new BerthError("route_not_found", `no route ${req.method} ${req.url.split("?")[0]}`));
+    const pe = publicError(
+      new BerthError("route_not_found", `no route ${req.method} ${req.url.split("?")[0]}`),
+    );
     reply.status(pe.status).send(pe.body);
   });
 }

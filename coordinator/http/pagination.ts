@@ -55,7 +55,10 @@ export function encodeCursor(list: string, key: CursorKey): string {
 /** The key a cursor holds; invalid_request naming the cause for anything else. */
 export function decodeCursor(list: string, cursor: string, arity: number): CursorKey {
   const bad = (why: string) =>
-    new BerthError("invalid_request", `invalid cursor: ${why}; pass next_cursor from the previous page unchanged`);
+    new BerthError(
+      "invalid_request",
+      `invalid cursor: ${why}; pass next_cursor from the previous page unchanged`,
+    );
   if (!/^[A-Za-z0-9_-]+$/.test(cursor)) throw bad("not base64url");
   let parsed: unknown;
   try {
@@ -74,7 +77,11 @@ export function decodeCursor(list: string, cursor: string, arity: number): Curso
 }
 
 /** The limit and position a list's query asks for. */
-export function pageRequest(list: string, q: { limit?: number; cursor?: string }, arity: number): PageRequest {
+export function pageRequest(
+  list: string,
+  q: { limit?: number; cursor?: string },
+  arity: number,
+): PageRequest {
   return {
     limit: q.limit ?? DEFAULT_PAGE_LIMIT,
     after: q.cursor === undefined ? undefined : decodeCursor(list, q.cursor, arity),

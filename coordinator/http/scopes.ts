@@ -5,7 +5,7 @@
 // scope (coordinator/edge/app.ts).
 
 import type { FastifyPluginAsync } from "fastify";
-import type { TokenRepo } from "../store/workspaces.ts";
+import type { TokenRepo } from "../store/index.ts";
 import { authenticator } from "./auth.ts";
 import { API_BODY_LIMIT, GATEWAY_BODY_LIMIT, scopeBodyLimit } from "./body-limits.ts";
 import { installGatewayErrors } from "./gateway.ts";

@@ -50,7 +50,9 @@ export function openSse(
   const heartbeat = setInterval(() => out.write(": keep-alive\n\n"), o.heartbeatMs);
   const stream: SseStream = {
     send: (e) =>
-      out.write(`${e.id !== undefined ? `id: ${e.id}\n` : ""}event: ${e.event}\ndata: ${JSON.stringify(e.data)}\n\n`),
+      out.write(
+        `${e.id !== undefined ? `id: ${e.id}\n` : ""}event: ${e.event}\ndata: ${JSON.stringify(e.data)}\n\n`,
+      ),
     drained: async () => {
       await once(out, "drain", { signal: stopped.signal });
     },
@@ -67,7 +69,11 @@ export function openSse(
   };
   reply.raw.on("close", stream.end);
   out.write(`: ${o.greeting}\n\n`);
-  reply.header("cache-control", "no-cache").header("x-accel-buffering", "no").type("text/event-stream").send(out);
+  reply
+    .header("cache-control", "no-cache")
+    .header("x-accel-buffering", "no")
+    .type("text/event-stream")
+    .send(out);
   return stream;
 }
 

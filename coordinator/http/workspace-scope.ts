@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import type { Workspace } from "../store/workspaces.ts";
+import type { Workspace } from "../store/index.ts";
 import { principalOf } from "./auth.ts";
 import { ErrorResponse } from "./schemas.ts";
 

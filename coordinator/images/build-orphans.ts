@@ -13,9 +13,9 @@
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
-import type { BuiltImage, BuiltImageRepo } from "../store/built-images.ts";
-import { ClusterClaims } from "../streams/claims.ts";
-import { OrphanSweep } from "../streams/orphan-sweep.ts";
+import type { BuiltImage, BuiltImageRepo } from "../store/index.ts";
+import { ClusterClaims } from "../streams/index.ts";
+import { OrphanSweep } from "../streams/index.ts";
 import { buildingKey } from "./service.ts";
 
 /** Core NATS, coordinator → coordinators: "which of these builds (workspaceId/imageId) do you run?" */

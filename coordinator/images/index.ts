@@ -7,7 +7,7 @@ import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import type { ContainerApi, ImageBuildApi } from "../../api/index.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
-import type { BuiltImage, BuiltImageRepo } from "../store/built-images.ts";
+import type { BuiltImage, BuiltImageRepo } from "../store/index.ts";
 import { BuildOrphanCheck } from "./build-orphans.ts";
 import { ImageGc, workspaceRepository } from "./gc.ts";
 import { ImageBuilds, type ImageBuildsOptions } from "./service.ts";
@@ -98,3 +98,4 @@ export function createImages(w: ImagesWiring): {
   });
   return { builds, gc, orphans };
 }
+export { imageRoutes } from "./routes.ts";

@@ -3,10 +3,10 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { ImageBuilds, ImageBuildUpdate } from "./index.ts";
-import type { BuiltImage } from "../store/built-images.ts";
-import { publicError } from "../http/public-error.ts";
-import { principalOf } from "../http/auth.ts";
-import { ErrorResponse } from "../http/schemas.ts";
+import type { BuiltImage } from "../store/index.ts";
+import { publicError } from "../http/index.ts";
+import { principalOf } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
 
 // Images the cluster builds (docs/images.md, "Builds through the
 // coordinator"): the workspace's list with each image's status, and a build

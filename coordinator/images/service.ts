@@ -8,9 +8,9 @@ import { createHash, randomBytes } from "node:crypto";
 import type { BuildEvent, BuildImageRequest, ContainerApi, ImageBuildApi } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { Fanout } from "../../shared/fanout.ts";
-import type { Held } from "../scheduler/plan.ts";
-import type { ReserveRequest, WaitOptions } from "../scheduler/planner.ts";
-import type { BuiltImage, BuiltImageRepo } from "../store/built-images.ts";
+import type { Held } from "../scheduler/index.ts";
+import type { ReserveRequest, WaitOptions } from "../scheduler/index.ts";
+import type { BuiltImage, BuiltImageRepo } from "../store/index.ts";
 import { dockerfileBuild } from "./dockerfile.ts";
 import { buildRequestOf, type ImageSpec, type PipIndex } from "./steps.ts";
 

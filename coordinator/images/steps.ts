@@ -158,7 +158,10 @@ export function buildRequestOf(
   };
   if (spec.build_with_gpu) {
     if (typeof spec.build_with_gpu !== "string" || !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(spec.build_with_gpu))
-      throw new BerthError("invalid_request", `build_with_gpu ${JSON.stringify(spec.build_with_gpu)} is not a GPU type`);
+      throw new BerthError(
+        "invalid_request",
+        `build_with_gpu ${JSON.stringify(spec.build_with_gpu)} is not a GPU type`,
+      );
     req.gpu = { count: 1, types: [spec.build_with_gpu] };
   }
   const base = dockerfile?.baseImage ?? spec.base_image;

@@ -7,11 +7,11 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { ModelDirectory } from "./models.ts";
-import type { DeploymentRepo } from "../store/deployments.ts";
-import type { InferenceRepo, UsageRow } from "../store/inference.ts";
-import type { WorkspaceRepo } from "../store/workspaces.ts";
-import { principalOf, requireAdmin } from "../http/auth.ts";
-import { isoQueryTime, scopedWorkspace, WorkspaceErrors, WsParams } from "../http/workspace-scope.ts";
+import type { DeploymentRepo } from "../store/index.ts";
+import type { InferenceRepo, UsageRow } from "../store/index.ts";
+import type { WorkspaceRepo } from "../store/index.ts";
+import { principalOf, requireAdmin } from "../http/index.ts";
+import { isoQueryTime, scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";
 
 export interface InferenceRestDeps {
   repo: Pick<InferenceRepo, "usage" | "totals" | "catalog" | "publish" | "unpublish">;

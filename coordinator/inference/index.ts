@@ -3,9 +3,9 @@
 
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
-import type { EndpointDispatcher } from "../endpoints/dispatch.ts";
-import type { DeploymentWithStub } from "../store/deployments.ts";
-import type { InferenceRepo } from "../store/inference.ts";
+import type { EndpointDispatcher } from "../endpoints/index.ts";
+import type { DeploymentWithStub } from "../store/index.ts";
+import type { InferenceRepo } from "../store/index.ts";
 import { InferenceGateway } from "./gateway.ts";
 import { InferenceLimiter, type InferenceLimits } from "./limiter.ts";
 import { InferenceMetrics } from "./metrics.ts";
@@ -45,3 +45,4 @@ export function createInference(w: InferenceWiring): InferenceGateway {
     log: w.log,
   });
 }
+export { inferenceRestRoutes } from "./admin-routes.ts";

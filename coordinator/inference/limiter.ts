@@ -5,7 +5,7 @@
 // requests it serves.
 
 import type { BerthError } from "../../shared/errors.ts";
-import { HttpRefusal } from "../http/public-error.ts";
+import { HttpRefusal } from "../http/index.ts";
 
 export const TOKEN_WINDOW_MS = 60_000;
 /** The window is kept in buckets of this size. */

@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import { publicError } from "../http/public-error.ts";
+import { publicError } from "../http/index.ts";
 import { type InferenceGateway, type InferenceRoute, sendOpenAiError } from "./gateway.ts";
 import type { ModelEntry } from "./models.ts";
 

@@ -8,10 +8,10 @@
 
 import { type Agent, request, type ServerResponse } from "node:http";
 import { BerthError } from "../../shared/errors.ts";
-import type { TryResult } from "../endpoints/dispatch.ts";
-import { containerError, errorOf, responseHeaders } from "../endpoints/proxy.ts";
-import { publicError } from "../http/public-error.ts";
-import { writeJsonAnswer } from "../http/raw-answer.ts";
+import type { TryResult } from "../endpoints/index.ts";
+import { containerError, errorOf, responseHeaders } from "../endpoints/index.ts";
+import { publicError } from "../http/index.ts";
+import { writeJsonAnswer } from "../http/index.ts";
 import { tapFor, type TokenUsage } from "./usage-tap.ts";
 
 export interface ModelRequest {

@@ -82,7 +82,9 @@ const USAGE_KEY = Buffer.from('"usage"');
 /** Whether the chunk ends where an event ends (a blank line). */
 function endsWithEventEnd(c: Buffer): boolean {
   const n = c.length;
-  return n >= 2 && c[n - 1] === 0x0a && (c[n - 2] === 0x0a || (n >= 3 && c[n - 2] === 0x0d && c[n - 3] === 0x0a));
+  return (
+    n >= 2 && c[n - 1] === 0x0a && (c[n - 2] === 0x0a || (n >= 3 && c[n - 2] === 0x0d && c[n - 3] === 0x0a))
+  );
 }
 
 /** Whether `"usage"` appears with an object value (`"usage": null` on every chunk does not count). */

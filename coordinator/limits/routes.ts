@@ -6,11 +6,11 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import type { WorkspaceUsage } from "../scheduler/quota.ts";
-import { MAX_LIMIT_VALUE, type LimitsRepo, type WorkspaceLimits } from "../store/limits.ts";
-import type { Workspace, WorkspaceRepo } from "../store/workspaces.ts";
-import { principalOf } from "../http/auth.ts";
-import { WorkspaceErrors, WsParams } from "../http/workspace-scope.ts";
+import type { WorkspaceUsage } from "../scheduler/index.ts";
+import { MAX_LIMIT_VALUE, type LimitsRepo, type WorkspaceLimits } from "../store/index.ts";
+import type { Workspace, WorkspaceRepo } from "../store/index.ts";
+import { principalOf } from "../http/index.ts";
+import { WorkspaceErrors, WsParams } from "../http/index.ts";
 
 export interface LimitRouteDeps {
   workspaces: Pick<WorkspaceRepo, "byExternalId">;
@@ -35,14 +35,21 @@ const MiB = 1024 * 1024;
 // One JSON type list, not a union: with type coercion on, Ajv turns a null tried
 // against an integer branch into 0, and a 0 tried against a null branch into null.
 const Limit = (description: string) =>
-  Type.Unsafe<number | null>({ type: ["integer", "null"], minimum: 0, maximum: MAX_LIMIT_VALUE, description });
+  Type.Unsafe<number | null>({
+    type: ["integer", "null"],
+    minimum: 0,
+    maximum: MAX_LIMIT_VALUE,
+    description,
+  });
 
 const LIMIT_FIELDS = {
   max_containers: Limit("containers running or starting at once"),
   max_cpu_millicores: Limit("CPU reserved by its containers, in millicores (1000 = one core)"),
   max_memory_mb: Limit("memory reserved by its containers, in MiB"),
   max_gpus: Limit("GPUs held by its containers"),
-  max_pending_tasks: Limit("tasks waiting for a container; a submission past it is refused (429 limit_exceeded)"),
+  max_pending_tasks: Limit(
+    "tasks waiting for a container; a submission past it is refused (429 limit_exceeded)",
+  ),
   max_queue_items: Limit("items in all of its Queues together; a put past it is refused (limit_exceeded)"),
   max_volume_mb: Limit("MiB in all of its volumes together; an upload past it is refused (limit_exceeded)"),
   max_inference_requests: Limit("/v1 inference requests in flight at once; one past it is refused (429)"),
@@ -158,7 +165,10 @@ export function limitRoutes(d: LimitRouteDeps): FastifyPluginAsync {
       async (req) => {
         const ws = await target(req);
         if (!principalOf(req).token.admin)
-          throw new BerthError("permission_denied", "setting workspace limits needs an admin (operator) token");
+          throw new BerthError(
+            "permission_denied",
+            "setting workspace limits needs an admin (operator) token",
+          );
         const limits = await d.limits.set(ws.id, fromJson((req.body ?? {}) as Partial<LimitsJson>));
         d.onChange?.(ws.id);
         req.log.info({ workspaceId: ws.id, limits: limitsJson(limits) }, "workspace limits changed");

@@ -9,10 +9,10 @@ import { PassThrough } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { ContainerApi, LogEntry } from "../../api/index.ts";
-import type { TokenRepo } from "../store/workspaces.ts";
-import { principalOf } from "../http/auth.ts";
-import { gatewayResponse } from "../http/gateway.ts";
-import { gatewayScope } from "../http/scopes.ts";
+import type { TokenRepo } from "../store/index.ts";
+import { principalOf } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
+import { gatewayScope } from "../http/index.ts";
 
 /** A container of the stub as the container manager knows it. */
 export interface StubContainer {

@@ -10,3 +10,6 @@ export {
   MAX_LOG_LIMIT,
   parseLogCursor,
 } from "./query.ts";
+export { deploymentLogRoutes } from "./deployment-log-routes.ts";
+export type { DeploymentLogDeps } from "./deployment-log-routes.ts";
+export { logRoutes } from "./routes.ts";

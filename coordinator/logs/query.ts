@@ -15,7 +15,7 @@ import {
 import type { Logger } from "pino";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import { type ContainerLogBatch, LOG_TOKEN, streams, subjects } from "../../shared/subjects.ts";
-import { scanStored } from "../streams/scan.ts";
+import { scanStored } from "../streams/index.ts";
 
 export const DEFAULT_LOG_LIMIT = 100;
 export const MAX_LOG_LIMIT = 1000;

@@ -7,9 +7,9 @@ import { type Static, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { type LogQuery, type LogWorkspace, MAX_LOG_LIMIT } from "./query.ts";
-import { principalOf } from "../http/auth.ts";
-import { ErrorResponse } from "../http/schemas.ts";
-import { openSse, pumpSse, resumeId, SSE_HEARTBEAT_MS } from "../http/sse.ts";
+import { principalOf } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
+import { openSse, pumpSse, resumeId, SSE_HEARTBEAT_MS } from "../http/index.ts";
 
 export interface LogRouteDeps {
   logs: Pick<LogQuery, "query" | "follow">;

@@ -1,7 +1,14 @@
 // The coordinator metrics package's entry point: ingest of agents' rounds,
 // the pool sampler, the time-series answers and the Prometheus registry.
 
-export { type LatestRound, METRICS_QUEUE_GROUP, MetricsIngest, type MetricsIngestOptions, parseMetricsRound, sampleRows } from "./ingest.ts";
+export {
+  type LatestRound,
+  METRICS_QUEUE_GROUP,
+  MetricsIngest,
+  type MetricsIngestOptions,
+  parseMetricsRound,
+  sampleRows,
+} from "./ingest.ts";
 export {
   DEFAULT_METRICS_RETENTION_MS,
   DEFAULT_POOL,
@@ -23,3 +30,6 @@ export {
   type TimeseriesResponse,
   workspaceTimeseries,
 } from "./timeseries.ts";
+export { prometheusRoutes } from "./prometheus-routes.ts";
+export type { PrometheusRouteDeps } from "./prometheus-routes.ts";
+export { metricsRoutes } from "./routes.ts";

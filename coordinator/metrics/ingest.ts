@@ -1,7 +1,7 @@
 import type { NatsConnection, Subscription } from "nats";
 import type { Logger } from "pino";
 import { type AgentMetricsMessage, subjects } from "../../shared/subjects.ts";
-import type { ContainerSampleRow, MetricsRepo } from "../store/metrics.ts";
+import type { ContainerSampleRow, MetricsRepo } from "../store/index.ts";
 
 // Agents' metric rounds, two ways. Every coordinator keeps each agent's
 // latest round (the pool sampler reads allocation and use from it); one
@@ -26,12 +26,17 @@ export interface MetricsIngestOptions {
 /** Checks the shape of a round from the wire; throws naming what is wrong. */
 export function parseMetricsRound(data: Uint8Array): AgentMetricsMessage {
   const m = JSON.parse(new TextDecoder().decode(data)) as AgentMetricsMessage;
-  if (typeof m?.agentId !== "string" || typeof m.pool !== "string") throw new Error("round without agentId or pool");
+  if (typeof m?.agentId !== "string" || typeof m.pool !== "string")
+    throw new Error("round without agentId or pool");
   if (!Array.isArray(m.containers) || typeof m.allocated !== "object" || m.allocated === null) {
     throw new Error("round without containers or allocated");
   }
   for (const c of m.containers) {
-    if (typeof c?.containerId !== "string" || !Number.isFinite(c.cpuCores) || !Number.isFinite(c.memoryBytes)) {
+    if (
+      typeof c?.containerId !== "string" ||
+      !Number.isFinite(c.cpuCores) ||
+      !Number.isFinite(c.memoryBytes)
+    ) {
       throw new Error("container sample without containerId, cpuCores or memoryBytes");
     }
   }
@@ -109,10 +114,14 @@ export class MetricsIngest {
       try {
         const m = parseMetricsRound(msg.data);
         // berth.agent.{agentId}.metrics: a round speaks for the agent its subject names.
-        if (msg.subject.split(".")[2] !== m.agentId) throw new Error(`round of ${m.agentId} on ${msg.subject}`);
+        if (msg.subject.split(".")[2] !== m.agentId)
+          throw new Error(`round of ${m.agentId} on ${msg.subject}`);
         handle(m);
       } catch (err) {
-        this.o.log.warn({ err: (err as Error).message, subject: msg.subject }, "ignoring a bad metrics round");
+        this.o.log.warn(
+          { err: (err as Error).message, subject: msg.subject },
+          "ignoring a bad metrics round",
+        );
       }
     }
   }

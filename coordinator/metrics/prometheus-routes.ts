@@ -3,7 +3,7 @@ import type { FastifyPluginAsync } from "fastify";
 import fp from "fastify-plugin";
 import { BerthError } from "../../shared/errors.ts";
 import type { CoordinatorMetrics } from "./index.ts";
-import { bearerToken } from "../http/auth.ts";
+import { bearerToken } from "../http/index.ts";
 
 // `GET /metrics` in Prometheus text format, outside /api/v1, and the hook
 // that counts every answered request. The plugin is not encapsulated

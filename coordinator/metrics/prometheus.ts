@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import { TASK_STATUSES } from "../../shared/tasks.ts";
-import type { AgentState } from "../store/cluster.ts";
+import type { AgentState } from "../store/index.ts";
 
 // The coordinator's Prometheus registry (its own, never prom-client's global
 // one). Labels are cluster aggregates only: task status, stub type, agent
@@ -69,7 +69,12 @@ export class CoordinatorMetrics {
       },
     });
     const labelNames = ["method", "route", "status_code"] as const;
-    this.requests = new Counter({ name: "berth_http_requests_total", help: "HTTP requests answered", labelNames, registers });
+    this.requests = new Counter({
+      name: "berth_http_requests_total",
+      help: "HTTP requests answered",
+      labelNames,
+      registers,
+    });
     this.durations = new Histogram({
       name: "berth_http_request_duration_seconds",
       help: "Time to answer HTTP requests",
@@ -77,7 +82,8 @@ export class CoordinatorMetrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers,
     });
-    if (s.processMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: "berth_coordinator_" });
+    if (s.processMetrics ?? true)
+      collectDefaultMetrics({ register: this.registry, prefix: "berth_coordinator_" });
   }
 
   /** One answered request; `route` is the route's pattern (bounded), never the raw URL. */

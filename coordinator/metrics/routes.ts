@@ -10,9 +10,9 @@ import {
   stubTimeseries,
   workspaceTimeseries,
 } from "./index.ts";
-import type { MetricsRepo } from "../store/metrics.ts";
-import type { StubRepo } from "../store/stubs.ts";
-import { scopedWorkspace, WorkspaceErrors as errors, WsParams } from "../http/workspace-scope.ts";
+import type { MetricsRepo } from "../store/index.ts";
+import type { StubRepo } from "../store/index.ts";
+import { scopedWorkspace, WorkspaceErrors as errors, WsParams } from "../http/index.ts";
 
 // `/api/v1/metrics/{ws}/...`: time series of the workspace's containers and
 // tasks, one stub's, and the pools' capacity vs use (docs/metrics.md).
@@ -32,7 +32,9 @@ const RangeFields = {
   from: Type.Optional(Type.String({ description: "ISO 8601 time or unix seconds; default to - 1 hour" })),
   to: Type.Optional(Type.String({ description: "ISO 8601 time or unix seconds; default now" })),
   step: Type.Optional(
-    Type.String({ description: `bucket width: seconds, or 30s, 5m, 1h, 1d; default 60; at most ${MAX_BUCKETS} buckets` }),
+    Type.String({
+      description: `bucket width: seconds, or 30s, 5m, 1h, 1d; default 60; at most ${MAX_BUCKETS} buckets`,
+    }),
   ),
 };
 
@@ -43,7 +45,10 @@ const Point = Type.Tuple([Type.String({ format: "date-time" }), Value], {
 });
 
 export const TimeseriesBody = Type.Object({
-  from: Type.String({ format: "date-time", description: "start of the first bucket (from moved back to a multiple of step)" }),
+  from: Type.String({
+    format: "date-time",
+    description: "start of the first bucket (from moved back to a multiple of step)",
+  }),
   to: Type.String({ format: "date-time" }),
   step_seconds: Type.Integer(),
   series: Type.Array(
@@ -58,7 +63,13 @@ export const TimeseriesBody = Type.Object({
 
 /** The three routes differ only in their summary and query. */
 const timeseriesSchema = (summary: string, querystring: TSchema) => ({
-  schema: { tags: ["metrics"], summary, params: WsParams, querystring, response: { 200: TimeseriesBody, ...errors } },
+  schema: {
+    tags: ["metrics"],
+    summary,
+    params: WsParams,
+    querystring,
+    response: { 200: TimeseriesBody, ...errors },
+  },
 });
 
 export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
@@ -75,7 +86,8 @@ export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
         const q = req.query as RangeQuery & { stub_id: string };
         const range = parseRange(q, now());
         const stub = await d.stubs.get(q.stub_id);
-        if (!stub || stub.workspaceId !== workspaceId) throw new BerthError("not_found", `stub ${q.stub_id} not found`);
+        if (!stub || stub.workspaceId !== workspaceId)
+          throw new BerthError("not_found", `stub ${q.stub_id} not found`);
         return response(range, await stubTimeseries(d.metrics, { workspaceId, stubId: stub.id }, range));
       },
     );

@@ -1,6 +1,6 @@
 import { BerthError } from "../../shared/errors.ts";
 import { TASK_STATUSES } from "../../shared/tasks.ts";
-import type { BucketRange, MetricsRepo, PoolBucket, SampleScope } from "../store/metrics.ts";
+import type { BucketRange, MetricsRepo, PoolBucket, SampleScope } from "../store/index.ts";
 
 // The three time-series answers of the metrics routes (docs/metrics.md):
 // parse `from`, `to`, `step`; query the store; lay every series out over
@@ -37,7 +37,10 @@ export interface RangeQuery {
 function parseTime(name: string, v: string): number {
   const ms = /^\d+(\.\d+)?$/.test(v) ? Number(v) * 1000 : Date.parse(v);
   if (!Number.isFinite(ms)) {
-    throw new BerthError("invalid_request", `${name} ${JSON.stringify(v)} is not an ISO 8601 time or unix seconds`);
+    throw new BerthError(
+      "invalid_request",
+      `${name} ${JSON.stringify(v)} is not an ISO 8601 time or unix seconds`,
+    );
   }
   return Math.floor(ms);
 }
@@ -49,7 +52,10 @@ function parseStep(v: string): number {
   const m = /^(\d+)([smhd]?)$/.exec(v.trim());
   const s = m ? Number(m[1]) * (UNIT_S[m[2] || "s"] ?? 1) : Number.NaN;
   if (!Number.isInteger(s) || s < 1) {
-    throw new BerthError("invalid_request", `step ${JSON.stringify(v)} must be whole seconds, e.g. 60, 30s, 5m, 1h`);
+    throw new BerthError(
+      "invalid_request",
+      `step ${JSON.stringify(v)} must be whole seconds, e.g. 60, 30s, 5m, 1h`,
+    );
   }
   return s;
 }
@@ -81,7 +87,10 @@ export const bucketCount = (r: BucketRange) => Math.ceil((r.toMs - r.fromMs) / r
 function dense(r: BucketRange, values: Map<number, number | null>, missing: number | null): Point[] {
   const out: Point[] = [];
   for (let b = 0; b < bucketCount(r); b++) {
-    out.push([new Date(r.fromMs + b * r.stepMs).toISOString(), values.has(b) ? (values.get(b) ?? null) : missing]);
+    out.push([
+      new Date(r.fromMs + b * r.stepMs).toISOString(),
+      values.has(b) ? (values.get(b) ?? null) : missing,
+    ]);
   }
   return out;
 }
@@ -99,16 +108,28 @@ function series<T extends { bucket: number }>(
   return { name, unit, ...(labels ? { labels } : {}), points: dense(r, values, missing) };
 }
 
-const round = (n: number | null, digits = 3) => (n === null ? null : Math.round(n * 10 ** digits) / 10 ** digits);
+const round = (n: number | null, digits = 3) =>
+  n === null ? null : Math.round(n * 10 ** digits) / 10 ** digits;
 
-async function containerAndTaskSeries(repo: MetricsRepo, scope: SampleScope, r: BucketRange): Promise<Series[]> {
+async function containerAndTaskSeries(
+  repo: MetricsRepo,
+  scope: SampleScope,
+  r: BucketRange,
+): Promise<Series[]> {
   const [samples, counts] = await Promise.all([repo.containerSeries(scope, r), repo.taskCounts(scope, r)]);
   const out: Series[] = [
     series(r, samples, "containers", "count", (x) => x.containers, 0),
     series(r, samples, "cpu_cores", "cores", (x) => round(x.cpuCores), null),
     series(r, samples, "memory_bytes", "bytes", (x) => Math.round(x.memoryBytes), null),
     series(r, samples, "gpu_utilization", "percent", (x) => round(x.gpuUtilization, 1), null),
-    series(r, samples, "gpu_memory_bytes", "bytes", (x) => (x.gpuMemoryBytes === null ? null : Math.round(x.gpuMemoryBytes)), null),
+    series(
+      r,
+      samples,
+      "gpu_memory_bytes",
+      "bytes",
+      (x) => (x.gpuMemoryBytes === null ? null : Math.round(x.gpuMemoryBytes)),
+      null,
+    ),
   ];
   for (const status of TASK_STATUSES) {
     const rows = counts.filter((c) => c.status === status);
@@ -118,8 +139,15 @@ async function containerAndTaskSeries(repo: MetricsRepo, scope: SampleScope, r: 
 }
 
 /** One stub: its containers' use, its tasks by status, and its task run times. */
-export async function stubTimeseries(repo: MetricsRepo, scope: Required<SampleScope>, r: BucketRange): Promise<Series[]> {
-  const [base, durations] = await Promise.all([containerAndTaskSeries(repo, scope, r), repo.taskDurations(scope, r)]);
+export async function stubTimeseries(
+  repo: MetricsRepo,
+  scope: Required<SampleScope>,
+  r: BucketRange,
+): Promise<Series[]> {
+  const [base, durations] = await Promise.all([
+    containerAndTaskSeries(repo, scope, r),
+    repo.taskDurations(scope, r),
+  ]);
   return [
     ...base,
     series(r, durations, "tasks_finished", "count", (x) => x.count, 0),
@@ -130,7 +158,11 @@ export async function stubTimeseries(repo: MetricsRepo, scope: Required<SampleSc
 }
 
 /** The workspace's totals over all its stubs. */
-export function workspaceTimeseries(repo: MetricsRepo, workspaceId: string, r: BucketRange): Promise<Series[]> {
+export function workspaceTimeseries(
+  repo: MetricsRepo,
+  workspaceId: string,
+  r: BucketRange,
+): Promise<Series[]> {
   return containerAndTaskSeries(repo, { workspaceId }, r);
 }
 

@@ -1,6 +1,6 @@
 import { Readable } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
-import type { ObjectRecord, ObjectRepo } from "../store/stubs.ts";
+import type { ObjectRecord, ObjectRepo } from "../store/index.ts";
 import { BlobStore, checkSha256 } from "./blob-store.ts";
 
 /**

@@ -4,8 +4,8 @@ import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { MAX_OBJECT_BYTES } from "./blob-store.ts";
 import type { Objects } from "./objects.ts";
-import { principalOf } from "../http/auth.ts";
-import { gatewayResponse } from "../http/gateway.ts";
+import { principalOf } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
 
 const Params = Type.Object({ sha256: Type.String({ pattern: "^[0-9a-f]{64}$" }) });
 

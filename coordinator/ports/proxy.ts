@@ -8,12 +8,12 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import { BerthError } from "../../shared/errors.ts";
-import type { TunnelDialer } from "../containers/tunnels.ts";
-import { refuseUpgrade, sendError } from "../http/raw-answer.ts";
-import { errorOf, forwardRaw, upstreamHeaders } from "../endpoints/proxy.ts";
-import { EndpointAuth, EndpointRefusal } from "../endpoints/resolve.ts";
-import { claimUpgrade, spliceUpgrade, upgradeHead } from "../endpoints/websocket.ts";
-import type { TokenRepo } from "../store/workspaces.ts";
+import type { TunnelDialer } from "../containers/index.ts";
+import { refuseUpgrade, sendError } from "../http/index.ts";
+import { errorOf, forwardRaw, upstreamHeaders } from "../endpoints/index.ts";
+import { EndpointAuth, EndpointRefusal } from "../endpoints/index.ts";
+import { claimUpgrade, spliceUpgrade, upgradeHead } from "../endpoints/index.ts";
+import type { TokenRepo } from "../store/index.ts";
 
 /** Who runs an exposed port and who may reach it. */
 export interface PortTarget {
@@ -157,7 +157,11 @@ export class PortProxy {
       try {
         resolved = await this.resolve(req);
       } catch (e) {
-        sendError(res, e, { log: this.deps.log, what: "exposed port request failed", context: { url: req.url } });
+        sendError(res, e, {
+          log: this.deps.log,
+          what: "exposed port request failed",
+          context: { url: req.url },
+        });
         return;
       }
       const { route, target, tokenUsed } = resolved;
@@ -178,7 +182,11 @@ export class PortProxy {
       });
     } catch (e) {
       if (!res.headersSent)
-        sendError(res, e, { log: this.deps.log, what: "exposed port request failed", context: { url: req.url } });
+        sendError(res, e, {
+          log: this.deps.log,
+          what: "exposed port request failed",
+          context: { url: req.url },
+        });
       else {
         this.deps.log.error({ err: e, url: req.url }, "exposed port request failed");
         res.destroy();
@@ -193,7 +201,11 @@ export class PortProxy {
     try {
       resolved = await this.resolve(req);
     } catch (e) {
-      refuseUpgrade(socket, e, { log: this.deps.log, what: "exposed port upgrade failed", context: { url: req.url } });
+      refuseUpgrade(socket, e, {
+        log: this.deps.log,
+        what: "exposed port upgrade failed",
+        context: { url: req.url },
+      });
       return;
     }
     this.deps.onActivity?.(resolved.route.containerId);

@@ -9,7 +9,8 @@ export function portUrl(
   port: number,
 ): string {
   const u = new URL(publicUrl);
-  if (endpointDomain) return `${u.protocol}//${containerId}-${port}.${endpointDomain}${u.port ? `:${u.port}` : ""}/`;
+  if (endpointDomain)
+    return `${u.protocol}//${containerId}-${port}.${endpointDomain}${u.port ? `:${u.port}` : ""}/`;
   return `${publicUrl.replace(/\/+$/, "")}/port/${containerId}/${port}/`;
 }
 

@@ -5,10 +5,10 @@
 
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
-import type { ManagedContainerInfo } from "../containers/types.ts";
+import type { ManagedContainerInfo } from "../containers/index.ts";
 import type { SandboxContainerInfo } from "./types.ts";
-import { NextCursor, pageQuery, pageRequest, paginate } from "../http/pagination.ts";
-import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/workspace-scope.ts";
+import { NextCursor, pageQuery, pageRequest, paginate } from "../http/index.ts";
+import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";
 
 export interface ContainerRouteDeps {
   /** The container manager's containers (every workspace's: the route keeps the caller's). */
@@ -19,7 +19,11 @@ export interface ContainerRouteDeps {
 
 type Listed = ManagedContainerInfo & { kind: "runner" | "sandbox" | "pod" };
 
-const ContainerStatus = Type.Union([Type.Literal("starting"), Type.Literal("running"), Type.Literal("stopping")]);
+const ContainerStatus = Type.Union([
+  Type.Literal("starting"),
+  Type.Literal("running"),
+  Type.Literal("stopping"),
+]);
 
 export const ContainerBody = Type.Object({
   id: Type.String(),
@@ -28,7 +32,8 @@ export const ContainerBody = Type.Object({
   status: ContainerStatus,
   since: Type.String({ format: "date-time", description: "when it was placed, then when it was running" }),
   kind: Type.Union([Type.Literal("runner"), Type.Literal("sandbox"), Type.Literal("pod")], {
-    description: "runner: runs a stub's tasks or requests; sandbox and pod: started through the SDK or deployed",
+    description:
+      "runner: runs a stub's tasks or requests; sandbox and pod: started through the SDK or deployed",
   }),
 });
 
@@ -68,13 +73,12 @@ export function containerRoutes(d: ContainerRouteDeps): FastifyPluginAsync {
         const page = pageRequest(LIST, q, 2);
         const runners: Listed[] = d.containers.list().map((c) => ({ ...c, kind: "runner" }));
         const sandboxes: Listed[] = d.sandboxes ? await d.sandboxes(ws.id) : [];
-        const mine = [...runners, ...sandboxes]
-          .filter(
-            (c) =>
-              c.workspaceId === ws.id &&
-              (q.stub_id === undefined || c.stubId === q.stub_id) &&
-              (q.status === undefined || c.state === q.status),
-          );
+        const mine = [...runners, ...sandboxes].filter(
+          (c) =>
+            c.workspaceId === ws.id &&
+            (q.stub_id === undefined || c.stubId === q.stub_id) &&
+            (q.status === undefined || c.state === q.status),
+        );
         const { items, next_cursor } = paginate(LIST, mine, (c) => [c.since, c.id], page, "desc");
         return { containers: items.map(containerJson), next_cursor };
       },

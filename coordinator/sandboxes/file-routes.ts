@@ -6,8 +6,8 @@ import { Readable } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { SandboxService } from "./service.ts";
-import { principalOf } from "../http/auth.ts";
-import { GatewayFailure, gatewayResponse } from "../http/gateway.ts";
+import { principalOf } from "../http/index.ts";
+import { GatewayFailure, gatewayResponse } from "../http/index.ts";
 import {
   FileInfoBody,
   SANDBOXES,

@@ -5,8 +5,8 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import type { SandboxService } from "./service.ts";
-import { principalOf } from "../http/auth.ts";
-import { gatewayResponse } from "../http/gateway.ts";
+import { principalOf } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
 import { Urls } from "./routes-common.ts";
 
 export function gatewayPodRoutes(sandboxes: SandboxService): FastifyPluginAsync {

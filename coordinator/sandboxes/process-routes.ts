@@ -8,8 +8,8 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { OutputStream } from "../../api/index.ts";
 import type { SandboxService } from "./service.ts";
-import { principalOf } from "../http/auth.ts";
-import { GatewayFailure, gatewayResponse } from "../http/gateway.ts";
+import { principalOf } from "../http/index.ts";
+import { GatewayFailure, gatewayResponse } from "../http/index.ts";
 import {
   ProcessBody,
   ProcessParams,

@@ -8,9 +8,9 @@ import type { RunContainerRequest } from "../../api/index.ts";
 import { type EgressPolicy, resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
 import { RunnerLabels, type StubExtra, baseStubType } from "../../shared/tasks.ts";
-import { cpuMillicores, gpuWish } from "../scheduler/stub-resources.ts";
-import type { StubRecord } from "../containers/types.ts";
-import type { SandboxKind } from "../store/sandboxes.ts";
+import { cpuMillicores, gpuWish } from "../scheduler/index.ts";
+import type { StubRecord } from "../containers/index.ts";
+import type { SandboxKind } from "../store/index.ts";
 
 const MiB = 1024 * 1024;
 

@@ -5,7 +5,7 @@ import type { FastifyInstance } from "fastify";
 import type { FileInfo, ProcessInfo } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { SandboxView } from "./types.ts";
-import { publicError } from "../http/public-error.ts";
+import { publicError } from "../http/index.ts";
 
 export const SANDBOXES = "/api/v1/gateway/sandboxes";
 

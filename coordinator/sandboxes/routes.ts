@@ -6,16 +6,9 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { MAX_ALLOW_LIST_ENTRIES } from "../../shared/egress.ts";
 import type { SandboxService } from "./service.ts";
-import { principalOf } from "../http/auth.ts";
-import { gatewayResponse } from "../http/gateway.ts";
-import {
-  Network,
-  SANDBOXES,
-  SandboxBody,
-  SandboxParams,
-  Urls,
-  sandboxJson,
-} from "./routes-common.ts";
+import { principalOf } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
+import { Network, SANDBOXES, SandboxBody, SandboxParams, Urls, sandboxJson } from "./routes-common.ts";
 import { gatewaySandboxFileRoutes } from "./file-routes.ts";
 import { gatewaySandboxProcessRoutes } from "./process-routes.ts";
 

@@ -5,7 +5,7 @@
 // answers for them), files, ports, egress and snapshots through that agent;
 // the TTL and container exits end it (upkeep.ts).
 
-import type { WorkspaceUsage } from "../scheduler/quota.ts";
+import type { WorkspaceUsage } from "../scheduler/index.ts";
 import type {
   ContainerFilesApi,
   ExecRequest,
@@ -16,10 +16,10 @@ import type {
 import { type EgressRequest, egressPolicyToRequest, resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
 import { hasKind, newId } from "../../shared/ids.ts";
-import type { StubRecord } from "../containers/types.ts";
-import { portUrl, portUrls } from "../ports/urls.ts";
-import type { Reservation } from "../scheduler/cluster-view.ts";
-import type { SandboxKind, SandboxRecord } from "../store/sandboxes.ts";
+import type { StubRecord } from "../containers/index.ts";
+import { portUrl, portUrls } from "../ports/index.ts";
+import type { Reservation } from "../scheduler/index.ts";
+import type { SandboxKind, SandboxRecord } from "../store/index.ts";
 import { checkPorts, checkTtl, sandboxKindOf, stubEgress, stubTtl, terminatedError } from "./request.ts";
 import {
   type ResolvedSandboxServiceOptions,

@@ -2,10 +2,10 @@
 // (coordinator/ports/proxy.ts PortTargets, coordinator/containers/shell-targets.ts
 // ShellTargets): only running ones, only their exposed ports.
 
-import type { PortTargets } from "../ports/proxy.ts";
-import type { ShellTargets } from "../containers/shell-targets.ts";
-import type { StubSource } from "../containers/types.ts";
-import type { SandboxRepo } from "../store/sandboxes.ts";
+import type { PortTargets } from "../ports/index.ts";
+import type { ShellTargets } from "../containers/index.ts";
+import type { StubSource } from "../containers/index.ts";
+import type { SandboxRepo } from "../store/index.ts";
 
 export function sandboxPortTargets(repo: Pick<SandboxRepo, "get">, stubs: StubSource): PortTargets {
   return {

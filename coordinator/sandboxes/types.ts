@@ -10,11 +10,11 @@ import type {
   ManagedContainerInfo,
   SecretResolver,
   StubSource,
-} from "../containers/types.ts";
-import type { FleetView } from "../fleet/fleet-view.ts";
-import { Planner } from "../scheduler/planner.ts";
-import type { ContainerLimits } from "../scheduler/quota.ts";
-import type { SandboxKind, SandboxRepo } from "../store/sandboxes.ts";
+} from "../containers/index.ts";
+import type { FleetView } from "../fleet/index.ts";
+import { Planner } from "../scheduler/index.ts";
+import type { ContainerLimits } from "../scheduler/index.ts";
+import type { SandboxKind, SandboxRepo } from "../store/index.ts";
 
 /** One agent as sandboxes use it: containers (exposePort included), files inside them, snapshots, processes. */
 export type SandboxAgentApi = ContainerApi & ContainerFilesApi & ContainerSnapshotApi & SandboxProcessApi;

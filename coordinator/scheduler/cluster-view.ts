@@ -3,7 +3,7 @@
 // live fleet (heartbeats) plus the coordinator's own reservations.
 
 import type { HostCapacity } from "../../shared/fleet.ts";
-import type { LiveAgent } from "../fleet/fleet-view.ts";
+import type { LiveAgent } from "../fleet/index.ts";
 
 export interface Resources {
   cpuMillicores: number;

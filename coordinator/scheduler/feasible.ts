@@ -3,7 +3,7 @@
 // refusal means no agent has what it asks for, however long it waits.
 
 import { cpuMillicores, gpuWish, type StubSizing } from "./stub-resources.ts";
-import type { LiveAgent } from "../fleet/fleet-view.ts";
+import type { LiveAgent } from "../fleet/index.ts";
 import { buildClusterView } from "./cluster-view.ts";
 import { type PlacementRequest, place } from "./place.ts";
 

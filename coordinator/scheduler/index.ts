@@ -17,5 +17,20 @@ export {
   fitsLimits,
   usageOf,
 } from "./quota.ts";
-export { type Held, type IdleCandidate, type Plan, type PlanRequest, type ReservationKind, planPlacement } from "./plan.ts";
-export { type ContainerOwner, Planner, type ReserveRequest, type ReserveResult, type WaitOptions } from "./planner.ts";
+export {
+  type Held,
+  type IdleCandidate,
+  type Plan,
+  type PlanRequest,
+  type ReservationKind,
+  planPlacement,
+} from "./plan.ts";
+export {
+  type ContainerOwner,
+  Planner,
+  type ReserveRequest,
+  type ReserveResult,
+  type WaitOptions,
+} from "./planner.ts";
+export { whyStubNeverPlaceable } from "./feasible.ts";
+export { cpuMillicores, gpuWish } from "./stub-resources.ts";

@@ -8,7 +8,7 @@
 // reservation in or out moves one entry, and fronts and maxima are updated
 // in place.
 
-import type { LiveAgent } from "../fleet/fleet-view.ts";
+import type { LiveAgent } from "../fleet/index.ts";
 import type { Reservation } from "./cluster-view.ts";
 
 const BLOCK_MAX = 32;

@@ -26,7 +26,7 @@
 // (place()'s tie order) is kept.
 
 import type { HostCapacity } from "../../shared/fleet.ts";
-import type { FleetView, LiveAgent } from "../fleet/fleet-view.ts";
+import type { FleetView, LiveAgent } from "../fleet/index.ts";
 import { totalResources } from "./cluster-view.ts";
 import {
   type Entry,

@@ -4,7 +4,7 @@
 // agent X" or "place on agent X after stopping idle containers A, B", or a
 // refusal with its reason. The planner (planner.ts) commits plans.
 
-import type { LiveAgent } from "../fleet/fleet-view.ts";
+import type { LiveAgent } from "../fleet/index.ts";
 import { type Reservation, buildClusterView } from "./cluster-view.ts";
 import { type Placement, type PlacementRequest, place } from "./place.ts";
 import type { PlacementIndex } from "./placement-index.ts";

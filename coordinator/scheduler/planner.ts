@@ -8,7 +8,7 @@
 // bounded wait of interactive callers: released room wakes it.
 
 import { BerthError } from "../../shared/errors.ts";
-import type { FleetView, LiveAgent } from "../fleet/fleet-view.ts";
+import type { FleetView, LiveAgent } from "../fleet/index.ts";
 import {
   type Held,
   type IdleCandidate,

@@ -27,7 +27,9 @@ export const NO_USAGE: WorkspaceUsage = { containers: 0, cpuMillicores: 0, memor
 const MiB = 1024 * 1024;
 
 /** The sum of the reservations of one workspace's containers. */
-export function usageOf(reservations: readonly Pick<Reservation, "cpuMillicores" | "memoryBytes" | "gpuCount">[]): WorkspaceUsage {
+export function usageOf(
+  reservations: readonly Pick<Reservation, "cpuMillicores" | "memoryBytes" | "gpuCount">[],
+): WorkspaceUsage {
   const u = { ...NO_USAGE };
   for (const r of reservations) {
     u.containers++;
@@ -67,7 +69,11 @@ const fmtMb = (bytes: number) => `${Math.ceil(bytes / MiB)} MiB`;
  * `usage`; when not, which limit and why (the first one exceeded, in the
  * order containers, CPU, memory, GPUs).
  */
-export function fitsLimits(limits: ContainerLimits, usage: WorkspaceUsage, req: PlacementRequest): QuotaCheck {
+export function fitsLimits(
+  limits: ContainerLimits,
+  usage: WorkspaceUsage,
+  req: PlacementRequest,
+): QuotaCheck {
   const { maxContainers, maxCpuMillicores, maxMemoryMb, maxGpus } = limits;
   if (maxContainers !== null && usage.containers + 1 > maxContainers)
     return {

@@ -3,7 +3,7 @@
 
 import { hostname } from "node:os";
 import type { Kysely } from "kysely";
-import type { Database } from "../store/schema.ts";
+import type { Database } from "../store/index.ts";
 import { ScheduleTickRepo } from "./claims.ts";
 import { ScheduleTicker, type ScheduleTickerOptions } from "./ticker.ts";
 
@@ -34,3 +34,4 @@ export function createScheduleTicker(o: CreateScheduleTickerOptions): ScheduleTi
     claims: new ScheduleTickRepo(db),
   });
 }
+export { parseCron } from "./cron.ts";

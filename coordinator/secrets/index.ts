@@ -16,3 +16,5 @@ export {
   checkSecretName,
   checkSecretValue,
 } from "./service.ts";
+export { secretRoutes } from "./routes.ts";
+export { open, seal } from "./seal.ts";

@@ -2,8 +2,8 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { SecretInfo, Secrets } from "./index.ts";
-import { principalOf } from "../http/auth.ts";
-import { ErrorResponse } from "../http/schemas.ts";
+import { principalOf } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
 
 // Workspace secrets. A value goes in with POST or PUT and never comes back
 // out of this API: it reaches only the environment of the stub's containers.

@@ -5,7 +5,7 @@
 
 import type { Kysely } from "kysely";
 import { BerthError } from "../../shared/errors.ts";
-import type { Database } from "../store/schema.ts";
+import type { Database } from "../store/index.ts";
 import type { SecretKey } from "./key.ts";
 import { open, seal } from "./seal.ts";
 

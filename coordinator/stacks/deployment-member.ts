@@ -15,9 +15,9 @@
 
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
-import type { ManagedContainerInfo } from "../containers/types.ts";
-import { checkDeployment } from "../deployments/check.ts";
-import type { DeploymentService } from "../deployments/service.ts";
+import type { ManagedContainerInfo } from "../containers/index.ts";
+import { checkDeployment } from "../deployments/index.ts";
+import type { DeploymentService } from "../deployments/index.ts";
 import type { HealthAnswer } from "./health-probe.ts";
 import type { MemberKind, MemberOutcome, MemberSpec, Readiness } from "./members.ts";
 

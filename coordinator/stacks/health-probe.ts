@@ -7,8 +7,8 @@
 // connection fails: not ready yet.
 
 import { request } from "node:http";
-import type { TunnelDialer } from "../containers/tunnels.ts";
-import { RUNNER_HTTP_PORT } from "../endpoints/types.ts";
+import type { TunnelDialer } from "../containers/index.ts";
+import { RUNNER_HTTP_PORT } from "../endpoints/index.ts";
 
 export const HEALTH_PATH = "/.berth/health";
 const PROBE_TIMEOUT_MS = 5000;

@@ -8,9 +8,9 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { MemberOutcome } from "./members.ts";
 import type { StackService, StackVersion, StackView } from "./service.ts";
-import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/workspace-scope.ts";
-import { ErrorResponse } from "../http/schemas.ts";
-import { StubConfigSchema, StubExtraSchema } from "../functions/stub-routes.ts";
+import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
+import { StubConfigSchema, StubExtraSchema } from "../functions/index.ts";
 
 const MemberBody = Type.Object(
   {

@@ -7,7 +7,7 @@
 
 import type { KV, NatsConnection } from "nats";
 import { BerthError } from "../../shared/errors.ts";
-import { streamReplicas } from "../streams/replicas.ts";
+import { streamReplicas } from "../streams/index.ts";
 import { checkObjectName, checkWorkspaceId, isJsNotFound, jsErrorText } from "./names.ts";
 
 export interface MapLimits {

@@ -9,7 +9,7 @@
 import type { JetStreamClient, JetStreamManager, NatsConnection, StreamConfig } from "nats";
 import { DiscardPolicy, RetentionPolicy, StorageType } from "nats";
 import { BerthError } from "../../shared/errors.ts";
-import { streamReplicas } from "../streams/replicas.ts";
+import { streamReplicas } from "../streams/index.ts";
 import { checkObjectName, checkWorkspaceId, isJsNotFound, jsErrorText } from "./names.ts";
 
 export interface QueueLimits {

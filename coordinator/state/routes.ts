@@ -10,9 +10,9 @@ import { BerthError } from "../../shared/errors.ts";
 import { STATE_OPS, type StateRequest } from "../../shared/objects.ts";
 import { checkObjectName } from "./names.ts";
 import type { StateObjects } from "./state.ts";
-import { principalOf } from "../http/auth.ts";
-import { gatewayResponse } from "../http/gateway.ts";
-import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/workspace-scope.ts";
+import { principalOf } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
+import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";
 
 const NameParams = Type.Object({ ws: Type.String(), name: Type.String() });
 const Sized = Type.Object({ name: Type.String(), size: Type.Integer() });

@@ -7,7 +7,7 @@
 
 import { type KV, type KvEntry, KvWatchInclude, type NatsConnection, type QueuedIterator } from "nats";
 import { BerthError } from "../../shared/errors.ts";
-import { streamReplicas } from "../streams/replicas.ts";
+import { streamReplicas } from "../streams/index.ts";
 import { checkObjectName, checkWorkspaceId } from "./names.ts";
 
 const BUCKET = "BERTH_SIGNALS";

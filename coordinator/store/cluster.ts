@@ -61,7 +61,13 @@ export class JoinTokenRepo {
   }
 
   private toRecord(r: Database["join_tokens"]): JoinTokenRecord {
-    return { id: r.id, description: r.description, prefix: r.prefix, createdAt: r.created_at, revokedAt: r.revoked_at };
+    return {
+      id: r.id,
+      description: r.description,
+      prefix: r.prefix,
+      createdAt: r.created_at,
+      revokedAt: r.revoked_at,
+    };
   }
 }
 
@@ -82,7 +88,12 @@ export class AgentRepo {
   constructor(private readonly db: Kysely<Database>) {}
 
   /** Registers a joining host, or re-registers one that joined before under `id`. */
-  async upsertJoin(a: { id: string; hostname: string; version: string; grpcAddress: string }): Promise<AgentRecord> {
+  async upsertJoin(a: {
+    id: string;
+    hostname: string;
+    version: string;
+    grpcAddress: string;
+  }): Promise<AgentRecord> {
     const existing = await this.get(a.id);
     if (existing) {
       await this.db
@@ -118,7 +129,13 @@ export class AgentRepo {
 
   async recordSeen(
     id: string,
-    s: { state: AgentState; lastSeenAt: string; capacity?: HostCapacity; grpcAddress?: string; hostname?: string },
+    s: {
+      state: AgentState;
+      lastSeenAt: string;
+      capacity?: HostCapacity;
+      grpcAddress?: string;
+      hostname?: string;
+    },
   ): Promise<void> {
     await this.db
       .updateTable("agents")
@@ -156,7 +173,11 @@ export class ClusterKv {
   constructor(private readonly db: Kysely<Database>) {}
 
   async get(key: string): Promise<string | undefined> {
-    const r = await this.db.selectFrom("cluster_kv").select("value").where("key", "=", key).executeTakeFirst();
+    const r = await this.db
+      .selectFrom("cluster_kv")
+      .select("value")
+      .where("key", "=", key)
+      .executeTakeFirst();
     return r?.value;
   }
 
@@ -174,7 +195,8 @@ export class ClusterKv {
 
   /** Every key starting with `prefix`, in key order. The prefix may not hold LIKE's `%`, `_` or `\\`. */
   async list(prefix: string): Promise<{ key: string; value: string }[]> {
-    if (/[%_\\]/.test(prefix)) throw new Error(`cluster_kv prefix ${JSON.stringify(prefix)} holds a LIKE wildcard`);
+    if (/[%_\\]/.test(prefix))
+      throw new Error(`cluster_kv prefix ${JSON.stringify(prefix)} holds a LIKE wildcard`);
     const rows = await this.db
       .selectFrom("cluster_kv")
       .select(["key", "value"])

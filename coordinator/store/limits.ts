@@ -119,7 +119,8 @@ export class LimitsRepo {
     return this.db.transaction().execute(async (tx) => {
       const repo = new LimitsRepo(tx);
       const next = { ...(await repo.get(workspaceId)) };
-      for (const name of LIMIT_NAMES) if (change[name] !== undefined) next[name] = change[name] as number | null;
+      for (const name of LIMIT_NAMES)
+        if (change[name] !== undefined) next[name] = change[name] as number | null;
       const row = {
         max_containers: next.maxContainers,
         max_cpu_millicores: next.maxCpuMillicores,

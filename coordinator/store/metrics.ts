@@ -59,7 +59,10 @@ export interface ContainerBucket {
   gpuMemoryBytes: number | null;
 }
 
-export type PoolBucket = { pool: string; bucket: number } & Omit<PoolSampleRow, "pool" | "bucketMs" | "atMs" | "coordinatorId">;
+export type PoolBucket = { pool: string; bucket: number } & Omit<
+  PoolSampleRow,
+  "pool" | "bucketMs" | "atMs" | "coordinatorId"
+>;
 
 export interface TaskCountBucket {
   bucket: number;

@@ -2,7 +2,7 @@
 // the max_pending_tasks check counts them as pending, so that concurrent
 // submissions cannot pass the limit together.
 
-import { checkPendingTasks } from "../limits/limits.ts";
+import { checkPendingTasks } from "../limits/index.ts";
 
 export class PendingAdmissions {
   private readonly admitting = new Map<string, number>();

@@ -5,7 +5,7 @@
 
 import { BerthError } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
-import { cpuMillicores, gpuWish } from "../scheduler/stub-resources.ts";
+import { cpuMillicores, gpuWish } from "../scheduler/index.ts";
 
 /** Cost rates as written in the coordinator's config file. */
 export interface CostRatesOptions {
@@ -79,9 +79,13 @@ export function resolveCostRates(o: CostRatesOptions | undefined): CostRates {
     );
   }
   const gpuPerSecond: Record<string, number> = { default: 0 };
-  for (const [type, v] of Object.entries(gpuIn)) gpuPerSecond[type.toLowerCase()] = rate(`gpuPerSecond.${type}`, v);
+  for (const [type, v] of Object.entries(gpuIn))
+    gpuPerSecond[type.toLowerCase()] = rate(`gpuPerSecond.${type}`, v);
   if (o?.currency !== undefined && (typeof o.currency !== "string" || o.currency.trim() === "")) {
-    throw new BerthError("invalid_request", "coordinator config: costRates.currency must be a non-empty string");
+    throw new BerthError(
+      "invalid_request",
+      "coordinator config: costRates.currency must be a non-empty string",
+    );
   }
   return {
     cpuCorePerSecond: rate("cpuCorePerSecond", o?.cpuCorePerSecond),

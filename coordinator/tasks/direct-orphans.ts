@@ -17,8 +17,8 @@
 
 import type { Logger } from "pino";
 import { HTTP_SERVED_TYPES, type TaskError, type TaskFinishedEvent } from "../../shared/tasks.ts";
-import type { TaskRecord, TaskRepo } from "../store/tasks.ts";
-import { OrphanSweep } from "../streams/orphan-sweep.ts";
+import type { TaskRecord, TaskRepo } from "../store/index.ts";
+import { OrphanSweep } from "../streams/index.ts";
 import type { DirectOwners } from "./direct-owners.ts";
 import type { TaskEngine } from "./engine.ts";
 import { liveFromRecord } from "./live-index.ts";

@@ -10,7 +10,7 @@
 
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
-import { CLAIMS_WAIT_MS, ClusterClaims } from "../streams/claims.ts";
+import { CLAIMS_WAIT_MS, ClusterClaims } from "../streams/index.ts";
 
 /** Core NATS, coordinator → coordinators: "which of these direct task ids do you serve?" (a JSON array). */
 export const DIRECT_TASKS_OWNED_SUBJECT = "berth.cluster.direct-tasks-owned";

@@ -2,11 +2,11 @@ import { PassThrough } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyReply } from "fastify";
 import { TERMINAL_STATUSES, type TaskError } from "../../shared/tasks.ts";
-import type { TaskRecord } from "../store/tasks.ts";
+import type { TaskRecord } from "../store/index.ts";
 import type { TaskService, TaskUpdate } from "./service.ts";
-import { principalOf } from "../http/auth.ts";
-import { publicError } from "../http/public-error.ts";
-import { gatewayResponse } from "../http/gateway.ts";
+import { principalOf } from "../http/index.ts";
+import { publicError } from "../http/index.ts";
+import { gatewayResponse } from "../http/index.ts";
 
 /** Pickled inputs of up to 4 MiB each, base64: a few dozen large ones or many small ones. */
 export const TASKS_BODY_LIMIT = 64 * 1024 * 1024;

@@ -1,14 +1,14 @@
 import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { cpuMillicores } from "../scheduler/stub-resources.ts";
+import { cpuMillicores } from "../scheduler/index.ts";
 import type { StubConfig } from "../../shared/tasks.ts";
-import type { StubRecord } from "../store/stubs.ts";
-import type { TaskRecord } from "../store/tasks.ts";
+import type { StubRecord } from "../store/index.ts";
+import type { TaskRecord } from "../store/index.ts";
 import { type CostRates, estimateTaskCost, requestedResources } from "./cost.ts";
 import type { TaskService } from "./service.ts";
 import { isTerminal } from "./transitions.ts";
-import { principalOf, requireAdmin } from "../http/auth.ts";
-import { ErrorResponse } from "../http/schemas.ts";
+import { principalOf, requireAdmin } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
 
 const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
 const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
@@ -107,7 +107,8 @@ export async function taskJson(
   pythonOf?: ContainerPython,
 ) {
   const stub = await tasks.getStub(workspaceId, t.stubId);
-  const python = pythonOf && t.agentId && t.containerId ? await pythonOf(t.agentId, t.containerId) : undefined;
+  const python =
+    pythonOf && t.agentId && t.containerId ? await pythonOf(t.agentId, t.containerId) : undefined;
   const json = {
     id: t.id,
     started_at: t.startedAt,

@@ -12,9 +12,9 @@ import {
   TaskHeaders,
   taskSubject,
 } from "../../shared/tasks.ts";
-import type { StubRecord } from "../store/stubs.ts";
+import type { StubRecord } from "../store/index.ts";
 import type { LiveTask } from "./live-index.ts";
-import { streamReplicas } from "../streams/replicas.ts";
+import { streamReplicas } from "../streams/index.ts";
 import { ensureStubConsumer, ensureTaskStreams } from "./streams.ts";
 
 const enc = new TextEncoder();

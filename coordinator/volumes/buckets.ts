@@ -14,7 +14,9 @@ import { BerthError, describeError, isBerthError } from "../../shared/errors.ts"
  */
 export async function stubBucketMounts(
   stub: { workspaceId: string; config: { volumes?: unknown } },
-  secrets: { resolve(workspaceId: string, names: readonly string[]): Promise<Record<string, string>> } | undefined,
+  secrets:
+    | { resolve(workspaceId: string, names: readonly string[]): Promise<Record<string, string>> }
+    | undefined,
 ): Promise<BucketMount[]> {
   const out: BucketMount[] = [];
   for (const b of checkStubBuckets(stub.config.volumes)) {

@@ -9,7 +9,7 @@ import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { checkVolumeName } from "../../shared/volumes.ts";
 import type { VolumeFiles } from "./volume-files.ts";
-import { WorkspaceErrors, scopedWorkspace } from "../http/workspace-scope.ts";
+import { WorkspaceErrors, scopedWorkspace } from "../http/index.ts";
 
 export interface VolumeRouteDeps {
   files: VolumeFiles;

@@ -209,11 +209,14 @@ export class VolumeFiles {
     const shown = `/${parts.join("/")}`;
     // The file may be deleted, or replaced by a link, between resolve and open (a concurrent
     // DELETE or upload): answered as if it had happened first, not as an internal error.
-    const fh = await open(target.path, constants.O_RDONLY | constants.O_NOFOLLOW).catch((e: NodeJS.ErrnoException) => {
-      if (e.code === "ENOENT") throw pathNotFound(name, shown);
-      if (e.code === "ELOOP") throw pathInvalid(shown, "is a symbolic link; volume files are served without following links");
-      throw e;
-    });
+    const fh = await open(target.path, constants.O_RDONLY | constants.O_NOFOLLOW).catch(
+      (e: NodeJS.ErrnoException) => {
+        if (e.code === "ENOENT") throw pathNotFound(name, shown);
+        if (e.code === "ELOOP")
+          throw pathInvalid(shown, "is a symbolic link; volume files are served without following links");
+        throw e;
+      },
+    );
     const st = await fh.stat();
     return { size: st.size, stream: fh.createReadStream() };
   }

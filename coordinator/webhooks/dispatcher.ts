@@ -13,9 +13,9 @@ import {
   type EventFeed,
   eventTypeMatches,
   toCloudEvent,
-} from "../events/types.ts";
-import type { SecretKey } from "../secrets/key.ts";
-import type { WebhookDeliveryRecord, WebhookRepo } from "../store/webhooks.ts";
+} from "../events/index.ts";
+import type { SecretKey } from "../secrets/index.ts";
+import type { WebhookDeliveryRecord, WebhookRepo } from "../store/index.ts";
 import { openSigningSecret, signBody } from "./validate.ts";
 
 export const DELIVERY_TIMEOUT_MS = 10_000;

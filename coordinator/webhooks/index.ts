@@ -28,3 +28,4 @@ export {
   selfUrlMatcher,
   signBody,
 } from "./validate.ts";
+export { webhookRoutes } from "./routes.ts";

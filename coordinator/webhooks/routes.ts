@@ -1,11 +1,11 @@
 import { Type } from "@sinclair/typebox";
-import { NextCursor, pageQuery, pageRequest, paginate } from "../http/pagination.ts";
+import { NextCursor, pageQuery, pageRequest, paginate } from "../http/index.ts";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import type { WebhookDeliveryRecord, WebhookRecord } from "../store/webhooks.ts";
+import type { WebhookDeliveryRecord, WebhookRecord } from "../store/index.ts";
 import type { WebhookCreate, WebhookService, WebhookUpdate } from "./index.ts";
-import { principalOf } from "../http/auth.ts";
-import { ErrorResponse } from "../http/schemas.ts";
+import { principalOf } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
 
 // Webhook subscriptions (docs/webhooks.md). The signing secret appears in
 // the create response only; no other route returns it.

@@ -4,11 +4,11 @@
 // coordinators see it at their next reload.
 
 import { BerthError } from "../../shared/errors.ts";
-import type { BerthEvent } from "../events/types.ts";
+import type { BerthEvent } from "../events/index.ts";
 import { newId } from "../../shared/ids.ts";
-import type { SecretKey } from "../secrets/key.ts";
-import type { Store } from "../store/store.ts";
-import type { WebhookDeliveryRecord, WebhookPatch, WebhookRecord } from "../store/webhooks.ts";
+import type { SecretKey } from "../secrets/index.ts";
+import type { Store } from "../store/index.ts";
+import type { WebhookDeliveryRecord, WebhookPatch, WebhookRecord } from "../store/index.ts";
 import type { DeliveryOutcome, WebhookDispatcher } from "./dispatcher.ts";
 import {
   type IsSelf,

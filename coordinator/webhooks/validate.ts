@@ -3,9 +3,9 @@
 import { createHmac, randomBytes } from "node:crypto";
 import { isIP } from "node:net";
 import { BerthError } from "../../shared/errors.ts";
-import { EVENT_TYPES } from "../events/types.ts";
-import type { SecretKey } from "../secrets/key.ts";
-import { open, seal } from "../secrets/seal.ts";
+import { EVENT_TYPES } from "../events/index.ts";
+import type { SecretKey } from "../secrets/index.ts";
+import { open, seal } from "../secrets/index.ts";
 
 export const WEBHOOK_SECRET_PREFIX = "whsec_";
 export const WEBHOOK_URL_MAX = 2048;

@@ -1,9 +1,9 @@
 import type { FastifyPluginAsync } from "fastify";
 import { Type } from "@sinclair/typebox";
-import type { Store } from "../store/store.ts";
-import type { TokenRecord, Workspace } from "../store/workspaces.ts";
-import { principalOf, requireAdmin } from "../http/auth.ts";
-import { ErrorResponse } from "../http/schemas.ts";
+import type { Store } from "../store/index.ts";
+import type { TokenRecord, Workspace } from "../store/index.ts";
+import { principalOf, requireAdmin } from "../http/index.ts";
+import { ErrorResponse } from "../http/index.ts";
 
 export const WorkspaceBody = Type.Object({
   external_id: Type.String(),
@@ -21,7 +21,11 @@ export const TokenBody = Type.Object({
   revoked_at: Type.Union([Type.String(), Type.Null()]),
 });
 
-export const workspaceJson = (w: Workspace) => ({ external_id: w.externalId, name: w.name, created_at: w.createdAt });
+export const workspaceJson = (w: Workspace) => ({
+  external_id: w.externalId,
+  name: w.name,
+  created_at: w.createdAt,
+});
 export const tokenJson = (t: TokenRecord) => ({
   id: t.id,
   name: t.name,
@@ -32,7 +36,13 @@ export const tokenJson = (t: TokenRecord) => ({
   revoked_at: t.revokedAt,
 });
 
-const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse, 409: ErrorResponse };
+const errors = {
+  400: ErrorResponse,
+  401: ErrorResponse,
+  403: ErrorResponse,
+  404: ErrorResponse,
+  409: ErrorResponse,
+};
 
 /** Workspaces and their tokens. */
 export function workspaceRoutes(store: Store): FastifyPluginAsync {
@@ -56,7 +66,10 @@ export function workspaceRoutes(store: Store): FastifyPluginAsync {
       "/api/v1/workspace",
       {
         schema: {
-          body: Type.Object({ name: Type.String({ minLength: 1, maxLength: 63 }) }, { additionalProperties: false }),
+          body: Type.Object(
+            { name: Type.String({ minLength: 1, maxLength: 63 }) },
+            { additionalProperties: false },
+          ),
           response: {
             201: Type.Object({ workspace: WorkspaceBody, token: Type.String(), token_info: TokenBody }),
             ...errors,

@@ -1,11 +1,13 @@
 // The import rules of docs/architecture.md, checked on every source file:
 // processes meet only through the contract (api/), packages expose entry
-// points, and the coordinator's areas form no cycle. A rule broken here is
-// a design change: change docs/architecture.md with it, not this test alone.
+// points, the coordinator's areas are modules (reached only through their
+// index.ts), sit in tiers that import only downwards and form no cycle, and
+// shared/ holds only what two processes use. A rule broken here is a design
+// change: change docs/architecture.md with it, not this test alone.
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, relative, resolve } from "node:path";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -51,11 +53,109 @@ const coordinatorArea = (p: string): string => {
   return parts.length > 2 ? (parts[1] ?? "") : "(root)";
 };
 
+/**
+ * The coordinator's tiers, lowest first: an area imports areas of its own tier
+ * or below, never above. Every area has a tier (a new folder must be placed).
+ */
+export const TIERS: Record<string, readonly string[]> = {
+  foundation: ["store", "streams", "pki", "http"],
+  core: [
+    "fleet",
+    "scheduler",
+    "secrets",
+    "limits",
+    "objects",
+    "volumes",
+    "workspaces",
+    "tasks",
+    "containers",
+    "events",
+    "logs",
+    "metrics",
+  ],
+  products: [
+    "functions",
+    "deployments",
+    "endpoints",
+    "schedules",
+    "images",
+    "sandboxes",
+    "ports",
+    "inference",
+    "bots",
+    "databases",
+    "stacks",
+    "webhooks",
+    "outputs",
+    "state",
+  ],
+  edge: ["edge", "dashboard"],
+};
+const TIER_ORDER = Object.keys(TIERS);
+const tierOf = (area: string): number => TIER_ORDER.findIndex((t) => TIERS[t]?.includes(area));
+const isEntryPoint = (p: string): boolean => /^coordinator\/[^/]+\/index\.ts$/.test(p);
+
+/** Breaches of the coordinator's module rules: entry points only across areas, tiers downwards. */
+export function areaBreaches(edges: Edge[]): string[] {
+  const out: string[] = [];
+  for (const e of edges) {
+    if (top(e.from) !== "coordinator" || top(e.to) !== "coordinator") continue;
+    const a = coordinatorArea(e.from);
+    const b = coordinatorArea(e.to);
+    if (a === b) continue;
+    if (b === "(root)") {
+      out.push(`${e.from} -> ${e.to}: an area never imports the composition root`);
+      continue;
+    }
+    for (const area of [a, b]) {
+      if (area !== "(root)" && tierOf(area) < 0)
+        out.push(`${e.from} -> ${e.to}: area ${area} has no tier (add it to TIERS and docs/architecture.md)`);
+    }
+    if (!isEntryPoint(e.to))
+      out.push(
+        `${e.from} -> ${e.to}: another area is reached through its entry point, coordinator/${b}/index.ts`,
+      );
+    if (a !== "(root)" && tierOf(a) >= 0 && tierOf(b) > tierOf(a))
+      out.push(
+        `${e.from} -> ${e.to}: ${a} (${TIER_ORDER[tierOf(a)]}) imports ${b} (${TIER_ORDER[tierOf(b)]}), a higher tier`,
+      );
+  }
+  return out;
+}
+
+/**
+ * shared/ files used by fewer than two processes (coordinator, agent, cli,
+ * dashboard), through any chain of shared/ files; api/ is the coordinator's
+ * and the agent's contract, so what it imports counts for both.
+ */
+export function sharedByOne(edges: Edge[], sharedFiles: string[]): string[] {
+  const users = new Map<string, Set<string>>(sharedFiles.map((f) => [f, new Set()]));
+  const processesOf = (f: string): string[] => (top(f) === "api" ? ["coordinator", "agent"] : [top(f)]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const e of edges) {
+      const into = users.get(e.to);
+      if (!into) continue;
+      const from = top(e.from) === "shared" ? [...(users.get(e.from) ?? [])] : processesOf(e.from);
+      for (const p of from) {
+        if (!into.has(p)) {
+          into.add(p);
+          grew = true;
+        }
+      }
+    }
+  }
+  return [...users]
+    .filter(([, u]) => u.size < 2)
+    .map(([f, u]) => `${f} is used by ${[...u].join(", ") || "nothing"} alone: move it into that process`);
+}
+
 type Rule = (e: Edge) => string | undefined;
 
 const RULES: Rule[] = [
   (e) =>
-    ["coordinator", "cli"].includes(top(e.from)) && top(e.to) === "agent" &&
+    ["coordinator", "cli"].includes(top(e.from)) &&
+    top(e.to) === "agent" &&
     !(e.from === "cli/commands/agent.ts" && e.to === "agent/main.ts")
       ? "coordinator/ and cli/ reach an agent through api/ only (cli/commands/agent.ts may start the agent process via agent/main.ts)"
       : undefined,
@@ -71,12 +171,18 @@ const RULES: Rule[] = [
     e.from.startsWith("api/") && !e.from.startsWith("api/grpc/") && e.to.startsWith("api/grpc/")
       ? "the contract's interfaces do not depend on their gRPC transport"
       : undefined,
-  (e) => (top(e.from) === "shared" && top(e.to) !== "shared" ? "shared/ imports nothing outside shared/" : undefined),
+  (e) =>
+    top(e.from) === "shared" && top(e.to) !== "shared"
+      ? "shared/ imports nothing outside shared/"
+      : undefined,
   (e) =>
     top(e.from) === "agent" && ["coordinator", "cli"].includes(top(e.to))
       ? "the agent never imports the coordinator or the CLI"
       : undefined,
-  (e) => (top(e.from) === "coordinator" && top(e.to) === "cli" ? "the coordinator never imports the CLI" : undefined),
+  (e) =>
+    top(e.from) === "coordinator" && top(e.to) === "cli"
+      ? "the coordinator never imports the CLI"
+      : undefined,
 ];
 
 /** Breaches of RULES, one line each. */
@@ -143,14 +249,51 @@ describe("import rules (docs/architecture.md)", () => {
   test("the source tree has imports to check", () => {
     assert.ok(edges.length > 500, `only ${edges.length} imports found: is the scan broken?`);
     assert.ok(edges.some((e) => e.from.startsWith("coordinator/") && e.to === "api/index.ts"));
+    assert.ok(edges.some((e) => e.from.startsWith("coordinator/edge/") && isEntryPoint(e.to)));
   });
 
   test("processes meet through the contract; packages through their entry points", () => {
     assert.deepEqual(ruleBreaches(edges), []);
   });
 
+  test("coordinator areas: entry points only, tiers import downwards", () => {
+    assert.deepEqual(areaBreaches(edges), []);
+  });
+
+  test("every coordinator folder is an area with a tier and an entry point", () => {
+    const folders = readdirSync(resolve(ROOT, "coordinator"), { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => d.name);
+    const placed = Object.values(TIERS).flat();
+    assert.deepEqual(
+      folders.filter((f) => !placed.includes(f)),
+      [],
+      "folders without a tier",
+    );
+    assert.deepEqual(
+      placed.filter((f) => !folders.includes(f)),
+      [],
+      "tiers naming no folder",
+    );
+    const imported = new Set(edges.map((e) => e.to));
+    for (const f of folders) {
+      if (imported.has(`coordinator/${f}/index.ts`) || f === "edge")
+        assert.ok(existsSync(resolve(ROOT, "coordinator", f, "index.ts")), `coordinator/${f}/index.ts`);
+    }
+  });
+
   test("no cycle among the coordinator's areas", () => {
     assert.deepEqual(areaCycles(edges), []);
+  });
+
+  test("shared/ holds only what two processes use", () => {
+    const shared = edges
+      .map((e) => e.from)
+      .filter((f, i, all) => top(f) === "shared" && all.indexOf(f) === i);
+    const files = readdirSync(resolve(ROOT, "shared")).filter(
+      (f) => f.endsWith(".ts") && !f.endsWith(".test.ts"),
+    );
+    assert.deepEqual(sharedByOne(edges, [...new Set([...shared, ...files.map((f) => `shared/${f}`)])]), []);
   });
 
   test("the checks fail on a breach", () => {
@@ -160,10 +303,59 @@ describe("import rules (docs/architecture.md)", () => {
     assert.equal(ruleBreaches([{ from: "cli/commands/agent.ts", to: "agent/main.ts" }]).length, 0);
     assert.deepEqual(
       areaCycles([
-        { from: "coordinator/endpoints/a.ts", to: "coordinator/http/b.ts" },
-        { from: "coordinator/http/b.ts", to: "coordinator/endpoints/c.ts" },
+        { from: "coordinator/endpoints/a.ts", to: "coordinator/deployments/b.ts" },
+        { from: "coordinator/deployments/b.ts", to: "coordinator/endpoints/c.ts" },
       ]),
-      [["endpoints", "http"]],
+      [["deployments", "endpoints"]],
+    );
+    // A deep file of another area, from an area and from the root.
+    assert.match(
+      areaBreaches([{ from: "coordinator/bots/engine.ts", to: "coordinator/deployments/service.ts" }]).join(),
+      /through its entry point/,
+    );
+    assert.match(
+      areaBreaches([{ from: "coordinator/main.ts", to: "coordinator/tasks/service.ts" }]).join(),
+      /through its entry point/,
+    );
+    assert.deepEqual(
+      areaBreaches([{ from: "coordinator/bots/engine.ts", to: "coordinator/deployments/index.ts" }]),
+      [],
+    );
+    // Upwards: core -> products, foundation -> core, products -> edge.
+    assert.match(
+      areaBreaches([{ from: "coordinator/tasks/service.ts", to: "coordinator/deployments/index.ts" }]).join(),
+      /tasks \(core\) imports deployments \(products\), a higher tier/,
+    );
+    assert.match(
+      areaBreaches([{ from: "coordinator/store/db.ts", to: "coordinator/fleet/index.ts" }]).join(),
+      /higher tier/,
+    );
+    assert.match(
+      areaBreaches([{ from: "coordinator/inference/gateway.ts", to: "coordinator/edge/index.ts" }]).join(),
+      /higher tier/,
+    );
+    // An area without a tier; an area importing the root.
+    assert.match(
+      areaBreaches([{ from: "coordinator/newthing/a.ts", to: "coordinator/store/index.ts" }]).join(),
+      /no tier/,
+    );
+    assert.match(
+      areaBreaches([{ from: "coordinator/tasks/a.ts", to: "coordinator/options.ts" }]).join(),
+      /composition root/,
+    );
+    // shared/: a file only the CLI reaches, directly or through another shared file.
+    assert.deepEqual(
+      sharedByOne(
+        [
+          { from: "cli/up/registry.ts", to: "shared/only-cli.ts" },
+          { from: "shared/only-cli.ts", to: "shared/helper.ts" },
+          { from: "agent/main.ts", to: "shared/both.ts" },
+          { from: "api/index.ts", to: "shared/contract.ts" },
+          { from: "cli/x.ts", to: "shared/both.ts" },
+        ],
+        ["shared/only-cli.ts", "shared/helper.ts", "shared/both.ts", "shared/contract.ts"],
+      ).map((l) => l.split(" ")[0]),
+      ["shared/only-cli.ts", "shared/helper.ts"],
     );
   });
 });

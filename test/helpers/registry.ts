@@ -3,7 +3,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import bcrypt from "bcryptjs";
 import { freePort, sleep, waitFor } from "../../shared/net.ts";
-import { registryConfigYaml } from "../../shared/registry-config.ts";
+import { registryConfigYaml } from "../../cli/up/registry-config.ts";
 import { tempDir } from "./env.ts";
 
 export interface TestRegistry {

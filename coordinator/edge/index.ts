@@ -1,0 +1,3 @@
+// The edge area's entry point: what other areas may use of it.
+export { buildHttpApp } from "./app.ts";
+export { attachShellUpgrades, managedShellTargets } from "./shell.ts";

@@ -1,0 +1,10 @@
+// The fleet area's entry point: what other areas may use of it.
+export { AgentNatsUsers, RevokedAgents } from "./agent-credentials.ts";
+export { FleetView } from "./fleet-view.ts";
+export type { LiveAgent } from "./fleet-view.ts";
+export { FleetWatcher } from "./fleet-watcher.ts";
+export { JoinService } from "./join.ts";
+export { AgentRevoker } from "./revoke.ts";
+export { fleetRoutes, joinRoutes } from "./routes.ts";
+export { ensureStreams } from "./streams.ts";
+export type { StreamRetention } from "./streams.ts";

@@ -1,0 +1,14 @@
+// The http area's entry point: what other areas may use of it.
+export { authenticator, principalOf, requireAdmin } from "./auth.ts";
+export { bearerToken } from "./bearer.ts";
+export { DEFAULT_BODY_LIMIT } from "./body-limits.ts";
+export { installErrorHandlers } from "./errors.ts";
+export { GatewayFailure, gatewayResponse } from "./gateway.ts";
+export { NextCursor, pageOf, pageQuery, pageRequest, paginate } from "./pagination.ts";
+export { HttpRefusal, openAiType, publicError } from "./public-error.ts";
+export { answerOnSocket, refuseUpgrade, sendError, writeJsonAnswer } from "./raw-answer.ts";
+export { ErrorResponse } from "./schemas.ts";
+export { gatewayScope, tokenScope } from "./scopes.ts";
+export { SSE_HEARTBEAT_MS, openSse, pumpSse, resumeId } from "./sse.ts";
+export type { SseStream } from "./sse.ts";
+export { WorkspaceErrors, WsParams, isoQueryTime, scopedWorkspace } from "./workspace-scope.ts";

@@ -1,0 +1,3 @@
+// The objects area's entry point: what other areas may use of it.
+export { Objects } from "./objects.ts";
+export { gatewayObjectRoutes } from "./routes.ts";
