@@ -6,6 +6,7 @@ import { closeNats, jetStreamReady } from "../shared/nats-server.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
 import { bootstrapEmptyStore } from "./bootstrap.ts";
 import { openFoundations, StartupError } from "./startup.ts";
+import { Lifecycle, StepFailed, type StepHook } from "./lifecycle.ts";
 import { FleetView } from "./fleet/index.ts";
 import { FleetWatcher } from "./fleet/index.ts";
 import { AgentNatsUsers, RevokedAgents } from "./fleet/index.ts";
@@ -17,6 +18,7 @@ import {
   ContainerManager,
   natsContainerEvents,
   withSnapshotImages,
+  forgetTunnelsOfGoneContainers,
 } from "./containers/index.ts";
 import { ContainerAddresses } from "./containers/index.ts";
 import { ContainerTunnels } from "./containers/index.ts";
@@ -71,34 +73,79 @@ export interface RunningCoordinator {
 
 export { StartupError } from "./startup.ts";
 
-/** The coordinator's composition root: wires store, NATS, PKI, fleet and HTTP. */
+/** What a start-up failure says it could not do, by step (the rest say "cannot start <step>"). */
+const STEP_FAILURE: Record<string, string> = {
+  "agent users": "cannot write nats-server's agent users (agentNats.usersFile)",
+  "task service": "cannot start the task service",
+  deployments: "cannot load the deployments",
+};
+
+export interface StartHooks {
+  /** Called before each start-up step with its name (tests make a chosen step fail). */
+  beforeStep?: StepHook;
+}
+
+/**
+ * The coordinator's composition root: builds each area in order on one
+ * lifecycle stack (coordinator/lifecycle.ts). A failure at any step stops
+ * everything started before it, in reverse order; stop() walks the same stack.
+ */
 export async function startCoordinator(
   o: ResolvedCoordinatorOptions,
   log: Logger = pino({ level: o.logLevel }),
+  hooks: StartHooks = {},
 ): Promise<RunningCoordinator> {
-  const { tls, secretKey, store, nc } = await openFoundations(o, log);
+  const life = new Lifecycle(log, hooks.beforeStep);
+  try {
+    return await wire(o, log, life);
+  } catch (e) {
+    await life.stopAll();
+    if (e instanceof StartupError) throw e;
+    if (!(e instanceof StepFailed)) throw e;
+    if (e.cause instanceof StartupError) throw e.cause;
+    const what =
+      e.step === "listen"
+        ? `cannot listen on ${o.host}:${o.port}`
+        : (STEP_FAILURE[e.step] ?? `cannot start ${e.step}`);
+    throw new StartupError(`${what}: ${describeError(e.cause)}`);
+  }
+}
 
-  const pki = await ClusterPki.load(store.kv);
-  await bootstrapEmptyStore(store, o.bootstrap, log);
+async function wire(
+  o: ResolvedCoordinatorOptions,
+  log: Logger,
+  life: Lifecycle,
+): Promise<RunningCoordinator> {
+  const step = life.step.bind(life);
+  const { tls, secretKey, store, nc } = await step(
+    "foundations",
+    () => openFoundations(o, log),
+    async (f) => {
+      await closeNats(f.nc);
+      await f.store.close();
+    },
+  );
+  const pki = await step("cluster PKI", () => ClusterPki.load(store.kv));
+  await step("bootstrap", () => bootstrapEmptyStore(store, o.bootstrap, log));
 
   const fleet = new FleetView();
-  const revoked = await new RevokedAgents(store.kv).load();
+  const revoked = await step("revoked agents", () => new RevokedAgents(store.kv).load());
   const natsUsers = o.agentNatsUsers ? new AgentNatsUsers({ kv: store.kv, ...o.agentNatsUsers }) : undefined;
   // Brings users.conf up to the store (agents joined or revoked while this coordinator was down).
-  try {
+  await step("agent users", async () => {
     if (natsUsers && (await natsUsers.sync())) await jetStreamReady(nc);
-  } catch (e) {
-    await closeNats(nc);
-    await store.close();
-    throw new StartupError(
-      `cannot write nats-server's agent users (agentNats.usersFile): ${describeError(e)}`,
-    );
-  }
+  });
   // The one planner: every container's reservation (runners, sandboxes, pods) and workspace usage.
   const planner = new Planner({ fleet });
-  const watcher = new FleetWatcher(nc, fleet, store.agents, log.child({ area: "fleet" }), revoked);
-  watcher.start();
-
+  await step(
+    "fleet watcher",
+    () => {
+      const watcher = new FleetWatcher(nc, fleet, store.agents, log.child({ area: "fleet" }), revoked);
+      watcher.start();
+      return watcher;
+    },
+    (w) => w.stop(),
+  );
   const join = new JoinService({
     joinTokens: store.joinTokens,
     agents: store.agents,
@@ -110,13 +157,7 @@ export async function startCoordinator(
     ...(o.registry ? { registry: o.registry } : {}),
   });
   const objects = new Objects(store.objects, o.dataDir);
-  // Code archives as the agents receive them: runners, sandboxes and build contexts.
-  const codeArchives = {
-    open: (sha: string) =>
-      (async function* () {
-        yield* await objects.open(sha);
-      })(),
-  };
+  const codeArchives = codeArchivesOf(objects);
   const events = new EventStream({
     nats: nc,
     log: log.child({ area: "events" }),
@@ -135,34 +176,57 @@ export async function startCoordinator(
     // RUNNING tasks of an agent lost past the bound go to RETRY (docs/reliability.md "Stuck work").
     agents: fleet,
   });
-  try {
-    await events.start();
-    await tasks.start();
-  } catch (e) {
-    await watcher.stop();
-    await closeNats(nc);
-    await store.close();
-    throw new StartupError(`cannot start the task service: ${describeError(e)}`);
-  }
+  await step(
+    "task service",
+    async () => {
+      await events.start();
+      try {
+        await tasks.start();
+      } catch (e) {
+        await events.stop();
+        throw e;
+      }
+    },
+    async () => {
+      await tasks.stop();
+      await events.stop();
+    },
+  );
   const secrets = new SecretService({ db: store.db, key: secretKey });
-  const agentClients = await AgentClientPool.create({ fleet, pki, revoked });
-  const revoker = new AgentRevoker({
-    agents: store.agents,
-    revoked,
-    ...(natsUsers ? { natsUsers } : {}),
-    fleet,
-    clients: agentClients,
-    nc,
-    log: log.child({ area: "fleet" }),
-  });
-  revoker.start();
+  const agentClients = await step(
+    "agent clients",
+    () => AgentClientPool.create({ fleet, pki, revoked }),
+    (c) => c.close(),
+  );
+  const revoker = await step(
+    "agent revoker",
+    () => {
+      const revoker = new AgentRevoker({
+        agents: store.agents,
+        revoked,
+        ...(natsUsers ? { natsUsers } : {}),
+        fleet,
+        clients: agentClients,
+        nc,
+        log: log.child({ area: "fleet" }),
+      });
+      revoker.start();
+      return revoker;
+    },
+    (r) => r.stop(),
+  );
   // On an agent's own host, its containers are dialled at their address rather than through its tunnel.
-  const tunnels = await ContainerTunnels.create({
-    fleet,
-    pki,
-    localHostId: readHostId(o.dataDir),
-    addresses: new ContainerAddresses({ agents: agentClients }),
-  });
+  const tunnels = await step(
+    "container tunnels",
+    () =>
+      ContainerTunnels.create({
+        fleet,
+        pki,
+        localHostId: readHostId(o.dataDir),
+        addresses: new ContainerAddresses({ agents: agentClients }),
+      }),
+    (t) => t.close(),
+  );
   // Late-bound: the deployment service tells the container manager about changes, and the manager reads its states.
   let containers: ContainerManager | undefined;
   const deployments = new DeploymentService({
@@ -175,16 +239,12 @@ export async function startCoordinator(
     events: workspaceEvents.emit,
     onStubChange: (stubId) => containers?.invalidateStub(stubId),
   });
-  try {
-    await deployments.open();
-  } catch (e) {
-    await tasks.stop();
-    await watcher.stop();
-    await closeNats(nc);
-    await store.close();
-    throw new StartupError(`cannot load the deployments: ${describeError(e)}`);
-  }
-  containers = new ContainerManager({
+  await step(
+    "deployments",
+    () => deployments.open(),
+    () => deployments.close(),
+  );
+  const manager = new ContainerManager({
     fleet,
     activity: tasks,
     // A stub whose image is a sandbox's filesystem snapshot starts on the agent holding it.
@@ -199,17 +259,16 @@ export async function startCoordinator(
     planner,
     log: log.child({ area: "containers" }),
   });
-  const manager = containers;
+  containers = manager;
   tasks.useContainerCounts(manager);
   tasks.onStubChange((stubId) => manager.invalidateStub(stubId));
   // A container that is gone takes its tunnels (keep-alive sockets) with it.
-  const tunnelled = new Map<string, Set<string>>();
-  manager.onContainersChange((stubId) => {
-    const live = new Set(manager.containersOf(stubId).map((c) => c.id));
-    for (const id of tunnelled.get(stubId) ?? []) if (!live.has(id)) tunnels.forget(id);
-    if (live.size > 0) tunnelled.set(stubId, live);
-    else tunnelled.delete(stubId);
-  });
+  forgetTunnelsOfGoneContainers(manager, tunnels);
+  await step(
+    "container manager",
+    () => manager.start(),
+    () => manager.stop(),
+  );
   const sandboxes = new SandboxService({
     repo: store.sandboxes,
     stubs: store.stubs,
@@ -232,43 +291,71 @@ export async function startCoordinator(
     limits: (ws) => limitsCache.get(ws),
     log: log.child({ area: "sandboxes" }),
   });
-  manager.start();
-  sandboxes.open();
-  const metricsIngest = new MetricsIngest({
-    nats: nc,
-    repo: store.metrics,
-    log: log.child({ area: "metrics" }),
-  });
-  metricsIngest.start();
-  const poolSampler = new PoolSampler({
-    repo: store.metrics,
-    agents: () => fleet.ready(),
-    latest: (id) => metricsIngest.latest(id),
-    coordinatorId: `${hostname()}/${process.pid}`,
-    retentionMs: o.metricsRetentionMs,
-    log: log.child({ area: "metrics" }),
-  });
-  poolSampler.start();
+  await step(
+    "sandboxes",
+    () => sandboxes.open(),
+    () => sandboxes.close(),
+  );
+  const metricsIngest = await step(
+    "metrics ingest",
+    () => {
+      const ingest = new MetricsIngest({
+        nats: nc,
+        repo: store.metrics,
+        log: log.child({ area: "metrics" }),
+      });
+      ingest.start();
+      return ingest;
+    },
+    (m) => m.stop(),
+  );
+  await step(
+    "pool sampler",
+    () => {
+      const sampler = new PoolSampler({
+        repo: store.metrics,
+        agents: () => fleet.ready(),
+        latest: (id) => metricsIngest.latest(id),
+        coordinatorId: `${hostname()}/${process.pid}`,
+        retentionMs: o.metricsRetentionMs,
+        log: log.child({ area: "metrics" }),
+      });
+      sampler.start();
+      return sampler;
+    },
+    (s) => s.stop(),
+  );
   const prometheus = new CoordinatorMetrics({
     taskCounts: () => store.metrics.taskStatusCounts(),
     containers: () => manager.list(),
     stubType: async (id) => (await store.stubs.get(id))?.type,
     agentStates: () => fleet.list().map((a) => a.state),
   });
-  const ticker = createDeploymentTicker({
-    db: store.db,
-    repo: store.deployments,
-    tasks,
-    log: log.child({ area: "schedules" }),
-  });
-  ticker.start();
+  await step(
+    "deployment ticker",
+    () => {
+      const ticker = createDeploymentTicker({
+        db: store.db,
+        repo: store.deployments,
+        tasks,
+        log: log.child({ area: "schedules" }),
+      });
+      ticker.start();
+      return ticker;
+    },
+    (t) => t.stop(),
+  );
   const webhookDispatcher = new WebhookDispatcher({
     repo: store.webhooks,
     key: secretKey,
     log: log.child({ area: "webhooks" }),
   });
   // Events this coordinator stored: each is delivered once across coordinators.
-  await webhookDispatcher.start(events.localFeed);
+  await step(
+    "webhook dispatcher",
+    () => webhookDispatcher.start(events.localFeed),
+    () => webhookDispatcher.stop(),
+  );
   let listeningPort = o.port;
   const webhooks = new WebhookService({
     store,
@@ -276,61 +363,78 @@ export async function startCoordinator(
     dispatcher: webhookDispatcher,
     isSelf: selfUrlMatcher({ publicUrl: o.publicUrl, port: () => listeningPort }),
   });
-  const endpoints = new EndpointDispatcher({
-    tokens: store.tokens,
-    deployments,
-    containers: manager,
-    tunnels,
-    tasks,
-    log: log.child({ area: "endpoints" }),
-  });
+  const endpoints = await step(
+    "endpoints",
+    () =>
+      new EndpointDispatcher({
+        tokens: store.tokens,
+        deployments,
+        containers: manager,
+        tunnels,
+        tasks,
+        log: log.child({ area: "endpoints" }),
+      }),
+    (e) => e.close(),
+  );
   // Hosted inference: the OpenAI-compatible /v1 gateway over model deployments (docs/inference.md).
-  const inference = createInference({
-    endpoints,
-    deployments,
-    repo: store.inference,
-    limits: (ws) => limitsCache.get(ws),
-    registry: prometheus.registry,
-    log: log.child({ area: "inference" }),
-  });
+  const inference = await step(
+    "inference",
+    () =>
+      createInference({
+        endpoints,
+        deployments,
+        repo: store.inference,
+        limits: (ws) => limitsCache.get(ws),
+        registry: prometheus.registry,
+        log: log.child({ area: "inference" }),
+      }),
+    (g) => g.close(),
+  );
   // Queue, Map and Signal (docs/queues.md), for the SDK's gateway and, through agents, containers.
   const queues = new QueueStore({ nc, maxItems: async (ws) => (await limitsCache.get(ws)).maxQueueItems });
   const state = new StateObjects(queues, new MapStore(nc), new SignalStore(nc));
-  await state.signals.start();
-  const bots = createBots({ store, deployments, tasks, state, nats: nc, log: log.child({ area: "bots" }) });
-  const stateRelay = new StateRelay(nc, state, log.child({ area: "state" }));
-  stateRelay.start();
+  await step(
+    "signals",
+    () => state.signals.start(),
+    () => state.signals.stop(),
+  );
+  const bots = await step(
+    "bots",
+    () => createBots({ store, deployments, tasks, state, nats: nc, log: log.child({ area: "bots" }) }),
+    (b) => b.close(),
+  );
+  await step(
+    "state relay",
+    () => {
+      const relay = new StateRelay(nc, state, log.child({ area: "state" }));
+      relay.start();
+      return relay;
+    },
+    (r) => r.stop(),
+  );
   // Outputs (docs/outputs.md): containers' uploads through their agents, swept at expiry.
   const outputs = new OutputStore({
     root: `${o.dataDir}/outputs`,
     signingKey: secretKey.bytes,
     publicUrl: o.publicUrl,
   });
-  const outputRelay = new OutputRelay(nc, outputs, log.child({ area: "outputs" }));
-  outputRelay.start();
-  const stopSweeper = outputs.startSweeper(OUTPUT_SWEEP_MS, (e) =>
-    log.error({ err: describeError(e) }, "sweeping expired outputs failed"),
+  await step(
+    "output relay",
+    () => {
+      const relay = new OutputRelay(nc, outputs, log.child({ area: "outputs" }));
+      relay.start();
+      return relay;
+    },
+    (r) => r.stop(),
   );
-  const stopWork = async () => {
-    await bots.close();
-    endpoints.close();
-    await ticker.stop();
-    await deployments.close();
-    await manager.stop();
-    await sandboxes.close();
-    tunnels.close();
-    agentClients.close();
-    await tasks.stop();
-    await webhookDispatcher.stop();
-    await poolSampler.stop();
-    await metricsIngest.stop();
-    await events.stop();
-    await stateRelay.stop();
-    outputRelay.stop();
-    stopSweeper();
-    state.signals.stop();
-  };
-
+  await step(
+    "output sweeper",
+    () =>
+      outputs.startSweeper(OUTPUT_SWEEP_MS, (e) =>
+        log.error({ err: describeError(e) }, "sweeping expired outputs failed"),
+      ),
+    (stopSweeper) => stopSweeper(),
+  );
   const ports = new PortProxy({
     targets: sandboxPortTargets(store.sandboxes, store.stubs),
     tunnels,
@@ -363,8 +467,16 @@ export async function startCoordinator(
     log,
     nats: nc,
   });
-  imageGc.start(imageGcIntervalMs(o.imageGcAfterMs));
-  imageBuildOrphans.start();
+  await step(
+    "image GC",
+    () => imageGc.start(imageGcIntervalMs(o.imageGcAfterMs)),
+    () => imageGc.stop(),
+  );
+  await step(
+    "image build sweep",
+    () => imageBuildOrphans.start(),
+    () => imageBuildOrphans.stop(),
+  );
   // Managed databases (docs/databases.md): pods of the workspace, their data on volumes, their URL in a secret.
   const databases = new DatabaseService({
     repo: store.databases,
@@ -384,83 +496,81 @@ export async function startCoordinator(
     ],
     log: log.child({ area: "stacks" }),
   });
-  const app = await buildHttpApp({
-    bots: bots.engine,
-    stacks,
-    databases,
-    logs,
-    state,
-    store,
-    fleet,
-    join,
-    revoker,
-    tasks,
-    objects,
-    secrets,
-    deployments,
-    containers: manager,
-    agents: agentClients,
-    endpoints,
-    inference,
-    events,
-    webhooks,
-    costRates: o.costRates,
-    limits: {
-      usage: {
-        containers: (ws) => planner.usage(ws),
-        pendingTasks: (ws) => tasks.pendingTasks(ws),
-        queueItems: (ws) => queues.items(ws),
-        volumeBytes: (ws) => volumeFiles.workspaceBytes(ws),
-        inference: (ws) => inference.d.limiter.usage(ws),
-      },
-      onChange: (ws) => {
-        limitsCache.invalidate(ws);
-        manager.invalidateLimits(ws);
-        queues
-          .limitsChanged(ws)
-          .catch((e) =>
-            log.error({ workspaceId: ws, err: describeError(e) }, "the queue stream kept its old limits"),
-          );
-      },
+  const app = await step(
+    "http",
+    async () => {
+      const app = await buildHttpApp({
+        bots: bots.engine,
+        stacks,
+        databases,
+        logs,
+        state,
+        store,
+        fleet,
+        join,
+        revoker,
+        tasks,
+        objects,
+        secrets,
+        deployments,
+        containers: manager,
+        agents: agentClients,
+        endpoints,
+        inference,
+        events,
+        webhooks,
+        costRates: o.costRates,
+        limits: {
+          usage: {
+            containers: (ws) => planner.usage(ws),
+            pendingTasks: (ws) => tasks.pendingTasks(ws),
+            queueItems: (ws) => queues.items(ws),
+            volumeBytes: (ws) => volumeFiles.workspaceBytes(ws),
+            inference: (ws) => inference.d.limiter.usage(ws),
+          },
+          // A workspace's limits changed: every cache of them reads them again.
+          onChange: (ws) => {
+            limitsCache.invalidate(ws);
+            manager.invalidateLimits(ws);
+            queues
+              .limitsChanged(ws)
+              .catch((e) =>
+                log.error({ workspaceId: ws, err: describeError(e) }, "the queue stream kept its old limits"),
+              );
+          },
+        },
+        sandboxes,
+        images,
+        ports,
+        volumes: {
+          files: volumeFiles,
+          maxVolumeBytes: async (ws) => {
+            const mb = (await limitsCache.get(ws)).maxVolumeMb;
+            return mb === null ? null : mb * 1024 * 1024;
+          },
+        },
+        outputs,
+        prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
+        ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
+        ...(tls ? { tls } : {}),
+        logger: log.child({ area: "http" }),
+        version: BERTH_VERSION,
+      });
+      if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
+      attachEndpointUpgrades(app.server, endpoints);
+      attachPortUpgrades(app.server, ports);
+      bots.attach(app);
+      attachShellUpgrades(app.server, {
+        tokens: store.tokens,
+        targets: [managedShellTargets(manager), sandboxShellTargets(store.sandboxes)],
+        agents: agentClients,
+        log: log.child({ area: "shell" }),
+      });
+      return app;
     },
-    sandboxes,
-    images,
-    ports,
-    volumes: {
-      files: volumeFiles,
-      maxVolumeBytes: async (ws) => {
-        const mb = (await limitsCache.get(ws)).maxVolumeMb;
-        return mb === null ? null : mb * 1024 * 1024;
-      },
-    },
-    outputs,
-    prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
-    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
-    ...(tls ? { tls } : {}),
-    logger: log.child({ area: "http" }),
-    version: BERTH_VERSION,
-  });
-  if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
-  attachEndpointUpgrades(app.server, endpoints);
-  attachPortUpgrades(app.server, ports);
-  bots.attach(app);
-  attachShellUpgrades(app.server, {
-    tokens: store.tokens,
-    targets: [managedShellTargets(manager), sandboxShellTargets(store.sandboxes)],
-    agents: agentClients,
-    log: log.child({ area: "shell" }),
-  });
-  try {
-    await app.listen({ host: o.host, port: o.port });
-  } catch (e) {
-    imageBuildOrphans.stop();
-    await imageGc.stop();
-    await stopWork();
-    await watcher.stop();
-    await nc.close();
-    await store.close();
-    throw new StartupError(`cannot listen on ${o.host}:${o.port}: ${describeError(e)}`);
-  }
+    (app) => app.close(),
+  );
+  await step("listen", () => app.listen({ host: o.host, port: o.port }));
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : o.port;
   listeningPort = port;
@@ -475,15 +585,16 @@ export async function startCoordinator(
     containers: manager,
     secrets,
     deployments,
-    async stop() {
-      await app.close();
-      imageBuildOrphans.stop();
-      await imageGc.stop();
-      await stopWork();
-      revoker.stop();
-      await watcher.stop();
-      await closeNats(nc);
-      await store.close();
-    },
+    stop: () => life.stopAll(),
+  };
+}
+
+/** Code archives as the agents receive them: runners, sandboxes and build contexts. */
+function codeArchivesOf(objects: Objects) {
+  return {
+    open: (sha: string) =>
+      (async function* () {
+        yield* await objects.open(sha);
+      })(),
   };
 }

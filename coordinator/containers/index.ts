@@ -25,3 +25,4 @@ export type { ShellTarget, ShellTargets } from "./shell-targets.ts";
 export { ContainerTunnels } from "./tunnels.ts";
 export type { TunnelDialer } from "./tunnels.ts";
 export type { SecretResolver } from "./types.ts";
+export { forgetTunnelsOfGoneContainers } from "./tunnel-upkeep.ts";
