@@ -1,15 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
-import Fastify, {
-  type FastifyBaseLogger,
-  type FastifyInstance,
-  type FastifyPluginAsync,
-  type FastifyReply,
-  type FastifyRequest,
-  LogController,
-} from "fastify";
-import { publicError } from "../http/index.ts";
-import { DEFAULT_BODY_LIMIT } from "../http/index.ts";
+import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import { createFastify } from "../http/index.ts";
 import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
 import type { EndpointDispatcher } from "../endpoints/index.ts";
@@ -28,7 +20,6 @@ import type { SandboxService } from "../sandboxes/index.ts";
 import type { Secrets } from "../secrets/index.ts";
 import type { Store } from "../store/index.ts";
 import type { TaskService } from "../tasks/index.ts";
-import { installErrorHandlers } from "../http/index.ts";
 import { metricsRoutes } from "../metrics/index.ts";
 import { type PrometheusRouteDeps, prometheusRoutes } from "../metrics/index.ts";
 import { registerOpenApi } from "./openapi.ts";
@@ -183,17 +174,8 @@ function endpointFirstServer(
 
 /** The coordinator's public HTTP API: one plugin per area. */
 export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
-  const common = {
-    bodyLimit: DEFAULT_BODY_LIMIT,
-    // Requests Fastify refuses before routing (a bad %-escape, a path parameter past maxParamLength)
-    // get the catalog's error shape too, not Fastify's own.
-    frameworkErrors: (err: Error, req: FastifyRequest, reply: FastifyReply) => {
-      const pe = publicError(err, { log: req.log });
-      reply.status(pe.status).headers(pe.headers).send(pe.body);
-    },
-    // Per-request lines would drown the log; errors are logged by the error handler.
-    logController: new LogController({ disableRequestLogging: true }),
-    ajv: { customOptions: { removeAdditional: false as const, coerceTypes: "array" as const } },
+  const app = createFastify({
+    logger: deps.logger,
     ...(deps.endpointDomain
       ? { rewriteUrl: (req: IncomingMessage) => rewriteEndpointHost(deps.endpointDomain as string, req) }
       : {}),
@@ -210,12 +192,7 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
           ),
         }
       : {}),
-  };
-  const app: FastifyInstance = deps.logger
-    ? Fastify({ ...common, loggerInstance: deps.logger as FastifyBaseLogger })
-    : Fastify({ ...common, logger: false });
-  app.decorateRequest("principal", null);
-  installErrorHandlers(app);
+  });
   // First, so its request hook (not encapsulated) covers every route registered after it.
   if (deps.prometheus) await app.register(prometheusRoutes(deps.prometheus));
   await registerOpenApi(app, deps.version);

@@ -12,3 +12,4 @@ export { gatewayScope, tokenScope } from "./scopes.ts";
 export { SSE_HEARTBEAT_MS, openSse, pumpSse, resumeId } from "./sse.ts";
 export type { SseStream } from "./sse.ts";
 export { WorkspaceErrors, WsParams, isoQueryTime, scopedWorkspace } from "./workspace-scope.ts";
+export { createFastify, type FastifyOptions } from "./fastify.ts";

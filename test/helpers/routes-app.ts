@@ -1,20 +1,13 @@
-// A bare Fastify app configured as coordinator/edge/app.ts configures the
-// coordinator's (body limit, validator options, principal, error mapping),
-// for tests that register just the routes under test.
+// A bare Fastify app made by the coordinator's own createFastify (body limit,
+// validator options, principal, error mapping), for tests that register just
+// the routes under test.
 
-import Fastify, { type FastifyInstance } from "fastify";
-import { installErrorHandlers } from "../../coordinator/http/errors.ts";
+import type { FastifyInstance } from "fastify";
+import { createFastify } from "../../coordinator/http/fastify.ts";
 import { bearer } from "./auth.ts";
 
 export function routesApp(): FastifyInstance {
-  const app = Fastify({
-    logger: false,
-    bodyLimit: 32 * 1024 * 1024,
-    ajv: { customOptions: { removeAdditional: false as const, coerceTypes: "array" as const } },
-  });
-  app.decorateRequest("principal", null);
-  installErrorHandlers(app);
-  return app;
+  return createFastify();
 }
 
 type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
