@@ -30,7 +30,7 @@ import { EventStream, WorkspaceEvents, imageEvents, taskEvents } from "./events/
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
 import { attachEndpointHostRewrite } from "./endpoints/index.ts";
 import { attachEndpointUpgrades } from "./endpoints/index.ts";
-import { buildHttpApp } from "./edge/index.ts";
+import { type CoordinatorHttpDeps, buildHttpApp } from "./edge/index.ts";
 import { StackService } from "./stacks/index.ts";
 import { DeploymentMembers } from "./stacks/index.ts";
 import { healthProbe } from "./stacks/index.ts";
@@ -499,7 +499,7 @@ async function wire(
   const app = await step(
     "http",
     async () => {
-      const app = await buildHttpApp({
+      const httpDeps: CoordinatorHttpDeps = {
         bots: bots.engine,
         stacks,
         databases,
@@ -555,7 +555,8 @@ async function wire(
         ...(tls ? { tls } : {}),
         logger: log.child({ area: "http" }),
         version: BERTH_VERSION,
-      });
+      };
+      const app = await buildHttpApp(httpDeps);
       if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
       attachEndpointUpgrades(app.server, endpoints);
       attachPortUpgrades(app.server, ports);

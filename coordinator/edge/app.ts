@@ -130,6 +130,17 @@ export interface HttpDeps {
   dashboard?: DashboardOptions;
 }
 
+/** Deps that are configuration, absent when the operator did not set it. */
+type HttpConfigKeys = "endpointDomain" | "tls" | "dashboard";
+
+/**
+ * What the coordinator itself passes (coordinator/main.ts): every area's
+ * dependency present, so an area added to HttpDeps and forgotten in the
+ * wiring fails to type-check. Tests mount subsets through HttpDeps, whose
+ * area fields are optional ("the routes exist when given").
+ */
+export type CoordinatorHttpDeps = Required<Omit<HttpDeps, HttpConfigKeys>> & Pick<HttpDeps, HttpConfigKeys>;
+
 /** What an HTTPS server is made with (coordinator option `tls`, read by loadTlsCredentials). */
 export interface TlsCredentials {
   cert: string | Buffer;

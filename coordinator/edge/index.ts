@@ -1,3 +1,4 @@
 // The edge area's entry point: what other areas may use of it.
 export { buildHttpApp } from "./app.ts";
+export type { CoordinatorHttpDeps } from "./app.ts";
 export { attachShellUpgrades, managedShellTargets } from "./shell.ts";
