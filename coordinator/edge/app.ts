@@ -18,7 +18,18 @@ import type { LogQuery } from "../logs/index.ts";
 import type { Objects } from "../objects/index.ts";
 import type { SandboxService } from "../sandboxes/index.ts";
 import type { Secrets } from "../secrets/index.ts";
-import type { Store } from "../store/index.ts";
+import type {
+  AgentRepo,
+  DeploymentRepo,
+  InferenceRepo,
+  JoinTokenRepo,
+  LimitsRepo,
+  MetricsRepo,
+  StubRepo,
+  TaskRepo,
+  TokenRepo,
+  WorkspaceRepo,
+} from "../store/index.ts";
 import type { TaskService } from "../tasks/index.ts";
 import { metricsRoutes } from "../metrics/index.ts";
 import { type PrometheusRouteDeps, prometheusRoutes } from "../metrics/index.ts";
@@ -65,8 +76,22 @@ import { type VolumeRouteDeps, volumeRoutes } from "../volumes/index.ts";
 import { gatewayScope, tokenScope } from "../http/index.ts";
 import type { StateObjects } from "../state/index.ts";
 
+/** The records routes read directly (the rest through their areas' services). */
+export interface HttpRecords {
+  tokens: TokenRepo;
+  workspaces: WorkspaceRepo;
+  agents: AgentRepo;
+  joinTokens: JoinTokenRepo;
+  tasks: TaskRepo;
+  stubs: StubRepo;
+  limits: LimitsRepo;
+  metrics: MetricsRepo;
+  inference: InferenceRepo;
+  deployments: DeploymentRepo;
+}
+
 export interface HttpDeps {
-  store: Store;
+  store: HttpRecords;
   fleet: FleetView;
   join: JoinService;
   /** `berth agent revoke` (POST /api/v1/agents/{id}/revoke) exists when given. */

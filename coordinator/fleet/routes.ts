@@ -6,7 +6,7 @@ import type { FleetView } from "./fleet-view.ts";
 import type { JoinService } from "./join.ts";
 import type { AgentRevoker } from "./revoke.ts";
 import type { AgentRecord, JoinTokenRecord } from "../store/index.ts";
-import type { Store } from "../store/index.ts";
+import type { AgentRepo, JoinTokenRepo } from "../store/index.ts";
 import { requireAdmin } from "../http/index.ts";
 import { ErrorResponse } from "../http/index.ts";
 
@@ -173,7 +173,11 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
 }
 
 /** Operator routes: the fleet and join tokens. Admin tokens only. */
-export function fleetRoutes(store: Store, view: FleetView, revoker?: AgentRevoker): FastifyPluginAsync {
+export function fleetRoutes(
+  store: { agents: AgentRepo; joinTokens: JoinTokenRepo },
+  view: FleetView,
+  revoker?: AgentRevoker,
+): FastifyPluginAsync {
   return async (app) => {
     app.addHook("preHandler", async (req) => {
       requireAdmin(req);

@@ -8,7 +8,7 @@ import { BerthError, describeError } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
 import type { StubConfig, StubExtra, TaskError } from "../../shared/tasks.ts";
 import type { Objects } from "../objects/index.ts";
-import type { Store } from "../store/index.ts";
+import type { StubRepo, TaskRepo, WorkspaceRepo } from "../store/index.ts";
 import type { StubRecord } from "../store/index.ts";
 import type { TaskHistoryEntry, TaskRecord } from "../store/index.ts";
 import type { ContainerCounts, StubDemand, TaskActivity } from "./activity.ts";
@@ -30,7 +30,8 @@ import { type TaskWaiting, taskWaiting } from "./waiting.ts";
 export type { TaskListener, TaskUpdate };
 
 export interface TaskServiceDeps {
-  store: Store;
+  /** The records the task service reads and writes. */
+  store: { tasks: TaskRepo; stubs: StubRepo; workspaces: WorkspaceRepo };
   nats: NatsConnection;
   objects: Objects;
   /** The container manager (stats.active_containers); may be set later with useContainerCounts. */
@@ -77,7 +78,7 @@ export interface StubSpec {
 const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
 
 export class TaskService implements TaskActivity {
-  private readonly store: Store;
+  private readonly store: TaskServiceDeps["store"];
   private readonly objects: Objects;
   private counts: ContainerCounts | undefined;
   private readonly log: Logger;

@@ -7,7 +7,7 @@ import { BerthError } from "../../shared/errors.ts";
 import type { BerthEvent } from "../events/index.ts";
 import { newId } from "../../shared/ids.ts";
 import type { SecretKey } from "../secrets/index.ts";
-import type { Store } from "../store/index.ts";
+import type { WebhookRepo, WorkspaceRepo } from "../store/index.ts";
 import type { WebhookDeliveryRecord, WebhookPatch, WebhookRecord } from "../store/index.ts";
 import type { DeliveryOutcome, WebhookDispatcher } from "./dispatcher.ts";
 import {
@@ -37,7 +37,7 @@ export interface WebhookUpdate {
 }
 
 export interface WebhookServiceOptions {
-  store: Pick<Store, "webhooks" | "workspaces">;
+  store: { webhooks: WebhookRepo; workspaces: WorkspaceRepo };
   key: SecretKey;
   dispatcher: WebhookDispatcher;
   isSelf: IsSelf;

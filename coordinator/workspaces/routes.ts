@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from "fastify";
 import { Type } from "@sinclair/typebox";
-import type { Store } from "../store/index.ts";
+import type { TokenRepo, WorkspaceRepo } from "../store/index.ts";
 import type { TokenRecord, Workspace } from "../store/index.ts";
 import { principalOf, requireAdmin } from "../http/index.ts";
 import { ErrorResponse } from "../http/index.ts";
@@ -45,7 +45,7 @@ const errors = {
 };
 
 /** Workspaces and their tokens. */
-export function workspaceRoutes(store: Store): FastifyPluginAsync {
+export function workspaceRoutes(store: { workspaces: WorkspaceRepo; tokens: TokenRepo }): FastifyPluginAsync {
   return async (app) => {
     app.get(
       "/api/v1/workspace/current",
