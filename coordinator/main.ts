@@ -25,31 +25,30 @@ import { ContainerTunnels } from "./containers/index.ts";
 import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
 import { EndpointDispatcher } from "./endpoints/index.ts";
 import { createBots } from "./bots/index.ts";
-import { createInference } from "./inference/index.ts";
+import { createInference, InProcessInference } from "./inference/index.ts";
 import { EventStream, WorkspaceEvents, imageEvents, taskEvents } from "./events/index.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
-import { attachEndpointHostRewrite } from "./endpoints/index.ts";
-import { attachEndpointUpgrades } from "./endpoints/index.ts";
 import { type CoordinatorHttpDeps, buildHttpApp } from "./edge/index.ts";
 import { StackService } from "./stacks/index.ts";
 import { DeploymentMembers } from "./stacks/index.ts";
 import { healthProbe } from "./stacks/index.ts";
 import { DatabaseMembers } from "./stacks/index.ts";
-import { OUTPUT_SWEEP_MS, OutputRelay, OutputStore } from "./outputs/index.ts";
+import { OUTPUT_SWEEP_MS, OutputStore, serveOutputOps } from "./outputs/index.ts";
 import { VolumeFiles } from "./volumes/index.ts";
 import { WorkspaceLimitsCache } from "./limits/index.ts";
 import { LogQuery } from "./logs/index.ts";
 import { MapStore } from "./state/index.ts";
 import { QueueStore } from "./state/index.ts";
-import { StateRelay } from "./state/index.ts";
+import { serveStateOps } from "./state/index.ts";
+import { RelayRouter } from "./streams/index.ts";
 import { SignalStore } from "./state/index.ts";
 import { StateObjects } from "./state/index.ts";
 import { CoordinatorMetrics, MetricsIngest, PoolSampler } from "./metrics/index.ts";
 import { Objects } from "./objects/index.ts";
 import type { ResolvedCoordinatorOptions } from "./options.ts";
 import { ClusterPki } from "./pki/index.ts";
-import { PortProxy, attachPortUpgrades } from "./ports/index.ts";
-import { attachShellUpgrades, managedShellTargets } from "./edge/index.ts";
+import { PortProxy } from "./ports/index.ts";
+import { managedShellTargets, shellRoute } from "./edge/index.ts";
 import { Planner } from "./scheduler/index.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/index.ts";
@@ -390,9 +389,13 @@ async function wire(
       }),
     (g) => g.close(),
   );
+  // Containers' calls through their agents (Queue, Map, Signal, Output, a bot's model.chat): one
+  // router, each area registering its ops; it starts once they all have ("container relay" below).
+  const relay = new RelayRouter(nc, log.child({ area: "relay" }));
   // Queue, Map and Signal (docs/queues.md), for the SDK's gateway and, through agents, containers.
   const queues = new QueueStore({ nc, maxItems: async (ws) => (await limitsCache.get(ws)).maxQueueItems });
-  const state = new StateObjects(queues, new MapStore(nc), new SignalStore(nc));
+  const state = new StateObjects(queues, new MapStore(nc), new SignalStore(nc), { foreign: relay });
+  serveStateOps(relay, state);
   await step(
     "signals",
     () => state.signals.start(),
@@ -400,32 +403,30 @@ async function wire(
   );
   const bots = await step(
     "bots",
-    () => createBots({ store, deployments, tasks, state, nats: nc, log: log.child({ area: "bots" }) }),
-    (b) => b.close(),
+    () =>
+      createBots({
+        store,
+        deployments,
+        tasks,
+        inference: new InProcessInference(inference),
+        relay,
+        nats: nc,
+        log: log.child({ area: "bots" }),
+      }),
+    (b) => b.stop(),
   );
-  await step(
-    "state relay",
-    () => {
-      const relay = new StateRelay(nc, state, log.child({ area: "state" }));
-      relay.start();
-      return relay;
-    },
-    (r) => r.stop(),
-  );
+  await step("bot firings", () => bots.start());
   // Outputs (docs/outputs.md): containers' uploads through their agents, swept at expiry.
   const outputs = new OutputStore({
     root: `${o.dataDir}/outputs`,
     signingKey: secretKey.bytes,
     publicUrl: o.publicUrl,
   });
+  serveOutputOps(relay, outputs);
   await step(
-    "output relay",
-    () => {
-      const relay = new OutputRelay(nc, outputs, log.child({ area: "outputs" }));
-      relay.start();
-      return relay;
-    },
-    (r) => r.stop(),
+    "container relay",
+    () => relay.start(),
+    () => relay.stop(),
   );
   await step(
     "output sweeper",
@@ -553,20 +554,23 @@ async function wire(
         prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
         ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
         ...(tls ? { tls } : {}),
+        // Served before Fastify, beside the endpoints', /v1 and exposed ports' own (edge/data-plane.ts).
+        rawRoutes: [
+          shellRoute({
+            tokens: store.tokens,
+            targets: [managedShellTargets(manager), sandboxShellTargets(store.sandboxes)],
+            agents: agentClients,
+            log: log.child({ area: "shell" }),
+          }),
+          bots.route,
+        ],
         logger: log.child({ area: "http" }),
         version: BERTH_VERSION,
       };
       const app = await buildHttpApp(httpDeps);
-      if (o.endpointDomain) attachEndpointHostRewrite(app.server, o.endpointDomain);
-      attachEndpointUpgrades(app.server, endpoints);
-      attachPortUpgrades(app.server, ports);
-      bots.attach(app);
-      attachShellUpgrades(app.server, {
-        tokens: store.tokens,
-        targets: [managedShellTargets(manager), sandboxShellTargets(store.sandboxes)],
-        agents: agentClients,
-        log: log.child({ area: "shell" }),
-      });
+      // The raw routes' upgrades, in this order, through the server's one upgrade listener
+      // (edge/data-plane.ts); the endpoint route reads deployments' host names first. Bots
+      // add theirs in attach().
       return app;
     },
     (app) => app.close(),

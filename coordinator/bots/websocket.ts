@@ -20,8 +20,7 @@ import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { bearerToken } from "../http/index.ts";
 import { publicError } from "../http/index.ts";
-import { refuseUpgrade } from "../http/index.ts";
-import { claimUpgrade } from "../endpoints/index.ts";
+import { addUpgradeRoute, type RawRoute, refuseUpgrade } from "../http/index.ts";
 import type { Principal } from "../store/index.ts";
 import type { DeployedBots } from "./directory.ts";
 import type { BotEngine, BotSessionMessage } from "./engine.ts";
@@ -37,31 +36,34 @@ const SESSION_PATH = /^\/bot\/(?:(id)\/)?([^/?]+)(?:\/v(\d+))?\/session\/?(?:\?(
 /** A push carries at most this much JSON. */
 export const BOT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024;
 
-/** Serves bot session upgrades on `server`; other upgrades are left to other listeners. Returns a detach. */
-export function attachBotUpgrades(server: Server, deps: BotSocketDeps): () => void {
+/** Bot sessions' raw route (coordinator/http/raw-routes.ts): their websocket upgrades. */
+export function botSessionRoute(deps: BotSocketDeps): RawRoute {
   const wss = new WebSocketServer({
     noServer: true,
     perMessageDeflate: false,
     clientTracking: false,
     maxPayload: BOT_MAX_MESSAGE_BYTES,
   });
-  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const m = SESSION_PATH.exec(req.url ?? "");
-    if (!m) return;
-    claimUpgrade(server, req);
-    socket.on("error", () => {});
-    void open(deps, req, m)
-      .then((s) => {
-        if (socket.destroyed) return;
-        wss.handleUpgrade(req, socket, head, (conn) => serve(deps, conn, s.workspaceId, s.sessionId));
-      })
-      .catch((e) => refuseUpgrade(socket, e, { log: deps.log, what: "bot session failed" }));
+  return {
+    name: "bots",
+    takeUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {
+      const m = SESSION_PATH.exec(req.url ?? "");
+      if (!m) return false;
+      void open(deps, req, m)
+        .then((s) => {
+          if (socket.destroyed) return;
+          wss.handleUpgrade(req, socket, head, (conn) => serve(deps, conn, s.workspaceId, s.sessionId));
+        })
+        .catch((e) => refuseUpgrade(socket, e, { log: deps.log, what: "bot session failed" }));
+      return true;
+    },
+    close: () => wss.close(),
   };
-  server.on("upgrade", onUpgrade);
-  return () => {
-    server.off("upgrade", onUpgrade);
-    wss.close();
-  };
+}
+
+/** Serves bot session upgrades on `server`, through its raw route table. Returns a detach. */
+export function attachBotUpgrades(server: Server, deps: BotSocketDeps): () => void {
+  return addUpgradeRoute(server, botSessionRoute(deps));
 }
 
 const decode = (s: string) => {

@@ -26,3 +26,12 @@ export { ContainerTunnels } from "./tunnels.ts";
 export type { TunnelDialer } from "./tunnels.ts";
 export type { SecretResolver } from "./types.ts";
 export { forgetTunnelsOfGoneContainers } from "./tunnel-upkeep.ts";
+export { MAX_RESULT_JSON_BYTES, forward, forwardPlain, requestFailed } from "./forward.ts";
+export type {
+  AnswerTap,
+  ForwardRequest,
+  ForwardResult,
+  PlainForwardRequest,
+  UpstreamTarget,
+} from "./forward.ts";
+export { containerError, errorOf, readBody, responseHeaders, upstreamHeaders } from "./forward-messages.ts";

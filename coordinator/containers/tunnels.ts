@@ -20,6 +20,7 @@ import {
 } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import type { Heartbeat } from "../../shared/fleet.ts";
+import { MaskedError } from "../http/index.ts";
 import { dialDirect } from "./direct-dial.ts";
 
 /** What the endpoint router needs: a fake of it is enough to test the router. */
@@ -274,8 +275,15 @@ function readAnswer(
       if (rest && rest.length > 0) socket.unshift(rest);
       resolve();
     };
+    // The agent's address is the cluster's, not the client's: the log has it, a client only an error id.
     const unreachable = (why: string) =>
-      new BerthError("unavailable", `cannot reach agent ${what.agentId}'s tunnel at ${what.address}: ${why}`);
+      new MaskedError(
+        "unavailable",
+        `cannot reach agent ${what.agentId}'s tunnel at ${what.address}: ${why}`,
+        {
+          about: `agent ${what.agentId}'s tunnel`,
+        },
+      );
     const refused = (body: Buffer) => {
       const h = head as NonNullable<typeof head>;
       const message = body.toString("utf8").trim() || `the agent answered ${h.status}`;
@@ -336,7 +344,7 @@ function splitHostPort(address: string): { host: string; port: number } {
   const m = /^\[([^\]]+)\]:(\d+)$/.exec(address) ?? /^([^:]+):(\d+)$/.exec(address);
   const port = m ? Number(m[2]) : Number.NaN;
   if (!m || !(port >= 1 && port <= 65535)) {
-    throw new BerthError(
+    throw new MaskedError(
       "unavailable",
       `the agent's tunnel address ${JSON.stringify(address)} is not host:port`,
     );

@@ -1,14 +1,15 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import { createFastify } from "../http/index.ts";
+import { createFastify, type RawRoute } from "../http/index.ts";
+import { dataPlaneServer, inferenceRoute } from "./data-plane.ts";
 import type { Logger } from "pino";
 import type { DeploymentService } from "../deployments/index.ts";
 import type { EndpointDispatcher } from "../endpoints/index.ts";
 import { rewriteEndpointHost } from "../endpoints/index.ts";
-import { type InferenceGateway, inferenceRoutes, serveInferenceRequest } from "../inference/index.ts";
+import { type InferenceGateway, inferenceRoutes } from "../inference/index.ts";
 import { inferenceRestRoutes } from "../inference/index.ts";
-import { type PortProxy, servePortRequest } from "../ports/index.ts";
+import { type PortProxy, exposedPortRoute } from "../ports/index.ts";
 import type { EventStream } from "../events/index.ts";
 import type { FleetView } from "../fleet/index.ts";
 import type { WebhookService } from "../webhooks/index.ts";
@@ -44,7 +45,7 @@ import type { ManagedContainerInfo } from "../containers/index.ts";
 import { fleetRoutes, joinRoutes } from "../fleet/index.ts";
 import { type DeploymentLogDeps, deploymentLogRoutes } from "../logs/index.ts";
 import { deploymentRoutes } from "../deployments/index.ts";
-import { endpointRoutes, serveEndpointRequest } from "../endpoints/index.ts";
+import { endpointRoute, endpointRoutes } from "../endpoints/index.ts";
 import { eventRoutes } from "../events/index.ts";
 import { type LimitRouteDeps, limitRoutes } from "../limits/index.ts";
 import { logRoutes } from "../logs/index.ts";
@@ -149,6 +150,8 @@ export interface HttpDeps {
   state?: StateObjects;
   /** Exposed container ports (/port/... and `{container_id}-{port}.{endpointDomain}`), served before Fastify. */
   ports?: PortProxy;
+  /** Other routes served outside Fastify (the shell, bot sessions): upgrades, and plain requests they take. */
+  rawRoutes?: RawRoute[];
   /** PEM certificate (chain) and key: the server is HTTPS (HTTP/1.1, so upgrades work as over HTTP). @default plain HTTP */
   tls?: TlsCredentials;
   /** The web dashboard's built files, served at `/` (docs/dashboard.md). @default dist/dashboard of the package */
@@ -165,6 +168,23 @@ type HttpConfigKeys = "endpointDomain" | "tls" | "dashboard";
  * area fields are optional ("the routes exist when given").
  */
 export type CoordinatorHttpDeps = Required<Omit<HttpDeps, HttpConfigKeys>> & Pick<HttpDeps, HttpConfigKeys>;
+
+/**
+ * The routes served outside Fastify, in order: /endpoint/... (the hot path, its
+ * added-latency budget is 2 ms, needing none of Fastify's routing, hooks or
+ * body parsing), the /v1 POSTs, exposed ports, then the composition root's
+ * others (the shell, bot sessions). An upgrade none takes is one 404.
+ */
+function rawRoutesOf(deps: HttpDeps): RawRoute[] {
+  return [
+    ...(deps.endpoints
+      ? [endpointRoute(deps.endpoints, deps.endpointDomain ? { endpointDomain: deps.endpointDomain } : {})]
+      : []),
+    ...(deps.inference ? [inferenceRoute(deps.inference)] : []),
+    ...(deps.ports ? [exposedPortRoute(deps.ports)] : []),
+    ...(deps.rawRoutes ?? []),
+  ];
+}
 
 /** What an HTTPS server is made with (coordinator option `tls`, read by loadTlsCredentials). */
 export interface TlsCredentials {
@@ -186,28 +206,6 @@ function serverConstructor(tls: TlsCredentials | undefined): (handler: RequestHa
 
 const KEEP_ALIVE_MS = 72_000;
 
-/**
- * The HTTP server, taking /endpoint/... requests before Fastify: the
- * invocation path is the hot one (its added-latency budget is 2 ms) and
- * needs none of Fastify's routing, hooks or body parsing.
- */
-function endpointFirstServer(
-  create: (handler: RequestHandler) => Server,
-  endpoints: EndpointDispatcher | undefined,
-  endpointDomain: string | undefined,
-  ports?: PortProxy,
-  inference?: InferenceGateway,
-) {
-  return (handler: RequestHandler) =>
-    create((req, res) => {
-      if (endpointDomain) rewriteEndpointHost(endpointDomain, req);
-      if (endpoints && req.url?.startsWith("/endpoint/")) void serveEndpointRequest(endpoints, req, res);
-      else if (inference && serveInferenceRequest(inference, req, res)) return;
-      else if (ports?.claims(req)) void servePortRequest(ports, req, res);
-      else handler(req, res);
-    });
-}
-
 /** The coordinator's public HTTP API: one plugin per area. */
 export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
   const app = createFastify({
@@ -217,17 +215,8 @@ export async function buildHttpApp(deps: HttpDeps): Promise<FastifyInstance> {
       : {}),
     // Fastify only reads it to say "https://" in its listening line; serverFactory makes the server.
     ...(deps.tls ? { https: { cert: deps.tls.cert, key: deps.tls.key } } : {}),
-    ...(deps.endpoints || deps.ports || deps.tls || deps.inference
-      ? {
-          serverFactory: endpointFirstServer(
-            serverConstructor(deps.tls),
-            deps.endpoints,
-            deps.endpointDomain,
-            deps.ports,
-            deps.inference,
-          ),
-        }
-      : {}),
+    // The data plane (edge/data-plane.ts): raw routes before Fastify, and the one upgrade listener.
+    serverFactory: dataPlaneServer(serverConstructor(deps.tls), rawRoutesOf(deps), deps.logger || undefined),
   });
   // First, so its request hook (not encapsulated) covers every route registered after it.
   if (deps.prometheus) await app.register(prometheusRoutes(deps.prometheus));

@@ -2,3 +2,5 @@
 export { buildHttpApp } from "./app.ts";
 export type { CoordinatorHttpDeps } from "./app.ts";
 export { attachShellUpgrades, managedShellTargets } from "./shell.ts";
+export { shellRoute } from "./shell.ts";
+export { attachRawRoutes, dataPlaneServer, inferenceRoute } from "./data-plane.ts";

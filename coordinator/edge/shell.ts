@@ -16,8 +16,7 @@ import { BerthError, describeError } from "../../shared/errors.ts";
 import { managedShellTargets, type ShellTarget, type ShellTargets } from "../containers/index.ts";
 import { bearerToken } from "../http/index.ts";
 import { publicError } from "../http/index.ts";
-import { refuseUpgrade } from "../http/index.ts";
-import { claimUpgrade } from "../endpoints/index.ts";
+import { addUpgradeRoute, type RawRoute, refuseUpgrade } from "../http/index.ts";
 import type { Principal, TokenRepo } from "../store/index.ts";
 
 // Re-exported for the composition root and tests: the targets are defined beside their sources.
@@ -40,8 +39,8 @@ export const SHELL_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 /** What `ws` takes as a Sec-WebSocket-Key (16 bytes, base64). */
 const WEBSOCKET_KEY = /^[+/0-9A-Za-z]{22}==$/;
 
-/** Serves shell upgrades on `server`; other upgrades are left to other listeners. Returns a detach. */
-export function attachShellUpgrades(server: Server, deps: ShellDeps): () => void {
+/** The shell's raw route (coordinator/http/raw-routes.ts): its websocket upgrades. */
+export function shellRoute(deps: ShellDeps): RawRoute {
   // No permessage-deflate (never accepted), and no set of clients kept: each session ends itself.
   const wss = new WebSocketServer({
     noServer: true,
@@ -49,20 +48,23 @@ export function attachShellUpgrades(server: Server, deps: ShellDeps): () => void
     clientTracking: false,
     maxPayload: SHELL_MAX_MESSAGE_BYTES,
   });
-  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const m = SHELL_PATH.exec(req.url ?? "");
-    if (!m) return;
-    claimUpgrade(server, req);
-    socket.on("error", () => {});
-    void serveShell(deps, wss, req, socket, head, m).catch((e) => {
-      refuseUpgrade(socket, e, { log: deps.log, what: "shell session failed" });
-    });
+  return {
+    name: "shell",
+    takeUpgrade(req, socket, head) {
+      const m = SHELL_PATH.exec(req.url ?? "");
+      if (!m) return false;
+      void serveShell(deps, wss, req, socket, head, m).catch((e) => {
+        refuseUpgrade(socket, e, { log: deps.log, what: "shell session failed" });
+      });
+      return true;
+    },
+    close: () => wss.close(),
   };
-  server.on("upgrade", onUpgrade);
-  return () => {
-    server.off("upgrade", onUpgrade);
-    wss.close();
-  };
+}
+
+/** Serves shell upgrades on `server`, through its raw route table. Returns a detach. */
+export function attachShellUpgrades(server: Server, deps: ShellDeps): () => void {
+  return addUpgradeRoute(server, shellRoute(deps));
 }
 
 /** Whether `ws` will take the handshake (it answers a bad one itself, in plain text). */

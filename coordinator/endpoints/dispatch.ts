@@ -6,31 +6,30 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
 import { BerthError, isErrorCode } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
-import { publicError } from "../http/index.ts";
-import { sendError } from "../http/index.ts";
+import { type ForwardResult, forward, readBody, upstreamHeaders } from "../containers/index.ts";
+import {
+  HttpRefusal,
+  MaskedError,
+  maskedDetailMessage,
+  newErrorId,
+  publicError,
+  type PublicError,
+  sendError,
+  writeJsonAnswer,
+} from "../http/index.ts";
 import { checkBody, describeBodyMismatch } from "./handler-params.ts";
 import type { StubRecord } from "../store/index.ts";
 import type { DirectOutcome, DirectTaskInfo } from "../tasks/index.ts";
 import { PodRouter } from "./pods.ts";
-import { forward, upstreamHeaders, writeJson } from "./proxy.ts";
-import {
-  EndpointAuth,
-  EndpointRefusal,
-  parseEndpointPath,
-  type Resolved,
-  resolveEndpoint,
-} from "./resolve.ts";
+import { EndpointAuth, parseEndpointPath, type Resolved, resolveEndpoint } from "./resolve.ts";
 import { type Slot, SlotWaitEnded, EndpointSlots } from "./slots.ts";
 import { ENDPOINT_BODY_LIMIT, type EndpointDeps, RUNNER_HTTP_PORT } from "./types.ts";
 
 /** Times one request goes back to the head of the queue because its container could not be reached. */
 export const MAX_UNREACHABLE_TRIES = 3;
 
-/** How one try on a slot went. */
-export type TryResult =
-  | { kind: "retry"; error: string }
-  | { kind: "done"; outcome: DirectOutcome }
-  | { kind: "aborted" };
+/** How one try on a slot went (the forwarder's result, coordinator/containers/forward.ts). */
+export type TryResult = ForwardResult;
 
 /** Why a request's task ends without a container answer. */
 export type AbortReason = "caller" | "timeout" | "ended";
@@ -80,8 +79,7 @@ export class EndpointDispatcher {
   ): Promise<{ r: Resolved; rest: string; query: string; prefix: string }> {
     const path = parseEndpointPath(url);
     if (!path)
-      throw new EndpointRefusal(
-        404,
+      throw new BerthError(
         "not_found",
         "no endpoint named: use /endpoint/{name} or /endpoint/id/{deployment_id}",
       );
@@ -99,31 +97,27 @@ export class EndpointDispatcher {
       target = await this.resolve(req.url ?? "", req.headers.authorization);
       const { r } = target;
       if (r.kind === "realtime") {
-        throw new EndpointRefusal(
-          426,
+        throw new HttpRefusal(
           "invalid_request",
           "a realtime deployment takes websocket connections (Upgrade: websocket)",
-          undefined,
-          { upgrade: "websocket" },
+          { status: 426, headers: { upgrade: "websocket" } },
         );
       }
       if (r.kind === "endpoint") {
         if (req.method !== "POST") {
-          throw new EndpointRefusal(
-            405,
+          throw new HttpRefusal(
             "invalid_request",
             `an endpoint takes POST with a JSON object body, not ${req.method}`,
-            undefined,
-            { allow: "POST" },
+            { status: 405, headers: { allow: "POST" } },
           );
         }
-        const raw = await readBody(req, ENDPOINT_BODY_LIMIT);
+        const raw = await readBody(req, ENDPOINT_BODY_LIMIT, BODY_LIMIT_HINT);
         const json = parseObject(raw);
         const params = r.stub.extra.handler_params;
         if (params) {
           const m = checkBody(params, json);
           if (m.unknown.length || m.missing.length) {
-            throw new EndpointRefusal(400, "invalid_request", describeBodyMismatch(m), {
+            throw new BerthError("invalid_request", describeBodyMismatch(m), {
               unknown: m.unknown,
               missing: m.missing,
             });
@@ -170,7 +164,8 @@ export class EndpointDispatcher {
             res,
             taskId: run.task.id,
             signal: run.controller.signal,
-            jsonResult: r.kind === "endpoint",
+            runnerErrors: "api",
+            keepResult: r.kind === "endpoint" ? "always" : "json",
           }),
         (status, body, headers) => {
           if (res.headersSent) res.destroy();
@@ -194,8 +189,7 @@ export class EndpointDispatcher {
   ): Promise<TaskRun | undefined> {
     if (!this.slots.admit(stub)) {
       say(
-        new EndpointRefusal(
-          429,
+        new BerthError(
           "resource_exhausted",
           `too many requests waiting for '${stub.name}': ${stub.config.max_pending_tasks} (max_pending_tasks) already wait for a container; retry later`,
         ),
@@ -261,7 +255,7 @@ export class EndpointDispatcher {
               task.expiresAt === null ? 0 : Math.round((task.expiresAt - Date.parse(task.createdAt)) / 1000);
             const message = `no container took the request within ${secs} s (task_policy.expires)`;
             finish({ status: "EXPIRED", error: taskError("TaskExpired", message), reason: "expired" });
-            answerError(answer, new BerthError("task_expired", message), task.id);
+            this.answerError(answer, new BerthError("task_expired", message), task.id);
           } else {
             this.endAborted(run, finish, answer);
           }
@@ -282,23 +276,25 @@ export class EndpointDispatcher {
         }
         if (result.kind === "done") return finish(result.outcome);
         if (result.kind === "aborted") return this.endAborted(run, finish, answer);
+        // Answered first, then ended: the task's error is what the caller was told (masked).
+        const fail = (e: BerthError, reason: string) => {
+          const pe = this.answerError(answer, e, task.id, { "x-task-id": task.id });
+          finish({ status: "FAILED", error: taskError("EndpointProxyError", pe.error.message), reason });
+        };
+        if (result.kind === "failed") return fail(result.error, result.reason);
         this.deps.tunnels.forget(slot.containerId);
         avoid.add(slot.containerId);
+        if (++unreachable >= MAX_UNREACHABLE_TRIES) {
+          const detail = `could not reach a container of '${stub.name}' (${slot.containerId} last): ${result.error}`;
+          return fail(new MaskedError("bad_gateway", detail), "unreachable");
+        }
+        // The task's history shows the retry; the log line (same id) how the container was missed.
+        const errorId = newErrorId();
         this.deps.log.warn(
-          { taskId: task.id, containerId: slot.containerId, err: result.error },
+          { taskId: task.id, containerId: slot.containerId, err: result.error, errorId },
           "could not reach an endpoint container",
         );
-        if (++unreachable >= MAX_UNREACHABLE_TRIES) {
-          const message = `could not reach a container of '${stub.name}': ${result.error}`;
-          finish({
-            status: "FAILED",
-            error: taskError("EndpointProxyError", message),
-            reason: "unreachable",
-          });
-          answerError(answer, new BerthError("bad_gateway", message), task.id);
-          return;
-        }
-        direct.retry(task.id, taskError("EndpointProxyError", result.error));
+        direct.retry(task.id, taskError("EndpointProxyError", maskedDetailMessage("bad_gateway", errorId)));
       }
     } finally {
       clearTimeout(timer);
@@ -311,11 +307,11 @@ export class EndpointDispatcher {
     if (run.why === "timeout") {
       const message = `the request ran past its timeout of ${run.stub.config.task_policy.timeout} s (task_policy.timeout)`;
       finish({ status: "TIMEOUT", error: taskError("TaskTimeout", message), reason: "timeout" });
-      answerError(answer, new BerthError("task_timeout", message), id);
+      this.answerError(answer, new BerthError("task_timeout", message), id);
     } else if (run.why === "ended") {
       // Ended elsewhere: answer why it ended (an unplaceable request's reason, ...) when its error says.
       const err = run.endedWith;
-      answerError(
+      this.answerError(
         answer,
         err && isErrorCode(err.type)
           ? new BerthError(err.type, err.message)
@@ -330,41 +326,40 @@ export class EndpointDispatcher {
       });
     }
   }
+
+  /** An error of the request's task, answered through the public error edge with its task id (and logged there). */
+  private answerError(
+    answer: Answer,
+    e: BerthError,
+    taskId: string,
+    headers: Record<string, string> = {},
+  ): PublicError {
+    const pe = publicError(e, {
+      log: this.deps.log,
+      what: "endpoint request failed",
+      context: { taskId },
+      extra: { task_id: taskId },
+    });
+    answer(pe.status, pe.body, { ...pe.headers, ...headers });
+    return pe;
+  }
 }
 
 /** How a dispatch answers the caller when the task ends without the container's answer. */
 export type Answer = (status: number, body: unknown, headers: Record<string, string>) => void;
 
-/** An error of the request's task, answered through the public error edge with its task id. */
-function answerError(answer: Answer, e: BerthError, taskId: string): void {
-  const pe = publicError(e, { extra: { task_id: taskId } });
-  answer(pe.status, pe.body, pe.headers);
-}
+const BODY_LIMIT_HINT = ": send large inputs through a bucket or volume and pass their names";
 
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const declared = Number(req.headers["content-length"] ?? 0);
-    if (declared > limit) return reject(tooLarge(limit));
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on("data", (c: Buffer) => {
-      size += c.length;
-      if (size > limit) {
-        req.destroy();
-        reject(tooLarge(limit));
-      } else chunks.push(c);
-    });
-    req.on("end", () => resolve(Buffer.concat(chunks)));
-    req.on("error", reject);
-  });
+/** Writes a JSON answer (with the request's task id) unless one was already started or the caller is gone. */
+export function writeJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  taskId?: string,
+  headers: Record<string, string> = {},
+): void {
+  writeJsonAnswer(res, status, body, taskId ? { ...headers, "x-task-id": taskId } : headers);
 }
-
-const tooLarge = (limit: number) =>
-  new EndpointRefusal(
-    413,
-    "resource_exhausted",
-    `the body is over ${limit / 1024 / 1024} MiB: send large inputs through a bucket or volume and pass their names`,
-  );
 
 function parseObject(raw: Buffer): Record<string, unknown> {
   if (raw.length === 0) return {};
@@ -372,11 +367,10 @@ function parseObject(raw: Buffer): Record<string, unknown> {
   try {
     v = JSON.parse(raw.toString("utf8"));
   } catch (e) {
-    throw new EndpointRefusal(400, "invalid_json", `the body is not valid JSON: ${(e as Error).message}`);
+    throw new BerthError("invalid_json", `the body is not valid JSON: ${(e as Error).message}`);
   }
   if (!v || typeof v !== "object" || Array.isArray(v)) {
-    throw new EndpointRefusal(
-      400,
+    throw new BerthError(
       "invalid_request",
       "the body must be a JSON object whose keys are the handler's arguments",
     );
@@ -388,7 +382,7 @@ function callbackOf(body: Record<string, unknown>): string | null {
   const v = body.callback_url;
   if (v === undefined || v === null || v === "") return null;
   if (typeof v !== "string" || !/^https?:\/\/\S+$/i.test(v)) {
-    throw new EndpointRefusal(400, "invalid_request", "callback_url must be an http(s) URL");
+    throw new BerthError("invalid_request", "callback_url must be an http(s) URL");
   }
   return v;
 }

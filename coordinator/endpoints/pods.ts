@@ -6,10 +6,10 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
-import { refuseUpgrade, sendError } from "../http/index.ts";
+import { errorOf, forwardPlain, upstreamHeaders } from "../containers/index.ts";
+import { MaskedError, refuseUpgrade, sendError } from "../http/index.ts";
 import type { StubRecord } from "../store/index.ts";
-import { forwardRaw, upstreamHeaders } from "./proxy.ts";
-import { EndpointRefusal, type Resolved } from "./resolve.ts";
+import type { Resolved } from "./resolve.ts";
 import type { EndpointContainer, EndpointDeps } from "./types.ts";
 import { spliceUpgrade, upgradeHead } from "./websocket.ts";
 
@@ -22,7 +22,7 @@ export interface PodTarget {
   port: number;
 }
 
-type PodDeps = Pick<EndpointDeps, "containers" | "tunnels">;
+type PodDeps = Pick<EndpointDeps, "containers" | "tunnels" | "log">;
 
 /** Spreads requests over a pod deployment's running containers. */
 export class PodRouter {
@@ -37,8 +37,7 @@ export class PodRouter {
   async target(stub: StubRecord, signal: AbortSignal): Promise<PodTarget> {
     const port = stub.extra.ports?.[0];
     if (port === undefined) {
-      throw new EndpointRefusal(
-        404,
+      throw new BerthError(
         "not_found",
         `pod '${stub.name}' exposes no port: give it ports=[...] to reach it over HTTP`,
       );
@@ -56,7 +55,7 @@ export class PodRouter {
 
   private waitForRunning(stub: StubRecord, signal: AbortSignal): Promise<EndpointContainer> {
     return new Promise((resolve, reject) => {
-      const done = (err: EndpointRefusal | undefined, c?: EndpointContainer) => {
+      const done = (err: BerthError | undefined, c?: EndpointContainer) => {
         clearTimeout(timer);
         unsubscribe();
         signal.removeEventListener("abort", onAbort);
@@ -71,15 +70,14 @@ export class PodRouter {
       const timer = setTimeout(
         () =>
           done(
-            new EndpointRefusal(
-              503,
+            new BerthError(
               "unavailable",
               `no container of pod '${stub.name}' is running after ${Math.round(this.waitMs / 1000)} s; see its logs`,
             ),
           ),
         this.waitMs,
       );
-      const onAbort = () => done(new EndpointRefusal(499, "cancelled", "the caller went away"));
+      const onAbort = () => done(new BerthError("cancelled", "the caller went away"));
       signal.addEventListener("abort", onAbort, { once: true });
     });
   }
@@ -99,11 +97,10 @@ export class PodRouter {
       try {
         t = await this.target(r.stub, gone.signal);
       } catch (e) {
-        if (!(e instanceof EndpointRefusal)) throw e;
-        sendError(res, e);
+        sendError(res, e, { log: this.deps.log, what: "pod request failed", context: { url: req.url } });
         return;
       }
-      await forwardRaw({
+      await forwardPlain({
         agent: this.deps.tunnels.httpAgent(t.agentId, t.containerId, t.port),
         containerId: t.containerId,
         port: t.port,
@@ -116,6 +113,8 @@ export class PodRouter {
         }),
         req,
         res,
+        log: this.deps.log,
+        about: `pod '${r.stub.name}'`,
       });
     } finally {
       res.off("close", onClose);
@@ -133,14 +132,26 @@ export class PodRouter {
     const gone = new AbortController();
     const onClose = () => gone.abort();
     socket.once("close", onClose);
+    const refuse = (e: unknown) =>
+      void refuseUpgrade(socket, e, {
+        log: this.deps.log,
+        what: "pod upgrade failed",
+        context: { url: req.url },
+      });
     let upstream: Duplex;
     try {
-      const t = await this.target(r.stub, gone.signal);
-      upstream = await this.deps.tunnels.connect(t.agentId, t.containerId, t.port, { signal: gone.signal });
-    } catch (e) {
-      if (e instanceof EndpointRefusal) return void refuseUpgrade(socket, e);
-      const message = `cannot reach pod '${r.stub.name}': ${(e as Error).message}`;
-      return void refuseUpgrade(socket, new BerthError("bad_gateway", message));
+      let t: PodTarget;
+      try {
+        t = await this.target(r.stub, gone.signal);
+      } catch (e) {
+        return refuse(e);
+      }
+      try {
+        upstream = await this.deps.tunnels.connect(t.agentId, t.containerId, t.port, { signal: gone.signal });
+      } catch (e) {
+        const detail = `cannot reach port ${t.port} of container ${t.containerId}: ${errorOf(e)}`;
+        return refuse(new MaskedError("bad_gateway", detail, { about: `pod '${r.stub.name}'`, cause: e }));
+      }
     } finally {
       socket.off("close", onClose);
     }

@@ -2,10 +2,9 @@
 // may call it (docs/deployments.md, Invocation). Shared by plain HTTP and
 // websocket upgrades.
 
-import { BerthError, type ErrorCode } from "../../shared/errors.ts";
+import { BerthError } from "../../shared/errors.ts";
 import { baseStubType, HTTP_SERVED_TYPES } from "../../shared/tasks.ts";
 import { bearerToken } from "../http/index.ts";
-import { HttpRefusal } from "../http/index.ts";
 import type { Principal, TokenRepo } from "../store/index.ts";
 import type { DeploymentTargets, ResolvedDeployment } from "./types.ts";
 
@@ -20,26 +19,6 @@ export interface EndpointPath {
   query: string;
   /** The part of the URL that names the deployment (X-Forwarded-Prefix). */
   prefix: string;
-}
-
-/**
- * An answer the endpoint path gives before any task exists, with the status it
- * has always had (the public error edge, coordinator/http/public-error.ts, writes it).
- */
-export class EndpointRefusal extends HttpRefusal {
-  constructor(
-    status: number,
-    code: ErrorCode,
-    message: string,
-    details?: Record<string, unknown>,
-    headers?: Record<string, string>,
-  ) {
-    super(code, message, {
-      status,
-      ...(details ? { details } : {}),
-      ...(headers ? { headers } : {}),
-    });
-  }
 }
 
 const VERSION = /^v(\d+)$/;
@@ -120,7 +99,7 @@ export class EndpointAuth {
   }
 }
 
-const unauthenticated = (why: string) => new EndpointRefusal(401, "unauthenticated", why);
+const unauthenticated = (why: string) => new BerthError("unauthenticated", why);
 
 /** The deployment the request is for, checked against the caller's token. */
 export async function resolveEndpoint(
@@ -172,7 +151,7 @@ export async function resolveEndpoint(
       kind === "taskqueue"
         ? `: it is a task queue; POST to /taskqueue/${r.deployment.name} instead`
         : `: it is a ${kind} deployment, which has no HTTP endpoint`;
-    throw new EndpointRefusal(404, "not_found", `no endpoint ${label}${hint}`);
+    throw new BerthError("not_found", `no endpoint ${label}${hint}`);
   }
   return { ...r, kind, tokenUsed };
 }

@@ -70,5 +70,3 @@ export interface EndpointDeps {
 export const RUNNER_HTTP_PORT = 8000;
 /** Endpoint bodies (docs/deployments.md, Invocation). */
 export const ENDPOINT_BODY_LIMIT = 32 * 1024 * 1024;
-/** Largest response kept as the task's JSON result (callbacks' `data`). */
-export const MAX_RESULT_JSON_BYTES = 4 * 1024 * 1024;

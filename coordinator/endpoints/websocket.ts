@@ -5,42 +5,12 @@
 import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
-import { answerOnSocket, refuseUpgrade } from "../http/index.ts";
+import { upstreamHeaders } from "../containers/index.ts";
+import { addUpgradeRoute, answerOnSocket, refuseUpgrade } from "../http/index.ts";
 import type { DirectOutcome } from "../tasks/index.ts";
 import type { EndpointDispatcher, TaskRun, TryResult } from "./dispatch.ts";
-import { upstreamHeaders } from "./proxy.ts";
+import { endpointRoute } from "./raw-route.ts";
 import { RUNNER_HTTP_PORT } from "./types.ts";
-
-/** Re-exported: the socket writer belongs to the public error edge (coordinator/http/raw-answer.ts). */
-export { answerOnSocket };
-
-const claimed = new WeakSet<IncomingMessage>();
-const withFallback = new WeakSet<Server>();
-
-/**
- * Marks an upgrade request as taken by one of the server's upgrade listeners
- * (endpoints, exposed ports, shells); one no listener claims is answered 404.
- */
-export function claimUpgrade(server: Server, req: IncomingMessage): void {
-  claimed.add(req);
-  ensureUpgradeFallback(server);
-}
-
-/** Answers 404 to upgrades no listener claimed (once every listener has run: they run synchronously). */
-export function ensureUpgradeFallback(server: Server): void {
-  if (withFallback.has(server)) return;
-  withFallback.add(server);
-  server.on("upgrade", (req: IncomingMessage, socket: Duplex) => {
-    process.nextTick(() => {
-      if (claimed.has(req)) return;
-      socket.on("error", () => {});
-      refuseUpgrade(
-        socket,
-        new BerthError("route_not_found", `no websocket route ${req.url?.split("?")[0]}`),
-      );
-    });
-  });
-}
 
 /** The request line and headers of an upgrade as sent to the container. */
 export function upgradeHead(
@@ -82,25 +52,28 @@ export function spliceUpgrade(
 }
 
 /**
- * Serves websocket upgrades of /endpoint/... on `server`. Other upgrade paths
- * are left to other listeners (404 when none claims them).
+ * Serves websocket upgrades of /endpoint/... on `server`, through its raw
+ * route table (coordinator/http/raw-routes.ts): until the composition root
+ * hands endpointRoute to the edge's data plane. Returns a detach.
  */
 export function attachEndpointUpgrades(server: Server, endpoints: EndpointDispatcher): () => void {
-  ensureUpgradeFallback(server);
-  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    if (!(req.url ?? "").startsWith("/endpoint/")) return;
-    claimUpgrade(server, req);
-    socket.on("error", () => {});
-    void serveUpgrade(endpoints, req, socket, head).catch((e) => {
-      refuseUpgrade(socket, e, {
-        log: endpoints.deps.log,
-        what: "websocket endpoint request failed",
-        context: { url: req.url },
-      });
+  return addUpgradeRoute(server, endpointRoute(endpoints));
+}
+
+/** One /endpoint/... upgrade, start to end; never rejects (a failure is refused on the socket). */
+export function serveEndpointUpgrade(
+  endpoints: EndpointDispatcher,
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+): void {
+  void serveUpgrade(endpoints, req, socket, head).catch((e) => {
+    refuseUpgrade(socket, e, {
+      log: endpoints.deps.log,
+      what: "websocket endpoint request failed",
+      context: { url: req.url },
     });
-  };
-  server.on("upgrade", onUpgrade);
-  return () => server.off("upgrade", onUpgrade);
+  });
 }
 
 async function serveUpgrade(

@@ -5,8 +5,19 @@ export { DEFAULT_BODY_LIMIT } from "./body-limits.ts";
 export { installErrorHandlers } from "./errors.ts";
 export { GatewayFailure, gatewayResponse } from "./gateway.ts";
 export { NextCursor, pageOf, pageQuery, pageRequest, paginate } from "./pagination.ts";
-export { HttpRefusal, openAiType, publicError } from "./public-error.ts";
+export {
+  HttpRefusal,
+  MaskedError,
+  newErrorId,
+  maskedDetailMessage,
+  openAiType,
+  publicError,
+} from "./public-error.ts";
+export type { EdgeLog, PublicError } from "./public-error.ts";
 export { answerOnSocket, refuseUpgrade, sendError, writeJsonAnswer } from "./raw-answer.ts";
+export type { JsonAnswerTarget } from "./raw-answer.ts";
+export { RawRouteTable, addUpgradeRoute, rawRoutesOf } from "./raw-routes.ts";
+export type { RawRoute } from "./raw-routes.ts";
 export { ErrorResponse } from "./schemas.ts";
 export { gatewayScope, tokenScope } from "./scopes.ts";
 export { SSE_HEARTBEAT_MS, openSse, pumpSse, resumeId } from "./sse.ts";

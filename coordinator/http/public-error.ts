@@ -2,9 +2,11 @@
 // every path that answers a client — Fastify routes, the gateway routes, the
 // raw /endpoint/... and exposed-port paths, websocket upgrade refusals — turns
 // whatever it caught into { status, body, headers } here. Codes come from
-// CATALOG (shared/errors.ts); statuses from the code's entry or its kind. An
-// internal error's text never leaves the server: the client gets an id, and
-// the log line with the real error carries the same id.
+// CATALOG (shared/errors.ts); statuses from the code's entry or its kind (or
+// an HttpRefusal's own, for the few paths that always answered another). An
+// internal error's text, and a MaskedError's (a transport's words, an agent's
+// address), never leaves the server: the client gets an id, and the log line
+// with the real error carries the same id.
 //
 // This file imports nothing from the coordinator's areas, so every area that
 // answers clients can use it without a cycle.
@@ -52,6 +54,28 @@ export class HttpRefusal extends BerthError {
   }
 }
 
+/**
+ * An error whose words are for the operator alone: a socket's or a driver's
+ * text, an agent's address. The message (the detail) and `cause` go to the
+ * log under a new error id; the client gets what the failure was about (what
+ * it named itself: a container's port, a pod), the code's catalog summary and
+ * that id.
+ */
+export class MaskedError extends BerthError {
+  /** The start of the client's message, in its own terms ("port 8080 of container c-1"). */
+  readonly about: string | undefined;
+
+  constructor(code: ErrorCode, detail: string, o: { about?: string; cause?: unknown } = {}) {
+    super(code, detail);
+    this.about = o.about;
+    if (o.cause !== undefined) (this as { cause?: unknown }).cause = o.cause;
+  }
+}
+
+/** The message a MaskedError is answered with: what it was about, its code's summary, the id of its log line. */
+export const maskedDetailMessage = (code: ErrorCode, id: string, about?: string): string =>
+  `${about ? `${about}: ` : ""}${CATALOG[code].summary}; the server log has the details under id ${id}`;
+
 /** The API's error body: `{ error: { code, message, details? } }`. */
 export interface ErrorBody {
   error: { code: ErrorCode; message: string; details?: Record<string, unknown> };
@@ -95,7 +119,7 @@ export interface PublicError {
   headers: Record<string, string>;
   /** The error as the client sees it (masked when internal). */
   error: BerthError;
-  /** The id in the body and in the log line, for an internal error. */
+  /** The id in the body and in the log line, for an internal error or a MaskedError. */
   errorId?: string;
 }
 
@@ -227,7 +251,11 @@ export const openAiType = (kind: ErrorKind): string => OPENAI_TYPES[kind];
 export function publicError(err: unknown, o: PublicErrorOptions = {}): PublicError {
   let e = toBerthError(err);
   let errorId: string | undefined;
-  if (e.code === "unavailable" && e.cause !== undefined) {
+  if (e instanceof MaskedError) {
+    errorId = newErrorId();
+    o.log?.error({ err: e.cause ?? e, detail: e.message, errorId, ...o.context }, o.what ?? "request failed");
+    e = new BerthError(e.code, maskedDetailMessage(e.code, errorId, e.about));
+  } else if (e.code === "unavailable" && e.cause !== undefined) {
     // A dependency away (dependencyAway): the operator needs the driver's own words.
     o.log?.error({ err: e.cause, ...o.context }, `${o.what ?? "request failed"}: ${e.message}`);
   }

@@ -3,7 +3,7 @@
 // (endpoint and realtime websockets, exposed ports, the shell). The status,
 // body and headers are the edge's (./errors.ts).
 
-import type { ServerResponse } from "node:http";
+import type { OutgoingHttpHeaders, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { type PublicError, type PublicErrorOptions, publicError } from "./public-error.ts";
 
@@ -46,9 +46,17 @@ export function answerOnSocket(
   socket.end(`${head.join("\r\n")}\r\n\r\n${text}`);
 }
 
+/** What a JSON answer is written through: a ServerResponse, or a writer of its shape (an in-process caller's). */
+export interface JsonAnswerTarget {
+  readonly headersSent: boolean;
+  readonly destroyed: boolean;
+  writeHead(status: number, headers?: OutgoingHttpHeaders): unknown;
+  end(chunk?: string): unknown;
+}
+
 /** Writes a JSON answer unless one was already started or the caller is gone. */
 export function writeJsonAnswer(
-  res: ServerResponse,
+  res: JsonAnswerTarget,
   status: number,
   body: unknown,
   headers: Record<string, string> = {},

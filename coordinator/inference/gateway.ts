@@ -1,20 +1,23 @@
-// The /v1 gateway's request path (docs/inference.md): token, body, limits,
+// The /v1 gateway's request path (docs/inference.md): caller, body, limits,
 // the model's deployment, then the endpoints' request buffer (admission
 // against max_pending_tasks, a task per request, waiting for a container
 // slot while a scaled-to-zero deployment starts, expiry) and one exchange
 // with the model server per try. Every refusal is OpenAI's error shape; every
 // request with a workspace leaves a usage row.
+//
+// Two callers take this one path: HTTP clients of /v1 (./routes.ts reads
+// their token and body) and in-process callers such as bots' model calls
+// (./in-process.ts, no token and no HTTP). Each hands `handle` an
+// InferenceSource and an AnswerSink.
 
-import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import { BerthError, CATALOG, isErrorCode } from "../../shared/errors.ts";
 import type { EndpointDispatcher, TaskRun } from "../endpoints/index.ts";
-import { upstreamHeaders } from "../endpoints/index.ts";
 import { RUNNER_HTTP_PORT } from "../endpoints/index.ts";
-import { HttpRefusal, openAiType, publicError } from "../http/index.ts";
-import { writeJsonAnswer } from "../http/index.ts";
+import { HttpRefusal, openAiType, publicError, writeJsonAnswer } from "../http/index.ts";
 import type { UsageRecord } from "../store/index.ts";
 import type { Principal } from "../store/index.ts";
+import type { AnswerSink } from "./answer-sink.ts";
 import type { InferenceLimiter, InferenceLimits } from "./limiter.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import type { ModelDirectory } from "./models.ts";
@@ -22,6 +25,13 @@ import { type Exchange, forwardModel } from "./upstream.ts";
 import type { UsageWriter } from "./usage-writer.ts";
 
 export type InferenceRoute = "chat.completions" | "completions" | "embeddings" | "invoke";
+
+/** The OpenAI path of each route but invoke (`/v1/models/{model}/invoke`). */
+export const ROUTE_PATHS: Record<Exclude<InferenceRoute, "invoke">, string> = {
+  "chat.completions": "/v1/chat/completions",
+  completions: "/v1/completions",
+  embeddings: "/v1/embeddings",
+};
 
 /** Request bodies of /v1 (prompts, embedding inputs). */
 export const INFERENCE_BODY_LIMIT = 32 * 1024 * 1024;
@@ -44,12 +54,34 @@ export interface InferenceDeps {
   clock?: () => number;
 }
 
+/** Who a request is for: its workspace, and the token it came with (none in process). */
+export interface InferenceCaller {
+  workspaceId: string;
+  tokenId: string | null;
+}
+
+/** What a request asks, read once its caller is known. */
+export interface InferenceRequest {
+  /** The JSON body as the caller sent it. */
+  body: Buffer;
+  /** The OpenAI path an ASGI model app gets (an endpoint handler gets "/"). */
+  path: string;
+  /** The caller's headers the model server gets besides the gateway's own (none in process). */
+  headers: Record<string, string | string[]>;
+  /** The caller's session (X-Session-Id): kept on one container where it can. */
+  session?: string;
+}
+
+/** Where a request comes from; each step may refuse (throw) and is answered in OpenAI's shape. */
+export interface InferenceSource {
+  /** invoke: the model named in the path. */
+  pathModel?: string;
+  caller(): Promise<InferenceCaller>;
+  request(): Promise<InferenceRequest>;
+}
+
 /** An error as /v1 answers it: OpenAI's `{error: {message, type, code}}`. */
-export function sendOpenAiError(
-  res: ServerResponse,
-  e: unknown,
-  log?: Logger,
-): { status: number; code: string } {
+export function sendOpenAiError(res: AnswerSink, e: unknown, log?: Logger): { status: number; code: string } {
   const pe = publicError(e, { shape: "openai", ...(log ? { log, what: "inference request failed" } : {}) });
   writeJsonAnswer(res, pe.status, pe.body, pe.headers);
   return { status: pe.status, code: pe.error.code };
@@ -84,29 +116,24 @@ export class InferenceGateway {
     return p;
   }
 
-  /** One POST /v1/... request, start to end; never rejects. */
-  async serve(
-    route: InferenceRoute,
-    req: IncomingMessage,
-    res: ServerResponse,
-    pathModel?: string,
-  ): Promise<void> {
+  /** One request, start to end, answered into `res`; never rejects. */
+  async handle(route: InferenceRoute, source: InferenceSource, res: AnswerSink): Promise<void> {
     const t0 = this.clock();
     const seen: Exchange = {};
-    let principal: Principal | undefined;
-    let model = pathModel ?? "";
+    let caller: InferenceCaller | undefined;
+    let model = source.pathModel ?? "";
     let stream = false;
     let admitted = false;
     let deploymentId: string | null = null;
     let run: TaskRun | undefined;
     let outcome: { status: number; code: string | null } | undefined;
     try {
-      principal = await this.principal(req.headers.authorization, true);
-      const raw = await readBody(req, INFERENCE_BODY_LIMIT);
-      let body = raw;
+      caller = await source.caller();
+      const asked = await source.request();
+      let body = asked.body;
       let stripUsageChunk = false;
       if (route !== "invoke") {
-        const json = parseBody(raw);
+        const json = parseBody(asked.body);
         if (typeof json.model !== "string" || !json.model)
           throw new BerthError("invalid_request", "the body needs `model`: a model id from GET /v1/models");
         model = json.model;
@@ -114,16 +141,16 @@ export class InferenceGateway {
         // Ask a stream for its usage chunk when the client did not, and drop that chunk again.
         if (stream && route !== "embeddings") {
           const so = json.stream_options;
-          const asked =
+          const included =
             so && typeof so === "object" && (so as { include_usage?: unknown }).include_usage === true;
-          if (!asked) {
+          if (!included) {
             json.stream_options = { ...(so && typeof so === "object" ? so : {}), include_usage: true };
             body = Buffer.from(JSON.stringify(json));
             stripUsageChunk = true;
           }
         }
       }
-      const ws = principal.workspace.id;
+      const ws = caller.workspaceId;
       const entry = await this.d.models.find(ws, model);
       if (!entry)
         throw new BerthError(
@@ -141,22 +168,15 @@ export class InferenceGateway {
       });
       if (!run) return;
       const taskRun = run;
-      const session = sessionOf(req);
-      const key = session ? `${stub.id}\u0000${session}` : undefined;
+      const key = asked.session ? `${stub.id}\u0000${asked.session}` : undefined;
       const kept = key ? this.sessions.get(key) : undefined;
       if (kept && t0 - kept.at < SESSION_TTL_MS) run.prefer = kept.containerId;
-      const headers = upstreamHeaders(req.headers, {
-        dropAuthorization: true,
-        remoteAddress: req.socket.remoteAddress,
-        prefix: "",
-      });
-      delete headers["x-forwarded-prefix"];
-      delete headers["accept-encoding"];
+      const headers = { ...asked.headers };
       headers["x-task-id"] = run.task.id;
       headers["content-type"] = "application/json";
       headers["content-length"] = String(body.length);
       // An endpoint's handler takes the JSON body; an ASGI app gets the OpenAI path.
-      const path = kind === "endpoint" ? "/" : ((req.url ?? "/").split("?")[0] ?? "/");
+      const path = kind === "endpoint" ? "/" : asked.path;
       const onClose = () => {
         if (!res.writableFinished) this.d.endpoints.abort(taskRun, "caller");
       };
@@ -198,8 +218,8 @@ export class InferenceGateway {
     } catch (e) {
       outcome = sendOpenAiError(res, e, this.d.log);
     } finally {
-      if (admitted && principal) this.d.limiter.release(principal.workspace.id);
-      this.finish({ t0, principal, model, route, stream, deploymentId, run, seen, res, outcome });
+      if (admitted && caller) this.d.limiter.release(caller.workspaceId);
+      this.finish({ t0, caller, model, route, stream, deploymentId, run, seen, res, outcome });
     }
   }
 
@@ -210,14 +230,14 @@ export class InferenceGateway {
 
   private finish(o: {
     t0: number;
-    principal: Principal | undefined;
+    caller: InferenceCaller | undefined;
     model: string;
     route: InferenceRoute;
     stream: boolean;
     deploymentId: string | null;
     run: TaskRun | undefined;
     seen: Exchange;
-    res: ServerResponse;
+    res: AnswerSink;
     outcome: { status: number; code: string | null } | undefined;
   }): void {
     const end = this.clock();
@@ -232,12 +252,12 @@ export class InferenceGateway {
     const u = o.seen.usage;
     const ttftMs = o.seen.firstByteAt !== undefined ? o.seen.firstByteAt - o.t0 : null;
     this.d.metrics?.observe(o.route, status, u, ttftMs, end - o.t0);
-    if (!o.principal) return;
-    const ws = o.principal.workspace.id;
+    if (!o.caller) return;
+    const ws = o.caller.workspaceId;
     if (u?.totalTokens) this.d.limiter.addTokens(ws, u.totalTokens);
     const rec: UsageRecord = {
       workspaceId: ws,
-      tokenId: o.principal.token.id,
+      tokenId: o.caller.tokenId,
       model: o.model.slice(0, 256),
       route: o.route,
       deploymentId: o.deploymentId,
@@ -278,31 +298,6 @@ function openAiBody(status: number, body: unknown): { status: number; body: unkn
     body: { error: { message, type, code } },
     code,
   };
-}
-
-function sessionOf(req: IncomingMessage): string | undefined {
-  const v = req.headers[SESSION_HEADER];
-  const s = Array.isArray(v) ? v[0] : v;
-  return s && s.length <= 256 ? s : undefined;
-}
-
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const tooLarge = () =>
-      new HttpRefusal("resource_exhausted", `the body is over ${limit / 1024 / 1024} MiB`, { status: 413 });
-    if (Number(req.headers["content-length"] ?? 0) > limit) return reject(tooLarge());
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on("data", (c: Buffer) => {
-      size += c.length;
-      if (size > limit) {
-        req.destroy();
-        reject(tooLarge());
-      } else chunks.push(c);
-    });
-    req.on("end", () => resolve(Buffer.concat(chunks)));
-    req.on("error", reject);
-  });
 }
 
 function parseBody(raw: Buffer): Record<string, unknown> {

@@ -1,5 +1,7 @@
 // Hosted inference (docs/inference.md): the /v1 gateway, its model
-// directory, limits and usage. createInference wires them for main.ts.
+// directory, limits and usage. createInference wires them for main.ts; /v1
+// (HTTP) and InProcessInference (callers inside the coordinator) both take
+// the gateway's one request path.
 
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
@@ -13,6 +15,10 @@ import { ModelDirectory } from "./models.ts";
 import { UsageWriter } from "./usage-writer.ts";
 
 export { InferenceGateway } from "./gateway.ts";
+export type { InferenceRoute } from "./gateway.ts";
+export { InProcessInference } from "./in-process.ts";
+export type { InProcessOptions } from "./in-process.ts";
+export type { InferenceAnswer } from "./answer-sink.ts";
 export { inferenceRoutes, serveInferenceRequest } from "./routes.ts";
 export { ModelDirectory } from "./models.ts";
 export { InferenceLimiter } from "./limiter.ts";

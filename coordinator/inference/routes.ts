@@ -1,13 +1,22 @@
-// `{base_url}/v1`: OpenAI-compatible hosted inference (docs/inference.md).
-// Its own scope: a token of its own (the catalog listing is public), bodies
-// read by the gateway rather than Fastify (streams go out on the raw
-// response), and OpenAI's error shape for everything this scope answers.
+// `{base_url}/v1`: OpenAI-compatible hosted inference (docs/inference.md),
+// the HTTP adapter over the gateway's request path (./gateway.ts). Its own
+// scope: a token of its own (the catalog listing is public), bodies read
+// here rather than by Fastify (streams go out on the raw response), and
+// OpenAI's error shape for everything this scope answers.
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import { publicError } from "../http/index.ts";
-import { type InferenceGateway, type InferenceRoute, sendOpenAiError } from "./gateway.ts";
+import { readBody, upstreamHeaders } from "../containers/index.ts";
+import { HttpRefusal, publicError } from "../http/index.ts";
+import {
+  INFERENCE_BODY_LIMIT,
+  type InferenceGateway,
+  type InferenceRoute,
+  ROUTE_PATHS,
+  SESSION_HEADER,
+  sendOpenAiError,
+} from "./gateway.ts";
 import type { ModelEntry } from "./models.ts";
 
 const modelJson = (m: ModelEntry) => ({
@@ -18,11 +27,50 @@ const modelJson = (m: ModelEntry) => ({
   public: m.public,
 });
 
-const POST_ROUTES: Record<string, InferenceRoute> = {
-  "/v1/chat/completions": "chat.completions",
-  "/v1/completions": "completions",
-  "/v1/embeddings": "embeddings",
-};
+const POST_ROUTES: Record<string, InferenceRoute> = Object.fromEntries(
+  Object.entries(ROUTE_PATHS).map(([route, path]) => [path, route as InferenceRoute]),
+);
+
+/**
+ * One POST /v1/... request, start to end: the bearer token is the caller,
+ * the body is read here, the client's headers (less its token) go on to the
+ * model server. Never rejects.
+ */
+export function serveHttp(
+  gateway: InferenceGateway,
+  route: InferenceRoute,
+  req: IncomingMessage,
+  res: ServerResponse,
+  pathModel?: string,
+): Promise<void> {
+  return gateway.handle(
+    route,
+    {
+      ...(pathModel !== undefined ? { pathModel } : {}),
+      caller: async () => {
+        const p = await gateway.principal(req.headers.authorization, true);
+        return { workspaceId: p.workspace.id, tokenId: p.token.id };
+      },
+      request: async () => {
+        const headers = upstreamHeaders(req.headers, {
+          dropAuthorization: true,
+          remoteAddress: req.socket.remoteAddress,
+          prefix: "",
+        });
+        delete headers["x-forwarded-prefix"];
+        delete headers["accept-encoding"];
+        const session = sessionOf(req);
+        return {
+          body: await readBody(req, INFERENCE_BODY_LIMIT),
+          path: (req.url ?? "/").split("?")[0] ?? "/",
+          headers,
+          ...(session ? { session } : {}),
+        };
+      },
+    },
+    res,
+  );
+}
 
 /**
  * The POST routes of /v1, taken by the coordinator's server before Fastify
@@ -47,7 +95,7 @@ export function serveInferenceRequest(
     }
     if (!model) return false;
   }
-  gateway.serve(route ?? "invoke", req, res, model).catch((e) => {
+  serveHttp(gateway, route ?? "invoke", req, res, model).catch((e) => {
     gateway.d.log.error({ err: e, url: req.url }, "inference request failed");
     res.destroy();
   });
@@ -87,7 +135,7 @@ export function inferenceRoutes(gateway: InferenceGateway): FastifyPluginAsync {
     const post = (path: string, route: InferenceRoute) =>
       app.post(path, { schema: { hide: true } }, async (req, reply) => {
         reply.hijack();
-        await gateway.serve(route, req.raw, reply.raw);
+        await serveHttp(gateway, route, req.raw, reply.raw);
       });
     post("/v1/chat/completions", "chat.completions");
     post("/v1/completions", "completions");
@@ -100,7 +148,13 @@ export function inferenceRoutes(gateway: InferenceGateway): FastifyPluginAsync {
         sendOpenAiError(reply.raw, routeNotFound(req.url));
         return;
       }
-      await gateway.serve("invoke", req.raw, reply.raw, decodeURIComponent(rest.slice(0, -"/invoke".length)));
+      await serveHttp(
+        gateway,
+        "invoke",
+        req.raw,
+        reply.raw,
+        decodeURIComponent(rest.slice(0, -"/invoke".length)),
+      );
     });
   };
 }
@@ -112,3 +166,9 @@ const routeNotFound = (url: string) =>
     "route_not_found",
     `no route POST ${url.split("?")[0]}: invoke is POST /v1/models/{model}/invoke`,
   );
+
+function sessionOf(req: IncomingMessage): string | undefined {
+  const v = req.headers[SESSION_HEADER];
+  const s = Array.isArray(v) ? v[0] : v;
+  return s && s.length <= 256 ? s : undefined;
+}

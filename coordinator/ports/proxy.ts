@@ -8,11 +8,9 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import { BerthError } from "../../shared/errors.ts";
-import type { TunnelDialer } from "../containers/index.ts";
-import { refuseUpgrade, sendError } from "../http/index.ts";
-import { errorOf, forwardRaw, upstreamHeaders } from "../endpoints/index.ts";
-import { EndpointAuth, EndpointRefusal } from "../endpoints/index.ts";
-import { claimUpgrade, spliceUpgrade, upgradeHead } from "../endpoints/index.ts";
+import { errorOf, forwardPlain, type TunnelDialer, upstreamHeaders } from "../containers/index.ts";
+import { addUpgradeRoute, MaskedError, type RawRoute, refuseUpgrade, sendError } from "../http/index.ts";
+import { EndpointAuth, spliceUpgrade, upgradeHead } from "../endpoints/index.ts";
 import type { TokenRepo } from "../store/index.ts";
 
 /** Who runs an exposed port and who may reach it. */
@@ -57,11 +55,7 @@ const HOST_LABEL = /^([a-z0-9][a-z0-9_.-]*?)-(\d{1,5})$/;
 function portNumber(text: string): number {
   const n = /^\d{1,5}$/.test(text) ? Number(text) : Number.NaN;
   if (!(n >= 1 && n <= 65535))
-    throw new EndpointRefusal(
-      400,
-      "invalid_request",
-      `port ${JSON.stringify(text)} is not a number from 1 to 65535`,
-    );
+    throw new BerthError("invalid_request", `port ${JSON.stringify(text)} is not a number from 1 to 65535`);
   return n;
 }
 
@@ -75,7 +69,7 @@ function decode(s: string): string {
 
 /**
  * The port a request names, by path (`/port/{id}/{port}/...`) or by host
- * name; undefined when it is for neither. Throws EndpointRefusal for a bad port number.
+ * name; undefined when it is for neither. Throws invalid_request for a bad port number.
  */
 export function portRoute(
   url: string,
@@ -84,7 +78,7 @@ export function portRoute(
 ): PortRoute | undefined {
   if (url.startsWith("/port/")) {
     const m = PATH.exec(url);
-    if (!m) throw new EndpointRefusal(404, "not_found", "use /port/{container_id}/{port}/...");
+    if (!m) throw new BerthError("not_found", "use /port/{container_id}/{port}/...");
     const containerId = decode(m[1] as string);
     const port = portNumber(m[2] as string);
     return { containerId, port, path: `${m[3] ?? "/"}${m[4] ?? ""}`, prefix: `/port/${m[1]}/${m[2]}` };
@@ -127,10 +121,9 @@ export class PortProxy {
     req: IncomingMessage,
   ): Promise<{ route: PortRoute; target: PortTarget; tokenUsed: boolean }> {
     const route = portRoute(req.url ?? "/", req.headers.host, this.deps.endpointDomain);
-    if (!route) throw new EndpointRefusal(404, "not_found", "not an exposed port URL");
+    if (!route) throw new BerthError("not_found", "not an exposed port URL");
     const notFound = () =>
-      new EndpointRefusal(
-        404,
+      new BerthError(
         "not_found",
         `port ${route.port} of container ${route.containerId} is not exposed (or the container is gone)`,
       );
@@ -139,13 +132,12 @@ export class PortProxy {
     if (!target.requiresAuth) return { route, target, tokenUsed: false };
     const authorization = req.headers.authorization;
     if (!authorization)
-      throw new EndpointRefusal(
-        401,
+      throw new BerthError(
         "unauthenticated",
         "this port needs 'Authorization: Bearer <token>' of its workspace",
       );
     const p = await this.auth.principal(authorization);
-    if (!p) throw new EndpointRefusal(401, "unauthenticated", "unknown or revoked token");
+    if (!p) throw new BerthError("unauthenticated", "unknown or revoked token");
     if (p.workspace.id !== target.workspaceId) throw notFound();
     return { route, target, tokenUsed: true };
   }
@@ -166,7 +158,7 @@ export class PortProxy {
       }
       const { route, target, tokenUsed } = resolved;
       this.deps.onActivity?.(route.containerId);
-      await forwardRaw({
+      await forwardPlain({
         agent: this.deps.tunnels.httpAgent(target.agentId, route.containerId, route.port),
         containerId: route.containerId,
         port: route.port,
@@ -179,6 +171,8 @@ export class PortProxy {
         }),
         req,
         res,
+        log: this.deps.log,
+        about: portOf(route),
       });
     } catch (e) {
       if (!res.headersSent)
@@ -217,8 +211,19 @@ export class PortProxy {
         resolved.route.port,
       );
     } catch (e) {
-      const message = `the connection to port ${resolved.route.port} of container ${resolved.route.containerId} failed: ${errorOf(e)}`;
-      refuseUpgrade(socket, new BerthError("bad_gateway", message));
+      const about = portOf(resolved.route);
+      refuseUpgrade(
+        socket,
+        new MaskedError("bad_gateway", `the connection to ${about} failed: ${errorOf(e)}`, {
+          about,
+          cause: e,
+        }),
+        {
+          log: this.deps.log,
+          what: "exposed port upgrade failed",
+          context: { url: req.url },
+        },
+      );
       return;
     }
     const { route, tokenUsed } = resolved;
@@ -238,13 +243,30 @@ export function servePortRequest(ports: PortProxy, req: IncomingMessage, res: Se
   return ports.serveHttp(req, res);
 }
 
-/** Serves upgrades to exposed ports on `server`; others are left to other listeners. Returns a detach. */
-export function attachPortUpgrades(server: Server, ports: PortProxy): () => void {
-  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    if (!ports.claims(req)) return;
-    claimUpgrade(server, req);
-    void ports.serveUpgrade(req, socket, head);
+/** The port a failure is about, in the caller's terms. */
+const portOf = (route: PortRoute) => `port ${route.port} of container ${route.containerId}`;
+
+/** Exposed ports' raw route (coordinator/http/raw-routes.ts): requests and upgrades, by path or host name. */
+export function exposedPortRoute(ports: PortProxy): RawRoute {
+  return {
+    name: "ports",
+    takeHttp(req, res) {
+      if (!ports.claims(req)) return false;
+      void servePortRequest(ports, req, res);
+      return true;
+    },
+    takeUpgrade(req, socket, head) {
+      if (!ports.claims(req)) return false;
+      void ports.serveUpgrade(req, socket, head);
+      return true;
+    },
   };
-  server.on("upgrade", onUpgrade);
-  return () => server.off("upgrade", onUpgrade);
+}
+
+/**
+ * Serves upgrades to exposed ports on `server`, through its raw route table:
+ * until the composition root hands exposedPortRoute to the edge. Returns a detach.
+ */
+export function attachPortUpgrades(server: Server, ports: PortProxy): () => void {
+  return addUpgradeRoute(server, exposedPortRoute(ports));
 }

@@ -1,10 +1,11 @@
 // One entry for Queue, Map and Signal operations (shared/objects.ts): the
-// SDK's gateway route and the agents' relay both call `call` with the
-// workspace they vouch for. Values travel base64; their bytes are pickles
-// the coordinator never opens.
+// SDK's gateway route and the agents' relay (./relay-ops.ts) both call
+// `call` with the workspace they vouch for. Values travel base64; their
+// bytes are pickles the coordinator never opens.
 
 import { BerthError } from "../../shared/errors.ts";
-import { MAX_SIGNAL_WAIT_MS, STATE_OPS, type StateRequest } from "../../shared/objects.ts";
+import { MAX_SIGNAL_WAIT_MS, STATE_OPS, type StateOp, type StateRequest } from "../../shared/objects.ts";
+import type { RelayedCall } from "../streams/index.ts";
 import type { MapStore } from "./maps.ts";
 import type { QueueStore } from "./queues.ts";
 import type { SignalStore } from "./signals.ts";
@@ -30,33 +31,46 @@ function nameOf(r: StateRequest): string {
   return r.name;
 }
 
-/** Who answers model.chat (the bots' model calls, set by the composition root). */
-export interface ModelCalls {
-  chat(workspaceId: string, body: unknown): Promise<unknown>;
+/** The ops of the state wire another area serves (a bot's model.chat). */
+export type ForeignStateOp = Extract<StateOp, "model.chat">;
+/** The ops this area serves itself. */
+export type OwnStateOp = Exclude<StateOp, ForeignStateOp>;
+export const OWN_STATE_OPS = STATE_OPS.filter((op): op is OwnStateOp => op !== "model.chat");
+
+/** Where the state wire's other ops are answered: the relay router, whose handlers the other areas registered. */
+export interface ForeignStateOps {
+  dispatch(call: RelayedCall): Promise<Record<string, unknown>>;
 }
 
 export class StateObjects {
-  private models: ModelCalls | undefined;
-
   constructor(
     readonly queues: QueueStore,
     readonly maps: MapStore,
     readonly signals: SignalStore,
-    /** map.items page size (tests make it small). */
-    private readonly itemsPageBytes = ITEMS_PAGE_BYTES,
+    private readonly o: {
+      /** map.items page size (tests make it small). */
+      itemsPageBytes?: number;
+      /** So the SDK's gateway route answers every op the agents' relay does. */
+      foreign?: ForeignStateOps;
+    } = {},
   ) {}
-
-  useModels(models: ModelCalls): void {
-    this.models = models;
-  }
 
   async call(ws: string, r: StateRequest, abort?: AbortSignal): Promise<Record<string, unknown>> {
     if (!r || typeof r !== "object" || !(STATE_OPS as readonly string[]).includes(r.op))
       throw new BerthError("invalid_request", `op must be one of ${STATE_OPS.join(", ")}`);
     switch (r.op) {
-      case "model.chat":
-        if (!this.models) throw new BerthError("unavailable", "this coordinator serves no models to bots");
-        return { response: await this.models.chat(ws, r.body) };
+      case "model.chat": {
+        const foreign = this.o.foreign;
+        if (!foreign) throw new BerthError("unavailable", `this coordinator does not serve ${r.op}`);
+        const json = { ...r } as Record<string, unknown>;
+        return foreign.dispatch({
+          op: r.op,
+          workspaceId: ws,
+          json: () => json,
+          data: new Uint8Array(),
+          header: () => "",
+        });
+      }
       case "queue.put":
         await this.queues.put(ws, nameOf(r), bytesOf(r));
         return {};
@@ -100,7 +114,7 @@ export class StateObjects {
     }
   }
 
-  /** Items in key order after `after`, up to itemsPageBytes; `next` is where the next page starts. */
+  /** Items in key order after `after`, up to ITEMS_PAGE_BYTES; `next` is where the next page starts. */
   private async itemsPage(
     ws: string,
     name: string,
@@ -111,7 +125,7 @@ export class StateObjects {
     let bytes = 0;
     for (const [k, v] of all) {
       if (after !== undefined && k <= after) continue;
-      if (items.length > 0 && bytes + v.length + k.length > this.itemsPageBytes)
+      if (items.length > 0 && bytes + v.length + k.length > (this.o.itemsPageBytes ?? ITEMS_PAGE_BYTES))
         return { items, next: items[items.length - 1]?.[0] };
       items.push([k, b64(v)]);
       bytes += v.length + k.length;

@@ -4,3 +4,5 @@ export { OrphanSweep } from "./orphan-sweep.ts";
 export { streamReplicas } from "./replicas.ts";
 export { scanStored } from "./scan.ts";
 export type { ScanStart } from "./scan.ts";
+export { RelayRouter } from "./relay-router.ts";
+export type { RelayedCall, RelayHandler } from "./relay-router.ts";

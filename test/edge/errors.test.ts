@@ -31,8 +31,7 @@ const SECRET = "s3cret-db-password-in-a-stack";
 
 /** Where a coordinator source writes an error code for a client: constructors and `code: "..."` literals. */
 const CODE_SITES = [
-  /new\s+(?:BerthError|HttpRefusal)\(\s*"([a-z_]+)"/g,
-  /new\s+EndpointRefusal\(\s*\d+\s*,\s*"([a-z_]+)"/g,
+  /new\s+(?:BerthError|HttpRefusal|MaskedError)\(\s*"([a-z_]+)"/g,
   /\bcode:\s*"([a-z_]+)"/g,
 ];
 
@@ -85,7 +84,7 @@ describe("every error code a client sees is in the catalog", () => {
   test("the scan fails on a made-up code", () => {
     const bad = [
       { path: "x.ts", src: 'throw new BerthError("made_up_code", "no")' },
-      { path: "y.ts", src: 'new EndpointRefusal(\n 418,\n "teapot", "short and stout")' },
+      { path: "y.ts", src: 'new MaskedError(\n "teapot", "short and stout")' },
       { path: "z.ts", src: 'answer({ error: { code: "gateway_melted", message } })' },
     ];
     assert.deepEqual(uncataloged(bad), ["x.ts: made_up_code", "y.ts: teapot", "z.ts: gateway_melted"]);

@@ -227,7 +227,7 @@ let seq = 0;
 
 export async function startEndpointHarness(
   suite: { after: (fn: () => unknown) => void },
-  o: { endpointDomain?: string; directFoldMs?: number } = {},
+  o: { endpointDomain?: string; directFoldMs?: number; log?: pino.Logger } = {},
 ): Promise<EndpointHarness> {
   const { defer, later } = teardownStack(suite);
   const h = await startTaskHarness(later, o);
@@ -241,7 +241,7 @@ export async function startEndpointHarness(
     containers,
     tunnels,
     tasks: h.tasks,
-    log: pino({ level: "silent" }),
+    log: o.log ?? pino({ level: "silent" }),
   });
   defer(() => endpoints.close());
   const app = await buildTaskApp(h, o.endpointDomain ? { endpointDomain: o.endpointDomain } : {});

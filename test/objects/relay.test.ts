@@ -2,8 +2,9 @@
 // Python SDK (as the runtime installs it, BERTH_REMOTE=1) talks to a real
 // agent BridgeServer on a unix socket, whose StateRelayClient asks over a
 // real nats-server as the restricted `agent` NATS user; the coordinator's
-// StateRelay answers from JetStream. The workspace is the one the agent
-// gave the bridge: the container cannot reach another's.
+// relay router answers with the state area's ops, from JetStream. The
+// workspace is the one the agent gave the bridge: the container cannot reach
+// another's.
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -14,9 +15,10 @@ import { BridgeServer } from "../../agent/bridge/server.ts";
 import { StateRelayClient } from "../../agent/bridge/state-relay.ts";
 import { MapStore } from "../../coordinator/state/maps.ts";
 import { QueueStore } from "../../coordinator/state/queues.ts";
-import { StateRelay } from "../../coordinator/state/relay.ts";
+import { serveStateOps } from "../../coordinator/state/relay-ops.ts";
 import { SignalStore } from "../../coordinator/state/signals.ts";
 import { StateObjects } from "../../coordinator/state/state.ts";
+import { RelayRouter } from "../../coordinator/streams/relay-router.ts";
 import { tempDir } from "../helpers/env.ts";
 import { connectTestNats, startTestNats } from "../helpers/nats.ts";
 import { waitUntil } from "../helpers/wait.ts";
@@ -66,7 +68,8 @@ test("a container's state calls go through its agent's bridge and NATS relay", a
   );
   await state.signals.start();
   t.after(() => state.signals.stop());
-  const relay = new StateRelay(coordNc, state, { error() {} });
+  const relay = new RelayRouter(coordNc, { error() {} });
+  serveStateOps(relay, state);
   relay.start();
   t.after(() => relay.stop());
   await coordNc.flush();

@@ -49,6 +49,14 @@ describe("queue, map and signal routes", () => {
       new QueueStore({ nc, limits: { maxItemBytes: 32 } }),
       new MapStore(nc),
       new SignalStore(nc),
+      {
+        // As the relay router answers model.chat with the bots' handler.
+        foreign: {
+          dispatch: async (c) => ({
+            response: { op: c.op, ws: c.workspaceId, model: (c.json().body as { model: string }).model },
+          }),
+        },
+      },
     );
     await state.signals.start();
     cleanups.push(() => state.signals.stop());
@@ -89,6 +97,13 @@ describe("queue, map and signal routes", () => {
     const set = await op({ op: "signal.set", name: "reload", ttl: 60 });
     assert.equal(set.signal.set, true);
     assert.equal((await op({ op: "signal.state", name: "reload" }, tokenB)).signal.set, false);
+  });
+
+  test("model.chat, which another area serves, is answered through the relay's handlers", async () => {
+    assert.deepEqual(await op({ op: "model.chat", body: { model: "tiny", messages: [] } }), {
+      ok: true,
+      response: { op: "model.chat", ws: a.id, model: "tiny" },
+    });
   });
 
   test("bad names, ops and oversized items answer ok:false with the reason", async () => {

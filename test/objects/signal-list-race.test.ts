@@ -10,7 +10,9 @@ import { SignalStore } from "../../coordinator/state/signals.ts";
 import { connectTestNats, startTestNats } from "../helpers/nats.ts";
 
 // The timeout is the suite's safety net for the hang this guards against, not a timing assertion.
-test("signal list answers while signals are set and cleared concurrently", { timeout: 120_000 }, async (t) => {
+test("signal list answers while signals are set and cleared concurrently", {
+  timeout: 120_000,
+}, async (t) => {
   const nats = await startTestNats(t);
   const nc = await connectTestNats(t, nats, "coordinator");
   const signals = new SignalStore(nc);
@@ -22,10 +24,19 @@ test("signal list answers while signals are set and cleared concurrently", { tim
       signals.clear("ws-a", "flapping"),
       signals.set("ws-b", "other", 60),
     ]);
-    assert.ok(listed.some((s) => s.name === "steady"), `round ${i}: the steady signal is listed`);
-    assert.ok(listed.every((s) => s.set), "only set signals are listed");
+    assert.ok(
+      listed.some((s) => s.name === "steady"),
+      `round ${i}: the steady signal is listed`,
+    );
+    assert.ok(
+      listed.every((s) => s.set),
+      "only set signals are listed",
+    );
   }
   // Cleared signals are not listed; another workspace's never are.
   await signals.clear("ws-a", "flapping");
-  assert.deepEqual((await signals.list("ws-a")).map((s) => s.name), ["steady"]);
+  assert.deepEqual(
+    (await signals.list("ws-a")).map((s) => s.name),
+    ["steady"],
+  );
 });

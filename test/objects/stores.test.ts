@@ -119,7 +119,7 @@ test("queue, map and signal stores on JetStream", async (t) => {
     );
     assert.deepEqual(await maps.items("ws-a", "empty"), []);
     // map.items pages: 10-byte pages hold one of these entries each, in key order.
-    const state = new StateObjects(queues, maps, new SignalStore(nc), 10);
+    const state = new StateObjects(queues, maps, new SignalStore(nc), { itemsPageBytes: 10 });
     const pages: unknown[] = [];
     let after: string | undefined;
     for (;;) {

@@ -1,9 +1,9 @@
 // A container's Outputs end to end without runc: the Python SDK's Output
 // talks to a real agent BridgeServer on a unix socket, whose
 // OutputRelayClient sends the file in chunks over a real nats-server as the
-// restricted `agent` NATS user; the coordinator's OutputRelay writes it to
-// the output store under the workspace the agent gave the bridge. The
-// signed URL then serves it without a token.
+// restricted `agent` NATS user; the coordinator's relay router (the outputs
+// area's ops) writes it to the output store under the workspace the agent
+// gave the bridge. The signed URL then serves it without a token.
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -13,8 +13,9 @@ import { promisify } from "node:util";
 import { OutputRelayClient } from "../../agent/bridge/output-relay.ts";
 import { BridgeServer } from "../../agent/bridge/server.ts";
 import { outputPublicRoutes } from "../../coordinator/outputs/routes.ts";
-import { OutputRelay } from "../../coordinator/outputs/output-relay.ts";
 import { OutputStore } from "../../coordinator/outputs/output-store.ts";
+import { serveOutputOps } from "../../coordinator/outputs/relay-ops.ts";
+import { RelayRouter } from "../../coordinator/streams/relay-router.ts";
 import { tempDir } from "../helpers/env.ts";
 import { connectTestNats, startTestNats } from "../helpers/nats.ts";
 import { routesApp } from "../helpers/routes-app.ts";
@@ -58,7 +59,8 @@ test("a container's Output goes through its agent's bridge and the NATS relay to
     signingKey: Buffer.alloc(32, 1),
     publicUrl: "http://c",
   });
-  const relay = new OutputRelay(coordNc, store, { error() {} });
+  const relay = new RelayRouter(coordNc, { error() {} });
+  serveOutputOps(relay, store);
   relay.start();
   t.after(() => relay.stop());
   await coordNc.flush();
