@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import type { Logger } from "pino";
-import type { Store } from "./store/index.ts";
+import type { Store } from "./records.ts";
 
 /**
  * First start of an empty store: one workspace named "default", an admin

@@ -26,7 +26,7 @@ import { DeploymentService, createDeploymentTicker } from "./deployments/index.t
 import { EndpointDispatcher } from "./endpoints/index.ts";
 import { createBots } from "./bots/index.ts";
 import { createInference, InProcessInference } from "./inference/index.ts";
-import { EventStream, WorkspaceEvents, imageEvents, taskEvents } from "./events/index.ts";
+import { EventStream, WorkspaceEvents, taskEvents } from "./events/index.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
 import { type CoordinatorHttpDeps, buildHttpApp } from "./edge/index.ts";
 import { StackService } from "./stacks/index.ts";
@@ -53,9 +53,9 @@ import { Planner } from "./scheduler/index.ts";
 import { SandboxService } from "./sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/index.ts";
 import { SecretService } from "./secrets/index.ts";
-import { createImages, imageGcIntervalMs } from "./images/index.ts";
+import { createImages, imageEvents, imageGcIntervalMs } from "./images/index.ts";
 import { DatabaseService, databaseImage } from "./databases/index.ts";
-import type { Store } from "./store/index.ts";
+import type { Store } from "./records.ts";
 import { TaskService } from "./tasks/index.ts";
 
 export interface RunningCoordinator {

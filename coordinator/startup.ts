@@ -10,7 +10,7 @@ import { closeNats } from "../shared/nats-server.ts";
 import { ensureStreams } from "./fleet/index.ts";
 import { loadTlsCredentials, type ResolvedCoordinatorOptions } from "./options.ts";
 import { SECRET_KEY_ENV, type SecretKey, loadSecretKey } from "./secrets/index.ts";
-import { Store } from "./store/index.ts";
+import { Store } from "./records.ts";
 import { streamReplicas } from "./streams/index.ts";
 
 /** A start-up failure the operator can act on, printed as one line. */

@@ -9,8 +9,8 @@
 import type { Logger } from "pino";
 import { type BotDefinition, type BotTransitionDef, checkBotDefinition } from "../../shared/bots.ts";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
-import type { BotSession, BotSessionEvent, BotSessionRepo, Markers } from "../store/index.ts";
-import type { TaskRecord } from "../store/index.ts";
+import type { BotSession, BotSessionEvent, BotSessionRepo, Markers } from "./store.ts";
+import type { TaskRecord } from "../tasks/index.ts";
 import type { TaskService, TaskUpdate } from "../tasks/index.ts";
 import { isTerminal } from "../tasks/index.ts";
 import type { BotEventBus } from "./event-bus.ts";

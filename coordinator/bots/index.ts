@@ -6,7 +6,7 @@ import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
 import type { DeploymentService } from "../deployments/index.ts";
-import type { BotSessionRepo } from "../store/index.ts";
+import type { BotSessionRepo } from "./store.ts";
 import type { TokenRepo } from "../store/index.ts";
 import type { RelayRouter } from "../streams/index.ts";
 import { DeployedBots } from "./directory.ts";
@@ -81,3 +81,4 @@ export function createBots(d: BotsDeps) {
 
 export { BotDefinitionSchema } from "./definition.ts";
 export { botRoutes } from "./routes.ts";
+export { BotSessionRepo } from "./store.ts";

@@ -7,7 +7,7 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { type BotEngine, MAX_MARKERS_PER_PUSH } from "./engine.ts";
-import type { BotSession, BotSessionEvent } from "../store/index.ts";
+import type { BotSession, BotSessionEvent } from "./store.ts";
 import { scopedWorkspace, WorkspaceErrors } from "../http/index.ts";
 
 const errors = { ...WorkspaceErrors, 409: WorkspaceErrors[400], 429: WorkspaceErrors[400] };

@@ -8,7 +8,7 @@ import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/index.ts";
 import { Planner } from "../scheduler/index.ts";
 import type { ContainerLimits } from "../scheduler/index.ts";
-import type { StubRecord as StoredStub } from "../store/index.ts";
+import type { StubRecord as StoredStub } from "../tasks/index.ts";
 import type { TaskActivity } from "../tasks/index.ts";
 import { runnerRequest } from "./runner-request.ts";
 

@@ -6,7 +6,7 @@
 
 import { randomBytes } from "node:crypto";
 import { invalid } from "../../shared/errors.ts";
-import type { DatabaseEngine } from "../store/index.ts";
+import type { DatabaseEngine } from "./store.ts";
 
 export const DATABASE_ENGINES: readonly DatabaseEngine[] = ["postgres", "redis"];
 

@@ -15,3 +15,4 @@ export {
 } from "./engines.ts";
 export { databaseImage } from "./image.ts";
 export { databaseRoutes } from "./routes.ts";
+export { DatabaseRepo } from "./store.ts";

@@ -13,8 +13,8 @@ import type { DatabaseView } from "../../shared/databases.ts";
 import { newId } from "../../shared/ids.ts";
 import type { StubConfig } from "../../shared/tasks.ts";
 import type { SandboxStubExtra } from "../sandboxes/index.ts";
-import type { DatabaseEngine, DatabaseRecord, DatabaseRepo } from "../store/index.ts";
-import type { StubInput, StubRecord } from "../store/index.ts";
+import type { DatabaseEngine, DatabaseRecord, DatabaseRepo } from "./store.ts";
+import type { StubInput, StubRecord } from "../tasks/index.ts";
 import {
   DATA_MOUNT,
   checkDatabaseName,

@@ -7,7 +7,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { DeploymentService } from "./service.ts";
-import type { DeploymentRecord } from "../store/index.ts";
+import type { DeploymentRecord } from "./store.ts";
 import { NextCursor, pageQuery, pageRequest, paginate } from "../http/index.ts";
 import { DeploymentBody, deploymentJson } from "./routes.ts";
 import { scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";

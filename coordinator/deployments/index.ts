@@ -30,3 +30,5 @@ export {
 export { DeploymentCache, type DeploymentStates, latestActiveVersions } from "./states.ts";
 export { appRoutes } from "./app-routes.ts";
 export { DeploymentBody, deploymentJson, deploymentRoutes } from "./routes.ts";
+export { DeploymentRepo } from "./store.ts";
+export type { DeploymentWithStub } from "./store.ts";

@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { DeploymentService } from "./service.ts";
-import type { DeploymentRecord } from "../store/index.ts";
+import type { DeploymentRecord } from "./store.ts";
 import type { TaskService } from "../tasks/index.ts";
 import { principalOf } from "../http/index.ts";
 import { NextCursor, pageQuery, pageRequest, paginate } from "../http/index.ts";

@@ -10,7 +10,7 @@ import {
   type ScheduleTicker,
 } from "../schedules/index.ts";
 import type { ActiveSchedule, ScheduleSource, SubmitTick } from "../schedules/index.ts";
-import type { DeploymentRepo } from "../store/index.ts";
+import type { DeploymentRepo } from "./store.ts";
 import type { Database } from "../store/index.ts";
 import type { TaskService } from "../tasks/index.ts";
 import { latestActiveVersions } from "./states.ts";

@@ -3,7 +3,7 @@
 // its stub's extra) here, changes it on each of its own writes and reloads it
 // from the store every few seconds for changes other coordinators made.
 
-import type { DeploymentRecord, DeploymentWithStub } from "../store/index.ts";
+import type { DeploymentRecord, DeploymentWithStub } from "./store.ts";
 
 export interface DeploymentStates {
   /** undefined: the stub belongs to no deployment (a function's stub): it runs on demand. */

@@ -19,18 +19,14 @@ import type { LogQuery } from "../logs/index.ts";
 import type { Objects } from "../objects/index.ts";
 import type { SandboxService } from "../sandboxes/index.ts";
 import type { Secrets } from "../secrets/index.ts";
-import type {
-  AgentRepo,
-  DeploymentRepo,
-  InferenceRepo,
-  JoinTokenRepo,
-  LimitsRepo,
-  MetricsRepo,
-  StubRepo,
-  TaskRepo,
-  TokenRepo,
-  WorkspaceRepo,
-} from "../store/index.ts";
+import type { AgentRepo, JoinTokenRepo } from "../fleet/index.ts";
+import type { DeploymentRepo } from "../deployments/index.ts";
+import type { InferenceRepo } from "../inference/index.ts";
+import type { LimitsRepo } from "../limits/index.ts";
+import type { MetricsRepo } from "../metrics/index.ts";
+import type { StubRepo } from "../tasks/index.ts";
+import type { TaskRepo } from "../tasks/index.ts";
+import type { TokenRepo, WorkspaceRepo } from "../store/index.ts";
 import type { TaskService } from "../tasks/index.ts";
 import { metricsRoutes } from "../metrics/index.ts";
 import { type PrometheusRouteDeps, prometheusRoutes } from "../metrics/index.ts";

@@ -18,7 +18,7 @@ import {
   writeJsonAnswer,
 } from "../http/index.ts";
 import { checkBody, describeBodyMismatch } from "./handler-params.ts";
-import type { StubRecord } from "../store/index.ts";
+import type { StubRecord } from "../tasks/index.ts";
 import type { DirectOutcome, DirectTaskInfo } from "../tasks/index.ts";
 import { PodRouter } from "./pods.ts";
 import { EndpointAuth, parseEndpointPath, type Resolved, resolveEndpoint } from "./resolve.ts";

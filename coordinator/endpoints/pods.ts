@@ -8,7 +8,7 @@ import type { Duplex } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
 import { errorOf, forwardPlain, upstreamHeaders } from "../containers/index.ts";
 import { MaskedError, refuseUpgrade, sendError } from "../http/index.ts";
-import type { StubRecord } from "../store/index.ts";
+import type { StubRecord } from "../tasks/index.ts";
 import type { Resolved } from "./resolve.ts";
 import type { EndpointContainer, EndpointDeps } from "./types.ts";
 import { spliceUpgrade, upgradeHead } from "./websocket.ts";

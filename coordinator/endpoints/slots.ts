@@ -3,7 +3,7 @@
 // in a FIFO per stub (at most max_pending_tasks of them) until a slot frees
 // or a container starts.
 
-import type { StubRecord } from "../store/index.ts";
+import type { StubRecord } from "../tasks/index.ts";
 import type { EndpointContainer, EndpointContainers } from "./types.ts";
 
 export interface Slot {

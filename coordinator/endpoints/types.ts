@@ -4,7 +4,7 @@
 // agent tunnel (a byte stream to a container's port).
 
 import type { Logger } from "pino";
-import type { StubRecord } from "../store/index.ts";
+import type { StubRecord } from "../tasks/index.ts";
 import type { TokenRepo } from "../store/index.ts";
 import type { TaskListener } from "../tasks/index.ts";
 import type { DirectTasks } from "../tasks/index.ts";

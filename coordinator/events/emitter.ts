@@ -8,7 +8,6 @@ import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
 import type { EventSink, EventType } from "./types.ts";
 import type { TaskStatus } from "../../shared/tasks.ts";
-import type { BuiltImage } from "../store/index.ts";
 import type { Workspace } from "../store/index.ts";
 import type { TaskStatusListener } from "../tasks/index.ts";
 import type { LiveTask } from "../tasks/index.ts";
@@ -102,18 +101,4 @@ export function taskEvents(emit: EmitEvent): TaskStatusListener {
       ...(t.error && (ended || to === "RETRY") ? { error: t.error } : {}),
     });
   };
-}
-
-/** ImageBuildsOptions.onStatus that emits image.building, image.ready and image.failed (docs/events.md). */
-export function imageEvents(emit: EmitEvent): (image: BuiltImage) => void {
-  return (i) =>
-    emit(i.workspaceId, `image.${i.status}` as const, i.imageId, {
-      image_id: i.imageId,
-      status: i.status,
-      base_image: i.baseImage,
-      base_digest: i.baseDigest,
-      digest: i.digest,
-      steps: i.steps,
-      ...(i.status === "failed" ? { error: i.error } : {}),
-    });
 }

@@ -1,7 +1,7 @@
 // Workspace events (issue 7): the JetStream-backed stream, and the emitter the
 // task engine and the deployment service announce changes through.
 
-export { type EmitEvent, imageEvents, taskEvents, WorkspaceEvents } from "./emitter.ts";
+export { type EmitEvent, taskEvents, WorkspaceEvents } from "./emitter.ts";
 export { type EventPosition, formatCursor, parseCursor } from "./batch.ts";
 export {
   DEFAULT_EVENTS_BATCH_WINDOW_MS,

@@ -1,5 +1,5 @@
 import type { Heartbeat } from "../../shared/fleet.ts";
-import type { AgentState } from "../store/index.ts";
+import type { AgentState } from "./store.ts";
 
 export interface LiveAgent {
   agentId: string;

@@ -2,7 +2,7 @@ import type { NatsConnection, Subscription } from "nats";
 import type { Logger } from "pino";
 import type { Heartbeat } from "../../shared/fleet.ts";
 import { subjects } from "../../shared/subjects.ts";
-import type { AgentRepo } from "../store/index.ts";
+import type { AgentRepo } from "./store.ts";
 import type { FleetView, StateChange } from "./fleet-view.ts";
 
 export interface FleetWatcherOptions {

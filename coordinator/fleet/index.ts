@@ -8,3 +8,5 @@ export { AgentRevoker } from "./revoke.ts";
 export { fleetRoutes, joinRoutes } from "./routes.ts";
 export { ensureStreams } from "./streams.ts";
 export type { StreamRetention } from "./streams.ts";
+export { AgentRepo, JoinTokenRepo } from "./store.ts";
+export type { AgentState } from "./store.ts";

@@ -3,7 +3,7 @@ import { newId } from "../../shared/ids.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import { USER_NKEY_RE } from "../../shared/agent-nats.ts";
 import type { NatsCredentials } from "../../shared/subjects.ts";
-import type { AgentRepo, JoinTokenRepo } from "../store/index.ts";
+import type { AgentRepo, JoinTokenRepo } from "./store.ts";
 import type { AgentNatsUsers, RevokedAgents } from "./agent-credentials.ts";
 
 /** What a joining host is handed: its identity, where NATS is, and its TLS material. */

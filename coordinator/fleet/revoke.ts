@@ -4,7 +4,7 @@
 import type { NatsConnection, Subscription } from "nats";
 import type { Logger } from "pino";
 import { BerthError } from "../../shared/errors.ts";
-import type { AgentRepo } from "../store/index.ts";
+import type { AgentRepo } from "./store.ts";
 import type { AgentNatsUsers, RevokedAgents } from "./agent-credentials.ts";
 import type { FleetView } from "./fleet-view.ts";
 

@@ -5,8 +5,8 @@ import { gpuCounts, type HostCapacity } from "../../shared/fleet.ts";
 import type { FleetView } from "./fleet-view.ts";
 import type { JoinService } from "./join.ts";
 import type { AgentRevoker } from "./revoke.ts";
-import type { AgentRecord, JoinTokenRecord } from "../store/index.ts";
-import type { AgentRepo, JoinTokenRepo } from "../store/index.ts";
+import type { AgentRecord, JoinTokenRecord } from "./store.ts";
+import type { AgentRepo, JoinTokenRepo } from "./store.ts";
 import { requireAdmin } from "../http/index.ts";
 import { ErrorResponse } from "../http/index.ts";
 

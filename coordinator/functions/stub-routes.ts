@@ -5,7 +5,7 @@ import type { FastifyPluginAsync } from "fastify";
 import { STUB_TYPES, type StubConfig, type StubExtra } from "../../shared/tasks.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
-import type { StubRecord } from "../store/index.ts";
+import type { StubRecord } from "../tasks/index.ts";
 import type { TaskService } from "../tasks/index.ts";
 import { principalOf } from "../http/index.ts";
 import { gatewayResponse } from "../http/index.ts";

@@ -4,7 +4,7 @@ import { BerthError, invalid } from "../../shared/errors.ts";
 import { baseStubType } from "../../shared/tasks.ts";
 import { checkBody, describeBodyMismatch } from "../endpoints/index.ts";
 import type { DeploymentService, Resolved } from "../deployments/index.ts";
-import type { StubRecord } from "../store/index.ts";
+import type { StubRecord } from "../tasks/index.ts";
 import type { TokenRepo } from "../store/index.ts";
 import type { TaskService } from "../tasks/index.ts";
 import { authenticator, principalOf } from "../http/index.ts";

@@ -13,7 +13,7 @@
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
-import type { BuiltImage, BuiltImageRepo } from "../store/index.ts";
+import type { BuiltImage, BuiltImageRepo } from "./store.ts";
 import { ClusterClaims } from "../streams/index.ts";
 import { OrphanSweep } from "../streams/index.ts";
 import { buildingKey } from "./service.ts";

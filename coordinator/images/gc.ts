@@ -10,7 +10,7 @@ import type { ContainerApi } from "../../api/index.ts";
 import { BerthError, describeError, isBerthError } from "../../shared/errors.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import { parseRegistryUrl, RegistryClient } from "../../shared/registry-client.ts";
-import type { BuiltImage } from "../store/index.ts";
+import type { BuiltImage } from "./store.ts";
 
 export const IMAGE_GC_AFTER_DEFAULT_MS = 7 * 24 * 3600_000;
 

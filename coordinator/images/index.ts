@@ -7,7 +7,7 @@ import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
 import type { ContainerApi, ImageBuildApi } from "../../api/index.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
-import type { BuiltImage, BuiltImageRepo } from "../store/index.ts";
+import type { BuiltImage, BuiltImageRepo } from "./store.ts";
 import { BuildOrphanCheck } from "./build-orphans.ts";
 import { ImageGc, workspaceRepository } from "./gc.ts";
 import { ImageBuilds, type ImageBuildsOptions } from "./service.ts";
@@ -99,3 +99,6 @@ export function createImages(w: ImagesWiring): {
   return { builds, gc, orphans };
 }
 export { imageRoutes } from "./routes.ts";
+export { imageEvents } from "./events.ts";
+export { BuiltImageRepo } from "./store.ts";
+export type { BuiltImage } from "./store.ts";

@@ -3,7 +3,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { ImageBuilds, ImageBuildUpdate } from "./index.ts";
-import type { BuiltImage } from "../store/index.ts";
+import type { BuiltImage } from "./store.ts";
 import { publicError } from "../http/index.ts";
 import { principalOf } from "../http/index.ts";
 import { ErrorResponse } from "../http/index.ts";

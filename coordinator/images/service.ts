@@ -10,7 +10,7 @@ import { BerthError, describeError } from "../../shared/errors.ts";
 import { Fanout } from "../../shared/fanout.ts";
 import type { Held } from "../scheduler/index.ts";
 import type { ReserveRequest, WaitOptions } from "../scheduler/index.ts";
-import type { BuiltImage, BuiltImageRepo } from "../store/index.ts";
+import type { BuiltImage, BuiltImageRepo } from "./store.ts";
 import { dockerfileBuild } from "./dockerfile.ts";
 import { buildRequestOf, type ImageSpec, type PipIndex } from "./steps.ts";
 

@@ -1,8 +1,8 @@
 // Which deployments run a built image: `berth image rm` refuses while any
 // active deployment's stub names the image (its agent reference, or its id).
 
-import type { BuiltImage } from "../store/index.ts";
-import type { DeploymentWithStub } from "../store/index.ts";
+import type { BuiltImage } from "./store.ts";
+import type { DeploymentWithStub } from "../deployments/index.ts";
 
 /** ImageBuildsOptions.usedBy over the deployment store: the names of the workspace's active deployments of the image. */
 export function deploymentsUsingImage(deployments: {

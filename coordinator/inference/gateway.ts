@@ -15,7 +15,7 @@ import { BerthError, CATALOG, isErrorCode } from "../../shared/errors.ts";
 import type { EndpointDispatcher, TaskRun } from "../endpoints/index.ts";
 import { RUNNER_HTTP_PORT } from "../endpoints/index.ts";
 import { HttpRefusal, openAiType, publicError, writeJsonAnswer } from "../http/index.ts";
-import type { UsageRecord } from "../store/index.ts";
+import type { UsageRecord } from "./store.ts";
 import type { Principal } from "../store/index.ts";
 import type { AnswerSink } from "./answer-sink.ts";
 import type { InferenceLimiter, InferenceLimits } from "./limiter.ts";

@@ -6,8 +6,8 @@
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
 import type { EndpointDispatcher } from "../endpoints/index.ts";
-import type { DeploymentWithStub } from "../store/index.ts";
-import type { InferenceRepo } from "../store/index.ts";
+import type { DeploymentWithStub } from "../deployments/index.ts";
+import type { InferenceRepo } from "./store.ts";
 import { InferenceGateway } from "./gateway.ts";
 import { InferenceLimiter, type InferenceLimits } from "./limiter.ts";
 import { InferenceMetrics } from "./metrics.ts";
@@ -52,3 +52,4 @@ export function createInference(w: InferenceWiring): InferenceGateway {
   });
 }
 export { inferenceRestRoutes } from "./admin-routes.ts";
+export { InferenceRepo } from "./store.ts";

@@ -6,8 +6,8 @@
 // store read; a name the index misses is looked up once more in a fresh index
 // (a deploy a moment ago), which scans memory only.
 
-import type { DeploymentWithStub } from "../store/index.ts";
-import type { CatalogEntryRow } from "../store/index.ts";
+import type { DeploymentWithStub } from "../deployments/index.ts";
+import type { CatalogEntryRow } from "./store.ts";
 
 /** How long the catalog (a store table) is cached: a change on another coordinator shows within this. */
 export const CATALOG_CACHE_MS = 5000;

@@ -8,7 +8,7 @@
 // requests), and close() — the coordinator's stop — writes what is left.
 
 import type { Logger } from "pino";
-import { USAGE_ROWS_PER_INSERT, type UsageRecord } from "../store/index.ts";
+import { USAGE_ROWS_PER_INSERT, type UsageRecord } from "./store.ts";
 
 /** How long a finished request's row waits to be written with others (ms). */
 export const USAGE_FLUSH_MS = 50;

@@ -2,3 +2,4 @@
 export { WorkspaceLimitsCache, checkPendingTasks } from "./limits.ts";
 export { limitRoutes } from "./routes.ts";
 export type { LimitRouteDeps } from "./routes.ts";
+export { LimitsRepo } from "./store.ts";

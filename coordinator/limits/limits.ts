@@ -3,7 +3,7 @@
 // the store on every call, and the pending-tasks check submission makes.
 
 import { BerthError } from "../../shared/errors.ts";
-import type { WorkspaceLimits } from "../store/index.ts";
+import type { WorkspaceLimits } from "./store.ts";
 
 /** How long limits are cached: a change made on another coordinator applies within this. */
 export const LIMITS_CACHE_MS = 5000;

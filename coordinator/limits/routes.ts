@@ -7,7 +7,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { WorkspaceUsage } from "../scheduler/index.ts";
-import { MAX_LIMIT_VALUE, type LimitsRepo, type WorkspaceLimits } from "../store/index.ts";
+import { MAX_LIMIT_VALUE, type LimitsRepo, type WorkspaceLimits } from "./store.ts";
 import type { Workspace, WorkspaceRepo } from "../store/index.ts";
 import { principalOf } from "../http/index.ts";
 import { WorkspaceErrors, WsParams } from "../http/index.ts";

@@ -33,3 +33,4 @@ export {
 export { prometheusRoutes } from "./prometheus-routes.ts";
 export type { PrometheusRouteDeps } from "./prometheus-routes.ts";
 export { metricsRoutes } from "./routes.ts";
+export { MetricsRepo } from "./store.ts";

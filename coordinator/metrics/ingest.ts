@@ -1,7 +1,7 @@
 import type { NatsConnection, Subscription } from "nats";
 import type { Logger } from "pino";
 import { type AgentMetricsMessage, subjects } from "../../shared/subjects.ts";
-import type { ContainerSampleRow, MetricsRepo } from "../store/index.ts";
+import type { ContainerSampleRow, MetricsRepo } from "./store.ts";
 
 // Agents' metric rounds, two ways. Every coordinator keeps each agent's
 // latest round (the pool sampler reads allocation and use from it); one

@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
 import type { LiveAgent } from "../fleet/index.ts";
-import type { MetricsRepo, PoolSampleRow } from "../store/index.ts";
+import type { MetricsRepo, PoolSampleRow } from "./store.ts";
 import type { LatestRound } from "./ingest.ts";
 
 // Every interval, per pool (agent group): what the ready agents offer, what

@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import { TASK_STATUSES } from "../../shared/tasks.ts";
-import type { AgentState } from "../store/index.ts";
+import type { AgentState } from "../fleet/index.ts";
 
 // The coordinator's Prometheus registry (its own, never prom-client's global
 // one). Labels are cluster aggregates only: task status, stub type, agent

@@ -10,8 +10,8 @@ import {
   stubTimeseries,
   workspaceTimeseries,
 } from "./index.ts";
-import type { MetricsRepo } from "../store/index.ts";
-import type { StubRepo } from "../store/index.ts";
+import type { MetricsRepo } from "./store.ts";
+import type { StubRepo } from "../tasks/index.ts";
 import { scopedWorkspace, WorkspaceErrors as errors, WsParams } from "../http/index.ts";
 
 // `/api/v1/metrics/{ws}/...`: time series of the workspace's containers and

@@ -1,6 +1,6 @@
 import { BerthError } from "../../shared/errors.ts";
 import { TASK_STATUSES } from "../../shared/tasks.ts";
-import type { BucketRange, MetricsRepo, PoolBucket, SampleScope } from "../store/index.ts";
+import type { BucketRange, MetricsRepo, PoolBucket, SampleScope } from "./store.ts";
 
 // The three time-series answers of the metrics routes (docs/metrics.md):
 // parse `from`, `to`, `step`; query the store; lay every series out over

@@ -1,6 +1,6 @@
 import { Readable } from "node:stream";
 import { BerthError } from "../../shared/errors.ts";
-import type { ObjectRecord, ObjectRepo } from "../store/index.ts";
+import type { ObjectRecord, ObjectRepo } from "./store.ts";
 import { BlobStore, checkSha256 } from "./blob-store.ts";
 
 /**

@@ -6,3 +6,4 @@ export { gatewayPodRoutes } from "./pod-routes.ts";
 export type { SandboxStubExtra } from "./request.ts";
 export { gatewaySandboxRoutes } from "./routes.ts";
 export { sandboxPortTargets, sandboxShellTargets } from "./targets.ts";
+export { SandboxRepo } from "./store.ts";

@@ -6,7 +6,7 @@
 
 import type { ContainerApi } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
-import type { SandboxRecord } from "../store/index.ts";
+import type { SandboxRecord } from "./store.ts";
 
 /** Resolves once the container has run for settleMs; throws failed_precondition when it ended sooner. */
 export async function podStayedUp(

@@ -10,7 +10,7 @@ import { BerthError, invalid } from "../../shared/errors.ts";
 import { RunnerLabels, type StubExtra, baseStubType } from "../../shared/tasks.ts";
 import { cpuMillicores, gpuWish } from "../scheduler/index.ts";
 import type { StubRecord } from "../containers/index.ts";
-import type { SandboxKind } from "../store/index.ts";
+import type { SandboxKind } from "./store.ts";
 
 const MiB = 1024 * 1024;
 

@@ -19,7 +19,7 @@ import { hasKind, newId } from "../../shared/ids.ts";
 import type { StubRecord } from "../containers/index.ts";
 import { portUrl, portUrls } from "../ports/index.ts";
 import type { Reservation } from "../scheduler/index.ts";
-import type { SandboxKind, SandboxRecord } from "../store/index.ts";
+import type { SandboxKind, SandboxRecord } from "./store.ts";
 import { checkPorts, checkTtl, sandboxKindOf, stubEgress, stubTtl, terminatedError } from "./request.ts";
 import {
   type ResolvedSandboxServiceOptions,

@@ -10,7 +10,7 @@ import { BerthError, describeError } from "../../shared/errors.ts";
 import { CodePusher } from "../containers/index.ts";
 import { placementRequest } from "../containers/index.ts";
 import type { StubRecord } from "../containers/index.ts";
-import type { SandboxKind, SandboxRecord } from "../store/index.ts";
+import type { SandboxKind, SandboxRecord } from "./store.ts";
 import { stubBucketMounts } from "../volumes/index.ts";
 import { podStayedUp } from "./pod-settle.ts";
 import { sandboxRequest, terminatedError } from "./request.ts";

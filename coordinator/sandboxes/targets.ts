@@ -5,7 +5,7 @@
 import type { PortTargets } from "../ports/index.ts";
 import type { ShellTargets } from "../containers/index.ts";
 import type { StubSource } from "../containers/index.ts";
-import type { SandboxRepo } from "../store/index.ts";
+import type { SandboxRepo } from "./store.ts";
 
 export function sandboxPortTargets(repo: Pick<SandboxRepo, "get">, stubs: StubSource): PortTargets {
   return {

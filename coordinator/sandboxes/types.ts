@@ -14,7 +14,7 @@ import type {
 import type { FleetView } from "../fleet/index.ts";
 import { Planner } from "../scheduler/index.ts";
 import type { ContainerLimits } from "../scheduler/index.ts";
-import type { SandboxKind, SandboxRepo } from "../store/index.ts";
+import type { SandboxKind, SandboxRepo } from "./store.ts";
 
 /** One agent as sandboxes use it: containers (exposePort included), files inside them, snapshots, processes. */
 export type SandboxAgentApi = ContainerApi & ContainerFilesApi & ContainerSnapshotApi & SandboxProcessApi;

@@ -9,7 +9,7 @@ import type { ContainerStatus } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { type AgentView, type Reservation, buildClusterView, gpuTypeOf } from "../scheduler/index.ts";
-import type { SandboxRecord } from "../store/index.ts";
+import type { SandboxRecord } from "./store.ts";
 import { SandboxLabels } from "./request.ts";
 import type { ResolvedSandboxServiceOptions } from "./types.ts";
 

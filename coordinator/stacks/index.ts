@@ -4,3 +4,4 @@ export { DeploymentMembers } from "./deployment-member.ts";
 export { healthProbe } from "./health-probe.ts";
 export { stackRoutes } from "./routes.ts";
 export { StackService } from "./service.ts";
+export { StackRepo } from "./store.ts";

@@ -11,7 +11,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
-import type { StackRecord, StackRepo, StackVersionRecord } from "../store/index.ts";
+import type { StackRecord, StackRepo, StackVersionRecord } from "./store.ts";
 import {
   checkMembers,
   type MemberKind,

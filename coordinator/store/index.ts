@@ -1,33 +1,22 @@
-// The store area's entry point: what other areas may use of it.
-export type { BotSession, BotSessionEvent, BotSessionRepo, Markers } from "./bot-sessions.ts";
-export type { BuiltImage, BuiltImageRepo } from "./built-images.ts";
-export type {
-  AgentRecord,
-  AgentRepo,
-  AgentState,
-  ClusterKv,
-  JoinTokenRecord,
-  JoinTokenRepo,
-} from "./cluster.ts";
-export type { DatabaseEngine, DatabaseRecord, DatabaseRepo } from "./databases.ts";
-export type { DeploymentRecord, DeploymentRepo, DeploymentWithStub } from "./deployments.ts";
-export { USAGE_ROWS_PER_INSERT } from "./inference.ts";
-export type { CatalogEntryRow, InferenceRepo, UsageRecord, UsageRow } from "./inference.ts";
-export { MAX_LIMIT_VALUE } from "./limits.ts";
-export type { LimitsRepo, WorkspaceLimits } from "./limits.ts";
-export type {
-  BucketRange,
-  ContainerSampleRow,
-  MetricsRepo,
-  PoolBucket,
-  PoolSampleRow,
-  SampleScope,
-} from "./metrics.ts";
-export type { SandboxKind, SandboxRecord, SandboxRepo } from "./sandboxes.ts";
+// The store area's entry point: the database, its schema and migrations, and
+// the cluster's small key-value table. Each area keeps its own tables'
+// repository beside its service (coordinator/<area>/store.ts).
 export type { Database } from "./schema.ts";
-export type { StackRecord, StackRepo, StackVersionRecord } from "./stacks.ts";
-export { Store } from "./store.ts";
-export type { ObjectRecord, ObjectRepo, StubInput, StubRecord, StubRepo } from "./stubs.ts";
-export type { NewTask, TaskHistoryEntry, TaskListFilter, TaskPatch, TaskRecord, TaskRepo } from "./tasks.ts";
-export type { WebhookDeliveryRecord, WebhookPatch, WebhookRecord, WebhookRepo } from "./webhooks.ts";
-export type { Principal, TokenRecord, TokenRepo, Workspace, WorkspaceRepo } from "./workspaces.ts";
+export { ClusterKv } from "./kv.ts";
+export { QueryShapes, migrateToLatest, openDatabase } from "./db.ts";
+export type { Engine } from "./db.ts";
+export type {
+  DatabaseTable,
+  DeploymentTable,
+  SandboxImageTable,
+  SandboxSnapshotTable,
+  SandboxTable,
+  StackTable,
+  StackVersionTable,
+  TaskEventTable,
+  TaskTable,
+  WebhookDeliveryTable,
+  WebhookTable,
+} from "./schema.ts";
+export { TokenRepo, WorkspaceRepo } from "./workspaces.ts";
+export type { Principal, TokenRecord, Workspace } from "./workspaces.ts";

@@ -351,7 +351,7 @@ export interface ModelCatalogTable {
   published_at: string;
 }
 
-/** A bot session (coordinator/store/bot-sessions.ts): `state` is its JSON document. */
+/** A bot session (coordinator/bots/store.ts): `state` is its JSON document. */
 export interface BotSessionTable {
   id: string;
   workspace_id: string;

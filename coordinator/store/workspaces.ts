@@ -1,7 +1,7 @@
 import type { Kysely } from "kysely";
 import { BerthError } from "../../shared/errors.ts";
 import { hashSecret, newId, newSecret } from "../../shared/ids.ts";
-import type { Database } from "./schema.ts";
+import type { Database } from "./index.ts";
 
 export interface Workspace {
   id: string;

@@ -5,7 +5,7 @@
 
 import type { Logger } from "pino";
 import { describeError } from "../../shared/errors.ts";
-import type { TaskHistoryEntry, TaskPatch, TaskRecord, TaskRepo } from "../store/index.ts";
+import type { TaskHistoryEntry, TaskPatch, TaskRecord, TaskRepo } from "./store.ts";
 
 export interface BatchWriterOptions {
   /** @default 15 */

@@ -17,7 +17,7 @@
 
 import type { Logger } from "pino";
 import { HTTP_SERVED_TYPES, type TaskError, type TaskFinishedEvent } from "../../shared/tasks.ts";
-import type { TaskRecord, TaskRepo } from "../store/index.ts";
+import type { TaskRecord, TaskRepo } from "./store.ts";
 import { OrphanSweep } from "../streams/index.ts";
 import type { DirectOwners } from "./direct-owners.ts";
 import type { TaskEngine } from "./engine.ts";

@@ -10,7 +10,7 @@
 import type { Logger } from "pino";
 import { newId } from "../../shared/ids.ts";
 import { baseStubType, HTTP_SERVED_TYPES, type TaskError } from "../../shared/tasks.ts";
-import type { StubRecord } from "../store/index.ts";
+import type { StubRecord } from "./stub-store.ts";
 import type { TaskEngine } from "./engine.ts";
 import { type LiveTask, pendingTask } from "./live-index.ts";
 import { policyExpiresAt } from "./policy.ts";

@@ -3,7 +3,7 @@
 
 import type { Logger } from "pino";
 import type { TaskError, TaskEvent, TaskStatus } from "../../shared/tasks.ts";
-import type { TaskHistoryEntry, TaskPatch, TaskRepo } from "../store/index.ts";
+import type { TaskHistoryEntry, TaskPatch, TaskRepo } from "./store.ts";
 import { BatchWriter, type BatchWriterOptions } from "./batch-writer.ts";
 import { type LiveTask, LiveIndex, recordFromLive } from "./live-index.ts";
 import { isTerminal, mayEnd, stepsFor } from "./transitions.ts";

@@ -29,7 +29,7 @@ import {
   type TaskEventBatch,
   type TaskOutputMessage,
 } from "../../shared/tasks.ts";
-import type { TaskRepo } from "../store/index.ts";
+import type { TaskRepo } from "./store.ts";
 import type { TaskEngine } from "./engine.ts";
 import { type LiveTask, liveFromRecord } from "./live-index.ts";
 import { TASK_ACK_WAIT_MS } from "./streams.ts";

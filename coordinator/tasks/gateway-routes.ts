@@ -2,7 +2,7 @@ import { PassThrough } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyReply } from "fastify";
 import { TERMINAL_STATUSES, type TaskError } from "../../shared/tasks.ts";
-import type { TaskRecord } from "../store/index.ts";
+import type { TaskRecord } from "./store.ts";
 import type { TaskService, TaskUpdate } from "./service.ts";
 import { principalOf } from "../http/index.ts";
 import { publicError } from "../http/index.ts";

@@ -11,3 +11,7 @@ export type { TaskUpdate } from "./service.ts";
 export { TaskBody, TaskCostBody, taskCost, taskJson, taskStatusRoutes } from "./status-routes.ts";
 export type { TaskOutputs } from "./status-routes.ts";
 export { isTerminal } from "./transitions.ts";
+export { TaskRepo } from "./store.ts";
+export type { TaskListFilter, TaskRecord } from "./store.ts";
+export { StubRepo } from "./stub-store.ts";
+export type { StubInput, StubRecord } from "./stub-store.ts";

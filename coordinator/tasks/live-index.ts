@@ -3,7 +3,7 @@
 // (the container manager's input) and what each container is doing.
 
 import type { TaskStatus } from "../../shared/tasks.ts";
-import type { NewTask, TaskRecord } from "../store/index.ts";
+import type { NewTask, TaskRecord } from "./store.ts";
 import type { StubDemand } from "./activity.ts";
 
 /** A task row as the live index holds it: the result stays base64, as the event carried it. */

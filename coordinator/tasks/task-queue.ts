@@ -12,7 +12,7 @@ import {
   TaskHeaders,
   taskSubject,
 } from "../../shared/tasks.ts";
-import type { StubRecord } from "../store/index.ts";
+import type { StubRecord } from "./stub-store.ts";
 import type { LiveTask } from "./live-index.ts";
 import { streamReplicas } from "../streams/index.ts";
 import { ensureStubConsumer, ensureTaskStreams } from "./streams.ts";

@@ -6,7 +6,7 @@
 // history entry so far go into one batch. Everything that reads tasks looks
 // at the live index first, so an unwritten task reads like any other.
 
-import type { TaskHistoryEntry } from "../store/index.ts";
+import type { TaskHistoryEntry } from "./store.ts";
 import type { LiveTask } from "./live-index.ts";
 
 /** How long a direct task may stay unwritten (ms). */

@@ -15,7 +15,7 @@ import {
   toCloudEvent,
 } from "../events/index.ts";
 import type { SecretKey } from "../secrets/index.ts";
-import type { WebhookDeliveryRecord, WebhookRepo } from "../store/index.ts";
+import type { WebhookDeliveryRecord, WebhookRepo } from "./store.ts";
 import { openSigningSecret, signBody } from "./validate.ts";
 
 export const DELIVERY_TIMEOUT_MS = 10_000;

@@ -29,3 +29,4 @@ export {
   signBody,
 } from "./validate.ts";
 export { webhookRoutes } from "./routes.ts";
+export { WebhookRepo } from "./store.ts";

@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import { NextCursor, pageQuery, pageRequest, paginate } from "../http/index.ts";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import type { WebhookDeliveryRecord, WebhookRecord } from "../store/index.ts";
+import type { WebhookDeliveryRecord, WebhookRecord } from "./store.ts";
 import type { WebhookCreate, WebhookService, WebhookUpdate } from "./index.ts";
 import { principalOf } from "../http/index.ts";
 import { ErrorResponse } from "../http/index.ts";

@@ -7,8 +7,9 @@ import { BerthError } from "../../shared/errors.ts";
 import type { BerthEvent } from "../events/index.ts";
 import { newId } from "../../shared/ids.ts";
 import type { SecretKey } from "../secrets/index.ts";
-import type { WebhookRepo, WorkspaceRepo } from "../store/index.ts";
-import type { WebhookDeliveryRecord, WebhookPatch, WebhookRecord } from "../store/index.ts";
+import type { WebhookRepo } from "./store.ts";
+import type { WorkspaceRepo } from "../store/index.ts";
+import type { WebhookDeliveryRecord, WebhookPatch, WebhookRecord } from "./store.ts";
 import type { DeliveryOutcome, WebhookDispatcher } from "./dispatcher.ts";
 import {
   type IsSelf,

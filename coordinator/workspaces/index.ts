@@ -1,2 +1,2 @@
-// The workspaces area's entry point: what other areas may use of it.
+// The workspaces area: the workspace and token routes (their records are the store's).
 export { workspaceRoutes } from "./routes.ts";

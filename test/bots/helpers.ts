@@ -3,7 +3,7 @@
 // submitted task's JSON payload is answered by a function of the test).
 
 import type { BotDirectory, BotTasks } from "../../coordinator/bots/engine.ts";
-import type { TaskRecord } from "../../coordinator/store/tasks.ts";
+import type { TaskRecord } from "../../coordinator/tasks/store.ts";
 import type { TaskUpdate } from "../../coordinator/tasks/service.ts";
 import type { BotDefinition } from "../../shared/bots.ts";
 import { BerthError } from "../../shared/errors.ts";

@@ -12,7 +12,7 @@ import pino from "pino";
 import { BotEngine } from "../../coordinator/bots/engine.ts";
 import { botRoutes } from "../../coordinator/bots/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { bearer } from "../helpers/auth.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 import { routesApp } from "../helpers/routes-app.ts";

@@ -13,7 +13,7 @@ import pino from "pino";
 import WebSocket from "ws";
 import { BotEngine, type ResolvedBot } from "../../coordinator/bots/engine.ts";
 import { attachBotUpgrades } from "../../coordinator/bots/websocket.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 import { waitUntil } from "../helpers/wait.ts";

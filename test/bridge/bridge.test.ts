@@ -269,29 +269,32 @@ test("task bridge", { timeout: 120_000 }, async (t) => {
     await runners.close(r2.containerId);
   });
 
-  await t.test("an OOM-killed container names the reason: oom_killed retry, then FAILED OutOfMemory", async () => {
-    const r1 = await openRunner("stub-oom");
-    await publishTask(n, { stubId: "stub-oom", taskId: "task-oom", maxRetries: 1 });
-    await nextTask(r1.socket);
-    runners.exited(r1.containerId, 137, "oom_killed");
-    const r2 = await openRunner("stub-oom");
-    await nextTask(r2.socket);
-    runners.exited(r2.containerId, 137, "oom_killed");
-    const evs = await eventsOf(n, "task-oom", 4);
-    assert.deepEqual(shape(evs), [
-      ["started", "", 1],
-      ["retry", "oom_killed: exit code 137", 1],
-      ["started", "", 2],
-      ["finished", "FAILED", 2],
-    ]);
-    const last = evs[3] as Extract<TaskEvent, { type: "finished" }>;
-    assert.equal(last.reason, "oom_killed");
-    assert.equal(last.error?.type, "OutOfMemory");
-    assert.match(last.error?.message ?? "", /ran out of memory.*exit code 137/);
-    await queueEmpty(n);
-    await runners.close(r1.containerId);
-    await runners.close(r2.containerId);
-  });
+  await t.test(
+    "an OOM-killed container names the reason: oom_killed retry, then FAILED OutOfMemory",
+    async () => {
+      const r1 = await openRunner("stub-oom");
+      await publishTask(n, { stubId: "stub-oom", taskId: "task-oom", maxRetries: 1 });
+      await nextTask(r1.socket);
+      runners.exited(r1.containerId, 137, "oom_killed");
+      const r2 = await openRunner("stub-oom");
+      await nextTask(r2.socket);
+      runners.exited(r2.containerId, 137, "oom_killed");
+      const evs = await eventsOf(n, "task-oom", 4);
+      assert.deepEqual(shape(evs), [
+        ["started", "", 1],
+        ["retry", "oom_killed: exit code 137", 1],
+        ["started", "", 2],
+        ["finished", "FAILED", 2],
+      ]);
+      const last = evs[3] as Extract<TaskEvent, { type: "finished" }>;
+      assert.equal(last.reason, "oom_killed");
+      assert.equal(last.error?.type, "OutOfMemory");
+      assert.match(last.error?.message ?? "", /ran out of memory.*exit code 137/);
+      await queueEmpty(n);
+      await runners.close(r1.containerId);
+      await runners.close(r2.containerId);
+    },
+  );
 
   await t.test("a timeout finishes the task TIMEOUT and kills its container", async () => {
     const r = await openRunner("stub-slow");

@@ -123,7 +123,11 @@ test("a stopped pod, a bad route, a missing Upgrade header and an agent without 
   const bad = await upgrade(sock, "/v1/databases/x/connect");
   assert.match(bad.head, /^HTTP\/1\.1 404/);
   assert.equal(JSON.parse(bad.body).error.code, "route_not_found");
-  const noUpgrade = await upgrade(sock, "/v1/databases/15432/connect", "Upgrade: websocket\r\nConnection: Upgrade\r\n");
+  const noUpgrade = await upgrade(
+    sock,
+    "/v1/databases/15432/connect",
+    "Upgrade: websocket\r\nConnection: Upgrade\r\n",
+  );
   assert.match(noUpgrade.head, /^HTTP\/1\.1 400/);
   assert.match(JSON.parse(noUpgrade.body).error.message, /needs Upgrade: berth-tcp/);
 

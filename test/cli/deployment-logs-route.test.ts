@@ -10,7 +10,7 @@ import Fastify, { type FastifyInstance } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { installErrorHandlers } from "../../coordinator/http/errors.ts";
 import { deploymentLogRoutes, type StubContainer } from "../../coordinator/logs/deployment-log-routes.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
 import { transportFake, type FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { bearer } from "../helpers/auth.ts";

@@ -54,5 +54,8 @@ test("a watch-only default can be taken back in .berthignore (!logs/)", async (t
   mkdirSync(join(root, "logs"));
   writeFileSync(join(root, "logs", "config.py"), "level = 1\n");
   const paths = await w.changed;
-  assert.ok(paths.some((p) => p.startsWith("logs")), paths.join(","));
+  assert.ok(
+    paths.some((p) => p.startsWith("logs")),
+    paths.join(","),
+  );
 });

@@ -16,7 +16,7 @@ import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { JoinService } from "../../coordinator/fleet/join.ts";
 import { AgentRevoker } from "../../coordinator/fleet/revoke.ts";
 import { COORDINATOR_CLIENT_NAME, ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { agentInboxPrefix } from "../../shared/agent-nats.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { closeNats, startNatsServer } from "../../shared/nats-server.ts";
@@ -45,7 +45,8 @@ async function permissionError(nc: NatsConnection, subject: string): Promise<str
   for await (const s of nc.status()) {
     // nats.js puts the error's code in data and what was refused beside it.
     const ctx = (s as { permissionContext?: { operation: string; subject: string } }).permissionContext;
-    if (s.type === "error" && s.data === "PERMISSIONS_VIOLATION" && ctx?.subject === subject) return ctx.operation;
+    if (s.type === "error" && s.data === "PERMISSIONS_VIOLATION" && ctx?.subject === subject)
+      return ctx.operation;
   }
   throw new Error("connection closed without the permission error");
 }
@@ -58,10 +59,18 @@ test("each agent's own NATS user reaches its subjects only; revoke cuts NATS and
   const store = await Store.open(`sqlite:${dir}/berth.db`);
   t.after(() => store.close());
 
-  const coord = await connect({ servers: nats.url, user: coordinatorUser.user, pass: coordinatorUser.password });
+  const coord = await connect({
+    servers: nats.url,
+    user: coordinatorUser.user,
+    pass: coordinatorUser.password,
+  });
   t.after(() => closeNats(coord));
   const jsm = await coord.jetstreamManager();
-  await jsm.streams.add({ name: TASKS_STREAM, subjects: [ALL_TASK_SUBJECTS], retention: RetentionPolicy.Workqueue });
+  await jsm.streams.add({
+    name: TASKS_STREAM,
+    subjects: [ALL_TASK_SUBJECTS],
+    retention: RetentionPolicy.Workqueue,
+  });
   await jsm.consumers.add(TASKS_STREAM, { durable_name: "stub-1", ack_policy: AckPolicy.Explicit });
   await jsm.streams.add({ name: TASK_EVENTS_STREAM, subjects: [ALL_TASK_EVENTS] });
 
@@ -98,7 +107,13 @@ test("each agent's own NATS user reaches its subjects only; revoke cuts NATS and
   for (const name of ["host-a", "host-b"]) {
     const seed = new TextDecoder().decode(nkeys.createUser().getSeed());
     const nkey = nkeys.fromSeed(enc.encode(seed)).getPublicKey();
-    const grant = await join.join({ joinToken, hostname: name, version: "t", grpcAddress: "127.0.0.1:1", natsNkey: nkey });
+    const grant = await join.join({
+      joinToken,
+      hostname: name,
+      version: "t",
+      grpcAddress: "127.0.0.1:1",
+      natsNkey: nkey,
+    });
     assert.deepEqual(grant.nats, { url: nats.url }, "no shared password is handed out");
     const rpc = await startAgentRpcServer({
       impl: new FakeAgent(),
@@ -134,7 +149,10 @@ test("each agent's own NATS user reaches its subjects only; revoke cuts NATS and
     hosts.push({ id: grant.agentId, seed, nc });
   }
   const [a, b] = hosts as [(typeof hosts)[0], (typeof hosts)[0]];
-  assert.match(readFileSync(nats.usersFile, "utf8"), new RegExp(nkeys.fromSeed(enc.encode(a.seed)).getPublicKey()));
+  assert.match(
+    readFileSync(nats.usersFile, "utf8"),
+    new RegExp(nkeys.fromSeed(enc.encode(a.seed)).getPublicKey()),
+  );
 
   // What an agent does: heartbeats on its own subject, the task cancel broadcast, pulling and acking a task,
   // storing a task event, and a request answered into its own inbox.
@@ -153,7 +171,9 @@ test("each agent's own NATS user reaches its subjects only; revoke cuts NATS and
   assert.equal(await msg?.ackAck(), true);
   const ack = await a.nc.jetstream().publish(taskEventSubject(a.id, "task-1"), enc.encode("{}"));
   assert.equal(ack.stream, TASK_EVENTS_STREAM);
-  const responder = coord.subscribe(`berth.agent.${a.id}.state`, { callback: (_e, m) => m.respond(enc.encode("ok")) });
+  const responder = coord.subscribe(`berth.agent.${a.id}.state`, {
+    callback: (_e, m) => m.respond(enc.encode("ok")),
+  });
   await coord.flush();
   assert.equal((await a.nc.request(`berth.agent.${a.id}.state`, enc.encode("q"))).string(), "ok");
   responder.unsubscribe();
@@ -177,10 +197,17 @@ test("each agent's own NATS user reaches its subjects only; revoke cuts NATS and
   // nats-server closes the connection of the user that left users.conf; its reconnects are refused.
   await a.nc.closed();
   await assert.rejects(
-    connect({ servers: nats.url, authenticator: nkeyAuthenticator(enc.encode(a.seed)), maxReconnectAttempts: 0 }),
+    connect({
+      servers: nats.url,
+      authenticator: nkeyAuthenticator(enc.encode(a.seed)),
+      maxReconnectAttempts: 0,
+    }),
     /Authorization Violation/i,
   );
-  assert.throws(() => pool.client(a.id), (e: unknown) => e instanceof BerthError && e.code === "failed_precondition");
+  assert.throws(
+    () => pool.client(a.id),
+    (e: unknown) => e instanceof BerthError && e.code === "failed_precondition",
+  );
   assert.equal(fleet.get(a.id)?.state, "left");
   await assert.rejects(
     join.join({ joinToken, agentId: a.id, hostname: "host-a", version: "t", grpcAddress: "127.0.0.1:1" }),
@@ -193,7 +220,11 @@ test("each agent's own NATS user reaches its subjects only; revoke cuts NATS and
   // The other agent is untouched: NATS and gRPC.
   b.nc.publish(subjects.heartbeat(b.id), "beat");
   await waitUntil(() => beats.includes(subjects.heartbeat(b.id)), { what: "agent B's heartbeat" });
-  assert.deepEqual(beats, [subjects.heartbeat(a.id), subjects.heartbeat(b.id)], "A's forged heartbeat never arrived");
+  assert.deepEqual(
+    beats,
+    [subjects.heartbeat(a.id), subjects.heartbeat(b.id)],
+    "A's forged heartbeat never arrived",
+  );
   assert.equal(b.nc.isClosed(), false);
   assert.equal((await pool.client(b.id).listContainers()).length, 0);
 });
@@ -206,12 +237,21 @@ test("a revoke on one coordinator reaches the others: their pools refuse the age
   const store = await Store.open(`sqlite:${dir}/berth.db`);
   t.after(() => store.close());
   const pki = await ClusterPki.load(store.kv);
-  const agent = await store.agents.upsertJoin({ id: "agent-bcast1", hostname: "h", version: "t", grpcAddress: "127.0.0.1:1" });
+  const agent = await store.agents.upsertJoin({
+    id: "agent-bcast1",
+    hostname: "h",
+    version: "t",
+    grpcAddress: "127.0.0.1:1",
+  });
 
   // Two coordinators: each its own NATS connection, revoked set, fleet view and gRPC pool over one store.
   const coordinators = [];
   for (let i = 0; i < 2; i++) {
-    const nc = await connect({ servers: nats.url, user: coordinatorUser.user, pass: coordinatorUser.password });
+    const nc = await connect({
+      servers: nats.url,
+      user: coordinatorUser.user,
+      pass: coordinatorUser.password,
+    });
     t.after(() => closeNats(nc));
     const revoked = await new RevokedAgents(store.kv).load();
     const fleet = new FleetView();
@@ -239,7 +279,12 @@ test("a revoke on one coordinator reaches the others: their pools refuse the age
   assert.ok(second.pool.client(agent.id), "dialable before");
 
   await first.revoker.revoke(agent.id);
-  await waitUntil(() => second.revoked.has(agent.id), { what: "the second coordinator to hear of the revoke" });
-  assert.throws(() => second.pool.client(agent.id), (e: unknown) => e instanceof BerthError && e.code === "failed_precondition");
+  await waitUntil(() => second.revoked.has(agent.id), {
+    what: "the second coordinator to hear of the revoke",
+  });
+  assert.throws(
+    () => second.pool.client(agent.id),
+    (e: unknown) => e instanceof BerthError && e.code === "failed_precondition",
+  );
   assert.equal(second.fleet.get(agent.id)?.state, "left");
 });

@@ -10,7 +10,7 @@ import { JoinService } from "../../coordinator/fleet/join.ts";
 import { AgentRevoker } from "../../coordinator/fleet/revoke.ts";
 import { buildHttpApp } from "../../coordinator/edge/app.ts";
 import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { bearer } from "../helpers/auth.ts";
 import { runCli } from "../helpers/cluster.ts";
 import { tempDir } from "../helpers/env.ts";
@@ -38,14 +38,23 @@ test("POST /api/v1/agents/{id}/revoke and `berth agent revoke`: admin only, unkn
   const user = (await store.tokens.create(ws.id, { name: "user" })).secret;
   const { secret: joinToken } = await store.joinTokens.create("t");
   // An agent without a key (an older version) gets the shared user: revoke says its NATS is not cut.
-  const grant = await join.join({ joinToken, hostname: "old-host", version: "t", grpcAddress: "127.0.0.1:1" });
+  const grant = await join.join({
+    joinToken,
+    hostname: "old-host",
+    version: "t",
+    grpcAddress: "127.0.0.1:1",
+  });
   assert.equal(grant.nats.password, "shared");
   await store.agents.recordSeen(grant.agentId, { state: "ready", lastSeenAt: new Date().toISOString() });
 
   const url = `/api/v1/agents/${grant.agentId}/revoke`;
   assert.equal((await app.inject({ method: "POST", url })).statusCode, 401);
   assert.equal((await app.inject({ method: "POST", url, headers: bearer(user) })).statusCode, 403);
-  const missing = await app.inject({ method: "POST", url: "/api/v1/agents/agent-nosuch/revoke", headers: bearer(admin) });
+  const missing = await app.inject({
+    method: "POST",
+    url: "/api/v1/agents/agent-nosuch/revoke",
+    headers: bearer(admin),
+  });
   assert.equal(missing.statusCode, 404);
   assert.equal(missing.json().error.code, "not_found");
   assert.equal(revoked.has(grant.agentId), false, "refused calls revoke nothing");

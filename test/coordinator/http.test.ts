@@ -3,7 +3,7 @@ import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { buildHttpApp } from "../../coordinator/edge/app.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";
 import { bearer } from "../helpers/auth.ts";
@@ -36,7 +36,6 @@ describe("coordinator HTTP API (inject)", () => {
     for (const fn of cleanups) await fn();
   });
 
-
   test("healthz is public", async () => {
     const r = await app.inject({ method: "GET", url: "/healthz" });
     assert.equal(r.statusCode, 200);
@@ -44,7 +43,12 @@ describe("coordinator HTTP API (inject)", () => {
   });
 
   test("missing, malformed, unknown tokens get 401 with a JSON error", async () => {
-    for (const headers of [{}, { authorization: "Bearer" }, { authorization: "Basic a b" }, bearer("bt_unknown")]) {
+    for (const headers of [
+      {},
+      { authorization: "Bearer" },
+      { authorization: "Basic a b" },
+      bearer("bt_unknown"),
+    ]) {
       const r = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers });
       assert.equal(r.statusCode, 401, JSON.stringify(headers));
       assert.equal(r.json().error.code, "unauthenticated");
@@ -57,7 +61,11 @@ describe("coordinator HTTP API (inject)", () => {
     assert.equal(r.statusCode, 200);
     assert.equal(r.json().name, "main");
     assert.match(r.json().external_id, /^ws-/);
-    const bare = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: { authorization: user } });
+    const bare = await app.inject({
+      method: "GET",
+      url: "/api/v1/workspace/current",
+      headers: { authorization: user },
+    });
     assert.equal(bare.json().external_id, r.json().external_id);
     const o = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(other) });
     assert.equal(o.json().name, "elsewhere");
@@ -79,14 +87,24 @@ describe("coordinator HTTP API (inject)", () => {
   });
 
   test("schema violations are 400 invalid_request naming the problem", async () => {
-    const r = await app.inject({ method: "POST", url: "/api/v1/token", headers: bearer(user), payload: { nope: 1 } });
+    const r = await app.inject({
+      method: "POST",
+      url: "/api/v1/token",
+      headers: bearer(user),
+      payload: { nope: 1 },
+    });
     assert.equal(r.statusCode, 400);
     assert.equal(r.json().error.code, "invalid_request");
     assert.match(r.json().error.message, /nope|additional/);
   });
 
   test("tokens: create shows the secret once, list hides it, revoke works, scoped to the workspace", async () => {
-    const c = await app.inject({ method: "POST", url: "/api/v1/token", headers: bearer(user), payload: { name: "ci" } });
+    const c = await app.inject({
+      method: "POST",
+      url: "/api/v1/token",
+      headers: bearer(user),
+      payload: { name: "ci" },
+    });
     assert.equal(c.statusCode, 201);
     const { token, token_info } = c.json();
     assert.match(token, /^bt_/);
@@ -95,14 +113,30 @@ describe("coordinator HTTP API (inject)", () => {
     assert.ok(l.json().tokens.some((t: { id: string }) => t.id === token_info.id));
     const seenByOther = await app.inject({ method: "GET", url: "/api/v1/token", headers: bearer(other) });
     assert.ok(!seenByOther.json().tokens.some((t: { id: string }) => t.id === token_info.id));
-    const crossRevoke = await app.inject({ method: "DELETE", url: `/api/v1/token/${token_info.id}`, headers: bearer(other) });
+    const crossRevoke = await app.inject({
+      method: "DELETE",
+      url: `/api/v1/token/${token_info.id}`,
+      headers: bearer(other),
+    });
     assert.equal(crossRevoke.statusCode, 404);
-    const works = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(token) });
+    const works = await app.inject({
+      method: "GET",
+      url: "/api/v1/workspace/current",
+      headers: bearer(token),
+    });
     assert.equal(works.statusCode, 200);
-    const rv = await app.inject({ method: "DELETE", url: `/api/v1/token/${token_info.id}`, headers: bearer(user) });
+    const rv = await app.inject({
+      method: "DELETE",
+      url: `/api/v1/token/${token_info.id}`,
+      headers: bearer(user),
+    });
     assert.equal(rv.statusCode, 200);
     assert.ok(rv.json().token_info.revoked_at);
-    const after = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(token) });
+    const after = await app.inject({
+      method: "GET",
+      url: "/api/v1/workspace/current",
+      headers: bearer(token),
+    });
     assert.equal(after.statusCode, 401);
   });
 
@@ -118,21 +152,43 @@ describe("coordinator HTTP API (inject)", () => {
       assert.equal(r.statusCode, 403, `${method} ${url}`);
       assert.equal(r.json().error.code, "permission_denied");
     }
-    const c = await app.inject({ method: "POST", url: "/api/v1/workspace", headers: bearer(admin), payload: { name: "team-b" } });
+    const c = await app.inject({
+      method: "POST",
+      url: "/api/v1/workspace",
+      headers: bearer(admin),
+      payload: { name: "team-b" },
+    });
     assert.equal(c.statusCode, 201);
     assert.match(c.json().token, /^bt_/);
-    const cur = await app.inject({ method: "GET", url: "/api/v1/workspace/current", headers: bearer(c.json().token) });
+    const cur = await app.inject({
+      method: "GET",
+      url: "/api/v1/workspace/current",
+      headers: bearer(c.json().token),
+    });
     assert.equal(cur.json().name, "team-b");
-    const dup = await app.inject({ method: "POST", url: "/api/v1/workspace", headers: bearer(admin), payload: { name: "team-b" } });
+    const dup = await app.inject({
+      method: "POST",
+      url: "/api/v1/workspace",
+      headers: bearer(admin),
+      payload: { name: "team-b" },
+    });
     assert.equal(dup.statusCode, 409);
   });
 
   test("join: wrong token is 401; a good one hands out id, NATS credentials and TLS; rejoin keeps the id", async () => {
     const body = { hostname: "gpu-7", version: "0.1.0", grpc_address: "10.1.2.3:8421" };
-    const bad = await app.inject({ method: "POST", url: "/api/v1/agents/join", payload: { ...body, join_token: "bj_x" } });
+    const bad = await app.inject({
+      method: "POST",
+      url: "/api/v1/agents/join",
+      payload: { ...body, join_token: "bj_x" },
+    });
     assert.equal(bad.statusCode, 401);
     assert.equal(bad.json().error.code, "join_token_invalid");
-    const ok = await app.inject({ method: "POST", url: "/api/v1/agents/join", payload: { ...body, join_token: joinToken } });
+    const ok = await app.inject({
+      method: "POST",
+      url: "/api/v1/agents/join",
+      payload: { ...body, join_token: joinToken },
+    });
     assert.equal(ok.statusCode, 200);
     const g = ok.json();
     assert.match(g.agent_id, /^agent-/);
@@ -181,7 +237,9 @@ describe("coordinator HTTP API (inject)", () => {
           gpus: {
             available: true,
             toolkit: false,
-            devices: [{ index: 0, uuid: "GPU-1", model: "NVIDIA H100 80GB HBM3", type: "H100", memoryMiB: 81559 }],
+            devices: [
+              { index: 0, uuid: "GPU-1", model: "NVIDIA H100 80GB HBM3", type: "H100", memoryMiB: 81559 },
+            ],
           },
         },
       },
@@ -195,7 +253,11 @@ describe("coordinator HTTP API (inject)", () => {
     fleet.sweep(now + 60_000);
     const r2 = await app.inject({ method: "GET", url: `/api/v1/agents/${agent_id}`, headers: bearer(admin) });
     assert.equal(r2.json().state, "lost");
-    const missing = await app.inject({ method: "GET", url: "/api/v1/agents/agent-nope", headers: bearer(admin) });
+    const missing = await app.inject({
+      method: "GET",
+      url: "/api/v1/agents/agent-nope",
+      headers: bearer(admin),
+    });
     assert.equal(missing.statusCode, 404);
   });
 });

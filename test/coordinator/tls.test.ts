@@ -21,7 +21,7 @@ import { type RunningCoordinator, StartupError, startCoordinator } from "../../c
 import { loadTlsCredentials, resolveCoordinatorOptions } from "../../coordinator/options.ts";
 import { createClusterCa, issueCertificate } from "../../coordinator/pki/ca.ts";
 import { portUrl } from "../../coordinator/ports/urls.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { freePort } from "../../shared/net.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";

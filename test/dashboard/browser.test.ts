@@ -74,7 +74,8 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
   });
   assert.equal(enqueued.status, 200, await enqueued.clone().text());
   const taskId = ((await enqueued.json()) as { task_id: string }).task_id;
-  const wsId = ((await (await up.api("/api/v1/workspace/current")).json()) as { external_id: string }).external_id;
+  const wsId = ((await (await up.api("/api/v1/workspace/current")).json()) as { external_id: string })
+    .external_id;
 
   const browser: Browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -114,7 +115,10 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
     const url = page.locator("[data-testid=deployment-url]");
     await url.waitFor(WAIT);
     assert.match((await url.textContent()) ?? "", /\/taskqueue\/dashjob/);
-    assert.match((await page.locator("[data-testid=deployment-page] h2").textContent()) ?? "", /dashjob v1 active/);
+    assert.match(
+      (await page.locator("[data-testid=deployment-page] h2").textContent()) ?? "",
+      /dashjob v1 active/,
+    );
     await shot(page, "deployment");
   });
 
@@ -123,14 +127,19 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
     await page.locator("[data-testid=task-row] a", { hasText: taskId }).click();
     const status = page.locator("[data-testid=task-page] h2 [data-testid=task-status]");
     await page.waitForFunction(
-      () => document.querySelector("[data-testid=task-page] h2 [data-testid=task-status]")?.textContent === "COMPLETE",
+      () =>
+        document.querySelector("[data-testid=task-page] h2 [data-testid=task-status]")?.textContent ===
+        "COMPLETE",
       undefined,
       WAIT,
     );
     assert.equal(await status.textContent(), "COMPLETE");
     await page.locator("[data-testid=log-line]", { hasText: `${MARKER} done 42` }).waitFor(WAIT);
     const lines = await page.locator("[data-testid=log-line]").allTextContents();
-    assert.ok(lines.some((l) => l.includes(`${MARKER} start 21`)), lines.join("\n"));
+    assert.ok(
+      lines.some((l) => l.includes(`${MARKER} start 21`)),
+      lines.join("\n"),
+    );
     await shot(page, "task");
 
     // The status filter: COMPLETE lists it, FAILED does not.
@@ -173,22 +182,31 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
     await shot(page, "metrics");
   });
 
-  await t.test("the events page lists the task's events and a webhook; the limits page its limits and usage", async () => {
-    const hook = await up.api(`/api/v1/webhook/${wsId}`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ url: "http://127.0.0.1:9/dashboard-hook", event_types: ["task.*"], description: "seen" }),
-    });
-    assert.equal(hook.status, 201, await hook.text());
-    await page.click("header nav a[href='#/events']");
-    await page.locator("[data-testid=event-row]", { hasText: taskId }).first().waitFor(WAIT);
-    await page.locator("[data-testid=webhook-row]", { hasText: "127.0.0.1:9/dashboard-hook" }).waitFor(WAIT);
-    await shot(page, "events");
-    await page.click("header nav a[href='#/limits']");
-    await page.locator("[data-testid=limit-row]", { hasText: "max_containers" }).waitFor(WAIT);
-    assert.equal(await page.locator("[data-testid=limit-row]").count(), 9);
-    await shot(page, "limits");
-  });
+  await t.test(
+    "the events page lists the task's events and a webhook; the limits page its limits and usage",
+    async () => {
+      const hook = await up.api(`/api/v1/webhook/${wsId}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          url: "http://127.0.0.1:9/dashboard-hook",
+          event_types: ["task.*"],
+          description: "seen",
+        }),
+      });
+      assert.equal(hook.status, 201, await hook.text());
+      await page.click("header nav a[href='#/events']");
+      await page.locator("[data-testid=event-row]", { hasText: taskId }).first().waitFor(WAIT);
+      await page
+        .locator("[data-testid=webhook-row]", { hasText: "127.0.0.1:9/dashboard-hook" })
+        .waitFor(WAIT);
+      await shot(page, "events");
+      await page.click("header nav a[href='#/limits']");
+      await page.locator("[data-testid=limit-row]", { hasText: "max_containers" }).waitFor(WAIT);
+      assert.equal(await page.locator("[data-testid=limit-row]").count(), 9);
+      await shot(page, "limits");
+    },
+  );
 
   assert.deepEqual(pageErrors, [], "the pages threw no script errors");
 });

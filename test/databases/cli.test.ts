@@ -38,10 +38,7 @@ test("berth db create/list/get/stop/start/restart/delete; the password is never 
 
   const cache = await cli("db", "create", "redis", "cache", "--memory", "256", "--json");
   assert.equal(cache.code, 0, cache.stderr);
-  assert.deepEqual(
-    [JSON.parse(cache.stdout).engine, JSON.parse(cache.stdout).status],
-    ["redis", "running"],
-  );
+  assert.deepEqual([JSON.parse(cache.stdout).engine, JSON.parse(cache.stdout).status], ["redis", "running"]);
   assert.equal(d.agent.runs.at(-1)?.memoryBytes, 256 * 1024 * 1024);
 
   const listed = await cli("db", "list", "--json");

@@ -43,7 +43,13 @@ test("POST creates (201, ready), GET lists; get, stop, start, restart, delete by
   const created = await call("POST", `/database/${ws}`, { engine: "postgres", name: "main" });
   assert.equal(created.status, 201);
   assert.deepEqual(
-    [created.body.name, created.body.engine, created.body.status, created.body.secret_name, created.body.local_port],
+    [
+      created.body.name,
+      created.body.engine,
+      created.body.status,
+      created.body.secret_name,
+      created.body.local_port,
+    ],
     ["main", "postgres", "running", "DB_MAIN_URL", 15432],
   );
   const url = (await d.secrets.resolve(d.w.ws, ["DB_MAIN_URL"])).DB_MAIN_URL as string;
@@ -78,7 +84,10 @@ test("refusals: bad engine or name 400, a taken name 409, no token 401", async (
   const bad = await call("POST", `/database/${ws}`, { engine: "mysql", name: "x" });
   assert.equal(bad.status, 400);
   assert.equal(bad.body.error.code, "invalid_request");
-  assert.match(bad.body.error.message, /database engine "mysql" is not one berth runs: use postgres or redis/);
+  assert.match(
+    bad.body.error.message,
+    /database engine "mysql" is not one berth runs: use postgres or redis/,
+  );
   const badName = await call("POST", `/database/${ws}`, { engine: "redis", name: "UPPER" });
   assert.equal(badName.status, 400);
   assert.match(badName.body.error.message, /database name "UPPER" is not valid/);
@@ -104,7 +113,9 @@ test("another workspace's database is 404 on every route, with either workspace 
     const r = await call(m, u, undefined, otherToken);
     assert.deepEqual([r.status, r.body.error.code], [404, "not_found"], `${m} ${u}`);
   }
-  assert.deepEqual((await call("GET", `/database/${otherWs}`, undefined, otherToken)).body, { databases: [] });
+  assert.deepEqual((await call("GET", `/database/${otherWs}`, undefined, otherToken)).body, {
+    databases: [],
+  });
   // The other token naming this workspace: the workspace itself is not found.
   for (const [m, u] of [
     ["GET", `/database/${ws}`],

@@ -243,7 +243,11 @@ test("beta9-style programs run unchanged through the SDK on a berth up cluster",
     async () => {
       const out = await py("bad-pod");
       assert.match(out, /^bad-pod: False .*no-such-program/m, out);
-      assert.match(out, /^berth: the pod did not start: .*no-such-program/m, "printed for the program's user");
+      assert.match(
+        out,
+        /^berth: the pod did not start: .*no-such-program/m,
+        "printed for the program's user",
+      );
     },
   );
 

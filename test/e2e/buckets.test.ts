@@ -96,13 +96,16 @@ test("cloud buckets end to end: keys from secrets, read, read_only, a sandbox an
   const py = async (...args: string[]) => result(await up.python(["app.py", ...args]));
   const agentDir = join(up.dataDir, "agent");
 
-  await t.test("a function reads an object; read_only refuses a write; a read-write bucket takes one", async () => {
-    const r = await py("read");
-    assert.equal(r.text, "hello from s3");
-    assert.equal(r.read_only, "Read-only file system");
-    assert.equal((await s3.get("raw-data", "new.txt")).status, 404);
-    assert.deepEqual(await s3.get("scratch", "out.txt"), { status: 200, body: "from a function" });
-  });
+  await t.test(
+    "a function reads an object; read_only refuses a write; a read-write bucket takes one",
+    async () => {
+      const r = await py("read");
+      assert.equal(r.text, "hello from s3");
+      assert.equal(r.read_only, "Read-only file system");
+      assert.equal((await s3.get("raw-data", "new.txt")).status, 404);
+      assert.deepEqual(await s3.get("scratch", "out.txt"), { status: 200, body: "from a function" });
+    },
+  );
 
   await t.test("a sandbox sees a bucket", async () => {
     const r = await py("sandbox");
@@ -112,7 +115,8 @@ test("cloud buckets end to end: keys from secrets, read, read_only, a sandbox an
   await t.test("a pod sees a bucket", async () => {
     const r = await py("pod");
     assert.equal(r.ok, true);
-    const ws = ((await (await up.api("/api/v1/workspace/current")).json()) as { external_id: string }).external_id;
+    const ws = ((await (await up.api("/api/v1/workspace/current")).json()) as { external_id: string })
+      .external_id;
     const got = await waitUntil(
       async () => {
         const res = await up.api(`/api/v1/volume/${ws}/seen/files/pod.txt`);
@@ -126,8 +130,13 @@ test("cloud buckets end to end: keys from secrets, read, read_only, a sandbox an
   await t.test("wrong keys fail the task with a reason naming the bucket, not the keys", async () => {
     const r = await py("wrong");
     assert.equal(r.result, undefined, "the function must not run");
-    assert.match(String(r.error), /cloud bucket raw-data: the access key or secret key was refused at http:\/\/127\.0\.0\.1:\d+/);
-    assert.ok(!String(r.error).includes("wrong-secret-value-42") && !String(r.error).includes("BERTHWRONGKEY"));
+    assert.match(
+      String(r.error),
+      /cloud bucket raw-data: the access key or secret key was refused at http:\/\/127\.0\.0\.1:\d+/,
+    );
+    assert.ok(
+      !String(r.error).includes("wrong-secret-value-42") && !String(r.error).includes("BERTHWRONGKEY"),
+    );
     assert.ok(!up.output().includes("wrong-secret-value-42"), "no key in the cluster's logs");
   });
 
@@ -137,7 +146,10 @@ test("cloud buckets end to end: keys from secrets, read, read_only, a sandbox an
     assert.equal(ps.code, 0, ps.stderr);
     const ids = (JSON.parse(ps.stdout) as { id: string }[]).map((c) => c.id);
     assert.ok(ids.length > 0);
-    assert.ok(mountsUnder(join(agentDir)).some((m) => m.includes("/buckets/")), "the warm containers' buckets are mounted");
+    assert.ok(
+      mountsUnder(join(agentDir)).some((m) => m.includes("/buckets/")),
+      "the warm containers' buckets are mounted",
+    );
     for (const id of ids) await up.cli(["agent", "stop", "--rm", "--grace", "1", "--socket", sock, id]);
     const left = () => mountsUnder(agentDir).filter((m) => m.includes("/buckets/"));
     await waitUntil(() => left().length === 0, {

@@ -63,7 +63,8 @@ test("workspace API end to end: signed CloudEvents of a function run, history, l
   if (!needs(t, { root: true, commands: UP_COMMANDS })) return;
   const td = new Teardown(t);
   const up = await startBerthUp(td);
-  const ws = ((await (await up.api("/api/v1/workspace/current")).json()) as { external_id: string }).external_id;
+  const ws = ((await (await up.api("/api/v1/workspace/current")).json()) as { external_id: string })
+    .external_id;
   const hooks = await receiver(td);
   const marker = `marker-${randomBytes(6).toString("hex")}`;
   writeFileSync(join(up.appDir, "app.py"), APP(marker));
@@ -107,7 +108,11 @@ test("workspace API end to end: signed CloudEvents of a function run, history, l
     const history = (await (await up.api(`/api/v1/events/${ws}/history?type=task.*&limit=500`)).json()) as {
       events: { id: string; type: string; subject: string }[];
     };
-    for (const e of events) assert.ok(history.events.some((h) => h.id === e.id), `${e.type} ${e.id} is in the history`);
+    for (const e of events)
+      assert.ok(
+        history.events.some((h) => h.id === e.id),
+        `${e.type} ${e.id} is in the history`,
+      );
   });
 
   await t.test("the logs route finds the line the function printed, with its task", async () => {
@@ -122,7 +127,9 @@ test("workspace API end to end: signed CloudEvents of a function run, history, l
     );
     assert.match(lines[0]?.line ?? "", new RegExp(`${marker} ada`));
     assert.equal(lines[0]?.task_id, taskId);
-    const byTask = (await (await up.api(`/api/v1/logs/${ws}?task_id=${taskId}`)).json()) as { lines: unknown[] };
+    const byTask = (await (await up.api(`/api/v1/logs/${ws}?task_id=${taskId}`)).json()) as {
+      lines: unknown[];
+    };
     assert.ok(byTask.lines.length >= 1);
   });
 
@@ -131,7 +138,12 @@ test("workspace API end to end: signed CloudEvents of a function run, history, l
     assert.equal(r.status, 200);
     const doc = (await r.json()) as { openapi: string; paths: Record<string, unknown> };
     assert.match(doc.openapi, /^3\./);
-    for (const p of ["/api/v1/task/{ws}", "/api/v1/logs/{ws}", "/api/v1/events/{ws}/history", "/api/v1/webhook/{ws}"])
+    for (const p of [
+      "/api/v1/task/{ws}",
+      "/api/v1/logs/{ws}",
+      "/api/v1/events/{ws}/history",
+      "/api/v1/webhook/{ws}",
+    ])
       assert.ok(doc.paths[p], `${p} is documented`);
     await SwaggerParser.validate(structuredClone(doc) as never);
   });

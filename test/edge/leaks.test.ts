@@ -18,7 +18,7 @@ import { dataPlaneServer } from "../../coordinator/edge/data-plane.ts";
 import { publicError } from "../../coordinator/http/public-error.ts";
 import { createInference } from "../../coordinator/inference/index.ts";
 import { inferenceRoutes } from "../../coordinator/inference/routes.ts";
-import type { DeploymentWithStub } from "../../coordinator/store/deployments.ts";
+import type { DeploymentWithStub } from "../../coordinator/deployments/store.ts";
 import type { TokenRepo } from "../../coordinator/store/workspaces.ts";
 import { CATALOG, type ErrorCode } from "../../shared/errors.ts";
 import { waitFor } from "../../shared/net.ts";

@@ -193,7 +193,8 @@ export class FakeDeployments implements DeploymentTargets {
     const r = this.byId.get(id);
     if (!r) throw new BerthError("not_found", `deployment ${id} not found`);
     // As the deployment service does: a stopped deployment is refused unless the caller refuses it itself.
-    if (!r.deployment.active && !o.includeStopped) throw new BerthError("deployment_stopped", `deployment ${id} is stopped`);
+    if (!r.deployment.active && !o.includeStopped)
+      throw new BerthError("deployment_stopped", `deployment ${id} is stopped`);
     return r;
   }
 

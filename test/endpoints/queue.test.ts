@@ -133,10 +133,14 @@ describe("endpoint queue: slots, max_pending_tasks, expiry, unreachable containe
     const d = await e.deploy("nowhere", "endpoint");
     const pending = post("/endpoint/nowhere", { op: "echo" });
     // What the container starter does when the planner's refusal is permanent (starter.ts).
-    const reason = "no agent can fit cpu=1 memory=128 MiB gpu=1xH200; no agent has 1 GPU(s) of type H200 (fleet GPUs: 8xA10G)";
-    await waitFor(async () => (await e.h.tasks.failPending(d.stub.id, { code: "unplaceable", message: reason })) === 1, {
-      what: "the request's task to wait for a container",
-    });
+    const reason =
+      "no agent can fit cpu=1 memory=128 MiB gpu=1xH200; no agent has 1 GPU(s) of type H200 (fleet GPUs: 8xA10G)";
+    await waitFor(
+      async () => (await e.h.tasks.failPending(d.stub.id, { code: "unplaceable", message: reason })) === 1,
+      {
+        what: "the request's task to wait for a container",
+      },
+    );
     const res = await pending;
     const body = (await res.json()) as { error: { code: string; message: string }; task_id?: string };
     assert.equal(res.status, 422, JSON.stringify(body));

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { EndpointSlots, SlotWaitEnded } from "../../coordinator/endpoints/slots.ts";
-import type { StubRecord } from "../../coordinator/store/stubs.ts";
+import type { StubRecord } from "../../coordinator/tasks/stub-store.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { FakeContainers } from "./harness.ts";
 

@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import type { TaskHistoryEntry, TaskPatch, TaskRecord } from "../../coordinator/store/tasks.ts";
+import type { TaskHistoryEntry, TaskPatch, TaskRecord } from "../../coordinator/tasks/store.ts";
 import { waitFor } from "../../shared/net.ts";
 import { SPEC_TASK_FIELDS } from "../tasks/fixtures.ts";
 import { type EndpointHarness, startEndpointHarness } from "./harness.ts";

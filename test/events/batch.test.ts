@@ -19,7 +19,13 @@ import { startEventHarness } from "./helpers.ts";
 describe("event batches", () => {
   const h = perSuite((suite) => startEventHarness(suite));
 
-  const publish = (s: EventStream, ws: Workspace, type: EventType, n: number, data: Record<string, unknown> = {}) =>
+  const publish = (
+    s: EventStream,
+    ws: Workspace,
+    type: EventType,
+    n: number,
+    data: Record<string, unknown> = {},
+  ) =>
     s.publish({
       type,
       workspaceId: ws.id,
@@ -27,7 +33,8 @@ describe("event batches", () => {
       subject: `s-${n}`,
       data: { n, ...data },
     });
-  const storedMessages = async () => (await (await h.nc.jetstreamManager()).streams.info(EVENTS_STREAM)).state.messages;
+  const storedMessages = async () =>
+    (await (await h.nc.jetstreamManager()).streams.info(EVENTS_STREAM)).state.messages;
 
   test("events of one turn are one message per workspace, in order", async () => {
     const a = await h.store.workspaces.create("batch-a");
@@ -87,7 +94,10 @@ describe("event batches", () => {
       [0, 2],
     );
     assert.ok(two.next_cursor);
-    const rest = await h.stream.history(ws.id, { type: "task.created,task.complete", cursor: two.next_cursor });
+    const rest = await h.stream.history(ws.id, {
+      type: "task.created,task.complete",
+      cursor: two.next_cursor,
+    });
     assert.deepEqual(
       rest.events.map((e) => e.data.n),
       [3, 5, 6],
@@ -113,7 +123,10 @@ describe("event batches", () => {
     // A fresh stream knows no ids: it finds the event by scanning, then replays the rest.
     const fresh = await (await h.secondStream()).follow(ws.id, { fromId: second.id });
     const freshIt = fresh[Symbol.asyncIterator]();
-    assert.deepEqual([await next(freshIt), await next(freshIt), await next(freshIt), await next(freshIt)], [2, 3, 10, 11]);
+    assert.deepEqual(
+      [await next(freshIt), await next(freshIt), await next(freshIt), await next(freshIt)],
+      [2, 3, 10, 11],
+    );
     publish(h.stream, ws, "deployment.stop", 20);
     assert.equal(await next(freshIt), 20);
     fresh.close();
@@ -192,7 +205,10 @@ describe("event batches", () => {
     await h.stream.flush();
     const now = h.stream.stats();
     assert.equal(now.stored - before.stored, 6);
-    assert.ok(now.messages - before.messages >= 3, `6 events of 100 KiB took ${now.messages - before.messages} messages`);
+    assert.ok(
+      now.messages - before.messages >= 3,
+      `6 events of 100 KiB took ${now.messages - before.messages} messages`,
+    );
     const page = await h.stream.history(ws.id);
     assert.deepEqual(
       page.events.map((e) => e.data.n),
@@ -209,13 +225,20 @@ describe("event batches", () => {
     publish(s, ws, "stub.deploy", 2);
     await s.flush();
     assert.deepEqual(s.stats(), { stored: 3, messages: 2, lost: 0 });
-    assert.throws(() => new EventStream({ nats: h.nc, log: pino({ level: "silent" }), batchWindowMs: -1 }), /batchWindowMs/);
+    assert.throws(
+      () => new EventStream({ nats: h.nc, log: pino({ level: "silent" }), batchWindowMs: -1 }),
+      /batchWindowMs/,
+    );
   });
 
   test("events that cannot be stored are counted as lost and logged once with the count", async () => {
     const lines: string[] = [];
     const log = pino({ level: "warn" }, { write: (s: string) => lines.push(s) });
-    const nc = await connect({ servers: h.nats.url, user: h.nats.coordinator.user, pass: h.nats.coordinator.password });
+    const nc = await connect({
+      servers: h.nats.url,
+      user: h.nats.coordinator.user,
+      pass: h.nats.coordinator.password,
+    });
     const s = new EventStream({ nats: nc, log });
     await nc.close();
     for (let i = 0; i < 3; i++) publish(s, h.ws, "stub.deploy", i);

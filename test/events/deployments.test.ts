@@ -52,7 +52,15 @@ describe("deployment events", () => {
     );
     assert.deepEqual(
       { ...evs[0]?.data },
-      { deployment_id: d.id, name: "web", kind: "endpoint", version: 1, stub_id: d.stubId, active: true, serve: false },
+      {
+        deployment_id: d.id,
+        name: "web",
+        kind: "endpoint",
+        version: 1,
+        stub_id: d.stubId,
+        active: true,
+        serve: false,
+      },
     );
     assert.equal(evs[1]?.data.active, false);
     assert.deepEqual(

@@ -89,8 +89,9 @@ describe("event routes", () => {
 
     // Resume after the first: the second comes again, then what follows.
     const first = evs[0]?.id as string;
-    const resumed = await readSse(await get(`/api/v1/events/${h.ws.externalId}/stream?from_id=${first}`), (e) =>
-      e.length >= 1,
+    const resumed = await readSse(
+      await get(`/api/v1/events/${h.ws.externalId}/stream?from_id=${first}`),
+      (e) => e.length >= 1,
     );
     assert.equal(resumed.evs[0]?.id, evs[1]?.id);
     // Last-Event-ID wins over from_id (a reconnecting browser sends it).
@@ -106,6 +107,9 @@ describe("event routes", () => {
 
     const unknown = await get(`/api/v1/events/${h.ws.externalId}/stream?from_id=evt-nosuchevent`);
     assert.equal(unknown.status, 400);
-    assert.match(((await unknown.json()) as { error: { message: string } }).error.message, /unknown event id/);
+    assert.match(
+      ((await unknown.json()) as { error: { message: string } }).error.message,
+      /unknown event id/,
+    );
   });
 });

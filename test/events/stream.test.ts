@@ -74,7 +74,9 @@ describe("event stream", () => {
       const [id] = await h.tasks.submit(h.ws.id, h.stubId, [new Uint8Array([2])]);
       assert.ok(id);
       await h.tasks.cancel(h.ws.id, id);
-      await waitUntil(() => live.events.some((e) => e.subject === id && e.type === "task.cancelled"), { what: "task.cancelled" });
+      await waitUntil(() => live.events.some((e) => e.subject === id && e.type === "task.cancelled"), {
+        what: "task.cancelled",
+      });
       const ev = live.events.find((e) => e.type === "task.cancelled" && e.subject === id);
       assert.ok(ev);
       assert.equal(ev.data.status, "CANCELLED");
@@ -156,7 +158,9 @@ describe("event stream", () => {
         subject: "dep-from-afar",
         data: {},
       });
-      await waitUntil(() => live.events.some((e) => e.subject === "dep-from-afar"), { what: "the other coordinator's event" });
+      await waitUntil(() => live.events.some((e) => e.subject === "dep-from-afar"), {
+        what: "the other coordinator's event",
+      });
     } finally {
       live.stop();
     }
@@ -190,10 +194,13 @@ describe("event stream", () => {
     const ws = await h.store.workspaces.create("emitter");
     const emitter = new WorkspaceEvents(h.stream, h.store.workspaces, pino({ level: "silent" }));
     for (let i = 0; i < 4; i++) emitter.emit(ws.id, "stub.deploy", `e-${i}`, { n: i });
-    await waitUntil(async () => {
-      await h.stream.flush();
-      return (await h.stream.history(ws.id)).events.length === 4;
-    }, { what: "all four stored" });
+    await waitUntil(
+      async () => {
+        await h.stream.flush();
+        return (await h.stream.history(ws.id)).events.length === 4;
+      },
+      { what: "all four stored" },
+    );
     const evs = (await h.stream.history(ws.id)).events;
     assert.deepEqual(
       evs.map((e) => e.data.n),
@@ -205,11 +212,21 @@ describe("event stream", () => {
   test("publish never throws when NATS is gone, and logs that events are lost", async () => {
     const lines: string[] = [];
     const log = pino({ level: "warn" }, { write: (s: string) => lines.push(s) });
-    const nc = await connect({ servers: h.nats.url, user: h.nats.coordinator.user, pass: h.nats.coordinator.password });
+    const nc = await connect({
+      servers: h.nats.url,
+      user: h.nats.coordinator.user,
+      pass: h.nats.coordinator.password,
+    });
     const s = new EventStream({ nats: nc, log });
     await nc.close();
     assert.doesNotThrow(() =>
-      s.publish({ type: "stub.deploy", workspaceId: h.ws.id, workspaceExternalId: "x", subject: "s", data: {} }),
+      s.publish({
+        type: "stub.deploy",
+        workspaceId: h.ws.id,
+        workspaceExternalId: "x",
+        subject: "s",
+        data: {},
+      }),
     );
     await s.flush();
     assert.ok(

@@ -16,7 +16,7 @@ import { test } from "node:test";
 import { connect } from "nats";
 import pino from "pino";
 import { Objects } from "../../coordinator/objects/objects.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";
 import { closeNats } from "../../shared/nats-server.ts";
 import { freePort } from "../../shared/net.ts";

@@ -9,7 +9,10 @@ const INSIDES: readonly [string, RegExp][] = [
   ["a stack frame", /\n\s+at [^\n]+[(\s][^\n]*:\d+:\d+/],
   ["a source path", /\/work\/|node_modules|\.ts:\d+|file:\/\//],
   ["a temp path", /\/tmp\/berth-/],
-  ["a runtime error", /\b(TypeError|ReferenceError|RangeError|SyntaxError: Unexpected|SqliteError|Cannot read properties)\b/],
+  [
+    "a runtime error",
+    /\b(TypeError|ReferenceError|RangeError|SyntaxError: Unexpected|SqliteError|Cannot read properties)\b/,
+  ],
 ];
 
 /** Values the request carried (ids, names), which may come back in a message: replaced before looking for markers. */
@@ -48,7 +51,10 @@ export function problemsOf(
       out.push("an error body that is not JSON");
     }
     const code = parsed?.error?.code;
-    if (parsed && (typeof code !== "string" || !isErrorCode(code) || typeof parsed.error?.message !== "string")) {
+    if (
+      parsed &&
+      (typeof code !== "string" || !isErrorCode(code) || typeof parsed.error?.message !== "string")
+    ) {
       out.push("an error body without a catalog code and message");
     }
   }

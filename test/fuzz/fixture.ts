@@ -56,7 +56,14 @@ class OneStepBuilder implements ImageBuildApi {
   async *buildImage(req: BuildImageRequest): AsyncGenerator<BuildEvent> {
     const imageId = `img-${createHash("sha256").update(JSON.stringify(req.steps)).digest("hex").slice(0, 24)}`;
     yield { type: "base", imageId, ref: req.baseImage ?? "default", digest: "sha256:base" };
-    yield { type: "done", imageId, ref: `localhost/fuzz:${imageId}`, digest: "sha256:final", cachedSteps: 0, builtSteps: req.steps.length };
+    yield {
+      type: "done",
+      imageId,
+      ref: `localhost/fuzz:${imageId}`,
+      digest: "sha256:final",
+      cachedSteps: 0,
+      builtSteps: req.steps.length,
+    };
   }
 }
 
@@ -100,7 +107,10 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
   // A built dashboard (what `npm run build` writes), so GET / answers the page rather than 503 "not built".
   const dashboard = join(dir, "dashboard");
   await mkdir(join(dashboard, "assets"), { recursive: true });
-  await writeFile(join(dashboard, "index.html"), `<!doctype html><script src="/assets/${DASHBOARD_ASSET}"></script>`);
+  await writeFile(
+    join(dashboard, "index.html"),
+    `<!doctype html><script src="/assets/${DASHBOARD_ASSET}"></script>`,
+  );
   await writeFile(join(dashboard, "assets", DASHBOARD_ASSET), "console.log('dashboard');\n");
   let endpoints!: EndpointDispatcher;
   let images!: ImageBuilds;
@@ -195,8 +205,18 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
   await h.objects.putBytes(b.id, bSha, bBytes);
   addContainer(x.containers, { id: "ctr-bravo", stubId: bStub.id, workspaceId: b.id, since: Date.now() });
   // The endpoint deployments get a running container each, so a valid call is answered by the stand-in.
-  addContainer(x.containers, { id: "ctr-canary-web", stubId: x.seeded.deployment.stubId, workspaceId: a.id, since: Date.now() });
-  addContainer(x.containers, { id: "ctr-bravo-web", stubId: bDeployment.stubId, workspaceId: b.id, since: Date.now() });
+  addContainer(x.containers, {
+    id: "ctr-canary-web",
+    stubId: x.seeded.deployment.stubId,
+    workspaceId: a.id,
+    since: Date.now(),
+  });
+  addContainer(x.containers, {
+    id: "ctr-bravo-web",
+    stubId: bDeployment.stubId,
+    workspaceId: b.id,
+    since: Date.now(),
+  });
   const bSandboxStub = await h.store.stubs.upsert(b.id, {
     name: "bravo-sandbox",
     type: "sandbox",
@@ -215,7 +235,8 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
     await volumes.create(ws, `${mark}-vol`);
     await volumes.write(ws, `${mark}-vol`, `/${mark}.txt`, Readable.from([Buffer.from(`${mark} file`)]));
     // A built image each (its own step, so its own id): DELETE /api/v1/image/{ws}/{imageId} names a real one.
-    for await (const u of images.build(ws, { commands: [`echo ${mark}`] })) if (u.type === "image") imageIds[mark] = u.image.imageId;
+    for await (const u of images.build(ws, { commands: [`echo ${mark}`] }))
+      if (u.type === "image") imageIds[mark] = u.image.imageId;
     if (!imageIds[mark]) throw new Error(`the ${mark} image build ended without an image`);
   }
   const spare = async (ws: string) => (await h.store.tokens.create(ws, { name: "spare" })).record.id;
@@ -295,9 +316,21 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
     },
   };
   // A joined host only the admin token's requests name: revoking it cuts no agent the other services place on.
-  const revokable = await h.store.agents.upsertJoin({ id: "agent-fuzzrevoke", hostname: "fuzz-host", version: "t", grpcAddress: "127.0.0.1:1" });
+  const revokable = await h.store.agents.upsertJoin({
+    id: "agent-fuzzrevoke",
+    hostname: "fuzz-host",
+    version: "t",
+    grpcAddress: "127.0.0.1:1",
+  });
   // And a join token of its own: `{id}` names it on the join-token routes (the only operator-only routes with an id).
   const joinToken = await h.store.joinTokens.create("fuzz");
   const adminValues = { ...values.a, agentId: revokable.id, id: joinToken.record.id };
-  return { f, endpoints, adminValues, tokens: { a: x.tokenA, b: x.tokenB, admin: admin.secret }, values, markers: { a: "canary", b: "bravo" } };
+  return {
+    f,
+    endpoints,
+    adminValues,
+    tokens: { a: x.tokenA, b: x.tokenB, admin: admin.secret },
+    values,
+    markers: { a: "canary", b: "bravo" },
+  };
 }

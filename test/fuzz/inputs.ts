@@ -61,8 +61,32 @@ export const ODD_SEGMENTS: readonly string[] = [
 
 /** Query strings with wrong types, repeats, huge values and odd encodings. */
 export function oddQuery(rng: Rng, names: readonly string[]): string {
-  const keys = [...names, "limit", "cursor", "since", "after", "offset", "follow", "status", "x", "__proto__"];
-  const vals = ["-1", "0", "1e309", "abc", "true", "%00", "x".repeat(3000), "[]", "{}", "%zz", "", "9".repeat(30)];
+  const keys = [
+    ...names,
+    "limit",
+    "cursor",
+    "since",
+    "after",
+    "offset",
+    "follow",
+    "status",
+    "x",
+    "__proto__",
+  ];
+  const vals = [
+    "-1",
+    "0",
+    "1e309",
+    "abc",
+    "true",
+    "%00",
+    "x".repeat(3000),
+    "[]",
+    "{}",
+    "%zz",
+    "",
+    "9".repeat(30),
+  ];
   const parts: string[] = [];
   for (let i = 0, n = 1 + rng.int(4); i < n; i++) parts.push(`${rng.pick(keys)}=${rng.pick(vals)}`);
   return parts.join("&");
@@ -71,12 +95,40 @@ export function oddQuery(rng: Rng, names: readonly string[]): string {
 /** A body of the wrong JSON type, malformed JSON text, or the sample changed in one place. */
 export function oddBody(rng: Rng, valid: unknown): { payload: string | Buffer; contentType: string } {
   const json = (v: unknown) => ({ payload: JSON.stringify(v), contentType: "application/json" });
-  const obj = valid && typeof valid === "object" && !Array.isArray(valid) ? (valid as Record<string, unknown>) : {};
+  const obj =
+    valid && typeof valid === "object" && !Array.isArray(valid) ? (valid as Record<string, unknown>) : {};
   const keys = Object.keys(obj);
-  const wrongValues: unknown[] = [null, 1, -1, 1.5, "x", "", true, [], {}, [1, "a"], { a: { b: { c: [] } } }, 2 ** 63, "x".repeat(100_000)];
+  const wrongValues: unknown[] = [
+    null,
+    1,
+    -1,
+    1.5,
+    "x",
+    "",
+    true,
+    [],
+    {},
+    [1, "a"],
+    { a: { b: { c: [] } } },
+    2 ** 63,
+    "x".repeat(100_000),
+  ];
   switch (rng.int(14)) {
     case 0:
-      return { payload: rng.pick(['{"a":', "{", "[1,2", '{"a":1}}', "nul", "\u0000", '{"a":"\\x"}', "{'a':1}", "1 2"]), contentType: "application/json" };
+      return {
+        payload: rng.pick([
+          '{"a":',
+          "{",
+          "[1,2",
+          '{"a":1}}',
+          "nul",
+          "\u0000",
+          '{"a":"\\x"}',
+          "{'a':1}",
+          "1 2",
+        ]),
+        contentType: "application/json",
+      };
     case 1:
       return json(rng.pick([[], "string", 42, null, true, [obj]]));
     case 2: {
@@ -87,11 +139,17 @@ export function oddBody(rng: Rng, valid: unknown): { payload: string | Buffer; c
       return json(copy);
     }
     case 3: {
-      if (keys.length === 0) return json({ [rng.pick(["name", "id", "image", "args"])]: rng.pick(wrongValues) });
+      if (keys.length === 0)
+        return json({ [rng.pick(["name", "id", "image", "args"])]: rng.pick(wrongValues) });
       return json({ ...obj, [rng.pick(keys)]: rng.pick(wrongValues) });
     }
     case 4:
-      return json({ ...obj, extra_field: "x", ["__proto__"]: { polluted: true }, constructor: { prototype: {} } });
+      return json({
+        ...obj,
+        extra_field: "x",
+        ["__proto__"]: { polluted: true },
+        constructor: { prototype: {} },
+      });
     case 5: {
       // Deep nesting: parsers and validators that recurse.
       let v: unknown = 1;
@@ -105,7 +163,17 @@ export function oddBody(rng: Rng, valid: unknown): { payload: string | Buffer; c
     case 8:
       return { payload: "a=1&b=2", contentType: "application/x-www-form-urlencoded" };
     case 9:
-      return { payload: JSON.stringify(obj), contentType: rng.pick(["text/plain", "application/xml", "multipart/form-data; boundary=x", "application/json; charset=latin1", "*/*", ";;;"]) };
+      return {
+        payload: JSON.stringify(obj),
+        contentType: rng.pick([
+          "text/plain",
+          "application/xml",
+          "multipart/form-data; boundary=x",
+          "application/json; charset=latin1",
+          "*/*",
+          ";;;",
+        ]),
+      };
     case 10:
       return json(Object.fromEntries(keys.map((k) => [k, "x".repeat(200_000)])));
     case 11:

@@ -60,7 +60,11 @@ function exchange(port: number, head: string, body = ""): Promise<FuzzAnswer & {
       if (at < 0) return;
       const length = /\r\ncontent-length: (\d+)/i.exec(text.slice(0, at))?.[1];
       const bodyless = /^HEAD /.test(head) || /^HTTP\/1\.1 (204|304)/.test(text);
-      if (bodyless || (length !== undefined && Buffer.byteLength(text.slice(at + 4), "latin1") >= Number(length))) finish();
+      if (
+        bodyless ||
+        (length !== undefined && Buffer.byteLength(text.slice(at + 4), "latin1") >= Number(length))
+      )
+        finish();
     });
     s.on("end", () => finish());
     s.on("error", () => finish());
@@ -110,11 +114,21 @@ describe("route fuzzer: raw paths, exposed ports and websocket upgrades", () => 
     };
     const upgradeHeaders = () =>
       rng.pick([
-        ["Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="],
+        [
+          "Connection: Upgrade",
+          "Upgrade: websocket",
+          "Sec-WebSocket-Version: 13",
+          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        ],
         ["Connection: Upgrade", "Upgrade: websocket"],
         ["Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 99", "Sec-WebSocket-Key: x"],
         ["Connection: Upgrade", "Upgrade: h2c"],
-        ["Connection: keep-alive, Upgrade", "Upgrade: WebSocket", "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: ==="],
+        [
+          "Connection: keep-alive, Upgrade",
+          "Upgrade: WebSocket",
+          "Sec-WebSocket-Version: 13",
+          "Sec-WebSocket-Key: ===",
+        ],
         ["Upgrade: websocket"],
         ["Connection: Upgrade", `Upgrade: ${"w".repeat(4000)}`],
       ]);
@@ -127,13 +141,16 @@ describe("route fuzzer: raw paths, exposed ports and websocket upgrades", () => 
       const auth = rng.next() < 0.2 ? oddAuthorization(rng, token) : `Bearer ${token}`;
       const method = rng.pick(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]);
       const upgrade = rng.next() < 0.4;
-      const body = method === "POST" || method === "PUT" ? rng.pick(["{}", "{", '{"a":1}', "x".repeat(10_000), ""]) : "";
+      const body =
+        method === "POST" || method === "PUT" ? rng.pick(["{}", "{", '{"a":1}', "x".repeat(10_000), ""]) : "";
       const head = [
         `${upgrade ? "GET" : method} ${path} HTTP/1.1`,
         "Host: 127.0.0.1",
         ...(auth !== undefined ? [`Authorization: ${auth}`] : []),
         ...(upgrade ? upgradeHeaders() : []),
-        ...(body && !upgrade ? ["Content-Type: application/json", `Content-Length: ${Buffer.byteLength(body)}`] : []),
+        ...(body && !upgrade
+          ? ["Content-Type: application/json", `Content-Length: ${Buffer.byteLength(body)}`]
+          : []),
         "Connection: close",
       ]
         .filter((h) => !(upgrade && h === "Connection: close"))
@@ -152,9 +169,17 @@ describe("route fuzzer: raw paths, exposed ports and websocket upgrades", () => 
       }))
         problems.push(`${what}: ${p} → ${r.status} ${r.body.slice(0, 200)}`);
       if (r.status === 0) problems.push(`${what}: closed without an answer`);
-      if (scoped && cross && r.status >= 200 && r.status < 300 && !path.includes("%") && auth === `Bearer ${token}`)
+      if (
+        scoped &&
+        cross &&
+        r.status >= 200 &&
+        r.status < 300 &&
+        !path.includes("%") &&
+        auth === `Bearer ${token}`
+      )
         problems.push(`${what}: the other workspace's target answered ${r.status} ${r.body.slice(0, 200)}`);
-      if (scoped && cross && r.upgraded) problems.push(`${what}: a websocket to the other workspace's target opened`);
+      if (scoped && cross && r.upgraded)
+        problems.push(`${what}: a websocket to the other workspace's target opened`);
     }
     const health = await exchange(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close");
     t.diagnostic(`statuses ${JSON.stringify(Object.fromEntries([...statuses].sort((x, y) => x[0] - y[0])))}`);

@@ -84,7 +84,11 @@ type Side = "a" | "b";
 
 /** An id of the same form that names nothing. */
 const unknownId = (v: string): string =>
-  /^[0-9a-f]{64}$/.test(v) ? "0".repeat(64) : /-/.test(v) ? v.replace(/(?<=-)[^-]+$/, (rest) => "0".repeat(rest.length)) : `${v}0`;
+  /^[0-9a-f]{64}$/.test(v)
+    ? "0".repeat(64)
+    : /-/.test(v)
+      ? v.replace(/(?<=-)[^-]+$/, (rest) => "0".repeat(rest.length))
+      : `${v}0`;
 const other = (s: Side): Side => (s === "a" ? "b" : "a");
 
 describe("route fuzzer: hostile input on every route", () => {
@@ -146,7 +150,8 @@ describe("route fuzzer: hostile input on every route", () => {
   };
   const requiredQuery = (op: Operation, v: SideValues) => {
     const q = new URLSearchParams();
-    for (const p of op.parameters ?? []) if (p.in === "query" && p.required) q.set(p.name, v[p.name] ?? String(sample(p.schema)));
+    for (const p of op.parameters ?? [])
+      if (p.in === "query" && p.required) q.set(p.name, v[p.name] ?? String(sample(p.schema)));
     return q.toString();
   };
   const bodySchema = (op: Operation) => op.requestBody?.content?.["application/json"]?.schema;
@@ -168,7 +173,8 @@ describe("route fuzzer: hostile input on every route", () => {
       return payload;
     }
   };
-  const takesBody = (op: Operation) => op.requestBody !== undefined || ["POST", "PUT", "PATCH"].includes(op.method);
+  const takesBody = (op: Operation) =>
+    op.requestBody !== undefined || ["POST", "PUT", "PATCH"].includes(op.method);
 
   /** Sends, checks and records one request; returns the answer. */
   const fire = async (req: FuzzRequest, side: Side | undefined, what: string): Promise<FuzzAnswer> => {
@@ -194,7 +200,10 @@ describe("route fuzzer: hostile input on every route", () => {
       sent: sentValues(req.url, req.payload),
       method: req.method,
     });
-    for (const p of found) problems.push(`${what}: ${p} — ${req.method} ${req.url.slice(0, 200)} → ${a.status} ${a.body.slice(0, 300)}`);
+    for (const p of found)
+      problems.push(
+        `${what}: ${p} — ${req.method} ${req.url.slice(0, 200)} → ${a.status} ${a.body.slice(0, 300)}`,
+      );
     return a;
   };
 
@@ -206,30 +215,42 @@ describe("route fuzzer: hostile input on every route", () => {
         const theirs = fz.values[other(side)];
         const url = fill(op, theirs);
         const q = requiredQuery(op, theirs);
-        const body = takesBody(op) ? (answerAtOnce(op, JSON.stringify(sample(bodySchema(op)))) as string) : undefined;
+        const body = takesBody(op)
+          ? (answerAtOnce(op, JSON.stringify(sample(bodySchema(op)))) as string)
+          : undefined;
         const a = await fire(
           {
             method: op.method,
             url: q ? `${url}?${q}` : url,
-            headers: { ...bearer(fz.tokens[side]), ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+            headers: {
+              ...bearer(fz.tokens[side]),
+              ...(body !== undefined ? { "content-type": "application/json" } : {}),
+            },
             ...(body !== undefined ? { payload: body } : {}),
           },
           side,
           `cross ${op.method} ${op.path}`,
         );
         const what = `${side}'s token on ${other(side)}'s ${op.method} ${op.path} → ${a.status} ${a.body.slice(0, 200)}`;
-        if (a.status === 403 && /permission_denied/.test(a.body)) (side === "a" ? refusedA : operatorOnly).add(`${op.method} ${op.path}`);
+        if (a.status === 403 && /permission_denied/.test(a.body))
+          (side === "a" ? refusedA : operatorOnly).add(`${op.method} ${op.path}`);
         // The answer must be the one an id that names nothing gets (the ids themselves aside).
-        const bogus = Object.fromEntries(Object.entries(theirs).map(([k, v]) => [k, k === "ws" ? v : unknownId(v)]));
+        const bogus = Object.fromEntries(
+          Object.entries(theirs).map(([k, v]) => [k, k === "ws" ? v : unknownId(v)]),
+        );
         const bogusUrl = fill(op, bogus);
         const bq = requiredQuery(op, bogus);
         const b = await send(fz.f.x.app, {
           method: op.method,
           url: bq ? `${bogusUrl}?${bq}` : bogusUrl,
-          headers: { ...bearer(fz.tokens[side]), ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+          headers: {
+            ...bearer(fz.tokens[side]),
+            ...(body !== undefined ? { "content-type": "application/json" } : {}),
+          },
           ...(body !== undefined ? { payload: body } : {}),
         });
-        const norm = (x: FuzzAnswer, u: string) => normalize(x.body, sentValues(u, body, 2)).replace(/"(created|updated)_at":"[^"]*"/g, "");
+        const norm = (x: FuzzAnswer, u: string) =>
+          normalize(x.body, sentValues(u, body, 2)).replace(/"(created|updated)_at":"[^"]*"/g, "");
         if (a.status !== b.status || norm(a, url) !== norm(b, bogusUrl)) {
           problems.push(`leak (differs from an unknown id's ${b.status} ${b.body.slice(0, 200)}): ${what}`);
         }
@@ -251,7 +272,9 @@ describe("route fuzzer: hostile input on every route", () => {
 
   test(`${REQUESTS} hostile requests across every route: no 5xx, no insides, no leak, bounded heap`, async (t) => {
     const rng = new Rng(SEED);
-    t.diagnostic(`seed ${SEED} (BERTH_FUZZ_SEED=${SEED} replays this run), ${REQUESTS} requests over ${ops.length} operations`);
+    t.diagnostic(
+      `seed ${SEED} (BERTH_FUZZ_SEED=${SEED} replays this run), ${REQUESTS} requests over ${ops.length} operations`,
+    );
     gc();
     const heapBefore = process.memoryUsage().heapUsed;
     const started = Date.now();
@@ -265,7 +288,13 @@ describe("route fuzzer: hostile input on every route", () => {
     // Every request is drawn first (so one seed is one list of requests), then sent CONCURRENCY at a time.
     const oversizedOps = new Set<string>();
     /** side: whose token (none: the admin's, which may name either workspace's objects). */
-    const planned: { op: Operation; kind: string; side: Side | undefined; method: string; req: FuzzRequest }[] = [];
+    const planned: {
+      op: Operation;
+      kind: string;
+      side: Side | undefined;
+      method: string;
+      req: FuzzRequest;
+    }[] = [];
     for (let i = 0; i < REQUESTS; i++) {
       const op = ops[i % ops.length] as Operation;
       const kind = rng.pick(classes);
@@ -289,7 +318,10 @@ describe("route fuzzer: hostile input on every route", () => {
           else query = oddQuery(rng, []);
           break;
         case "query":
-          query = oddQuery(rng, (op.parameters ?? []).filter((p) => p.in === "query").map((p) => p.name));
+          query = oddQuery(
+            rng,
+            (op.parameters ?? []).filter((p) => p.in === "query").map((p) => p.name),
+          );
           break;
         case "method": {
           const defined = pathsMethods.get(op.path) ?? new Set();
@@ -309,7 +341,8 @@ describe("route fuzzer: hostile input on every route", () => {
           // Once per operation: tens of MiB per request would make the run minutes long.
           const limit = op["x-body-limit"];
           const key = `${op.method} ${op.path}`;
-          if (limit !== undefined && limit <= OVERSIZE_CAP && !oversizedOps.has(key) && oversizedOps.add(key)) body = { payload: oversizedJson(limit + 1), contentType: "application/json" };
+          if (limit !== undefined && limit <= OVERSIZE_CAP && !oversizedOps.has(key) && oversizedOps.add(key))
+            body = { payload: oversizedJson(limit + 1), contentType: "application/json" };
           break;
         }
         default:
@@ -317,7 +350,10 @@ describe("route fuzzer: hostile input on every route", () => {
       }
       // Every other round, a request to an operator-only route carries the admin token (A's objects, an agent of
       // its own), so the handlers behind the 403 are fuzzed too; the request is drawn all the same.
-      const asAdmin = operatorOnly.has(`${op.method} ${op.path}`) && !["auth", "cross", "oversized"].includes(kind) && Math.floor(i / ops.length) % 2 === 0;
+      const asAdmin =
+        operatorOnly.has(`${op.method} ${op.path}`) &&
+        !["auth", "cross", "oversized"].includes(kind) &&
+        Math.floor(i / ops.length) % 2 === 0;
       if (asAdmin) {
         values = fz.adminValues;
         auth = `Bearer ${fz.tokens.admin}`;
@@ -333,7 +369,13 @@ describe("route fuzzer: hostile input on every route", () => {
         },
         ...(body ? { payload: answerAtOnce(op, body.payload) } : {}),
       };
-      planned.push({ op, kind: asAdmin ? `admin ${kind}` : kind, side: asAdmin ? undefined : side, method, req });
+      planned.push({
+        op,
+        kind: asAdmin ? `admin ${kind}` : kind,
+        side: asAdmin ? undefined : side,
+        method,
+        req,
+      });
     }
     let next = 0;
     const worker = async () => {
@@ -343,16 +385,33 @@ describe("route fuzzer: hostile input on every route", () => {
       const t0 = performance.now();
       const full = req.url;
       const a = await fire(req, side, `${kind} ${op.method} ${op.path}`);
-      if (kind === "oversized" && typeof req.payload === "string" && req.payload.length > (op["x-body-limit"] ?? Number.POSITIVE_INFINITY)) {
+      if (
+        kind === "oversized" &&
+        typeof req.payload === "string" &&
+        req.payload.length > (op["x-body-limit"] ?? Number.POSITIVE_INFINITY)
+      ) {
         const refused = op.path.startsWith("/api/v1/gateway/")
           ? /"code":"resource_exhausted"/.test(a.body)
           : a.status === 413 && /"code":"resource_exhausted"/.test(a.body);
         // Refused earlier for another reason (a route that reads its body itself, a 401) is fine; accepted is not.
-        if (!refused && a.status < 300) problems.push(`over the limit but accepted: ${op.method} ${op.path} → ${a.status} ${a.body.slice(0, 200)}`);
+        if (!refused && a.status < 300)
+          problems.push(
+            `over the limit but accepted: ${op.method} ${op.path} → ${a.status} ${a.body.slice(0, 200)}`,
+          );
         if (refused) oversizedRefused.add(`${op.method} ${op.path}`);
       }
-      if (side && kind === "cross" && a.status >= 200 && a.status < 300 && op.path.includes("{") && !op.public && !op.path.startsWith("/api/v1/gateway/")) {
-        problems.push(`leak: ${side}'s token on ${other(side)}'s ${method} ${full.slice(0, 200)} → ${a.status} ${a.body.slice(0, 200)}`);
+      if (
+        side &&
+        kind === "cross" &&
+        a.status >= 200 &&
+        a.status < 300 &&
+        op.path.includes("{") &&
+        !op.public &&
+        !op.path.startsWith("/api/v1/gateway/")
+      ) {
+        problems.push(
+          `leak: ${side}'s token on ${other(side)}'s ${method} ${full.slice(0, 200)} → ${a.status} ${a.body.slice(0, 200)}`,
+        );
       }
       covered.add(`${op.method} ${op.path}`);
       const key = `${op.method} ${op.path}`;
@@ -367,16 +426,29 @@ describe("route fuzzer: hostile input on every route", () => {
     t.diagnostic(
       `${sent} requests (${REQUESTS} random), ${covered.size} operations, ${seconds.toFixed(1)} s, heap growth ${(growth / 1048576).toFixed(1)} MiB, statuses ${JSON.stringify(Object.fromEntries([...statuses].sort((x, y) => x[0] - y[0])))}`,
     );
-    t.diagnostic(`${operatorOnly.size} operator-only operations, every other round of them with the admin token: ${[...operatorOnly].join(", ")}`);
+    t.diagnostic(
+      `${operatorOnly.size} operator-only operations, every other round of them with the admin token: ${[...operatorOnly].join(", ")}`,
+    );
     const slowest = [...msBy].sort((x, y) => y[1] - x[1]).slice(0, 5);
-    t.diagnostic(`slowest operations (ms in total): ${slowest.map(([k, ms]) => `${k} ${ms.toFixed(0)}`).join(", ")}`);
+    t.diagnostic(
+      `slowest operations (ms in total): ${slowest.map(([k, ms]) => `${k} ${ms.toFixed(0)}`).join(", ")}`,
+    );
     assert.deepEqual(problems.slice(0, 40), [], `${problems.length} problems`);
     assert.equal(covered.size, ops.length, "every operation was fuzzed");
     assert.ok(ops.length >= 100, `the document lists ${ops.length} operations: fewer than the app serves`);
     const withLimit = ops.filter((o) => o["x-body-limit"] !== undefined && o["x-body-limit"] <= OVERSIZE_CAP);
-    t.diagnostic(`${oversizedRefused.size} of ${withLimit.length} operations refused a body over their limit with 413 resource_exhausted`);
-    assert.equal(oversizedRefused.size, oversizedOps.size, "every route sent a body past its limit refused it");
-    assert.ok(oversizedOps.size >= withLimit.length / 2, "most routes with a body limit were sent one past it");
+    t.diagnostic(
+      `${oversizedRefused.size} of ${withLimit.length} operations refused a body over their limit with 413 resource_exhausted`,
+    );
+    assert.equal(
+      oversizedRefused.size,
+      oversizedOps.size,
+      "every route sent a body past its limit refused it",
+    );
+    assert.ok(
+      oversizedOps.size >= withLimit.length / 2,
+      "most routes with a body limit were sent one past it",
+    );
     // The process is up and the app still serves (a crash would have ended the run before here).
     assert.equal((await fz.f.x.app.inject({ method: "GET", url: "/healthz" })).statusCode, 200);
     assert.ok(growth < HEAP_GROWTH_LIMIT, `heap grew ${growth} bytes`);

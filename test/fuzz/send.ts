@@ -50,5 +50,10 @@ export async function send(app: FastifyInstance, r: FuzzRequest): Promise<FuzzAn
   } catch {
     // The server destroyed its response mid-body: what came is what is checked.
   }
-  return { status: res.statusCode, contentType, body: Buffer.concat(chunks).toString("utf8"), streamed: false };
+  return {
+    status: res.statusCode,
+    contentType,
+    body: Buffer.concat(chunks).toString("utf8"),
+    streamed: false,
+  };
 }

@@ -191,7 +191,9 @@ export async function restartCoordinator(up: BerthUp): Promise<void> {
       if (up.output().split("starting it again").length === restartsBefore) return false;
       const now = pidOf();
       if (now === undefined || now === before) return false;
-      const r = await fetch(`${up.url}/healthz`, { signal: AbortSignal.timeout(2000) }).catch(() => undefined);
+      const r = await fetch(`${up.url}/healthz`, { signal: AbortSignal.timeout(2000) }).catch(
+        () => undefined,
+      );
       return r?.ok === true;
     },
     { timeoutMs: 120_000, intervalMs: 200, what: "berth up to start the coordinator again" },
@@ -199,4 +201,3 @@ export async function restartCoordinator(up: BerthUp): Promise<void> {
     throw new Error(`${(e as Error).message}; berth up's output:\n${up.output()}`);
   });
 }
-

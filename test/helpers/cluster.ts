@@ -61,7 +61,14 @@ export async function startTestCluster(
   );
   t.after(() => coordinator.stop());
   const read = (f: string) => readFileSync(join(dir, "coordinator", f), "utf8").trim();
-  return { nats, coordinator, url: coordinator.url, adminToken: read("admin-token"), joinToken: read("join-token"), dir };
+  return {
+    nats,
+    coordinator,
+    url: coordinator.url,
+    adminToken: read("admin-token"),
+    joinToken: read("join-token"),
+    dir,
+  };
 }
 
 export interface CliProcess {
@@ -114,7 +121,11 @@ export async function runCli(
 }
 
 /** Starts `berth agent` joined to the cluster, with its own data dir. */
-export async function spawnAgent(t: Hooks, c: TestCluster, name: string): Promise<CliProcess & { dataDir: string }> {
+export async function spawnAgent(
+  t: Hooks,
+  c: TestCluster,
+  name: string,
+): Promise<CliProcess & { dataDir: string }> {
   const dataDir = mkdtempSync(join(tmpdir(), `berth-agent-${name}-`));
   const port = await freePort();
   const p = spawnCli(t, [

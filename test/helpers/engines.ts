@@ -1,7 +1,7 @@
 // The two database engines the store-backed tests run on.
 
 import { after } from "node:test";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "./env.ts";
 import { startTestPostgres } from "./postgres.ts";
 

@@ -134,4 +134,3 @@ export async function play(
   }
   return alive() ? 0 : undefined;
 }
-

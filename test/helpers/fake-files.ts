@@ -130,7 +130,8 @@ export class FakeFileTree {
 
   private mkdirs(dir: string): void {
     for (let d = dir; !this.t.has(d); d = posix.dirname(d)) this.t.set(d, this.dirEntry());
-    if (!this.t.get(dir)?.dir) throw new BerthError("path_invalid", `${dir} is not a directory`, { path: dir });
+    if (!this.t.get(dir)?.dir)
+      throw new BerthError("path_invalid", `${dir} is not a directory`, { path: dir });
   }
 
   private filesUnder(root: string): [string, FsEntry][] {

@@ -5,7 +5,7 @@
 
 import type { FastifyInstance } from "fastify";
 import { connect, type NatsConnection } from "nats";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { closeNats } from "../../shared/nats-server.ts";
 import { tempDir } from "./env.ts";
@@ -35,7 +35,11 @@ export async function startNatsStore(suite: { after: (fn: () => unknown) => void
   const store = await Store.open(`sqlite:${dir}/berth.db`);
   defer(() => store.close());
   const connectCoordinator = async () => {
-    const nc = await connect({ servers: nats.url, user: nats.coordinator.user, pass: nats.coordinator.password });
+    const nc = await connect({
+      servers: nats.url,
+      user: nats.coordinator.user,
+      pass: nats.coordinator.password,
+    });
     defer(() => closeNats(nc));
     return nc;
   };

@@ -24,7 +24,11 @@ export async function startTestNats(t: { after: (fn: () => unknown) => void }): 
   const agentPassword = randomBytes(12).toString("hex");
   let nats: RunningNats;
   try {
-    nats = await startNatsServer({ dir, port, users: clusterNatsUsers({ coordinatorPassword, agentPassword }) });
+    nats = await startNatsServer({
+      dir,
+      port,
+      users: clusterNatsUsers({ coordinatorPassword, agentPassword }),
+    });
   } catch (e) {
     rmSync(dir, { recursive: true, force: true });
     throw e;

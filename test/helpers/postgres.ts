@@ -20,7 +20,10 @@ export interface TestPostgres {
  */
 export async function startTestPostgres(t: { after: (fn: () => unknown) => void }): Promise<TestPostgres> {
   const bin = postgresBinDir();
-  if (!bin) throw new Error("PostgreSQL server binaries not found under /usr/lib/postgresql (apt-get install postgresql)");
+  if (!bin)
+    throw new Error(
+      "PostgreSQL server binaries not found under /usr/lib/postgresql (apt-get install postgresql)",
+    );
   const dir = mkdtempSync(join(tmpdir(), "berth-pg-"));
   const asRoot = process.getuid?.() === 0;
   let uid = process.getuid?.() ?? 0;

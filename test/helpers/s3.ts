@@ -38,10 +38,17 @@ export function signV4(
   o: { method: string; url: URL; body: Buffer; accessKey: string; secretKey: string; region: string },
   now = new Date(),
 ): Record<string, string> {
-  const amzDate = now.toISOString().replace(/[-:]/g, "").replace(/\.\d{3}/, "");
+  const amzDate = now
+    .toISOString()
+    .replace(/[-:]/g, "")
+    .replace(/\.\d{3}/, "");
   const day = amzDate.slice(0, 8);
   const payload = sha256(o.body);
-  const headers: Record<string, string> = { host: o.url.host, "x-amz-content-sha256": payload, "x-amz-date": amzDate };
+  const headers: Record<string, string> = {
+    host: o.url.host,
+    "x-amz-content-sha256": payload,
+    "x-amz-date": amzDate,
+  };
   const names = Object.keys(headers).sort();
   const canonical = [
     o.method,
@@ -63,7 +70,10 @@ export function signV4(
 }
 
 /** Starts s3rver on 127.0.0.1 with `buckets` made and a fresh key pair. */
-export async function startTestS3(t: { after: (fn: () => unknown) => void }, buckets: string[]): Promise<TestS3> {
+export async function startTestS3(
+  t: { after: (fn: () => unknown) => void },
+  buckets: string[],
+): Promise<TestS3> {
   const accessKey = `BERTHTEST${randomBytes(6).toString("hex").toUpperCase()}`;
   const secretKey = randomBytes(20).toString("base64url");
   DUMMY_ACCOUNT.createKeyPair(accessKey, secretKey);

@@ -9,7 +9,9 @@ import { after, before } from "node:test";
  * level of the describe; the returned object is filled in by the time the
  * tests run, so `start` must return a plain object (its own properties are copied).
  */
-export function perSuite<T extends object>(start: (suite: { after: (fn: () => unknown) => void }) => Promise<T>): T {
+export function perSuite<T extends object>(
+  start: (suite: { after: (fn: () => unknown) => void }) => Promise<T>,
+): T {
   const harness = {} as T;
   const { later } = teardownStack({ after });
   before(async () => {

@@ -83,7 +83,10 @@ export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): 
   const runcRoot = join(dir, "containers", ".runc");
   const names = await testNames();
   sweepAfter(down, names);
-  const { net } = await startTestNetwork(t, down, names, { dataDir: join(dir, "net"), ...ho.network?.(names) });
+  const { net } = await startTestNetwork(t, down, names, {
+    dataDir: join(dir, "net"),
+    ...ho.network?.(names),
+  });
   const registry = await startTestRegistry(t);
   const imageRef = await pushTestImage(registry);
   const allowedRoot = join(dir, "allowed");

@@ -16,7 +16,7 @@ import { QueueStore } from "../../coordinator/state/queues.ts";
 import { SignalStore } from "../../coordinator/state/signals.ts";
 import { StateObjects } from "../../coordinator/state/state.ts";
 import { SecretService } from "../../coordinator/secrets/index.ts";
-import type { DeploymentRecord } from "../../coordinator/store/deployments.ts";
+import type { DeploymentRecord } from "../../coordinator/deployments/store.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import type { CostRates } from "../../coordinator/tasks/cost.ts";
 import { BerthError } from "../../shared/errors.ts";

@@ -55,13 +55,18 @@ describe("OpenAPI document", () => {
   test("every /api/v1 operation has tags and a response schema for its success and errors", () => {
     const ops = Object.entries(doc.paths)
       .filter(([p]) => p.startsWith("/api/v1/"))
-      .flatMap(([p, item]) => Object.entries(item).map(([m, op]) => ({ what: `${m.toUpperCase()} ${p}`, op })));
+      .flatMap(([p, item]) =>
+        Object.entries(item).map(([m, op]) => ({ what: `${m.toUpperCase()} ${p}`, op })),
+      );
     assert.ok(ops.length > 30);
     for (const { what, op } of ops) {
       assert.ok(op.tags && op.tags.length > 0, `${what} has tags`);
       const codes = Object.keys(op.responses ?? {});
       assert.ok(codes.length > 0, `${what} declares responses`);
-      assert.ok(codes.some((c) => c.startsWith("4")), `${what} declares its errors`);
+      assert.ok(
+        codes.some((c) => c.startsWith("4")),
+        `${what} declares its errors`,
+      );
     }
     const list = doc.paths["/api/v1/task/{ws}"]?.get;
     const schema = list?.responses?.["200"]?.content?.["application/json"]?.schema as {
@@ -88,14 +93,24 @@ describe("cursor pagination helper", () => {
       const seen: string[] = [];
       let cursor: string | undefined;
       for (;;) {
-        const page = paginate("things", items, key, pageRequest("things", { limit: 3, ...(cursor ? { cursor } : {}) }, 2), order);
+        const page = paginate(
+          "things",
+          items,
+          key,
+          pageRequest("things", { limit: 3, ...(cursor ? { cursor } : {}) }, 2),
+          order,
+        );
         seen.push(...page.items.map((t) => t.id));
         if (!page.next_cursor) break;
         cursor = page.next_cursor;
       }
       assert.equal(new Set(seen).size, 7, order);
       const ats = seen.map((id) => items.find((t) => t.id === id)?.at as number);
-      assert.deepEqual(ats, [...ats].sort((a, b) => (order === "asc" ? a - b : b - a)), order);
+      assert.deepEqual(
+        ats,
+        [...ats].sort((a, b) => (order === "asc" ? a - b : b - a)),
+        order,
+      );
     }
     assert.equal(paginate("things", items, key, { limit: 7, after: undefined }).next_cursor, null);
     assert.equal(pageRequest("things", {}, 2).limit, 50);
@@ -106,11 +121,17 @@ describe("cursor pagination helper", () => {
     assert.match(c, /^[A-Za-z0-9_-]+$/);
     assert.deepEqual(decodeCursor("tasks", c, 2), ["2025-01-01T00:00:00.000Z", "task-1"]);
     const refused = (f: () => unknown, re: RegExp) =>
-      assert.throws(f, (e: unknown) => e instanceof BerthError && e.code === "invalid_request" && re.test(e.message));
+      assert.throws(
+        f,
+        (e: unknown) => e instanceof BerthError && e.code === "invalid_request" && re.test(e.message),
+      );
     refused(() => decodeCursor("apps", c, 2), /belongs to another list \(tasks\), not apps/);
     refused(() => decodeCursor("tasks", c, 1), /position is malformed/);
     refused(() => decodeCursor("tasks", "a+b/", 2), /not base64url/);
-    refused(() => decodeCursor("tasks", Buffer.from("[1]").toString("base64url"), 2), /not a cursor of this API/);
+    refused(
+      () => decodeCursor("tasks", Buffer.from("[1]").toString("base64url"), 2),
+      /not a cursor of this API/,
+    );
     refused(() => decodeCursor("tasks", "zzzz", 2), /not a cursor of this API/);
   });
 });

@@ -44,7 +44,13 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
   /** Runs a task to COMPLETE as an agent reports it: started at `start`, finished 4 s later. */
   const complete = async (taskId: string, start: number) => {
     await x.h.event({ type: "started", taskId, stubId: x.seeded.stubId, at: start });
-    await x.h.event({ type: "finished", taskId, stubId: x.seeded.stubId, status: "COMPLETE", at: start + 4000 });
+    await x.h.event({
+      type: "finished",
+      taskId,
+      stubId: x.seeded.stubId,
+      status: "COMPLETE",
+      at: start + 4000,
+    });
   };
 
   test("GET /task/{ws}: newest first, cursor pages without gaps or repeats, next_cursor null at the end", async () => {
@@ -86,7 +92,10 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
     assert.equal((await get(`/api/v1/task/${ws}?stub_id=stub-none`)).body.tasks.length, 0);
     assert.ok((await get(`/api/v1/task/${ws}?stub_id=${x.seeded.stubId}`)).body.tasks.length >= 2);
     // The deployment's stub ran no task.
-    assert.deepEqual((await get(`/api/v1/task/${ws}?deployment_id=${x.seeded.deployment.id}`)).body.tasks, []);
+    assert.deepEqual(
+      (await get(`/api/v1/task/${ws}?deployment_id=${x.seeded.deployment.id}`)).body.tasks,
+      [],
+    );
     assert.equal((await get(`/api/v1/task/${ws}?deployment_id=dep-nope`)).status, 404);
     const future = new Date(Date.now() + 3_600_000).toISOString();
     assert.deepEqual((await get(`/api/v1/task/${ws}?created_after=${future}`)).body.tasks, []);
@@ -184,16 +193,32 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
 
   test("GET /container/{ws}: the workspace's containers only, filtered and paged", async () => {
     const now = Date.now();
-    addContainer(x.containers, { id: "ctr-a2", stubId: x.seeded.stubId, workspaceId: x.a.id, state: "starting", since: now + 1 });
+    addContainer(x.containers, {
+      id: "ctr-a2",
+      stubId: x.seeded.stubId,
+      workspaceId: x.a.id,
+      state: "starting",
+      since: now + 1,
+    });
     addContainer(x.containers, { id: "ctr-b1", stubId: "stub-b", workspaceId: x.b.id, since: now });
     const all = await get(`/api/v1/container/${ws}`);
     assert.deepEqual(
       all.body.containers.map((c: { id: string }) => c.id),
       ["ctr-a2", "ctr-canary"],
     );
-    assert.deepEqual(Object.keys(all.body.containers[0]).sort(), ["agent_id", "id", "kind", "since", "status", "stub_id"]);
+    assert.deepEqual(Object.keys(all.body.containers[0]).sort(), [
+      "agent_id",
+      "id",
+      "kind",
+      "since",
+      "status",
+      "stub_id",
+    ]);
     const starting = await get(`/api/v1/container/${ws}?status=starting`);
-    assert.deepEqual(starting.body.containers.map((c: { id: string }) => c.id), ["ctr-a2"]);
+    assert.deepEqual(
+      starting.body.containers.map((c: { id: string }) => c.id),
+      ["ctr-a2"],
+    );
     assert.equal((await get(`/api/v1/container/${ws}?stub_id=stub-b`)).body.containers.length, 0);
     const p1 = await get(`/api/v1/container/${ws}?limit=1`);
     assert.equal(p1.body.containers[0].id, "ctr-a2");

@@ -3,11 +3,10 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Store } from "../../coordinator/store/store.ts";
-import type { TaskRecord } from "../../coordinator/store/tasks.ts";
+import { Store } from "../../coordinator/records.ts";
+import type { TaskRecord } from "../../coordinator/tasks/store.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 import { storedStub, stubConfig, stubExtra } from "../tasks/fixtures.ts";
-
 
 for (const engine of STORE_ENGINES) {
   describe(`task list query on ${engine.name}`, () => {
@@ -46,7 +45,12 @@ for (const engine of STORE_ENGINES) {
         expiresAt: null,
         createdAt: new Date(Date.UTC(2025, 0, 1, 0, 0, Math.floor(i / 3))).toISOString(),
       }));
-      rows.push({ ...rows[0], id: "task-other", workspaceId: other, stubId: otherStub.id } as (typeof rows)[0]);
+      rows.push({
+        ...rows[0],
+        id: "task-other",
+        workspaceId: other,
+        stubId: otherStub.id,
+      } as (typeof rows)[0]);
       await store.tasks.insertMany(rows);
       await store.tasks.applyBatch(
         new Map([["task-05", { status: "COMPLETE", updatedAt: rows[5]?.createdAt as string }]]),
@@ -76,7 +80,9 @@ for (const engine of STORE_ENGINES) {
     });
 
     test("filters: statuses, stubs, created_after/before (strict); empty lists match nothing", async () => {
-      assert.deepEqual(ids(await store.tasks.list(ws, { statuses: ["COMPLETE"] }, { limit: 100 })), ["task-05"]);
+      assert.deepEqual(ids(await store.tasks.list(ws, { statuses: ["COMPLETE"] }, { limit: 100 })), [
+        "task-05",
+      ]);
       const pendingOrDone = await store.tasks.list(ws, { statuses: ["PENDING", "COMPLETE"] }, { limit: 100 });
       assert.equal(pendingOrDone.length, 12);
       const g = await store.tasks.list(ws, { stubIds: [stubs[1] as string] }, { limit: 100 });

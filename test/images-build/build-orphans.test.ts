@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import pino from "pino";
 import { BUILD_COORDINATOR_DIED, BuildOrphanCheck } from "../../coordinator/images/build-orphans.ts";
-import type { BuiltImage } from "../../coordinator/store/built-images.ts";
+import type { BuiltImage } from "../../coordinator/images/store.ts";
 import { startNatsStore } from "../helpers/nats-store.ts";
 
 const cleanups: (() => unknown)[] = [];

@@ -34,7 +34,10 @@ async function lastLine(app: ReturnType<typeof appWith>) {
     payload: { image: { python_version: "python3" } },
   });
   assert.equal(r.statusCode, 200);
-  const lines = r.body.trim().split("\n").map((l) => JSON.parse(l));
+  const lines = r.body
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
   assert.ok(lines.length >= 2, r.body);
   return lines[lines.length - 1];
 }

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { deploymentsUsingImage, ImageGc } from "../../coordinator/images/index.ts";
-import type { BuiltImage } from "../../coordinator/store/built-images.ts";
+import type { BuiltImage } from "../../coordinator/images/store.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { openSuiteStore, STORE_ENGINES } from "../helpers/engines.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";

@@ -9,7 +9,7 @@ import { test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildUpdate } from "../../coordinator/images/index.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { capacity, fleetOf } from "../containers/fakes.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 

@@ -10,7 +10,7 @@ import { test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
 import { ImageBuilds } from "../../coordinator/images/index.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { capacity, fleetOf } from "../containers/fakes.ts";
 import { tempDir } from "../helpers/env.ts";

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
-import { imageEvents } from "../../coordinator/events/index.ts";
+import { imageEvents } from "../../coordinator/images/index.ts";
 import type { EventType } from "../../coordinator/events/types.ts";
 import { deploymentsUsingImage, ImageBuilds, type ImageBuildUpdate } from "../../coordinator/images/index.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";

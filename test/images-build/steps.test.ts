@@ -68,7 +68,10 @@ test("what builds do not do is refused by name; bad input names the cause", () =
     () => buildRequestOf({ commands: ["x"], secrets: ["HF_TOKEN"] }, {}),
     "secrets are built",
   );
-  assert.throws(() => buildRequestOf({ dockerfile: { path: "/Dockerfile" } }, {}), /needs the Dockerfile's text/);
+  assert.throws(
+    () => buildRequestOf({ dockerfile: { path: "/Dockerfile" } }, {}),
+    /needs the Dockerfile's text/,
+  );
   refused({ snapshot_id: "snap-1", commands: ["x"] }, /snapshot/);
   assert.throws(() => buildRequestOf({ build_with_gpu: "A10G; rm" }, {}), /is not a GPU type/);
   assert.doesNotThrow(() =>
@@ -100,7 +103,11 @@ test("micromamba: one install of python and the packages into /opt/conda from th
     step.run,
     `micromamba 'install' '--yes' '--root-prefix' '/opt/conda' '--prefix' '/opt/conda' '--override-channels' '-c' 'https://conda.image.local/main' '-c' 'https://conda.mirror.local/forge' 'python=3.11' 'numpy' ${shellQuote("it's")} && micromamba clean --all --yes --root-prefix /opt/conda`,
   );
-  assert.match(req.env?.PATH ?? "", /^\/opt\/conda\/bin:/, "the environment's python leads PATH at build and run");
+  assert.match(
+    req.env?.PATH ?? "",
+    /^\/opt\/conda\/bin:/,
+    "the environment's python leads PATH at build and run",
+  );
   assert.ok(needsBuild({ micromamba: true }));
   assert.equal(buildRequestOf({ micromamba: true }, {}).steps[0]?.run.includes("--override-channels"), false);
 });

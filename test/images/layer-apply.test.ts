@@ -38,7 +38,9 @@ function describeTree(root: string): Record<string, string> {
         walk(path);
       } else if (st.isSymbolicLink()) out[path] = `${head} -> ${readlinkSync(join(root, path))}`;
       else if (st.isFile())
-        out[path] = `${head} ${createHash("sha256").update(readFileSync(join(root, path))).digest("hex")}`;
+        out[path] = `${head} ${createHash("sha256")
+          .update(readFileSync(join(root, path)))
+          .digest("hex")}`;
       else out[path] = `${head} rdev ${st.rdev}`;
     }
   };

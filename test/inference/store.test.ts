@@ -5,8 +5,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import pino from "pino";
-import { type UsageRecord, USAGE_ROWS_PER_INSERT } from "../../coordinator/store/inference.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { type UsageRecord, USAGE_ROWS_PER_INSERT } from "../../coordinator/inference/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { UsageWriter } from "../../coordinator/inference/usage-writer.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 

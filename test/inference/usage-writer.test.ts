@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import pino from "pino";
 import { UsageWriter } from "../../coordinator/inference/usage-writer.ts";
-import { type UsageRecord, USAGE_ROWS_PER_INSERT } from "../../coordinator/store/inference.ts";
+import { type UsageRecord, USAGE_ROWS_PER_INSERT } from "../../coordinator/inference/store.ts";
 import { waitUntil } from "../helpers/wait.ts";
 
 const row = (n: number): UsageRecord => ({

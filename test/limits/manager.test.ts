@@ -9,7 +9,12 @@ import type { ContainerLimits } from "../../coordinator/scheduler/index.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { capacity, stubRecord, world } from "../containers/fakes.ts";
 
-const NONE: ContainerLimits = { maxContainers: null, maxCpuMillicores: null, maxMemoryMb: null, maxGpus: null };
+const NONE: ContainerLimits = {
+  maxContainers: null,
+  maxCpuMillicores: null,
+  maxMemoryMb: null,
+  maxGpus: null,
+};
 
 function limitedWorld(initial: Record<string, Partial<ContainerLimits>>) {
   const limits = new Map(Object.entries(initial).map(([ws, l]) => [ws, { ...NONE, ...l }]));
@@ -31,13 +36,19 @@ test("a CPU limit caps starts, the stub waits naming it, and a drop in usage sta
   t.after(() => w.mgr.stop());
   const a = w.addAgent("agent-a", capacity(64, 256));
   w.stubs.set("stub-1", stubRecord("stub-1", { extra: { cpu_millicores: 1000 } }));
-  w.stubs.set("stub-other", stubRecord("stub-other", { workspaceId: "ws-2", extra: { cpu_millicores: 1000 } }));
+  w.stubs.set(
+    "stub-other",
+    stubRecord("stub-other", { workspaceId: "ws-2", extra: { cpu_millicores: 1000 } }),
+  );
   w.activity.set("stub-1", 5);
   w.activity.set("stub-other", 4, 0, "ws-2");
   await w.tick();
   assert.equal(w.mgr.activeContainers("stub-1"), 2, "2 × 1000m fit in 2500m; a third would not");
   assert.equal(w.mgr.activeContainers("stub-other"), 4, "another workspace has no limit");
-  assert.match(w.mgr.waitReason("stub-1") ?? "", /2000m of its 2500m CPU and one more needs 1000m \(limit max_cpu_millicores\)/);
+  assert.match(
+    w.mgr.waitReason("stub-1") ?? "",
+    /2000m of its 2500m CPU and one more needs 1000m \(limit max_cpu_millicores\)/,
+  );
   assert.equal(w.mgr.waitReason("stub-other"), undefined);
   assert.deepEqual(w.mgr.workspaceUsage("ws-1"), {
     containers: 2,
@@ -64,8 +75,14 @@ test("memory and GPU limits hold starts back the same way", async () => {
   const { w } = limitedWorld({ "ws-1": { maxMemoryMb: 1024 }, "ws-g": { maxGpus: 2 } });
   const gpus = [0, 1, 2, 3].map((i) => ({ type: "A100", uuid: `GPU-${i}` }));
   w.addAgent("agent-a", capacity(64, 256, gpus));
-  w.stubs.set("stub-mem", stubRecord("stub-mem", { config: { runtime: { cpu: 1, gpu: "", memory: 400, image_id: "" } } }));
-  w.stubs.set("stub-gpu", stubRecord("stub-gpu", { workspaceId: "ws-g", extra: { gpu_types: ["A100"], gpu_count: 1 } }));
+  w.stubs.set(
+    "stub-mem",
+    stubRecord("stub-mem", { config: { runtime: { cpu: 1, gpu: "", memory: 400, image_id: "" } } }),
+  );
+  w.stubs.set(
+    "stub-gpu",
+    stubRecord("stub-gpu", { workspaceId: "ws-g", extra: { gpu_types: ["A100"], gpu_count: 1 } }),
+  );
   w.activity.set("stub-mem", 4);
   w.activity.set("stub-gpu", 4, 0, "ws-g");
   await w.tick();

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import { WorkspaceLimitsCache, checkPendingTasks } from "../../coordinator/limits/limits.ts";
 import { everFitsLimits, fitsLimits, NO_USAGE, usageOf } from "../../coordinator/scheduler/index.ts";
 import type { PlacementRequest } from "../../coordinator/scheduler/index.ts";
-import { UNLIMITED, type WorkspaceLimits } from "../../coordinator/store/limits.ts";
+import { UNLIMITED, type WorkspaceLimits } from "../../coordinator/limits/store.ts";
 import type { BerthError } from "../../shared/errors.ts";
 
 const MiB = 1024 * 1024;
@@ -33,16 +33,38 @@ test("usage sums the reservations of a workspace's containers", () => {
 test("a start fits until one limit would be passed, and names that limit", () => {
   const usage = { containers: 2, cpuMillicores: 2000, memoryBytes: 1024 * MiB, gpus: 1 };
   assert.deepEqual(fitsLimits(UNLIMITED, usage, req({ gpuCount: 8 })), { ok: true });
-  const cases: { limits: Partial<WorkspaceLimits>; r?: Partial<PlacementRequest>; limit?: string; re?: RegExp }[] = [
+  const cases: {
+    limits: Partial<WorkspaceLimits>;
+    r?: Partial<PlacementRequest>;
+    limit?: string;
+    re?: RegExp;
+  }[] = [
     { limits: { maxContainers: 3 } },
-    { limits: { maxContainers: 2 }, limit: "maxContainers", re: /runs 2 of its 2 containers \(limit max_containers\)/ },
+    {
+      limits: { maxContainers: 2 },
+      limit: "maxContainers",
+      re: /runs 2 of its 2 containers \(limit max_containers\)/,
+    },
     { limits: { maxCpuMillicores: 3000 } },
-    { limits: { maxCpuMillicores: 2999 }, limit: "maxCpuMillicores", re: /2000m of its 2999m CPU.*needs 1000m/ },
+    {
+      limits: { maxCpuMillicores: 2999 },
+      limit: "maxCpuMillicores",
+      re: /2000m of its 2999m CPU.*needs 1000m/,
+    },
     { limits: { maxMemoryMb: 1536 } },
-    { limits: { maxMemoryMb: 1535 }, limit: "maxMemoryMb", re: /1024 MiB of its 1535 MiB memory.*needs 512 MiB/ },
+    {
+      limits: { maxMemoryMb: 1535 },
+      limit: "maxMemoryMb",
+      re: /1024 MiB of its 1535 MiB memory.*needs 512 MiB/,
+    },
     { limits: { maxGpus: 0 }, r: { gpuCount: 0 } },
     { limits: { maxGpus: 3 }, r: { gpuCount: 2 } },
-    { limits: { maxGpus: 2 }, r: { gpuCount: 2 }, limit: "maxGpus", re: /1 of its 2 GPUs and one more needs 2/ },
+    {
+      limits: { maxGpus: 2 },
+      r: { gpuCount: 2 },
+      limit: "maxGpus",
+      re: /1 of its 2 GPUs and one more needs 2/,
+    },
     // The first limit passed is the one named.
     { limits: { maxContainers: 1, maxGpus: 0 }, r: { gpuCount: 1 }, limit: "maxContainers" },
   ];
@@ -74,7 +96,12 @@ test("pending tasks: refused with limit_exceeded past max_pending_tasks, naming 
     (e: BerthError) => {
       assert.equal(e.code, "limit_exceeded");
       assert.match(e.message, /10 pending tasks.*max_pending_tasks is 10.*this task/);
-      assert.deepEqual(e.details, { limit: "max_pending_tasks", max_pending_tasks: 10, pending_tasks: 10, requested: 1 });
+      assert.deepEqual(e.details, {
+        limit: "max_pending_tasks",
+        max_pending_tasks: 10,
+        pending_tasks: 10,
+        requested: 1,
+      });
       return true;
     },
   );

@@ -14,7 +14,7 @@ import { limitRoutes } from "../../coordinator/limits/routes.ts";
 import { gatewayScope, tokenScope } from "../../coordinator/http/scopes.ts";
 import { WorkspaceLimitsCache } from "../../coordinator/limits/limits.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { TaskService } from "../../coordinator/tasks/service.ts";
 import { CATALOG } from "../../shared/errors.ts";
@@ -54,11 +54,21 @@ describe("workspace limits routes", () => {
     const dir = tempDir(later);
     store = await Store.open(`sqlite:${dir}/berth.db`);
     cleanups.push(() => store.close());
-    const nc = await connect({ servers: nats.url, user: nats.coordinator.user, pass: nats.coordinator.password });
+    const nc = await connect({
+      servers: nats.url,
+      user: nats.coordinator.user,
+      pass: nats.coordinator.password,
+    });
     cleanups.push(() => closeNats(nc));
     const log = pino({ level: "silent" });
     const cache = new WorkspaceLimitsCache({ repo: store.limits });
-    tasks = new TaskService({ store, nats: nc, objects: new Objects(store.objects, dir), log, limits: cache });
+    tasks = new TaskService({
+      store,
+      nats: nc,
+      objects: new Objects(store.objects, dir),
+      log,
+      limits: cache,
+    });
     await tasks.start();
     cleanups.push(() => tasks.stop());
 
@@ -67,8 +77,14 @@ describe("workspace limits routes", () => {
     adminToken = (await store.tokens.create(ops.id, { name: "admin", admin: true })).secret;
     opsUserToken = (await store.tokens.create(ops.id, { name: "user" })).secret;
     teamToken = (await store.tokens.create(team.id, { name: "user" })).secret;
-    stubId = (await tasks.upsertStub(team.id, { name: "f", type: "function", config: stubConfig(), extra: stubExtra() }))
-      .stub.id;
+    stubId = (
+      await tasks.upsertStub(team.id, {
+        name: "f",
+        type: "function",
+        config: stubConfig(),
+        extra: stubExtra(),
+      })
+    ).stub.id;
 
     app = routesApp();
     await app.register(
@@ -156,7 +172,10 @@ describe("workspace limits routes", () => {
     const denied = await call("PUT", limitsOf(team), teamToken, { max_pending_tasks: 1 });
     assert.equal(denied.status, 403);
     assert.match(denied.body.error.message, /admin/);
-    const set = await call("PUT", limitsOf(team), adminToken, { max_cpu_millicores: 4000, max_memory_mb: 8192 });
+    const set = await call("PUT", limitsOf(team), adminToken, {
+      max_cpu_millicores: 4000,
+      max_memory_mb: 8192,
+    });
     assert.equal(set.status, 200);
     assert.deepEqual(set.body.limits, {
       max_containers: 32,
@@ -171,7 +190,11 @@ describe("workspace limits routes", () => {
     });
     const zero = await call("PUT", limitsOf(team), adminToken, { max_gpus: 0 });
     assert.equal(zero.body.limits.max_gpus, 0, "0 is a limit of its own, not null");
-    const again = await call("PUT", limitsOf(team), adminToken, { max_memory_mb: null, max_gpus: 2, max_queue_items: 1000 });
+    const again = await call("PUT", limitsOf(team), adminToken, {
+      max_memory_mb: null,
+      max_gpus: 2,
+      max_queue_items: 1000,
+    });
     assert.deepEqual(again.body.limits, {
       max_containers: 32,
       max_cpu_millicores: 4000,
@@ -188,7 +211,12 @@ describe("workspace limits routes", () => {
   });
 
   test("bad bodies are 400 naming the cause", async () => {
-    for (const body of [{ max_gpus: -1 }, { max_containers: 1.5 }, { max_cpus: 3 }, { max_memory_mb: "lots" }]) {
+    for (const body of [
+      { max_gpus: -1 },
+      { max_containers: 1.5 },
+      { max_cpus: 3 },
+      { max_memory_mb: "lots" },
+    ]) {
       const r = await call("PUT", limitsOf(team), adminToken, body);
       assert.equal(r.status, 400, JSON.stringify(body));
       assert.equal(r.body.error.code, "invalid_request");

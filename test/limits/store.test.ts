@@ -7,9 +7,8 @@ import { after, before, describe, test } from "node:test";
 import { Migrator } from "kysely";
 import { openDatabase } from "../../coordinator/store/db.ts";
 import { migrationProvider } from "../../coordinator/store/migrations/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
-
 
 for (const engine of STORE_ENGINES) {
   describe(`workspace limits on ${engine.name}`, () => {
@@ -28,7 +27,13 @@ for (const engine of STORE_ENGINES) {
         migratedWs = "ws-premigration";
         await db
           .insertInto("workspaces")
-          .values({ id: migratedWs, external_id: migratedWs, name: "old", created_at: new Date().toISOString(), max_containers: 7 })
+          .values({
+            id: migratedWs,
+            external_id: migratedWs,
+            name: "old",
+            created_at: new Date().toISOString(),
+            max_containers: 7,
+          })
           .execute();
       } finally {
         await db.destroy();
@@ -62,7 +67,11 @@ for (const engine of STORE_ENGINES) {
 
     test("set changes only what it names; null removes a limit; max_containers stays readable the old way", async () => {
       const ws = await store.workspaces.create("tuned");
-      const first = await store.limits.set(ws.id, { maxCpuMillicores: 8000, maxPendingTasks: 100, maxQueueItems: 500 });
+      const first = await store.limits.set(ws.id, {
+        maxCpuMillicores: 8000,
+        maxPendingTasks: 100,
+        maxQueueItems: 500,
+      });
       assert.deepEqual(first, {
         maxContainers: 32,
         maxCpuMillicores: 8000,

@@ -33,7 +33,10 @@ function v2Tree(t: { after: (fn: () => void) => void }, files: Record<string, st
   return { version: 2, unifiedMount: root, controllers: new Map(), swapAccounting: true };
 }
 
-function v1Tree(t: { after: (fn: () => void) => void }, files: Record<string, Record<string, string>>): CgroupLayout {
+function v1Tree(
+  t: { after: (fn: () => void) => void },
+  files: Record<string, Record<string, string>>,
+): CgroupLayout {
   const root = tempDir(t, "berth-cg1-");
   const controllers = new Map<string, string>();
   for (const [controller, entries] of Object.entries(files)) {
@@ -186,7 +189,9 @@ test("sampler: cores over the interval, labels, GPUs per container, registry ser
         res.on("data", (d: Buffer) => {
           body += d.toString();
         });
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, type: String(res.headers["content-type"]), body }));
+        res.on("end", () =>
+          resolve({ status: res.statusCode ?? 0, type: String(res.headers["content-type"]), body }),
+        );
       })
         .on("error", reject)
         .end();
@@ -198,7 +203,10 @@ test("sampler: cores over the interval, labels, GPUs per container, registry ser
   const one = (name: string, labels: Record<string, string> = {}) =>
     samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
   const labels = { container: "c1", stub: "stub-1", workspace: "ws-1", agent: "agent-1", pool: "gpu" };
-  assert.deepEqual(one("berth_container_cpu_cores").map((s) => [s.labels, s.value]), [[labels, 1.5]]);
+  assert.deepEqual(
+    one("berth_container_cpu_cores").map((s) => [s.labels, s.value]),
+    [[labels, 1.5]],
+  );
   assert.equal(one("berth_container_memory_bytes")[0]?.value, 40 * MiB);
   assert.equal(one("berth_container_gpu_utilization_percent", { gpu: "GPU-1" })[0]?.value, 75);
   assert.equal(one("berth_agent_capacity", { resource: "cpu_cores" })[0]?.value, 16);
@@ -216,7 +224,14 @@ test("a real runc container: its cgroup reads as CPU in use and memory", async (
     agentId: "agent-rt",
     cgroups: h.rt.cgroups,
     containers: async () => [
-      { id: spec.id, labels: {}, gpus: [], cpu: 1, memoryBytes: spec.memoryBytes ?? 0, cgroupsPath: h.rt.cgroupsPath(spec.id) },
+      {
+        id: spec.id,
+        labels: {},
+        gpus: [],
+        cpu: 1,
+        memoryBytes: spec.memoryBytes ?? 0,
+        cgroupsPath: h.rt.cgroupsPath(spec.id),
+      },
     ],
   });
   await sampler.sample();

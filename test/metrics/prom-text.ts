@@ -18,9 +18,12 @@ export function parseProm(text: string): PromSample[] {
     const m = LINE.exec(line);
     if (!m) throw new Error(`line ${n + 1} is not a Prometheus sample: ${line}`);
     const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? "").matchAll(LABEL)) labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, "$1");
-    const value = m[3] === "+Inf" ? Number.POSITIVE_INFINITY : m[3] === "-Inf" ? Number.NEGATIVE_INFINITY : Number(m[3]);
-    if (Number.isNaN(value) && m[3] !== "NaN") throw new Error(`line ${n + 1}: value ${m[3]} is not a number`);
+    for (const l of (m[2] ?? "").matchAll(LABEL))
+      labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, "$1");
+    const value =
+      m[3] === "+Inf" ? Number.POSITIVE_INFINITY : m[3] === "-Inf" ? Number.NEGATIVE_INFINITY : Number(m[3]);
+    if (Number.isNaN(value) && m[3] !== "NaN")
+      throw new Error(`line ${n + 1}: value ${m[3]} is not a number`);
     out.push({ name: m[1] as string, labels, value });
   }
   return out;

@@ -10,7 +10,7 @@ import { metricsRoutes } from "../../coordinator/metrics/routes.ts";
 import { prometheusRoutes } from "../../coordinator/metrics/prometheus-routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
 import { CoordinatorMetrics } from "../../coordinator/metrics/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storedStub } from "../tasks/fixtures.ts";
 import { parseProm } from "./prom-text.ts";
@@ -44,7 +44,10 @@ describe("metrics routes and /metrics", () => {
     const a = routesApp();
     await a.register(prometheusRoutes({ metrics, ...(metricsToken ? { token: metricsToken } : {}) }));
     await a.register(
-      tokenScope(store.tokens, metricsRoutes({ metrics: store.metrics, stubs: store.stubs, clock: () => T0 + 3_600_000 })),
+      tokenScope(
+        store.tokens,
+        metricsRoutes({ metrics: store.metrics, stubs: store.stubs, clock: () => T0 + 3_600_000 }),
+      ),
     );
     cleanups.unshift(() => a.close());
     return a;
@@ -123,10 +126,21 @@ describe("metrics routes and /metrics", () => {
   test("stub-timeseries: every series over every bucket; the stub's containers and tasks", async () => {
     const r = await get(`/api/v1/metrics/${wsExt}/stub-timeseries?stub_id=${stubId}&${range}`);
     assert.equal(r.statusCode, 200, r.body);
-    const body = r.json() as { from: string; to: string; step_seconds: number; series: { name: string; unit: string; labels?: Record<string, string>; points: [string, number | null][] }[] };
+    const body = r.json() as {
+      from: string;
+      to: string;
+      step_seconds: number;
+      series: {
+        name: string;
+        unit: string;
+        labels?: Record<string, string>;
+        points: [string, number | null][];
+      }[];
+    };
     assert.equal(body.from, iso(T0));
     assert.equal(body.step_seconds, 60);
-    const s = (name: string, status?: string) => body.series.find((x) => x.name === name && x.labels?.status === status);
+    const s = (name: string, status?: string) =>
+      body.series.find((x) => x.name === name && x.labels?.status === status);
     assert.deepEqual(s("cpu_cores")?.points, [
       [iso(T0), 0.75],
       [iso(T0 + 60_000), null],
@@ -143,14 +157,16 @@ describe("metrics routes and /metrics", () => {
     const w = await get(`/api/v1/metrics/${wsExt}/workspace-timeseries?${range}`);
     assert.equal(w.statusCode, 200, w.body);
     assert.deepEqual(
-      (w.json() as { series: { name: string; points: unknown[] }[] }).series.find((x) => x.name === "memory_bytes")?.points[0],
+      (w.json() as { series: { name: string; points: unknown[] }[] }).series.find(
+        (x) => x.name === "memory_bytes",
+      )?.points[0],
       [iso(T0), 4096],
     );
     const p = await get(`/api/v1/metrics/${wsExt}/pool-timeseries?${range}`);
     assert.equal(p.statusCode, 200, p.body);
-    const cap = (p.json() as { series: { name: string; labels: { pool: string }; points: unknown[] }[] }).series.find(
-      (x) => x.name === "cpu_capacity",
-    );
+    const cap = (
+      p.json() as { series: { name: string; labels: { pool: string }; points: unknown[] }[] }
+    ).series.find((x) => x.name === "cpu_capacity");
     assert.equal(cap?.labels.pool, "default");
     assert.deepEqual(cap?.points[0], [iso(T0), 8]);
     // Defaults: the hour before now, by minutes.
@@ -162,18 +178,32 @@ describe("metrics routes and /metrics", () => {
   test("another workspace's ws or stub is 404; no token is 401; bad ranges are 400 with the cause", async () => {
     assert.equal((await get(`/api/v1/metrics/${otherExt}/workspace-timeseries`)).statusCode, 404);
     assert.equal((await get(`/api/v1/metrics/${wsExt}/pool-timeseries`, otherToken)).statusCode, 404);
-    const foreignStub = await get(`/api/v1/metrics/${otherExt}/stub-timeseries?stub_id=${stubId}`, otherToken);
+    const foreignStub = await get(
+      `/api/v1/metrics/${otherExt}/stub-timeseries?stub_id=${stubId}`,
+      otherToken,
+    );
     assert.equal(foreignStub.statusCode, 404);
     assert.match(message(foreignStub), /stub .* not found/);
     assert.equal((await get(`/api/v1/metrics/${wsExt}/stub-timeseries?stub_id=stub-nope`)).statusCode, 404);
-    assert.equal((await get(`/api/v1/metrics/${wsExt}/stub-timeseries`)).statusCode, 400, "stub_id is required");
+    assert.equal(
+      (await get(`/api/v1/metrics/${wsExt}/stub-timeseries`)).statusCode,
+      400,
+      "stub_id is required",
+    );
     assert.equal((await get(`/api/v1/metrics/${wsExt}/workspace-timeseries`, "")).statusCode, 401);
-    const tooMany = await get(`/api/v1/metrics/${wsExt}/workspace-timeseries?from=${encodeURIComponent(iso(T0 - 7 * 86_400_000))}&step=10`);
+    const tooMany = await get(
+      `/api/v1/metrics/${wsExt}/workspace-timeseries?from=${encodeURIComponent(iso(T0 - 7 * 86_400_000))}&step=10`,
+    );
     assert.equal(tooMany.statusCode, 400);
-    assert.match(message(tooMany), /buckets of 10 s; at most 1440: widen step to at least 423 s or narrow the range/);
+    assert.match(
+      message(tooMany),
+      /buckets of 10 s; at most 1440: widen step to at least 423 s or narrow the range/,
+    );
     const badStep = await get(`/api/v1/metrics/${wsExt}/workspace-timeseries?step=fast`);
     assert.match(message(badStep), /step "fast" must be whole seconds/);
-    const backwards = await get(`/api/v1/metrics/${wsExt}/workspace-timeseries?from=${encodeURIComponent(iso(T0 + 9e6))}`);
+    const backwards = await get(
+      `/api/v1/metrics/${wsExt}/workspace-timeseries?from=${encodeURIComponent(iso(T0 + 9e6))}`,
+    );
     assert.match(message(backwards), /from must be before to/);
     const badTime = await get(`/api/v1/metrics/${wsExt}/workspace-timeseries?to=yesterday`);
     assert.match(message(badTime), /to "yesterday" is not an ISO 8601 time or unix seconds/);
@@ -186,7 +216,8 @@ describe("metrics routes and /metrics", () => {
     assert.match(String(r.headers["content-type"]), /^text\/plain; version=0\.0\.4/);
     const samples = parseProm(r.body);
     const value = (name: string, labels: Record<string, string>) =>
-      samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+      samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))
+        ?.value;
     assert.equal(value("berth_tasks", { status: "COMPLETE" }), 1);
     assert.equal(value("berth_tasks", { status: "FAILED" }), 0);
     assert.equal(value("berth_containers", { stub_type: "function" }), 2);
@@ -195,7 +226,9 @@ describe("metrics routes and /metrics", () => {
     assert.equal(value("berth_agents", { state: "lost" }), 1);
     const route = "/api/v1/metrics/:ws/workspace-timeseries";
     assert.ok((value("berth_http_requests_total", { method: "GET", route, status_code: "200" }) ?? 0) >= 1);
-    assert.ok(value("berth_http_request_duration_seconds_count", { route, status_code: "200" }) !== undefined);
+    assert.ok(
+      value("berth_http_request_duration_seconds_count", { route, status_code: "200" }) !== undefined,
+    );
     assert.ok(!r.body.includes(wsExt) && !r.body.includes(stubId), "no workspace or stub id in /metrics");
   });
 

@@ -9,15 +9,14 @@ import { after, before, describe, test } from "node:test";
 import { connect } from "nats";
 import { MetricsIngest, PoolSampler, parseRange, stubTimeseries } from "../../coordinator/metrics/index.ts";
 import type { LiveAgent } from "../../coordinator/fleet/fleet-view.ts";
-import type { ContainerSampleRow } from "../../coordinator/store/metrics.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import type { ContainerSampleRow } from "../../coordinator/metrics/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { waitFor } from "../../shared/net.ts";
 import { type AgentMetricsMessage, subjects } from "../../shared/subjects.ts";
 import { tempDir } from "../helpers/env.ts";
 import { startTestNats } from "../helpers/nats.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 import { storedStub } from "../tasks/fixtures.ts";
-
 
 const T0 = Date.parse("2030-01-01T00:00:00.000Z");
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -60,7 +59,13 @@ function liveAgent(agentId: string, cpuCores: number, gpus: number): LiveAgent {
         gpus: {
           available: gpus > 0,
           toolkit: false,
-          devices: Array.from({ length: gpus }, (_, i) => ({ index: i, uuid: `GPU-${agentId}-${i}`, model: "m", type: "H100", memoryMiB: 80 })),
+          devices: Array.from({ length: gpus }, (_, i) => ({
+            index: i,
+            uuid: `GPU-${agentId}-${i}`,
+            model: "m",
+            type: "H100",
+            memoryMiB: 80,
+          })),
         },
       },
     },
@@ -92,18 +97,42 @@ for (const engine of STORE_ENGINES) {
         // bucket 0 (first minute): ctr-a 1.0 then 3.0 cores (mean 2), ctr-b 0.5; GPU on ctr-b only
         s({ containerId: "ctr-a", atMs: T0 + 10_000, cpuCores: 1, memoryBytes: 100 }),
         s({ containerId: "ctr-a", atMs: T0 + 20_000, cpuCores: 3, memoryBytes: 300 }),
-        s({ containerId: "ctr-b", atMs: T0 + 30_000, cpuCores: 0.5, memoryBytes: 1000, gpuCount: 1, gpuUtilization: 40, gpuMemoryBytes: 2048 }),
+        s({
+          containerId: "ctr-b",
+          atMs: T0 + 30_000,
+          cpuCores: 0.5,
+          memoryBytes: 1000,
+          gpuCount: 1,
+          gpuUtilization: 40,
+          gpuMemoryBytes: 2048,
+        }),
         // bucket 2 (third minute)
         s({ containerId: "ctr-a", atMs: T0 + 125_000, cpuCores: 0.25, memoryBytes: 50 }),
         // another stub of the workspace: in workspace totals, not the stub's
         s({ containerId: "ctr-c", atMs: T0 + 15_000, stubId: "stub-other", cpuCores: 4, memoryBytes: 7 }),
       ]);
-      await store.metrics.insertContainerSamples([s({ containerId: "ctr-a", atMs: T0 + 10_000, cpuCores: 99 })]);
+      await store.metrics.insertContainerSamples([
+        s({ containerId: "ctr-a", atMs: T0 + 10_000, cpuCores: 99 }),
+      ]);
       const range = { fromMs: T0, toMs: T0 + 180_000, stepMs: 60_000 };
       const stub = await store.metrics.containerSeries({ workspaceId: wsId, stubId }, range);
       assert.deepEqual(stub, [
-        { bucket: 0, containers: 2, cpuCores: 2.5, memoryBytes: 1200, gpuUtilization: 40, gpuMemoryBytes: 2048 },
-        { bucket: 2, containers: 1, cpuCores: 0.25, memoryBytes: 50, gpuUtilization: null, gpuMemoryBytes: null },
+        {
+          bucket: 0,
+          containers: 2,
+          cpuCores: 2.5,
+          memoryBytes: 1200,
+          gpuUtilization: 40,
+          gpuMemoryBytes: 2048,
+        },
+        {
+          bucket: 2,
+          containers: 1,
+          cpuCores: 0.25,
+          memoryBytes: 50,
+          gpuUtilization: null,
+          gpuMemoryBytes: null,
+        },
       ]);
       const ws = await store.metrics.containerSeries({ workspaceId: wsId }, range);
       assert.equal(ws[0]?.containers, 3);
@@ -151,7 +180,10 @@ for (const engine of STORE_ENGINES) {
         { bucket: 0, count: 4, avgMs: 400, maxMs: 1000, p50Ms: 250 },
         { bucket: 1, count: 1, avgMs: 50, maxMs: 50, p50Ms: 50 },
       ]);
-      const odd = await store.metrics.taskDurations({ workspaceId: wsId, stubId }, { ...range, fromMs: T0 + 5_500, toMs: T0 + 60_000 });
+      const odd = await store.metrics.taskDurations(
+        { workspaceId: wsId, stubId },
+        { ...range, fromMs: T0 + 5_500, toMs: T0 + 60_000 },
+      );
       // 300, 200, 1000 in the first bucket: the middle one
       assert.equal(odd[0]?.p50Ms, 300);
       assert.deepEqual(await store.metrics.taskStatusCounts(), { COMPLETE: 4, FAILED: 1, PENDING: 1 });
@@ -185,7 +217,15 @@ for (const engine of STORE_ENGINES) {
         at: 0,
         intervalMs: 10_000,
         allocated: { containers: 1, cpuCores: 2, memoryBytes: 1 << 30, gpus: 1 },
-        containers: [{ containerId: `c-${agentId}`, cpuCores: cpu, memoryBytes: 512, cpuLimitCores: 2, memoryLimitBytes: 1 << 30 }],
+        containers: [
+          {
+            containerId: `c-${agentId}`,
+            cpuCores: cpu,
+            memoryBytes: 512,
+            cpuLimitCores: 2,
+            memoryLimitBytes: 1 << 30,
+          },
+        ],
       });
       const now = T0 + 2 * 3_600_000 + 1_000;
       const latest = new Map([
@@ -194,7 +234,12 @@ for (const engine of STORE_ENGINES) {
         // stale: its capacity counts, its allocation does not
         ["a3", { round: round("a3", "cpu", 9), receivedAt: now - 60_000 }],
       ]);
-      const agents = [liveAgent("a1", 8, 2), liveAgent("a2", 8, 2), liveAgent("a3", 4, 0), liveAgent("a4", 2, 0)];
+      const agents = [
+        liveAgent("a1", 8, 2),
+        liveAgent("a2", 8, 2),
+        liveAgent("a3", 4, 0),
+        liveAgent("a4", 2, 0),
+      ];
       const log = { warn: () => {}, info: () => {} };
       const make = (coordinatorId: string) =>
         new PoolSampler({
@@ -232,12 +277,17 @@ for (const engine of STORE_ENGINES) {
       assert.equal(cpu?.cpuAllocatedCores, 0);
       assert.equal(cpu?.cpuCapacityCores, 4);
       assert.equal(rows.find((x) => x.pool === "default")?.agents, 1);
-      assert.deepEqual(await store.metrics.poolSeries(range, ["cpu"]).then((r) => r.map((x) => x.pool)), ["cpu"]);
+      assert.deepEqual(await store.metrics.poolSeries(range, ["cpu"]).then((r) => r.map((x) => x.pool)), [
+        "cpu",
+      ]);
       assert.deepEqual(await store.metrics.poolNames(range), ["cpu", "default", "gpu"]);
 
       // The sampler pruned what is older than an hour (the container samples at T0).
       const left = await store.db.selectFrom("container_samples").select("at_ms").execute();
-      assert.ok(left.every((r) => Number(r.at_ms) >= now - 3_600_000), "old container samples pruned");
+      assert.ok(
+        left.every((r) => Number(r.at_ms) >= now - 3_600_000),
+        "old container samples pruned",
+      );
       assert.equal(left.length, 0);
     });
   });
@@ -257,12 +307,16 @@ describe("metrics ingest over NATS", () => {
     const warnings: string[] = [];
     const log = { warn: (_o: unknown, msg?: string) => warnings.push(msg ?? "") };
     const conns = await Promise.all(
-      [nats.coordinator, nats.coordinator, nats.agent].map((c) => connect({ servers: c.url, user: c.user, pass: c.password })),
+      [nats.coordinator, nats.coordinator, nats.agent].map((c) =>
+        connect({ servers: c.url, user: c.user, pass: c.password }),
+      ),
     );
     hooks.after(() => Promise.all(conns.map((c) => c.close())));
-    const [c1, c2, agent] = conns as [typeof conns[0], typeof conns[0], typeof conns[0]];
+    const [c1, c2, agent] = conns as [(typeof conns)[0], (typeof conns)[0], (typeof conns)[0]];
     let clock = T0;
-    const ingests = [c1, c2].map((nc) => new MetricsIngest({ nats: nc, repo: store.metrics, log, clock: () => clock++ }));
+    const ingests = [c1, c2].map(
+      (nc) => new MetricsIngest({ nats: nc, repo: store.metrics, log, clock: () => clock++ }),
+    );
     for (const i of ingests) i.start();
     hooks.after(() => Promise.all(ingests.map((i) => i.stop())));
     await Promise.all([c1.flush(), c2.flush()]);
@@ -274,7 +328,15 @@ describe("metrics ingest over NATS", () => {
       intervalMs: 10_000,
       allocated: { containers: 2, cpuCores: 3, memoryBytes: 2048, gpus: 2 },
       containers: [
-        { containerId: "ctr-1", workspaceId: "ws-x", stubId: "stub-x", cpuCores: 1.25, memoryBytes: 1000, cpuLimitCores: 2, memoryLimitBytes: 1024 },
+        {
+          containerId: "ctr-1",
+          workspaceId: "ws-x",
+          stubId: "stub-x",
+          cpuCores: 1.25,
+          memoryBytes: 1000,
+          cpuLimitCores: 2,
+          memoryLimitBytes: 1024,
+        },
         {
           containerId: "ctr-2",
           cpuCores: 0.5,
@@ -291,11 +353,17 @@ describe("metrics ingest over NATS", () => {
     agent.publish(subjects.metrics("agent-7"), JSON.stringify(round));
     agent.publish(subjects.metrics("agent-8"), JSON.stringify(round));
     await agent.flush();
-    await waitFor(() => ingests.every((i) => i.latest("agent-7")), { timeoutMs: 5000, what: "both coordinators to see the round" });
-    await waitFor(async () => (await store.db.selectFrom("container_samples").selectAll().execute()).length >= 2, {
+    await waitFor(() => ingests.every((i) => i.latest("agent-7")), {
       timeoutMs: 5000,
-      what: "samples stored",
+      what: "both coordinators to see the round",
     });
+    await waitFor(
+      async () => (await store.db.selectFrom("container_samples").selectAll().execute()).length >= 2,
+      {
+        timeoutMs: 5000,
+        what: "samples stored",
+      },
+    );
     await Promise.all(ingests.map((i) => i.flushed()));
     const rows = await store.db.selectFrom("container_samples").selectAll().orderBy("container_id").execute();
     assert.equal(rows.length, 2, "one coordinator of the queue group stored the round");

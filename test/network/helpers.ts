@@ -294,10 +294,17 @@ export const randomPort = () => randomInt(20_000, 60_000);
  * stands in for the internet: the test's operator allows them, as an
  * operator would a private mirror (private ranges are closed by default).
  */
-export const outsideSubnets = (names: TestNames) => [`10.214.${names.octet}.0/24`, `fd43:${names.octet.toString(16)}::/64`];
+export const outsideSubnets = (names: TestNames) => [
+  `10.214.${names.octet}.0/24`,
+  `fd43:${names.octet.toString(16)}::/64`,
+];
 
 /** Network options for a test's own names and subnets. */
-export function networkOptions(names: TestNames, dataDir: string, extra: Partial<NetworkOptions> = {}): NetworkOptions {
+export function networkOptions(
+  names: TestNames,
+  dataDir: string,
+  extra: Partial<NetworkOptions> = {},
+): NetworkOptions {
   return {
     dataDir,
     bridge: names.bridge,

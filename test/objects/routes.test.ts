@@ -12,7 +12,7 @@ import { MapStore } from "../../coordinator/state/maps.ts";
 import { QueueStore } from "../../coordinator/state/queues.ts";
 import { SignalStore } from "../../coordinator/state/signals.ts";
 import { StateObjects } from "../../coordinator/state/state.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { closeNats } from "../../shared/nats-server.ts";
 import { bearerInject, routesApp } from "../helpers/routes-app.ts";

@@ -12,7 +12,7 @@ import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { buildHttpApp } from "../../coordinator/edge/app.ts";
 import { attachPortUpgrades, PortProxy, type PortTarget } from "../../coordinator/ports/proxy.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";
 import { AGENT_ID, listen, readUntil, rig } from "../proxy/harness.ts";

@@ -106,7 +106,9 @@ test("startupCpu caps the container until endStartupCpu, then cpu does (also aft
     if (cg.version === 1) {
       return readFileSync(join(cg.controllers.get("cpu")!, cgPath, "cpu.cfs_quota_us"), "utf8").trim();
     }
-    return readFileSync(join(cg.unifiedMount, cgPath, "cpu.max"), "utf8").trim().split(" ")[0];
+    return readFileSync(join(cg.unifiedMount, cgPath, "cpu.max"), "utf8")
+      .trim()
+      .split(" ")[0];
   };
   const boosted = h.spec(["sleep", "100"], { cpu: 0.25, startupCpu: 1.5 });
   await h.rt.run(boosted);

@@ -48,7 +48,10 @@ test("an agent restart: running processes become error (the agent restarted), en
   assert.equal((await after.waitProcess("sbx-a", 2)).status, "error");
   await assert.rejects(after.writeProcessStdin("sbx-a", 2, Buffer.from("x")), /has ended/);
   assert.equal((await after.startProcess("sbx-a", { args: ["true"] })).pid, 3);
-  await assert.rejects(after.getProcess("sbx-gone", 1), (e: { code?: string }) => e.code === "process_not_found");
+  await assert.rejects(
+    after.getProcess("sbx-gone", 1),
+    (e: { code?: string }) => e.code === "process_not_found",
+  );
   assert.deepEqual(readdirSync(dir).sort(), ["sbx-a.processes.json"]);
 
   after.drop("sbx-a");

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import pino from "pino";
 import { SandboxService } from "../../coordinator/sandboxes/service.ts";
 import type { SandboxAgentApi } from "../../coordinator/sandboxes/types.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { capacity, oneAgentFleet } from "../containers/fakes.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { realAgent } from "../helpers/real-agent.ts";

@@ -3,10 +3,9 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
-
 
 for (const engine of STORE_ENGINES) {
   describe(`sandbox records on ${engine.name}`, () => {

@@ -4,7 +4,7 @@ import pino from "pino";
 import { ScheduleTickRepo } from "../../coordinator/schedules/claims.ts";
 import { createScheduleTicker } from "../../coordinator/schedules/index.ts";
 import type { ActiveSchedule, ScheduleTicker, SubmitTick } from "../../coordinator/schedules/ticker.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
 import { FakeTime } from "./fake-time.ts";

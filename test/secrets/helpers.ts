@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { type SecretKey, SecretService, secretKeyFromBytes } from "../../coordinator/secrets/index.ts";
-import type { Store } from "../../coordinator/store/store.ts";
+import type { Store } from "../../coordinator/records.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 
 /** Every secrets suite that touches the store runs on both engines. */

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { runnerRequest } from "../../coordinator/containers/runner-request.ts";
 import { SecretService } from "../../coordinator/secrets/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { capacity, stubRecord, world } from "../containers/fakes.ts";
 import { tempDir } from "../helpers/env.ts";
 import { randomKey } from "./helpers.ts";

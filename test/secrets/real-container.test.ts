@@ -8,7 +8,7 @@ import pino from "pino";
 import { ContainerManager } from "../../coordinator/containers/manager.ts";
 import { runnerRequest } from "../../coordinator/containers/runner-request.ts";
 import { SecretService } from "../../coordinator/secrets/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { waitFor } from "../../shared/net.ts";
 import { FakeActivity, capacity, oneAgentFleet, stubRecord } from "../containers/fakes.ts";
 import { needs, tempDir } from "../helpers/env.ts";
@@ -53,7 +53,10 @@ test("a stub's secret is an environment variable inside its container", async (t
     // A shell stands in for the runner: it prints the variable, base64 so the newline survives one log line.
     containerRequest: (s, id, gpuType, secretEnv) => {
       const { runner: _runner, code: _code, ...req } = runnerRequest(s, id, gpuType, secretEnv);
-      return { ...req, args: ["sh", "-c", 'printf "token:%s\\n" "$(printf %s "$HF_TOKEN" | base64 -w0)"; sleep 600'] };
+      return {
+        ...req,
+        args: ["sh", "-c", 'printf "token:%s\\n" "$(printf %s "$HF_TOKEN" | base64 -w0)"; sleep 600'],
+      };
     },
   });
   mgr.start();

@@ -8,7 +8,7 @@ import type { FastifyInstance } from "fastify";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { buildHttpApp } from "../../coordinator/edge/app.ts";
 import type { SecretService } from "../../coordinator/secrets/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";
 import { twoWorkspaces } from "../helpers/nats-store.ts";

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFileSync, existsSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { SECRET_VALUE_MAX_BYTES, SecretService } from "../../coordinator/secrets/index.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { ENGINES, randomKey } from "./helpers.ts";
 
 for (const engine of ENGINES) {

@@ -10,7 +10,7 @@ import { type AddressInfo, connect } from "node:net";
 import { test, type TestContext } from "node:test";
 import pino from "pino";
 import { attachShellUpgrades, type ShellDeps } from "../../coordinator/edge/shell.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
 import { bearer } from "../helpers/auth.ts";
 

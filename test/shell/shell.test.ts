@@ -13,7 +13,7 @@ import * as pty from "node-pty";
 import pino from "pino";
 import { bearerToken } from "../../coordinator/http/auth.ts";
 import { attachShellUpgrades, type ShellTarget } from "../../coordinator/edge/shell.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { openShell, type ShellOptions } from "../../cli/commands/shell.ts";
 import { waitFor } from "../../shared/net.ts";
 import { needs, tempDir } from "../helpers/env.ts";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { openSuiteDatabase, STORE_ENGINES } from "../helpers/engines.ts";
 

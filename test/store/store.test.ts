@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 import { storedStub, stubConfig, stubExtra } from "../tasks/fixtures.ts";
 
@@ -248,7 +248,10 @@ for (const engine of STORE_ENGINES) {
         { key: "agent-revoked/agent-b", value: "2" },
       ]);
       await store.kv.delete("agent-revoked/agent-a");
-      assert.deepEqual((await store.kv.list("agent-revoked/")).map((r) => r.key), ["agent-revoked/agent-b"]);
+      assert.deepEqual(
+        (await store.kv.list("agent-revoked/")).map((r) => r.key),
+        ["agent-revoked/agent-b"],
+      );
       await assert.rejects(store.kv.list("agent_"), /LIKE wildcard/);
     });
   });

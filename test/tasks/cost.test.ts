@@ -70,7 +70,11 @@ describe("task cost", () => {
   });
 
   test("unconfigured rates are 0: the cost is 0, never a guess", () => {
-    assert.deepEqual(resolveCostRates(undefined), { cpuCorePerSecond: 0, memoryGibPerSecond: 0, gpuPerSecond: { default: 0 } });
+    assert.deepEqual(resolveCostRates(undefined), {
+      cpuCorePerSecond: 0,
+      memoryGibPerSecond: 0,
+      gpuPerSecond: { default: 0 },
+    });
     const c = estimateTaskCost(
       { startedAt: "2025-01-01T00:00:00Z", endedAt: "2025-01-01T01:00:00Z" },
       { cpuCores: 8, memoryGib: 64, gpuTypes: ["H100"], gpuCount: 8 },
@@ -100,6 +104,9 @@ describe("task cost", () => {
     assert.deepEqual(resolveCoordinatorOptions(base).costRates, ZERO_COST_RATES);
     const o = resolveCoordinatorOptions({ ...base, costRates: { gpuPerSecond: { default: 0.5 } } });
     assert.deepEqual(o.costRates.gpuPerSecond, { default: 0.5 });
-    assert.throws(() => resolveCoordinatorOptions({ ...base, costRates: { cpuCorePerSecond: -2 } }), /cpuCorePerSecond/);
+    assert.throws(
+      () => resolveCoordinatorOptions({ ...base, costRates: { cpuCorePerSecond: -2 } }),
+      /cpuCorePerSecond/,
+    );
   });
 });

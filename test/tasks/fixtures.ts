@@ -1,4 +1,4 @@
-import type { StubRecord, StubRepo } from "../../coordinator/store/stubs.ts";
+import type { StubRecord, StubRepo } from "../../coordinator/tasks/stub-store.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 
 /** The top-level fields of the spec's Task object (the task status API), sorted. */

@@ -7,7 +7,7 @@ import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { buildHttpApp, type HttpDeps } from "../../coordinator/edge/app.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
-import type { Store } from "../../coordinator/store/store.ts";
+import type { Store } from "../../coordinator/records.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import type { ContainerCounts } from "../../coordinator/tasks/activity.ts";
 import type { AgentStates } from "../../coordinator/tasks/lost-agents.ts";

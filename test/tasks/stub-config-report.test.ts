@@ -30,7 +30,11 @@ test("the task status API's stub.config of a cpu=0.5 endpoint, field by field ag
   assert.equal(decoded.handler, "app:predict");
   assert.equal(decoded.authorized, true);
   assert.equal(endpoint.config.runtime.cpu, 1, "the stored config is left as registered");
-  assert.equal(decoded.python_version, endpoint.config.python_version, "the registered one when the container is not asked");
+  assert.equal(
+    decoded.python_version,
+    endpoint.config.python_version,
+    "the registered one when the container is not asked",
+  );
   // The container's own answer wins over what the program registered (Image() says 3.8).
   assert.equal(reportedStubConfig(endpoint, { expiresAt: null }, "3.11").python_version, "3.11");
 });

@@ -5,16 +5,15 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import pino from "pino";
-import { Store } from "../../coordinator/store/store.ts";
-import type { StubRecord } from "../../coordinator/store/stubs.ts";
-import type { TaskHistoryEntry, TaskPatch, TaskRecord } from "../../coordinator/store/tasks.ts";
+import { Store } from "../../coordinator/records.ts";
+import type { StubRecord } from "../../coordinator/tasks/stub-store.ts";
+import type { TaskHistoryEntry, TaskPatch, TaskRecord } from "../../coordinator/tasks/store.ts";
 import { DirectTasks } from "../../coordinator/tasks/direct.ts";
 import { TaskEngine } from "../../coordinator/tasks/engine.ts";
 import type { LiveTask } from "../../coordinator/tasks/live-index.ts";
 import { waitFor } from "../../shared/net.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
 import { stubConfig, stubExtra } from "./fixtures.ts";
-
 
 interface Write {
   inserts: string[];

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { checkBucketMounts } from "../../agent/volumes/buckets.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { stubBucketMounts } from "../../coordinator/volumes/buckets.ts";
 import { checkStubBuckets } from "../../shared/buckets.ts";
 import { isBerthError } from "../../shared/errors.ts";
@@ -14,7 +14,11 @@ import { checkStubVolumes, stubVolumeMounts } from "../../shared/volumes.ts";
 import { tempDir } from "../helpers/env.ts";
 import { secretService } from "../secrets/helpers.ts";
 
-const bucket = (config: Record<string, unknown>, name = "raw-data") => ({ name, mount_path: "./raw", config });
+const bucket = (config: Record<string, unknown>, name = "raw-data") => ({
+  name,
+  mount_path: "./raw",
+  config,
+});
 const full = {
   read_only: true,
   access_key: "S3_KEY",
@@ -26,7 +30,9 @@ const full = {
 test("a volumes list holds Volumes and CloudBuckets; each kind is checked and returned apart", () => {
   const volumes = [{ name: "weights", mount_path: "./weights" }, bucket(full)];
   assert.deepEqual(checkStubVolumes(volumes), [{ name: "weights", mount_path: "./weights" }]);
-  assert.deepEqual(stubVolumeMounts("ws-a", volumes), [{ workspaceId: "ws-a", name: "weights", mountPath: "./weights" }]);
+  assert.deepEqual(stubVolumeMounts("ws-a", volumes), [
+    { workspaceId: "ws-a", name: "weights", mountPath: "./weights" },
+  ]);
   assert.deepEqual(checkStubBuckets(volumes), [
     { name: "raw-data", mount_path: "./raw", config: { ...full, endpoint: "https://s3.example" } },
   ]);
@@ -62,11 +68,17 @@ test("bad CloudBucket entries are refused naming the bucket and the field", () =
 
 test("the agent checks a request's buckets by the same rules", () => {
   assert.deepEqual(checkBucketMounts(undefined), []);
-  assert.deepEqual(checkBucketMounts([{ name: "raw-data", mountPath: "/b", readOnly: true, endpoint: "http://127.0.0.1:9000/" }]), [
-    { name: "raw-data", mountPath: "/b", readOnly: true, endpoint: "http://127.0.0.1:9000" },
-  ]);
+  assert.deepEqual(
+    checkBucketMounts([
+      { name: "raw-data", mountPath: "/b", readOnly: true, endpoint: "http://127.0.0.1:9000/" },
+    ]),
+    [{ name: "raw-data", mountPath: "/b", readOnly: true, endpoint: "http://127.0.0.1:9000" }],
+  );
   assert.throws(() => checkBucketMounts([{ name: "x", mountPath: "/b" }]), /buckets\[0\]\.name/);
-  assert.throws(() => checkBucketMounts([{ name: "raw-data", mountPath: "/b", accessKey: "K" }]), /give both keys or neither/);
+  assert.throws(
+    () => checkBucketMounts([{ name: "raw-data", mountPath: "/b", accessKey: "K" }]),
+    /give both keys or neither/,
+  );
   assert.throws(
     () => checkBucketMounts([{ name: "raw-data", mountPath: "/b", accessKey: "K:1", secretKey: "S" }]),
     /accessKey is not a usable key/,
@@ -108,7 +120,9 @@ test("the coordinator reads the keys from the named secrets of the stub's worksp
     { name: "public-data", mountPath: "./raw" },
   ]);
   // Another workspace's secrets are not this one's: b lacks S3_SECRET.
-  const err = await stubBucketMounts({ workspaceId: b, config: { volumes } }, secrets).catch((e: unknown) => e);
+  const err = await stubBucketMounts({ workspaceId: b, config: { volumes } }, secrets).catch(
+    (e: unknown) => e,
+  );
   assert.ok(isBerthError(err));
   assert.equal(err.code, "not_found");
   assert.match(err.message, /^cloud bucket raw-data: secret S3_SECRET not found in this workspace/);

@@ -64,37 +64,43 @@ test("cloud bucket mounts", { timeout: 300_000 }, async (t) => {
     );
   };
 
-  await t.test("reads an object, writes one back; read_only refuses writes inside the container", async () => {
-    const id = "bucket-rw-ro";
-    await client.runContainer({
-      ...base(id),
-      buckets: [
-        { name: "raw-data", mountPath: "./raw", readOnly: true, ...keys },
-        { name: "scratch", mountPath: "/data/scratch", ...keys },
-      ],
-    });
-    try {
-      const read = await execAll(await client.exec(id, { args: ["cat", "/srv/raw/hello.txt"] }));
-      assert.equal(read.code, 0, read.stderr);
-      assert.equal(read.stdout, "hello from s3\n");
-      const ro = await execAll(
-        await client.exec(id, { args: ["sh", "-c", "echo x > /srv/raw/new.txt"] }),
-      );
-      assert.notEqual(ro.code, 0, "a write to a read_only bucket must fail");
-      assert.match(ro.stderr, /Read-only file system/);
-      assert.equal((await s3.get("raw-data", "new.txt")).status, 404);
-      const rw = await execAll(
-        await client.exec(id, { args: ["sh", "-c", "echo written in the container > /data/scratch/out.txt"] }),
-      );
-      assert.equal(rw.code, 0, rw.stderr);
-      // s3fs uploads a file when it is closed, before the write's close returns.
-      assert.deepEqual(await s3.get("scratch", "out.txt"), { status: 200, body: "written in the container\n" });
-      assert.equal(mountsUnder(join(bucketsDir, id)).length, 2);
-    } finally {
-      await client.stopContainer(id, { graceMs: 0, remove: true });
-    }
-    noneLeft(id);
-  });
+  await t.test(
+    "reads an object, writes one back; read_only refuses writes inside the container",
+    async () => {
+      const id = "bucket-rw-ro";
+      await client.runContainer({
+        ...base(id),
+        buckets: [
+          { name: "raw-data", mountPath: "./raw", readOnly: true, ...keys },
+          { name: "scratch", mountPath: "/data/scratch", ...keys },
+        ],
+      });
+      try {
+        const read = await execAll(await client.exec(id, { args: ["cat", "/srv/raw/hello.txt"] }));
+        assert.equal(read.code, 0, read.stderr);
+        assert.equal(read.stdout, "hello from s3\n");
+        const ro = await execAll(await client.exec(id, { args: ["sh", "-c", "echo x > /srv/raw/new.txt"] }));
+        assert.notEqual(ro.code, 0, "a write to a read_only bucket must fail");
+        assert.match(ro.stderr, /Read-only file system/);
+        assert.equal((await s3.get("raw-data", "new.txt")).status, 404);
+        const rw = await execAll(
+          await client.exec(id, {
+            args: ["sh", "-c", "echo written in the container > /data/scratch/out.txt"],
+          }),
+        );
+        assert.equal(rw.code, 0, rw.stderr);
+        // s3fs uploads a file when it is closed, before the write's close returns.
+        assert.deepEqual(await s3.get("scratch", "out.txt"), {
+          status: 200,
+          body: "written in the container\n",
+        });
+        assert.equal(mountsUnder(join(bucketsDir, id)).length, 2);
+      } finally {
+        await client.stopContainer(id, { graceMs: 0, remove: true });
+      }
+      noneLeft(id);
+    },
+  );
 
   // s3rver checks a SigV4 request's access key, not its signature: the wrong
   // pair has an access key it does not know.
@@ -112,9 +118,18 @@ test("cloud bucket mounts", { timeout: 300_000 }, async (t) => {
       );
     assert.ok(isBerthError(err), String(err));
     assert.equal(err.code, "permission_denied", err.message);
-    assert.match(err.message, /cloud bucket raw-data: the access key or secret key was refused at http:\/\/127\.0\.0\.1:\d+/);
-    assert.ok(!err.message.includes(wrong.accessKey) && !err.message.includes(wrong.secretKey), "no key in the error");
-    assert.equal((await client.listContainers()).find((c) => c.id === id), undefined);
+    assert.match(
+      err.message,
+      /cloud bucket raw-data: the access key or secret key was refused at http:\/\/127\.0\.0\.1:\d+/,
+    );
+    assert.ok(
+      !err.message.includes(wrong.accessKey) && !err.message.includes(wrong.secretKey),
+      "no key in the error",
+    );
+    assert.equal(
+      (await client.listContainers()).find((c) => c.id === id),
+      undefined,
+    );
     noneLeft(id);
     assert.ok(!h.logs.some((l) => l.line.includes(wrong.secretKey)), "no key in the container logs");
   });
@@ -137,14 +152,20 @@ test("cloud bucket mounts", { timeout: 300_000 }, async (t) => {
     const id = "bucket-unreachable";
     const closed = `http://127.0.0.1:${await freePort()}`;
     const err = await client
-      .runContainer({ ...base(id), buckets: [{ name: "raw-data", mountPath: "/b", ...keys, endpoint: closed }] })
+      .runContainer({
+        ...base(id),
+        buckets: [{ name: "raw-data", mountPath: "/b", ...keys, endpoint: closed }],
+      })
       .then(
         () => assert.fail("the start must fail"),
         (e: unknown) => e,
       );
     assert.ok(isBerthError(err), String(err));
     assert.equal(err.code, "unavailable", err.message);
-    assert.match(err.message, new RegExp(`cloud bucket raw-data: cannot reach ${closed.replaceAll(".", "\\.")}`));
+    assert.match(
+      err.message,
+      new RegExp(`cloud bucket raw-data: cannot reach ${closed.replaceAll(".", "\\.")}`),
+    );
     noneLeft(id);
   });
 
@@ -157,34 +178,47 @@ test("cloud bucket mounts", { timeout: 300_000 }, async (t) => {
     });
     const exit = await h.exitOf(id);
     assert.equal(exit.status.exitCode, 0);
-    await waitUntil(() => !existsSync(join(bucketsDir, id)), { what: "the exited container's buckets unmounted" });
+    await waitUntil(() => !existsSync(join(bucketsDir, id)), {
+      what: "the exited container's buckets unmounted",
+    });
     noneLeft(id);
     assert.ok(h.logs.some((l) => l.containerId === id && l.line === "hello from s3"));
     await client.stopContainer(id, { graceMs: 0, remove: true });
   });
 
-  await t.test("a restarted agent unmounts the buckets of containers that ended while it was down", async () => {
-    const id = "bucket-restart";
-    const live = "bucket-restart-live";
-    await client.runContainer({ ...base(id), buckets: [{ name: "raw-data", mountPath: "/b", ...keys }] });
-    await client.runContainer({ ...base(live), buckets: [{ name: "raw-data", mountPath: "/b", readOnly: true, ...keys }] });
-    assert.equal(mountsUnder(join(bucketsDir, id)).length, 1);
-    h.host.close();
-    execFileSync("runc", ["--root", join(h.dir, "containers", ".runc"), "kill", id, "KILL"]);
-    await waitUntil(
-      () => {
-        const out = execFileSync("runc", ["--root", join(h.dir, "containers", ".runc"), "state", id]).toString();
-        return JSON.parse(out).status === "stopped";
-      },
-      { what: "the container stopped" },
-    );
-    await h.restart();
-    noneLeft(id);
-    await h.host.stopContainer(id, { graceMs: 0, remove: true });
-    // A container that lived through the restart keeps its bucket, and loses it when it stops.
-    const read = await execAll(await h.host.exec(live, { args: ["cat", "/b/hello.txt"] }));
-    assert.equal(read.stdout, "hello from s3\n", read.stderr);
-    await h.host.stopContainer(live, { graceMs: 0, remove: true });
-    noneLeft(live);
-  });
+  await t.test(
+    "a restarted agent unmounts the buckets of containers that ended while it was down",
+    async () => {
+      const id = "bucket-restart";
+      const live = "bucket-restart-live";
+      await client.runContainer({ ...base(id), buckets: [{ name: "raw-data", mountPath: "/b", ...keys }] });
+      await client.runContainer({
+        ...base(live),
+        buckets: [{ name: "raw-data", mountPath: "/b", readOnly: true, ...keys }],
+      });
+      assert.equal(mountsUnder(join(bucketsDir, id)).length, 1);
+      h.host.close();
+      execFileSync("runc", ["--root", join(h.dir, "containers", ".runc"), "kill", id, "KILL"]);
+      await waitUntil(
+        () => {
+          const out = execFileSync("runc", [
+            "--root",
+            join(h.dir, "containers", ".runc"),
+            "state",
+            id,
+          ]).toString();
+          return JSON.parse(out).status === "stopped";
+        },
+        { what: "the container stopped" },
+      );
+      await h.restart();
+      noneLeft(id);
+      await h.host.stopContainer(id, { graceMs: 0, remove: true });
+      // A container that lived through the restart keeps its bucket, and loses it when it stops.
+      const read = await execAll(await h.host.exec(live, { args: ["cat", "/b/hello.txt"] }));
+      assert.equal(read.stdout, "hello from s3\n", read.stderr);
+      await h.host.stopContainer(live, { graceMs: 0, remove: true });
+      noneLeft(live);
+    },
+  );
 });

@@ -9,7 +9,7 @@ import type { FastifyInstance } from "fastify";
 import { limitRoutes } from "../../coordinator/limits/routes.ts";
 import { volumeRoutes } from "../../coordinator/volumes/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { VolumeFiles } from "../../coordinator/volumes/volume-files.ts";
 import { bearer } from "../helpers/auth.ts";

@@ -11,7 +11,7 @@ import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { volumeRoutes } from "../../coordinator/volumes/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import { VolumeFiles } from "../../coordinator/volumes/volume-files.ts";
 import { bearer } from "../helpers/auth.ts";

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { WebhookDispatcher } from "../../coordinator/webhooks/index.ts";
 import { CLOUDEVENTS_CONTENT_TYPE } from "../../coordinator/events/types.ts";
 import { tempDir } from "../helpers/env.ts";

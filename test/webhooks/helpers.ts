@@ -3,7 +3,7 @@ import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import pino from "pino";
 import { type SecretKey, secretKeyFromBytes } from "../../coordinator/secrets/index.ts";
-import type { Store } from "../../coordinator/store/store.ts";
+import type { Store } from "../../coordinator/records.ts";
 import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "../../coordinator/webhooks/index.ts";
 import type { BerthEvent, EventFeed, EventType } from "../../coordinator/events/types.ts";
 import { newId } from "../../shared/ids.ts";

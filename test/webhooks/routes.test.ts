@@ -9,7 +9,7 @@ import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { webhookRoutes } from "../../coordinator/webhooks/routes.ts";
 import { tokenScope } from "../../coordinator/http/scopes.ts";
-import { Store } from "../../coordinator/store/store.ts";
+import { Store } from "../../coordinator/records.ts";
 import { VALID_EVENT_PATTERNS } from "../../coordinator/webhooks/index.ts";
 import { tempDir } from "../helpers/env.ts";
 import {

@@ -4,8 +4,8 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Store } from "../../coordinator/store/store.ts";
-import type { WebhookDeliveryRecord } from "../../coordinator/store/webhooks.ts";
+import { Store } from "../../coordinator/records.ts";
+import type { WebhookDeliveryRecord } from "../../coordinator/webhooks/store.ts";
 import { openSigningSecret, sealSigningSecret } from "../../coordinator/webhooks/validate.ts";
 import { newId } from "../../shared/ids.ts";
 import { ENGINES, randomKey } from "./helpers.ts";

@@ -1,6 +1,6 @@
 import type { Kysely, Selectable } from "kysely";
 import type { EgressPolicy } from "../../shared/egress.ts";
-import type { Database, SandboxImageTable, SandboxSnapshotTable, SandboxTable } from "./schema.ts";
+import type { Database, SandboxImageTable, SandboxSnapshotTable, SandboxTable } from "../store/index.ts";
 
 export type SandboxKind = "sandbox" | "pod";
 export type SandboxStatus = "starting" | "running" | "terminated";

@@ -1,6 +1,6 @@
 import type { Kysely, Selectable } from "kysely";
 import type { DatabaseEngine, DatabaseStatus } from "../../shared/databases.ts";
-import type { Database, DatabaseTable } from "./schema.ts";
+import type { Database, DatabaseTable } from "../store/index.ts";
 
 export type { DatabaseEngine, DatabaseStatus } from "../../shared/databases.ts";
 

@@ -12,7 +12,7 @@
 import { randomUUID } from "node:crypto";
 import type { Kysely } from "kysely";
 import { BerthError } from "../../shared/errors.ts";
-import type { Database } from "./schema.ts";
+import type { Database } from "../store/index.ts";
 
 /** Marker values are the session's JSON documents of the marker type's fields. */
 export type Markers = Record<string, unknown[]>;

@@ -1,5 +1,5 @@
 import type { Kysely, Selectable } from "kysely";
-import type { Database, WebhookDeliveryTable, WebhookTable } from "./schema.ts";
+import type { Database, WebhookDeliveryTable, WebhookTable } from "../store/index.ts";
 
 // Webhook subscriptions and their delivery attempts. The signing secret is
 // stored sealed (coordinator/webhooks seals and opens it); listings never

@@ -2,7 +2,7 @@ import type { Kysely, Selectable } from "kysely";
 import { BerthError } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
-import type { Database, DeploymentTable } from "./schema.ts";
+import type { Database, DeploymentTable } from "../store/index.ts";
 
 export interface DeploymentRecord {
   id: string;

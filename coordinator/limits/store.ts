@@ -4,7 +4,7 @@
 
 import type { Kysely } from "kysely";
 import { BerthError } from "../../shared/errors.ts";
-import type { Database } from "./schema.ts";
+import type { Database } from "../store/index.ts";
 
 export interface WorkspaceLimits {
   maxContainers: number | null;

@@ -4,7 +4,7 @@
 
 import { randomUUID } from "node:crypto";
 import type { Kysely } from "kysely";
-import type { Database } from "./schema.ts";
+import type { Database } from "../store/index.ts";
 
 export interface UsageRecord {
   workspaceId: string;

@@ -11,7 +11,7 @@
 import { randomUUID } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import { BerthError } from "../../shared/errors.ts";
-import type { Database, StackTable, StackVersionTable } from "./schema.ts";
+import type { Database, StackTable, StackVersionTable } from "../store/index.ts";
 
 export type StackVersionStatus = "applying" | "ready" | "rolled_back" | "abandoned";
 

@@ -1,22 +1,29 @@
 import type { Kysely } from "kysely";
-import { BotSessionRepo } from "./bot-sessions.ts";
-import { AgentRepo, ClusterKv, JoinTokenRepo } from "./cluster.ts";
-import { type Engine, migrateToLatest, openDatabase } from "./db.ts";
-import { DatabaseRepo } from "./databases.ts";
-import { DeploymentRepo } from "./deployments.ts";
-import { InferenceRepo } from "./inference.ts";
-import { MetricsRepo } from "./metrics.ts";
-import { LimitsRepo } from "./limits.ts";
-import { BuiltImageRepo } from "./built-images.ts";
-import type { Database } from "./schema.ts";
-import { SandboxRepo } from "./sandboxes.ts";
-import { StackRepo } from "./stacks.ts";
-import { ObjectRepo, StubRepo } from "./stubs.ts";
-import { TaskRepo } from "./tasks.ts";
-import { WebhookRepo } from "./webhooks.ts";
-import { TokenRepo, WorkspaceRepo } from "./workspaces.ts";
+import { BotSessionRepo } from "./bots/index.ts";
+import { AgentRepo, JoinTokenRepo } from "./fleet/index.ts";
+import { ClusterKv } from "./store/index.ts";
+import { type Engine, migrateToLatest, openDatabase } from "./store/index.ts";
+import { DatabaseRepo } from "./databases/index.ts";
+import { DeploymentRepo } from "./deployments/index.ts";
+import { InferenceRepo } from "./inference/index.ts";
+import { MetricsRepo } from "./metrics/index.ts";
+import { LimitsRepo } from "./limits/index.ts";
+import { BuiltImageRepo } from "./images/index.ts";
+import type { Database } from "./store/index.ts";
+import { SandboxRepo } from "./sandboxes/index.ts";
+import { StackRepo } from "./stacks/index.ts";
+import { ObjectRepo } from "./objects/index.ts";
+import { StubRepo } from "./tasks/index.ts";
+import { TaskRepo } from "./tasks/index.ts";
+import { WebhookRepo } from "./webhooks/index.ts";
+import { TokenRepo, WorkspaceRepo } from "./store/index.ts";
 
-/** The coordinator's record of truth, over SQLite or PostgreSQL. */
+/**
+ * The coordinator's record of truth, over SQLite or PostgreSQL: one database
+ * connection and every area's repository on it (each defined in its area's
+ * store.ts). Part of the composition root: it hands each area the
+ * repositories it names; no area imports it.
+ */
 export class Store {
   readonly workspaces: WorkspaceRepo;
   readonly tokens: TokenRepo;

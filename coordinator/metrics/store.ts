@@ -1,6 +1,6 @@
 import { type Kysely, type RawBuilder, sql } from "kysely";
-import type { Engine } from "./db.ts";
-import type { Database } from "./schema.ts";
+import type { Engine } from "../store/index.ts";
+import type { Database } from "../store/index.ts";
 
 // Metrics rows and the time-series queries over them (docs/metrics.md). Every
 // query groups rows into buckets `step` wide starting at `from`:

@@ -1,7 +1,7 @@
 import type { Insertable, Kysely, Updateable } from "kysely";
 import { TERMINAL_STATUSES, type TaskError, type TaskStatus } from "../../shared/tasks.ts";
-import { QueryShapes } from "./db.ts";
-import type { Database, TaskEventTable, TaskTable } from "./schema.ts";
+import { QueryShapes } from "../store/index.ts";
+import type { Database, TaskEventTable, TaskTable } from "../store/index.ts";
 
 export interface TaskRecord {
   id: string;

@@ -3,7 +3,7 @@
 // (status building) and updated once the build ends (ready or failed).
 
 import type { Kysely } from "kysely";
-import type { Database } from "./schema.ts";
+import type { Database } from "../store/index.ts";
 
 export const BUILT_IMAGE_STATUSES = ["building", "ready", "failed"] as const;
 export type BuiltImageStatus = (typeof BUILT_IMAGE_STATUSES)[number];
