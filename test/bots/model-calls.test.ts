@@ -21,7 +21,7 @@ import type { UsageRow } from "../../coordinator/inference/store.ts";
 import { RelayRouter } from "../../coordinator/streams/relay-router.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { waitFor } from "../../shared/net.ts";
-import { type EndpointHarness, startEndpointHarness } from "../endpoints/harness.ts";
+import { type EndpointHarness, modelDeployment, startEndpointHarness } from "../endpoints/harness.ts";
 import { perSuite } from "../helpers/suite.ts";
 
 /** An OpenAI-style model server: answers its name and token counts; `hold` waits until the caller leaves. */
@@ -80,18 +80,7 @@ async function start(suite: { after: (fn: () => unknown) => void }) {
   e.app.server.on("request", (req: IncomingMessage) => coordinatorRequests.push(req.url ?? ""));
   // An asgi deployment serving "tiny", one running container: the model server.
   const r = await e.deploy("tiny-model", "asgi", { extra: { served_models: ["tiny"] } });
-  const now = new Date().toISOString();
-  models.push({
-    ...r.deployment,
-    stubId: r.stub.id,
-    serve: false,
-    lastRequestAt: null,
-    startedAt: now,
-    createdAt: now,
-    updatedAt: now,
-    config: r.stub.config,
-    extra: r.stub.extra,
-  });
+  models.push(modelDeployment(r));
   e.tunnels.ports.set("ctr-tiny", (model.server.address() as AddressInfo).port);
   e.containers.set(r.stub.id, [{ id: "ctr-tiny", agentId: "agent-1", state: "running" }]);
   return {

@@ -12,7 +12,6 @@ import { dirname, join, relative, resolve } from "node:path";
 import { describe, test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
-import pino from "pino";
 import { HttpRefusal, publicError, statusOf } from "../../coordinator/http/public-error.ts";
 import type { EndpointDispatcher } from "../../coordinator/endpoints/dispatch.ts";
 import { attachEndpointUpgrades } from "../../coordinator/endpoints/websocket.ts";
@@ -23,6 +22,7 @@ import { attachShellUpgrades } from "../../coordinator/edge/shell.ts";
 import { attachPortUpgrades, PortProxy } from "../../coordinator/ports/proxy.ts";
 import type { TokenRepo } from "../../coordinator/store/workspaces.ts";
 import { BerthError, CATALOG } from "../../shared/errors.ts";
+import { type CapturedLog, captureLog } from "../helpers/log-capture.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const SECRET = "s3cret-db-password-in-a-stack";
@@ -102,19 +102,8 @@ describe("every error code a client sees is in the catalog", () => {
 
 // ---- the edge itself ---------------------------------------------------------
 
-interface Captured {
-  log: pino.Logger;
-  lines: () => Record<string, unknown>[];
-}
-
-function capture(): Captured {
-  const raw: string[] = [];
-  const log = pino({ level: "info" }, { write: (s: string) => void raw.push(s) });
-  return { log, lines: () => raw.map((l) => JSON.parse(l) as Record<string, unknown>) };
-}
-
 /** The id in a masked message, checked against the log: one error line with that id and the real error. */
-function assertMasked(body: unknown, c: Captured, where: string): void {
+function assertMasked(body: unknown, c: CapturedLog, where: string): void {
   const text = JSON.stringify(body);
   assert.ok(!text.includes(SECRET), `${where}: the internal error's text reached the client: ${text}`);
   const m = /under id (err-[0-9a-f]+)/.exec(text);
@@ -127,7 +116,7 @@ function assertMasked(body: unknown, c: Captured, where: string): void {
 describe("publicError", () => {
   test("an internal BerthError and a TypeError are masked, with the id in the log", () => {
     for (const err of [new BerthError("internal", SECRET), new TypeError(SECRET)]) {
-      const c = capture();
+      const c = captureLog();
       const pe = publicError(err, { log: c.log });
       assert.equal(pe.status, 500);
       assert.equal((pe.body as { error: { code: string } }).error.code, "internal");
@@ -152,7 +141,7 @@ describe("publicError", () => {
       [refused, /not reachable/],
     ];
     for (const [err, named] of cases) {
-      const c = capture();
+      const c = captureLog();
       const pe = publicError(err, { log: c.log });
       const body = pe.body as { error: { code: string; message: string } };
       assert.equal(pe.status, 503, err.message);
@@ -263,7 +252,7 @@ const failingTokens = {
 
 describe("an internal error's text reaches no client", () => {
   test("Fastify route and gateway route", async () => {
-    const c = capture();
+    const c = captureLog();
     const app = Fastify({
       loggerInstance: c.log as unknown as FastifyBaseLogger,
     }) as unknown as FastifyInstance;
@@ -289,7 +278,7 @@ describe("an internal error's text reaches no client", () => {
   });
 
   test("raw endpoint path and endpoint websocket", async (t) => {
-    const c = capture();
+    const c = captureLog();
     const endpoints = {
       deps: { log: c.log },
       serveHttp: async () => {
@@ -311,7 +300,7 @@ describe("an internal error's text reaches no client", () => {
   });
 
   test("exposed port: plain request and websocket", async (t) => {
-    const c = capture();
+    const c = captureLog();
     const ports = new PortProxy({
       targets: {
         find: async () => {
@@ -334,7 +323,7 @@ describe("an internal error's text reaches no client", () => {
   });
 
   test("shell websocket refusal", async (t) => {
-    const c = capture();
+    const c = captureLog();
     const server = createServer((_req, res) => res.end());
     attachShellUpgrades(server, {
       tokens: failingTokens,

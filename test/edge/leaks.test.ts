@@ -12,7 +12,6 @@ import { createServer } from "node:http";
 import { type AddressInfo, connect, createServer as createNetServer } from "node:net";
 import { describe, test, type TestContext } from "node:test";
 import Fastify from "fastify";
-import pino from "pino";
 import { exposedPortRoute, PortProxy } from "../../coordinator/ports/proxy.ts";
 import { dataPlaneServer } from "../../coordinator/edge/data-plane.ts";
 import { publicError } from "../../coordinator/http/public-error.ts";
@@ -25,25 +24,20 @@ import { waitFor } from "../../shared/net.ts";
 import { stubExtra } from "../tasks/fixtures.ts";
 import { bearer } from "../helpers/auth.ts";
 import { perSuite } from "../helpers/suite.ts";
-import { startEndpointHarness } from "../endpoints/harness.ts";
+import { modelDeployment, startEndpointHarness } from "../endpoints/harness.ts";
 import { AGENT_ID, rig } from "../proxy/harness.ts";
-
-interface Captured {
-  log: pino.Logger;
-  lines: () => Record<string, unknown>[];
-}
-
-function capture(): Captured {
-  const raw: string[] = [];
-  const log = pino({ level: "info" }, { write: (s: string) => void raw.push(s) });
-  return { log, lines: () => raw.map((l) => JSON.parse(l) as Record<string, unknown>) };
-}
+import { type CapturedLog, captureLog } from "../helpers/log-capture.ts";
 
 /**
  * The client's answer has the code's catalog summary and an error id, and
  * nothing `detail` matches; the log line with that id has what it matches.
  */
-function assertMasked(c: Captured, answer: unknown, detail: RegExp, code: ErrorCode = "bad_gateway"): string {
+function assertMasked(
+  c: CapturedLog,
+  answer: unknown,
+  detail: RegExp,
+  code: ErrorCode = "bad_gateway",
+): string {
   const text = JSON.stringify(answer);
   assert.doesNotMatch(text, detail, `the detail reached the client: ${text}`);
   assert.ok(text.includes(CATALOG[code].summary), `the catalog's words for ${code}: ${text}`);
@@ -93,7 +87,7 @@ const REFUSED = /ECONNREFUSED|127\.0\.0\.1:1\b/;
 const DROPPED = /socket hang up|ECONNRESET/;
 
 describe("endpoints, pods and /v1 (the endpoint harness, a capturing log)", () => {
-  const c = capture();
+  const c = captureLog();
   const x = perSuite(async (suite) => {
     const e = await startEndpointHarness(suite, { log: c.log });
     const models: DeploymentWithStub[] = [];
@@ -168,18 +162,7 @@ describe("endpoints, pods and /v1 (the endpoint harness, a capturing log)", () =
 
   test("/v1 on a model server that drops the request: 502 in OpenAI's shape, masked", async () => {
     const r = await x.e.deploy("dropping-model", "asgi", { extra: { served_models: ["dropper"] } });
-    const now = new Date().toISOString();
-    x.models.push({
-      ...r.deployment,
-      stubId: r.stub.id,
-      serve: false,
-      lastRequestAt: null,
-      startedAt: now,
-      createdAt: now,
-      updatedAt: now,
-      config: r.stub.config,
-      extra: r.stub.extra,
-    });
+    x.models.push(modelDeployment(r));
     x.e.tunnels.ports.set("ctr-model-drop", x.dropPort);
     x.e.containers.set(r.stub.id, [{ id: "ctr-model-drop", agentId: "agent-1", state: "running" }]);
     const res = await post(`${x.v1}/v1/chat/completions`, { model: "dropper", messages: [] });
@@ -195,7 +178,7 @@ describe("exposed ports and the agent tunnel (a real tunnel client; the agent's 
   const TUNNEL_AT = /127\.0\.0\.1:1\b/;
 
   async function setup(t: TestContext) {
-    const c = capture();
+    const c = captureLog();
     const r = await rig(t);
     const heartbeat = r.fleet.get(AGENT_ID)?.heartbeat;
     assert.ok(heartbeat);

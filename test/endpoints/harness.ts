@@ -21,6 +21,7 @@ import { attachEndpointUpgrades } from "../../coordinator/endpoints/websocket.ts
 import { attachEndpointHostRewrite } from "../../coordinator/endpoints/host-names.ts";
 import { endpointRoutes } from "../../coordinator/endpoints/routes.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
+import type { DeploymentWithStub } from "../../coordinator/deployments/store.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import { buildTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
@@ -222,6 +223,22 @@ export interface EndpointHarness {
   ): Promise<ResolvedDeployment>;
   /** Starts a fake runner as container `id` of the stub (and announces it). */
   addContainer(stubId: string, id: string): Promise<FakeRunner>;
+}
+
+/** A deployment as the model directory lists it (DeploymentWithStub), from what `deploy()` made. */
+export function modelDeployment(r: ResolvedDeployment): DeploymentWithStub {
+  const now = new Date().toISOString();
+  return {
+    ...r.deployment,
+    stubId: r.stub.id,
+    serve: false,
+    lastRequestAt: null,
+    startedAt: now,
+    createdAt: now,
+    updatedAt: now,
+    config: r.stub.config,
+    extra: r.stub.extra,
+  };
 }
 
 let seq = 0;

@@ -19,7 +19,7 @@ import type { UsageRow } from "../../coordinator/inference/store.ts";
 import { waitFor } from "../../shared/net.ts";
 import { bearer } from "../helpers/auth.ts";
 import { perSuite } from "../helpers/suite.ts";
-import { type EndpointHarness, startEndpointHarness } from "../endpoints/harness.ts";
+import { type EndpointHarness, modelDeployment, startEndpointHarness } from "../endpoints/harness.ts";
 
 /** A model server: streams `max_tokens` words, a usage chunk when asked; remembers bodies and hang-ups. */
 class ModelServer {
@@ -133,20 +133,7 @@ describe("the /v1 gateway", () => {
   /** An asgi deployment serving `model`, with `containers` model servers (none: scaled to zero). */
   const deployModel = async (model: string, containers: number, config = {}) => {
     const r = await c.e.deploy(`m${++seq}`, "asgi", { config, extra: { served_models: [model] } });
-    const now = new Date().toISOString();
-    c.models.push({
-      d: {
-        ...r.deployment,
-        stubId: r.stub.id,
-        serve: false,
-        lastRequestAt: null,
-        startedAt: now,
-        createdAt: now,
-        updatedAt: now,
-        config: r.stub.config,
-        extra: r.stub.extra,
-      },
-    });
+    c.models.push({ d: modelDeployment(r) });
     const servers: ModelServer[] = [];
     for (let i = 0; i < containers; i++) servers.push(await addServer(r.stub.id, `ctr-${seq}-${i}`));
     return { stubId: r.stub.id, servers };
