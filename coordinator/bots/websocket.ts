@@ -20,7 +20,7 @@ import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { bearerToken } from "../http/index.ts";
 import { publicError } from "../http/index.ts";
-import { addUpgradeRoute, type RawRoute, refuseUpgrade } from "../http/index.ts";
+import { addUpgradeRoute, decodePathSegment, type RawRoute, refuseUpgrade } from "../http/index.ts";
 import type { Principal } from "../store/index.ts";
 import type { DeployedBots } from "./directory.ts";
 import type { BotEngine, BotSessionMessage } from "./engine.ts";
@@ -66,14 +66,6 @@ export function attachBotUpgrades(server: Server, deps: BotSocketDeps): () => vo
   return addUpgradeRoute(server, botSessionRoute(deps));
 }
 
-const decode = (s: string) => {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return s;
-  }
-};
-
 /** Who asks for which bot, and the session (new or resumed); refusals throw before the upgrade. */
 async function open(
   deps: BotSocketDeps,
@@ -83,7 +75,7 @@ async function open(
   if (String(req.headers.upgrade).toLowerCase() !== "websocket")
     throw new BerthError("invalid_request", "a bot session is a websocket (GET with Upgrade: websocket)");
   const byId = m[1] === "id";
-  const which = decode(m[2] as string);
+  const which = decodePathSegment(m[2] as string);
   const version = m[3] ? Number(m[3]) : undefined;
   const query = new URLSearchParams(m[4] ?? "");
   const principal = req.headers.authorization

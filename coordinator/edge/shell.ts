@@ -16,7 +16,7 @@ import { BerthError, describeError } from "../../shared/errors.ts";
 import { managedShellTargets, type ShellTarget, type ShellTargets } from "../containers/index.ts";
 import { bearerToken } from "../http/index.ts";
 import { publicError } from "../http/index.ts";
-import { addUpgradeRoute, type RawRoute, refuseUpgrade } from "../http/index.ts";
+import { addUpgradeRoute, decodePathSegment, type RawRoute, refuseUpgrade } from "../http/index.ts";
 import type { Principal, TokenRepo } from "../store/index.ts";
 
 // Re-exported for the composition root and tests: the targets are defined beside their sources.
@@ -78,14 +78,6 @@ function isWebsocketHandshake(req: IncomingMessage): boolean {
   );
 }
 
-const decode = (s: string) => {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return s;
-  }
-};
-
 async function serveShell(
   deps: ShellDeps,
   wss: WebSocketServer,
@@ -94,8 +86,8 @@ async function serveShell(
   head: Buffer,
   m: RegExpExecArray,
 ): Promise<void> {
-  const ws = decode(m[1] as string);
-  const containerId = decode(m[2] as string);
+  const ws = decodePathSegment(m[1] as string);
+  const containerId = decodePathSegment(m[2] as string);
   let session: ExecSession;
   try {
     const p = await principal(deps.tokens, req.headers.authorization);

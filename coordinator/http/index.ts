@@ -16,7 +16,7 @@ export {
 export type { EdgeLog, PublicError } from "./public-error.ts";
 export { answerOnSocket, refuseUpgrade, sendError, writeJsonAnswer } from "./raw-answer.ts";
 export type { JsonAnswerTarget } from "./raw-answer.ts";
-export { RawRouteTable, addUpgradeRoute, rawRoutesOf } from "./raw-routes.ts";
+export { RawRouteTable, addUpgradeRoute, decodePathSegment, rawRoutesOf } from "./raw-routes.ts";
 export type { RawRoute } from "./raw-routes.ts";
 export { ErrorResponse } from "./schemas.ts";
 export { gatewayScope, tokenScope } from "./scopes.ts";

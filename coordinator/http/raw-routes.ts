@@ -134,3 +134,12 @@ export function addUpgradeRoute(server: Server, route: RawRoute): () => void {
     ...(close ? { close: close.bind(route) } : {}),
   });
 }
+
+/** A path segment of a raw route, %-decoded; a malformed escape is taken as written (it then matches nothing). */
+export function decodePathSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
