@@ -24,7 +24,6 @@ export class StepFailed extends Error {
 
 export class Lifecycle {
   private readonly stops: { name: string; stop: Stop }[] = [];
-  private readonly seen: string[] = [];
   private stopping: Promise<void> | undefined;
 
   constructor(
@@ -42,7 +41,6 @@ export class Lifecycle {
     start: () => T | Promise<T>,
     stop?: (value: T) => Promise<void> | void,
   ): Promise<T> {
-    this.seen.push(name);
     let value: T;
     try {
       await this.beforeStep?.(name);
@@ -52,11 +50,6 @@ export class Lifecycle {
     }
     if (stop) this.stops.push({ name, stop: () => stop(value) });
     return value;
-  }
-
-  /** The steps begun so far, in order (the failing one included). */
-  steps(): readonly string[] {
-    return this.seen;
   }
 
   /**

@@ -1,62 +1,43 @@
 import { hostname } from "node:os";
 import pino, { type Logger } from "pino";
 import { describeError } from "../shared/errors.ts";
-import { readHostId } from "../shared/host-id.ts";
-import { closeNats, jetStreamReady } from "../shared/nats-server.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
-import { bootstrapEmptyStore } from "./bootstrap.ts";
-import { openFoundations, StartupError } from "./startup.ts";
-import { Lifecycle, StepFailed, type StepHook } from "./lifecycle.ts";
-import { FleetView } from "./fleet/index.ts";
-import { FleetWatcher } from "./fleet/index.ts";
-import { AgentNatsUsers, RevokedAgents } from "./fleet/index.ts";
-import { JoinService } from "./fleet/index.ts";
-import { AgentRevoker } from "./fleet/index.ts";
+import { createBots } from "./bots/index.ts";
+import { openCluster } from "./cluster.ts";
 import {
-  AgentClientPool,
   CodePusher,
   ContainerManager,
+  forgetTunnelsOfGoneContainers,
   natsContainerEvents,
   withSnapshotImages,
-  forgetTunnelsOfGoneContainers,
 } from "./containers/index.ts";
-import { ContainerAddresses } from "./containers/index.ts";
-import { ContainerTunnels } from "./containers/index.ts";
-import { DeploymentService, createDeploymentTicker } from "./deployments/index.ts";
+import { DatabaseService, databaseImage } from "./databases/index.ts";
+import { createDeploymentTicker, DeploymentService } from "./deployments/index.ts";
+import { buildHttpApp, type CoordinatorHttpDeps, managedShellTargets, shellRoute } from "./edge/index.ts";
 import { EndpointDispatcher } from "./endpoints/index.ts";
-import { createBots } from "./bots/index.ts";
+import { EventStream, taskEvents, WorkspaceEvents } from "./events/index.ts";
+import type { FleetView } from "./fleet/index.ts";
+import { createImages, imageEvents, imageGcIntervalMs } from "./images/index.ts";
 import { createInference, InProcessInference } from "./inference/index.ts";
-import { EventStream, WorkspaceEvents, taskEvents } from "./events/index.ts";
-import { WebhookDispatcher, WebhookService, selfUrlMatcher } from "./webhooks/index.ts";
-import { type CoordinatorHttpDeps, buildHttpApp } from "./edge/index.ts";
-import { StackService } from "./stacks/index.ts";
-import { DeploymentMembers } from "./stacks/index.ts";
-import { healthProbe } from "./stacks/index.ts";
-import { DatabaseMembers } from "./stacks/index.ts";
-import { OUTPUT_SWEEP_MS, OutputStore, serveOutputOps } from "./outputs/index.ts";
-import { VolumeFiles } from "./volumes/index.ts";
+import { Lifecycle, StepFailed, type StepHook } from "./lifecycle.ts";
 import { WorkspaceLimitsCache } from "./limits/index.ts";
 import { LogQuery } from "./logs/index.ts";
-import { MapStore } from "./state/index.ts";
-import { QueueStore } from "./state/index.ts";
-import { serveStateOps } from "./state/index.ts";
-import { RelayRouter } from "./streams/index.ts";
-import { SignalStore } from "./state/index.ts";
-import { StateObjects } from "./state/index.ts";
 import { CoordinatorMetrics, MetricsIngest, PoolSampler } from "./metrics/index.ts";
 import { Objects } from "./objects/index.ts";
 import type { ResolvedCoordinatorOptions } from "./options.ts";
-import { ClusterPki } from "./pki/index.ts";
+import { OUTPUT_SWEEP_MS, OutputStore, serveOutputOps } from "./outputs/index.ts";
 import { PortProxy } from "./ports/index.ts";
-import { managedShellTargets, shellRoute } from "./edge/index.ts";
-import { Planner } from "./scheduler/index.ts";
-import { SandboxService } from "./sandboxes/index.ts";
-import { sandboxPortTargets, sandboxShellTargets } from "./sandboxes/index.ts";
-import { SecretService } from "./secrets/index.ts";
-import { createImages, imageEvents, imageGcIntervalMs } from "./images/index.ts";
-import { DatabaseService, databaseImage } from "./databases/index.ts";
 import type { Store } from "./records.ts";
+import { SandboxService, sandboxPortTargets, sandboxShellTargets } from "./sandboxes/index.ts";
+import { Planner } from "./scheduler/index.ts";
+import { SecretService } from "./secrets/index.ts";
+import { DatabaseMembers, DeploymentMembers, healthProbe, StackService } from "./stacks/index.ts";
+import { StartupError } from "./startup.ts";
+import { MapStore, QueueStore, SignalStore, StateObjects, serveStateOps } from "./state/index.ts";
+import { RelayRouter } from "./streams/index.ts";
 import { TaskService } from "./tasks/index.ts";
+import { VolumeFiles } from "./volumes/index.ts";
+import { selfUrlMatcher, WebhookDispatcher, WebhookService } from "./webhooks/index.ts";
 
 export interface RunningCoordinator {
   url: string;
@@ -116,45 +97,13 @@ async function wire(
   life: Lifecycle,
 ): Promise<RunningCoordinator> {
   const step = life.step.bind(life);
-  const { tls, secretKey, store, nc } = await step(
-    "foundations",
-    () => openFoundations(o, log),
-    async (f) => {
-      await closeNats(f.nc);
-      await f.store.close();
-    },
+  const { tls, secretKey, store, nc, fleet, join, revoker, agentClients, tunnels } = await openCluster(
+    o,
+    log,
+    step,
   );
-  const pki = await step("cluster PKI", () => ClusterPki.load(store.kv));
-  await step("bootstrap", () => bootstrapEmptyStore(store, o.bootstrap, log));
-
-  const fleet = new FleetView();
-  const revoked = await step("revoked agents", () => new RevokedAgents(store.kv).load());
-  const natsUsers = o.agentNatsUsers ? new AgentNatsUsers({ kv: store.kv, ...o.agentNatsUsers }) : undefined;
-  // Brings users.conf up to the store (agents joined or revoked while this coordinator was down).
-  await step("agent users", async () => {
-    if (natsUsers && (await natsUsers.sync())) await jetStreamReady(nc);
-  });
   // The one planner: every container's reservation (runners, sandboxes, pods) and workspace usage.
   const planner = new Planner({ fleet });
-  await step(
-    "fleet watcher",
-    () => {
-      const watcher = new FleetWatcher(nc, fleet, store.agents, log.child({ area: "fleet" }), revoked);
-      watcher.start();
-      return watcher;
-    },
-    (w) => w.stop(),
-  );
-  const join = new JoinService({
-    joinTokens: store.joinTokens,
-    agents: store.agents,
-    pki,
-    agentNats: o.agentNats,
-    ...(natsUsers ? { natsUsers } : {}),
-    revoked,
-    heartbeatIntervalMs: o.heartbeatIntervalMs,
-    ...(o.registry ? { registry: o.registry } : {}),
-  });
   const objects = new Objects(store.objects, o.dataDir);
   const codeArchives = codeArchivesOf(objects);
   const events = new EventStream({
@@ -192,40 +141,6 @@ async function wire(
     },
   );
   const secrets = new SecretService({ db: store.db, key: secretKey });
-  const agentClients = await step(
-    "agent clients",
-    () => AgentClientPool.create({ fleet, pki, revoked }),
-    (c) => c.close(),
-  );
-  const revoker = await step(
-    "agent revoker",
-    () => {
-      const revoker = new AgentRevoker({
-        agents: store.agents,
-        revoked,
-        ...(natsUsers ? { natsUsers } : {}),
-        fleet,
-        clients: agentClients,
-        nc,
-        log: log.child({ area: "fleet" }),
-      });
-      revoker.start();
-      return revoker;
-    },
-    (r) => r.stop(),
-  );
-  // On an agent's own host, its containers are dialled at their address rather than through its tunnel.
-  const tunnels = await step(
-    "container tunnels",
-    () =>
-      ContainerTunnels.create({
-        fleet,
-        pki,
-        localHostId: readHostId(o.dataDir),
-        addresses: new ContainerAddresses({ agents: agentClients }),
-      }),
-    (t) => t.close(),
-  );
   // Late-bound: the deployment service tells the container manager about changes, and the manager reads its states.
   let containers: ContainerManager | undefined;
   const deployments = new DeploymentService({
@@ -567,11 +482,7 @@ async function wire(
         logger: log.child({ area: "http" }),
         version: BERTH_VERSION,
       };
-      const app = await buildHttpApp(httpDeps);
-      // The raw routes' upgrades, in this order, through the server's one upgrade listener
-      // (edge/data-plane.ts); the endpoint route reads deployments' host names first. Bots
-      // add theirs in attach().
-      return app;
+      return buildHttpApp(httpDeps);
     },
     (app) => app.close(),
   );

@@ -30,19 +30,6 @@ export function dataPlaneServer(
   };
 }
 
-/**
- * Adds `routes` to a server made elsewhere: their upgrades, and their plain
- * requests where the server hands them to its table (a dataPlaneServer).
- * Returns a detach that takes them out again.
- */
-export function attachRawRoutes(server: Server, routes: readonly RawRoute[], log?: EdgeLog): () => void {
-  const table = rawRoutesOf(server, log);
-  const removes = routes.map((r) => table.add(r));
-  return () => {
-    for (const remove of removes) remove();
-  };
-}
-
 /** The /v1 POST routes as a raw route: the time to first token skips Fastify (budgeted at 2 ms). */
 export function inferenceRoute(gateway: InferenceGateway): RawRoute {
   return { name: "inference", takeHttp: (req, res) => serveInferenceRequest(gateway, req, res) };

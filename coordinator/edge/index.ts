@@ -3,4 +3,4 @@ export { buildHttpApp } from "./app.ts";
 export type { CoordinatorHttpDeps } from "./app.ts";
 export { attachShellUpgrades, managedShellTargets } from "./shell.ts";
 export { shellRoute } from "./shell.ts";
-export { attachRawRoutes, dataPlaneServer, inferenceRoute } from "./data-plane.ts";
+export { dataPlaneServer, inferenceRoute } from "./data-plane.ts";

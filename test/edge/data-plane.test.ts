@@ -9,7 +9,7 @@ import { createServer, type Server } from "node:http";
 import { type AddressInfo, connect } from "node:net";
 import { test, type TestContext } from "node:test";
 import pino from "pino";
-import { attachRawRoutes, dataPlaneServer } from "../../coordinator/edge/data-plane.ts";
+import { dataPlaneServer } from "../../coordinator/edge/data-plane.ts";
 import { addUpgradeRoute, type RawRoute, rawRoutesOf } from "../../coordinator/http/raw-routes.ts";
 
 /** A route that takes the upgrade paths in `paths` and answers with its name. */
@@ -109,7 +109,7 @@ test("routes come and go without a listener more on the server; a route leaving 
   const detaches: (() => void)[] = [];
   for (let i = 0; i < 20; i++) {
     const route = { ...named(`r${i}`, [`/r${i}`], []), close: () => void closed++ };
-    detaches.push(i % 2 ? addUpgradeRoute(server, route) : attachRawRoutes(server, [route]));
+    detaches.push(addUpgradeRoute(server, route));
   }
   assert.equal(server.listenerCount("upgrade"), 1, "one listener, whatever the number of routes");
   assert.equal(rawRoutesOf(server).names().length, 21);
