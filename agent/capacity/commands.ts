@@ -1,6 +1,5 @@
 import { accessSync, constants, statSync } from "node:fs";
 import { delimiter, isAbsolute, join } from "node:path";
-import { execa } from "execa";
 
 /** What one finished (or failed to start) command produced. */
 export interface CommandResult {
@@ -29,6 +28,8 @@ export type CommandRunner = (
 ) => Promise<CommandResult>;
 
 export const execaRunner: CommandRunner = async (file, args, opts) => {
+  // Loaded on the first command (a host with GPUs), not at start: docs/agent-host.md, "Memory".
+  const { execa } = await import("execa");
   const r = await execa(file, [...args], {
     reject: false,
     timeout: opts.timeoutMs,

@@ -9,6 +9,15 @@ import { BerthError, invalid } from "../../shared/errors.ts";
 import type { GpuDevice } from "../../shared/fleet.ts";
 import { type CdiSpec, injectionFromCdiSpec, parseCdiSpec } from "./cdi.ts";
 import { type CommandRunner, execaRunner, findExecutable, outputSummary } from "./commands.ts";
+import { type MigCapFacts, migCapNodes, NVIDIA_CAPS_PROC_DIR } from "./mig-caps.ts";
+import { DEFAULT_MPS_DIR, mpsClientInjection, mpsDaemonState, mpsPaths } from "./mps.ts";
+import {
+  driverVersionOf,
+  type LdcacheHookHost,
+  ldcacheHook,
+  libcudaDevName,
+  libraryDirs,
+} from "./ldcache-hook.ts";
 import {
   CONTAINER_DEV,
   cgroupRuleFor,
@@ -80,6 +89,13 @@ export interface AgentInjectionFacts {
   ldconfigOutput: string;
   /** Host paths of nvidia-smi and friends, mounted at /usr/bin/<name>. */
   binaries: string[];
+  /** The driver's MIG capability files and /proc/devices: needed only when a MIG instance is assigned. */
+  migCaps?: MigCapFacts;
+  /**
+   * Do the toolkit hooks' work (ldcache-hook.ts): a createContainer hook that adds the libraries'
+   * directories to the container's ld.so.cache, and `libcuda.so` where the host has none.
+   */
+  ldcache?: LdcacheHookHost;
 }
 
 function assertAssignable(devices: readonly GpuDevice[]): void {
@@ -95,13 +111,12 @@ function assertAssignable(devices: readonly GpuDevice[]): void {
  */
 export function agentGpuInjection(devices: readonly GpuDevice[], facts: AgentInjectionFacts): GpuInjection {
   assertAssignable(devices);
-  const mig = devices.find((d) => d.mig);
-  if (mig) {
-    // MIG instances also need their /dev/nvidia-caps nodes, whose minors only the toolkit resolves.
+  const migs = devices.filter((d) => d.mig);
+  if (migs.length > 0 && !facts.migCaps) {
     throw new BerthError(
       "failed_precondition",
-      `GPU ${mig.uuid} is a MIG instance; MIG devices need the NVIDIA container toolkit (nvidia-ctk) on the host`,
-      { uuid: mig.uuid },
+      `GPU ${migs[0]!.uuid} is a MIG instance and the driver's capability files were not read`,
+      { uuid: migs[0]!.uuid },
     );
   }
   const node = (name: string): GpuDeviceNode =>
@@ -116,14 +131,18 @@ export function agentGpuInjection(devices: readonly GpuDevice[], facts: AgentInj
     ...optional("nvidia-uvm-tools"),
     ...optional("nvidia-modeset"),
     ...indexes.map((i) => node(`nvidia${i}`)),
+    // A slice's parent node alone opens nothing: its two capability nodes grant the slice.
+    ...migs.flatMap((d) => migCapNodes(d, facts.migCaps!)),
   ];
 
-  const mounts: GpuMount[] = driverLibraryPaths(facts.ldconfigOutput).map((p) => ({
+  const libraries: GpuMount[] = driverLibraryPaths(facts.ldconfigOutput).map((p) => ({
     source: p,
     destination: p,
     type: "bind",
     options: [...READ_ONLY_BIND],
   }));
+  const withHooks = facts.ldcache !== undefined && libraries.length > 0;
+  const mounts = [...libraries, ...(withHooks ? libcudaDevName(libraries, realpathSync) : [])];
   for (const bin of facts.binaries) {
     mounts.push({
       source: bin,
@@ -141,7 +160,17 @@ export function agentGpuInjection(devices: readonly GpuDevice[], facts: AgentInj
     mounts,
     devices: nodes,
     deviceCgroupRules: nodes.map(cgroupRuleFor),
-    hooks: {},
+    hooks: withHooks
+      ? {
+          createContainer: [
+            ldcacheHook(
+              facts.ldcache!,
+              libraryDirs(libraries),
+              driverVersionOf(libraries.map((m) => m.source)),
+            ),
+          ],
+        }
+      : {},
   };
 }
 
@@ -158,8 +187,20 @@ export interface GpuInjectorOptions {
   nvidiaSmiPath?: string;
   /** Read this CDI spec (JSON) instead of running "nvidia-ctk cdi generate". */
   cdiSpecPath?: string;
+  /** The driver's capability directory (MIG slices, agent strategy). @default "/proc/driver/nvidia/capabilities" */
+  capsDir?: string;
+  /** Where the kernel lists device majors. @default "/proc/devices" */
+  procDevicesPath?: string;
+  /** The MPS directory of shared GPUs (mps.ts MpsPaths). @default "/run/berth/mps" */
+  mpsDir?: string;
+  /** Where processes are looked up (the MPS daemon's pid). @default "/proc" */
+  procDir?: string;
   /** Returns the host's `ldconfig -p` output. @default runs ldconfig -p */
   listLibraries?: () => Promise<string>;
+  /** The host's ldconfig, which the agent strategy's hook runs. @default found on PATH, /usr/sbin, /sbin */
+  ldconfigPath?: string;
+  /** The node that runs that hook. @default process.execPath */
+  nodePath?: string;
   /** @default execaRunner */
   runner?: CommandRunner;
   /** Environment for PATH lookups and commands. @default process.env */
@@ -174,7 +215,13 @@ export interface ResolvedGpuInjectorOptions {
   nvidiaCtkPath: string;
   nvidiaSmiPath: string;
   cdiSpecPath: string | undefined;
+  capsDir: string;
+  procDevicesPath: string;
+  mpsDir: string;
+  procDir: string;
   listLibraries: () => Promise<string>;
+  ldconfigPath: string | undefined;
+  nodePath: string;
   runner: CommandRunner;
   env: NodeJS.ProcessEnv;
   timeoutMs: number;
@@ -199,20 +246,29 @@ export function resolveGpuInjectorOptions(opts: GpuInjectorOptions = {}): Resolv
     nvidiaCtkPath: opts.nvidiaCtkPath ?? "nvidia-ctk",
     nvidiaSmiPath: opts.nvidiaSmiPath ?? "nvidia-smi",
     cdiSpecPath: opts.cdiSpecPath,
+    capsDir: opts.capsDir ?? NVIDIA_CAPS_PROC_DIR,
+    procDevicesPath: opts.procDevicesPath ?? "/proc/devices",
+    mpsDir: opts.mpsDir ?? DEFAULT_MPS_DIR,
+    procDir: opts.procDir ?? "/proc",
     listLibraries: opts.listLibraries ?? (() => runLdconfig(runner, env, timeoutMs)),
+    ldconfigPath: opts.ldconfigPath ?? findLdconfig(env),
+    nodePath: opts.nodePath ?? process.execPath,
     runner,
     env,
     timeoutMs,
   };
 }
 
+// ldconfig lives in /sbin, which a service's PATH may leave out.
+const findLdconfig = (env: NodeJS.ProcessEnv) =>
+  findExecutable("ldconfig", `${env.PATH ?? ""}:/usr/sbin:/sbin`);
+
 async function runLdconfig(
   runner: CommandRunner,
   env: NodeJS.ProcessEnv,
   timeoutMs: number,
 ): Promise<string> {
-  // ldconfig lives in /sbin, which a service's PATH may leave out.
-  const ldconfig = findExecutable("ldconfig", `${env.PATH ?? ""}:/usr/sbin:/sbin`);
+  const ldconfig = findLdconfig(env);
   if (!ldconfig)
     throw new BerthError("unavailable", "ldconfig not found: cannot locate the NVIDIA driver libraries");
   const r = await runner(ldconfig, ["-p"], { timeoutMs, env });
@@ -241,18 +297,57 @@ export class GpuInjector {
     return findExecutable(o.nvidiaCtkPath, o.env.PATH) ? "cdi" : "agent";
   }
 
-  async inject(devices: readonly GpuDevice[]): Promise<GpuInjection> {
+  /**
+   * The injection for a container's GPUs; `sharedMemoryMiB` for a share of
+   * one shared GPU, which adds the MPS client's settings (mps.ts).
+   */
+  async inject(
+    devices: readonly GpuDevice[],
+    opts: { sharedMemoryMiB?: number } = {},
+  ): Promise<GpuInjection> {
     assertAssignable(devices);
+    const shared = devices.find((d) => d.shared);
+    if (shared || opts.sharedMemoryMiB !== undefined) {
+      if (devices.length !== 1 || !shared || opts.sharedMemoryMiB === undefined) {
+        throw invalid("GPU injection: a shared GPU is given alone, with the memory share (gpu_memory)");
+      }
+      const paths = mpsPaths(this.options.mpsDir);
+      // Checked before anything else: without a daemon the container would run without the limits.
+      const mps = mpsClientInjection(
+        shared,
+        opts.sharedMemoryMiB,
+        paths,
+        mpsDaemonState(paths.pipe, this.options.procDir),
+      );
+      const base = await this.injectWhole(devices);
+      return { ...base, env: { ...base.env, ...mps.env }, mounts: [...base.mounts, ...mps.mounts] };
+    }
+    return this.injectWhole(devices);
+  }
+
+  private async injectWhole(devices: readonly GpuDevice[]): Promise<GpuInjection> {
     if (this.strategy() === "agent") {
       const o = this.options;
       const binaries = ["nvidia-smi", "nvidia-debugdump"]
         .map((b) => findExecutable(b === "nvidia-smi" ? o.nvidiaSmiPath : b, o.env.PATH))
         .filter((p): p is string => p !== undefined);
-      return agentGpuInjection(devices, {
+      if (!o.ldconfigPath) {
+        throw new BerthError(
+          "failed_precondition",
+          "no ldconfig on this host: a container's loader cannot be pointed at the NVIDIA driver libraries " +
+            "(install libc-bin, or the NVIDIA container toolkit: nvidia-ctk)",
+        );
+      }
+      const facts: AgentInjectionFacts = {
         devDir: o.devDir,
         ldconfigOutput: await o.listLibraries(),
         binaries,
-      });
+        ldcache: { nodePath: o.nodePath, ldconfigPath: o.ldconfigPath },
+      };
+      if (devices.some((d) => d.mig)) {
+        facts.migCaps = { capsDir: o.capsDir, procDevices: await readFile(o.procDevicesPath, "utf8") };
+      }
+      return agentGpuInjection(devices, facts);
     }
     const injection = injectionFromCdiSpec(await this.cdiSpec(), devices, { devDir: this.options.devDir });
     // CDI sets NVIDIA_VISIBLE_DEVICES=void to keep a legacy hook from injecting twice; berth runs

@@ -15,14 +15,17 @@ import {
 } from "./commands.ts";
 import {
   type MigInstance,
+  type MigPlacement,
   type NvidiaGpu,
   parseCudaVersion,
   parseListMig,
+  parseMigDeviceTable,
   parseQueryGpuCsv,
   QUERY_GPU_ARGS,
   QUERY_GPU_FIELDS,
   schedulableDevices,
 } from "./nvidia.ts";
+import { markShared, type SharedGpuSelection } from "./mps.ts";
 
 /** Anything that can say what GPUs this host offers. */
 export interface GpuProbe {
@@ -44,6 +47,8 @@ export interface GpuProbeOptions {
   timeoutMs?: number;
   /** Exact model name → scheduling type, for models the default rule names badly. @default {} */
   typeOverrides?: Record<string, string>;
+  /** GPUs the operator shares through MPS (`--shared-gpus`): reported `shared`. @default none */
+  sharedGpus?: SharedGpuSelection;
 }
 
 export interface ResolvedGpuProbeOptions {
@@ -54,6 +59,7 @@ export interface ResolvedGpuProbeOptions {
   env: NodeJS.ProcessEnv;
   timeoutMs: number;
   typeOverrides: Record<string, string>;
+  sharedGpus: SharedGpuSelection | undefined;
 }
 
 export function resolveGpuProbeOptions(opts: GpuProbeOptions = {}): ResolvedGpuProbeOptions {
@@ -65,6 +71,7 @@ export function resolveGpuProbeOptions(opts: GpuProbeOptions = {}): ResolvedGpuP
     env: opts.env ?? process.env,
     timeoutMs: opts.timeoutMs ?? 10_000,
     typeOverrides: opts.typeOverrides ?? {},
+    sharedGpus: opts.sharedGpus,
   };
   if (!r.nvidiaSmiPath) throw invalid("gpu probe: nvidiaSmiPath must not be empty");
   if (!r.nvidiaCtkPath) throw invalid("gpu probe: nvidiaCtkPath must not be empty");
@@ -112,17 +119,18 @@ export class NvidiaGpuProbe implements GpuProbe {
     const { gpus, migColumn } = query.value;
     if (gpus.length === 0) return unavailable("nvidia-smi answered but lists no GPUs");
     const driverVersion = gpus[0]!.driverVersion;
-    const cudaVersion = await this.cudaVersion(smi, driverVersion);
     const known: Partial<GpuReport> = { driverVersion };
-    if (cudaVersion) known.cudaVersion = cudaVersion;
 
     // MIG instances exist only where MIG mode is on; without the column (old driver) always ask.
     let migs: MigInstance[] = [];
     if (!migColumn || gpus.some((g) => g.migEnabled)) {
       const listed = await this.listMig(smi);
-      if (!listed.ok) return unavailable(listed.reason, known);
+      if (!listed.ok) return unavailable(listed.reason, { ...known, ...this.knownCuda(driverVersion) });
       migs = listed.value;
     }
+    // Slices come and go without a driver change: their GI/CI ids are read every round there is one.
+    const header = await this.plainSmi(smi, driverVersion, migs.length > 0);
+    if (header.cudaVersion) known.cudaVersion = header.cudaVersion;
 
     const missing = this.missingDeviceNodes(gpus);
     if (missing.length > 0) {
@@ -135,7 +143,10 @@ export class NvidiaGpuProbe implements GpuProbe {
 
     let devices: GpuReport["devices"];
     try {
-      devices = schedulableDevices(gpus, migs, o.typeOverrides);
+      devices = markShared(
+        schedulableDevices(gpus, migs, o.typeOverrides, header.migPlacements),
+        o.sharedGpus,
+      );
     } catch (e) {
       return unavailable(`nvidia-smi -L output could not be read: ${describeError(e)}`, known);
     }
@@ -175,7 +186,10 @@ export class NvidiaGpuProbe implements GpuProbe {
       const fields = QUERY_GPU_FIELDS.filter((f) => f !== "mig.mode.current");
       r = await this.run(smi, [`--query-gpu=${fields.join(",")}`, "--format=csv,noheader,nounits"]);
     }
-    const failed = this.failure("nvidia-smi", r);
+    // With one GPU lost nvidia-smi exits non-zero but still lists the others: those stay offered.
+    const oneLost =
+      r.exitCode !== 0 && /Unable to determine the device handle/.test(`${r.stdout}${r.stderr}`);
+    const failed = oneLost ? undefined : this.failure("nvidia-smi", r);
     if (failed) return { ok: false, reason: failed };
     try {
       return { ok: true, value: { gpus: parseQueryGpuCsv(r.stdout), migColumn } };
@@ -195,13 +209,32 @@ export class NvidiaGpuProbe implements GpuProbe {
     }
   }
 
-  /** Best effort: a missing CUDA version does not make the GPUs unusable. */
-  private async cudaVersion(smi: string, driverVersion: string): Promise<string | undefined> {
-    if (this.cudaFor?.driverVersion === driverVersion) return this.cudaFor.cudaVersion;
+  private knownCuda(driverVersion: string): Partial<GpuReport> {
+    const v = this.cudaFor?.driverVersion === driverVersion ? this.cudaFor.cudaVersion : undefined;
+    return v ? { cudaVersion: v } : {};
+  }
+
+  /**
+   * Plain `nvidia-smi`: the CUDA version of its header (asked only when the
+   * driver changed, unless `withMig`) and its MIG devices table. Best effort:
+   * a missing CUDA version does not make the GPUs unusable, and slices
+   * without GI/CI ids are still offered (only the agent's own injection
+   * strategy needs them, and it says so).
+   */
+  private async plainSmi(
+    smi: string,
+    driverVersion: string,
+    withMig: boolean,
+  ): Promise<{ cudaVersion: string | undefined; migPlacements: MigPlacement[] }> {
+    if (!withMig && this.cudaFor?.driverVersion === driverVersion) {
+      return { cudaVersion: this.cudaFor.cudaVersion, migPlacements: [] };
+    }
     const r = await this.run(smi, []);
-    const cudaVersion = r.exitCode === 0 ? parseCudaVersion(r.stdout) : undefined;
-    if (r.exitCode === 0) this.cudaFor = { driverVersion, cudaVersion };
-    return cudaVersion;
+    if (r.exitCode !== 0)
+      return { cudaVersion: this.knownCuda(driverVersion).cudaVersion, migPlacements: [] };
+    const cudaVersion = parseCudaVersion(r.stdout);
+    this.cudaFor = { driverVersion, cudaVersion };
+    return { cudaVersion, migPlacements: withMig ? parseMigDeviceTable(r.stdout) : [] };
   }
 
   private missingDeviceNodes(gpus: NvidiaGpu[]): string[] {

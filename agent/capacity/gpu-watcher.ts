@@ -3,7 +3,7 @@
 
 import { isDeepStrictEqual } from "node:util";
 import { invalid } from "../../shared/errors.ts";
-import type { GpuReport } from "../../shared/fleet.ts";
+import type { DrainedGpu, GpuReport } from "../../shared/fleet.ts";
 import type { GpuProbe } from "./gpu-probe.ts";
 
 export interface GpuWatcherOptions {
@@ -15,6 +15,8 @@ export interface GpuWatcherOptions {
   onChange?: (report: GpuReport, previous: GpuReport | undefined) => void;
   /** Called when a probe throws; the watcher keeps its last report and goes on. @default ignore */
   onError?: (error: unknown) => void;
+  /** GPUs health checks drained (gpu-health.ts): left out of the report's devices, listed in `drained`. */
+  drained?: () => readonly DrainedGpu[];
 }
 
 export interface ResolvedGpuWatcherOptions {
@@ -22,6 +24,7 @@ export interface ResolvedGpuWatcherOptions {
   intervalMs: number;
   onChange: (report: GpuReport, previous: GpuReport | undefined) => void;
   onError: (error: unknown) => void;
+  drained: () => readonly DrainedGpu[];
 }
 
 export function resolveGpuWatcherOptions(opts: GpuWatcherOptions): ResolvedGpuWatcherOptions {
@@ -34,6 +37,7 @@ export function resolveGpuWatcherOptions(opts: GpuWatcherOptions): ResolvedGpuWa
     intervalMs,
     onChange: opts.onChange ?? (() => {}),
     onError: opts.onError ?? (() => {}),
+    drained: opts.drained ?? (() => []),
   };
 }
 
@@ -44,6 +48,8 @@ export function resolveGpuWatcherOptions(opts: GpuWatcherOptions): ResolvedGpuWa
 export class GpuWatcher implements GpuProbe {
   readonly options: ResolvedGpuWatcherOptions;
   private last?: GpuReport;
+  /** The probe's own answer, before drained GPUs are taken out. */
+  private probed?: GpuReport;
   private timer?: NodeJS.Timeout;
   private inFlight?: Promise<GpuReport | undefined>;
   private running = false;
@@ -106,6 +112,12 @@ export class GpuWatcher implements GpuProbe {
     this.timer.unref();
   }
 
+  /** Applies the drained set again to the last probe (health changed between probes). */
+  reassess(): GpuReport | undefined {
+    if (this.probed) this.publish(this.probed);
+    return this.last;
+  }
+
   private async probeOnce(): Promise<GpuReport | undefined> {
     let report: GpuReport;
     try {
@@ -113,6 +125,17 @@ export class GpuWatcher implements GpuProbe {
     } catch (e) {
       this.options.onError(e);
       return this.last;
+    }
+    this.probed = report;
+    return this.publish(report);
+  }
+
+  private publish(probed: GpuReport): GpuReport {
+    let report = probed;
+    try {
+      report = withoutDrained(probed, this.options.drained());
+    } catch (e) {
+      this.options.onError(e);
     }
     const previous = this.last;
     this.last = report;
@@ -125,4 +148,16 @@ export class GpuWatcher implements GpuProbe {
     }
     return report;
   }
+}
+
+/**
+ * The report with drained GPUs' devices (a drained GPU's MIG slices too) out
+ * of `devices` and the drained GPUs in `drained`. An unavailable report stays
+ * as it is: its reason already says why nothing is offered.
+ */
+export function withoutDrained(report: GpuReport, drained: readonly DrainedGpu[]): GpuReport {
+  if (!report.available || drained.length === 0) return report;
+  const out = new Set(drained.map((d) => d.uuid));
+  const devices = report.devices.filter((d) => !out.has(d.uuid) && !(d.mig && out.has(d.mig.parentUuid)));
+  return { ...report, devices, drained: [...drained] };
 }

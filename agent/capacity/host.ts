@@ -2,9 +2,8 @@
 // directory, and its GPUs.
 
 import { existsSync, realpathSync, statfsSync, statSync } from "node:fs";
-import { availableParallelism } from "node:os";
-import { dirname, resolve, sep } from "node:path";
-import * as si from "systeminformation";
+import { availableParallelism, cpus, totalmem } from "node:os";
+import { dirname, resolve } from "node:path";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import type { HostCapacity } from "../../shared/fleet.ts";
 import type { GpuProbe } from "./gpu-probe.ts";
@@ -26,12 +25,6 @@ export function nearestExistingPath(path: string): string {
   return realpathSync(p);
 }
 
-function isUnder(path: string, mount: string): boolean {
-  if (mount === "/") return true;
-  const m = mount.endsWith(sep) ? mount.slice(0, -1) : mount;
-  return path === m || path.startsWith(m + sep);
-}
-
 /** The mount point of the filesystem holding `path`: the highest ancestor on the same device. */
 function mountPointOf(path: string): string {
   const dev = statSync(path).dev;
@@ -44,25 +37,14 @@ function mountPointOf(path: string): string {
 }
 
 /**
- * Total and free bytes of the filesystem holding `dataDir`. The mount is the
- * systeminformation entry whose mount point is the longest prefix of the
- * directory, accepted only if it is the same device: systeminformation leaves
- * out tmpfs and friends, and a prefix alone would then name the wrong
- * filesystem (e.g. "/" for a dataDir on /dev/shm). In that case statfs(2)
- * on the directory gives the numbers. "Free" is what an unprivileged writer
- * may still use (df's Available), so it excludes the root-reserved blocks.
+ * Total and free bytes of the filesystem holding `dataDir` (statfs(2), as df
+ * reads them), named by its mount point. "Free" is what an unprivileged
+ * writer may still use (df's Available), so it excludes the root-reserved
+ * blocks. Read from the kernel directly: a package that lists every mount
+ * would cost the agent several MB of memory for these three numbers.
  */
 export async function readDiskCapacity(dataDir: string): Promise<HostCapacity["disk"]> {
   const path = nearestExistingPath(dataDir);
-  const dev = statSync(path).dev;
-  const entries = await si.fsSize();
-  const candidates = entries
-    .filter((e) => e.mount && isUnder(path, e.mount))
-    .sort((a, b) => b.mount.length - a.mount.length);
-  const best = candidates[0];
-  if (best && existsSync(best.mount) && statSync(best.mount).dev === dev && best.size > 0) {
-    return { path: best.mount, totalBytes: best.size, freeBytes: Math.min(best.available, best.size) };
-  }
   const fs = statfsSync(path);
   const totalBytes = fs.blocks * fs.bsize;
   if (totalBytes <= 0) {
@@ -74,9 +56,7 @@ export async function readDiskCapacity(dataDir: string): Promise<HostCapacity["d
 /** CPU (logical cores), memory, the data directory's disk and the GPU report, read fresh. */
 export async function readHostCapacity(opts: ReadHostCapacityOptions): Promise<HostCapacity> {
   if (!opts.dataDir) throw invalid("readHostCapacity: dataDir must not be empty");
-  const [cpu, mem, disk, gpus] = await Promise.all([
-    si.cpu(),
-    si.mem(),
+  const [disk, gpus] = await Promise.all([
     readDiskCapacity(opts.dataDir).catch((e: unknown) => {
       throw e instanceof BerthError
         ? e
@@ -84,9 +64,10 @@ export async function readHostCapacity(opts: ReadHostCapacityOptions): Promise<H
     }),
     opts.gpu.probe(),
   ]);
-  // si.cpu().cores is the logical count; 0 means it could not read /proc/cpuinfo.
-  const cpuCores = cpu.cores > 0 ? cpu.cores : availableParallelism();
-  if (!(mem.total > 0))
-    throw new BerthError("unavailable", "systeminformation reports no memory on this host");
-  return { cpuCores, memoryBytes: mem.total, disk, gpus };
+  // Logical cores; an empty list means /proc/cpuinfo could not be read.
+  const cores = cpus().length;
+  const cpuCores = cores > 0 ? cores : availableParallelism();
+  const memoryBytes = totalmem();
+  if (!(memoryBytes > 0)) throw new BerthError("unavailable", "the kernel reports no memory on this host");
+  return { cpuCores, memoryBytes, disk, gpus };
 }

@@ -6,6 +6,7 @@
 import { type BigIntStats, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
+import type { OciHookPhase } from "../runtime/oci-types.ts";
 
 export interface GpuMount {
   source: string;
@@ -42,13 +43,8 @@ export interface GpuHook {
   timeout?: number;
 }
 
-export type GpuHookPhase =
-  | "prestart"
-  | "createRuntime"
-  | "createContainer"
-  | "startContainer"
-  | "poststart"
-  | "poststop";
+/** The OCI hook phases a GPU injection may ask hooks for (the runtime writes them to config.json). */
+export type GpuHookPhase = OciHookPhase;
 
 export interface GpuInjection {
   env: Record<string, string>;
@@ -56,9 +52,9 @@ export interface GpuInjection {
   devices: GpuDeviceNode[];
   deviceCgroupRules: GpuCgroupRule[];
   /**
-   * OCI hooks by phase. Empty for the agent strategy; CDI specs from nvidia-ctk
-   * use createContainer hooks to make the libcuda.so symlinks and update the
-   * container's ld.so.cache, so a runtime that drops them breaks CDI injection.
+   * OCI hooks by phase, written to the container's config.json: CDI specs from nvidia-ctk use
+   * createContainer hooks to make the libcuda.so symlinks and update the container's ld.so.cache;
+   * the agent strategy brings its own ld cache hook (ldcache-hook.ts).
    */
   hooks: Partial<Record<GpuHookPhase, GpuHook[]>>;
 }

@@ -50,6 +50,8 @@ export function parseQueryGpuCsv(text: string): NvidiaGpu[] {
   for (const [n, raw] of text.split("\n").entries()) {
     const line = raw.trim();
     if (!line) continue;
+    // A GPU the driver cannot reach (fallen off the bus) is named instead of listed; health reports it.
+    if (line.startsWith("Unable to determine the device handle")) continue;
     const cols = line.split(",").map((c) => c.trim());
     if (cols.length < 6) {
       throw invalid(
@@ -109,6 +111,43 @@ export function parseListMig(text: string): MigInstance[] {
       if (!parent) throw invalid(`nvidia-smi -L lists a MIG device before any GPU: "${line.trim()}"`);
       out.push({ parentUuid: parent, profile: mig[1]!, deviceIndex: Number(mig[2]), uuid: mig[3]! });
     }
+  }
+  return out;
+}
+
+/** Where a MIG device sits in its parent: its GPU instance and compute instance ids. */
+export interface MigPlacement {
+  /** The parent GPU's index. */
+  gpuIndex: number;
+  /** The "MIG Dev" column: the "Device N" number `nvidia-smi -L` lists it under. */
+  deviceIndex: number;
+  gi: number;
+  ci: number;
+}
+
+// A MIG table row's first cell: "|  0    2   0   0  |" (GPU, GI ID, CI ID, MIG Dev).
+const MIG_ROW = /^\|\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\|/;
+
+/**
+ * Reads the "MIG devices:" table of plain `nvidia-smi`: for each MIG device
+ * its parent GPU, GPU instance id, compute instance id and device number.
+ * `nvidia-smi -L` names each device's UUID by that device number; together
+ * they say which /proc/driver/nvidia/capabilities entries a slice needs.
+ */
+export function parseMigDeviceTable(text: string): MigPlacement[] {
+  const out: MigPlacement[] = [];
+  let inTable = false;
+  for (const line of text.split("\n")) {
+    if (/^\|\s*MIG devices:/.test(line)) {
+      inTable = true;
+      continue;
+    }
+    if (!inTable) continue;
+    // The table ends at the first line that is no part of a table (the blank before "Processes:").
+    if (!/^[|+]/.test(line)) break;
+    const m = MIG_ROW.exec(line);
+    if (m)
+      out.push({ gpuIndex: Number(m[1]), gi: Number(m[2]), ci: Number(m[3]), deviceIndex: Number(m[4]) });
   }
   return out;
 }
@@ -174,6 +213,7 @@ export function schedulableDevices(
   gpus: NvidiaGpu[],
   migs: MigInstance[],
   overrides: Record<string, string> = {},
+  placements: MigPlacement[] = [],
 ): GpuDevice[] {
   const devices: GpuDevice[] = [];
   for (const gpu of gpus) {
@@ -184,13 +224,14 @@ export function schedulableDevices(
       continue;
     }
     for (const m of slices.sort((a, b) => a.deviceIndex - b.deviceIndex)) {
+      const at = placements.find((p) => p.gpuIndex === gpu.index && p.deviceIndex === m.deviceIndex);
       devices.push({
         index: gpu.index,
         uuid: m.uuid,
         model: gpu.name,
         type,
         memoryMiB: migProfileMemoryMiB(m.profile),
-        mig: { profile: m.profile, parentUuid: gpu.uuid },
+        mig: { profile: m.profile, parentUuid: gpu.uuid, ...(at ? { gi: at.gi, ci: at.ci } : {}) },
       });
     }
   }

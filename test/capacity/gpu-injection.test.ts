@@ -130,13 +130,15 @@ describe("agent-only GPU injection", () => {
     );
   });
 
-  it("leaves MIG devices to CDI, and refuses empty or repeated assignments", async (t) => {
+  it("needs the capability files for MIG devices, and refuses empty or repeated assignments", async (t) => {
     const migs = (await probedDevices(t, "a100-mig", 2)).filter((d) => d.mig);
     const facts = { devDir: "/dev", ldconfigOutput: "", binaries: [] };
     assert.throws(
       () => agentGpuInjection(migs.slice(0, 1), facts),
       (e) =>
-        isBerthError(e) && e.code === "failed_precondition" && /MIG instance.*nvidia-ctk/.test(e.message),
+        isBerthError(e) &&
+        e.code === "failed_precondition" &&
+        /MIG instance and the driver's capability files were not read/.test(e.message),
     );
     assert.throws(() => agentGpuInjection([], facts), /no GPUs assigned/);
     const one = migs[0]!;

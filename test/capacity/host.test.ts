@@ -39,7 +39,7 @@ describe("readHostCapacity on this machine", () => {
     assert.ok(!existsSync(dataDir), "measuring does not create the directory");
   });
 
-  it("names the right filesystem when it is a tmpfs that systeminformation leaves out", async (t) => {
+  it("names the right filesystem when it is a tmpfs", async (t) => {
     if (!needs(t, { root: true, commands: ["mount", "umount"] })) return;
     // A tmpfs of the test's own, so the check does not depend on how the host mounts /dev/shm.
     const dir = mkdtempSync(join(tmpdir(), "berth-tmpfs-"));
