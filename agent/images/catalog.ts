@@ -14,6 +14,12 @@ export interface ImageRecord {
   manifestDigest: string;
   refs: string[];
   source: "registry" | "import";
+  /**
+   * The image's layer blobs, base first, each unpacked once in the layer
+   * store. Absent for an image an older agent unpacked whole into
+   * rootfs/<hex>, which it keeps using until the image is removed.
+   */
+  layers?: string[];
   sizeBytes: number;
   pulledAt: string;
   lastUsedAt: string;

@@ -1,4 +1,3 @@
-import { execa } from "execa";
 import { BerthError } from "../../shared/errors.ts";
 
 export interface RunCommandOptions {
@@ -37,6 +36,8 @@ export class CommandFailedError extends Error {
 /** The real runner: execa, killed with SIGTERM (then SIGKILL) on timeout or abort. */
 export const execaRunner: CommandRunner = {
   async run(command, args, opts) {
+    // Loaded on the first pull, not at start: an idle agent never needs it (docs/agent-host.md, "Memory").
+    const { execa } = await import("execa");
     const r = await execa(command, args, {
       reject: false,
       timeout: opts.timeoutMs,

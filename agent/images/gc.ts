@@ -21,9 +21,12 @@ export interface GcOptions {
 
 export interface GcResult {
   removedImages: string[];
+  /** Whole-image dirs of an older agent's store. */
   removedRootfsDirs: string[];
+  /** Hex digests of the unpacked layers deleted: those no cached image names any more. */
+  removedLayers: string[];
   removedBlobs: number;
-  /** Bytes of rootfs dirs and blobs deleted. */
+  /** Bytes of layers, rootfs dirs and blobs deleted. */
   freedBytes: number;
 }
 
@@ -37,11 +40,19 @@ export interface GcContext {
   inUse(digest: string): boolean;
   resolve(refOrDigest: string): string | undefined;
   detach(record: ImageRecord): string;
+  /** Deletes the unpacked layers no image in the catalog names. */
+  removeUnusedLayers(): Promise<{ removed: string[]; bytes: number }>;
 }
 
 /** Runs under the store's exclusive lock: no pull is writing blobs meanwhile. */
 export async function runGc(ctx: GcContext, opts: GcOptions): Promise<GcResult> {
-  const result: GcResult = { removedImages: [], removedRootfsDirs: [], removedBlobs: 0, freedBytes: 0 };
+  const result: GcResult = {
+    removedImages: [],
+    removedRootfsDirs: [],
+    removedLayers: [],
+    removedBlobs: 0,
+    freedBytes: 0,
+  };
   const trash: string[] = [];
 
   if (opts.unusedForMs !== undefined) {
@@ -57,9 +68,12 @@ export async function runGc(ctx: GcContext, opts: GcOptions): Promise<GcResult> 
     for (const record of ctx.catalog.records()) {
       if (keep.has(record.digest) || ctx.inUse(record.digest)) continue;
       if (Date.parse(record.lastUsedAt) > cutoff) continue;
-      result.freedBytes += record.sizeBytes;
       result.removedImages.push(record.digest);
-      result.removedRootfsDirs.push(join(ctx.rootfsRoot, digestHex(record.digest)));
+      // A layered image's bytes are its layers', counted below when no other image keeps them.
+      if (!record.layers) {
+        result.freedBytes += record.sizeBytes;
+        result.removedRootfsDirs.push(join(ctx.rootfsRoot, digestHex(record.digest)));
+      }
       trash.push(ctx.detach(record));
     }
   }
@@ -78,6 +92,10 @@ export async function runGc(ctx: GcContext, opts: GcOptions): Promise<GcResult> 
   for (const name of existsSync(ctx.tmpRoot) ? readdirSync(ctx.tmpRoot) : [])
     trash.push(join(ctx.tmpRoot, name));
   for (const dir of trash) await rm(dir, { recursive: true, force: true });
+  // A layer goes when no image names it any more (counted over the whole catalog).
+  const layers = await ctx.removeUnusedLayers();
+  result.removedLayers = layers.removed;
+  result.freedBytes += layers.bytes;
 
   const before = ctx.layout.blobBytes();
   try {
@@ -94,7 +112,12 @@ export async function runGc(ctx: GcContext, opts: GcOptions): Promise<GcResult> 
   result.removedBlobs = before.count - after.count;
   result.freedBytes += before.bytes - after.bytes;
   ctx.options.logger.info(
-    { images: result.removedImages.length, blobs: result.removedBlobs, bytes: result.freedBytes },
+    {
+      images: result.removedImages.length,
+      layers: result.removedLayers.length,
+      blobs: result.removedBlobs,
+      bytes: result.freedBytes,
+    },
     "image gc done",
   );
   return result;

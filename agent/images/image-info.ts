@@ -13,9 +13,13 @@ export interface ImageInfo {
   refs: string[];
   /** "sha256:..."; for pulled images, the registry's manifest digest. */
   digest: string;
-  /** Absolute path of the unpacked rootfs; read-only by contract (use it as an overlay lowerdir). */
-  rootfs: string;
-  /** Apparent size of the unpacked rootfs. */
+  /**
+   * The image's unpacked layers as overlay lower dirs, uppermost first
+   * (short absolute paths; whiteouts in overlay form). Read-only by
+   * contract: layers are shared by every image and container that has them.
+   */
+  layers: string[];
+  /** Apparent size of the unpacked layers. */
   sizeBytes: number;
   pulledAt: string;
   lastUsedAt: string;

@@ -27,3 +27,6 @@ export type { ImageInfo, ImportOptions, PullOptions, RemoveResult } from "./imag
 export { ImageStore } from "./store.ts";
 export type { PullProgress } from "./pull-progress.ts";
 export { type PushProgress, type PushTarget, pushImage } from "./push.ts";
+export { type BlobPeer, type BlobState, blobRank, PeerBlobs, type PeerBlobsOptions } from "./peer-blobs.ts";
+export { type BlobHolder, serveBlob } from "./blob-server.ts";
+export { askLayerPeers } from "./layer-peers.ts";

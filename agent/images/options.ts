@@ -4,6 +4,7 @@ import { type CommandRunner, execaRunner } from "./commands.ts";
 import type { AwsEcrKeys, BasicRegistryCredentials } from "./credentials.ts";
 import { sigV4EcrLogin } from "./ecr.ts";
 import { hostPlatform, type Platform } from "./oci-layout.ts";
+import type { PeerBlobs } from "./peer-blobs.ts";
 import { parseImageReference } from "./reference.ts";
 
 /** pino-compatible; only what the store calls. */
@@ -23,8 +24,10 @@ export interface ImageStoreOptions {
   skopeo?: string;
   /** @default "umoci" */
   umoci?: string;
-  /** GNU tar, used to look inside archives and unpack rootfs tarballs. @default "tar" */
+  /** GNU tar, used to unpack layers and look inside archives. @default "tar" */
   tar?: string;
+  /** python3, which turns a layer's OCI whiteouts into overlay ones (mknod, setxattr). @default "python3" */
+  python?: string;
   /** The base image for `pull(undefined)`; the spec's default is Ubuntu 22.04. @default "docker.io/library/ubuntu:22.04" */
   defaultImage?: string;
   /** `host[:port]` registries that may be reached over plain HTTP or with unverified TLS. @default [] */
@@ -38,6 +41,8 @@ export interface ImageStoreOptions {
   platform?: Platform;
   /** Runs skopeo/umoci/tar. @default execa */
   runner?: CommandRunner;
+  /** The HTTP client pulls fetch manifests and blobs with. @default globalThis.fetch */
+  fetch?: typeof fetch;
   /** @default 120_000 */
   inspectTimeoutMs?: number;
   /**
@@ -64,6 +69,8 @@ export interface ImageStoreOptions {
    */
   clusterRegistry?: ClusterRegistry;
   logger?: ImageStoreLogger;
+  /** The cluster's other agents, asked for a layer before its registry (peer-blobs.ts). @default none */
+  peerBlobs?: PeerBlobs;
   /** Clock for the tag freshness window (tests move it by hand). @default Date.now */
   now?: () => number;
 }
@@ -74,6 +81,8 @@ export interface ClusterRegistry {
   insecure?: boolean;
   username?: string;
   password?: string;
+  /** A folder with the CA its TLS certificate chains to as ca.crt (skopeo's --cert-dir; berth up --advertise). */
+  certDir?: string;
 }
 
 export interface ResolvedImageStoreOptions {
@@ -81,11 +90,13 @@ export interface ResolvedImageStoreOptions {
   skopeo: string;
   umoci: string;
   tar: string;
+  python: string;
   defaultImage: string;
   insecureRegistries: Set<string>;
   allowLoopbackHttp: boolean;
   platform: Platform;
   runner: CommandRunner;
+  fetch: typeof fetch;
   inspectTimeoutMs: number;
   tagFreshnessMs: number;
   transferTimeoutMs: number;
@@ -93,6 +104,7 @@ export interface ResolvedImageStoreOptions {
   clusterRegistry: ClusterRegistry | undefined;
   rootless: boolean;
   logger: ImageStoreLogger;
+  peerBlobs: PeerBlobs | undefined;
   now: () => number;
 }
 
@@ -130,11 +142,13 @@ export function resolveImageStoreOptions(o: ImageStoreOptions): ResolvedImageSto
     skopeo: o.skopeo ?? "skopeo",
     umoci: o.umoci ?? "umoci",
     tar: o.tar ?? "tar",
+    python: o.python ?? "python3",
     defaultImage,
     insecureRegistries: insecure,
     allowLoopbackHttp: o.allowLoopbackHttp ?? true,
     platform: o.platform ?? hostPlatform(),
     runner: o.runner ?? execaRunner,
+    fetch: o.fetch ?? globalThis.fetch,
     inspectTimeoutMs: positive(o.inspectTimeoutMs, 120_000, "inspectTimeoutMs"),
     tagFreshnessMs: nonNegative(o.tagFreshnessMs, 60_000, "tagFreshnessMs"),
     transferTimeoutMs: positive(o.transferTimeoutMs, 3_600_000, "transferTimeoutMs"),
@@ -142,6 +156,7 @@ export function resolveImageStoreOptions(o: ImageStoreOptions): ResolvedImageSto
     clusterRegistry: o.clusterRegistry,
     rootless: process.getuid?.() !== 0,
     logger: o.logger ?? silent,
+    peerBlobs: o.peerBlobs,
     now: o.now ?? Date.now,
   };
 }

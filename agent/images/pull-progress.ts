@@ -1,21 +1,8 @@
-// Progress of a pull (docs/images.md, "Pull progress"). skopeo does the
-// copy (TLS options, registries.conf, manifest conversion, every auth form
-// stay its job) and prints no byte counts worth reading, so progress is
-// measured from outside, on the disk it writes to:
-//   - a blob is done when it is in the shared blob dir under its digest
-//     (the OCI layout's own naming: stable, documented);
-//   - the bytes of blobs still coming are the files skopeo is writing in the
-//     private layout dir (it streams each blob to a temp file there, then
-//     renames it into the blob dir). Whatever name they have, they count; a
-//     skopeo that wrote elsewhere would only make progress coarser (per
-//     blob), never wrong.
-// The manifest gives the totals. Bytes never go down and the last report,
-// after skopeo succeeded, is every blob done with bytesDone = bytesTotal.
+// What a pull reports while it runs (docs/images.md, "Pull progress"): the
+// store fetches every blob itself (registry-pull.ts), so the counts are the
+// bytes read from the registry, exact, not guessed from the disk.
 
-import { existsSync, readdirSync, statSync } from "node:fs";
-import { join } from "node:path";
 import type { OciDescriptor } from "./oci-layout.ts";
-import { digestHex, isDigest } from "./reference.ts";
 
 /** Where a pull stands: blobs (config and layers) and bytes, as a push reports them. */
 export interface PullProgress {
@@ -30,82 +17,74 @@ export interface PullProgress {
   blobsSkipped: number;
 }
 
-/** How often the disk is looked at while skopeo runs. */
-export const PULL_POLL_MS = 250;
-
-/** The config and layer descriptors of an image manifest (OCI or Docker schema 2); [] for anything else. */
-export function manifestBlobs(raw: string): OciDescriptor[] {
-  const m = JSON.parse(raw) as { config?: OciDescriptor; layers?: OciDescriptor[] };
-  const blobs = [...(m.config ? [m.config] : []), ...(m.layers ?? [])];
-  return blobs.filter((b) => isDigest(b.digest) && Number.isSafeInteger(b.size) && b.size >= 0);
-}
+/** A report at most every this many bytes of one layer, and after each blob. */
+export const PULL_REPORT_BYTES = 4 * 1024 * 1024;
 
 /**
- * Runs `copy` (skopeo writing into `layoutDir`, blobs into `blobsDir`) and
- * reports progress while it runs; the final report only once it succeeded.
+ * Counts a pull's blobs and bytes (layers arrive in parallel) and reports
+ * when a blob is done or another PULL_REPORT_BYTES came in. Bytes never go
+ * down; the last report is every blob and byte done.
  */
-export async function withPullProgress<T>(
-  ref: string,
-  blobs: OciDescriptor[],
-  dirs: { layoutDir: string; blobsDir: string },
-  onProgress: (p: PullProgress) => void,
-  copy: () => Promise<T>,
-): Promise<T> {
-  const blobPath = (b: OciDescriptor) => join(dirs.blobsDir, "sha256", digestHex(b.digest));
-  const cached = new Set(blobs.filter((b) => existsSync(blobPath(b))).map((b) => b.digest));
-  const bytesTotal = blobs.reduce((n, b) => n + b.size, 0);
-  let last: PullProgress = {
-    ref,
-    blobsDone: cached.size,
-    blobsTotal: blobs.length,
-    bytesDone: blobs.filter((b) => cached.has(b.digest)).reduce((n, b) => n + b.size, 0),
-    bytesTotal,
-    blobsSkipped: cached.size,
-  };
-  onProgress({ ...last });
-  const look = () => {
-    const landed = blobs.filter((b) => cached.has(b.digest) || existsSync(blobPath(b)));
-    const inFlight = writingBytes(dirs.layoutDir);
-    const bytesDone = Math.min(bytesTotal, landed.reduce((n, b) => n + b.size, 0) + inFlight);
-    const next = {
-      ...last,
-      blobsDone: Math.max(last.blobsDone, landed.length),
-      bytesDone: Math.max(last.bytesDone, bytesDone),
-    };
-    if (next.blobsDone !== last.blobsDone || next.bytesDone !== last.bytesDone) {
-      last = next;
-      onProgress({ ...last });
-    }
-  };
-  const timer = setInterval(look, PULL_POLL_MS);
-  try {
-    const out = await copy();
-    clearInterval(timer);
-    if (last.blobsDone !== blobs.length || last.bytesDone !== bytesTotal)
-      onProgress({ ...last, blobsDone: blobs.length, bytesDone: bytesTotal });
-    return out;
-  } finally {
-    clearInterval(timer);
-  }
-}
+export class PullProgressCounter {
+  private readonly got = new Map<string, number>();
+  private readonly finished = new Set<string>();
+  private readonly total: number;
+  private skipped = 0;
+  private reportedBytes = 0;
 
-/** Bytes of the files directly in the layout dir other than its own metadata: blobs being written. */
-function writingBytes(layoutDir: string): number {
-  let n = 0;
-  let names: string[];
-  try {
-    names = readdirSync(layoutDir);
-  } catch {
-    return 0; // not made yet
+  constructor(
+    private readonly ref: string,
+    private readonly blobs: OciDescriptor[],
+    private readonly onProgress?: (p: PullProgress) => void,
+  ) {
+    this.total = blobs.reduce((n, b) => n + b.size, 0);
   }
-  for (const name of names) {
-    if (name === "index.json" || name === "oci-layout") continue;
-    try {
-      const s = statSync(join(layoutDir, name));
-      if (s.isFile()) n += s.size;
-    } catch {
-      // renamed into the blob dir between the listing and the stat: counted there next time
+
+  /** The first report: what the cache already has counts as done and skipped. */
+  start(cached: OciDescriptor[]): void {
+    for (const b of cached) {
+      if (this.finished.has(b.digest)) continue;
+      this.finished.add(b.digest);
+      this.got.set(b.digest, b.size);
+      this.skipped++;
     }
+    this.report();
   }
-  return n;
+
+  bytes(blob: OciDescriptor, n: number): void {
+    this.got.set(blob.digest, Math.min(n, blob.size));
+    if (this.sum() - this.reportedBytes >= PULL_REPORT_BYTES) this.report();
+  }
+
+  done(blob: OciDescriptor): void {
+    if (this.finished.has(blob.digest)) return;
+    this.finished.add(blob.digest);
+    this.got.set(blob.digest, blob.size);
+    this.report();
+  }
+
+  finish(): void {
+    for (const b of this.blobs) this.done(b);
+  }
+
+  private sum(): number {
+    let n = 0;
+    for (const v of this.got.values()) n += v;
+    return n;
+  }
+
+  private report(): void {
+    if (!this.onProgress) return;
+    const bytesDone = Math.min(this.total, this.sum());
+    this.reportedBytes = bytesDone;
+    const blobsDone = this.blobs.filter((b) => this.finished.has(b.digest)).length;
+    this.onProgress({
+      ref: this.ref,
+      blobsDone,
+      blobsTotal: this.blobs.length,
+      bytesDone,
+      bytesTotal: this.total,
+      blobsSkipped: this.skipped,
+    });
+  }
 }

@@ -43,9 +43,14 @@ export async function pushImage(
   layout: OciLayout,
   manifestDigest: string,
   target: PushTarget,
-  opts: { onProgress?: (p: PushProgress) => void; signal?: AbortSignal } = {},
+  opts: {
+    onProgress?: (p: PushProgress) => void;
+    signal?: AbortSignal;
+    /** The HTTP client (one that trusts the cluster CA). @default globalThis.fetch */
+    send?: typeof fetch;
+  } = {},
 ): Promise<string> {
-  const client = new RegistryClient(target.endpoint);
+  const client = new RegistryClient(target.endpoint, opts.send);
   const repo = target.repository;
   const scope = `repository:${repo}:push,pull`;
   const ref = `${target.endpoint.host}/${repo}:${target.tag}`;

@@ -12,6 +12,8 @@ export interface RegistryAccess {
   insecure: boolean;
   /** containers-auth.json holding the credentials; argv would show them to every local user. */
   authFile?: string;
+  /** Folder of the CA to trust for this registry (skopeo --cert-dir): the cluster registry's, when it has one. */
+  certDir?: string;
   secrets: string[];
 }
 
@@ -30,7 +32,13 @@ export async function withRegistryAccess<T>(
   creds: BasicRegistryCredentials | undefined,
   fn: (access: RegistryAccess) => Promise<T>,
 ): Promise<T> {
-  const base = { ref: ref.canonical, registry: ref.registry, insecure: isInsecureRegistry(o, ref.registry) };
+  const cluster = o.clusterRegistry;
+  const base = {
+    ref: ref.canonical,
+    registry: ref.registry,
+    insecure: isInsecureRegistry(o, ref.registry),
+    ...(cluster?.certDir && cluster.host === ref.registry ? { certDir: cluster.certDir } : {}),
+  };
   if (!creds) return fn({ ...base, secrets: [] });
   const dir = mkdtempSync(join(tmpRoot, "auth-"));
   try {
@@ -52,6 +60,7 @@ export async function inspectRawManifest(
 ): Promise<string> {
   const args = ["inspect", "--raw"];
   if (access.insecure) args.push("--tls-verify=false");
+  else if (access.certDir) args.push("--cert-dir", access.certDir);
   if (access.authFile) args.push("--authfile", access.authFile);
   args.push(`docker://${transportRef}`);
   try {
@@ -62,28 +71,5 @@ export async function inspectRawManifest(
     return r.stdout;
   } catch (e) {
     throw registryError(e, { ...access, tool: o.skopeo });
-  }
-}
-
-/**
- * `skopeo copy` of one image into a private layout whose blobs go to the
- * shared blob directory (so layers already cached are not fetched again).
- */
-export async function copyIntoLayout(
-  o: ResolvedImageStoreOptions,
-  source: string,
-  dest: { layoutDir: string; tag: string; sharedBlobDir: string },
-  access: RegistryAccess | undefined,
-  what: { ref: string; registry: string },
-  signal?: AbortSignal,
-): Promise<void> {
-  const args = ["copy", "--quiet", "--dest-shared-blob-dir", dest.sharedBlobDir];
-  if (access?.insecure) args.push("--src-tls-verify=false");
-  if (access?.authFile) args.push("--src-authfile", access.authFile);
-  args.push(source, `oci:${dest.layoutDir}:${dest.tag}`);
-  try {
-    await o.runner.run(o.skopeo, args, { timeoutMs: o.transferTimeoutMs, ...(signal ? { signal } : {}) });
-  } catch (e) {
-    throw registryError(e, { ...what, tool: o.skopeo, secrets: access?.secrets ?? [] });
   }
 }

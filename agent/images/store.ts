@@ -1,4 +1,12 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from "node:fs";
+import {
+  createReadStream,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+} from "node:fs";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { BerthError, isBerthError, notFound } from "../../shared/errors.ts";
@@ -7,15 +15,15 @@ import type { ImageInfo, ImportOptions, PullOptions, RemoveResult } from "./imag
 import { type CommitLayerOptions, writeCommitBlobs } from "./commit.ts";
 import { type GcOptions, type GcResult, runGc } from "./gc.ts";
 import { buildLayoutFromRootfs, copyArchive, detectArchiveFormat } from "./import.ts";
-import { unpackCommitOnParent } from "./layer-apply.ts";
+import { LayerStore } from "./layer-store.ts";
+import { unpackLayer } from "./layer-unpack.ts";
 import {
   type OciDescriptor,
   OciLayout,
+  type OciManifest,
   onlyManifest,
   platformManifestDigest,
   runtimeConfig,
-  sha256Digest,
-  treeBytes,
 } from "./oci-layout.ts";
 import {
   type ImageStoreOptions,
@@ -29,16 +37,19 @@ import {
   parseImageReference,
   pinnedReference,
 } from "./reference.ts";
-import { manifestBlobs, withPullProgress } from "./pull-progress.ts";
+import { apiHost, pullStreamed } from "./registry-pull.ts";
+import type { BlobHolder } from "./blob-server.ts";
 import { type PushProgress, pushImage } from "./push.ts";
 import { clusterPushEndpoint, credentialsFingerprint, loginCredentials } from "./registry-access.ts";
-import { copyIntoLayout, inspectRawManifest, withRegistryAccess } from "./skopeo.ts";
+import { inspectRawManifest, withRegistryAccess } from "./skopeo.ts";
 import { SharedExclusiveLock, SingleFlight } from "./sync.ts";
 
 /**
  * The agent's image cache. Layout under `root`:
  *   oci/              one OCI image layout, blobs shared by all images, tag = digest hex
- *   rootfs/<hex>/     each image unpacked once, renamed into place when complete
+ *   layers/<hex>/     each layer blob unpacked once, shared by every image that has it
+ *   l/<id>            short links to layers/<hex>, what overlay mounts name (layer-store.ts)
+ *   rootfs/<hex>/     images an older agent unpacked whole, used until removed
  *   tmp/              work dirs of running pulls; emptied when the store opens
  *   index.json        refs, digests and metadata (atomic rewrite)
  * One ImageStore per root: it assumes no other process writes there.
@@ -47,8 +58,13 @@ export class ImageStore {
   readonly options: ResolvedImageStoreOptions;
   private readonly layout: OciLayout;
   private readonly catalog: ImageCatalog;
+  private readonly layers: LayerStore;
   private readonly rootfsRoot: string;
   private readonly tmpRoot: string;
+  /** The lower dir of an image with no layers: overlayfs needs one. */
+  private readonly emptyLayer: string;
+  /** Apparent bytes of each unpacked layer (hex), measured once. */
+  private readonly layerBytes = new Map<string, number>();
   private readonly lock = new SharedExclusiveLock();
   private readonly pulls = new SingleFlight<ImageInfo>();
   private readonly unpacks = new SingleFlight<ImageRecord>();
@@ -63,6 +79,8 @@ export class ImageStore {
     this.catalog = new ImageCatalog(join(this.options.root, "index.json"));
     this.rootfsRoot = join(this.options.root, "rootfs");
     this.tmpRoot = join(this.options.root, "tmp");
+    this.emptyLayer = join(this.options.root, "empty");
+    this.layers = new LayerStore(this.options.root, this.tmpRoot);
   }
 
   /** Creates the directories, loads the index and clears work left by a killed agent. */
@@ -70,6 +88,8 @@ export class ImageStore {
     if (this.opened) return;
     mkdirSync(this.rootfsRoot, { recursive: true });
     mkdirSync(this.tmpRoot, { recursive: true, mode: 0o700 });
+    mkdirSync(this.emptyLayer, { recursive: true });
+    this.layers.ensureDirs();
     this.layout.ensure();
     this.catalog.load();
     for (const name of readdirSync(this.tmpRoot))
@@ -77,7 +97,8 @@ export class ImageStore {
     this.opened = true;
   }
 
-  rootfsPath(digest: string): string {
+  /** Where an older agent unpacked a whole image (records without `layers`). */
+  private rootfsPath(digest: string): string {
     return join(this.rootfsRoot, digestHex(digest));
   }
 
@@ -122,10 +143,9 @@ export class ImageStore {
     let resolved = false;
     const info = await withRegistryAccess(this.options, this.tmpRoot, ref, creds, async (access) => {
       let digest: string;
-      let raw: string;
       try {
         const transportRef = ref.digest ? pinnedReference(ref, ref.digest) : ref.canonical;
-        raw = await inspectRawManifest(this.options, access, transportRef, opts.signal);
+        const raw = await inspectRawManifest(this.options, access, transportRef, opts.signal);
         const picked = platformManifestDigest(raw, this.options.platform);
         if (!picked) {
           const p = this.options.platform;
@@ -150,29 +170,33 @@ export class ImageStore {
       if (cached) return this.tagged(cached, ref.canonical);
       this.options.logger.info({ ref: ref.canonical, digest }, "pulling image");
       const record = await this.unpacks.run(digest, () =>
-        this.ensureImage(digest, "registry", async (work) => {
-          const layoutDir = join(work, "layout");
-          const copy = () =>
-            copyIntoLayout(
-              this.options,
-              `docker://${pinnedReference(ref, digest)}`,
-              { layoutDir, tag: digestHex(digest), sharedBlobDir: this.layout.blobsDir },
-              access,
-              { ref: ref.canonical, registry: ref.registry },
-              opts.signal,
-            );
-          if (!opts.onProgress) await copy();
-          else {
-            // The totals are the platform manifest's: the one inspected, or (a list) the one picked from it.
-            const manifest =
-              sha256Digest(raw) === digest
-                ? raw
-                : await inspectRawManifest(this.options, access, pinnedReference(ref, digest), opts.signal);
-            const dirs = { layoutDir, blobsDir: this.layout.blobsDir };
-            await withPullProgress(ref.canonical, manifestBlobs(manifest), dirs, opts.onProgress, copy);
-          }
-          return onlyManifest(layoutDir);
-        }),
+        this.ensureImage(
+          digest,
+          "registry",
+          () =>
+            pullStreamed(
+              {
+                options: this.options,
+                layout: this.layout,
+                layers: this.layers,
+                tmpRoot: this.tmpRoot,
+                ...(this.options.peerBlobs ? { peers: this.options.peerBlobs } : {}),
+                logger: this.options.logger,
+              },
+              ref,
+              digest,
+              {
+                host: apiHost(ref.registry),
+                insecure: access.insecure,
+                ...(creds ? { credentials: { username: creds.username, password: creds.password } } : {}),
+              },
+              {
+                ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+                ...(opts.signal ? { signal: opts.signal } : {}),
+              },
+            ),
+          opts.signal,
+        ),
       );
       return this.tagged(record, ref.canonical);
     });
@@ -182,15 +206,16 @@ export class ImageStore {
 
   /**
    * Gets the image's blobs into the shared layout (via `fetch`, unless its tag
-   * is already there) and unpacks it to rootfs/<hex> through a temp dir and a
-   * rename, so the final path holds a complete rootfs or nothing.
+   * is already there) and unpacks each layer the layer store lacks (a fetch
+   * may have unpacked them already, as they came). Each layer lands whole or
+   * not at all (LayerStore.ensure), so a failed pull leaves only complete
+   * layers, which the next attempt reuses or GC frees.
    */
   private async ensureImage(
     digest: string,
     source: ImageRecord["source"],
     fetch: (work: string) => Promise<OciDescriptor>,
-    /** Makes the rootfs some faster way (a commit: from its parent's), returning its size; undefined: unpack it all. */
-    unpackFast?: (dest: string) => Promise<number | undefined>,
+    signal?: AbortSignal,
   ): Promise<ImageRecord> {
     const existing = this.cachedRecord(digest);
     if (existing) return existing;
@@ -204,35 +229,25 @@ export class ImageStore {
         manifest = await fetch(work);
         this.layout.setTag(hex, manifest);
       }
-      const target = this.rootfsPath(digest);
-      const unpacked = join(work, "rootfs");
-      // A complete rootfs left by an agent killed between rename and index write.
-      const fastSize = existsSync(target) ? undefined : await unpackFast?.(unpacked);
-      if (!existsSync(target) && fastSize === undefined) {
-        const args = ["raw", "unpack", ...(this.options.rootless ? ["--rootless"] : [])];
-        try {
-          await this.options.runner.run(
-            this.options.umoci,
-            [...args, "--image", `${this.layout.dir}:${hex}`, unpacked],
-            {
-              timeoutMs: this.options.transferTimeoutMs,
-            },
-          );
-        } catch (e) {
-          throw new BerthError(
-            "internal",
-            `unpacking image ${digest} failed: ${(e as Error).message.slice(0, 800)}`,
-          );
-        }
-      }
-      if (!existsSync(target)) renameSync(unpacked, target);
+      const layers = this.layout.readJsonBlob<OciManifest>(manifest.digest).layers;
+      await Promise.all(
+        layers.map((layer) =>
+          this.layers.ensure(layer, async (dir) => {
+            const blob = createReadStream(this.layout.blobPath(layer.digest));
+            await unpackLayer(this.unpackTools(), blob, layer, dir, signal ? { signal } : {});
+          }),
+        ),
+      );
+      let sizeBytes = 0;
+      for (const layer of layers) sizeBytes += await this.bytesOfLayer(layer.digest);
       const now = new Date().toISOString();
       const record: ImageRecord = {
         digest,
         manifestDigest: manifest.digest,
         refs: [],
         source,
-        sizeBytes: fastSize ?? (await treeBytes(target)),
+        layers: layers.map((l) => l.digest),
+        sizeBytes,
         pulledAt: now,
         lastUsedAt: now,
         config: runtimeConfig(this.layout, manifest.digest),
@@ -242,6 +257,27 @@ export class ImageStore {
     } finally {
       await rm(work, { recursive: true, force: true });
     }
+  }
+
+  private unpackTools() {
+    const o = this.options;
+    return { tar: o.tar, python: o.python, rootless: o.rootless };
+  }
+
+  private async bytesOfLayer(digest: string): Promise<number> {
+    const hex = digestHex(digest);
+    const known = this.layerBytes.get(hex);
+    if (known !== undefined) return known;
+    const n = await this.layers.bytes(digest);
+    this.layerBytes.set(hex, n);
+    return n;
+  }
+
+  /** Hex digests of the layers some cached image names. */
+  private referencedLayers(): Set<string> {
+    const keep = new Set<string>();
+    for (const r of this.catalog.records()) for (const l of r.layers ?? []) keep.add(digestHex(l));
+    return keep;
   }
 
   /** Imports a `docker save` tarball or an OCI archive (detected from its content). */
@@ -296,22 +332,16 @@ export class ImageStore {
     const ref = parseImageReference(opts.name);
     return this.lock.withShared(async () => {
       const found = this.lookup(base);
-      if (!found || !existsSync(this.rootfsPath(found.record.digest))) throw notFound(`image ${base}`);
+      if (!found || !this.cachedRecord(found.record.digest)) throw notFound(`image ${base}`);
+      // Only the new layer is unpacked: the parent's layers are in the layer store already.
       const manifest = await writeCommitBlobs(this.layout, found.record.manifestDigest, layerTar, opts);
-      const parent = { rootfs: this.rootfsPath(found.record.digest), sizeBytes: found.record.sizeBytes };
-      return this.adoptImport(ref, manifest, (dest) =>
-        unpackCommitOnParent(this.options, this.layout, parent, manifest.digest, dest),
-      );
+      return this.adoptImport(ref, manifest);
     });
   }
 
-  private async adoptImport(
-    ref: ImageReference,
-    manifest: OciDescriptor,
-    unpackFast?: (dest: string) => Promise<number | undefined>,
-  ): Promise<ImageInfo> {
+  private async adoptImport(ref: ImageReference, manifest: OciDescriptor): Promise<ImageInfo> {
     const record = await this.unpacks.run(manifest.digest, () =>
-      this.ensureImage(manifest.digest, "import", async () => manifest, unpackFast),
+      this.ensureImage(manifest.digest, "import", async () => manifest),
     );
     return this.tagged(record, ref.canonical);
   }
@@ -331,7 +361,12 @@ export class ImageStore {
     return this.lock.withShared(async () => {
       const found = this.lookup(refOrDigest);
       if (!found) throw notFound(`image ${refOrDigest}`);
-      return pushImage(this.layout, found.record.manifestDigest, { endpoint, ...to }, opts);
+      return pushImage(
+        this.layout,
+        found.record.manifestDigest,
+        { endpoint, ...to },
+        { ...opts, send: this.options.fetch },
+      );
     });
   }
 
@@ -346,8 +381,25 @@ export class ImageStore {
     this.open();
     return this.catalog
       .records()
-      .filter((r) => existsSync(this.rootfsPath(r.digest)))
+      .filter((r) => this.isUnpacked(r))
       .map((r) => this.info(r));
+  }
+
+  /**
+   * What the agent's tunnel serves to its peers (blob-server.ts): the
+   * layout's blobs and this host's pulls in progress; undefined without
+   * peerBlobs.
+   */
+  blobHolder(): BlobHolder | undefined {
+    const peers = this.options.peerBlobs;
+    if (!peers) return undefined;
+    return {
+      blobPath: (digest) => {
+        this.open();
+        return this.layout.hasBlob(digest) ? this.layout.blobPath(digest) : undefined;
+      },
+      peers,
+    };
   }
 
   /**
@@ -368,6 +420,7 @@ export class ImageStore {
       const refs = [...record.refs];
       const trash = this.detachImage(record);
       await rm(trash, { recursive: true, force: true });
+      await this.layers.removeExcept(this.referencedLayers());
       return { untagged: refs, removed: [record.digest] };
     });
   }
@@ -424,6 +477,7 @@ export class ImageStore {
           catalog: this.catalog,
           rootfsRoot: this.rootfsRoot,
           tmpRoot: this.tmpRoot,
+          removeUnusedLayers: () => this.layers.removeExcept(this.referencedLayers()),
           inUse: (digest) => (this.holders.get(digest)?.size ?? 0) > 0,
           resolve: (refOrDigest) => this.lookup(refOrDigest)?.record.digest,
           detach: (record) => this.detachImage(record),
@@ -446,7 +500,19 @@ export class ImageStore {
 
   private cachedRecord(digest: string): ImageRecord | undefined {
     const record = this.catalog.byDigest(digest);
-    return record && existsSync(this.rootfsPath(digest)) ? record : undefined;
+    return record && this.isUnpacked(record) ? record : undefined;
+  }
+
+  private isUnpacked(record: ImageRecord): boolean {
+    if (!record.layers) return existsSync(this.rootfsPath(record.digest));
+    return record.layers.every((l) => this.layers.has(l));
+  }
+
+  /** Overlay lower dirs, uppermost first. */
+  private lowerDirs(record: ImageRecord): string[] {
+    if (!record.layers) return [this.rootfsPath(record.digest)];
+    if (record.layers.length === 0) return [this.emptyLayer];
+    return record.layers.map((l) => this.layers.mountPath(l)).reverse();
   }
 
   private tagged(record: ImageRecord, canonicalRef: string): ImageInfo {
@@ -459,7 +525,7 @@ export class ImageStore {
       ref: ref ?? record.refs[0] ?? record.digest,
       refs: [...record.refs],
       digest: record.digest,
-      rootfs: this.rootfsPath(record.digest),
+      layers: this.lowerDirs(record),
       sizeBytes: record.sizeBytes,
       pulledAt: record.pulledAt,
       lastUsedAt: record.lastUsedAt,

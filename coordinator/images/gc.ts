@@ -10,6 +10,7 @@ import type { ContainerApi } from "../../api/index.ts";
 import { BerthError, describeError, isBerthError } from "../../shared/errors.ts";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import { parseRegistryUrl, RegistryClient } from "../../shared/registry-client.ts";
+import { fetchTrusting } from "../../shared/tls-fetch.ts";
 import type { BuiltImage } from "./store.ts";
 
 export const IMAGE_GC_AFTER_DEFAULT_MS = 7 * 24 * 3600_000;
@@ -39,7 +40,14 @@ export function checkClusterRegistry(r: unknown): ClusterRegistryAccess {
       "invalid_request",
       "coordinator config: registry.username and registry.password must be strings (empty for a registry without auth)",
     );
-  return { url: v.url, username: v.username, password: v.password };
+  if (v.caPem !== undefined && (typeof v.caPem !== "string" || !v.caPem.includes("BEGIN CERTIFICATE")))
+    throw new BerthError("invalid_request", "coordinator config: registry.caPem must be a PEM certificate");
+  return {
+    url: v.url,
+    username: v.username,
+    password: v.password,
+    ...(v.caPem ? { caPem: v.caPem } : {}),
+  };
 }
 
 export function checkImageGcAfter(v: unknown): number {
@@ -77,13 +85,16 @@ export class ImageGc {
     if (o.registry) {
       const { host, insecure } = parseRegistryUrl(o.registry.url);
       this.registryHost = host;
-      this.registry = new RegistryClient({
-        host,
-        insecure,
-        ...(o.registry.username
-          ? { credentials: { username: o.registry.username, password: o.registry.password } }
-          : {}),
-      });
+      this.registry = new RegistryClient(
+        {
+          host,
+          insecure,
+          ...(o.registry.username
+            ? { credentials: { username: o.registry.username, password: o.registry.password } }
+            : {}),
+        },
+        fetchTrusting(o.registry.caPem),
+      );
     }
   }
 

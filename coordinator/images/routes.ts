@@ -3,6 +3,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { ImageBuilds, ImageBuildUpdate } from "./index.ts";
+import type { AgentPull, HandPulls } from "./hand-pull.ts";
 import type { BuiltImage } from "./store.ts";
 import { publicError } from "../http/index.ts";
 import { principalOf } from "../http/index.ts";
@@ -58,6 +59,7 @@ const ImageSpecBody = Type.Object({
   micromamba: Type.Optional(Type.Boolean()),
   micromamba_packages: Type.Optional(Type.Array(Type.String())),
   micromamba_channels: Type.Optional(Type.Array(Type.String())),
+  pool: Type.Optional(Type.Union([Type.String(), Type.Null()])),
 });
 
 function workspaceOf(req: FastifyRequest): string {
@@ -96,13 +98,87 @@ export function buildLine(u: ImageBuildUpdate): Record<string, unknown> {
   }
 }
 
-/** `/api/v1/image/{ws}`: the workspace's built images, and builds. */
-export function imageRoutes(builds: ImageBuilds): FastifyPluginAsync {
+/** One NDJSON line of an agent's outcome in `berth image pull`. */
+function pullLine(o: AgentPull, log: FastifyRequest["log"]): Record<string, unknown> {
+  const seconds = Math.round(o.ms / 100) / 10;
+  if (o.ok)
+    return {
+      event: "pulled",
+      agent_id: o.agentId,
+      digest: o.image.digest,
+      size_bytes: o.image.sizeBytes,
+      seconds,
+    };
+  const { body } = publicError(o.error, { log, what: "image pull failed" });
+  return {
+    event: "failed",
+    agent_id: o.agentId,
+    error: { details: {}, ...(body as { error: object }).error },
+    seconds,
+  };
+}
+
+/** `/api/v1/image/{ws}`: the workspace's built images, builds, and pulls onto a pool. */
+export function imageRoutes(builds: ImageBuilds, pulls: HandPulls): FastifyPluginAsync {
   return async (app) => {
+    // `berth image pull`: the image onto every ready agent of a pool, each agent's outcome streamed as it ends.
+    app.post(
+      "/api/v1/image/:ws/pull",
+      {
+        config: { access: { needs: "write", audit: "image.pull" } },
+        schema: {
+          summary:
+            "Pulls an image onto every ready agent (of a pool); streams each agent's outcome as NDJSON",
+          params: WsParams,
+          body: Type.Object(
+            {
+              /** A built image's id (img-...) or an image reference. */
+              image: Type.String({ minLength: 1, maxLength: 1024 }),
+              /** Only this pool's agents; every ready agent without it. */
+              pool: Type.Optional(Type.String({ minLength: 1 })),
+            },
+            { additionalProperties: false },
+          ),
+          response: { 422: ErrorResponse, 503: ErrorResponse, ...errors },
+        },
+      },
+      async (req, reply) => {
+        const wsId = workspaceOf(req);
+        const { image, pool } = req.body as { image: string; pool?: string };
+        // Refusals (no such image, no such pool) come before the stream starts, as an ordinary error answer.
+        const started = await pulls.start(wsId, image, pool);
+        const out = new PassThrough();
+        reply.type("application/x-ndjson").send(out);
+        const write = (o: Record<string, unknown>) => out.write(`${JSON.stringify(o)}\n`);
+        void (async () => {
+          let pulled = 0;
+          let failed = 0;
+          try {
+            write({
+              event: "pulling",
+              image: started.ref,
+              agents: started.agents.map((a) => ({ agent_id: a.agentId, pool: a.pool })),
+            });
+            for await (const o of started.outcomes) {
+              if (o.ok) pulled++;
+              else failed++;
+              write(pullLine(o, req.log));
+            }
+            write({ event: "done", pulled, failed });
+          } finally {
+            out.end();
+          }
+        })();
+        return reply;
+      },
+    );
+
     app.get(
       "/api/v1/image/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The workspace's built images with their status, newest first",
           params: WsParams,
           response: { 200: Type.Object({ images: Type.Array(ImageBody) }), ...errors },
         },
@@ -114,7 +190,9 @@ export function imageRoutes(builds: ImageBuilds): FastifyPluginAsync {
     app.delete(
       "/api/v1/image/:ws/:imageId",
       {
+        config: { access: { needs: "write", audit: "image.delete" } },
         schema: {
+          summary: "Deletes a built image's record; 409 while a deployment runs it or it builds",
           params: ImageParams,
           response: { 200: Type.Object({ deleted: Type.Boolean() }), 409: ErrorResponse, ...errors },
         },
@@ -129,7 +207,9 @@ export function imageRoutes(builds: ImageBuilds): FastifyPluginAsync {
     app.post(
       "/api/v1/image/:ws/build",
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Builds an image from the SDK's Image spec; streams its progress as NDJSON",
           params: WsParams,
           body: Type.Object(
             {

@@ -8,6 +8,7 @@ import { createHash, randomBytes } from "node:crypto";
 import type { BuildEvent, BuildImageRequest, ContainerApi, ImageBuildApi } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { Fanout } from "../../shared/fanout.ts";
+import { POOL_NAME_RE } from "../../shared/fleet.ts";
 import type { Held } from "../scheduler/index.ts";
 import type { ReserveRequest, WaitOptions } from "../scheduler/index.ts";
 import type { BuiltImage, BuiltImageRepo } from "./store.ts";
@@ -95,14 +96,15 @@ export class ImageBuilds {
     req.memoryBytes = this.o.memoryBytes ?? 2 * GiB;
     if (this.o.pushRepository) req.pushRepository = this.o.pushRepository(workspaceId);
     const secretNames = [...new Set(spec.secrets ?? [])].sort();
-    const key = `${workspaceId}:${createHash("sha256").update(JSON.stringify({ req, secretNames })).digest("hex")}`;
+    const pool = buildPool(spec);
+    const key = `${workspaceId}:${createHash("sha256").update(JSON.stringify({ req, secretNames, pool })).digest("hex")}`;
     let f = this.running.get(key);
     if (!f) {
       const fan = new Fanout<ImageBuildUpdate>();
       f = fan;
       this.running.set(key, fan);
       void fan
-        .run((emit) => this.run(workspaceId, req, secretNames, emit))
+        .run((emit) => this.run(workspaceId, req, secretNames, pool, emit))
         .finally(() => this.running.delete(key));
     }
     return f.follow(opts.signal);
@@ -176,6 +178,7 @@ export class ImageBuilds {
     workspaceId: string,
     req: BuildImageRequest,
     secretNames: string[],
+    pool: string | undefined,
     emit: (u: ImageBuildUpdate) => void,
   ): Promise<void> {
     const build: BuildImageRequest = { ...req };
@@ -196,6 +199,7 @@ export class ImageBuilds {
           build,
           stepNames,
           Math.max(1, deadline - Date.now()),
+          pool,
           emit,
         );
       } catch (e) {
@@ -220,6 +224,7 @@ export class ImageBuilds {
     build: BuildImageRequest,
     stepNames: string[],
     waitMs: number,
+    pool: string | undefined,
     emit: (u: ImageBuildUpdate) => void,
   ): Promise<void> {
     const id = `bld-${randomBytes(8).toString("hex")}`;
@@ -235,6 +240,8 @@ export class ImageBuilds {
           gpuTypes: [...(req.gpu?.types ?? [])],
           gpuCount: req.gpu?.count ?? 0,
           preferAgents: await this.agentsHoldingSteps(workspaceId, req.baseImage ?? "", stepNames),
+          // Image(pool=...): only that pool's agents build it; one no agent is in is unplaceable.
+          ...(pool ? { pool } : {}),
         },
       },
       { waitMs, what: "the image build" },
@@ -333,3 +340,15 @@ const unwrapRoom = (e: unknown): unknown => (e instanceof RoomRefusedBeforeStart
 /** The key of a build record among the coordinators (ClusterClaims ids). */
 export const buildingKey = (i: Pick<BuiltImage, "workspaceId" | "imageId">): string =>
   `${i.workspaceId}/${i.imageId}`;
+
+/** `Image(pool=...)`: the pool whose agents build it; invalid_request for a name no pool can have. */
+function buildPool(spec: ImageSpec): string | undefined {
+  if (spec.pool === undefined || spec.pool === null || spec.pool === "") return undefined;
+  if (typeof spec.pool !== "string" || !POOL_NAME_RE.test(spec.pool))
+    throw new BerthError(
+      "invalid_request",
+      `pool ${JSON.stringify(spec.pool)} is not a pool name (1-63 characters [a-z0-9_-])`,
+      { field: "pool" },
+    );
+  return spec.pool;
+}

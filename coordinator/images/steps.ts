@@ -20,6 +20,8 @@ export interface ImageSpec {
   micromamba?: boolean;
   micromamba_packages?: string[];
   micromamba_channels?: string[];
+  /** The pool whose agents build it (docs/pools.md); any agent when absent. */
+  pool?: string | null;
 }
 
 /** The package index every pip step uses (coordinator option `pipIndex`; docs/images.md). */

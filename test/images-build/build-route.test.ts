@@ -6,6 +6,7 @@ import { test } from "node:test";
 import Fastify, { type FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import type { ImageBuilds, ImageBuildUpdate } from "../../coordinator/images/index.ts";
+import { HandPulls } from "../../coordinator/images/index.ts";
 import { imageRoutes } from "../../coordinator/images/routes.ts";
 
 function appWith(fail: () => never) {
@@ -23,7 +24,12 @@ function appWith(fail: () => never) {
       token: { admin: false },
     };
   });
-  app.register(imageRoutes(builds));
+  const pulls = new HandPulls({
+    repo: { get: async () => undefined },
+    ready: () => [],
+    pullOn: () => Promise.reject(new Error("no agent")),
+  });
+  app.register(imageRoutes(builds, pulls));
   return app;
 }
 

@@ -7,7 +7,8 @@ import { BerthError } from "../../shared/errors.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage } from "../helpers/test-image.ts";
-import { RecordingRunner, skopeoCopies, skopeoInspects } from "./runner-hooks.ts";
+import { CountingFetch, RecordingRunner, skopeoCopies, skopeoInspects } from "./runner-hooks.ts";
+import { imageFile } from "../helpers/image-layers.ts";
 
 test("pulls from a registry with htpasswd auth", { timeout: 10 * 60_000 }, async (t) => {
   if (!needs(t, { root: true, commands: ["skopeo", "umoci", "docker-registry"] })) return;
@@ -16,7 +17,8 @@ test("pulls from a registry with htpasswd auth", { timeout: 10 * 60_000 }, async
   const ref = await pushTestImage(registry, "private/python", "bookworm");
   const root = tempDir(t, "berth-images-");
   const runner = new RecordingRunner();
-  const store = new ImageStore({ root, runner });
+  const http = new CountingFetch();
+  const store = new ImageStore({ root, runner, fetch: http.fetch });
   const noAuthFilesLeft = () => assert.deepEqual(readdirSync(join(root, "tmp")), []);
 
   await t.test("the registry really demands auth", async () => {
@@ -54,8 +56,9 @@ test("pulls from a registry with htpasswd auth", { timeout: 10 * 60_000 }, async
   await t.test("dict-form credentials pull the image", async () => {
     const creds = resolveRegistryCredentials({ REGISTRY_USERNAME: "berth", REGISTRY_PASSWORD: password }, {});
     const info = await store.pull(ref, { credentials: creds! });
-    assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
-    assert.equal(skopeoCopies(runner), 1);
+    assert.ok(existsSync(imageFile(info, "usr/bin/python3")));
+    assert.equal(http.blobGets(), info.layers.length + 1, "the blobs came with the credentials");
+    assert.equal(skopeoCopies(runner), 0);
     noAuthFilesLeft();
   });
 
@@ -90,13 +93,14 @@ test("pulls from a registry with htpasswd auth", { timeout: 10 * 60_000 }, async
     const env = { REGISTRY_USERNAME: "berth", REGISTRY_PASSWORD: password };
     const creds = resolveRegistryCredentials(["REGISTRY_USERNAME", "REGISTRY_PASSWORD"], env);
     const r = new RecordingRunner();
-    const fresh = new ImageStore({ root: tempDir(t, "berth-images-"), runner: r });
+    const h = new CountingFetch();
+    const fresh = new ImageStore({ root: tempDir(t, "berth-images-"), runner: r, fetch: h.fetch });
     const info = await fresh.pull(ref, { credentials: creds! });
-    assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
-    assert.equal(skopeoCopies(r), 1);
+    assert.ok(existsSync(imageFile(info, "usr/bin/python3")));
+    assert.equal(h.blobGets(), info.layers.length + 1);
     // Credentials reach skopeo through a private auth file, not argv.
     assert.ok(r.calls.every((c) => !c.args.join(" ").includes(password)));
-    assert.ok(r.calls.some((c) => c.args.includes("--src-authfile")));
+    assert.ok(r.calls.some((c) => c.args.includes("--authfile")));
   });
 
   await t.test("AWS keys on a store with the ECR exchange turned off are refused clearly", async () => {

@@ -3,13 +3,13 @@ import { once } from "node:events";
 import { existsSync } from "node:fs";
 import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
-import { join } from "node:path";
 import { test } from "node:test";
 import { ImageStore, resolveRegistryCredentials, signV4, sigV4EcrLogin } from "../../agent/images/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage } from "../helpers/test-image.ts";
+import { imageFile } from "../helpers/image-layers.ts";
 
 test("SigV4 matches AWS's documented example request", () => {
   // The IAM ListUsers example from the AWS "Signature Version 4" documentation.
@@ -135,6 +135,6 @@ test("a pull with AWS keys logs in through the exchange", { timeout: 5 * 60_000 
     ecrLogin: sigV4EcrLogin({ endpoint: api.endpoint }),
   });
   const info = await store.pull(ref, { credentials: resolveRegistryCredentials(Object.keys(KEYS), KEYS)! });
-  assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
+  assert.ok(existsSync(imageFile(info, "usr/bin/python3")));
   assert.equal(api.seen.length, 1);
 });

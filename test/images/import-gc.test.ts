@@ -9,6 +9,7 @@ import { needs, tempDir } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage, TEST_IMAGE_TAG, testImageDigest, testImageLayout } from "../helpers/test-image.ts";
 import { RecordingRunner, skopeoInspects } from "./runner-hooks.ts";
+import { imageFile } from "../helpers/image-layers.ts";
 
 const blobCount = (root: string) => readdirSync(join(root, "oci", "blobs", "sha256")).length;
 
@@ -27,7 +28,7 @@ test("import for air-gapped hosts", { timeout: 10 * 60_000 }, async (t) => {
     assert.equal(info.digest, await testImageDigest());
     assert.equal(info.ref, "docker.io/library/python:offline");
     assert.equal(info.source, "import");
-    assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
+    assert.ok(existsSync(imageFile(info, "usr/bin/python3")));
     const pulled = await store.pull("python:offline");
     assert.equal(pulled.digest, info.digest);
     assert.equal(skopeoInspects(runner), 0, "an imported name never asks a registry");
@@ -42,7 +43,7 @@ test("import for air-gapped hosts", { timeout: 10 * 60_000 }, async (t) => {
       `docker-archive:${archive}:berth/python:bookworm`,
     ]);
     const info = await store.importArchive(archive, { name: "berth.local/python:docker" });
-    assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
+    assert.ok(existsSync(imageFile(info, "usr/bin/python3")));
     assert.deepEqual(info.config.cmd, ["python3"]);
     assert.ok(store.list().some((i) => i.refs.includes("berth.local/python:docker")));
   });
@@ -64,10 +65,10 @@ test("import for air-gapped hosts", { timeout: 10 * 60_000 }, async (t) => {
         /importRootfs/.test(e.message),
     );
     const info = await store.importRootfs(tarball, { name: "tiny:1" });
-    assert.equal(readFileSync(join(info.rootfs, "etc", "motd"), "utf8"), "tiny image\n");
+    assert.equal(readFileSync(imageFile(info, join("etc", "motd")), "utf8"), "tiny image\n");
     assert.ok(info.config.env.some((e) => e.startsWith("PATH=")));
     const fromDir = await store.importRootfs(src, { name: "tiny:dir" });
-    assert.ok(existsSync(join(fromDir.rootfs, "bin", "hello")));
+    assert.ok(existsSync(imageFile(fromDir, join("bin", "hello"))));
     assert.deepEqual(readdirSync(join(root, "tmp")), []);
   });
 
@@ -105,18 +106,23 @@ test("remove, in-use protection and gc", { timeout: 10 * 60_000 }, async (t) => 
     );
     const gc = await store.gc({ unusedForMs: 0 });
     assert.deepEqual(gc.removedImages, []);
-    assert.ok(existsSync(info.rootfs));
+    assert.ok(info.layers.every((l) => existsSync(l)));
     assert.throws(
       () => store.markInUse(`sha256:${"0".repeat(64)}`, "ctr-2"),
       (e: unknown) => e instanceof BerthError && e.code === "not_found",
     );
   });
 
-  await t.test("remove takes the rootfs; gc frees the blobs", async () => {
+  await t.test("remove takes the image's layers; gc frees the blobs", async () => {
     store.release(info.digest, "ctr-1");
     const removed = await store.remove(ref);
     assert.deepEqual(removed.removed, [info.digest]);
-    assert.ok(!existsSync(info.rootfs));
+    assert.ok(
+      info.layers.every((l) => !existsSync(l)),
+      "no other image has its layers",
+    );
+    assert.deepEqual(readdirSync(join(root, "layers")), []);
+    assert.deepEqual(readdirSync(join(root, "l")), [], "no link is left dangling");
     assert.equal(store.get(ref), undefined);
     assert.ok(blobCount(root) >= 3, "blobs stay until gc");
     const gc = await store.gc();
@@ -137,10 +143,12 @@ test("remove, in-use protection and gc", { timeout: 10 * 60_000 }, async (t) => 
     const kept = await store.gc({ unusedForMs: 0, keep: [ref] });
     assert.deepEqual(kept.removedImages, []);
     assert.deepEqual(kept.removedRootfsDirs, [orphan]);
-    assert.ok(existsSync(again.rootfs));
+    assert.ok(again.layers.every((l) => existsSync(l)));
     const swept = await store.gc({ unusedForMs: 0 });
     assert.deepEqual(swept.removedImages, [again.digest]);
-    assert.ok(!existsSync(again.rootfs));
+    assert.equal(swept.removedLayers.length, again.layers.length);
+    assert.ok(swept.freedBytes >= again.sizeBytes, JSON.stringify(swept));
+    assert.ok(again.layers.every((l) => !existsSync(l)));
     assert.equal(blobCount(root), 0);
     assert.deepEqual(store.list(), []);
   });

@@ -1,8 +1,8 @@
-// A committed layer is unpacked onto a hard-linked copy of its parent's
-// rootfs, not by unpacking the whole image again: the result must be the tree
-// `umoci raw unpack` makes of the same image (files, modes, owners, links,
-// whiteouts, opaque dirs), the parent's rootfs must be unchanged, and a layer
-// that goes through a symlink of the parent must take the full unpack.
+// Each layer is unpacked once into a directory of its own, whiteouts in
+// overlay form, and an image is its layers stacked as overlay lower dirs: the
+// overlay must show the tree `umoci raw unpack` makes of the same image
+// (files, modes, owners, links, whiteouts, opaque dirs), a commit must unpack
+// only its new layer, and the parent's layers must be unchanged.
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -21,8 +21,8 @@ import {
 import { join } from "node:path";
 import { test } from "node:test";
 import { ImageStore } from "../../agent/images/index.ts";
-import { readTarEntries } from "../../agent/images/layer-apply.ts";
 import { needs, tempDir } from "../helpers/env.ts";
+import { mountImage } from "../helpers/image-layers.ts";
 import { RecordingRunner, umociUnpacks } from "./runner-hooks.ts";
 
 /** Every path under `root` with its type, mode, owner and content (or link target). */
@@ -81,8 +81,10 @@ function makeLayer(work: string, tarPath: string, build: (dir: string) => string
   ]);
 }
 
-test("a committed layer unpacks on its parent's rootfs", { timeout: 5 * 60_000 }, async (t) => {
-  if (!needs(t, { root: true, commands: ["umoci", "skopeo", "tar", "cp"] })) return;
+test("an image is its layers, unpacked once each, stacked by overlayfs", {
+  timeout: 5 * 60_000,
+}, async (t) => {
+  if (!needs(t, { root: true, commands: ["umoci", "skopeo", "tar", "python3"] })) return;
   const work = tempDir(t, "berth-layer-apply-");
   const runner = new RecordingRunner();
   const store = new ImageStore({ root: join(work, "store"), runner });
@@ -90,7 +92,9 @@ test("a committed layer unpacks on its parent's rootfs", { timeout: 5 * 60_000 }
   mkdirSync(parentDir);
   makeParent(parentDir);
   const parent = await store.importRootfs(parentDir, { name: "berth.local/layer-parent:1" });
-  const parentBefore = describeTree(parent.rootfs);
+  const parentBefore = describeTree(mountImage(t, parent));
+  assert.equal(parent.layers.length, 1);
+  const parentLayerBefore = describeTree(parent.layers[0]!);
 
   const umociTree = (digest: string, name: string) => {
     const layout = join(work, "store", "oci");
@@ -143,13 +147,30 @@ test("a committed layer unpacks on its parent's rootfs", { timeout: 5 * 60_000 }
     const unpacksBefore = umociUnpacks(runner);
     const child = await store.commitLayer(parent.ref, tar, { name: "berth.local/layer-child:1" });
     assert.equal(umociUnpacks(runner), unpacksBefore, "the commit did not unpack the whole image");
-    const tree = describeTree(child.rootfs);
+    assert.deepEqual(child.layers.slice(1), parent.layers, "the parent's layer is shared, not copied");
+    const view = mountImage(st, child);
+    const tree = describeTree(view);
     assert.deepEqual(tree, umociTree(child.digest, "umoci-child"));
-    assert.equal(readFileSync(join(child.rootfs, "etc/motd"), "utf8"), "child motd\n");
+    assert.equal(readFileSync(join(view, "etc/motd"), "utf8"), "child motd\n");
     assert.equal(tree["gone.txt"], undefined);
     assert.equal(tree["var/cache/apt/pkg1"], undefined, "the opaque dir hides the parent's files");
-    assert.deepEqual(describeTree(parent.rootfs), parentBefore, "the parent's rootfs is unchanged");
-    assert.equal(readFileSync(join(parent.rootfs, "etc/motd.hardlink"), "utf8"), "parent motd\n");
+    const own = describeTree(child.layers[0]!);
+    assert.match(own["gone.txt"] ?? "", /^20000 600 0:0 rdev 0$/, "a whiteout is a 0/0 character device");
+    assert.equal(own[".wh.gone.txt"], undefined);
+    assert.equal(
+      execFileSync(
+        "python3",
+        [
+          "-c",
+          "import os, sys; print(os.getxattr(sys.argv[1], 'trusted.overlay.opaque').decode(), end='')",
+          join(child.layers[0]!, "var/cache/apt"),
+        ],
+        { encoding: "utf8" },
+      ),
+      "y",
+    );
+    assert.deepEqual(describeTree(mountImage(st, parent)), parentBefore, "the parent is unchanged");
+    assert.deepEqual(describeTree(parent.layers[0]!), parentLayerBefore);
 
     await st.test("and a grandchild on top of it", async () => {
       const tar2 = join(work, "layer2.tar");
@@ -160,28 +181,29 @@ test("a committed layer unpacks on its parent's rootfs", { timeout: 5 * 60_000 }
       });
       const grandchild = await store.commitLayer(child.ref, tar2, { name: "berth.local/layer-child:2" });
       assert.equal(umociUnpacks(runner), unpacksBefore);
-      assert.deepEqual(describeTree(grandchild.rootfs), umociTree(grandchild.digest, "umoci-grandchild"));
-      assert.equal(describeTree(grandchild.rootfs)["opt/app/deep"], undefined);
-      assert.ok(describeTree(child.rootfs)["opt/app/deep/x"], "the child keeps its files");
+      assert.deepEqual(grandchild.layers.slice(1), child.layers);
+      const g = describeTree(mountImage(st, grandchild));
+      assert.deepEqual(g, umociTree(grandchild.digest, "umoci-grandchild"));
+      assert.equal(g["opt/app/deep"], undefined);
+      assert.ok(describeTree(mountImage(st, child))["opt/app/deep/x"], "the child keeps its files");
     });
   });
 
-  await t.test("a layer through a symlink of the parent takes the full unpack", async () => {
+  await t.test("a layer's directory replaces a symlink of the parent, as in containerd", async (st) => {
     const tar = join(work, "layer-symlink.tar");
     makeLayer(work, tar, (d) => {
       mkdirSync(join(d, "lib"), { recursive: true });
       writeFileSync(join(d, "lib/added.so"), "added\n");
       return ["./lib/added.so"];
     });
-    assert.deepEqual(
-      (await readTarEntries(tar)).map((e) => e.name),
-      ["lib/added.so"],
-    );
     const before = umociUnpacks(runner);
     const child = await store.commitLayer(parent.ref, tar, { name: "berth.local/layer-child:3" });
-    assert.equal(umociUnpacks(runner), before + 1, "umoci unpacked it (securejoin inside the root)");
-    assert.deepEqual(describeTree(child.rootfs), umociTree(child.digest, "umoci-symlink"));
-    assert.equal(readFileSync(join(child.rootfs, "usr/lib/added.so"), "utf8"), "added\n");
-    assert.deepEqual(describeTree(parent.rootfs), parentBefore);
+    assert.equal(umociUnpacks(runner), before);
+    const view = mountImage(st, child);
+    // Each layer unpacks into an empty dir, so a path never goes through a lower layer's symlink.
+    assert.equal(readFileSync(join(view, "lib/added.so"), "utf8"), "added\n");
+    assert.ok(lstatSync(join(view, "lib")).isDirectory());
+    assert.equal(describeTree(view)["usr/lib/added.so"], undefined);
+    assert.deepEqual(describeTree(parent.layers[0]!), parentLayerBefore);
   });
 });

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { ImageStore } from "../../agent/images/index.ts";
@@ -9,14 +9,15 @@ import { freePort } from "../../shared/net.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
 import { pushTestImage, testImageDigest } from "../helpers/test-image.ts";
-import { RecordingRunner, skopeoCopies, skopeoInspects, umociUnpacks } from "./runner-hooks.ts";
+import { mountImage } from "../helpers/image-layers.ts";
+import { CountingFetch, RecordingRunner, skopeoCopies, skopeoInspects } from "./runner-hooks.ts";
 
 const TOOLS = ["skopeo", "umoci", "docker-registry", "tar"];
 
-/** Files under a store's work and rootfs dirs: what a failed pull must not leave. */
+/** Files under a store's work and layer dirs: what a failed pull must not leave. */
 const leftovers = (root: string) => ({
   tmp: existsSync(join(root, "tmp")) ? readdirSync(join(root, "tmp")) : [],
-  rootfs: existsSync(join(root, "rootfs")) ? readdirSync(join(root, "rootfs")) : [],
+  layers: existsSync(join(root, "layers")) ? readdirSync(join(root, "layers")) : [],
 });
 
 async function registryDigest(registryUrl: string, name: string, tag: string): Promise<string> {
@@ -39,38 +40,47 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
 
   const root = tempDir(t, "berth-images-");
   const runner = new RecordingRunner();
+  const http = new CountingFetch();
   // Freshness window off: these tests count the registry round trips of every pull.
-  const store = new ImageStore({ root, runner, tagFreshnessMs: 0 });
+  const store = new ImageStore({ root, runner, fetch: http.fetch, tagFreshnessMs: 0 });
 
-  await t.test("pull unpacks a runnable rootfs whose digest is the registry's", async () => {
+  await t.test("pull unpacks a runnable rootfs whose digest is the registry's", async (st) => {
     const info = await store.pull(ref);
     assert.equal(info.digest, registryDigestOfRef);
     assert.equal(info.digest, await testImageDigest());
     assert.equal(info.ref, ref);
-    assert.equal(info.rootfs, join(root, "rootfs", info.digest.slice("sha256:".length)));
-    assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
+    const manifest = JSON.parse(
+      execFileSync("skopeo", ["inspect", "--raw", "--tls-verify=false", `docker://${ref}`], {
+        encoding: "utf8",
+      }),
+    ) as { layers: { digest: string }[] };
+    assert.deepEqual(
+      info.layers.map((l) => readlinkSync(l)),
+      manifest.layers.map((l) => join("..", "layers", l.digest.slice("sha256:".length))).reverse(),
+      "one lower dir per layer, uppermost first, through short links",
+    );
+    assert.ok(info.layers.every((l) => l.startsWith(join(root, "l"))));
+    const rootfs = mountImage(st, info);
+    assert.ok(existsSync(join(rootfs, "usr/bin/python3")));
     assert.deepEqual(info.config.cmd, ["python3"]);
     assert.ok(info.config.env.some((e) => e.startsWith("PATH=")));
     assert.ok(info.sizeBytes > 10 * 1024 * 1024, `size ${info.sizeBytes}`);
-    const out = execFileSync("chroot", [info.rootfs, "/usr/bin/python3", "-c", "print(6*7)"], {
+    const out = execFileSync("chroot", [rootfs, "/usr/bin/python3", "-c", "print(6*7)"], {
       encoding: "utf8",
     });
     assert.equal(out.trim(), "42");
-    assert.equal(skopeoCopies(runner), 1);
-    assert.equal(umociUnpacks(runner), 1);
+    assert.equal(skopeoCopies(runner), 0, "the blobs come over HTTP, not through skopeo");
+    assert.equal(http.blobGets(), manifest.layers.length + 1, "config and each layer fetched once");
     assert.deepEqual(leftovers(root).tmp, []);
   });
 
-  await t.test("a second pull resolves the tag but copies and unpacks nothing", async () => {
-    const before = {
-      copies: skopeoCopies(runner),
-      unpacks: umociUnpacks(runner),
-      inspects: skopeoInspects(runner),
-    };
+  await t.test("a second pull resolves the tag but fetches and unpacks nothing", async () => {
+    const before = { blobs: http.blobGets(), inspects: skopeoInspects(runner) };
+    const layers = leftovers(root).layers;
     const info = await store.pull(ref);
     assert.equal(info.digest, registryDigestOfRef);
-    assert.equal(skopeoCopies(runner), before.copies);
-    assert.equal(umociUnpacks(runner), before.unpacks);
+    assert.equal(http.blobGets(), before.blobs);
+    assert.deepEqual(leftovers(root).layers, layers);
     assert.equal(skopeoInspects(runner), before.inspects + 1);
   });
 
@@ -81,7 +91,7 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
     assert.equal(skopeoInspects(r), 1, "a new store has resolved nothing yet");
     const again = await s.pull(ref);
     assert.equal(again.digest, first.digest);
-    assert.equal(again.rootfs, first.rootfs);
+    assert.deepEqual(again.layers, first.layers);
     assert.equal(skopeoInspects(r), 1, "served from the cache");
     await s.pull(ref, {
       credentials: { kind: "basic", source: "generic", username: "someone", password: "secret" },
@@ -110,14 +120,13 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
   });
 
   await t.test("the index survives a restart: a new store on the root knows the image", async () => {
-    const runner2 = new RecordingRunner();
-    const again = new ImageStore({ root, runner: runner2 });
+    const http2 = new CountingFetch();
+    const again = new ImageStore({ root, fetch: http2.fetch });
     assert.equal(again.get(ref)?.digest, registryDigestOfRef);
     assert.equal(again.get(registryDigestOfRef)?.ref, ref);
     assert.equal(again.list().length, 1);
     await again.pull(ref);
-    assert.equal(skopeoCopies(runner2), 0);
-    assert.equal(umociUnpacks(runner2), 0);
+    assert.equal(http2.blobGets(), 0);
   });
 
   await t.test("pullDefault pulls the configured default image", async () => {
@@ -128,15 +137,15 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
   });
 
   await t.test(
-    "5 concurrent pulls of one ref, plus a ref with the same digest, copy and unpack once",
+    "5 concurrent pulls of one ref, plus a ref with the same digest, fetch and unpack once",
     async () => {
       const alias = await pushTestImage(registry.host, "berth/alias", "v1");
       const r = new RecordingRunner();
-      const s = new ImageStore({ root: tempDir(t, "berth-images-"), runner: r });
+      const h = new CountingFetch();
+      const s = new ImageStore({ root: tempDir(t, "berth-images-"), runner: r, fetch: h.fetch });
       const infos = await Promise.all([...Array.from({ length: 5 }, () => s.pull(ref)), s.pull(alias)]);
       for (const i of infos) assert.equal(i.digest, registryDigestOfRef);
-      assert.equal(skopeoCopies(r), 1);
-      assert.equal(umociUnpacks(r), 1);
+      assert.equal(h.blobGets(), (infos[0]?.layers.length ?? 0) + 1);
       assert.equal(skopeoInspects(r), 2, "one inspect per distinct ref");
       assert.deepEqual(s.get(alias)?.refs.sort(), [alias, ref].sort());
     },
@@ -166,52 +175,71 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
       assert.match(e.message, /connection refused/);
       return true;
     });
-    assert.deepEqual(leftovers(s.options.root), { tmp: [], rootfs: [] });
-    assert.equal(skopeoCopies(r), 0);
+    assert.deepEqual(leftovers(s.options.root), { tmp: [], layers: [] });
   });
 
-  await t.test(
-    "a pull that fails during unpack leaves no rootfs, and the retry reuses the blobs",
-    async () => {
-      const fresh = tempDir(t, "berth-images-");
-      const failing = new RecordingRunner(undefined, (call) => {
-        if (call.command === "umoci" && call.args[0] === "raw")
-          throw new Error("simulated crash after unpacking");
-      });
-      const s = new ImageStore({ root: fresh, runner: failing });
-      await assert.rejects(
-        s.pull(ref),
-        (e: unknown) => e instanceof BerthError && /simulated crash/.test(e.message),
-      );
-      assert.equal(umociUnpacks(failing), 1, "the real unpack ran before the failure");
-      assert.deepEqual(leftovers(fresh), { tmp: [], rootfs: [] });
-      assert.equal(s.get(ref), undefined);
-      assert.deepEqual(s.list(), []);
+  await t.test("a layer that fails its digest check leaves nothing, and a retry pulls it whole", async () => {
+    const own = await startTestRegistry(t);
+    const bad = await pushTestImage(own.host, "berth/corrupt", "v1");
+    const manifest = JSON.parse(
+      execFileSync("skopeo", ["inspect", "--raw", "--tls-verify=false", `docker://${bad}`], {
+        encoding: "utf8",
+      }),
+    ) as { layers: { digest: string; size: number }[] };
+    const biggest = [...manifest.layers].sort((a, b) => b.size - a.size)[0]!;
+    const hex = biggest.digest.slice("sha256:".length);
+    const data = join(
+      own.dir,
+      "data",
+      "docker",
+      "registry",
+      "v2",
+      "blobs",
+      "sha256",
+      hex.slice(0, 2),
+      hex,
+      "data",
+    );
+    const good = readFileSync(data);
+    // Same size, one byte changed near the end: tar has unpacked nearly all of it when the digest fails.
+    const corrupt = Buffer.from(good);
+    corrupt[corrupt.length - 100] = (corrupt[corrupt.length - 100] ?? 0) ^ 0xff;
+    writeFileSync(data, corrupt);
+    const fresh = tempDir(t, "berth-images-");
+    const s = new ImageStore({ root: fresh });
+    await assert.rejects(s.pull(bad), (e: unknown) => {
+      assert.ok(e instanceof BerthError, String(e));
+      assert.ok(e.message.includes(biggest.digest), e.message);
+      return true;
+    });
+    assert.deepEqual(leftovers(fresh).tmp, []);
+    assert.ok(!leftovers(fresh).layers.includes(hex), "the bad layer left no dir");
+    assert.ok(!existsSync(join(fresh, "oci", "blobs", "sha256", hex)), "nor a blob");
+    assert.equal(s.get(bad), undefined);
+    assert.deepEqual(s.list(), []);
 
-      const ok = new RecordingRunner();
-      const retry = new ImageStore({ root: fresh, runner: ok });
-      const info = await retry.pull(ref);
-      assert.ok(existsSync(join(info.rootfs, "usr/bin/python3")));
-      assert.equal(skopeoCopies(ok), 0, "blobs already in the layout are not fetched again");
-      assert.equal(umociUnpacks(ok), 1);
-    },
-  );
+    writeFileSync(data, good);
+    const h = new CountingFetch();
+    const retry = new ImageStore({ root: fresh, fetch: h.fetch });
+    const info = await retry.pull(bad);
+    assert.ok(existsSync(join(mountImage(t, info), "usr/bin/python3")));
+    assert.ok(h.blobGets() >= 1);
+  });
 
-  await t.test("a pull cancelled during the copy stops skopeo and leaves nothing", async () => {
+  await t.test("a pull cancelled while its blobs download stops and leaves nothing", async () => {
     const fresh = tempDir(t, "berth-images-");
     const abort = new AbortController();
-    const r = new RecordingRunner(undefined, undefined, (call) => {
-      if (call.command === "skopeo" && call.args[0] === "copy") abort.abort();
+    const h = new CountingFetch((url) => {
+      if (url.includes("/blobs/")) abort.abort();
     });
-    const s = new ImageStore({ root: fresh, runner: r });
+    const s = new ImageStore({ root: fresh, fetch: h.fetch });
     await assert.rejects(s.pull(ref, { signal: abort.signal }), (e: unknown) => {
       assert.ok(e instanceof BerthError);
       assert.match(e.message, /cancelled/);
-      assert.ok(e.message.includes(ref), e.message);
       return true;
     });
-    assert.equal(skopeoCopies(r), 1);
-    assert.deepEqual(leftovers(fresh), { tmp: [], rootfs: [] });
+    assert.ok(h.blobGets() >= 1);
+    assert.deepEqual(leftovers(fresh), { tmp: [], layers: [] });
     assert.deepEqual(s.list(), []);
   });
 
@@ -234,6 +262,6 @@ test("image store against a real registry", { timeout: 15 * 60_000 }, async (t) 
     writeFileSync(join(fresh, "tmp", "work-killed", "rootfs", "etc", "half"), "x");
     const s = new ImageStore({ root: fresh });
     assert.deepEqual(s.list(), []);
-    assert.deepEqual(leftovers(fresh), { tmp: [], rootfs: [] });
+    assert.deepEqual(leftovers(fresh), { tmp: [], layers: [] });
   });
 });

@@ -13,6 +13,7 @@ import { BerthError } from "../../shared/errors.ts";
 import { RegistryClient } from "../../shared/registry-client.ts";
 import { needs, tempDir } from "../helpers/env.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
+import { imageFile } from "../helpers/image-layers.ts";
 
 test("push to the cluster registry, pull on another store, delete", { timeout: 5 * 60_000 }, async (t) => {
   if (!needs(t, { root: true, commands: ["skopeo", "umoci", "docker-registry", "tar"] })) return;
@@ -63,7 +64,7 @@ test("push to the cluster registry, pull on another store, delete", { timeout: 5
     const two = new ImageStore({ root: tempDir(t, "berth-push-two-"), clusterRegistry: cluster });
     const got = await two.pull(ref);
     assert.equal(got.digest, local.digest);
-    assert.equal(readFileSync(join(got.rootfs, "etc", "marker"), "utf8"), "built on agent one\n");
+    assert.equal(readFileSync(imageFile(got, join("etc", "marker")), "utf8"), "built on agent one\n");
   });
 
   await t.test("a second push uploads nothing: every blob is there", async () => {

@@ -33,3 +33,21 @@ export class RecordingRunner implements CommandRunner {
 export const skopeoCopies = (r: RecordingRunner) => r.count("skopeo", "copy");
 export const skopeoInspects = (r: RecordingRunner) => r.count("skopeo", "inspect");
 export const umociUnpacks = (r: RecordingRunner) => r.count("umoci", "raw", "unpack");
+
+/** An HTTP client for the store that counts registry requests (blob and manifest GETs) and can act on each. */
+export class CountingFetch {
+  readonly urls: string[] = [];
+
+  constructor(private readonly before?: (url: string) => void) {}
+
+  readonly fetch: typeof fetch = (input, init) => {
+    const url = typeof input === "string" ? input : input instanceof URL ? input.toString() : input.url;
+    this.urls.push(url);
+    this.before?.(url);
+    return globalThis.fetch(input, init);
+  };
+
+  blobGets(): number {
+    return this.urls.filter((u) => u.includes("/blobs/sha256:")).length;
+  }
+}
