@@ -179,6 +179,11 @@ const IFF_UP = 0x1;
  * dev_change_flags, as `ip link set up` does) instead of spawning `ip`: this
  * is the only step of an open-policy attach, on every container's start path.
  */
+/** Forgets the namespace's neighbour entries (a failed ARP while its port was down would refuse the first connections). */
+export async function flushNeighbours(netns: string): Promise<void> {
+  await run("ip", ["-n", netns, "neigh", "flush", "all"]);
+}
+
 export async function setLinkUp(name: string): Promise<void> {
   if (!/^[A-Za-z0-9_.-]{1,15}$/.test(name))
     throw new BerthError("internal", `bad link name ${JSON.stringify(name)}`);

@@ -4,7 +4,7 @@
 
 import { randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
-import { rm, writeFile } from "node:fs/promises";
+import { readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type EgressPolicy, parseCidr, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
@@ -15,6 +15,7 @@ import {
   deleteLink,
   deleteNetns,
   ensureBridge,
+  flushNeighbours,
   hostAddresses,
   listNetns,
   netnsPath,
@@ -37,6 +38,7 @@ import { type FleetDeny, resolveFleetDeny } from "./egress-guard.ts";
 import { type NetworkOptions, type ResolvedNetworkOptions, resolveNetworkOptions } from "./options.ts";
 import { NamespacePool } from "./pool.ts";
 import { containerResolvConf } from "./resolv.ts";
+import { FORWARDING_SYSCTLS, recordSysctlsOnce } from "./sysctl-record.ts";
 
 export interface ContainerNetwork {
   containerId: string;
@@ -55,6 +57,19 @@ export interface ContainerNetwork {
   resolvConfPath: string;
   policy: EgressPolicy;
   inboundPorts: number[];
+}
+
+/**
+ * A pooled namespace held for a container started before anyone knows whose
+ * it will be (a pre-warmed runner): its host port stays down, so nothing
+ * passes in or out until attach() binds it to a container id and a policy.
+ */
+export interface ReservedNetwork {
+  netns: string;
+  /** The file runc joins. */
+  netnsPath: string;
+  /** Bind-mount this at /etc/resolv.conf: attach() makes it the container's own file (same inode). */
+  resolvConfPath: string;
 }
 
 export interface RecoverReport {
@@ -91,6 +106,8 @@ export class Network {
   private readonly pool: NamespacePool<Reservation>;
   /** Names this process created that are not (yet) in a lease: pool entries and attaches in progress. */
   private readonly unleased = new Set<string>();
+  /** Namespaces reserve() handed out, by name, until attach() or unreserve(). */
+  private readonly held = new Map<string, Reservation>();
   private tail: Promise<unknown> = Promise.resolve();
   private readonly hostAddressCache: HostAddressCache;
   /** berth's ports on the fleet's hosts, as the nft sets hold them now. */
@@ -129,8 +146,9 @@ export class Network {
     const ipam = Ipam.load(o.stateFile, o.subnet4, o.subnet6);
     const net = new Network(o, ipam, log);
     if (o.enableForwarding) {
-      await writeSysctl("net/ipv4/ip_forward", "1");
-      await writeSysctl("net/ipv6/conf/all/forwarding", "1");
+      // What forwarding was before berth, for `berth agent uninstall` to put back.
+      recordSysctlsOnce(o.dataDir, FORWARDING_SYSCTLS);
+      for (const key of FORWARDING_SYSCTLS) await writeSysctl(key, "1");
     }
     await net.checkSubnetsFree();
     await ensureBridge(
@@ -172,12 +190,23 @@ export class Network {
    * resolv.conf. Attaching an attached container applies the policy and
    * returns what it has.
    */
-  async attach(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork> {
+  async attach(
+    containerId: string,
+    policy: EgressPolicy,
+    reserved?: ReservedNetwork,
+  ): Promise<ContainerNetwork> {
     checkContainerId(containerId);
     const p = validateEgressPolicy(policy);
     return this.locked(async () => {
-      if (this.ipam.get(containerId)) return this.setPolicyLocked(containerId, p);
-      const ns = await this.pool.take();
+      if (this.ipam.get(containerId)) {
+        if (reserved) throw new BerthError("conflict", `container ${containerId} already has a network`);
+        return this.setPolicyLocked(containerId, p);
+      }
+      const ns = reserved ? this.held.get(reserved.netns) : await this.pool.take();
+      if (!ns) throw new BerthError("not_found", `network namespace ${reserved?.netns} is not reserved`);
+      this.held.delete(ns.netns);
+      // The reserved resolv.conf is bind-mounted already: renamed, it stays the same inode.
+      if (reserved) await rename(reserved.resolvConfPath, this.resolvConfPath(containerId));
       // The namespace already has its addresses, routes and rules for the open
       // policy (see createNamespace); its host port is down. What is left:
       // binding the reservation, swapping the policy if it is not open (one
@@ -193,13 +222,45 @@ export class Network {
           this.writeResolvConf(containerId),
         ]);
         for (const step of steps) if (step.status === "rejected") throw step.reason;
-        await setLinkUp(lease.vethHost);
+        // A reserved namespace's container ran before: what it tried while its port was down leaves no trace.
+        await Promise.all([setLinkUp(lease.vethHost), reserved ? flushNeighbours(ns.netns) : undefined]);
         return this.view(lease);
       } catch (e) {
         if (lease) await this.removeContainer(lease).catch(() => {});
         else await this.destroyNamespace(ns).catch(() => {});
         throw e;
       }
+    });
+  }
+
+  /**
+   * Takes a ready namespace for a container that starts before its owner is
+   * known; its port stays down until attach() with this reservation. The
+   * resolv.conf is written now, under the namespace's name.
+   */
+  async reserve(): Promise<ReservedNetwork> {
+    return this.locked(async () => {
+      const ns = await this.pool.take();
+      this.held.set(ns.netns, ns);
+      const path = join(this.options.resolvDir, `${ns.netns}.conf`);
+      try {
+        await this.writeResolvConfAt(path);
+      } catch (e) {
+        this.held.delete(ns.netns);
+        await this.destroyNamespace(ns).catch(() => {});
+        throw e;
+      }
+      return { netns: ns.netns, netnsPath: netnsPath(ns.netns), resolvConfPath: path };
+    });
+  }
+
+  /** Gives back a reservation attach() never took: its namespace, veth, rules and resolv.conf go. */
+  async unreserve(reserved: ReservedNetwork): Promise<void> {
+    await this.locked(async () => {
+      const ns = this.held.get(reserved.netns);
+      this.held.delete(reserved.netns);
+      if (ns) await this.destroyNamespace(ns);
+      await rm(reserved.resolvConfPath, { force: true });
     });
   }
 
@@ -284,6 +345,12 @@ export class Network {
         if (!this.unleased.has(r.netns)) await this.destroyNamespace(r);
       }
       report.leftovers = await removeLeftovers(this.options.namePrefix, this.ownedNames());
+      // resolv.conf files of reservations a previous run handed out and never attached.
+      const keep = new Set([...this.ipam.list().map((l) => l.containerId), ...this.held.keys()]);
+      for (const f of await readdir(this.options.resolvDir)) {
+        if (f.endsWith(".conf") && !keep.has(f.slice(0, -5)))
+          await rm(join(this.options.resolvDir, f), { force: true });
+      }
       return report;
     });
   }
@@ -297,6 +364,8 @@ export class Network {
   async destroy(): Promise<void> {
     await this.pool.shutdown();
     await this.locked(async () => {
+      for (const ns of this.held.values()) await this.destroyNamespace(ns);
+      this.held.clear();
       for (const lease of this.ipam.list()) await this.removeContainer(lease);
       await deleteNftTables(this.options.table);
       await deleteLink(this.options.bridge);
@@ -419,7 +488,11 @@ export class Network {
     return join(this.options.resolvDir, `${containerId}.conf`);
   }
 
-  private async writeResolvConf(containerId: string): Promise<void> {
+  private writeResolvConf(containerId: string): Promise<void> {
+    return this.writeResolvConfAt(this.resolvConfPath(containerId));
+  }
+
+  private async writeResolvConfAt(path: string): Promise<void> {
     const conf = await containerResolvConf({
       sources: this.options.resolvConfSources,
       hostAddresses: await this.hostAddressCache.get(),
@@ -427,7 +500,7 @@ export class Network {
     });
     await this.allowNameservers(conf.nameservers);
     // Rewritten in place, not renamed over: a bind mount keeps pointing at the original inode.
-    await writeFile(this.resolvConfPath(containerId), conf.text, { mode: 0o644 });
+    await writeFile(path, conf.text, { mode: 0o644 });
   }
 
   private async currentNameservers(): Promise<string[]> {

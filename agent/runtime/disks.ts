@@ -59,6 +59,11 @@ export class ContainerDisks {
     return p.mountPoint;
   }
 
+  /** Where the container at `bundleDir` writes (create()'s answer, for a container already made). */
+  writableDir(bundleDir: string): string {
+    return this.bytes === 0 ? bundleDir : diskPathsFor(bundleDir).mountPoint;
+  }
+
   /** Unmounts the container's disk; removing the bundle dir then deletes its image. */
   remove(bundleDir: string): Promise<void> {
     return unmountDisk(diskPathsFor(bundleDir));

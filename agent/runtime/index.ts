@@ -9,11 +9,20 @@ export {
   readUsage,
 } from "./cgroups.ts";
 export { DEFAULT_CONTAINER_DISK_BYTES, MIN_DISK_BYTES } from "./disk.ts";
+export type { IdMap } from "./idmap.ts";
+export { idInside } from "./idmap.ts";
 export type { HostFacts } from "./oci-spec.ts";
 export { buildOciSpec, CONTAINER_CAPABILITIES, MASKED_PATHS, READONLY_PATHS } from "./oci-spec.ts";
 export type { OciSpec } from "./oci-types.ts";
 export { clampedRlimits, readHostHardLimits } from "./rlimits.ts";
-export type { ContainerRuntimeOptions, ResolvedContainerRuntimeOptions } from "./runtime.ts";
+export type { Isolation, OciRuntimeName } from "./oci-runtimes.ts";
+export { crunRefusal, ISOLATIONS, isIsolation, isOciRuntimeName, OCI_RUNTIMES } from "./oci-runtimes.ts";
+export type {
+  Assignment,
+  ContainerRuntimeOptions,
+  ExecTarget,
+  ResolvedContainerRuntimeOptions,
+} from "./runtime.ts";
 export { ContainerRuntime, resolveContainerRuntimeOptions } from "./runtime.ts";
 export { DENIED_SYSCALLS } from "./seccomp.ts";
 export type { ResolvedContainerSpec } from "./spec.ts";
@@ -30,4 +39,5 @@ export type {
   ExitReason,
   LogLine,
   RuntimeLogger,
+  SeccompFilter,
 } from "./types.ts";

@@ -44,6 +44,11 @@ export class LogFollower {
     this.offset = opts.offset;
   }
 
+  /** The id its lines carry from now on (a pre-warmed container takes its stub's container id). */
+  relabel(containerId: string): void {
+    this.o.containerId = containerId;
+  }
+
   /** Reads promptly on change (inotify); the runtime's timer polls as a fallback. */
   watch(): void {
     if (this.watcher || this.closed) return;

@@ -1,9 +1,11 @@
+import type { HostScratch, IdMap } from "./idmap.ts";
 import type { HardLimits } from "./rlimits.ts";
 import { clampedRlimits } from "./rlimits.ts";
 import { buildSeccompProfile } from "./seccomp.ts";
 import type { ResolvedContainerSpec } from "./spec.ts";
 import { resolveContainerSpec } from "./spec.ts";
-import type { OciDeviceCgroup, OciMount, OciNamespace, OciSpec } from "./oci-types.ts";
+import { basename } from "node:path";
+import type { OciDeviceCgroup, OciHook, OciHooks, OciMount, OciNamespace, OciSpec } from "./oci-types.ts";
 import type { ContainerSpec } from "./types.ts";
 
 /** What the OCI config depends on besides the container spec. */
@@ -74,7 +76,16 @@ export function cgroupsPathFor(id: string, parent = "/berth"): string {
 }
 
 /** Builds the complete config.json object for one container. */
-export function buildOciSpec(spec: ContainerSpec | ResolvedContainerSpec, host: HostFacts): OciSpec {
+/**
+ * The OCI config of a container. With `idMap` it runs in a user namespace:
+ * root inside is the map's host id.
+ */
+export function buildOciSpec(
+  spec: ContainerSpec | ResolvedContainerSpec,
+  host: HostFacts,
+  idMap?: IdMap,
+  scratch?: HostScratch,
+): OciSpec {
   const s = "lowerDirs" in spec ? spec : resolveContainerSpec(spec);
   const mounts: OciMount[] = [
     { destination: "/proc", type: "proc", source: "proc", options: ["nosuid", "noexec", "nodev"] },
@@ -90,12 +101,19 @@ export function buildOciSpec(spec: ContainerSpec | ResolvedContainerSpec, host: 
       source: "devpts",
       options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"],
     },
-    {
-      destination: "/dev/shm",
-      type: "tmpfs",
-      source: "shm",
-      options: ["nosuid", "noexec", "nodev", "mode=1777", `size=${s.shmBytes}`],
-    },
+    scratch
+      ? {
+          destination: "/dev/shm",
+          type: "bind",
+          source: scratch.shm,
+          options: ["rbind", "rw", "nosuid", "noexec", "nodev"],
+        }
+      : {
+          destination: "/dev/shm",
+          type: "tmpfs",
+          source: "shm",
+          options: ["nosuid", "noexec", "nodev", "mode=1777", `size=${s.shmBytes}`],
+        },
     { destination: "/dev/mqueue", type: "mqueue", source: "mqueue", options: ["nosuid", "noexec", "nodev"] },
     { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
     {
@@ -104,12 +122,19 @@ export function buildOciSpec(spec: ContainerSpec | ResolvedContainerSpec, host: 
       source: "cgroup",
       options: ["nosuid", "noexec", "nodev", "relatime", "ro"],
     },
-    {
-      destination: "/tmp",
-      type: "tmpfs",
-      source: "tmpfs",
-      options: ["nosuid", "nodev", "mode=1777", `size=${s.tmpBytes}`],
-    },
+    scratch
+      ? {
+          destination: "/tmp",
+          type: "bind",
+          source: scratch.tmp,
+          options: ["rbind", "rw", "nosuid", "nodev"],
+        }
+      : {
+          destination: "/tmp",
+          type: "tmpfs",
+          source: "tmpfs",
+          options: ["nosuid", "nodev", "mode=1777", `size=${s.tmpBytes}`],
+        },
   ];
   for (const m of s.mounts) {
     mounts.push({
@@ -121,8 +146,14 @@ export function buildOciSpec(spec: ContainerSpec | ResolvedContainerSpec, host: 
   }
 
   const namespaces: OciNamespace[] = [{ type: "pid" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }];
-  namespaces.push(s.netnsPath ? { type: "network", path: s.netnsPath } : { type: "network" });
+  // A user-namespaced container cannot join the agent's namespace (runc exec would fail to
+  // enter it, and it could not mount its sysfs): it gets a new one, owned by its user
+  // namespace, and a hook moves the agent's configured eth0 in and takes over the name.
+  const adopt = idMap !== undefined && s.netnsPath !== undefined;
+  namespaces.push(s.netnsPath && !adopt ? { type: "network", path: s.netnsPath } : { type: "network" });
   if (host.cgroupVersion === 2) namespaces.push({ type: "cgroup" });
+  const mapping = idMap ? [{ containerID: 0, hostID: idMap.hostId, size: idMap.size }] : undefined;
+  if (mapping) namespaces.push({ type: "user" });
 
   const devices: OciDeviceCgroup[] = [{ allow: false, access: "rwm" }, ...STANDARD_DEVICE_RULES];
   for (const d of s.extraDevices) {
@@ -162,6 +193,7 @@ export function buildOciSpec(spec: ContainerSpec | ResolvedContainerSpec, host: 
     mounts,
     linux: {
       namespaces,
+      ...(mapping ? { uidMappings: mapping, gidMappings: mapping } : {}),
       devices: s.extraDevices.map((d) => ({
         path: d.path,
         type: d.type,
@@ -182,10 +214,53 @@ export function buildOciSpec(spec: ContainerSpec | ResolvedContainerSpec, host: 
         },
         pids: { limit: s.pidsLimit },
       },
-      seccomp: buildSeccompProfile(host.arch),
+      seccomp: buildSeccompProfile(host.arch, s.seccomp ?? "allowlist"),
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
     },
+    ...hooksOf(s.hooks, adopt ? adoptNetnsHook(s.netnsPath as string) : undefined),
     annotations: Object.fromEntries(Object.entries(s.labels).map(([k, v]) => [`berth.label.${k}`, v])),
+  };
+}
+
+/** The spec's hooks, with `first` ahead of its createRuntime ones. */
+function hooksOf(hooks: OciHooks | undefined, first: OciHook | undefined): { hooks?: OciHooks } {
+  const out: OciHooks = { ...(hooks ?? {}) };
+  if (first) out.createRuntime = [first, ...(out.createRuntime ?? [])];
+  return Object.keys(out).length > 0 ? { hooks: out } : {};
+}
+
+// Run by runc in the host's namespaces once the container's exist (createRuntime, the
+// container's state on stdin): eth0 of the agent's namespace moves into the container's,
+// whose addresses and default routes it had are applied again there (a move drops them),
+// and the name (/run/netns/NAME) now points at the container's namespace, so everything the
+// agent does by that name (ports, neighbours, removal) reaches it.
+const ADOPT_NETNS = String.raw`set -e
+ns="$1"
+pid=$(sed -n 's/.*"pid":\([0-9][0-9]*\).*/\1/p')
+[ -n "$pid" ] || { echo "no pid in the container state" >&2; exit 1; }
+a4=$(ip -n "$ns" -4 -o addr show dev eth0 scope global | awk '{print $4}')
+a6=$(ip -n "$ns" -6 -o addr show dev eth0 scope global | awk '{print $4}')
+g4=$(ip -n "$ns" -4 route show default | awk '{print $3; exit}')
+g6=$(ip -n "$ns" -6 route show default | awk '{print $3; exit}')
+ip -n "$ns" link set dev eth0 netns "$pid"
+ip netns delete "$ns"
+ip netns attach "$ns" "$pid"
+{
+  echo "link set dev lo up"
+  for a in $a4; do echo "addr add $a dev eth0"; done
+  for a in $a6; do echo "addr add $a dev eth0 nodad"; done
+  echo "link set dev eth0 up"
+  [ -z "$g4" ] || echo "route replace default via $g4 dev eth0"
+  [ -z "$g6" ] || echo "route replace ::/0 via $g6 dev eth0"
+} | ip -n "$ns" -batch -
+`;
+
+/** The hook that gives a user-namespaced container the agent's configured network namespace `netnsPath`. */
+export function adoptNetnsHook(netnsPath: string): OciHook {
+  return {
+    path: "/bin/sh",
+    args: ["sh", "-c", ADOPT_NETNS, "adopt-netns", basename(netnsPath)],
+    timeout: 30,
   };
 }

@@ -8,8 +8,29 @@ export interface OciSpec {
   hostname?: string;
   mounts: OciMount[];
   linux: OciLinux;
+  hooks?: OciHooks;
   annotations?: Record<string, string>;
 }
+
+/** One hook: `path` resolves on the host; it gets the container's state on stdin. */
+export interface OciHook {
+  path: string;
+  args?: string[];
+  env?: string[];
+  /** Seconds. */
+  timeout?: number;
+}
+
+/** The OCI hook phases (createRuntime, createContainer, ...: config.json's hooks). */
+export type OciHookPhase =
+  | "prestart"
+  | "createRuntime"
+  | "createContainer"
+  | "startContainer"
+  | "poststart"
+  | "poststop";
+
+export type OciHooks = Partial<Record<OciHookPhase, OciHook[]>>;
 
 export interface OciProcess {
   terminal: boolean;
@@ -101,12 +122,23 @@ export interface SeccompSyscall {
 
 export interface OciSeccomp {
   defaultAction: SeccompAction;
+  /** The errno of an SCMP_ACT_ERRNO default action (runc's own default is EPERM). */
+  defaultErrnoRet?: number;
   architectures: string[];
   syscalls: SeccompSyscall[];
 }
 
+/** One range of a user namespace's mapping: containerID.. inside is hostID.. outside. */
+export interface OciIdMapping {
+  containerID: number;
+  hostID: number;
+  size: number;
+}
+
 export interface OciLinux {
   namespaces: OciNamespace[];
+  uidMappings?: OciIdMapping[];
+  gidMappings?: OciIdMapping[];
   devices: OciLinuxDevice[];
   cgroupsPath: string;
   resources: OciResources;

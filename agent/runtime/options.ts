@@ -1,6 +1,7 @@
 import { join, resolve } from "node:path";
 import { BerthError } from "../../shared/errors.ts";
 import { DEFAULT_CONTAINER_DISK_BYTES, MIN_DISK_BYTES } from "./disk.ts";
+import { defaultStateRoot, isOciRuntimeName, OCI_RUNTIMES, type OciRuntimeName } from "./oci-runtimes.ts";
 import type { ContainerEvent, LogLine, RuntimeLogger } from "./types.ts";
 
 export interface ContainerRuntimeOptions {
@@ -10,6 +11,15 @@ export interface ContainerRuntimeOptions {
   runcRoot?: string;
   /** @default "runc" */
   runc?: string;
+  /** The crun binary. @default "crun" */
+  crun?: string;
+  /** The runsc (gVisor) binary. @default "runsc" */
+  runsc?: string;
+  /**
+   * The OCI runtime of containers whose spec names none (docs/runtime.md,
+   * "OCI runtimes"); gVisor containers always run under runsc. @default "runc"
+   */
+  defaultRuntime?: OciRuntimeName;
   logger?: RuntimeLogger;
   onEvent?: (e: ContainerEvent) => void;
   onLog?: (line: LogLine) => void;
@@ -39,6 +49,11 @@ export interface ResolvedContainerRuntimeOptions {
   root: string;
   runcRoot: string;
   runc: string;
+  defaultRuntime: OciRuntimeName;
+  /** Each runtime's binary. */
+  bins: Record<OciRuntimeName, string>;
+  /** Each runtime's state root (--root); runc's is runcRoot. */
+  stateRoots: Record<OciRuntimeName, string>;
   logger?: RuntimeLogger;
   onEvent: (e: ContainerEvent) => void;
   onLog: (line: LogLine) => void;
@@ -53,10 +68,26 @@ export interface ResolvedContainerRuntimeOptions {
 export function resolveContainerRuntimeOptions(o: ContainerRuntimeOptions): ResolvedContainerRuntimeOptions {
   if (!o.root) throw new BerthError("invalid_request", "ContainerRuntime needs a root directory");
   const root = resolve(o.root);
+  const defaultRuntime = o.defaultRuntime ?? "runc";
+  if (!isOciRuntimeName(defaultRuntime)) {
+    throw new BerthError(
+      "invalid_request",
+      `the container runtime must be one of ${OCI_RUNTIMES.join(", ")}, got ${JSON.stringify(defaultRuntime)}`,
+      { field: "runtime" },
+    );
+  }
+  const runcRoot = resolve(o.runcRoot ?? join(root, ".runc"));
   const r: ResolvedContainerRuntimeOptions = {
     root,
-    runcRoot: resolve(o.runcRoot ?? join(root, ".runc")),
+    runcRoot,
     runc: o.runc ?? "runc",
+    defaultRuntime,
+    bins: { runc: o.runc ?? "runc", crun: o.crun ?? "crun", runsc: o.runsc ?? "runsc" },
+    stateRoots: {
+      runc: runcRoot,
+      crun: defaultStateRoot(root, "crun"),
+      runsc: defaultStateRoot(root, "runsc"),
+    },
     logger: o.logger,
     onEvent: o.onEvent ?? (() => {}),
     onLog: o.onLog ?? (() => {}),

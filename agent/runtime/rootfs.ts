@@ -1,6 +1,6 @@
 import { execFile } from "node:child_process";
-import { mkdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { chownSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { promisify } from "node:util";
 
 // Each container's root is an overlay: the image dirs (read-only, shared by
@@ -23,20 +23,42 @@ export function overlayPathsFor(
   bundleDir: string,
   lowerDirs: string[],
   writableDir = bundleDir,
+  merged = join(bundleDir, "rootfs"),
 ): OverlayPaths {
-  return {
-    lowerDirs,
-    upperDir: join(writableDir, "upper"),
-    workDir: join(writableDir, "work"),
-    merged: join(bundleDir, "rootfs"),
-  };
+  return { lowerDirs, upperDir: join(writableDir, "upper"), workDir: join(writableDir, "work"), merged };
+}
+
+/** mount(2) takes its options in one page; leave room for mount(8)'s own additions. */
+const MOUNT_OPTIONS_MAX = 4000;
+
+/**
+ * The overlay's mount options, and the directory to mount from: when the
+ * absolute lower dirs do not fit in a page and all share one parent (the
+ * image store's short layer links), they are named relative to that parent
+ * and mount runs there, as containerd's overlay snapshotter does.
+ */
+export function overlayMountOptions(p: OverlayPaths): { options: string; cwd?: string } {
+  const rest = `upperdir=${p.upperDir},workdir=${p.workDir}`;
+  const options = `lowerdir=${p.lowerDirs.join(":")},${rest}`;
+  if (options.length <= MOUNT_OPTIONS_MAX) return { options };
+  const parent = dirname(p.lowerDirs[0] ?? "/");
+  if (p.lowerDirs.some((d) => dirname(d) !== parent)) return { options };
+  return { options: `lowerdir=${p.lowerDirs.map((d) => basename(d)).join(":")},${rest}`, cwd: parent };
 }
 
 export async function mountOverlay(p: OverlayPaths): Promise<void> {
   for (const d of [p.upperDir, p.workDir, p.merged]) mkdirSync(d, { recursive: true });
-  const options = `lowerdir=${p.lowerDirs.join(":")},upperdir=${p.upperDir},workdir=${p.workDir}`;
+  // The merged root is the upper dir's root: it takes the owner of the
+  // uppermost layer's root as it is seen (through an idmapped layer: the
+  // container's root, not the host's, or root inside could not write in /).
+  const top = p.lowerDirs[0];
+  if (top) {
+    const st = statSync(top);
+    chownSync(p.upperDir, st.uid, st.gid);
+  }
+  const { options, cwd } = overlayMountOptions(p);
   try {
-    await execFileP("mount", ["-t", "overlay", "overlay", "-o", options, p.merged]);
+    await execFileP("mount", ["-t", "overlay", "overlay", "-o", options, p.merged], cwd ? { cwd } : {});
   } catch (e) {
     const err = e as { stderr?: string; message: string };
     throw new Error(`overlay mount at ${p.merged} failed: ${(err.stderr || err.message).trim()}`);

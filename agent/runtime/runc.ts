@@ -14,22 +14,39 @@ export interface RuncListEntry {
   created: string;
 }
 
-/** The runc CLI, bound to one state root so test runs and agents never share state. */
+/**
+ * An OCI runtime's CLI (runc, crun or runsc: they share runc's commands),
+ * bound to one state root so test runs and agents never share state.
+ */
 export class Runc {
+  /** Global flags before the command, --root included. */
+  readonly globalArgs: string[];
+  /** `run --keep` exists (runc); without it the runtime deletes the container on exit. */
+  readonly keep: boolean;
+
   constructor(
     readonly bin: string,
     readonly root: string,
-  ) {}
+    opts: { globalArgs?: string[]; keep?: boolean } = {},
+  ) {
+    this.globalArgs = opts.globalArgs ?? ["--root", root];
+    this.keep = opts.keep ?? true;
+  }
+
+  /** The runtime's name for messages (the binary's base name). */
+  get name(): string {
+    return this.bin.slice(this.bin.lastIndexOf("/") + 1);
+  }
 
   private async exec(args: string[]): Promise<string> {
     try {
-      const { stdout } = await execFileP(this.bin, ["--root", this.root, ...args], {
+      const { stdout } = await execFileP(this.bin, [...this.globalArgs, ...args], {
         maxBuffer: 16 * 1024 * 1024,
       });
       return stdout;
     } catch (e) {
       const err = e as { stderr?: string; message: string };
-      throw new Error(`runc ${args[0]} failed: ${(err.stderr || err.message).trim()}`);
+      throw new Error(`${this.name} ${args[0]} failed: ${(err.stderr || err.message).trim()}`);
     }
   }
 
@@ -44,8 +61,40 @@ export class Runc {
     try {
       await this.exec(["delete", "--force", id]);
     } catch (e) {
-      if (!/does not exist|not exist/i.test((e as Error).message)) throw e;
+      if (!/does not exist|not exist|not found|no such/i.test((e as Error).message)) throw e;
     }
+  }
+
+  /**
+   * `runc update`: new cgroup limits for a running container (a pre-warmed
+   * runner given to its stub). `memorySwap` only where the host accounts swap.
+   */
+  async update(
+    id: string,
+    l: {
+      cpuQuotaUs: number;
+      cpuPeriodUs: number;
+      cpuShares: number;
+      memoryBytes: number;
+      memorySwapBytes?: number;
+      pidsLimit: number;
+    },
+  ): Promise<void> {
+    await this.exec([
+      "update",
+      "--cpu-quota",
+      String(l.cpuQuotaUs),
+      "--cpu-period",
+      String(l.cpuPeriodUs),
+      "--cpu-share",
+      String(l.cpuShares),
+      "--memory",
+      String(l.memoryBytes),
+      ...(l.memorySwapBytes === undefined ? [] : ["--memory-swap", String(l.memorySwapBytes)]),
+      "--pids-limit",
+      String(l.pidsLimit),
+      id,
+    ]);
   }
 
   /**
@@ -68,19 +117,22 @@ export class Runc {
     exitFile: string;
     logFile: string;
     restore?: RestoreImages;
+    extraGlobalArgs?: string[];
   }): string[] {
     const script = 'exitfile=$1; shift; "$@"; echo $? > "$exitfile"';
     const start = o.restore
       ? ["restore", "--image-path", o.restore.imagePath, "--work-path", o.restore.workPath]
-      : ["run", "--keep"];
+      : this.keep
+        ? ["run", "--keep"]
+        : ["run"];
     return [
       "-c",
       script,
       "berth-waiter",
       o.exitFile,
       this.bin,
-      "--root",
-      this.root,
+      ...this.globalArgs,
+      ...(o.extraGlobalArgs ?? []),
       "--log",
       o.logFile,
       "--log-format",
@@ -155,6 +207,8 @@ export interface WaiterFiles {
   logFile: string;
   /** `runc restore` from these instead of `runc run`. */
   restore?: RestoreImages;
+  /** Global flags for this container's start only (runsc --nvproxy). */
+  extraGlobalArgs?: string[];
   /** Log spools, opened O_APPEND and handed to runc as its stdout/stderr. */
   stdout: string;
   stderr: string;

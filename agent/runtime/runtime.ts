@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
 import {
   type CgroupLayout,
@@ -20,7 +20,8 @@ import {
   signalEntry,
   startEntryLogs,
 } from "./entry.ts";
-import { buildOciSpec, cgroupsPathFor, cpuQuotaUs, type HostFacts } from "./oci-spec.ts";
+import { buildOciSpec, CPU_PERIOD_US, cgroupsPathFor, cpuQuotaUs, type HostFacts } from "./oci-spec.ts";
+import { mountOnSlot, prepareSlot, removeSlot } from "./code-slot.ts";
 import {
   type ContainerRuntimeOptions,
   type ResolvedContainerRuntimeOptions,
@@ -28,9 +29,25 @@ import {
 } from "./options.ts";
 import { ContainerDisks } from "./disks.ts";
 import { readHostHardLimits } from "./rlimits.ts";
+import {
+  type IdMap,
+  idmappedDir,
+  mapSharedTrees,
+  pickIdMap,
+  removeEmptyDirs,
+  sharedRootfsDir,
+  sharedTreesOf,
+} from "./idmap.ts";
 import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
-import { type RestoreImages, Runc, restoreImages } from "./runc.ts";
-import { checkSpecPaths, resolveContainerSpec } from "./spec.ts";
+import { type OciRuntimeName, OCI_RUNTIMES, OciRuntimeClis } from "./oci-runtimes.ts";
+import { type RestoreImages, type Runc, restoreImages } from "./runc.ts";
+import {
+  checkContainerId,
+  checkCpuAndMemory,
+  checkOverlayLowerDir,
+  checkSpecPaths,
+  resolveContainerSpec,
+} from "./spec.ts";
 import { waitForStart } from "./start-wait.ts";
 import {
   type ContainerMeta,
@@ -38,6 +55,7 @@ import {
   containerPaths,
   exitReason,
   readMeta,
+  rootfsOf,
   writeMeta,
 } from "./state.ts";
 import type { ContainerEvent, ContainerInfo, ContainerLimits, ContainerSpec } from "./types.ts";
@@ -47,13 +65,45 @@ export { resolveContainerRuntimeOptions };
 
 const STOP_KILL_WAIT_MS = 30_000;
 
-/** Runs containers with runc on this host; see docs/runtime.md. */
+/** How a process is started in a running container: its runtime's CLI and the container's root on the host. */
+export interface ExecTarget {
+  runtime: OciRuntimeName;
+  bin: string;
+  /** Global flags before `exec`, --root included. */
+  globalArgs: string[];
+  /** Where the container's root (its overlay) is mounted on the host. */
+  rootfs: string;
+  /** The name its OCI runtime knows it by (a pre-warmed container keeps the one it started under). */
+  ociId: string;
+  /** Its user namespace's id range (absent: root inside is the host's root). */
+  idMap?: IdMap;
+  /** With idMap: its idmapped bind mounts (volumes, bridges), deepest destination first. */
+  sharedTrees?: { destination: string; source: string }[];
+}
+
+/** What a pre-warmed container becomes when it is given to a stub (ContainerRuntime.assign). */
+export interface Assignment {
+  cpu: number;
+  /** A CPU cap for the stub's start-up, as ContainerSpec.startupCpu. */
+  startupCpu?: number;
+  memoryBytes: number;
+  /** @default 4096 */
+  pidsLimit?: number;
+  labels: Record<string, string>;
+  timeoutMs?: number;
+}
+
+/** The name runc, the bundle dir and the cgroup know a container by. */
+const ociIdOf = (e: ContainerEntry) => e.meta.ociId ?? e.meta.spec.id;
+
+/** Runs containers with runc (or crun, or runsc) on this host; see docs/runtime.md. */
 export class ContainerRuntime {
   readonly options: ResolvedContainerRuntimeOptions;
   readonly cgroups: CgroupLayout;
   private readonly host: HostFacts;
-  private readonly runc: Runc;
+  private readonly clis: OciRuntimeClis;
   private readonly entries = new Map<string, ContainerEntry>();
+  private readonly reservedIdMaps = new Map<string, IdMap>();
   private timer?: NodeJS.Timeout;
   private closed = false;
   private readonly disks: ContainerDisks;
@@ -68,14 +118,56 @@ export class ContainerRuntime {
       arch: process.arch,
       cgroupParent: this.options.cgroupParent,
     };
-    this.runc = new Runc(this.options.runc, this.options.runcRoot);
     this.disks = new ContainerDisks(
       this.options.root,
       this.options.diskBytes,
       this.options.diskPoolSize,
       this.options.logger,
     );
+    this.clis = new OciRuntimeClis(this.options.bins, this.options.stateRoots, this.cgroups);
     mkdirSync(this.options.root, { recursive: true });
+  }
+
+  /** The id ranges of this runtime's containers, live or not yet removed, and those reserved. */
+  private *idMaps(): Iterable<IdMap> {
+    for (const e of this.entries.values()) if (e.meta.idMap) yield e.meta.idMap;
+    yield* this.reservedIdMaps.values();
+  }
+
+  /**
+   * Picks the id range container `id` will get when run() with
+   * userNamespace, so that what is prepared for it before (a cloud bucket's
+   * owner) can use it. run() takes it over; releaseIdMap() frees it unused.
+   */
+  reserveIdMap(id: string): IdMap {
+    const held = this.reservedIdMaps.get(id);
+    if (held) return held;
+    const map = pickIdMap(this.idMaps());
+    this.reservedIdMaps.set(id, map);
+    return map;
+  }
+
+  releaseIdMap(id: string): void {
+    this.reservedIdMaps.delete(id);
+  }
+
+  private cli(name: OciRuntimeName): Runc {
+    return this.clis.cli(name);
+  }
+
+  /** How to start a process in container `id` (runtime CLI, flags, its root on the host). */
+  execTarget(id: string): ExecTarget {
+    const runtime = this.mustGet(id).meta.spec.runtime ?? "runc";
+    const c = this.cli(runtime);
+    const e = this.mustGet(id);
+    return {
+      runtime,
+      bin: c.bin,
+      globalArgs: [...c.globalArgs],
+      rootfs: rootfsOf(e.meta, e.paths.dir),
+      ociId: ociIdOf(e),
+      ...(e.meta.idMap ? { idMap: { ...e.meta.idMap }, sharedTrees: sharedTreesOf(e.meta.spec.mounts) } : {}),
+    };
   }
 
   /** The cgroup path (relative to each hierarchy's mount) of a container. */
@@ -88,6 +180,15 @@ export class ContainerRuntime {
     const spec = resolveContainerSpec(input);
     if (this.entries.has(spec.id)) throw new BerthError("conflict", `container ${spec.id} already exists`);
     checkSpecPaths(spec);
+    spec.runtime ??= this.options.defaultRuntime;
+    const startFlags = this.clis.startFlags(spec.runtime, spec.extraDevices.length > 0, spec.netnsPath);
+    if (input.restoreFrom !== undefined && spec.runtime !== "runc") {
+      throw new BerthError(
+        "failed_precondition",
+        `memory snapshots are restored with runc (CRIU); this container asks for ${spec.runtime}`,
+        { field: "runtime" },
+      );
+    }
     const paths = containerPaths(this.options.root, spec.id);
     try {
       mkdirSync(paths.dir);
@@ -97,10 +198,16 @@ export class ContainerRuntime {
       }
       throw e;
     }
+    // gVisor's sandbox is a kernel of its own: its root is not the host's root either way.
+    const reserved = this.reservedIdMaps.get(spec.id);
+    this.reservedIdMaps.delete(spec.id);
+    const idMap =
+      spec.userNamespace && spec.runtime !== "runsc" ? (reserved ?? pickIdMap(this.idMaps())) : undefined;
     const meta: ContainerMeta = {
       version: 1,
       spec,
       cgroupsPath: this.cgroupsPath(spec.id),
+      ...(idMap ? { idMap, rootfs: join(sharedRootfsDir(this.options.root), spec.id) } : {}),
       createdAt: Date.now(),
       pid: 0,
       logOffsets: { stdout: 0, stderr: 0 },
@@ -108,14 +215,35 @@ export class ContainerRuntime {
     const entry = newEntry(meta, paths, "created");
     this.entries.set(spec.id, entry);
     try {
-      writeFileSync(paths.config, JSON.stringify(buildOciSpec(spec, this.host)));
+      // A code slot is a shared mount of the bundle's; the container sees it as a slave (code-slot.ts).
+      const slot = spec.codeSlot
+        ? [
+            {
+              source: await prepareSlot(paths.dir),
+              destination: spec.codeSlot,
+              readonly: false,
+              options: ["rslave"],
+            },
+          ]
+        : [];
+      const trees = idMap
+        ? await mapSharedTrees(paths.dir, idMap, spec.lowerDirs, spec.mounts, { scratch: spec })
+        : { lowerDirs: spec.lowerDirs, mounts: spec.mounts };
+      const oci = buildOciSpec(
+        { ...spec, mounts: [...trees.mounts, ...slot] },
+        this.host,
+        idMap,
+        trees.scratch,
+      );
+      if (meta.rootfs) oci.root.path = meta.rootfs;
+      writeFileSync(paths.config, JSON.stringify(oci));
       // The container's own disk (its quota) holds the overlay's upper and work dirs.
       const writable = await this.disks.create(paths.dir);
-      await mountOverlay(overlayPathsFor(paths.dir, spec.lowerDirs, writable));
+      await mountOverlay(overlayPathsFor(paths.dir, trees.lowerDirs, writable, rootfsOf(meta, paths.dir)));
       // Not kept in meta: a recovered container is past its start either way.
       const restore =
         input.restoreFrom === undefined ? undefined : restoreImages(input.restoreFrom, paths.dir);
-      this.spawnWaiter(entry, restore);
+      this.spawnWaiter(entry, restore, startFlags);
       writeMeta(paths.meta, entry.meta);
       entry.meta.pid = await this.waitForStart(entry);
     } catch (e) {
@@ -154,6 +282,81 @@ export class ContainerRuntime {
   /** run(), with the processes brought back by `runc restore` from the CRIU images in checkpointDir. */
   restore(spec: ContainerSpec, checkpointDir: string): Promise<ContainerInfo> {
     return this.run({ ...spec, restoreFrom: checkpointDir });
+  }
+
+  /**
+   * Mounts `lowerDir` at the running container's spec.codeSlot, writable
+   * through an overlay whose upper dir is on the container's own disk.
+   */
+  async mountCode(id: string, lowerDir: string): Promise<void> {
+    const e = this.mustGet(id);
+    const dir = checkOverlayLowerDir(lowerDir, "lowerDir");
+    if (!e.meta.spec.codeSlot) {
+      throw new BerthError("failed_precondition", `container ${id} was started without a code slot`);
+    }
+    if (e.status !== "running") throw new BerthError("failed_precondition", `container ${id} is not running`);
+    const map = e.meta.idMap;
+    const lower = map
+      ? (await mapSharedTrees(e.paths.dir, map, [dir], [], { prefix: "code" })).lowerDirs[0]
+      : dir;
+    await mountOnSlot(e.paths.dir, lower as string, this.disks.writableDir(e.paths.dir));
+  }
+
+  /**
+   * Gives the running container `fromId` (a pre-warmed one) its stub: it is
+   * known as `toId` from now on (events, logs, every method here; runc and
+   * its bundle dir keep the old name), and its cgroup gets the stub's limits
+   * (`runc update`), its labels and its timeout, counted from now. A "start"
+   * event for `toId` follows.
+   */
+  async assign(fromId: string, toId: string, a: Assignment): Promise<ContainerInfo> {
+    this.assertOpen();
+    checkContainerId(toId);
+    checkCpuAndMemory(a.cpu, a.memoryBytes);
+    const entry = this.mustGet(fromId);
+    if (entry.status !== "running") {
+      throw new BerthError("failed_precondition", `container ${fromId} is not running`);
+    }
+    if (this.entries.has(toId)) throw new BerthError("conflict", `container ${toId} already exists`);
+    const runtime = entry.meta.spec.runtime ?? "runc";
+    if (runtime === "runsc") {
+      throw new BerthError(
+        "failed_precondition",
+        "a gVisor container cannot be given new limits while it runs",
+      );
+    }
+    const startupCpu = a.startupCpu !== undefined && a.startupCpu > a.cpu ? a.startupCpu : undefined;
+    const pidsLimit = a.pidsLimit ?? entry.meta.spec.pidsLimit;
+    const swap = this.host.swapAccounting || this.host.cgroupVersion === 2;
+    await this.cli(runtime).update(ociIdOf(entry), {
+      cpuQuotaUs: cpuQuotaUs(startupCpu ?? a.cpu),
+      cpuPeriodUs: CPU_PERIOD_US,
+      cpuShares: Math.max(2, Math.round(a.cpu * 1024)),
+      memoryBytes: a.memoryBytes,
+      ...(swap ? { memorySwapBytes: a.memoryBytes } : {}),
+      pidsLimit,
+    });
+    const { startupCpu: _old, timeoutMs: _oldTimeout, ...rest } = entry.meta.spec;
+    entry.meta.ociId = ociIdOf(entry);
+    entry.meta.spec = {
+      ...rest,
+      id: toId,
+      cpu: a.cpu,
+      ...(startupCpu === undefined ? {} : { startupCpu }),
+      memoryBytes: a.memoryBytes,
+      pidsLimit,
+      labels: { ...a.labels },
+      ...(a.timeoutMs === undefined ? {} : { timeoutMs: a.timeoutMs }),
+    };
+    const now = Date.now();
+    entry.meta.timeoutAt = a.timeoutMs === undefined ? undefined : now + a.timeoutMs;
+    this.entries.delete(fromId);
+    this.entries.set(toId, entry);
+    entry.logs?.stdout.relabel(toId);
+    entry.logs?.stderr.relabel(toId);
+    this.persistMeta(entry);
+    this.emit({ type: "start", containerId: toId, pid: entry.meta.pid, at: now });
+    return this.info(entry);
   }
 
   /** SIGTERM, then SIGKILL after graceMs; resolves once the container has exited. */
@@ -204,7 +407,7 @@ export class ContainerRuntime {
 
   /** The container's stdout/stderr spools (append-only files; see LogFollower), for readers of past output. */
   logFiles(id: string): { stdout: string; stderr: string } {
-    const p = containerPaths(this.options.root, id);
+    const p = this.entries.get(id)?.paths ?? containerPaths(this.options.root, id);
     return { stdout: p.stdout, stderr: p.stderr };
   }
 
@@ -272,19 +475,28 @@ export class ContainerRuntime {
   async recover(): Promise<ContainerInfo[]> {
     this.assertOpen();
     await this.disks.recover();
-    const known = new Map((await this.runc.list()).map((c) => [c.id, c]));
-    for (const id of this.entries.keys()) known.delete(id);
-    const runcDirName = this.options.runcRoot.startsWith(`${this.options.root}/`)
-      ? this.options.runcRoot.slice(this.options.root.length + 1)
-      : undefined;
+    // Every runtime that has a state root here: a container may run under any.
+    const known = new Map<string, Awaited<ReturnType<Runc["list"]>>[number] & { runtime: OciRuntimeName }>();
+    const stateDirNames = new Set<string>();
+    for (const name of OCI_RUNTIMES) {
+      const root = this.options.stateRoots[name];
+      if (root.startsWith(`${this.options.root}/`))
+        stateDirNames.add(root.slice(this.options.root.length + 1));
+      if (name !== "runc" && !existsSync(root)) continue;
+      for (const c of await this.cli(name).list()) known.set(c.id, { ...c, runtime: name });
+    }
+    const adopted = new Set([...this.entries.values()].map(ociIdOf));
+    for (const name of adopted) known.delete(name);
     for (const d of readdirSync(this.options.root, { withFileTypes: true })) {
       if (this.disks.owns(d.name)) continue;
-      if (!d.isDirectory() || d.name === runcDirName || this.entries.has(d.name)) continue;
-      const id = d.name;
-      const r = known.get(id);
-      known.delete(id);
-      const paths = containerPaths(this.options.root, id);
+      if (!d.isDirectory() || stateDirNames.has(d.name) || adopted.has(d.name)) continue;
+      // The dir is named as runc knows the container; meta.json says what berth calls it (assign()).
+      const ociId = d.name;
+      const r = known.get(ociId);
+      known.delete(ociId);
+      const paths = containerPaths(this.options.root, ociId);
       const meta = readMeta(paths.meta);
+      const id = meta?.spec.id ?? ociId;
       if (!meta || !r || (r.status !== "running" && r.status !== "stopped")) {
         if (meta && !meta.exit && meta.startedAt) {
           this.emit({
@@ -300,7 +512,7 @@ export class ContainerRuntime {
           { id, runc: r?.status ?? "absent" },
           "removing container left without state",
         );
-        await this.removeContainer(id, undefined);
+        await this.removeContainer(ociId, undefined);
         continue;
       }
       const entry = newEntry({ ...meta, pid: r.pid || meta.pid }, paths, meta.exit ? "stopped" : "running");
@@ -312,9 +524,9 @@ export class ContainerRuntime {
         await this.checkExit(entry);
       }
     }
-    for (const id of known.keys()) {
-      this.options.logger?.warn({ id }, "removing runc container whose bundle is gone");
-      await this.removeContainer(id, undefined);
+    for (const [id, c] of known) {
+      this.options.logger?.warn({ id, runtime: c.runtime }, "removing a container whose bundle is gone");
+      await this.removeContainer(id, undefined, c.runtime);
     }
     this.updateTimer();
     this.disks.refill();
@@ -344,17 +556,22 @@ export class ContainerRuntime {
     return this.disks.drain();
   }
 
-  private spawnWaiter(entry: ContainerEntry, restore: RestoreImages | undefined): void {
+  private spawnWaiter(
+    entry: ContainerEntry,
+    restore: RestoreImages | undefined,
+    extraGlobalArgs: string[],
+  ): void {
     const p = entry.paths;
-    const child = this.runc.spawnWaiter({
+    const child = this.cli(entry.meta.spec.runtime ?? "runc").spawnWaiter({
       bundle: p.dir,
-      id: entry.meta.spec.id,
+      id: ociIdOf(entry),
       pidFile: p.pidFile,
       exitFile: p.exitFile,
       logFile: p.runcLog,
       stdout: p.stdout,
       stderr: p.stderr,
       ...(restore ? { restore } : {}),
+      ...(extraGlobalArgs.length > 0 ? { extraGlobalArgs } : {}),
     });
     child.on("exit", () => {
       entry.wakeup.notify();
@@ -432,13 +649,35 @@ export class ContainerRuntime {
     return entry.finalizing;
   }
 
-  private async removeContainer(id: string, entry: ContainerEntry | undefined): Promise<void> {
+  /** `ociName`: the container's name to runc (its bundle dir's name); an entry's own wins. */
+  private async removeContainer(
+    ociName: string,
+    entry: ContainerEntry | undefined,
+    runtime?: OciRuntimeName,
+  ): Promise<void> {
     entry?.logs?.stdout.close();
     entry?.logs?.stderr.close();
-    // runc keeps one state dir per container; skip the spawn when there is none.
-    if (existsSync(join(this.options.runcRoot, id))) await this.runc.deleteForce(id);
-    const dir = join(this.options.root, id);
-    await unmountOverlay(join(dir, "rootfs"));
+    const id = entry ? ociIdOf(entry) : ociName;
+    const dir = entry?.paths.dir ?? join(this.options.root, id);
+    const name =
+      runtime ?? entry?.meta.spec.runtime ?? readMeta(join(dir, "meta.json"))?.spec.runtime ?? "runc";
+    // runc and crun keep one state dir per container; skip the spawn when there is none.
+    // runsc keeps files named after the sandbox: always ask it.
+    if (
+      name === "runsc"
+        ? existsSync(this.options.stateRoots.runsc)
+        : existsSync(join(this.options.stateRoots[name], id))
+    ) {
+      await this.cli(name).deleteForce(id);
+    }
+    // The code slot's overlay has its upper dir on the disk too: it goes before the disk.
+    await removeSlot(dir);
+    const meta = entry?.meta ?? readMeta(join(dir, "meta.json"));
+    const rootfs = meta ? rootfsOf(meta, dir) : join(dir, "rootfs");
+    await unmountOverlay(rootfs);
+    if (rootfs !== join(dir, "rootfs")) removeEmptyDirs(rootfs, dirname(rootfs));
+    // The idmapped layers the overlays stood on (read-only) and volumes (idmap.ts).
+    await unmountOverlay(idmappedDir(dir));
     // After the overlay: its upper dir lives on this disk. Removing the dir below deletes the image.
     await this.disks.remove(dir);
     const busy = removeCgroupDirs(this.cgroups, entry?.meta.cgroupsPath ?? this.cgroupsPath(id));

@@ -1,16 +1,30 @@
+// oci-spec.ts imports this module too; CONTAINER_CAPABILITIES is read only
+// when a profile is built, after both modules have loaded.
+import { CONTAINER_CAPABILITIES } from "./oci-spec.ts";
 import type { OciSeccomp, SeccompSyscall } from "./oci-types.ts";
+import { ALLOWED_SYSCALL_GROUPS, ARCH_SYSCALLS, CAPABILITY_SYSCALLS } from "./seccomp-allowlist.ts";
 
-// berth's seccomp profile: allow by default, deny a fixed list with EPERM.
-// A deny list (not Docker's allow list) keeps new, harmless syscalls working
-// on newer kernels/glibc without profile updates; what it blocks is the set of
-// calls that reach kernel-global state or are classic escape/attack surface.
+// berth's seccomp profiles (docs/runtime.md, "Seccomp").
+// - "allowlist" (the default): refuse with EPERM every call not allowed,
+//   the allowed set being containerd's default list for berth's capabilities.
+//   Containers of different tenants share the host kernel; a call added by a
+//   new kernel stays closed until it is reviewed.
+// - "denylist": allow by default and refuse a fixed list with EPERM; what a
+//   workspace may be set back to when a workload needs a call the allowlist
+//   lacks.
 // runc loads the filter as the last step before execve (noNewPrivileges is
-// set), so none of these are needed by runc init itself.
+// set), so runc init itself needs none of the refused calls.
+
+export const SECCOMP_FILTERS = ["allowlist", "denylist"] as const;
+export type SeccompFilter = (typeof SECCOMP_FILTERS)[number];
 
 const EPERM = 1;
 const ENOSYS = 38;
 
-/** Denied outright: each reaches state shared with the host or other containers. */
+/**
+ * Refused by both profiles (the allowlist never allows them, the denylist
+ * names them): each reaches state shared with the host or other containers.
+ */
 export const DENIED_SYSCALLS: readonly string[] = [
   // kernel code and reboot
   "kexec_load",
@@ -110,7 +124,74 @@ export function seccompArchitectures(nodeArch: string): string[] {
   return archs;
 }
 
-export function buildSeccompProfile(nodeArch: string): OciSeccomp {
+/**
+ * The seccomp profile of a container's config.json. `capabilities` are the
+ * container's bounding set: a call gated on a capability (as in containerd's
+ * profile) is allowed only with it.
+ */
+export function buildSeccompProfile(
+  nodeArch: string,
+  filter: SeccompFilter = "allowlist",
+  capabilities: readonly string[] = CONTAINER_CAPABILITIES,
+): OciSeccomp {
+  const architectures = seccompArchitectures(nodeArch);
+  if (filter === "denylist")
+    return { defaultAction: "SCMP_ACT_ALLOW", architectures, syscalls: denylistRules() };
+  if (filter !== "allowlist") throw new Error(`unknown seccomp filter ${filter}`);
+  return {
+    defaultAction: "SCMP_ACT_ERRNO",
+    defaultErrnoRet: EPERM,
+    architectures,
+    syscalls: allowlistRules(nodeArch, capabilities),
+  };
+}
+
+/** Every name the allowlist profile allows without argument conditions. */
+function allowedSyscalls(
+  nodeArch: string,
+  capabilities: readonly string[] = CONTAINER_CAPABILITIES,
+): string[] {
+  const denied = new Set(DENIED_SYSCALLS);
+  const names = [
+    ...Object.values(ALLOWED_SYSCALL_GROUPS).flat(),
+    ...(ARCH_SYSCALLS[nodeArch] ?? []),
+    ...capabilities.flatMap((cap) => CAPABILITY_SYSCALLS[cap] ?? []),
+  ];
+  return [...new Set(names)].filter((n) => !denied.has(n));
+}
+
+const AF_VSOCK = 40;
+const NAMESPACE_CLONE_MASK = Object.values(NAMESPACE_CLONE_FLAGS).reduce((a, b) => a | b, 0);
+
+// personality(2) values allowed: PER_LINUX, PER_LINUX32, UNAME26 with
+// either, and the query 0xffffffff. Any other persona (ASLR off,
+// READ_IMPLIES_EXEC, ...) gets the default EPERM.
+const SAFE_PERSONALITIES = [0x0, 0x0008, 0x20000, 0x20008, 0xffffffff];
+
+function allowlistRules(nodeArch: string, capabilities: readonly string[]): SeccompSyscall[] {
+  return [
+    { names: allowedSyscalls(nodeArch, capabilities), action: "SCMP_ACT_ALLOW" },
+    // vsock reaches the hypervisor or the host, outside the container's network namespace.
+    { names: ["socket"], action: "SCMP_ACT_ALLOW", args: [{ index: 0, value: AF_VSOCK, op: "SCMP_CMP_NE" }] },
+    // clone without any namespace flag (arg 0 on x86_64 and aarch64); with one it gets EPERM.
+    {
+      names: ["clone"],
+      action: "SCMP_ACT_ALLOW",
+      args: [{ index: 0, value: NAMESPACE_CLONE_MASK, valueTwo: 0, op: "SCMP_CMP_MASKED_EQ" }],
+    },
+    // clone3 passes flags in a struct seccomp cannot read; ENOSYS makes glibc fall back to clone.
+    { names: ["clone3"], action: "SCMP_ACT_ERRNO", errnoRet: ENOSYS },
+    ...SAFE_PERSONALITIES.map(
+      (value): SeccompSyscall => ({
+        names: ["personality"],
+        action: "SCMP_ACT_ALLOW",
+        args: [{ index: 0, value, op: "SCMP_CMP_EQ" }],
+      }),
+    ),
+  ];
+}
+
+function denylistRules(): SeccompSyscall[] {
   const syscalls: SeccompSyscall[] = [
     { names: [...DENIED_SYSCALLS], action: "SCMP_ACT_ERRNO", errnoRet: EPERM },
   ];
@@ -122,7 +203,6 @@ export function buildSeccompProfile(nodeArch: string): OciSeccomp {
       args: [{ index: 0, value: flag, valueTwo: flag, op: "SCMP_CMP_MASKED_EQ" }],
     });
   }
-  // clone3 passes flags in a struct seccomp cannot read; ENOSYS makes glibc fall back to clone.
   syscalls.push({ names: ["clone3"], action: "SCMP_ACT_ERRNO", errnoRet: ENOSYS });
   for (const bit of Object.values(UNSAFE_PERSONALITY_BITS)) {
     syscalls.push({
@@ -132,5 +212,5 @@ export function buildSeccompProfile(nodeArch: string): OciSeccomp {
       args: [{ index: 0, value: bit + PERSONALITY_QUERY_BIT, valueTwo: bit, op: "SCMP_CMP_MASKED_EQ" }],
     });
   }
-  return { defaultAction: "SCMP_ACT_ALLOW", architectures: seccompArchitectures(nodeArch), syscalls };
+  return syscalls;
 }

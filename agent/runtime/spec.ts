@@ -1,6 +1,9 @@
 import { statSync } from "node:fs";
 import { isAbsolute } from "node:path";
 import { invalid } from "../../shared/errors.ts";
+import { isOciRuntimeName, OCI_RUNTIMES, type OciRuntimeName } from "./oci-runtimes.ts";
+import type { OciHookPhase, OciHooks } from "./oci-types.ts";
+import { SECCOMP_FILTERS, type SeccompFilter } from "./seccomp.ts";
 import type { BindMount, ContainerSpec, DeviceNode, DeviceRule } from "./types.ts";
 
 // ContainerSpec → ResolvedContainerSpec: every default filled in and every
@@ -9,7 +12,6 @@ import type { BindMount, ContainerSpec, DeviceNode, DeviceRule } from "./types.t
 export const MIN_MEMORY_BYTES = 6 * 1024 * 1024;
 export const MIN_CPU = 0.01;
 export const DEFAULT_PIDS_LIMIT = 4096;
-export const DEFAULT_SHM_BYTES = 64 * 1024 * 1024;
 export const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -37,9 +39,18 @@ export interface ResolvedContainerSpec {
   netnsPath?: string;
   extraDevices: DeviceNode[];
   extraDeviceRules: DeviceRule[];
+  hooks?: OciHooks;
   labels: Record<string, string>;
   timeoutMs?: number;
   startupWindowMs: number;
+  /** Absent in metadata written before runtimes could be chosen: runc. */
+  runtime?: OciRuntimeName;
+  /** Where ContainerRuntime.mountCode() mounts a code tree later (absent: it cannot). */
+  codeSlot?: string;
+  /** Asked for a user namespace (the runtime picks its id range: ContainerMeta.idMap). */
+  userNamespace?: boolean;
+  /** Absent (and in metadata written before it could be chosen): "allowlist". */
+  seccomp?: SeccompFilter;
 }
 
 function positiveInt(v: unknown, name: string, min = 1): number {
@@ -120,8 +131,20 @@ export function resolveContainerSpec(spec: ContainerSpec): ResolvedContainerSpec
       throw invalid(`extraDeviceRules[${i}].access must be made of r, w, m`);
     }
   }
+  if (spec.runtime !== undefined && !isOciRuntimeName(spec.runtime)) {
+    throw invalid(`runtime must be one of ${OCI_RUNTIMES.join(", ")}, got ${JSON.stringify(spec.runtime)}`, {
+      field: "runtime",
+    });
+  }
+  if (spec.seccomp !== undefined && !SECCOMP_FILTERS.includes(spec.seccomp)) {
+    throw invalid(
+      `seccomp must be one of ${SECCOMP_FILTERS.join(", ")}, got ${JSON.stringify(spec.seccomp)}`,
+      { field: "seccomp" },
+    );
+  }
   const memoryBytes = spec.memoryBytes;
   return {
+    ...(spec.runtime === undefined ? {} : { runtime: spec.runtime }),
     id: spec.id,
     lowerDirs,
     args: [...spec.args],
@@ -133,17 +156,42 @@ export function resolveContainerSpec(spec: ContainerSpec): ResolvedContainerSpec
     ...(spec.startupCpu === undefined ? {} : { startupCpu: startupCpuOf(spec.startupCpu, spec.cpu) }),
     memoryBytes,
     pidsLimit: spec.pidsLimit === undefined ? DEFAULT_PIDS_LIMIT : positiveInt(spec.pidsLimit, "pidsLimit"),
-    shmBytes: spec.shmBytes === undefined ? DEFAULT_SHM_BYTES : positiveInt(spec.shmBytes, "shmBytes", 4096),
+    // As /tmp: sized to the memory limit, its pages count against it (model servers and PyTorch
+    // put shared tensors here; a fixed 64 MiB broke them while the limit had room).
+    shmBytes: spec.shmBytes === undefined ? memoryBytes : positiveInt(spec.shmBytes, "shmBytes", 4096),
     tmpBytes: spec.tmpBytes === undefined ? memoryBytes : positiveInt(spec.tmpBytes, "tmpBytes", 4096),
     mounts,
     netnsPath: spec.netnsPath === undefined ? undefined : absolutePath(spec.netnsPath, "netnsPath"),
     extraDevices: [...(spec.extraDevices ?? [])],
     extraDeviceRules: [...(spec.extraDeviceRules ?? [])],
+    ...(spec.hooks === undefined ? {} : { hooks: checkHooks(spec.hooks) }),
     labels: { ...(spec.labels ?? {}) },
     timeoutMs: spec.timeoutMs === undefined ? undefined : positiveInt(spec.timeoutMs, "timeoutMs"),
     startupWindowMs:
       spec.startupWindowMs === undefined ? 0 : positiveInt(spec.startupWindowMs, "startupWindowMs", 0),
+    ...(spec.codeSlot === undefined ? {} : { codeSlot: absolutePath(spec.codeSlot, "codeSlot") }),
+    ...(spec.userNamespace === true ? { userNamespace: true } : {}),
+    ...(spec.seccomp === undefined ? {} : { seccomp: spec.seccomp }),
   };
+}
+
+/** Throws invalid_request unless `id` can name a container (what resolveContainerSpec checks of spec.id). */
+export function checkContainerId(id: unknown): string {
+  if (typeof id !== "string" || !ID_RE.test(id)) {
+    throw invalid(
+      `container id ${JSON.stringify(id)} is invalid: use 1-128 letters, digits, '_', '.', '-', starting with a letter or digit`,
+      { field: "id" },
+    );
+  }
+  return id;
+}
+
+/** A code tree the runtime mounts as an overlay lower dir: absolute, and free of overlayfs' separators. */
+export function checkOverlayLowerDir(dir: unknown, field: string): string {
+  const d = absolutePath(dir, field);
+  if (UNSAFE_OVERLAY_PATH.test(d))
+    throw invalid(`${field} ${d} contains ':' or ',' which overlayfs cannot take`, { field });
+  return d;
 }
 
 /** The host paths a spec names must exist; called once before anything is written. */
@@ -189,4 +237,27 @@ function startupCpuOf(v: unknown, cpu: number): number {
     throw invalid("startupCpu must be a positive number of cores", { field: "startupCpu" });
   }
   return Math.max(v, cpu);
+}
+
+const HOOK_PHASES: readonly OciHookPhase[] = [
+  "prestart",
+  "createRuntime",
+  "createContainer",
+  "startContainer",
+  "poststart",
+  "poststop",
+];
+
+/** Hooks by phase, copied; a phase OCI does not know or a relative path is refused. */
+function checkHooks(hooks: OciHooks): OciHooks {
+  const out: OciHooks = {};
+  for (const [phase, list] of Object.entries(hooks)) {
+    if (!HOOK_PHASES.includes(phase as OciHookPhase))
+      throw invalid(`hooks.${phase} is not an OCI hook phase`, { field: "hooks" });
+    out[phase as OciHookPhase] = (list ?? []).map((h, i) => {
+      absolutePath(h.path, `hooks.${phase}[${i}].path`);
+      return { ...h, ...(h.args ? { args: [...h.args] } : {}), ...(h.env ? { env: [...h.env] } : {}) };
+    });
+  }
+  return out;
 }

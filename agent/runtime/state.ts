@@ -1,6 +1,7 @@
 import { readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { OomState } from "./cgroups.ts";
+import type { IdMap } from "./idmap.ts";
 import type { ResolvedContainerSpec } from "./spec.ts";
 import type { ContainerInfo, ExitReason } from "./types.ts";
 
@@ -39,7 +40,17 @@ export type StopIntent = "term" | "kill" | "timeout";
 export interface ContainerMeta {
   version: 1;
   spec: ResolvedContainerSpec;
+  /**
+   * The name runc, the bundle dir and the cgroup know the container by, when
+   * it is not spec.id: a pre-warmed container keeps the name it started
+   * under after ContainerRuntime.assign() gave it its stub's id.
+   */
+  ociId?: string;
   cgroupsPath: string;
+  /** Its user namespace's id range (absent: root inside is the host's root). */
+  idMap?: IdMap;
+  /** Where its root is mounted, when not at <bundle>/rootfs (a user namespace's: idmap.ts sharedRootfsDir). */
+  rootfs?: string;
   createdAt: number;
   startedAt?: number;
   pid: number;
@@ -50,6 +61,10 @@ export interface ContainerMeta {
   logOffsets: { stdout: number; stderr: number };
   exit?: { code: number; reason: ExitReason; at: number };
 }
+
+/** Where a container's root is mounted on the host. */
+export const rootfsOf = (meta: Pick<ContainerMeta, "rootfs">, bundleDir: string): string =>
+  meta.rootfs ?? join(bundleDir, "rootfs");
 
 export function writeMeta(path: string, meta: ContainerMeta): void {
   const tmp = `${path}.tmp`;
@@ -132,6 +147,7 @@ export function containerInfo(m: ContainerMeta, status: ContainerInfo["status"])
     status,
     createdAt: m.createdAt,
     labels: { ...m.spec.labels },
+    runtime: m.spec.runtime ?? "runc",
   };
   if (m.startedAt !== undefined) out.startedAt = m.startedAt;
   if (m.exit) {

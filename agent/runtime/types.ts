@@ -2,6 +2,9 @@
 // capacity) hand their results in through these plain fields; the runtime
 // imports none of them.
 
+import type { OciRuntimeName } from "./oci-runtimes.ts";
+import type { OciHooks } from "./oci-types.ts";
+
 /** A host path bind-mounted into the container. */
 export interface BindMount {
   source: string;
@@ -10,6 +13,13 @@ export interface BindMount {
   readonly?: boolean;
   /** Extra mount options appended after the defaults (e.g. "nosuid"). */
   options?: string[];
+  /**
+   * A tree containers share (a volume): in a container with a user
+   * namespace, mounted through its id mapping, so root inside reads and
+   * writes it as the host's root does. Other bind mounts are not mapped:
+   * root inside is an unprivileged stranger to them. @default false
+   */
+  idmapped?: boolean;
 }
 
 /** A device node created inside the container (e.g. /dev/nvidia0). */
@@ -35,6 +45,11 @@ export interface DeviceRule {
   /** Any of "r", "w", "m". @default "rwm" */
   access?: string;
 }
+
+/** A container's seccomp profile (ContainerSpec.seccomp). */
+import type { SeccompFilter } from "./seccomp.ts";
+
+export type { SeccompFilter };
 
 export interface ContainerSpec {
   /** Letters, digits, `_ . -`; at most 128 characters; unique per runtime root. */
@@ -66,7 +81,7 @@ export interface ContainerSpec {
   memoryBytes: number;
   /** @default 4096 */
   pidsLimit?: number;
-  /** Size of /dev/shm. @default 64 MiB */
+  /** Size of /dev/shm (a tmpfs whose pages count against the memory limit). @default memoryBytes */
   shmBytes?: number;
   /** Size of the /tmp tmpfs (its pages count against memoryBytes). @default memoryBytes */
   tmpBytes?: number;
@@ -75,6 +90,11 @@ export interface ContainerSpec {
   netnsPath?: string;
   extraDevices?: DeviceNode[];
   extraDeviceRules?: DeviceRule[];
+  /**
+   * OCI hooks, written to config.json as given: GPU injection's (the NVIDIA toolkit's CDI hooks,
+   * or the agent's own ld cache hook; docs/gpus.md). Each path must be an absolute host path.
+   */
+  hooks?: OciHooks;
   labels?: Record<string, string>;
   /** Kill the container (reason "timed_out") once it has run this long. */
   timeoutMs?: number;
@@ -91,6 +111,30 @@ export interface ContainerSpec {
    * @default a fresh start
    */
   restoreFrom?: string;
+  /**
+   * The OCI runtime: runc, crun, or runsc (gVisor; docs/runtime.md, "OCI
+   * runtimes"). @default the runtime's defaultRuntime
+   */
+  runtime?: OciRuntimeName;
+  /**
+   * The seccomp profile: "allowlist" refuses every system call not on its
+   * allow list; "denylist" is the older profile, which allows all but a deny
+   * list (a workspace opted out, docs/limits.md). @default "allowlist"
+   */
+  seccomp?: SeccompFilter;
+  /**
+   * A path inside the container, empty at start, where
+   * ContainerRuntime.mountCode() mounts a code tree later, while the
+   * container runs (a pre-warmed runner's /mnt/code). @default none
+   */
+  codeSlot?: string;
+  /**
+   * Run in a user namespace: root inside is an unprivileged host uid from a
+   * range no other container of this host holds (docs/runtime.md, "User
+   * namespaces"). Ignored by gVisor, whose sandbox is its own kernel.
+   * @default false
+   */
+  userNamespace?: boolean;
 }
 
 export type ContainerStatus = "created" | "running" | "stopped";
@@ -124,6 +168,8 @@ export interface ContainerInfo {
   exitCode?: number;
   reason?: ExitReason;
   labels: Record<string, string>;
+  /** The OCI runtime it runs under. */
+  runtime: OciRuntimeName;
 }
 
 export type ContainerEvent =

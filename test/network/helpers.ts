@@ -5,6 +5,9 @@
 import assert from "node:assert/strict";
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { randomBytes, randomInt } from "node:crypto";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { cleanupNetworkByPrefix } from "../../agent/network/cleanup.ts";
 import { Network, type NetworkOptions } from "../../agent/network/index.ts";
@@ -62,12 +65,53 @@ async function usedOctets(): Promise<Set<number>> {
   return used;
 }
 
-/** Names and subnets no other test file running at the same time is likely to use. */
+const OCTET_CLAIMS = join(tmpdir(), "berth-test-octets");
+const claimed: string[] = [];
+
+/**
+ * Claims an octet for this test process with a file made exclusively
+ * (O_EXCL), so two test files starting at once never pick the same one
+ * before either has made its bridge. A claim whose process has ended is
+ * stale and taken over; this process's claims go when it exits.
+ */
+function claimOctet(octet: number): boolean {
+  mkdirSync(OCTET_CLAIMS, { recursive: true });
+  const file = join(OCTET_CLAIMS, String(octet));
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(file, String(process.pid), { flag: "wx" });
+      if (claimed.length === 0) process.on("exit", releaseOctets);
+      claimed.push(file);
+      return true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      if (processAlive(Number(readFileSync(file, "utf8")))) return false;
+      rmSync(file, { force: true });
+    }
+  }
+  return false;
+}
+
+function processAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+function releaseOctets(): void {
+  for (const file of claimed.splice(0)) rmSync(file, { force: true });
+}
+
+/** Names and subnets no other test file running at the same time uses. */
 export async function testNames(): Promise<TestNames> {
   const used = await usedOctets();
   let octet: number;
   do octet = randomInt(1, 255);
-  while (used.has(octet));
+  while (used.has(octet) || !claimOctet(octet));
   const namePrefix = `t${randomBytes(3).toString("hex").slice(0, 5)}`;
   return {
     namePrefix,

@@ -7,7 +7,9 @@ import { join } from "node:path";
 import type { TestContext } from "node:test";
 import { waitFor } from "../../shared/net.ts";
 import { cgroupDirs } from "../../agent/runtime/cgroups.ts";
+import { sharedRootfsPath } from "../../agent/runtime/idmap.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
+import { unmountLeftovers } from "../helpers/mounts.ts";
 import { Runc } from "../../agent/runtime/runc.ts";
 import { ContainerRuntime, type ContainerRuntimeOptions } from "../../agent/runtime/runtime.ts";
 import type { ContainerEvent, ContainerSpec, LogLine } from "../../agent/runtime/types.ts";
@@ -97,13 +99,19 @@ export async function runtimeHarness(
         assert.deepEqual(left, [], `no cgroup dir of ${id} may be left`);
       }
       assert.deepEqual(mountsUnder(dir), [], "no mount may be left under the test dir");
+      assert.deepEqual(mountsUnder(sharedRootfsPath(root)), [], "no container root may be left mounted");
       assert.deepEqual(loopsUnder(dir), [], "no loop device (container disk) may be left");
       assert.deepEqual(await runc.list(), [], "no runc container may be left");
+      for (const name of ["crun", "runsc"] as const) {
+        const other = new Runc(name, join(root, `.${name}`));
+        if (existsSync(other.root))
+          assert.deepEqual(await other.list(), [], `no ${name} container may be left`);
+      }
     } finally {
       for (const c of await runc.list().catch(() => [])) {
         execFileSync("runc", ["--root", join(root, ".runc"), "delete", "--force", c.id], { stdio: "ignore" });
       }
-      for (const m of mountsUnder(dir)) execFileSync("umount", ["-l", m], { stdio: "ignore" });
+      unmountLeftovers([dir], [root]);
       rmSync(dir, { recursive: true, force: true });
     }
   });

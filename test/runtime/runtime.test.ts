@@ -269,6 +269,101 @@ print(json.dumps(out))
   assert.ok(out.kcore === null || out.kcore === 0, "/proc/kcore is absent or masked");
 });
 
+test("the default seccomp allowlist refuses what it does not list with EPERM; ordinary work runs", async (t) => {
+  if (!needs(t, REQ)) return;
+  const h = await runtimeHarness(t);
+  const script = `
+import ctypes, json, mmap, os, platform, selectors, socket, subprocess, sys, tempfile, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {
+  "x86_64": {"keyctl": 250, "bpf": 321, "perf_event_open": 298, "kcmp": 312},
+  "aarch64": {"keyctl": 219, "bpf": 280, "perf_event_open": 241, "kcmp": 272},
+}[platform.machine()]
+def call(name, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(NR[name], *[ctypes.c_long(a) for a in args])
+    return [r, ctypes.get_errno()]
+pid = os.getpid()
+out = {
+  # KEYCTL_GET_KEYRING_ID of the session keyring: works for any host process.
+  "keyctl": call("keyctl", 0, -3, 0),
+  # BPF_MAP_CREATE and perf_event_open with no attributes: EFAULT or EINVAL had the kernel seen them.
+  "bpf": call("bpf", 0, 0, 0),
+  "perf_event_open": call("perf_event_open", 0, 0, -1, -1, 0),
+  # KCMP_FILE of fd 0 with itself: neither allowed nor on the deny list.
+  "kcmp": call("kcmp", pid, pid, 0, 0, 0),
+}
+try:
+    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    out["vsock"] = 0
+except OSError as e:
+    out["vsock"] = e.errno
+
+results = []
+threads = [threading.Thread(target=lambda i=i: results.append(sum(range(i * 1000)))) for i in range(4)]
+for th in threads: th.start()
+for th in threads: th.join()
+out["threads"] = len(results)
+
+child = subprocess.run([sys.executable, "-c", "import os; print(os.getppid() > 0 and 6 * 7)"], capture_output=True, text=True)
+out["subprocess"] = child.stdout.strip()
+
+a, b = socket.socketpair()
+sel = selectors.DefaultSelector()
+sel.register(b, selectors.EVENT_READ)
+a.sendall(b"ping")
+ready = sel.select(timeout=5)
+out["socketpair"] = b.recv(4).decode() if ready else None
+srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+cli = socket.create_connection(srv.getsockname(), timeout=5)
+conn, _ = srv.accept()
+cli.sendall(b"pong")
+out["tcp"] = conn.recv(4).decode()
+
+with tempfile.NamedTemporaryFile("wb", dir="/tmp", delete=False) as f:
+    f.write(b"x" * 8192)
+    f.flush()
+    os.fsync(f.fileno())
+os.rename(f.name, "/tmp/moved")
+with open("/tmp/moved", "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    m[0:5] = b"hello"
+    m.flush()
+    m.close()
+out["file"] = open("/tmp/moved", "rb").read(5).decode()
+anon = mmap.mmap(-1, 1 << 20)
+anon[-3:] = b"end"
+out["mmap"] = anon[-3:].decode()
+time.sleep(0.01)
+out["urandom"] = len(os.urandom(16))
+libc.personality.argtypes = [ctypes.c_ulong]
+out["personality"] = libc.personality(0xffffffff)
+print(json.dumps(out))
+`;
+  const spec = h.spec(py(script));
+  await h.rt.run(spec);
+  const exit = await h.exitEvent(spec.id);
+  assert.equal(exit.exitCode, 0, exit.stderrTail);
+  const out = JSON.parse(h.linesOf(spec.id)[0]!);
+  const EPERM = 1;
+  assert.deepEqual(out.keyctl, [-1, EPERM]);
+  assert.deepEqual(out.bpf, [-1, EPERM]);
+  assert.deepEqual(out.perf_event_open, [-1, EPERM]);
+  assert.deepEqual(out.kcmp, [-1, EPERM], "a call on neither list gets EPERM, not ENOSYS");
+  assert.equal(out.vsock, EPERM);
+  assert.equal(out.threads, 4);
+  assert.equal(out.subprocess, "42");
+  assert.equal(out.socketpair, "ping");
+  assert.equal(out.tcp, "pong");
+  assert.equal(out.file, "hello");
+  assert.equal(out.mmap, "end");
+  assert.equal(out.urandom, 16);
+  assert.equal(out.personality, 0);
+});
+
 test("user, cwd, env, hostname and read-only bind mounts are applied", async (t) => {
   if (!needs(t, REQ)) return;
   const h = await runtimeHarness(t);
