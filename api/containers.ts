@@ -13,6 +13,12 @@ export interface GpuRequest {
   count: number;
   /** Acceptable types in order of preference (e.g. ["H100", "A100"]); empty = any. */
   types?: string[];
+  /**
+   * Part of one shared GPU (`berth agent --shared-gpus`), in MiB of its
+   * memory, instead of whole GPUs; count is then 1. The container runs as an
+   * NVIDIA MPS client limited to that memory. @default whole GPUs
+   */
+  memoryMiB?: number;
 }
 
 export interface RunContainerRequest {
@@ -58,7 +64,29 @@ export interface RunContainerRequest {
   code?: { sha256: string };
   /** Makes this a runner container: see RunnerConfig. */
   runner?: RunnerConfig;
+  /**
+   * "gvisor": the container runs under runsc, its system calls served by
+   * gVisor's kernel; "container": the agent's OCI runtime (runc or crun).
+   * See docs/runtime.md, "OCI runtimes". @default "container"
+   */
+  isolation?: "container" | "gvisor";
+  /**
+   * false: root inside is the host's root, a workspace opted out
+   * (docs/limits.md, "Opting a workspace out"); true: root inside is an
+   * unprivileged host uid, in a user namespace. @default true
+   */
+  userNamespace?: boolean;
+  /**
+   * The container's system call filter: "allowlist" refuses every call not on
+   * the allow list; "denylist" is the older profile, which allows all but a
+   * deny list (a workspace opted out). @default "allowlist"
+   */
+  syscallFilter?: SyscallFilter;
 }
+
+/** What a container's seccomp profile is built from (RunContainerRequest.syscallFilter). */
+export type SyscallFilter = "allowlist" | "denylist";
+export const SYSCALL_FILTERS: readonly SyscallFilter[] = ["allowlist", "denylist"];
 
 /**
  * A volume of the workspace, kept under the agent's volume root at
@@ -127,8 +155,10 @@ export interface ContainerStatus {
   labels: Record<string, string>;
   cpu: number;
   memoryBytes: number;
-  /** UUIDs of the GPUs assigned exclusively to this container. */
+  /** UUIDs of the GPUs assigned exclusively to this container (or the shared GPU it has a share of). */
   gpus: string[];
+  /** Set when `gpus` is a share of a shared GPU: the MiB of its memory (docs/gpus.md, "Shared GPUs"). */
+  gpuMemoryMiB?: number;
   ipv4?: string;
   ipv6?: string;
   egress: EgressPolicy;
@@ -210,9 +240,15 @@ export interface ContainerApi {
   getContainer(id: string): Promise<ContainerStatus>;
   listContainers(filter?: { labels?: Record<string, string> }): Promise<ContainerStatus[]>;
   /** Past lines (tail) and, with follow, new ones until the container ends or the signal aborts. */
-  streamLogs(id: string, opts?: { follow?: boolean; tail?: number; signal?: AbortSignal }): AsyncIterable<LogEntry>;
+  streamLogs(
+    id: string,
+    opts?: { follow?: boolean; tail?: number; signal?: AbortSignal },
+  ): AsyncIterable<LogEntry>;
   exec(id: string, req: ExecRequest): Promise<ExecSession>;
-  pullImage(ref: string, opts?: { credentials?: { username: string; password: string } }): Promise<ImageSummary>;
+  pullImage(
+    ref: string,
+    opts?: { credentials?: { username: string; password: string } },
+  ): Promise<ImageSummary>;
   listImages(): Promise<ImageSummary[]>;
   removeImage(ref: string): Promise<void>;
   /** Adds an image from a file or directory already on the agent's host (air-gapped hosts). */

@@ -3,8 +3,15 @@
 // agent/host/sandbox.ts) and AgentRpcClient (its ProcessRpcClient,
 // api/grpc/client.ts) both extend it, so the two pass the calls on alike.
 
+import { BerthError } from "../shared/errors.ts";
 import type { ExecRequest } from "./containers.ts";
-import type { OutputStream, ProcessInfo, ProcessOutput, SandboxProcessApi } from "./processes.ts";
+import type {
+  OutputStream,
+  ProcessInfo,
+  ProcessOutput,
+  ProcessRunEvent,
+  SandboxProcessApi,
+} from "./processes.ts";
 
 export abstract class ProcessDelegation implements SandboxProcessApi {
   protected abstract readonly processes: SandboxProcessApi;
@@ -49,5 +56,12 @@ export abstract class ProcessDelegation implements SandboxProcessApi {
     opts?: { signal?: AbortSignal },
   ): AsyncIterable<Uint8Array> {
     return this.processes.followProcessOutput(id, pid, stream, offset, opts);
+  }
+
+  runProcess(id: string, req: ExecRequest, opts?: { signal?: AbortSignal }): AsyncIterable<ProcessRunEvent> {
+    const run = this.processes.runProcess;
+    if (!run)
+      throw new BerthError("not_implemented", "this agent cannot run a process in one call (RunProcess)");
+    return run.call(this.processes, id, req, opts);
   }
 }

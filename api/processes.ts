@@ -79,4 +79,23 @@ export interface SandboxProcessApi {
     offset: number,
     opts?: { signal?: AbortSignal },
   ): AsyncIterable<Uint8Array>;
+  /**
+   * startProcess, followProcessOutput of stdout and stderr, and waitProcess
+   * in one call: `started` first, then the output as it is written (each
+   * stream in order), then `ended` once the process ended and all of it was
+   * sent. Aborting the signal (or leaving the loop) stops the stream, not the
+   * process. Absent on an agent that predates it: the caller makes the three
+   * calls itself.
+   */
+  runProcess?(
+    containerId: string,
+    req: ExecRequest,
+    opts?: { signal?: AbortSignal },
+  ): AsyncIterable<ProcessRunEvent>;
 }
+
+/** What runProcess streams. */
+export type ProcessRunEvent =
+  | { type: "started"; process: ProcessInfo }
+  | { type: "output"; stream: "stdout" | "stderr"; data: Uint8Array }
+  | { type: "ended"; process: ProcessInfo };

@@ -19,7 +19,22 @@ function base32(bytes: Buffer): string {
   return out;
 }
 
-export type IdKind = "ws" | "tok" | "agent" | "stub" | "task" | "ctr" | "dep" | "app" | "wh" | "evt" | "img" | "snap" | "db";
+export type IdKind =
+  | "ws"
+  | "tok"
+  | "agent"
+  | "stub"
+  | "task"
+  | "ctr"
+  | "dep"
+  | "app"
+  | "wh"
+  | "evt"
+  | "img"
+  | "snap"
+  | "db"
+  | "aud"
+  | "ses";
 
 /**
  * 80 random bits from a v4 UUID's 122: randomUUID draws on Node's batched

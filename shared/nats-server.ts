@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { connect as netConnect } from "node:net";
 import { join } from "node:path";
-import { type NatsConnection, StorageType } from "nats";
+import type { NatsConnection } from "nats";
 import { sleep } from "./net.ts";
 
 export interface NatsUser {
@@ -33,6 +33,11 @@ export interface NatsServerOptions {
    * for every node, each then reloaded through its own pid file.
    */
   sharedUsersFile?: string;
+  /**
+   * Clients must speak TLS with this PEM certificate and key (berth up --advertise: issued by the
+   * cluster CA); the URL is then tls://. @default plain TCP
+   */
+  tls?: { certFile: string; keyFile: string };
 }
 
 export interface NatsClusterOptions {
@@ -86,6 +91,7 @@ export function natsConfig(o: NatsServerOptions): string {
           `cluster { name: ${q(o.cluster.name)}, host: ${q(o.host ?? "127.0.0.1")}, port: ${o.cluster.port}, routes: [${o.cluster.routes.map(q).join(", ")}] }`,
         ]
       : []),
+    ...(o.tls ? [`tls { cert_file: ${q(o.tls.certFile)}, key_file: ${q(o.tls.keyFile)}, timeout: 5 }`] : []),
     "authorization {",
     // nats-server resolves includes against the config's folder, even absolute ones.
     `  include "users.conf"`,
@@ -141,7 +147,7 @@ export async function startNatsServer(o: NatsServerOptions): Promise<RunningNats
     await sleep(50);
   }
   return {
-    url: `nats://${host}:${o.port}`,
+    url: `${o.tls ? "tls" : "nats"}://${host.includes(":") ? `[${host}]` : host}:${o.port}`,
     usersFile: files.users,
     pidFile: files.pid,
     process: child,
@@ -215,6 +221,8 @@ export async function jetStreamReady(
 export async function jetStreamClusterReady(nc: NatsConnection, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   const name = "BERTH_CLUSTER_READY_PROBE";
+  // A value import at the top would load nats in every process that closes a connection (the agent's edge mode too).
+  const { StorageType } = await import("nats");
   for (;;) {
     try {
       const jsm = await nc.jetstreamManager({ timeout: 2000 });

@@ -1,8 +1,8 @@
 // A small client of the OCI distribution API (docs/images.md, "The cluster
 // registry"): what the agent needs to push a built image (blob check, blob
-// upload, manifest put) and the coordinator to garbage-collect one (manifest
-// delete). Pulls stay with skopeo (agent/images). Basic auth and the Bearer
-// token challenge both work, so an operator's own registry (Harbor, GitLab,
+// upload, manifest put) and to pull one (manifest and blobs, streamed:
+// agent/images/registry-pull.ts), and the coordinator to garbage-collect one
+// (manifest delete). Basic auth and the Bearer token challenge both work, so an operator's own registry (Harbor, GitLab,
 // a cloud registry's token endpoint) serves as well as Debian's
 // docker-registry with htpasswd. Credentials never appear in an error.
 
@@ -37,7 +37,11 @@ export class RegistryClient {
   private readonly tokens = new Map<string, string>();
   private readonly base: string;
 
-  constructor(private readonly ep: RegistryEndpoint) {
+  constructor(
+    private readonly ep: RegistryEndpoint,
+    /** The HTTP client (a test counts requests through it). @default globalThis.fetch */
+    private readonly send: typeof fetch = globalThis.fetch,
+  ) {
     this.base = `${ep.insecure ? "http" : "https"}://${ep.host}`;
   }
 
@@ -133,7 +137,7 @@ export class RegistryClient {
 
   private async fetch(url: string, init: RequestInit): Promise<Response> {
     try {
-      return await fetch(url, init);
+      return await this.send(url, init);
     } catch (e) {
       if (init.signal?.aborted)
         throw new BerthError("cancelled", `the request to ${this.ep.host} was cancelled`);

@@ -11,18 +11,25 @@ export const subjects = {
   goodbye: (agentId: string) => `${AGENT_PREFIX}.${agentId}.goodbye`,
   allGoodbyes: `${AGENT_PREFIX}.*.goodbye`,
   /** Agent → coordinators: a container started or ended (exit code and reason). */
-  containerEvent: (agentId: string, containerId: string) => `${AGENT_PREFIX}.${agentId}.container.${containerId}.event`,
+  containerEvent: (agentId: string, containerId: string) =>
+    `${AGENT_PREFIX}.${agentId}.container.${containerId}.event`,
   allContainerEvents: `${AGENT_PREFIX}.*.container.*.event`,
   /** Superseded by containerLogs (agent/logs): not stored; kept until ContainerPublisher.log goes. */
-  containerLog: (agentId: string, containerId: string) => `${AGENT_PREFIX}.${agentId}.container.${containerId}.log`,
+  containerLog: (agentId: string, containerId: string) =>
+    `${AGENT_PREFIX}.${agentId}.container.${containerId}.log`,
   /**
    * Agent → the logs stream (BERTH_LOGS, docs/logs.md): a batch of one
    * container's lines, all of one task or of none (`_`). Every token is a
    * logSubjectToken, so coordinators filter by workspace, stub, container
    * and task with subject filters alone.
    */
-  containerLogs: (agentId: string, workspaceId: string, stubId: string, containerId: string, taskId: string) =>
-    `${AGENT_PREFIX}.${agentId}.logs.${workspaceId}.${stubId}.${containerId}.${taskId}`,
+  containerLogs: (
+    agentId: string,
+    workspaceId: string,
+    stubId: string,
+    containerId: string,
+    taskId: string,
+  ) => `${AGENT_PREFIX}.${agentId}.logs.${workspaceId}.${stubId}.${containerId}.${taskId}`,
   allContainerLogs: `${AGENT_PREFIX}.*.logs.*.*.*.*`,
   /** One workspace's log batches, narrowed to a stub, container or task when given (already valid tokens). */
   workspaceLogs: (workspaceId: string, f: { stubId?: string; containerId?: string; taskId?: string } = {}) =>
@@ -30,6 +37,9 @@ export const subjects = {
   /** Agent → coordinators: one round of container and host usage samples (AgentMetricsMessage). */
   metrics: (agentId: string) => `${AGENT_PREFIX}.${agentId}.metrics`,
   allMetrics: `${AGENT_PREFIX}.*.metrics`,
+  /** Agent → coordinators (request): the cluster's other ready agents to ask for layers (docs/images.md). */
+  layerPeers: (agentId: string) => `${AGENT_PREFIX}.${agentId}.layer-peers`,
+  allLayerPeers: `${AGENT_PREFIX}.*.layer-peers`,
 } as const;
 
 /** JetStream streams the coordinator creates at start. */
@@ -47,6 +57,8 @@ export interface ContainerEventMessage {
   pid?: number;
   exitCode?: number;
   reason?: string;
+  /** On an exit: the container's memory limit (what an oom_killed end names). */
+  memoryBytes?: number;
   labels: Record<string, string>;
 }
 
@@ -71,6 +83,36 @@ export interface AgentMetricsMessage {
   /** What the agent's running containers were given. */
   allocated: { containers: number; cpuCores: number; memoryBytes: number; gpus: number };
   containers: ContainerMetricsSample[];
+  /** Every physical GPU of the host as the driver reads it this round; absent on hosts without nvidia-smi. */
+  gpus?: GpuTelemetry[];
+}
+
+/** One physical GPU's figures (nvidia-smi --query-gpu); null where the driver has no value. */
+export interface GpuTelemetry {
+  index: number;
+  uuid: string;
+  model: string;
+  /** As nvidia-smi prints it, e.g. "00000000:18:00.0". */
+  pciBusId: string;
+  utilizationPercent: number | null;
+  /** Share of time the memory was read or written. */
+  memoryUtilizationPercent: number | null;
+  memoryUsedMiB: number | null;
+  memoryTotalMiB: number | null;
+  temperatureC: number | null;
+  memoryTemperatureC: number | null;
+  powerWatts: number | null;
+  smClockMHz: number | null;
+  memoryClockMHz: number | null;
+  /** ECC errors since the driver loaded. */
+  eccCorrectedVolatile: number | null;
+  eccUncorrectedVolatile: number | null;
+  /** Set when a value says the GPU must be reset. */
+  problem?: string;
+  /** The last XID error the kernel logged for this GPU while the agent ran. */
+  lastXid?: { code: number; at: number };
+  /** Set while the agent keeps new work off this GPU. */
+  drained?: { reason: string; since: number };
 }
 
 export interface ContainerMetricsSample {

@@ -62,6 +62,11 @@ export interface StubExtra {
   /** GPU types in priority order (`runtime.gpu` holds them comma-joined). */
   gpu_types: string[];
   gpu_count: number;
+  /**
+   * Part of one shared GPU instead of whole GPUs: this many MiB of its
+   * memory (`gpu_memory=`, docs/gpus.md "Shared GPUs"). Absent: whole GPUs.
+   */
+  gpu_memory_mib?: number;
   /** Exception class names (`Name` or `module.Name`) that retry like a crash. */
   retry_for: string[];
   /** Full image reference the agents pull; empty = the cluster's default image. */
@@ -89,6 +94,24 @@ export interface StubExtra {
   env?: Record<string, string>;
   /** Sandboxes: idle seconds before the sandbox is terminated; -1 never. */
   ttl_seconds?: number;
+  /**
+   * "gvisor": the containers run under gVisor (runsc) instead of the agent's
+   * OCI runtime (docs/runtime.md, "OCI runtimes"). @default "container"
+   */
+  isolation?: "container" | "gvisor";
+  /**
+   * Only agents of this pool (`berth agent --pool`, docs/pools.md) run its
+   * containers; a pool no agent is in is refused as unplaceable. @default any agent
+   */
+  pool?: string;
+  /**
+   * Higher is placed first; a container that cannot be placed may preempt
+   * running `preemptible` work of a lower priority (docs/gpus.md,
+   * "Priorities and preemption"). @default 0
+   */
+  priority?: number;
+  /** Its running containers may be preempted for higher-priority work; their tasks are requeued. @default false */
+  preemptible?: boolean;
   /** Endpoint and asgi deployments: the model names the /v1 gateway routes to them (docs/inference.md). */
   served_models?: string[];
   /** Bot deployments: locations, transitions and model (docs/bots.md). */

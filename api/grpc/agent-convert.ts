@@ -24,6 +24,8 @@ export interface WireDisk {
 export interface WireMigInstance {
   profile: string;
   parentUuid: string;
+  gi?: number;
+  ci?: number;
 }
 
 export interface WireGpuDevice {
@@ -33,6 +35,7 @@ export interface WireGpuDevice {
   type: string;
   memoryMib: number;
   mig?: WireMigInstance | null;
+  shared?: boolean;
 }
 
 export interface WireGpuReport {
@@ -94,13 +97,26 @@ function gpuDeviceToProto(d: GpuDevice, i: number): WireGpuDevice {
     model: d.model,
     type: d.type,
     memoryMib: uint64(d.memoryMiB, `gpus.devices[${i}].memoryMiB`),
-    mig: d.mig ? { profile: d.mig.profile, parentUuid: d.mig.parentUuid } : null,
+    mig: d.mig
+      ? {
+          profile: d.mig.profile,
+          parentUuid: d.mig.parentUuid,
+          ...(d.mig.gi !== undefined ? { gi: uint32(d.mig.gi, `gpus.devices[${i}].mig.gi`) } : {}),
+          ...(d.mig.ci !== undefined ? { ci: uint32(d.mig.ci, `gpus.devices[${i}].mig.ci`) } : {}),
+        }
+      : null,
+    ...(d.shared ? { shared: true } : {}),
   };
 }
 
 function gpuDeviceFromProto(w: WireGpuDevice): GpuDevice {
   const d: GpuDevice = { index: w.index, uuid: w.uuid, model: w.model, type: w.type, memoryMiB: w.memoryMib };
-  if (w.mig) d.mig = { profile: w.mig.profile, parentUuid: w.mig.parentUuid };
+  if (w.mig) {
+    d.mig = { profile: w.mig.profile, parentUuid: w.mig.parentUuid };
+    if (w.mig.gi !== undefined && w.mig.gi !== null) d.mig.gi = w.mig.gi;
+    if (w.mig.ci !== undefined && w.mig.ci !== null) d.mig.ci = w.mig.ci;
+  }
+  if (w.shared) d.shared = true;
   return d;
 }
 

@@ -59,7 +59,7 @@ export interface WireRunContainerRequest {
   cpu: number;
   memoryBytes: number;
   pidsLimit?: number;
-  gpu?: { count: number; types: string[] } | null;
+  gpu?: { count: number; types: string[]; memoryMib?: number } | null;
   egress?: WireEgressPolicy | null;
   exposedPorts: number[];
   mounts: { source: string; destination: string; readOnly?: boolean }[];
@@ -71,6 +71,9 @@ export interface WireRunContainerRequest {
   volumes?: { workspaceId: string; name: string; mountPath: string }[];
   buckets?: WireBucketMount[];
   bridge?: { workspaceId: string } | null;
+  isolation?: string;
+  userNamespace?: boolean;
+  syscallFilter?: string;
 }
 
 export interface WireBucketMount {
@@ -135,6 +138,7 @@ export interface WireContainer {
   cpu: number;
   memoryBytes: number;
   gpus: string[];
+  gpuMemoryMib?: number | null;
   ipv4?: string;
   ipv6?: string;
   egress?: WireEgressPolicy | null;
@@ -266,6 +270,12 @@ export function egressFromProto(w: WireEgressPolicy, side: Side): EgressPolicy {
 }
 
 export function runRequestToProto(r: RunContainerRequest): WireRunContainerRequest {
+  // The wire's bool would read any truthy value as true: a mistyped opt-out must not become the default.
+  if (r.userNamespace !== undefined && typeof r.userNamespace !== "boolean")
+    throw new BerthError(
+      "invalid_request",
+      `userNamespace must be true or false, got ${JSON.stringify(r.userNamespace)}`,
+    );
   return defined<WireRunContainerRequest>({
     id: r.id,
     image: r.image,
@@ -282,7 +292,13 @@ export function runRequestToProto(r: RunContainerRequest): WireRunContainerReque
     pidsLimit:
       r.pidsLimit === undefined ? undefined : uint(r.pidsLimit, "pidsLimit", "invalid_request", UINT32),
     gpu: r.gpu
-      ? { count: uint(r.gpu.count, "gpu.count", "invalid_request", UINT32), types: [...(r.gpu.types ?? [])] }
+      ? {
+          count: uint(r.gpu.count, "gpu.count", "invalid_request", UINT32),
+          types: [...(r.gpu.types ?? [])],
+          ...(r.gpu.memoryMiB !== undefined
+            ? { memoryMib: uint(r.gpu.memoryMiB, "gpu.memoryMiB", "invalid_request", UINT32) }
+            : {}),
+        }
       : null,
     egress: r.egress ? egressToProto(r.egress) : null,
     exposedPorts: (r.exposedPorts ?? []).map((p, i) =>
@@ -299,9 +315,16 @@ export function runRequestToProto(r: RunContainerRequest): WireRunContainerReque
         : uint(r.startupWindowMs, "startupWindowMs", "invalid_request"),
     code: r.code ? { sha256: r.code.sha256 } : null,
     runner: r.runner ? runnerToProto(r.runner) : null,
-    volumes: (r.volumes ?? []).map((v) => ({ workspaceId: v.workspaceId, name: v.name, mountPath: v.mountPath })),
+    volumes: (r.volumes ?? []).map((v) => ({
+      workspaceId: v.workspaceId,
+      name: v.name,
+      mountPath: v.mountPath,
+    })),
     buckets: (r.buckets ?? []).map(bucketToWire),
     bridge: r.bridge ? { workspaceId: r.bridge.workspaceId } : null,
+    isolation: r.isolation,
+    userNamespace: r.userNamespace,
+    syscallFilter: r.syscallFilter,
   });
 }
 
@@ -363,7 +386,10 @@ export function runRequestFromProto(w: WireRunContainerRequest): RunContainerReq
     labels: nonEmpty(w.labels),
     startupWindowMs: w.startupWindowMs,
   });
-  if (w.gpu) r.gpu = w.gpu.types.length ? { count: w.gpu.count, types: w.gpu.types } : { count: w.gpu.count };
+  if (w.gpu) {
+    r.gpu = w.gpu.types.length ? { count: w.gpu.count, types: w.gpu.types } : { count: w.gpu.count };
+    if (w.gpu.memoryMib !== undefined && w.gpu.memoryMib !== null) r.gpu.memoryMiB = w.gpu.memoryMib;
+  }
   if (w.code) r.code = { sha256: w.code.sha256 };
   if (w.runner) r.runner = runnerFromProto(w.runner);
   if (w.volumes?.length) {
@@ -371,6 +397,12 @@ export function runRequestFromProto(w: WireRunContainerRequest): RunContainerReq
   }
   if (w.buckets?.length) r.buckets = w.buckets.map(bucketFromWire);
   if (w.bridge) r.bridge = { workspaceId: w.bridge.workspaceId };
+  // Checked by the agent (resolveRunRequest), like every other field.
+  if (w.isolation !== undefined) r.isolation = w.isolation as RunContainerRequest["isolation"];
+  // A proto3 optional bool keeps its presence: false (opted out) is not absent (the default).
+  if (w.userNamespace !== undefined && w.userNamespace !== null) r.userNamespace = w.userNamespace;
+  if (w.syscallFilter !== undefined)
+    r.syscallFilter = w.syscallFilter as RunContainerRequest["syscallFilter"];
   return r;
 }
 
@@ -396,6 +428,8 @@ export function containerToProto(c: ContainerStatus): WireContainer {
     cpu: finiteNonNegative(c.cpu, "cpu", "internal"),
     memoryBytes: uint(c.memoryBytes, "memoryBytes", "internal"),
     gpus: [...c.gpus],
+    gpuMemoryMib:
+      c.gpuMemoryMiB === undefined ? undefined : uint(c.gpuMemoryMiB, "gpuMemoryMiB", "internal", UINT32),
     ipv4: c.ipv4,
     ipv6: c.ipv6,
     egress: egressToProto(c.egress),
@@ -427,6 +461,7 @@ export function containerFromProto(w: WireContainer): ContainerStatus {
     cpu: w.cpu,
     memoryBytes: w.memoryBytes,
     gpus: [...w.gpus],
+    gpuMemoryMiB: w.gpuMemoryMib ?? undefined,
     ipv4: w.ipv4,
     ipv6: w.ipv6,
     egress: egressFromProto(w.egress, "reply"),

@@ -11,6 +11,7 @@ import type {
   OutputStream,
   ProcessInfo,
   ProcessOutput,
+  ProcessRunEvent,
   ProcessStatus,
   SandboxProcessApi,
 } from "../processes.ts";
@@ -34,11 +35,41 @@ export interface WireProcessInfo {
   error?: string | null;
 }
 
+/** ProcessRunEvent on the wire: `event` names the one field set. */
+export interface WireProcessRunEvent {
+  event?: "started" | "stdout" | "stderr" | "ended";
+  started?: WireProcessInfo | null;
+  stdout?: Buffer;
+  stderr?: Buffer;
+  ended?: WireProcessInfo | null;
+}
+
+export function runEventToProto(e: ProcessRunEvent): WireProcessRunEvent {
+  if (e.type === "output")
+    return { [e.stream]: Buffer.from(e.data.buffer, e.data.byteOffset, e.data.byteLength) };
+  return { [e.type]: processInfoToProto(e.process) };
+}
+
+export function runEventFromProto(w: WireProcessRunEvent): ProcessRunEvent {
+  if ((w.event === "started" || w.event === "ended") && w[w.event]) {
+    return { type: w.event, process: processInfoFromProto(w[w.event] as WireProcessInfo) };
+  }
+  if (w.event === "stdout" || w.event === "stderr") {
+    return { type: "output", stream: w.event, data: bytesOf(w[w.event] ?? Buffer.alloc(0)) };
+  }
+  throw new BerthError(
+    "internal",
+    `agent reply: a RunProcess event with no event set (${JSON.stringify(w.event)})`,
+  );
+}
+
 export interface WireProcessOutputChunk {
   start: number;
   offset: number;
   data: Buffer;
 }
+
+const bytesOf = (b: Buffer) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 
 const STATUSES: readonly ProcessStatus[] = ["running", "exited", "killed", "error"];
 
@@ -69,8 +100,6 @@ export function processInfoFromProto(w: WireProcessInfo): ProcessInfo {
     ...(w.error !== undefined && w.error !== null ? { error: w.error } : {}),
   };
 }
-
-const bytesOf = (b: Buffer) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 
 export class ProcessRpcClient implements SandboxProcessApi {
   constructor(private readonly ch: RpcChannel) {}
@@ -154,6 +183,20 @@ export class ProcessRpcClient implements SandboxProcessApi {
       highWater: 16,
     }))
       if (w.data.length > 0) yield bytesOf(w.data);
+  }
+
+  /** Aborting `signal` (or leaving the loop) cancels the call; the process runs on. */
+  async *runProcess(
+    containerId: string,
+    req: ExecRequest,
+    opts: { signal?: AbortSignal } = {},
+  ): AsyncGenerator<ProcessRunEvent> {
+    const wire = { containerId, request: execRequestToProto(req) };
+    for await (const w of streamCall<WireProcessRunEvent>(this.ch, "RunProcess", wire, {
+      ...opts,
+      highWater: 16,
+    }))
+      yield runEventFromProto(w);
   }
 
   /** One WaitProcess call of at most `ms`; an abort cancels it and answers the status as it is then. */
