@@ -7,9 +7,10 @@ import type { GpuReport } from "../shared/fleet.ts";
 import { GpuInjector } from "./capacity/gpu-injection.ts";
 import type { ContainerPublisher } from "./fleet/container-publisher.ts";
 import { ContainerHost } from "./host/index.ts";
-import { type ClusterRegistry, ImageStore } from "./images/index.ts";
+import { type BlobHolder, type ClusterRegistry, ImageStore, type PeerBlobs } from "./images/index.ts";
 import type { ClusterRegistryAccess } from "../shared/fleet.ts";
 import { parseRegistryUrl } from "../shared/registry-client.ts";
+import { fetchTrusting } from "../shared/tls-fetch.ts";
 import { Network } from "./network/index.ts";
 import type { ResolvedAgentOptions } from "./options.ts";
 import type { ContainerApi } from "../api/index.ts";
@@ -21,6 +22,8 @@ export interface ContainerSubsystem {
   api: ContainerApi;
   /** Why containers cannot run on this agent, when they cannot. */
   disabledReason?: string;
+  /** What the agent's tunnel serves its peers: the image store's layer blobs (with peerBlobs). */
+  blobs?: BlobHolder;
   /** Hands the agent's NATS connection to the task bridge: runner containers may run from then on. */
   attachNats(nc: NatsConnection, agentId: string): Promise<void>;
   /** Stops timers; containers keep running for the next agent process. */
@@ -37,6 +40,8 @@ export async function startContainers(
   log: Logger,
   gpus: () => GpuReport | undefined,
   publisher: () => ContainerPublisher | undefined,
+  /** The cluster's other agents, asked for layers before the registry (docs/images.md). */
+  peerBlobs?: PeerBlobs,
 ): Promise<ContainerSubsystem> {
   if (!o.containers) return disabled("containers are disabled on this agent (--no-containers)");
   if (process.getuid?.() !== 0)
@@ -60,13 +65,17 @@ export async function startContainers(
       },
       { warn: (message: string) => log.warn(message) },
     );
+    const caDir = o.clusterCaPem ? writeClusterCa(join(o.dataDir, "cluster-ca"), o.clusterCaPem) : undefined;
     const images = new ImageStore({
       root: join(o.dataDir, "images"),
       ...(o.defaultImage ? { defaultImage: o.defaultImage } : {}),
       insecureRegistries: o.insecureRegistries,
-      ...(o.clusterRegistry ? { clusterRegistry: clusterRegistryOf(o.clusterRegistry) } : {}),
+      ...(o.clusterRegistry ? { clusterRegistry: clusterRegistryOf(o.clusterRegistry, caDir) } : {}),
+      ...(o.clusterCaPem ? { fetch: fetchTrusting(o.clusterCaPem) } : {}),
       logger: log.child({ area: "images" }),
+      ...(peerBlobs ? { peerBlobs } : {}),
     });
+    const blobs = images.blobHolder();
     const mountsRoot = join(o.dataDir, "mounts");
     mkdirSync(mountsRoot, { recursive: true });
     // Log lines carry their container's labels (stub, task, ...) so consumers
@@ -97,17 +106,19 @@ export async function startContainers(
           root: join(o.dataDir, "containers"),
           logger: log.child({ area: "runtime" }),
           diskBytes: o.containerDiskBytes,
+          defaultRuntime: o.containerRuntime,
           // Two disks ready: a start takes one and does not wait for mount(8).
           diskPoolSize: CONTAINER_DISK_POOL,
           ...hooks,
         })),
       gpus,
-      gpuInjector: new GpuInjector({ nvidiaSmiPath: o.nvidiaSmi }),
+      gpuInjector: new GpuInjector({ nvidiaSmiPath: o.nvidiaSmi, mpsDir: o.mpsDir }),
       allowedMountRoots: [mountsRoot],
       codeDir: join(o.dataDir, "code"),
       bridgeDir: join(o.dataDir, "bridge"),
       sdkDir: o.sdkDir,
       volumeRoot: o.volumeRoot,
+      warmRunners: o.warmRunners,
       ...(o.micromambaBin ? { micromambaBin: o.micromambaBin } : {}),
       runners,
       logger: log.child({ area: "containers" }),
@@ -122,6 +133,7 @@ export async function startContainers(
           pid: s.pid,
           ...(s.exitCode !== undefined ? { exitCode: s.exitCode } : {}),
           ...(s.reason ? { reason: s.reason } : {}),
+          ...(e.type === "exit" ? { memoryBytes: s.memoryBytes } : {}),
           labels: s.labels,
         });
         log.info(
@@ -139,10 +151,15 @@ export async function startContainers(
     const gc = startImageGc(images, imageGcSchedule(o), log.child({ area: "image-gc" }));
     return {
       api: host,
+      ...(blobs ? { blobs } : {}),
       attachNats: (nc, agentId) => runners.attach(nc, agentId),
       async close() {
         await runners.stop();
         await gc.stop();
+        // Pre-warmed runners hold nothing of anyone's: they go with the agent (a new one starts its own).
+        await host
+          .drainWarmRunners()
+          .catch((e) => log.warn({ err: describeError(e) }, "removing pre-warmed runners"));
         host.close();
         // Containers stay for the next agent; the disks made ahead of demand do not.
         await runtimeRef
@@ -293,7 +310,14 @@ function lockBridge(bridge: string): { release(): void } | string {
 }
 
 /** The image store's view of the cluster registry (docs/images.md, "The cluster registry"). */
-function clusterRegistryOf(r: ClusterRegistryAccess): ClusterRegistry {
+function clusterRegistryOf(r: ClusterRegistryAccess, certDir: string | undefined): ClusterRegistry {
   const { host, insecure } = parseRegistryUrl(r.url);
-  return { host, insecure, username: r.username, password: r.password };
+  return { host, insecure, username: r.username, password: r.password, ...(certDir ? { certDir } : {}) };
+}
+
+/** The cluster CA as skopeo's --cert-dir wants it (DIR/ca.crt); the folder. */
+function writeClusterCa(dir: string, caPem: string): string {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  writeFileSync(join(dir, "ca.crt"), caPem, { mode: 0o644 });
+  return dir;
 }

@@ -1,5 +1,6 @@
 import { mkdirSync } from "node:fs";
-import { connect, type NatsConnection, nkeyAuthenticator } from "nats";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { NatsConnection } from "nats";
 import pino, { type Logger } from "pino";
 import { agentInboxPrefix } from "../shared/agent-nats.ts";
 import { COORDINATOR_CLIENT_NAME } from "../shared/cluster-names.ts";
@@ -9,13 +10,19 @@ import { readHostId } from "../shared/host-id.ts";
 import { closeNats } from "../shared/nats-server.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
 import { createGpuProbe } from "./capacity/gpu-probe.ts";
+import { GpuMonitor } from "./capacity/gpu-health.ts";
+import { GpuTelemetryReader } from "./capacity/gpu-telemetry.ts";
 import { GpuWatcher } from "./capacity/gpu-watcher.ts";
+import { mpsPaths, requireMpsControl } from "./capacity/mps.ts";
+import { ensureMpsDaemon } from "./capacity/mps-daemon.ts";
+import { KernelLogXidReader } from "./capacity/xid.ts";
 import { readHostCapacity } from "./capacity/host.ts";
 import { startContainers } from "./containers.ts";
+import { askLayerPeers, PeerBlobs, serveBlob } from "./images/index.ts";
 import type { ContainerPublisher } from "./fleet/container-publisher.ts";
 import { HeartbeatPublisher, withPort } from "./fleet/heartbeat.ts";
 import { type AgentIdentity, loadIdentity, saveIdentity } from "./fleet/identity.ts";
-import { joinWithRetry } from "./fleet/join-client.ts";
+import { fetchClusterCa, joinWithRetry, resumeOnce, withRetry } from "./fleet/join-client.ts";
 import { type AgentMetrics, startAgentMetrics } from "./metrics/index.ts";
 import { LogShipper, ShippingContainerPublisher } from "./logs/index.ts";
 import type { ResolvedAgentOptions } from "./options.ts";
@@ -27,6 +34,8 @@ import { fleetDenyOf } from "./network/fleet-hosts.ts";
 // The agent process's entry point for `berth agent` (cli/commands/agent.ts),
 // the one agent file outside agent/ may import (docs/architecture.md).
 export { type AgentOptions, resolveAgentOptions } from "./options.ts";
+// `berth agent uninstall` (cli/commands/agent-uninstall.ts) undoes what an agent set up.
+export { mountsBelow, type UninstallOptions, uninstallAgent } from "./uninstall.ts";
 
 export interface RunningAgent {
   agentId: string | undefined;
@@ -44,14 +53,43 @@ export async function startAgent(
   const hostId = readHostId(o.dataDir);
   const identity = await resolveIdentity(o, log);
 
+  // Telemetry each metrics round; a GPU it finds unhealthy leaves the offered devices at once.
+  const xids = new KernelLogXidReader();
+  const gpuHealth = new GpuMonitor({
+    telemetry: new GpuTelemetryReader({ nvidiaSmiPath: o.nvidiaSmi }),
+    xids,
+    onChange: (drained) => {
+      log.warn({ drained }, drained.length > 0 ? "GPUs drained" : "no GPU drained any more");
+      gpu.reassess();
+    },
+    warn: (message) => log.warn(message),
+  });
+  let mpsControl: string | undefined;
+  if (o.sharedGpus) {
+    // No MPS, no shared GPUs: refused here, before any GPU is offered.
+    mpsControl = requireMpsControl(process.env.PATH);
+    for (const dir of Object.values(mpsPaths(o.mpsDir))) mkdirSync(dir, { recursive: true, mode: 0o755 });
+  }
   const gpu = new GpuWatcher({
-    probe: createGpuProbe({ nvidiaSmiPath: o.nvidiaSmi }),
+    probe: createGpuProbe({
+      nvidiaSmiPath: o.nvidiaSmi,
+      ...(o.sharedGpus ? { sharedGpus: o.sharedGpus } : {}),
+    }),
+    drained: () => gpuHealth.drained(),
     intervalMs: o.gpuProbeIntervalMs,
     onChange: (r) =>
       log.info({ gpus: r.devices.length, available: r.available, reason: r.reason }, "GPU report changed"),
     onError: (err) => log.warn({ err }, "GPU probe failed"),
   });
   await gpu.start();
+  if (mpsControl) {
+    // The shared GPUs' MPS daemon, unless one runs already; without it their containers are refused with why.
+    const shared = (gpu.current?.devices ?? []).filter((d) => d.shared).map((d) => d.uuid);
+    await ensureMpsDaemon({ control: mpsControl, paths: mpsPaths(o.mpsDir) }, shared).then(
+      (s) => s.running && log.info({ pid: s.pid, gpus: shared }, "MPS control daemon for the shared GPUs"),
+      (err) => log.warn({ err }, "no MPS control daemon: containers on shared GPUs will be refused"),
+    );
+  }
   const capacity = () => readHostCapacity({ dataDir: o.dataDir, gpu });
 
   const impl: AgentApi = {
@@ -68,17 +106,33 @@ export async function startAgent(
   const registry = o.clusterRegistry ?? identity?.registry;
   // berth's ports on the coordinator and NATS servers it joined, and on the hosts the operator named: closed to containers.
   const fleet = await fleetDenyOf({
-    urls: identity ? [identity.coordinator, ...identity.nats.url.split(",")] : [],
+    urls: identity
+      ? [identity.coordinator, ...identity.nats.url.split(","), ...(registry ? [registry.url] : [])]
+      : [],
     hosts: o.network.fleetHosts,
     ports: [o.grpcPort, o.proxyPort, o.metrics.port],
     warn: (message) => log.warn(message),
   });
   const withFleet = { ...o, network: { ...o.network, fleetHosts: fleet.hosts, fleetPorts: fleet.ports } };
+  // A joined agent takes layers from the cluster's other agents before the registry (docs/images.md).
+  const peerBlobs = identity
+    ? new PeerBlobs({
+        self: identity.agentId,
+        tls: identity.tls,
+        peers: async () => (nc ? askLayerPeers(nc, identity.agentId) : []),
+      })
+    : undefined;
   const containers = await startContainers(
-    registry ? { ...withFleet, clusterRegistry: registry } : withFleet,
+    {
+      ...withFleet,
+      ...(registry ? { clusterRegistry: registry } : {}),
+      // Registries with certificates of the cluster CA (berth up --advertise) are trusted through it.
+      ...(identity ? { clusterCaPem: identity.tls.caPem } : {}),
+    },
     log,
     () => gpu.current,
     () => publisher,
+    peerBlobs,
   );
   if (containers.disabledReason) log.warn(containers.disabledReason);
   let metrics: AgentMetrics | undefined;
@@ -87,6 +141,7 @@ export async function startAgent(
       agentId: identity?.agentId ?? o.hostname,
       ...o.metrics,
       nvidiaSmi: o.nvidiaSmi,
+      gpuTelemetry: gpuHealth,
       containers: containers.api,
       containersEnabled: !containers.disabledReason,
       capacity,
@@ -95,7 +150,10 @@ export async function startAgent(
   } catch (e) {
     gpu.stop();
     await containers.close();
-    throw new BerthError("unavailable", `cannot serve /metrics on ${o.metrics.host}:${o.metrics.port}: ${describeError(e)}`);
+    throw new BerthError(
+      "unavailable",
+      `cannot serve /metrics on ${o.metrics.host}:${o.metrics.port}: ${describeError(e)}`,
+    );
   }
 
   let rpc: AgentRpcServer;
@@ -123,6 +181,7 @@ export async function startAgent(
     throw new BerthError("unavailable", `cannot serve the agent API: ${describeError(e)}`);
   }
   let tunnel: TunnelServer | undefined;
+  const blobs = containers.blobs;
   if (identity) {
     tunnel = await TunnelServer.start({
       host: o.grpcHost,
@@ -130,6 +189,10 @@ export async function startAgent(
       tls: identity.tls,
       containers: tunnelContainers(containers.api),
       allowedClientNames: [COORDINATOR_CLIENT_NAME],
+      // Layer blobs for the cluster's other agents, to any certificate of the cluster CA.
+      ...(blobs
+        ? { requests: (req: IncomingMessage, res: ServerResponse) => serveBlob(req, res, blobs) }
+        : {}),
       log: log.child({ area: "tunnel" }),
     }).catch(async (e: unknown) => {
       await metrics?.stop();
@@ -156,6 +219,7 @@ export async function startAgent(
       grpcAddress: advertised,
       ...(proxyAddress ? { proxyAddress } : {}),
       hostId,
+      pool: o.metrics.pool,
       capacity: await capacity(),
     });
     heartbeats = new HeartbeatPublisher(identity.agentId, identity.heartbeatIntervalMs, build, log);
@@ -197,6 +261,7 @@ export async function startAgent(
       await metrics?.stop();
       if (nc) await closeNats(nc);
       gpu.stop();
+      xids.close();
       await tunnel?.stop();
       await rpc.close();
       await containers.close();
@@ -204,24 +269,51 @@ export async function startAgent(
   };
 }
 
+/**
+ * A host joins once, with the join token; afterwards it resumes with the
+ * identity it saved (its certificate signs the request), so revoking the join
+ * token stops new joins only and `berth agent revoke` is what cuts a host off.
+ */
 async function resolveIdentity(o: ResolvedAgentOptions, log: Logger): Promise<AgentIdentity | undefined> {
   const saved = loadIdentity(o.identityFile);
   if (!o.coordinator) return saved;
+  const onRetry = (what: string) => (err: BerthError, ms: number) =>
+    log.warn(`${what}: ${err.message}; retrying in ${ms} ms`);
+  const here = { hostname: o.hostname, version: BERTH_VERSION, grpcAddress: o.advertiseAddress };
+  // An identity from before per-agent NATS users holds the shared password: a join (when a token is given) trades it for its own nkey.
+  const resumable = saved && saved.coordinator === o.coordinator && (saved.nats.seed || !o.joinToken);
+  if (resumable) {
+    try {
+      const identity = await withRetry(() => resumeOnce(saved, here), { onRetry: onRetry("resume") });
+      saveIdentity(o.identityFile, identity);
+      log.info({ agentId: identity.agentId }, `resumed as ${identity.agentId} at ${o.coordinator}`);
+      return identity;
+    } catch (e) {
+      // A coordinator that lost its records (or its CA) does not know the agent: a join token, when
+      // given, joins it again under its id. A revoked agent (permission_denied) stays cut off.
+      const unknown = e instanceof BerthError && (e.code === "not_found" || e.code === "unauthenticated");
+      if (!(unknown && o.joinToken)) throw e;
+      log.warn(`${(e as BerthError).message}; joining with the join token`);
+    }
+  }
   if (!o.joinToken) {
-    if (saved && saved.coordinator === o.coordinator) return saved;
     throw new BerthError("invalid_request", `joining ${o.coordinator} needs --join-token`);
   }
+  const { caFingerprint } = o;
+  const coordinator = o.coordinator;
+  const caPem = caFingerprint
+    ? await withRetry(() => fetchClusterCa(coordinator, caFingerprint), { onRetry: onRetry("CA") })
+    : undefined;
   const identity = await joinWithRetry(
     {
+      ...(caPem ? { caPem } : {}),
       coordinator: o.coordinator,
       joinToken: o.joinToken,
       ...(saved && saved.coordinator === o.coordinator ? { agentId: saved.agentId } : {}),
-      hostname: o.hostname,
-      version: BERTH_VERSION,
-      grpcAddress: o.advertiseAddress,
+      ...here,
       ...(saved?.nats.seed ? { natsSeed: saved.nats.seed } : {}),
     },
-    { onRetry: (err, ms) => log.warn(`join: ${err.message}; retrying in ${ms} ms`) },
+    { onRetry: onRetry("join") },
   );
   saveIdentity(o.identityFile, identity);
   log.info({ agentId: identity.agentId }, `joined ${o.coordinator}`);
@@ -234,6 +326,8 @@ async function connectNatsForever(
   log: Logger,
   stopping: () => boolean,
 ): Promise<NatsConnection | undefined> {
+  // Loaded here, not at start: an edge agent (no coordinator) never needs nats.
+  const { connect, nkeyAuthenticator } = await import("nats");
   let delay = 500;
   while (!stopping()) {
     try {
@@ -247,6 +341,8 @@ async function connectNatsForever(
               inboxPrefix: agentInboxPrefix(id.agentId),
             }
           : { user: id.nats.user, pass: id.nats.password }),
+        // tls://: berth up --advertise serves NATS with a certificate of the cluster CA it handed over.
+        ...(id.nats.url.startsWith("tls://") ? { tls: { ca: id.tls.caPem } } : {}),
         name: id.agentId,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 1000,

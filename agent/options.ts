@@ -1,16 +1,30 @@
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import { BerthError } from "../shared/errors.ts";
-import type { ClusterRegistryAccess } from "../shared/fleet.ts";
+import { type ClusterRegistryAccess, DEFAULT_POOL, POOL_NAME_RE } from "../shared/fleet.ts";
+import { parseCaFingerprint } from "../shared/tls-fetch.ts";
+import { DEFAULT_MPS_DIR, parseSharedGpus, type SharedGpuSelection } from "./capacity/mps.ts";
 import { DEFAULT_SDK_DIR } from "./host/options.ts";
 import { parseHostOrCidr, resolveAllowedPrivate } from "./network/egress-guard.ts";
-import { DEFAULT_CONTAINER_DISK_BYTES, MIN_DISK_BYTES } from "./runtime/index.ts";
+import {
+  DEFAULT_CONTAINER_DISK_BYTES,
+  isOciRuntimeName,
+  MIN_DISK_BYTES,
+  OCI_RUNTIMES,
+  type OciRuntimeName,
+} from "./runtime/index.ts";
 
 export interface AgentOptions {
   /** Coordinator URL to join; omitted for an edge agent with no coordinator. */
   coordinator?: string;
   /** Join token (`bj_...`) from the coordinator's operator. */
   joinToken?: string;
+  /**
+   * SHA-256 fingerprint of the cluster CA (`sha256:HEX`, as `berth up --advertise` prints it):
+   * before joining an https:// coordinator the agent fetches the CA, checks it against this and
+   * then trusts that CA alone for the coordinator, NATS and the cluster registry. @default the system's roots
+   */
+  caFingerprint?: string;
   /** Agent state: identity, containers, images. @default "/var/lib/berth-agent" */
   dataDir?: string;
   /** @default os.hostname() */
@@ -31,6 +45,13 @@ export interface AgentOptions {
   nvidiaSmi?: string;
   /** Seconds between GPU re-fingerprints. @default 60 */
   gpuProbeIntervalS?: number;
+  /**
+   * GPUs shared by memory through NVIDIA MPS (docs/gpus.md, "Shared GPUs"):
+   * "all" or nvidia-smi indexes such as "0,1". @default none
+   */
+  sharedGpus?: string;
+  /** MPS pipes, shared memory and logs of the shared GPUs. @default "/run/berth/mps" */
+  mpsDir?: string;
   /** @default "info" */
   logLevel?: string;
   /** Run containers (needs root, runc, nftables). @default true */
@@ -92,11 +113,22 @@ export interface AgentOptions {
    * ext4 image; docs/runtime.md, "Disk quota"); 0: no quota. @default 50 GiB
    */
   containerDiskBytes?: number;
+  /**
+   * The OCI runtime of containers that do not ask for gVisor: runc, crun,
+   * or runsc (every container under gVisor); docs/runtime.md, "OCI runtimes". @default "runc"
+   */
+  containerRuntime?: OciRuntimeName;
+  /**
+   * Runner containers kept started ahead of demand for cold starts of
+   * functions (docs/runtime.md, "Pre-warmed runners"); 0: none. @default 0
+   */
+  warmRunners?: number;
 }
 
 export interface ResolvedAgentOptions {
   coordinator?: string;
   joinToken?: string;
+  caFingerprint?: string;
   dataDir: string;
   hostname: string;
   grpcHost: string;
@@ -105,6 +137,9 @@ export interface ResolvedAgentOptions {
   proxyPort: number;
   nvidiaSmi: string;
   gpuProbeIntervalMs: number;
+  /** GPUs shared through MPS; absent: none. */
+  sharedGpus?: SharedGpuSelection;
+  mpsDir: string;
   logLevel: string;
   identityFile: string;
   unixSocket: string;
@@ -123,6 +158,8 @@ export interface ResolvedAgentOptions {
   defaultImage?: string;
   insecureRegistries: string[];
   clusterRegistry?: ClusterRegistryAccess;
+  /** The CA handed over at join: registries with its certificates (berth up --advertise) are trusted through it. */
+  clusterCaPem?: string;
   imageGcIntervalMs?: number;
   imageGcUnusedForMs?: number;
   sdkDir: string;
@@ -130,6 +167,8 @@ export interface ResolvedAgentOptions {
   volumeRoot: string;
   micromambaBin?: string;
   containerDiskBytes: number;
+  containerRuntime: OciRuntimeName;
+  warmRunners: number;
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -157,6 +196,7 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
   return {
     ...(o.coordinator ? { coordinator: o.coordinator.replace(/\/+$/, "") } : {}),
     ...(o.joinToken ? { joinToken: o.joinToken } : {}),
+    ...(o.caFingerprint ? { caFingerprint: parseCaFingerprint(o.caFingerprint) } : {}),
     dataDir,
     hostname: host,
     grpcHost: o.grpcHost ?? "0.0.0.0",
@@ -165,6 +205,8 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     proxyPort,
     nvidiaSmi: o.nvidiaSmi ?? "nvidia-smi",
     gpuProbeIntervalMs: (o.gpuProbeIntervalS ?? 60) * 1000,
+    ...(o.sharedGpus ? { sharedGpus: parseSharedGpus(o.sharedGpus) } : {}),
+    mpsDir: resolve(o.mpsDir ?? DEFAULT_MPS_DIR),
     logLevel: o.logLevel ?? "info",
     identityFile: join(dataDir, "identity.json"),
     unixSocket: join(dataDir, "agent.sock"),
@@ -180,7 +222,19 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
     ...(o.micromambaBin ? { micromambaBin: resolve(o.micromambaBin) } : {}),
     containerDiskBytes: containerDiskBytes(o),
+    containerRuntime: containerRuntime(o),
+    warmRunners: warmRunners(o),
   };
+}
+
+function warmRunners(o: AgentOptions): number {
+  const n = o.warmRunners ?? 0;
+  if (!Number.isInteger(n) || n < 0 || n > 64) {
+    throw new BerthError("invalid_request", `--warm-runners must be an integer 0..64, got ${n}`, {
+      field: "warmRunners",
+    });
+  }
+  return n;
 }
 
 function metricsOptions(o: AgentOptions): ResolvedAgentOptions["metrics"] {
@@ -192,9 +246,12 @@ function metricsOptions(o: AgentOptions): ResolvedAgentOptions["metrics"] {
   if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535)) {
     throw new BerthError("invalid_request", `--metrics-port ${port} is not a TCP port`);
   }
-  const pool = o.pool ?? "default";
-  if (!/^[a-z0-9][a-z0-9_-]{0,62}$/.test(pool)) {
-    throw new BerthError("invalid_request", `--pool ${JSON.stringify(pool)} must be 1-63 characters [a-z0-9_-]`);
+  const pool = o.pool ?? DEFAULT_POOL;
+  if (!POOL_NAME_RE.test(pool)) {
+    throw new BerthError(
+      "invalid_request",
+      `--pool ${JSON.stringify(pool)} must be 1-63 characters [a-z0-9_-]`,
+    );
   }
   return {
     intervalMs: Math.round(intervalS * 1000),
@@ -221,6 +278,18 @@ function networkNames(o: AgentOptions): ResolvedAgentOptions["network"] {
   return { bridge: `${p}br0`, table: `berth_${p}`, namePrefix: p, ...subnets };
 }
 
+function containerRuntime(o: AgentOptions): OciRuntimeName {
+  const r = o.containerRuntime ?? "runc";
+  if (!isOciRuntimeName(r)) {
+    throw new BerthError(
+      "invalid_request",
+      `the container runtime must be one of ${OCI_RUNTIMES.join(", ")}, got ${JSON.stringify(r)}`,
+      { field: "containerRuntime" },
+    );
+  }
+  return r;
+}
+
 function containerDiskBytes(o: AgentOptions): number {
   const bytes = o.containerDiskBytes ?? DEFAULT_CONTAINER_DISK_BYTES;
   if (!Number.isSafeInteger(bytes) || (bytes !== 0 && bytes < MIN_DISK_BYTES)) {
@@ -238,7 +307,10 @@ function egressGuardOptions(o: AgentOptions): { allowedPrivateCidrs: string[]; f
     try {
       fn();
     } catch (e) {
-      throw new BerthError("invalid_request", `${name}: ${(e as Error).message.replace(/^network options: /, "")}`);
+      throw new BerthError(
+        "invalid_request",
+        `${name}: ${(e as Error).message.replace(/^network options: /, "")}`,
+      );
     }
   };
   const allowedPrivateCidrs = o.allowPrivate ?? [];

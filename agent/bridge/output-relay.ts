@@ -3,7 +3,7 @@
 // NATS, with the workspace the agent started the container for; URL and
 // stat requests go as JSON. The container never names a workspace.
 
-import { headers, type NatsConnection } from "nats";
+import type { NatsConnection } from "nats";
 import { BerthError, isErrorCode } from "../../shared/errors.ts";
 import {
   OUTPUT_CHUNK_BYTES,
@@ -28,6 +28,8 @@ export class OutputRelayClient {
     data: Uint8Array,
     more: Record<string, string> = {},
   ): Promise<Record<string, unknown>> {
+    // Cached after the first call; nats stays unloaded on an agent without a coordinator.
+    const { headers } = await import("nats");
     const h = headers();
     h.set(OUTPUT_HEADERS.op, op);
     h.set(OUTPUT_HEADERS.workspace, ws);

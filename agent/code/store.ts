@@ -1,12 +1,16 @@
-// Content-addressed code archives on the agent: `<root>/<sha256>/` is the
-// unpacked tree a runner container mounts read-only. An archive is
-// streamed to a temp file while hashed, checked (hash, entry types, paths),
-// unpacked into a temp dir and renamed into place, so a tree under its final
-// name is always complete; every failure removes what it wrote.
+// Content-addressed code archives on the agent: `<root>/<sha256>/` is an
+// overlay layer whose `mnt/code/` holds the unpacked tree. Containers get it
+// as the uppermost lower dir of their root overlay (never a bind mount), so
+// their working directory /mnt/code is writable through their own upper dir
+// (on their disk, within its quota, gone with the container) while the tree
+// stays shared and unchanged underneath. An archive is streamed to a temp
+// file while hashed, checked (hash, entry types, paths), unpacked into a temp
+// dir and renamed into place, so a tree under its final name is always
+// complete; every failure removes what it wrote.
 
 import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { createWriteStream, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -20,6 +24,10 @@ export const MAX_CODE_UNPACKED_BYTES = 4 * 1024 * 1024 * 1024;
 export const MAX_CODE_ENTRIES = 200_000;
 const SHA256_RE = /^[0-9a-f]{64}$/;
 const TMP_PREFIX = ".tmp-";
+/** A tree an older agent unpacked at `<sha>/` itself, set aside (a container from then may still mount it). */
+const PRE_LAYER_PREFIX = ".pre-layer-";
+/** Where the tree lies inside its layer: the runner's working directory (RunnerPaths.code). */
+const TREE_IN_LAYER = join("mnt", "code");
 
 /** Lower-cased sha256 hex; invalid_request unless 64 hex digits. */
 export function checkSha256(sha256: unknown): string {
@@ -55,8 +63,13 @@ export class CodeStore {
     }
   }
 
-  /** The unpacked tree of `sha256` (which may not exist). */
+  /** The unpacked tree of `sha256` (which may not exist): `<layer>/mnt/code`. */
   dir(sha256: string): string {
+    return join(this.layer(sha256), TREE_IN_LAYER);
+  }
+
+  /** The overlay lower dir holding the tree at mnt/code. */
+  layer(sha256: string): string {
     return join(this.root, checkSha256(sha256));
   }
 
@@ -64,7 +77,8 @@ export class CodeStore {
     try {
       return statSync(this.dir(sha256)).isDirectory();
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "ENOENT") return false;
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return false;
       throw e;
     }
   }
@@ -103,11 +117,13 @@ export class CodeStore {
         });
       }
       await checkTarGz(archive, { maxUnpackedBytes: this.maxUnpackedBytes, maxEntries: MAX_CODE_ENTRIES });
-      mkdirSync(tree, { mode: 0o755 });
-      await tar(["--no-same-owner", "--no-same-permissions", "-xzf", archive, "-C", tree]);
+      const unpacked = join(tree, TREE_IN_LAYER);
+      mkdirSync(unpacked, { recursive: true, mode: 0o755 });
+      await tar(["--no-same-owner", "--no-same-permissions", "-xzf", archive, "-C", unpacked]);
       // Whatever modes the archive carried, the runner (any uid) reads the tree; nobody but root writes it.
       await run("chmod", ["-R", "u+rwX,go+rX,go-w", tree]);
-      await rename(tree, join(this.root, sha)).catch(async (e: NodeJS.ErrnoException) => {
+      this.setAsideOlderLayout(sha);
+      await rename(tree, this.layer(sha)).catch(async (e: NodeJS.ErrnoException) => {
         // Another agent process won the race with the same content.
         if (e.code !== "ENOTEMPTY" && e.code !== "EEXIST") throw e;
       });
@@ -115,6 +131,20 @@ export class CodeStore {
       await rm(archive, { force: true });
       await rm(tree, { recursive: true, force: true });
     }
+  }
+
+  /**
+   * An older agent's tree at `<sha>/` (no mnt/code inside) would block the
+   * rename: it is moved aside, not deleted, since a container started before
+   * the upgrade may still have it mounted.
+   */
+  private setAsideOlderLayout(sha: string): void {
+    const layer = this.layer(sha);
+    if (!existsSync(layer) || existsSync(this.dir(sha))) return;
+    renameSync(
+      layer,
+      join(this.root, `${PRE_LAYER_PREFIX}${sha.slice(0, 12)}-${randomBytes(4).toString("hex")}`),
+    );
   }
 
   /** Writes the stream to `file`, hashing it; refuses past the size limit. */

@@ -83,7 +83,14 @@ export function readAccountNames(root: string): AccountNames {
   };
 }
 
-export function fileInfo(containerPath: string, st: Stats, names: AccountNames): FileInfo {
+export function fileInfo(
+  containerPath: string,
+  st: Stats,
+  names: AccountNames,
+  ids: { inside(id: number): number } = { inside: (id) => id },
+): FileInfo {
+  const uid = ids.inside(st.uid);
+  const gid = ids.inside(st.gid);
   return {
     name: containerPath === "/" ? "" : posix.basename(containerPath),
     path: containerPath,
@@ -93,9 +100,9 @@ export function fileInfo(containerPath: string, st: Stats, names: AccountNames):
     modTime: Math.floor(st.mtimeMs),
     mode: st.mode & 0o7777,
     permissions: permissionString(st),
-    uid: st.uid,
-    gid: st.gid,
-    owner: names.users.get(st.uid) ?? String(st.uid),
-    group: names.groups.get(st.gid) ?? String(st.gid),
+    uid,
+    gid,
+    owner: names.users.get(uid) ?? String(uid),
+    group: names.groups.get(gid) ?? String(gid),
   };
 }

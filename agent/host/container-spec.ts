@@ -13,12 +13,18 @@ const IMPLIED_MOUNT_OPTIONS = new Set(["bind", "rbind", "ro", "rw", "nosuid", "n
 
 export interface SpecInputs {
   req: ResolvedRunRequest;
-  image: Pick<ImageInfo, "rootfs" | "config" | "ref">;
+  image: Pick<ImageInfo, "layers" | "config" | "ref">;
   /** Request mounts with their sources resolved (realpath) and checked. */
   mounts: BindMount[];
   net?: Pick<ContainerNetwork, "netnsPath" | "resolvConfPath">;
   hostsFile?: string;
   gpu?: GpuInjection;
+  /**
+   * The code's overlay layer (its tree at mnt/code), uppermost of the root's
+   * lower dirs: /mnt/code is the container's to write, through its own upper
+   * dir, while the shared tree stays as it is.
+   */
+  codeLayer?: string;
 }
 
 /** The program to run: the request's args, else the image's entrypoint + cmd. */
@@ -32,6 +38,14 @@ export function containerArgs(req: ResolvedRunRequest, image: SpecInputs["image"
   }
   return args;
 }
+
+/**
+ * Whether the container runs in a user namespace: root inside an
+ * unprivileged host range, unless its workspace opted out (docs/runtime.md);
+ * gVisor's sandbox is a kernel of its own either way.
+ */
+export const usesUserNamespace = (req: Pick<ResolvedRunRequest, "isolation" | "userNamespace">): boolean =>
+  req.isolation !== "gvisor" && req.userNamespace !== false;
 
 export function buildContainerSpec(i: SpecInputs): ContainerSpec {
   const { req, image } = i;
@@ -48,7 +62,7 @@ export function buildContainerSpec(i: SpecInputs): ContainerSpec {
   }
   const spec: ContainerSpec = {
     id: req.id,
-    image: { rootfs: image.rootfs },
+    image: { rootfs: i.codeLayer ? [i.codeLayer, ...image.layers] : image.layers },
     args: containerArgs(req, image),
     env: { ...mergeEnv(image.config.env, req.env), ...(i.gpu?.env ?? {}) },
     cwd: req.cwd ?? (image.config.workingDir || "/"),
@@ -63,9 +77,19 @@ export function buildContainerSpec(i: SpecInputs): ContainerSpec {
   if (req.timeoutMs !== undefined) spec.timeoutMs = req.timeoutMs;
   if (req.startupWindowMs !== undefined) spec.startupWindowMs = req.startupWindowMs;
   if (i.net) spec.netnsPath = i.net.netnsPath;
+  // gVisor is runsc; "container" leaves the agent's own runtime (runc or crun).
+  if (req.isolation === "gvisor") spec.runtime = "runsc";
+  if (usesUserNamespace(req)) spec.userNamespace = true;
+  // The older deny-list profile only for a workspace opted out; absent is the allow list.
+  if (req.syscallFilter === "denylist") spec.seccomp = "denylist";
   if (i.gpu) {
     spec.extraDevices = i.gpu.devices.map((d) => ({ ...d }));
     spec.extraDeviceRules = i.gpu.deviceCgroupRules.map((r) => ({ ...r }));
+    // The toolkit's CDI hooks (or the agent's own): without them the driver libraries may not load.
+    const hooks = Object.entries(i.gpu.hooks).filter(([, list]) => (list?.length ?? 0) > 0);
+    if (hooks.length > 0) {
+      spec.hooks = Object.fromEntries(hooks.map(([phase, list]) => [phase, list!.map((h) => ({ ...h }))]));
+    }
   }
   return spec;
 }

@@ -7,7 +7,7 @@
 // container's pty itself and copies it to its own stdin/stdout, which is a
 // node-pty terminal here, so resize works by runc forwarding SIGWINCH.
 
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { constants } from "node:os";
 import { join } from "node:path";
@@ -18,8 +18,16 @@ import { parseUser } from "./request.ts";
 const ENV_KEY_RE = /^[^=\0]+$/;
 
 export interface ExecTarget {
+  /** The OCI runtime's binary (runc, crun or runsc). */
   runc: string;
   runcRoot: string;
+  /** Global flags before `exec`, --root included. @default ["--root", runcRoot] */
+  globalArgs?: string[];
+  /**
+   * runsc: exec'd processes live in gVisor's kernel and have no host pid;
+   * they are signalled with `runsc kill --pid` by their pid inside the sandbox.
+   */
+  sandboxPids?: boolean;
   containerId: string;
   /** For the pid file; removed when the process ends. */
   tmpDir: string;
@@ -70,7 +78,12 @@ export function resolveExecRequest(req: ExecRequest): ResolvedExecRequest {
 }
 
 export function runcExecArgv(t: ExecTarget, r: ResolvedExecRequest, pidFile: string): string[] {
-  const argv = ["--root", t.runcRoot, "exec", "--pid-file", pidFile];
+  const argv = [
+    ...(t.globalArgs ?? ["--root", t.runcRoot]),
+    "exec",
+    t.sandboxPids ? "--internal-pid-file" : "--pid-file",
+    pidFile,
+  ];
   if (r.tty) argv.push("--tty");
   if (r.cwd) argv.push("--cwd", r.cwd);
   if (r.user) argv.push("--user", `${r.user.uid}:${r.user.gid}`);
@@ -121,7 +134,12 @@ function signalExitCode(signal: NodeJS.Signals | string | null | undefined): num
 }
 
 /** Kills the exec'd process itself (runc cannot forward SIGKILL), else runc. */
-function killer(pidFile: string, fallback: (sig: NodeJS.Signals) => void, done: () => boolean) {
+function killer(
+  t: ExecTarget,
+  pidFile: string,
+  fallback: (sig: NodeJS.Signals) => void,
+  done: () => boolean,
+) {
   return (signal: NodeJS.Signals = "SIGKILL") => {
     if (done()) return;
     let pid = 0;
@@ -129,6 +147,19 @@ function killer(pidFile: string, fallback: (sig: NodeJS.Signals) => void, done: 
       pid = Number(readFileSync(pidFile, "utf8").trim());
     } catch {
       pid = 0;
+    }
+    if (pid > 0 && t.sandboxPids) {
+      const args = [
+        ...(t.globalArgs ?? ["--root", t.runcRoot]),
+        "kill",
+        "--pid",
+        String(pid),
+        t.containerId,
+        signal,
+      ];
+      // Fails only when the process is gone: the runtime is about to report its exit.
+      execFile(t.runc, args, () => {});
+      return;
     }
     if (pid > 0) {
       try {
@@ -178,6 +209,7 @@ export function startPipeExec(t: ExecTarget, r: ResolvedExecRequest): ExecSessio
       child.stdin?.end();
     },
     kill: killer(
+      t,
       pidFile,
       (sig) => child.kill(sig),
       () => finished,
@@ -239,6 +271,7 @@ export async function startTtyExec(
       if (!finished) term.resize(cols, rows);
     },
     kill: killer(
+      t,
       pidFile,
       (sig) => term.kill(sig),
       () => finished,

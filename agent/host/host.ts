@@ -2,7 +2,7 @@
 // GPU assignment and the runtime into "run this container", and undoes every
 // step when a later one fails. See docs/agent-host.md.
 
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
@@ -53,6 +53,7 @@ import {
   type StartStep,
 } from "./sandbox.ts";
 import { SandboxInits } from "./sandbox-init.ts";
+import { WarmRunners, warmIneligible } from "./warm-runners.ts";
 import { ProcessTable } from "../sandboxes/processes.ts";
 
 /** Also ContainerFilesApi and ContainerSnapshotApi, through `files` and `snapshots` (see SandboxDelegation). */
@@ -76,6 +77,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   /** Sandbox containers' processes (agent/sandboxes), recorded under <root>/processes for a restart. */
   override readonly processes: ProcessTable;
   private readonly provisioning: ProvisionDeps;
+  /** Runner containers started ahead of demand (docs/runtime.md, "Pre-warmed runners"). */
+  readonly warm: WarmRunners;
   /** s3fs mounts of cloud buckets, per container (agent/volumes/buckets.ts). */
   private readonly buckets: BucketMounts;
   /** Image builds: steps run as this host's containers, committed into its image store (agent/build). */
@@ -138,11 +141,15 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       forget: (id) => this.forget(id),
       free: (id) => this.allocations.free(id),
     };
+    this.warm = new WarmRunners(this.provisioning, this.options.warmRunners);
     this.files = new ContainerFiles({
       rootOf: async (id) => {
         this.mustGet(id);
-        return processRoot(id, this.runtime.get(id));
+        const info = this.runtime.get(id);
+        return processRoot(id, info, info && this.runtime.execTarget(id).rootfs);
       },
+      idMapOf: (id) => (this.runtime.get(id) ? this.runtime.execTarget(id).idMap : undefined),
+      sharedTreesOf: (id) => (this.runtime.get(id) ? (this.runtime.execTarget(id).sharedTrees ?? []) : []),
     });
     this.processes = new ProcessTable({
       exec: (id, req) => this.exec(id, req),
@@ -153,10 +160,16 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     this.snapshots = new ContainerSnapshots(
       {
         runc: { runc, runcRoot },
-        container: (id) => ({
-          imageDigest: this.mustGet(id).imageDigest,
-          running: this.runtime.get(id)?.status === "running",
-        }),
+        container: (id) => {
+          const target = this.runtime.get(id) ? this.runtime.execTarget(id) : undefined;
+          return {
+            imageDigest: this.mustGet(id).imageDigest,
+            running: this.runtime.get(id)?.status === "running",
+            runtime: this.runtime.get(id)?.runtime ?? "runc",
+            ...(target ? { ociId: target.ociId } : {}),
+            ...(target?.idMap ? { idMap: target.idMap } : {}),
+          };
+        },
         images: commitStore(this.options.images),
         restore: (dir, req) => this.startContainer(req, restoreStep(this.runtime, dir)),
       },
@@ -173,6 +186,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   static async start(opts: ContainerHostOptions): Promise<ContainerHost> {
     const host = new ContainerHost(opts);
     await host.recover();
+    host.warm.refill();
     return host;
   }
 
@@ -184,11 +198,33 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     return join(this.options.root, "exec");
   }
 
+  /**
+   * A previous agent's exec scratch dirs go. An exec it started may still be
+   * running and write into its dir while we remove it (ENOTEMPTY), so the
+   * whole dir is renamed aside first — atomic — and a removal that a late
+   * writer defeats is left for the next start instead of failing this one.
+   */
+  private clearExecDir(): void {
+    const stale = `${this.execDir}.stale-${process.pid}-${Date.now()}`;
+    renameSync(this.execDir, stale);
+    mkdirSync(this.execDir, { recursive: true });
+    for (const name of readdirSync(this.options.root)) {
+      if (!name.startsWith("exec.stale-")) continue;
+      try {
+        rmSync(join(this.options.root, name), { recursive: true, force: true, maxRetries: 3 });
+      } catch (err) {
+        this.options.logger.warn(
+          { dir: name, err: describeError(err) },
+          "an old exec dir is still written to; removing it on the next start",
+        );
+      }
+    }
+  }
+
   private async recover(): Promise<void> {
     const log = this.options.logger;
     for (const r of this.records.readAll()) this.byId.set(r.id, r);
-    rmSync(this.execDir, { recursive: true, force: true });
-    mkdirSync(this.execDir, { recursive: true });
+    this.clearExecDir();
     this.recovering = true;
     try {
       await this.runtime.recover();
@@ -199,6 +235,9 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       if (this.byId.has(info.id)) continue;
       log.warn({ id: info.id }, "removing a container the host has no record of");
       await this.runtime.delete(info.id);
+      // A pre-warmed runner of a previous agent has these too, and no record.
+      this.bridges.removeDir(info.id);
+      rmSync(join(this.hostsDir, info.id), { force: true });
     }
     const live: string[] = [];
     for (const r of [...this.byId.values()]) {
@@ -219,10 +258,14 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
         );
       }
       if (info.status === "running" && !r.released) {
-        this.allocations.hold(r.id, r);
+        this.allocations.hold(r.id, {
+          ...r,
+          ...(r.request.gpu?.memoryMiB !== undefined ? { gpuMemoryMiB: r.request.gpu.memoryMiB } : {}),
+        });
         live.push(r.id);
         if (r.request.runner) await this.bridges.reopen(r.id, r.request.runner, log);
-        else if (r.request.bridge) await this.bridges.reopenWorkspace(r.id, r.request.bridge.workspaceId, log);
+        else if (r.request.bridge)
+          await this.bridges.reopenWorkspace(r.id, r.request.bridge.workspaceId, log);
       } else if (!r.released) {
         this.markReleased(r);
       }
@@ -236,18 +279,28 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     }
   }
 
+  /** Removes the pre-warmed runners not given yet (an agent that stops: the next one would remove them). */
+  drainWarmRunners(): Promise<void> {
+    return this.warm.drain();
+  }
+
   /** Stops the runtime's timers and watchers; containers keep running (for an agent restart). */
   close(): void {
+    this.warm.close();
     this.processes.close();
     this.runtime.close();
   }
 
   runContainer(input: RunContainerRequest): Promise<ContainerStatus> {
-    return this.startContainer(input, (spec) => this.runtime.run(spec));
+    return this.startContainer(input, (spec) => this.runtime.run(spec), true);
   }
 
   /** runContainer with the runtime's last step (`runc run`, or `runc restore` for a snapshot) given. */
-  private async startContainer(input: RunContainerRequest, start: StartStep): Promise<ContainerStatus> {
+  private async startContainer(
+    input: RunContainerRequest,
+    start: StartStep,
+    warm = false,
+  ): Promise<ContainerStatus> {
     const req = resolveRunRequest(input);
     const { id } = req;
     this.assertNew(id);
@@ -262,19 +315,62 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     // From here to hold() nothing awaits: the check and the reservation are one step.
     this.assertNew(id);
     this.allocations.checkFits(hostResources, req);
-    const gpus = pickGpus(gpuReport, req.gpu, this.allocations.heldGpus());
+    const gpus = pickGpus(gpuReport, req.gpu, this.allocations.heldGpus(), this.allocations.sharedGpuUse());
     if (gpus.length > 0 && !this.options.gpuInjector) {
       throw new BerthError(
         "failed_precondition",
         "this agent has no GPU injector configured; cannot give GPUs",
       );
     }
-    this.allocations.hold(id, { cpu: req.cpu, memoryBytes: req.memoryBytes, gpus: gpus.map((g) => g.uuid) });
+    this.allocations.hold(id, {
+      cpu: req.cpu,
+      memoryBytes: req.memoryBytes,
+      gpus: gpus.map((g) => g.uuid),
+      ...(req.gpu?.memoryMiB !== undefined ? { gpuMemoryMiB: req.gpu.memoryMiB } : {}),
+    });
     this.starting.add(id);
     try {
-      return await provisionContainer(this.provisioning, { req, gpus, mounts, codeDir }, start);
+      const codeLayer = req.code ? this.code.layer(req.code.sha256) : undefined;
+      if (warm) {
+        const given = await this.giveWarmRunner(req, mounts.length, codeDir);
+        if (given) return given;
+      }
+      return await provisionContainer(this.provisioning, { req, gpus, mounts, codeDir, codeLayer }, start);
     } finally {
       this.starting.delete(id);
+    }
+  }
+
+  /**
+   * A pre-warmed runner made the request's container, when one of its image
+   * is ready and the request asks nothing a started container cannot take;
+   * undefined otherwise, or when giving it failed (it is removed then).
+   */
+  private async giveWarmRunner(
+    req: ReturnType<typeof resolveRunRequest>,
+    mounts: number,
+    codeDir: string | undefined,
+  ): Promise<ContainerStatus | undefined> {
+    if (this.warm.available === 0 || warmIneligible(req, mounts)) return undefined;
+    const creds = req.credentials && {
+      kind: "basic" as const,
+      source: "generic" as const,
+      ...req.credentials,
+    };
+    const image = await this.options.images.pull(req.image, creds ? { credentials: creds } : {});
+    const w = this.warm.take(image.digest);
+    if (!w) return undefined;
+    try {
+      const status = await this.warm.give(w, { req, gpus: [], mounts: [], codeDir });
+      this.options.logger.info(
+        { id: req.id, warmRunner: w.id },
+        "container started from a pre-warmed runner",
+      );
+      return status;
+    } catch {
+      return undefined;
+    } finally {
+      this.warm.refillSoon();
     }
   }
 
@@ -376,13 +472,26 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     if (this.runtime.get(id)?.status !== "running") {
       throw new BerthError("failed_precondition", `container ${id} is not running`);
     }
+    const t = this.runtime.execTarget(id);
     const target = {
-      runc: this.runtime.options.runc,
+      runc: t.bin,
       runcRoot: this.runtime.options.runcRoot,
-      containerId: id,
+      globalArgs: t.globalArgs,
+      sandboxPids: t.runtime === "runsc",
+      // A pre-warmed runner keeps, to runc, the name it started under.
+      containerId: t.ociId,
       tmpDir: this.execDir,
     };
-    if (r.tty) return startTtyExec(target, r);
+    if (r.tty) {
+      if (t.runtime === "runsc") {
+        throw new BerthError(
+          "failed_precondition",
+          `container ${id} runs under gVisor, whose exec has no tty (runsc exec --tty does not exist); run it without a tty`,
+          { field: "tty" },
+        );
+      }
+      return startTtyExec(target, r);
+    }
     return (await startInitExec(this.inits.socketOf(id), r)) ?? startPipeExec(target, r);
   }
 
@@ -407,6 +516,10 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   }
 
   private onRuntimeEvent(e: ContainerEvent): void {
+    if (e.type === "exit" && this.warm.owns(e.containerId)) {
+      this.warm.exited(e.containerId);
+      return;
+    }
     const record = this.byId.get(e.containerId);
     if (!record) return;
     if (e.type === "exit" && !record.released) {
@@ -423,7 +536,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     }
     const status = recordStatus(record, this.runtime.get(e.containerId));
     if (e.type === "exit" && record.request.runner)
-      this.bridges.exited(record.id, status.exitCode, status.reason);
+      this.bridges.exited(record.id, status.exitCode, status.reason, status.memoryBytes);
     const ev =
       e.type === "start"
         ? { type: "start" as const, containerId: e.containerId, at: e.at, status }

@@ -125,12 +125,15 @@ export async function* streamLogFiles(o: LogStreamOptions): AsyncGenerator<LogEn
     line,
     ts,
   });
+  // Whether the output was complete is decided once, before any spool is
+  // read: a container that ends between the stdout and the stderr read has
+  // written to stdout after it was read, which the follow loop reads next.
+  const finished = !o.follow || o.stopped();
   for (const r of readers) {
     const mtime = await r.seekTail(o.tail);
-    const finished = !o.follow || o.stopped();
     for (const line of await r.read(finished)) yield entry(r, line, Math.round(mtime));
   }
-  if (!o.follow || o.stopped() || o.signal?.aborted) return;
+  if (finished || o.signal?.aborted) return;
 
   let wake: (() => void) | undefined;
   const notify = () => wake?.();

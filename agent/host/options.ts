@@ -6,9 +6,17 @@ import type { GpuReport } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
 import { type ClusterPusher, checkMicromambaBin } from "../build/index.ts";
 import type { ImageInfo, PullOptions, RemoveResult } from "../images/index.ts";
-import type { ContainerNetwork, RecoverReport } from "../network/index.ts";
+import type { ContainerNetwork, RecoverReport, ReservedNetwork } from "../network/index.ts";
 import type { ContainerStatus, ExitReason, LogEntry, RunnerConfig } from "../../api/index.ts";
-import type { ContainerEvent, ContainerInfo, ContainerSpec, LogLine } from "../runtime/index.ts";
+import type {
+  Assignment,
+  ContainerEvent,
+  ContainerInfo,
+  ContainerSpec,
+  ExecTarget,
+  IdMap,
+  LogLine,
+} from "../runtime/index.ts";
 import type { HostResources } from "./allocations.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 
@@ -26,7 +34,11 @@ export interface HostImages {
 }
 
 export interface HostNetwork {
-  attach(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork>;
+  /** With `reserved`: binds a namespace reserve() handed out (a pre-warmed runner's) to this container. */
+  attach(containerId: string, policy: EgressPolicy, reserved?: ReservedNetwork): Promise<ContainerNetwork>;
+  /** A namespace for a container whose owner is not known yet; absent: no pre-warmed runners. */
+  reserve?(): Promise<ReservedNetwork>;
+  unreserve?(reserved: ReservedNetwork): Promise<void>;
   detach(containerId: string): Promise<void>;
   setPolicy(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork>;
   allowInbound(containerId: string, port: number): Promise<void>;
@@ -35,6 +47,8 @@ export interface HostNetwork {
 
 export interface HostRuntime {
   readonly options: { runc: string; runcRoot: string };
+  /** How to start a process in a container (its OCI runtime's CLI, its root on the host). */
+  execTarget(id: string): ExecTarget;
   run(spec: ContainerSpec): Promise<ContainerInfo>;
   stop(id: string, opts?: { graceMs?: number }): Promise<ContainerInfo>;
   delete(id: string): Promise<void>;
@@ -44,11 +58,27 @@ export interface HostRuntime {
   logFiles(id: string): { stdout: string; stderr: string };
   /** Ends a container's spec.startupCpu boost (ContainerRuntime.endStartupCpu). */
   endStartupCpu?(id: string): void;
+  /** Mounts a code tree at a running container's spec.codeSlot (ContainerRuntime.mountCode). */
+  mountCode?(id: string, lowerDir: string): Promise<void>;
+  /** Gives a running pre-warmed container its stub's id and limits (ContainerRuntime.assign). */
+  assign?(fromId: string, toId: string, a: Assignment): Promise<ContainerInfo>;
+  /**
+   * Picks the id range a user-namespaced container `id` will run with, before
+   * run() (ContainerRuntime.reserveIdMap): what is mounted for it ahead (cloud
+   * buckets) must be owned by its root as the host sees it.
+   */
+  reserveIdMap?(id: string): IdMap;
+  /** Frees a range reserved for a container that will not run after all. */
+  releaseIdMap?(id: string): void;
   close(): void;
 }
 
 export interface HostGpuInjector {
-  inject(devices: readonly import("../../shared/fleet.ts").GpuDevice[]): Promise<GpuInjection>;
+  /** `sharedMemoryMiB`: the container's share of the one shared GPU in `devices` (docs/gpus.md, "Shared GPUs"). */
+  inject(
+    devices: readonly import("../../shared/fleet.ts").GpuDevice[],
+    opts?: { sharedMemoryMiB?: number },
+  ): Promise<GpuInjection>;
 }
 
 /**
@@ -62,12 +92,7 @@ export interface HostRunners {
    * Serves the bridge for `containerId` on `socketPath` (recreated when it
    * exists); `onFirstAsk` is called once, when the runner first asks for a task.
    */
-  open(
-    containerId: string,
-    runner: RunnerConfig,
-    socketPath: string,
-    onFirstAsk?: () => void,
-  ): Promise<void>;
+  open(containerId: string, runner: RunnerConfig, socketPath: string, onFirstAsk?: () => void): Promise<void>;
   /**
    * Serves the workspace bridge (outputs and state, no tasks) of a container
    * that is not a runner on `socketPath`, for `workspaceId`.
@@ -76,7 +101,7 @@ export interface HostRunners {
   /** Stops serving it; its in-flight tasks are left to exited() or JetStream's redelivery. */
   close(containerId: string): Promise<void>;
   /** The container ended (why, when the runtime knows: oom_killed, ...): a task it held is retried or failed. */
-  exited(containerId: string, exitCode: number | undefined, reason?: ExitReason): void;
+  exited(containerId: string, exitCode: number | undefined, reason?: ExitReason, memoryBytes?: number): void;
 }
 
 /** The repository's Python SDK (sdk/python, which holds `berth/`). */
@@ -152,7 +177,18 @@ export interface ContainerHostOptions {
   runnerStartupCpu?: number;
   /** The longest a runner's start-up boost lasts. @default 5_000 */
   runnerStartupMs?: number;
+  /**
+   * Runner containers kept started ahead of demand, Python and berth
+   * imported, for cold starts of functions (docs/runtime.md, "Pre-warmed
+   * runners"). 0 keeps none. @default 0
+   */
+  warmRunners?: number;
+  /** The image of the pre-warmed runners. @default the image store's default image */
+  warmRunnerImage?: string;
 }
+
+/** More would be memory held for nothing: each waits with its interpreter loaded (~20 MB). */
+export const MAX_WARM_RUNNERS = 64;
 
 export interface ResolvedContainerHostOptions {
   root: string;
@@ -176,6 +212,8 @@ export interface ResolvedContainerHostOptions {
   runners: HostRunners | undefined;
   runnerStartupCpu: number;
   runnerStartupMs: number;
+  warmRunners: number;
+  warmRunnerImage: string | undefined;
 }
 
 const silent: HostLogger = { info() {}, warn() {}, error() {} };
@@ -233,8 +271,16 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
   if (!Number.isInteger(runnerStartupMs) || runnerStartupMs < 0) {
     throw invalid(`container host: runnerStartupMs must be an integer >= 0, got ${runnerStartupMs}`);
   }
+  const warmRunners = o.warmRunners ?? 0;
+  if (!Number.isInteger(warmRunners) || warmRunners < 0 || warmRunners > MAX_WARM_RUNNERS) {
+    throw invalid(
+      `container host: warmRunners must be an integer 0..${MAX_WARM_RUNNERS}, got ${warmRunners}`,
+    );
+  }
   const root = resolve(o.root);
   return {
+    warmRunners,
+    warmRunnerImage: o.warmRunnerImage,
     root,
     images: o.images,
     network: o.network,

@@ -10,7 +10,7 @@ import type { GpuDevice } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
 import type { ContainerStatus } from "../../api/index.ts";
 import type { BindMount } from "../runtime/index.ts";
-import { buildContainerSpec, defaultHostname, hostsFileText } from "./container-spec.ts";
+import { buildContainerSpec, defaultHostname, hostsFileText, usesUserNamespace } from "./container-spec.ts";
 import type { ResolvedContainerHostOptions } from "./options.ts";
 import { type HostRecord, newHostRecord, recordStatus } from "./records.ts";
 import { imageUser, type ResolvedRunRequest } from "./request.ts";
@@ -45,7 +45,10 @@ export interface ReservedStart {
   req: ResolvedRunRequest;
   gpus: GpuDevice[];
   mounts: BindMount[];
+  /** The unpacked code tree (what /mnt/code shows), when the request has `code`. */
   codeDir: string | undefined;
+  /** The overlay layer holding that tree at mnt/code: the container's root gets it as a lower dir. */
+  codeLayer?: string;
 }
 
 /** Re-throws a step's failure saying which step it was, keeping its code and details. */
@@ -61,6 +64,21 @@ function runnerStartupCpu(d: ProvisionDeps, cpu: number): number | undefined {
   return d.runtime.endStartupCpu && boost > cpu ? boost : undefined;
 }
 
+/**
+ * Who owns a container's cloud buckets on the host (s3fs mounts them before
+ * the container exists): its user, shifted into its id range when it runs in
+ * a user namespace (container-spec.ts decides that; the range is reserved now).
+ */
+function bucketOwner(
+  d: ProvisionDeps,
+  req: ResolvedRunRequest,
+  user: { uid: number; gid: number } | undefined,
+): { uid: number; gid: number } | undefined {
+  if (req.buckets.length === 0 || !usesUserNamespace(req) || !d.runtime.reserveIdMap) return user;
+  const map = d.runtime.reserveIdMap(req.id);
+  return { uid: map.hostId + (user?.uid ?? 0), gid: map.hostId + (user?.gid ?? 0) };
+}
+
 /** Runs the start steps (`start` last); on a failure, frees the reservation and undoes them. */
 export async function provisionContainer(
   d: ProvisionDeps,
@@ -69,7 +87,7 @@ export async function provisionContainer(
 ): Promise<ContainerStatus> {
   const { options, runtime } = d;
   const log = options.logger;
-  const { req, gpus, mounts, codeDir } = r;
+  const { req, gpus, mounts, codeDir, codeLayer } = r;
   const { id } = req;
   const undo: { what: string; fn: () => unknown }[] = [];
   let step = "pulling the image";
@@ -97,7 +115,7 @@ export async function provisionContainer(
     let injection: GpuInjection | undefined;
     if (gpus.length > 0) {
       step = `preparing GPUs ${gpus.map((g) => g.uuid).join(", ")}`;
-      injection = await injectGpus(options.gpuInjector!, log, id, gpus);
+      injection = await injectGpus(options.gpuInjector!, log, id, gpus, req.gpu?.memoryMiB);
     }
     step = "opening exposed ports";
     for (const port of req.exposedPorts) await options.network.allowInbound(id, port);
@@ -129,7 +147,7 @@ export async function provisionContainer(
     step = "mounting cloud buckets";
     undo.push({ what: "cloud bucket mounts", fn: () => d.buckets.unmount(id) });
     const user = run.req.user ?? imageUser(image.config.user);
-    const buckets = await d.buckets.mount(id, req.buckets, cwd, user, codeParent);
+    const buckets = await d.buckets.mount(id, req.buckets, cwd, bucketOwner(d, run.req, user), codeParent);
     step = "building the container spec";
     const spec = buildContainerSpec({
       req: run.req,
@@ -138,6 +156,7 @@ export async function provisionContainer(
       net,
       hostsFile,
       gpu: injection,
+      ...(codeLayer ? { codeLayer } : {}),
     });
     if (startupCpu !== undefined) spec.startupCpu = startupCpu;
     undo.push({ what: "sandbox init directory", fn: () => d.inits.close(id) });
@@ -152,6 +171,7 @@ export async function provisionContainer(
     return recordStatus(record, runtime.get(id) ?? info);
   } catch (e) {
     d.free(id);
+    d.runtime.releaseIdMap?.(id);
     for (const u of undo.reverse()) {
       try {
         await u.fn();

@@ -33,7 +33,7 @@ export interface HostRecord {
     user?: { uid: number; gid: number };
     hostname?: string;
     pidsLimit?: number;
-    gpu?: { count: number; types?: string[] };
+    gpu?: { count: number; types?: string[]; memoryMiB?: number };
     mounts: { source: string; destination: string; readOnly: boolean }[];
     timeoutMs?: number;
     code?: { sha256: string };
@@ -135,6 +135,7 @@ export function recordStatus(r: HostRecord, info: ContainerInfo | undefined): Co
   if (info?.exitedAt !== undefined) s.exitedAt = info.exitedAt;
   if (info?.exitCode !== undefined) s.exitCode = info.exitCode;
   if (info?.reason !== undefined) s.reason = info.reason;
+  if (r.request.gpu?.memoryMiB !== undefined) s.gpuMemoryMiB = r.request.gpu.memoryMiB;
   if (r.ipv4) s.ipv4 = r.ipv4;
   if (r.ipv6) s.ipv6 = r.ipv6;
   return s;

@@ -7,7 +7,16 @@ import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts"
 import { invalid } from "../../shared/errors.ts";
 import { newId } from "../../shared/ids.ts";
 import { checkSha256 } from "../code/store.ts";
-import type { BucketMount, GpuRequest, RunContainerRequest, RunnerConfig, VolumeMount } from "../../api/index.ts";
+import type {
+  BucketMount,
+  GpuRequest,
+  RunContainerRequest,
+  RunnerConfig,
+  SyscallFilter,
+  VolumeMount,
+} from "../../api/index.ts";
+import { SYSCALL_FILTERS } from "../../api/index.ts";
+import { type Isolation, ISOLATIONS, isIsolation } from "../runtime/index.ts";
 import { checkCpuAndMemory } from "../runtime/spec.ts";
 import { checkBucketMounts } from "../volumes/buckets.ts";
 import { checkVolumeMounts } from "../volumes/volumes.ts";
@@ -46,6 +55,12 @@ export interface ResolvedRunRequest {
   buckets: BucketMount[];
   /** The workspace bridge of a container that is not a runner (sandboxes, pods). */
   bridge?: { workspaceId: string };
+  /** Absent: "container", the agent's own OCI runtime. */
+  isolation?: Isolation;
+  /** false: no user namespace, root inside is the host's root (a workspace opted out). Absent: true. */
+  userNamespace?: false;
+  /** "denylist": the older allow-by-default profile (a workspace opted out). Absent: "allowlist". */
+  syscallFilter?: Exclude<SyscallFilter, "allowlist">;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -102,7 +117,17 @@ function gpuRequest(v: unknown): GpuRequest | undefined {
     throw invalid("gpu.types must be a list of GPU type names", { field: "gpu.types" });
   }
   if (count === 0) return undefined;
-  return { count, types: types.map((t: string) => t.trim()) };
+  const memoryMiB = optionalInt(v.memoryMiB, "gpu.memoryMiB", 1);
+  if (memoryMiB !== undefined && count !== 1) {
+    throw invalid(`gpu.memoryMiB asks for part of one shared GPU: gpu.count must be 1, got ${count}`, {
+      field: "gpu.count",
+    });
+  }
+  return {
+    count,
+    types: types.map((t: string) => t.trim()),
+    ...(memoryMiB !== undefined ? { memoryMiB } : {}),
+  };
 }
 
 /** Checks and defaults a request; throws BerthError invalid_request naming the field. */
@@ -189,6 +214,32 @@ export function resolveRunRequest(req: RunContainerRequest): ResolvedRunRequest 
     if (!isObject(req.bridge)) throw invalid("bridge must be { workspaceId }", { field: "bridge" });
     // A runner has its bridge already, for its own stub's workspace.
     if (!runner) out.bridge = { workspaceId: checkWorkspaceId(req.bridge.workspaceId) };
+  }
+  if (req.isolation !== undefined && req.isolation !== null) {
+    if (!isIsolation(req.isolation)) {
+      throw invalid(
+        `isolation must be one of ${ISOLATIONS.map((i) => JSON.stringify(i)).join(", ")}, got ${JSON.stringify(req.isolation)}`,
+        { field: "isolation" },
+      );
+    }
+    if (req.isolation === "gvisor") out.isolation = "gvisor";
+  }
+  if (req.userNamespace !== undefined && req.userNamespace !== null) {
+    if (typeof req.userNamespace !== "boolean") {
+      throw invalid(`userNamespace must be true or false, got ${JSON.stringify(req.userNamespace)}`, {
+        field: "userNamespace",
+      });
+    }
+    if (!req.userNamespace) out.userNamespace = false;
+  }
+  if (req.syscallFilter !== undefined && req.syscallFilter !== null) {
+    if (!SYSCALL_FILTERS.includes(req.syscallFilter)) {
+      throw invalid(
+        `syscallFilter must be one of ${SYSCALL_FILTERS.map((f) => JSON.stringify(f)).join(", ")}, got ${JSON.stringify(req.syscallFilter)}`,
+        { field: "syscallFilter" },
+      );
+    }
+    if (req.syscallFilter === "denylist") out.syscallFilter = "denylist";
   }
   return out;
 }

@@ -4,7 +4,7 @@
 // module as the program. The agent makes these mounts itself, so they are
 // not judged by the allowed-roots rule for the request's own mounts.
 
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import { RunnerLabels, RunnerPaths } from "../../shared/tasks.ts";
@@ -87,20 +87,28 @@ export function applyRunner(
 ): { req: ResolvedRunRequest; mounts: BindMount[] } {
   const mounts: BindMount[] = [];
   const out: ResolvedRunRequest = { ...req, env: { ...req.env }, labels: { ...req.labels } };
-  if (paths.codeDir) {
-    mounts.push({ source: paths.codeDir, destination: RunnerPaths.code, readonly: true });
-    out.cwd ??= RunnerPaths.code;
-  }
+  // The code is a lower layer of the container's root (container-spec.ts), not a mount: writable there.
+  if (paths.codeDir) out.cwd ??= RunnerPaths.code;
   if (!runner) {
     // A sandbox's or pod's workspace bridge: the socket only (sandboxes have the SDK at RunnerPaths.sdk already).
     if (paths.bridgeDir) {
-      mounts.push({ source: paths.bridgeDir, destination: RunnerPaths.bridgeDir, readonly: false });
+      mounts.push({
+        source: paths.bridgeDir,
+        destination: RunnerPaths.bridgeDir,
+        readonly: false,
+        idmapped: true,
+      });
       Object.assign(out.env, { BERTH_CONTAINER_ID: req.id, BERTH_AGENT_SOCKET: RunnerPaths.socket });
     }
     return { req: out, mounts };
   }
   if (!paths.bridgeDir) throw new Error("applyRunner: a runner needs its bridge directory");
-  mounts.push({ source: paths.bridgeDir, destination: RunnerPaths.bridgeDir, readonly: false });
+  mounts.push({
+    source: paths.bridgeDir,
+    destination: RunnerPaths.bridgeDir,
+    readonly: false,
+    idmapped: true,
+  });
   mounts.push({ source: paths.sdkDir, destination: RunnerPaths.sdk, readonly: true });
   Object.assign(out.env, {
     BERTH_REMOTE: "1",
@@ -152,6 +160,31 @@ export class RunnerBridges {
     return dir;
   }
 
+  /** A pre-warmed runner's bridge directory, served by nobody yet: it waits there for its stub. */
+  makeDir(id: string): string {
+    const dir = join(this.root, id);
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { mode: 0o755 });
+    return dir;
+  }
+
+  /** Removes a directory makeDir() made, when nobody serves it. */
+  removeDir(id: string): void {
+    rmSync(join(this.root, id), { recursive: true, force: true });
+  }
+
+  /**
+   * Gives a pre-warmed runner's directory (mounted in it already) to the
+   * container id it now has, and serves the runner's bridge there.
+   * Renaming keeps the mount: the socket appears inside the container.
+   */
+  async adopt(fromId: string, toId: string, runner: RunnerConfig, onFirstAsk?: () => void): Promise<string> {
+    const dir = join(this.root, toId);
+    renameSync(join(this.root, fromId), dir);
+    await (this.runners as HostRunners).open(toId, runner, bridgeSocketPath(dir), onFirstAsk);
+    return dir;
+  }
+
   /**
    * Creates a sandbox's or pod's bridge directory and serves its workspace bridge there; returns the
    * directory. An agent not joined to a coordinator has nothing to relay to: the sandbox still runs,
@@ -195,7 +228,7 @@ export class RunnerBridges {
     rmSync(join(this.root, id), { recursive: true, force: true });
   }
 
-  exited(id: string, exitCode: number | undefined, reason?: ExitReason): void {
-    this.runners?.exited(id, exitCode, reason);
+  exited(id: string, exitCode: number | undefined, reason?: ExitReason, memoryBytes?: number): void {
+    this.runners?.exited(id, exitCode, reason, memoryBytes);
   }
 }

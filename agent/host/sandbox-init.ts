@@ -93,6 +93,9 @@ export class SandboxInits {
    */
   prepare(spec: ContainerSpec, sdkDir: string): boolean {
     if (spec.labels?.[SANDBOX_INIT_LABEL] !== "1") return false;
+    // Under gVisor the agent cannot reach a socket bound inside (even with runsc --host-uds=all the
+    // server never started a process for it): processes start with `runsc exec`, pid 1 stays the keep-alive.
+    if (spec.runtime === "runsc") return false;
     // An overlay stack (uppermost first) is searched layer by layer: enough to find a python3.
     const layers = Array.isArray(spec.image.rootfs) ? spec.image.rootfs : [spec.image.rootfs];
     const python = layers.map((l) => findCommandInRootfs(l, spec.env ?? {}, "python3")).find(Boolean);
@@ -105,7 +108,7 @@ export class SandboxInits {
     spec.args = [python, "-u", "-I", SandboxInitPaths.script, SandboxInitPaths.socket];
     spec.mounts = [
       ...(spec.mounts ?? []),
-      { source: dir, destination: SandboxInitPaths.dir, readonly: false },
+      { source: dir, destination: SandboxInitPaths.dir, readonly: false, idmapped: true },
       { source: sdkDir, destination: SandboxInitPaths.sdk, readonly: true },
     ];
     return true;

@@ -57,11 +57,17 @@ export function commitStore(images: HostImages): CommitStore {
   };
 }
 
-/** A running container's root as its processes see it (their mounts included). */
-export function processRoot(id: string, info: ContainerInfo | undefined): string {
+/**
+ * A running container's root as its processes see it (their mounts
+ * included). Under gVisor the host pid is the sandbox's kernel, whose root
+ * is not the container's: there it is the container's overlay on the host
+ * (`hostRootfs`), without the bind mounts gVisor's gofer made inside.
+ */
+export function processRoot(id: string, info: ContainerInfo | undefined, hostRootfs?: string): string {
   if (info?.status !== "running" || !info.pid) {
     throw new BerthError("failed_precondition", `container ${id} is not running; its files went with it`);
   }
+  if (info.runtime === "runsc" && hostRootfs) return hostRootfs;
   return join("/proc", String(info.pid), "root");
 }
 

@@ -1,7 +1,8 @@
 // Two steps of ContainerHost.runContainer kept apart from it: a runner's
 // start-up CPU boost and its end, and GPU injection.
 
-import { describeError } from "../../shared/errors.ts";
+import { accessSync, constants } from "node:fs";
+import { BerthError, describeError } from "../../shared/errors.ts";
 import type { GpuDevice } from "../../shared/fleet.ts";
 import type { GpuInjection } from "../capacity/index.ts";
 import type { HostGpuInjector, HostLogger, HostRuntime } from "./options.ts";
@@ -42,20 +43,46 @@ export function startupEnder(
   return { now, arm };
 }
 
+/**
+ * The container's GPU injection. Its hooks (the toolkit's CDI hooks: ld cache, `libcuda.so`
+ * links, CUDA compat; or the agent's own ld cache hook) go into the container's OCI config and
+ * run there (buildContainerSpec); a hook whose program is not on this host is refused here,
+ * before anything starts, rather than left to fail inside runc.
+ */
 export async function injectGpus(
   injector: HostGpuInjector,
   logger: HostLogger,
   id: string,
   gpus: GpuDevice[],
+  sharedMemoryMiB?: number,
 ): Promise<GpuInjection> {
-  const injection = await injector.inject(gpus);
-  const hooks = Object.entries(injection.hooks).filter(([, list]) => (list?.length ?? 0) > 0);
-  if (hooks.length > 0) {
-    // ContainerSpec has no hooks field yet: the CDI hooks (ldcache update, symlinks) are not run.
-    logger.warn(
-      { id, phases: hooks.map(([phase]) => phase) },
-      "GPU injection asked for OCI hooks the runtime cannot run; they are skipped",
-    );
+  const injection = await injector.inject(
+    gpus,
+    sharedMemoryMiB !== undefined ? { sharedMemoryMiB } : undefined,
+  );
+  for (const [phase, list] of Object.entries(injection.hooks)) {
+    for (const hook of list ?? []) {
+      try {
+        accessSync(hook.path, constants.X_OK);
+      } catch {
+        throw new BerthError(
+          "failed_precondition",
+          `the GPUs' ${phase} hook ${hook.path} (${hook.args?.slice(1, 3).join(" ") ?? ""}) is not an executable ` +
+            "on this host: it makes the driver libraries loadable in the container (ld cache, libcuda.so links). " +
+            "Reinstall the NVIDIA container toolkit (nvidia-ctk), or regenerate the CDI spec the agent reads",
+          { id },
+        );
+      }
+    }
   }
+  logger.info(
+    {
+      id,
+      hooks: Object.values(injection.hooks).flatMap((l) =>
+        (l ?? []).map((h) => h.args?.slice(0, 3).join(" ")),
+      ),
+    },
+    "GPU injection ready",
+  );
   return injection;
 }

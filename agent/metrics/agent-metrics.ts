@@ -7,7 +7,7 @@ import { cgroupsPathFor } from "../runtime/oci-spec.ts";
 import { GpuUsageReader } from "./gpu-usage.ts";
 import { type MetricsServer, startMetricsServer } from "./http.ts";
 import { AgentMetricsRegistry } from "./registry.ts";
-import { MetricsSampler, type SampledContainer } from "./sampler.ts";
+import { MetricsSampler, type MetricsSamplerOptions, type SampledContainer } from "./sampler.ts";
 
 // The agent's metrics as main.ts wires them: the sampler over the container
 // host, the registry, the /metrics server when a port is set, and NATS
@@ -21,6 +21,8 @@ export interface AgentMetricsOptions {
   port?: number;
   host: string;
   nvidiaSmi: string;
+  /** Every GPU's telemetry and health, read each round; absent: only assigned GPUs' usage. */
+  gpuTelemetry?: MetricsSamplerOptions["gpuTelemetry"];
   containers: Pick<ContainerApi, "listContainers">;
   /** False when the container subsystem is disabled: rounds then carry no containers. */
   containersEnabled: boolean;
@@ -74,6 +76,7 @@ export async function startAgentMetrics(o: AgentMetricsOptions): Promise<AgentMe
         );
     },
     gpus: new GpuUsageReader({ nvidiaSmiPath: o.nvidiaSmi }),
+    ...(o.gpuTelemetry ? { gpuTelemetry: o.gpuTelemetry } : {}),
     capacity: async () => {
       const c = await o.capacity();
       return {

@@ -1,5 +1,6 @@
 import { BerthError } from "../../shared/errors.ts";
-import type { AgentMetricsMessage, ContainerMetricsSample } from "../../shared/subjects.ts";
+import type { AgentMetricsMessage, ContainerMetricsSample, GpuTelemetry } from "../../shared/subjects.ts";
+import type { TelemetryResult } from "../capacity/gpu-telemetry.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import type { CgroupLayout } from "../runtime/index.ts";
 import { coresBetween, readCgroupSample } from "./cgroup-usage.ts";
@@ -31,6 +32,12 @@ export interface MetricsSamplerOptions {
   containers: () => Promise<SampledContainer[]>;
   /** Absent: no GPU figures. */
   gpus?: Pick<GpuUsageReader, "read">;
+  /**
+   * Every GPU of the host, read each round (the GPU monitor of
+   * agent/capacity): the round carries the table and containers' GPU
+   * figures come from it. When set, `gpus` is not read.
+   */
+  gpuTelemetry?: { read(): Promise<TelemetryResult | "absent"> };
   capacity?: () => Promise<HostCapacityFigures>;
   registry?: AgentMetricsRegistry;
   /** Called with every round (the agent publishes it on NATS). */
@@ -77,7 +84,12 @@ export class MetricsSampler {
   /** One round: reads, records into the registry, publishes, and returns it. */
   async sample(): Promise<AgentMetricsMessage> {
     const list = await this.o.containers();
-    const gpuUsage = list.some((c) => c.gpus.length > 0) ? await this.readGpus() : undefined;
+    const telemetry = await this.readTelemetry();
+    const gpuUsage = telemetry
+      ? usageOf(telemetry)
+      : list.some((c) => c.gpus.length > 0)
+        ? await this.readGpus()
+        : undefined;
     const at = this.o.clock();
     const samples: ContainerMetricsSample[] = [];
     const seen = new Set<string>();
@@ -118,11 +130,23 @@ export class MetricsSampler {
         gpus: list.filter((c) => seen.has(c.id)).reduce((s, c) => s + c.gpus.length, 0),
       },
       containers: samples,
+      ...(telemetry ? { gpus: telemetry } : {}),
     };
     const capacity = this.o.capacity ? await this.o.capacity().catch(() => undefined) : undefined;
     this.o.registry?.record(round, capacity);
     this.o.publish?.(round);
     return round;
+  }
+
+  private async readTelemetry(): Promise<GpuTelemetry[] | undefined> {
+    if (!this.o.gpuTelemetry) return undefined;
+    const r = await this.o.gpuTelemetry.read();
+    if (r === "absent") return undefined;
+    if (!r.ok) {
+      this.warnOnce(`telemetry:${r.reason}`, `GPU telemetry not read: ${r.reason}`);
+      return undefined;
+    }
+    return r.gpus;
   }
 
   private async readGpus(): Promise<Map<string, GpuUsage> | undefined> {
@@ -147,6 +171,17 @@ export class MetricsSampler {
 function gpuFigures(uuid: string, usage: Map<string, GpuUsage>) {
   const u = usage.get(uuid);
   return { uuid, utilizationPercent: u?.utilizationPercent ?? null, memoryUsedBytes: u?.memoryUsedBytes ?? null };
+}
+
+function usageOf(gpus: GpuTelemetry[]): Map<string, GpuUsage> {
+  const out = new Map<string, GpuUsage>();
+  for (const g of gpus) {
+    out.set(g.uuid, {
+      utilizationPercent: g.utilizationPercent,
+      memoryUsedBytes: g.memoryUsedMiB === null ? null : Math.round(g.memoryUsedMiB * 1024 * 1024),
+    });
+  }
+  return out;
 }
 
 const round3 = (n: number) => Math.round(n * 1000) / 1000;

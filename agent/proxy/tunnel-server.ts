@@ -5,7 +5,7 @@
 // of this agent's running containers are reachable (the nftables inbound set
 // lets the host, and nobody else, open exactly those).
 
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { STATUS_CODES } from "node:http";
 import { type Server, createServer } from "node:https";
 import { isIP, type Socket } from "node:net";
@@ -50,6 +50,13 @@ export interface TunnelServerOptions {
   allowedClientNames?: string[];
   /** Tunnels open or being dialled at once; more are refused (503). @default 4096 */
   maxTunnels?: number;
+  /**
+   * Answers plain requests (not CONNECT) from any certificate of the cluster
+   * CA, before the tunnel's 405: the layer blobs the agent serves its peers
+   * (agent/images/blob-server.ts). Returns false for a request it does not
+   * serve.
+   */
+  requests?: (req: IncomingMessage, res: ServerResponse) => boolean;
   /** Pause between attempts while the container's port refuses connections. @default 50 */
   retryIntervalMs?: number;
   log?: { warn(obj: object, msg?: string): void };
@@ -107,7 +114,8 @@ export class TunnelServer {
     // A CONNECT arrives right after the handshake; idle or slow clients are dropped.
     server.headersTimeout = 10_000;
     server.requestTimeout = 15_000;
-    server.on("request", (_req, res) => {
+    server.on("request", (req, res) => {
+      if (o.requests?.(req, res)) return;
       res.writeHead(405, {
         "content-type": "text/plain; charset=utf-8",
         [ERROR_CODE_HEADER]: "invalid_request",
@@ -261,10 +269,11 @@ export class TunnelServer {
 }
 
 export type ResolvedTunnelServerOptions = Required<
-  Omit<TunnelServerOptions, "allowedClientNames" | "log">
+  Omit<TunnelServerOptions, "allowedClientNames" | "log" | "requests">
 > & {
   allowedClientNames?: Set<string>;
   log?: TunnelServerOptions["log"];
+  requests?: TunnelServerOptions["requests"];
 };
 
 export function resolveTunnelServerOptions(o: TunnelServerOptions): ResolvedTunnelServerOptions {
@@ -299,9 +308,9 @@ export function resolveTunnelServerOptions(o: TunnelServerOptions): ResolvedTunn
     retryIntervalMs,
     ...(o.allowedClientNames ? { allowedClientNames: new Set(o.allowedClientNames) } : {}),
     ...(o.log ? { log: o.log } : {}),
+    ...(o.requests ? { requests: o.requests } : {}),
   };
 }
-
 
 /**
  * Pipes both ways. A FIN is passed on (half-close); an error or an abrupt

@@ -7,6 +7,7 @@ import type { OutputStream, SandboxProcessApi } from "../../api/index.ts";
 import {
   execRequestFromProto,
   processInfoToProto,
+  runEventToProto,
   toGrpcError,
   type WireExecRequest,
 } from "../../api/grpc/index.ts";
@@ -98,7 +99,7 @@ export function processHandlers(
         "WaitProcess",
         "ReadProcessOutput",
       ],
-      stream: ["FollowProcessOutput"],
+      stream: ["FollowProcessOutput", "RunProcess"],
     });
   }
   const c = impl;
@@ -126,5 +127,13 @@ export function processHandlers(
       return { start: o.start, offset: o.offset, data: Buffer.from(o.data) };
     }),
     FollowProcessOutput: followOutput(c, authorize),
+    RunProcess: serverStream(
+      authorize,
+      (r: { containerId: string; request: WireExecRequest | null }, signal) => {
+        if (!c.runProcess) throw notServed();
+        return c.runProcess(r.containerId, execRequestFromProto(r.request), { signal });
+      },
+      runEventToProto,
+    ),
   };
 }

@@ -12,6 +12,7 @@ import type {
   OutputStream,
   ProcessInfo,
   ProcessOutput,
+  ProcessRunEvent,
   SandboxProcessApi,
 } from "../../api/index.ts";
 import { OUTPUT_STREAMS } from "../../api/index.ts";
@@ -275,6 +276,24 @@ export class ProcessTable implements SandboxProcessApi {
     yield* buf.follow(checkOffset(offset), opts.signal);
   }
 
+  /**
+   * Starts a process and streams what becomes of it (SandboxProcessApi.runProcess):
+   * one call where a client otherwise makes three.
+   */
+  async *runProcess(
+    containerId: string,
+    req: ExecRequest,
+    opts: { signal?: AbortSignal } = {},
+  ): AsyncGenerator<ProcessRunEvent> {
+    const info = await this.startProcess(containerId, req);
+    yield { type: "started", process: info };
+    const p = this.get(containerId, info.pid);
+    for await (const o of taggedOutput(p, opts.signal)) yield { type: "output", ...o };
+    if (opts.signal?.aborted) return;
+    await p.done;
+    yield { type: "ended", process: p.status };
+  }
+
   /** Stops recording (an agent handing over to its next process); the sessions are left as they are. */
   close(): void {
     this.closed = true;
@@ -351,4 +370,64 @@ function checkStream(s: string): OutputStream {
 function checkOffset(n: number): number {
   if (!Number.isInteger(n) || n < 0) throw invalid(`offset must be an integer >= 0, got ${n}`);
   return n;
+}
+
+/** Chunks a reader may hold unsent before both followers wait for it. */
+const TAGGED_HIGH_WATER = 16;
+
+/**
+ * stdout and stderr of `p` from offset 0, each in order, interleaved as they
+ * arrive, until both are complete or the signal aborts (or the reader leaves).
+ */
+async function* taggedOutput(
+  p: SandboxProcess,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<{ stream: "stdout" | "stderr"; data: Uint8Array }> {
+  const stop = new AbortController();
+  const onAbort = () => stop.abort();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  if (signal?.aborted) stop.abort();
+  const queue: { stream: "stdout" | "stderr"; data: Uint8Array }[] = [];
+  let wakeReader: (() => void) | undefined;
+  let wakeFollowers: (() => void)[] = [];
+  let open = 2;
+  const follow = async (stream: "stdout" | "stderr") => {
+    try {
+      for await (const data of p.output(stream).follow(0, stop.signal)) {
+        queue.push({ stream, data });
+        wakeReader?.();
+        while (queue.length >= TAGGED_HIGH_WATER && !stop.signal.aborted) {
+          await new Promise<void>((r) => wakeFollowers.push(r));
+        }
+      }
+    } finally {
+      open--;
+      wakeReader?.();
+    }
+  };
+  const followers = [follow("stdout"), follow("stderr")];
+  try {
+    for (;;) {
+      const item = queue.shift();
+      if (item) {
+        if (queue.length < TAGGED_HIGH_WATER) {
+          const w = wakeFollowers;
+          wakeFollowers = [];
+          for (const f of w) f();
+        }
+        yield item;
+        continue;
+      }
+      if (open === 0 || stop.signal.aborted) return;
+      await new Promise<void>((r) => {
+        wakeReader = r;
+      });
+      wakeReader = undefined;
+    }
+  } finally {
+    stop.abort();
+    for (const f of wakeFollowers) f();
+    signal?.removeEventListener("abort", onAbort);
+    await Promise.all(followers);
+  }
 }

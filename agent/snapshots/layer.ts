@@ -12,6 +12,7 @@ import { lstatSync, mkdirSync, readdirSync, readFileSync, type Stats, writeFileS
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { BerthError } from "../../shared/errors.ts";
+import { type IdMap, idInside } from "../runtime/index.ts";
 
 const execFileP = promisify(execFile);
 
@@ -115,7 +116,12 @@ export function upperEntries(o: OverlayDirs): UpperEntries {
  * `work` is an empty scratch dir (whiteout files and name lists go there).
  * The container should be paused meanwhile, so the layer is one moment's state.
  */
-export async function writeUpperLayer(o: OverlayDirs, tarPath: string, work: string): Promise<UpperEntries> {
+export async function writeUpperLayer(
+  o: OverlayDirs,
+  tarPath: string,
+  work: string,
+  idMap?: IdMap,
+): Promise<UpperEntries> {
   const found = upperEntries(o);
   const marks = join(work, "whiteouts");
   mkdirSync(marks);
@@ -133,6 +139,7 @@ export async function writeUpperLayer(o: OverlayDirs, tarPath: string, work: str
     "--file",
     tarPath,
     "--numeric-owner",
+    ...(idMap ? ownerMaps(o.upper, found.entries, idMap, work) : []),
     "--xattrs",
     "--xattrs-exclude=trusted.overlay.*",
     "--no-recursion",
@@ -157,4 +164,31 @@ export async function writeUpperLayer(o: OverlayDirs, tarPath: string, work: str
     );
   }
   return found;
+}
+
+/**
+ * tar's --owner-map and --group-map that store the files of a container in
+ * a user namespace as it sees them: host id `hostId + k` is k in the layer
+ * (what it wrote as root is root's in the image, whichever range reads it
+ * next). Only the ids present are listed.
+ */
+function ownerMaps(upper: string, entries: readonly string[], map: IdMap, work: string): string[] {
+  const uids = new Set<number>();
+  const gids = new Set<number>();
+  for (const e of entries) {
+    const st = lstatSync(join(upper, e));
+    uids.add(st.uid);
+    gids.add(st.gid);
+  }
+  const lines = (ids: Set<number>) =>
+    [...ids]
+      .map((id) => [id, idInside(map, id)] as const)
+      .filter(([, inside]) => inside !== undefined)
+      .map(([id, inside]) => `+${id} +${inside}\n`)
+      .join("");
+  const owners = join(work, "owner.map");
+  const groups = join(work, "group.map");
+  writeFileSync(owners, lines(uids));
+  writeFileSync(groups, lines(gids));
+  return [`--owner-map=${owners}`, `--group-map=${groups}`];
 }

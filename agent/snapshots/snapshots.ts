@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
 import { imageSummary } from "../host/image-ops.ts";
 import type { ImageInfo } from "../images/index.ts";
+import type { IdMap } from "../runtime/index.ts";
 import type { ContainerStatus, ImageSummary, RunContainerRequest } from "../../api/index.ts";
 import type { ContainerSnapshotApi } from "../../api/index.ts";
 import { overlayDirsOf, writeUpperLayer } from "./layer.ts";
@@ -30,7 +31,14 @@ const SNAPSHOT_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 export interface SnapshotHost {
   runc: RuncTarget;
   /** The image digest a container runs and whether it runs now; throws not_found for an unknown id. */
-  container(id: string): { imageDigest: string; running: boolean };
+  container(id: string): {
+    imageDigest: string;
+    running: boolean;
+    runtime?: string;
+    ociId?: string;
+    /** Its user namespace's id range: its files are stored shifted into it, and the layer shifts them back. */
+    idMap?: IdMap;
+  };
   images: {
     commitLayer(base: string, layerTar: string, opts: { name: string; comment?: string }): Promise<ImageInfo>;
     remove(ref: string): Promise<unknown>;
@@ -93,14 +101,23 @@ export class ContainerSnapshots implements ContainerSnapshotApi {
       throw new BerthError("invalid_request", "commitFilesystem needs the reference the image is known by");
     }
     const c = this.host.container(containerId);
-    const state = await runcState(this.host.runc, containerId);
+    if (c.runtime !== undefined && c.runtime !== "runc") {
+      // Its state and overlay are known to its own runtime, and memory checkpoints are runc's (CRIU).
+      throw new BerthError(
+        "failed_precondition",
+        `container ${containerId} runs under ${c.runtime}: snapshots are taken of runc containers only`,
+      );
+    }
+    // A pre-warmed runner's container is known to runc by the name it started under.
+    const runcId = c.ociId ?? containerId;
+    const state = await runcState(this.host.runc, runcId);
     const overlay = overlayDirsOf(state.rootfs);
     const work = mkdtempSync(join(this.scratch, "commit-"));
     try {
       const tar = join(work, "layer.tar");
-      const write = () => writeUpperLayer(overlay, tar, work);
+      const write = () => writeUpperLayer(overlay, tar, work, c.idMap);
       // Frozen while read, so the layer is one moment's files.
-      if (c.running && state.status === "running") await whilePaused(this.host.runc, containerId, write);
+      if (c.running && state.status === "running") await whilePaused(this.host.runc, runcId, write);
       else await write();
       return await this.host.images.commitLayer(c.imageDigest, tar, {
         name: ref,
@@ -144,7 +161,10 @@ export class ContainerSnapshots implements ContainerSnapshotApi {
       const imagePath = join(work, "checkpoint");
       mkdirSync(imagePath);
       mkdirSync(join(work, "criu-work"));
-      await runcCheckpoint(this.host.runc, containerId, { imagePath, workPath: join(work, "criu-work") });
+      await runcCheckpoint(this.host.runc, c.ociId ?? containerId, {
+        imagePath,
+        workPath: join(work, "criu-work"),
+      });
       const record: SnapshotRecord = { version: 1, snapshotId, containerId, image, createdAt: Date.now() };
       writeFileSync(join(work, "snapshot.json"), JSON.stringify(record));
       await rm(join(work, "criu-work"), { recursive: true, force: true });

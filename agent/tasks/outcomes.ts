@@ -7,6 +7,7 @@
 // the caller to nak.
 
 import type { ExitReason } from "../../api/index.ts";
+import { memoryKillMessage } from "../../shared/memory-kill.ts";
 import type { TaskError, TaskEvent, TaskStartedEvent } from "../../shared/tasks.ts";
 import type { TaskEventPublisher } from "./event-publisher.ts";
 import { taskError } from "./pulls.ts";
@@ -50,7 +51,8 @@ export async function recordResult(
 /**
  * The container died while the task ran: retried within max_retries, else
  * FAILED. The runtime's exit reason names a death the exit code alone cannot
- * tell apart: an OOM kill is `oom_killed` (error OutOfMemory), not "exit code 137";
+ * tell apart: an OOM kill is `oom_killed` (error OutOfMemory, naming the container's
+ * `memoryBytes` limit and `memory=`), not "exit code 137";
  * a death a container limit explains (`limit`: refused forks, a full disk) is
  * `pids_exhausted` or `disk_full`.
  */
@@ -61,6 +63,7 @@ export async function recordCrash(
   code: string,
   exitReason?: ExitReason,
   limit?: LimitHit,
+  memoryBytes?: number,
 ): Promise<void> {
   const oom = exitReason === "oom_killed";
   if (t.attempt <= t.maxRetries) {
@@ -75,7 +78,7 @@ export async function recordCrash(
       error: oom
         ? taskError(
             "OutOfMemory",
-            `the container ran out of memory: the kernel killed it at its memory limit (exit code ${code}) on the last attempt`,
+            `the container ran out of memory (exit code ${code} on the last attempt): ${memoryKillMessage(memoryBytes)}`,
           )
         : taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
     });

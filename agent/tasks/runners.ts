@@ -129,8 +129,9 @@ export class TaskRunners implements HostRunners {
     await b.server.close();
   }
 
-  exited(containerId: string, exitCode: number | undefined, reason?: ExitReason): void {
-    this.worker?.containerExited(containerId, exitCode, reason);
+  /** `memoryBytes`: the container's memory limit, named in an OOM kill's error. */
+  exited(containerId: string, exitCode: number | undefined, reason?: ExitReason, memoryBytes?: number): void {
+    this.worker?.containerExited(containerId, exitCode, reason, memoryBytes);
   }
 
   /** Closes every bridge and the worker; containers keep running, their messages are redelivered later. */

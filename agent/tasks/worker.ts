@@ -426,7 +426,12 @@ export class TaskWorker {
    * was running: it is retried or, on its last attempt, failed. The rest of
    * that hand-out never started and goes to the ready queue untouched.
    */
-  containerExited(containerId: string, exitCode: number | undefined, reason?: ExitReason): void {
+  containerExited(
+    containerId: string,
+    exitCode: number | undefined,
+    reason?: ExitReason,
+    memoryBytes?: number,
+  ): void {
     const slot = this.slots.get(containerId);
     if (!slot) return;
     this.closeSlot(slot);
@@ -441,7 +446,7 @@ export class TaskWorker {
         dropHeldStart(t);
         this.ready.push(slot.stubId, t);
       }
-      if (running) this.crashed(slot, running, code, reason, limit);
+      if (running) this.crashed(slot, running, code, reason, limit, memoryBytes);
     }
   }
 
@@ -451,11 +456,12 @@ export class TaskWorker {
     code: string,
     reason: ExitReason | undefined,
     limit: LimitHit | undefined,
+    memoryBytes?: number,
   ): void {
     if (!settle(t)) return;
     void (async () => {
       const base = { ...this.base(slot, t.taskId, t.attempt), ...(await foldedStart(t)) };
-      await recordCrash(this.events, base, t, code, reason, limit);
+      await recordCrash(this.events, base, t, code, reason, limit, memoryBytes);
     })().catch((e) => {
       this.log.error({ taskId: t.taskId, err: describeError(e) }, "recording a task whose container exited");
       t.msg.nak();

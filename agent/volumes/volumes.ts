@@ -95,8 +95,10 @@ export function volumeBindMounts(
       if (!statSync(hostDir).isDirectory())
         throw invalid(`volume ${v.name}: ${dest} is not a directory in the code`);
     }
-    out.push({ source: dir, destination: `${VOLUMES_DIR}/${v.name}`, readonly: false });
-    if (dest !== `${VOLUMES_DIR}/${v.name}`) out.push({ source: dir, destination: dest, readonly: false });
+    // Shared by the workspace's containers: each sees it through its own id mapping (runtime/idmap.ts).
+    out.push({ source: dir, destination: `${VOLUMES_DIR}/${v.name}`, readonly: false, idmapped: true });
+    if (dest !== `${VOLUMES_DIR}/${v.name}`)
+      out.push({ source: dir, destination: dest, readonly: false, idmapped: true });
   }
   return out;
 }

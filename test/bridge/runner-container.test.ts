@@ -4,7 +4,7 @@
 // over the mounted socket and calls the archive's handler.
 
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { ContainerHost } from "../../agent/host/index.ts";
@@ -64,6 +64,8 @@ while True:
     task = body["task"]
     inp = json.loads(base64.b64decode(task["args"]))
     post("/v1/tasks/%s/output" % task["id"], {"stream": "stdout", "data": "attempt %d\\n" % task["attempt"]})
+    if inp.get("alloc_mb"):
+        hog = b"x" * (inp["alloc_mb"] << 20)
     if inp.get("sleep_on_attempt") == task["attempt"]:
         time.sleep(inp["sleep"])
     out = json.dumps(app.square(inp["x"]))
@@ -105,7 +107,13 @@ test("runner containers take tasks through the bridge", { timeout: 300_000 }, as
     images: new ImageStore({ root: join(dir, "images") }),
     network: net,
     runtime: (hooks) =>
-      new ContainerRuntime({ root: join(dir, "containers"), pollIntervalMs: 100, ...hooks }),
+      // A small disk per container: writes to the working directory count in it.
+      new ContainerRuntime({
+        root: join(dir, "containers"),
+        pollIntervalMs: 100,
+        diskBytes: 64 * MiB,
+        ...hooks,
+      }),
     capacity: { cpuCores: 2, memoryBytes: 4 * 1024 * MiB },
     allowedMountRoots: [join(dir, "allowed")],
     codeDir: join(dir, "code"),
@@ -150,6 +158,22 @@ test("runner containers take tasks through the bridge", { timeout: 300_000 }, as
     await runners.attach(n.agent, AGENT_ID);
   });
 
+  await t.test("a task completes in a runner container under gVisor (isolation gvisor)", async (tt) => {
+    if (!needs(tt, { commands: ["runsc"] })) return;
+    const c = await h.runContainer({ ...request(), isolation: "gvisor" });
+    await publishTask(n, { stubId: STUB, taskId: "task-gvisor-1", payload: payload({ x: 5 }) });
+    const evs = await eventsOf(n, "task-gvisor-1", 2, 60_000);
+    assert.deepEqual(shape(evs), [
+      ["started", "", 1],
+      ["finished", "COMPLETE", 1],
+    ]);
+    const fin = evs[1] as Extract<TaskEvent, { type: "finished" }>;
+    assert.equal(fin.resultJson, "25");
+    assert.equal(fin.containerId, c.id);
+    await queueEmpty(n);
+    await h.stopContainer(c.id, { graceMs: 0, remove: true });
+  });
+
   await t.test("a task completes in a runner container with the code, SDK and socket mounted", async () => {
     const c = await h.runContainer(request());
     assert.equal(c.labels[RunnerLabels.stubId], STUB);
@@ -187,14 +211,49 @@ test("runner containers take tasks through the bridge", { timeout: 300_000 }, as
       BERTH_AGENT_SOCKET: "/berth/run/agent.sock",
       PYTHONPATH: "/berth/sdk:/mnt/code",
     });
-    const ro = await execAll(
-      await h.exec(c.id, { args: ["sh", "-c", "test -f /berth/sdk/berth/__init__.py && touch /mnt/code/x"] }),
+    const sdk = await execAll(
+      await h.exec(c.id, {
+        args: ["sh", "-c", "test -f /berth/sdk/berth/__init__.py && touch /berth/sdk/x"],
+      }),
     );
-    assert.notEqual(ro.code, 0, "the code mount is read-only");
-    assert.match(ro.stderr, /Read-only file system/);
+    assert.notEqual(sdk.code, 0, "the SDK mount is read-only");
+    assert.match(sdk.stderr, /Read-only file system/);
     await h.stopContainer(c.id, { graceMs: 0, remove: true });
     assert.equal(existsSync(join(dir, "bridge", c.id)), false, "the bridge dir goes with the container");
   });
+
+  await t.test(
+    "the working directory is each container's to write; the shared code stays as it was",
+    async () => {
+      const write = (id: string, script: string) =>
+        h.exec(id, { args: ["python3", "-c", script], cwd: "/mnt/code" }).then(execAll);
+      const a = await h.runContainer(request());
+      const b = await h.runContainer(request());
+      const wrote = await write(
+        a.id,
+        "open('out.txt','w').write('from a'); open('app.py','a').write('# changed'); print(open('out.txt').read())",
+      );
+      assert.deepEqual([wrote.code, wrote.stdout.trim()], [0, "from a"], wrote.stderr);
+      const other = await write(
+        b.id,
+        "import os; print(os.path.exists('out.txt'), open('app.py').read().endswith('# changed'))",
+      );
+      assert.deepEqual([other.code, other.stdout.trim()], [0, "False False"], other.stderr);
+      const tree = join(dir, "code", sha, "mnt", "code");
+      assert.equal(existsSync(join(tree, "out.txt")), false, "nothing written reaches the shared tree");
+      assert.equal(readFileSync(join(tree, "app.py"), "utf8"), APP_PY);
+      // Its writes land on its own disk (64 MiB here): past that, ENOSPC, not the agent's disk filling up.
+      const big = await write(a.id, "open('big.bin','wb').write(b'x' * (96 << 20))");
+      assert.notEqual(big.code, 0, "a write past the container's disk quota fails");
+      assert.match(big.stderr, /No space left on device/);
+      for (const c of [a, b]) await h.stopContainer(c.id, { graceMs: 0, remove: true });
+      assert.deepEqual(mountsUnder(dir), [], "no mount is left once they are removed");
+      const fresh = await h.runContainer(request());
+      const again = await write(fresh.id, "import os; print(os.path.exists('out.txt'))");
+      assert.equal(again.stdout.trim(), "False");
+      await h.stopContainer(fresh.id, { graceMs: 0, remove: true });
+    },
+  );
 
   await t.test("a runner killed mid-task: the task is retried and a new container completes it", async () => {
     const first = await h.runContainer(request());
@@ -225,6 +284,39 @@ test("runner containers take tasks through the bridge", { timeout: 300_000 }, as
     await queueEmpty(n);
     await h.stopContainer(second.id, { graceMs: 0, remove: true });
   });
+
+  await t.test(
+    "a runner killed for memory: the task's error names the limit and memory=; /dev/shm is sized to it",
+    async () => {
+      const c = await h.runContainer(request());
+      // /dev/shm is as large as the memory limit (128 MiB here), not a fixed 64 MiB.
+      const shm = await execAll(
+        await h.exec(c.id, {
+          args: ["python3", "-c", "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize)"],
+        }),
+      );
+      assert.equal(shm.stdout.trim(), String(128 * MiB), shm.stderr);
+      await publishTask(n, {
+        stubId: STUB,
+        taskId: "task-e2e-oom",
+        payload: payload({ x: 1, alloc_mb: 300 }),
+      });
+      const evs = await eventsOf(n, "task-e2e-oom", 2, 60_000);
+      assert.deepEqual(shape(evs), [
+        ["started", "", 1],
+        ["finished", "FAILED", 1],
+      ]);
+      const fin = evs[1] as Extract<TaskEvent, { type: "finished" }>;
+      assert.equal(fin.reason, "oom_killed");
+      assert.equal(fin.error?.type, "OutOfMemory");
+      assert.match(
+        fin.error?.message ?? "",
+        /^the container ran out of memory \(exit code 137 on the last attempt\): killed for memory: the limit is 128 MiB; raise memory= /,
+      );
+      await queueEmpty(n);
+      await h.stopContainer(c.id, { graceMs: 0, remove: true });
+    },
+  );
 
   await t.test("a task past its timeout ends TIMEOUT and its container is removed", async () => {
     const c = await h.runContainer(request());

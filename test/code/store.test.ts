@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { CodeStore } from "../../agent/code/store.ts";
@@ -41,6 +41,10 @@ test("put unpacks a checked archive under its hash, readable by everyone", async
   assert.equal(statSync(join(dir, "app.py")).mode & 0o777, 0o644, "a 0600 file becomes world-readable");
   assert.equal(statSync(join(dir, "pkg")).mode & 0o777, 0o755, "a 0700 dir becomes world-traversable");
   assert.deepEqual(entriesOf(root), [sha]);
+  // The tree lies at mnt/code of its overlay layer, the container's working directory.
+  assert.equal(store.layer(sha), join(root, sha));
+  assert.equal(dir, join(root, sha, "mnt", "code"));
+  assert.deepEqual(entriesOf(store.layer(sha)), ["mnt"]);
   // Putting it again is a no-op that need not read the data.
   await store.put(sha, chunks(Buffer.from("not even an archive")));
   assert.deepEqual(entriesOf(root), [sha]);
@@ -145,4 +149,24 @@ test("concurrent puts of one hash unpack it once; a failed first put lets the ne
   assert.equal(results[1].status, "fulfilled", "the second put used its own, good data");
   assert.equal(readFileSync(join(store.dir(otherSha), "v2.py"), "utf8"), "print(2)\n");
   assert.deepEqual(entriesOf(root), [sha, otherSha].sort());
+});
+
+test("a tree an older agent unpacked at <sha>/ itself is set aside, not deleted, and the layer takes its place", async (t) => {
+  const root = tempDir(t, "berth-code-");
+  const archive = tarGz(GOOD);
+  const sha = sha256Hex(archive);
+  mkdirSync(join(root, sha));
+  writeFileSync(join(root, sha, "app.py"), "old\n");
+  const store = new CodeStore(root);
+  assert.equal(store.has(sha), false, "the old layout has no mnt/code");
+  await store.put(sha, chunks(archive));
+  assert.equal(readFileSync(join(store.dir(sha), "app.py"), "utf8"), "def square(x):\n    return x * x\n");
+  const aside = entriesOf(root).filter((n) => n !== sha);
+  assert.equal(aside.length, 1, String(aside));
+  assert.match(aside[0] ?? "", /^\.pre-layer-/);
+  assert.equal(
+    readFileSync(join(root, aside[0] ?? "", "app.py"), "utf8"),
+    "old\n",
+    "a container may still mount it",
+  );
 });

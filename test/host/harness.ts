@@ -15,6 +15,7 @@ import type { ExecSession, LogEntry } from "../../api/index.ts";
 import { ContainerRuntime } from "../../agent/runtime/index.ts";
 import { mountsUnder } from "../../agent/runtime/rootfs.ts";
 import { loopsUnder } from "../helpers/loops.ts";
+import { unmountLeftovers } from "../helpers/mounts.ts";
 import { Runc } from "../../agent/runtime/runc.ts";
 import { waitFor } from "../../shared/net.ts";
 import { startTestRegistry } from "../helpers/registry.ts";
@@ -65,7 +66,7 @@ export function hostTempDir(down: Teardown, prefix: string): string {
     } catch {
       // no runc state dir
     }
-    for (const m of mountsUnder(dir)) execFileSync("umount", ["-l", m], { stdio: "ignore" });
+    unmountLeftovers([dir], [join(dir, "containers")]);
     rmSync(dir, { recursive: true, force: true });
   });
   return dir;
@@ -74,6 +75,8 @@ export function hostTempDir(down: Teardown, prefix: string): string {
 export interface HostHarnessOptions {
   /** More network options, given the test's names (the default allows the outside namespace's subnets). */
   network?: (names: TestNames) => Partial<NetworkOptions>;
+  /** A volume root under the harness's dir (volumes/): containers may then ask for volumes. */
+  volumes?: boolean;
 }
 
 export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): Promise<HostHarness> {
@@ -101,6 +104,7 @@ export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): 
       new ContainerRuntime({ root: join(dir, "containers"), pollIntervalMs: 100, ...hooks }),
     capacity: { cpuCores: 2, memoryBytes: 4 * 1024 * MiB },
     allowedMountRoots: [allowedRoot],
+    ...(ho.volumes ? { volumeRoot: join(dir, "volumes") } : {}),
     onEvent: (e) => events.push(e),
     onLog: (l) => logs.push(l),
   });

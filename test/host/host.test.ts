@@ -2,7 +2,7 @@
 // nftables. One host (and one image pull) for the whole file.
 
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { waitFor } from "../../shared/net.ts";
@@ -71,6 +71,38 @@ test("container host", { timeout: 300_000 }, async (t) => {
     await h.host.stopContainer(s.id, { remove: true });
     await nothingLeftOf(s.id);
   });
+
+  await t.test(
+    "a workspace's opt-out reaches runc: the deny-list profile for syscallFilter denylist",
+    async () => {
+      const config = (id: string) =>
+        JSON.parse(readFileSync(join(h.dir, "containers", id, "config.json"), "utf8")) as {
+          linux: { seccomp: { defaultAction: string } };
+        };
+      const meta = (id: string) =>
+        JSON.parse(readFileSync(join(h.dir, "containers", id, "meta.json"), "utf8")) as {
+          spec: { seccomp?: string };
+        };
+      const out = await h.host.runContainer({
+        ...base,
+        args: ["python3", "-c", "print(42)"],
+        userNamespace: false,
+        syscallFilter: "denylist",
+      });
+      assert.equal((await h.exitOf(out.id)).status.exitCode, 0);
+      assert.equal(meta(out.id).spec.seccomp, "denylist", "kept with the container");
+      assert.equal(config(out.id).linux.seccomp.defaultAction, "SCMP_ACT_ALLOW", "allow all but a deny list");
+      await h.host.stopContainer(out.id, { remove: true });
+      const plain = await h.host.runContainer({ ...base, args: ["python3", "-c", "print(42)"] });
+      assert.equal((await h.exitOf(plain.id)).status.exitCode, 0);
+      assert.equal(meta(plain.id).spec.seccomp, undefined, "absent: the allow list");
+      await h.host.stopContainer(plain.id, { remove: true });
+      await assert.rejects(
+        h.host.runContainer({ ...base, args: SLEEP, syscallFilter: "off" as never }),
+        rejectsWith("invalid_request", /syscallFilter must be one of "allowlist", "denylist", got "off"/),
+      );
+    },
+  );
 
   await t.test("a container over its memory limit is oom_killed", async () => {
     const s = await h.host.runContainer({

@@ -13,6 +13,7 @@ import { ImageStore } from "../../agent/images/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { waitFor } from "../../shared/net.ts";
 import { needs, tempDir } from "../helpers/env.ts";
+import { imageFile } from "../helpers/image-layers.ts";
 
 const isInvalid = (pattern: RegExp) => (e: unknown) =>
   e instanceof BerthError && e.code === "invalid_request" && pattern.test(e.message);
@@ -63,23 +64,23 @@ test("image import and gc through the host's image ops", { timeout: 5 * 60_000 }
     const fromDir = await importImage(store, { path: files.tree, name: "tiny:dir" });
     assert.equal(fromDir.ref, "docker.io/library/tiny:dir");
     assert.equal(fromDir.source, "import");
-    assert.equal(readFileSync(join(fromDir.rootfs, "etc", "motd"), "utf8"), "tiny image\n");
+    assert.equal(readFileSync(imageFile(fromDir, join("etc", "motd")), "utf8"), "tiny image\n");
     const fromTar = await importImage(store, { path: files.tarball, name: "tiny:tar", kind: "auto" });
-    assert.ok(existsSync(join(fromTar.rootfs, "bin", "hello")));
+    assert.ok(existsSync(imageFile(fromTar, join("bin", "hello"))));
     const explicit = await importImage(store, { path: files.tarball, name: "tiny:rootfs", kind: "rootfs" });
-    assert.ok(existsSync(join(explicit.rootfs, "bin", "hello")));
+    assert.ok(existsSync(imageFile(explicit, join("bin", "hello"))));
   });
 
   await t.test("auto imports an OCI archive as the image it holds, and a docker archive", async () => {
     const oci = await importImage(store, { path: files.ociArchive, name: "tiny:oci" });
     assert.equal(oci.digest, files.ociDigest, "the archive's own manifest, not a rebuilt rootfs image");
-    assert.equal(readFileSync(join(oci.rootfs, "data", "greeting"), "utf8"), "from an archive\n");
+    assert.equal(readFileSync(imageFile(oci, join("data", "greeting")), "utf8"), "from an archive\n");
     const docker = await importImage(store, {
       path: files.dockerArchive,
       name: "tiny:docker",
       kind: "docker-archive",
     });
-    assert.ok(existsSync(join(docker.rootfs, "data", "greeting")));
+    assert.ok(existsSync(imageFile(docker, join("data", "greeting"))));
     const refs = real.list().flatMap((i) => i.refs);
     for (const r of ["tiny:dir", "tiny:tar", "tiny:oci", "tiny:docker"]) {
       assert.ok(refs.includes(`docker.io/library/${r}`), r);
@@ -134,7 +135,7 @@ test("image import and gc through the host's image ops", { timeout: 5 * 60_000 }
       real.list().map((i) => i.digest),
       [used.digest],
     );
-    assert.ok(existsSync(join(used.rootfs, "data", "greeting")), "the in-use image's rootfs is untouched");
+    assert.ok(existsSync(imageFile(used, join("data", "greeting"))), "the in-use image's rootfs is untouched");
 
     await assert.rejects(gcImages(store, { unusedForMs: -5 }), isInvalid(/non-negative/));
     real.release(used.digest, "ctr-uses-oci");

@@ -8,6 +8,7 @@ import { Allocations, pickGpus } from "../../agent/host/allocations.ts";
 import { buildContainerSpec } from "../../agent/host/container-spec.ts";
 import { resolveExecRequest, runcExecArgv } from "../../agent/host/exec.ts";
 import { parseUser, resolveRunRequest } from "../../agent/host/request.ts";
+import { resolveContainerSpec } from "../../agent/runtime/spec.ts";
 
 const gpu = (index: number, type: string, extra: Partial<GpuDevice> = {}): GpuDevice => ({
   index,
@@ -152,6 +153,10 @@ test("requests are checked field by field before anything starts", () => {
     [{ egress: { mode: "allow", cidrs: ["nope"] } }, /"nope" is not in CIDR notation/],
     [{ gpu: { count: -1 } }, /gpu.count must be an integer >= 0/],
     [{ labels: { a: 2 } }, /labels "a" is invalid/],
+    [{ userNamespace: "false" }, /userNamespace must be true or false, got "false"/],
+    [{ userNamespace: 0 }, /userNamespace must be true or false, got 0/],
+    [{ syscallFilter: "none" }, /syscallFilter must be one of "allowlist", "denylist", got "none"/],
+    [{ syscallFilter: true }, /syscallFilter must be one of/],
   ];
   for (const [patch, re] of bad) {
     assert.throws(
@@ -167,6 +172,32 @@ test("requests are checked field by field before anything starts", () => {
   assert.deepEqual(parseUser("5:6"), { uid: 5, gid: 6 });
 });
 
+test("a workspace's opt-outs reach the resolved request and the spec; the defaults stay absent", () => {
+  const ok = { id: "c-opt", args: ["true"], cpu: 1, memoryBytes: 64 * 1024 ** 2 };
+  const image = {
+    ref: "r/x:1",
+    layers: ["/images/l/a"],
+    config: { env: [], entrypoint: [], cmd: [], workingDir: "", user: "" },
+  };
+  const plain = resolveRunRequest(ok);
+  assert.equal("userNamespace" in plain, false);
+  assert.equal("syscallFilter" in plain, false);
+  assert.equal(buildContainerSpec({ req: plain, image, mounts: [] }).seccomp, undefined);
+  const defaults = resolveRunRequest({ ...ok, userNamespace: true, syscallFilter: "allowlist" });
+  assert.equal("userNamespace" in defaults, false, "the default given is the default absent");
+  assert.equal("syscallFilter" in defaults, false);
+  const out = resolveRunRequest({ ...ok, userNamespace: false, syscallFilter: "denylist" });
+  assert.equal(out.userNamespace, false);
+  assert.equal(out.syscallFilter, "denylist");
+  const spec = buildContainerSpec({ req: out, image, mounts: [] });
+  assert.equal(spec.seccomp, "denylist");
+  assert.equal(resolveContainerSpec(spec).seccomp, "denylist");
+  assert.throws(
+    () => resolveContainerSpec({ ...spec, seccomp: "off" as never }),
+    code("invalid_request", /seccomp must be one of allowlist, denylist, got "off"/),
+  );
+});
+
 test("the spec takes the image's entrypoint, env, cwd and user, and the GPU injection", () => {
   const req = resolveRunRequest({
     id: "c1",
@@ -177,7 +208,7 @@ test("the spec takes the image's entrypoint, env, cwd and user, and the GPU inje
   });
   const image = {
     ref: "r/x:1",
-    rootfs: "/images/x",
+    layers: ["/images/l/b", "/images/l/a"],
     config: {
       env: ["A=img", "B=img"],
       entrypoint: ["/bin/ep"],
@@ -222,6 +253,11 @@ test("the spec takes the image's entrypoint, env, cwd and user, and the GPU inje
   );
   assert.equal(spec.extraDevices?.[0]?.path, "/dev/nvidia0");
   assert.equal(spec.extraDeviceRules?.length, 1);
+  assert.deepEqual(spec.image.rootfs, ["/images/l/b", "/images/l/a"]);
+  // The code's layer goes uppermost: its mnt/code is the container's working directory, writable through its upper dir.
+  const withCode = buildContainerSpec({ req, image, mounts: [], codeLayer: "/code/abc" });
+  assert.deepEqual(withCode.image.rootfs, ["/code/abc", "/images/l/b", "/images/l/a"]);
+  assert.deepEqual(withCode.mounts, [], "no mount for the code");
   const noCmd = { ...image, config: { ...image.config, entrypoint: [], cmd: [] } };
   assert.throws(
     () => buildContainerSpec({ req, image: noCmd, mounts: [] }),

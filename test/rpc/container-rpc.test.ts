@@ -51,6 +51,9 @@ const fullRequest: RunContainerRequest = {
     workers: 2,
     configVersion: 7,
   },
+  isolation: "gvisor",
+  userNamespace: false,
+  syscallFilter: "denylist",
 };
 
 containerSuites("container RPCs", (h) => {
@@ -63,6 +66,24 @@ containerSuites("container RPCs", (h) => {
     const minimal: RunContainerRequest = { args: [], cpu: 0.1, memoryBytes: 1 };
     await client.runContainer(minimal);
     assert.deepEqual(fake.lastCall("runContainer"), [minimal]);
+
+    // A share of a shared GPU (docs/gpus.md, "Shared GPUs").
+    const share: RunContainerRequest = {
+      ...minimal,
+      id: "ctr-share",
+      gpu: { count: 1, types: ["H200"], memoryMiB: 8192 },
+    };
+    await client.runContainer(share);
+    assert.deepEqual(fake.lastCall("runContainer"), [share]);
+    // The defaults given are carried as given: true is not false, nor absent.
+    const defaults: RunContainerRequest = {
+      ...minimal,
+      id: "ctr-defaults",
+      userNamespace: true,
+      syscallFilter: "allowlist",
+    };
+    await client.runContainer(defaults);
+    assert.deepEqual(fake.lastCall("runContainer"), [defaults]);
   });
 
   test("a request the wire cannot carry is refused before it is sent", async () => {
@@ -75,6 +96,11 @@ containerSuites("container RPCs", (h) => {
     await assert.rejects(
       client.runContainer({ args: [], cpu: 1, memoryBytes: 1, exposedPorts: [70000] }),
       isBerth("invalid_request", /exposedPorts\[0\]/),
+    );
+    // A mistyped opt-out: the wire's bool would carry any truthy value as true.
+    await assert.rejects(
+      client.runContainer({ args: [], cpu: 1, memoryBytes: 1, userNamespace: "false" as never }),
+      isBerth("invalid_request", /userNamespace must be true or false/),
     );
     assert.equal(fake.calls.length, before);
   });
@@ -89,6 +115,7 @@ containerSuites("container RPCs", (h) => {
         egress: { mode: "block" },
         exposedPorts: [22, 8080],
       }),
+      sampleStatus("ctr-share", { gpus: ["GPU-dddd"], gpuMemoryMiB: 8192 }),
       ...(["exited", "oom_killed", "killed", "timed_out", "unknown"] as const).map((reason, i) =>
         sampleStatus(`ctr-${reason}`, {
           state: "stopped",

@@ -28,10 +28,10 @@ test("a volume is <root>/<workspace>/<name>, made on first use and mounted at /v
     "/srv/app",
   );
   assert.deepEqual(mounts, [
-    { source: join(d, "ws-a", "weights"), destination: "/volumes/weights", readonly: false },
-    { source: join(d, "ws-a", "weights"), destination: "/srv/app/weights", readonly: false },
-    { source: join(d, "ws-a", "cache"), destination: "/volumes/cache", readonly: false },
-    { source: join(d, "ws-a", "cache"), destination: "/data/cache", readonly: false },
+    { source: join(d, "ws-a", "weights"), destination: "/volumes/weights", readonly: false, idmapped: true },
+    { source: join(d, "ws-a", "weights"), destination: "/srv/app/weights", readonly: false, idmapped: true },
+    { source: join(d, "ws-a", "cache"), destination: "/volumes/cache", readonly: false, idmapped: true },
+    { source: join(d, "ws-a", "cache"), destination: "/data/cache", readonly: false, idmapped: true },
   ]);
   assert.ok(statSync(join(d, "ws-a", "weights")).isDirectory());
   // Another workspace's volume of the same name is another directory.
