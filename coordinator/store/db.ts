@@ -1,5 +1,5 @@
-import { mkdirSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
 import SQLite from "better-sqlite3";
 import {
   type Compilable,
@@ -23,6 +23,8 @@ export interface OpenedDatabase {
   engine: Engine;
   /** The store URL with any password removed, safe to print. */
   display: string;
+  /** The SQLite file (absent for PostgreSQL): copied aside before migrations run. */
+  sqliteFile?: string;
 }
 
 /**
@@ -64,7 +66,7 @@ export async function openDatabase(url: string): Promise<OpenedDatabase> {
     throw new BerthError("unavailable", `cannot open SQLite store ${path}: ${describeError(e)}`);
   }
   const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
-  return { db, engine: "sqlite", display: `sqlite:${path}` };
+  return { db, engine: "sqlite", display: `sqlite:${path}`, sqliteFile: path };
 }
 
 /**
@@ -120,9 +122,24 @@ export class QueryShapes {
   }
 }
 
-/** Applies every pending migration; throws with the failing migration's name. */
-export async function migrateToLatest(db: Kysely<Database>): Promise<string[]> {
+/**
+ * Where the copy of a SQLite store made before migrations is kept: beside the
+ * store, named by the schema version it holds (its last applied migration).
+ */
+export function preMigrationBackupPath(sqliteFile: string, schemaVersion: string): string {
+  return join(dirname(sqliteFile), `${basename(sqliteFile)}.before-${schemaVersion}.bak`);
+}
+
+/**
+ * Applies every pending migration; throws with the failing migration's name.
+ * With `sqliteFile`, a store that already holds applied migrations and has
+ * pending ones is first copied aside (preMigrationBackupPath, a consistent
+ * copy made with VACUUM INTO), so an upgrade can be undone by putting the copy
+ * back and starting the older berth.
+ */
+export async function migrateToLatest(db: Kysely<Database>, sqliteFile?: string): Promise<string[]> {
   const migrator = new Migrator({ db, provider: migrationProvider });
+  if (sqliteFile !== undefined) await backupBeforeMigrations(db, migrator, sqliteFile);
   const { error, results } = await migrator.migrateToLatest();
   const failed = results?.find((r) => r.status === "Error");
   if (error || failed) {
@@ -130,6 +147,33 @@ export async function migrateToLatest(db: Kysely<Database>): Promise<string[]> {
     throw new BerthError("internal", `store migration failed${which}: ${describeError(error)}`);
   }
   return (results ?? []).filter((r) => r.status === "Success").map((r) => r.migrationName);
+}
+
+async function backupBeforeMigrations(
+  db: Kysely<Database>,
+  migrator: Migrator,
+  sqliteFile: string,
+): Promise<string | undefined> {
+  const migrations = await migrator.getMigrations();
+  const applied = migrations.filter((m) => m.executedAt !== undefined);
+  // A new store has nothing to lose; an up-to-date one is not about to change.
+  if (applied.length === 0 || applied.length === migrations.length) return undefined;
+  const target = preMigrationBackupPath(sqliteFile, applied[applied.length - 1]!.name);
+  const tmp = `${target}.tmp-${process.pid}`;
+  try {
+    rmSync(tmp, { force: true });
+    await db.executeQuery(CompiledQuery.raw("VACUUM INTO ?", [tmp]));
+    // A copy left by an earlier, failed start at this same version is older: this one replaces it.
+    renameSync(tmp, target);
+  } catch (e) {
+    if (existsSync(tmp)) rmSync(tmp, { force: true });
+    throw new BerthError(
+      "unavailable",
+      `cannot copy the store to ${target} before migrating it (nothing was migrated; free disk space ` +
+        `next to ${sqliteFile} and start again): ${describeError(e)}`,
+    );
+  }
+  return target;
 }
 
 export function redactUrl(url: string): string {

@@ -3,7 +3,7 @@
 // repository beside its service (coordinator/<area>/store.ts).
 export type { Database } from "./schema.ts";
 export { ClusterKv } from "./kv.ts";
-export { QueryShapes, migrateToLatest, openDatabase } from "./db.ts";
+export { QueryShapes, migrateToLatest, openDatabase, preMigrationBackupPath } from "./db.ts";
 export type { Engine } from "./db.ts";
 export type {
   DatabaseTable,
@@ -19,4 +19,4 @@ export type {
   WebhookTable,
 } from "./schema.ts";
 export { TokenRepo, WorkspaceRepo } from "./workspaces.ts";
-export type { Principal, TokenRecord, Workspace } from "./workspaces.ts";
+export type { Principal, Role, TokenKind, TokenRecord, Workspace } from "./workspaces.ts";

@@ -20,10 +20,21 @@ export interface TokenTable {
   token_hash: string;
   /** First characters of the token, to tell tokens apart in listings. */
   prefix: string;
+  /** The cluster admin capability (fleet, agents, workspaces), beyond any role. */
   is_admin: number;
+  /** admin, developer, runner or viewer (coordinator/http/access.ts). */
+  role: string;
+  /** JSON array of the deployment names the token is narrowed to; null for all. */
+  deployments: string | null;
   created_at: string;
   last_used_at: string | null;
   revoked_at: string | null;
+  /** "token" (an API token) or "session" (a single sign-on login, docs/sso.md). */
+  kind: string;
+  /** When a session stops being accepted; null for API tokens, which never expire. */
+  expires_at: string | null;
+  /** The identity provider's user a session was made for (`sub`); null for API tokens. */
+  subject: string | null;
 }
 
 export interface JoinTokenTable {
@@ -100,6 +111,8 @@ export interface TaskTable {
   started_at: string | null;
   ended_at: string | null;
   updated_at: string;
+  /** The API token whose request submitted the task; null when none did (schedules, public endpoints). */
+  token_id: string | null;
 }
 
 export interface TaskEventTable {
@@ -215,6 +228,10 @@ export interface SandboxTable {
   created_at: string;
   terminated_at: string | null;
   terminated_reason: string | null;
+  /** The container's exit code when it ended on its own; null while it runs or when ended from outside. */
+  exit_code: number | null;
+  /** The API token whose request started it; null when none did (a managed database's pod). */
+  token_id: string | null;
 }
 
 /** A filesystem snapshot of a sandbox: an image in one agent's image store. */
@@ -254,6 +271,17 @@ export interface WorkspaceLimitsTable {
   max_volume_mb: number | null;
   max_inference_requests: number | null;
   max_tokens_per_minute: number | null;
+  /** "gvisor": every container of the workspace runs under gVisor; null: each stub's isolation=. */
+  isolation: string | null;
+  /** JSON {"A100": 2}: GPUs held at once by type; null: none by type. */
+  max_gpus_by_type: string | null;
+  gpu_hours_per_month: number | null;
+  cpu_hours_per_month: number | null;
+  v1_tokens_per_month: number | null;
+  /** 0: the workspace's containers run without a user namespace (root inside is the host's root); null or 1: with one. */
+  user_namespace: number | null;
+  /** "denylist": the older allow-by-default seccomp profile; null or "allowlist": the default-deny one. */
+  syscall_filter: string | null;
   updated_at: string;
 }
 
@@ -321,6 +349,30 @@ export interface Database {
   stacks: StackTable;
   stack_versions: StackVersionTable;
   databases: DatabaseTable;
+  audit_log: AuditLogTable;
+}
+
+/** One change made through the API (coordinator/workspaces/audit.ts); rows are only ever inserted. */
+export interface AuditLogTable {
+  id: string;
+  workspace_id: string;
+  at: string;
+  token_id: string;
+  token_name: string;
+  role: string;
+  cluster_admin: number;
+  client_ip: string;
+  user_agent: string;
+  /** What was changed, as the route declares it (deployment.delete, secret.update, ...). */
+  action: string;
+  method: string;
+  /** The route's pattern (/api/v1/deployment/:ws/:id). */
+  route: string;
+  object_id: string | null;
+  status: number;
+  /** ok, denied (401/403) or failed. */
+  outcome: string;
+  error_code: string | null;
 }
 
 /** One /v1 request (coordinator/inference): tokens as the model server reported them. */

@@ -96,7 +96,13 @@ describe("workspace limits routes", () => {
           usage: {
             containers: (ws) =>
               ws === team.id
-                ? { containers: 2, cpuMillicores: 1500, memoryBytes: 1536 * 1024 * 1024 + 1, gpus: 1 }
+                ? {
+                    containers: 2,
+                    cpuMillicores: 1500,
+                    memoryBytes: 1536 * 1024 * 1024 + 1,
+                    gpus: 1,
+                    gpusByType: { A100: 1 },
+                  }
                 : { containers: 0, cpuMillicores: 0, memoryBytes: 0, gpus: 0 },
             pendingTasks: (ws) => tasks.pendingTasks(ws),
           },
@@ -142,17 +148,28 @@ describe("workspace limits routes", () => {
         max_volume_mb: null,
         max_inference_requests: null,
         max_tokens_per_minute: null,
+        gpu_hours_per_month: null,
+        cpu_hours_per_month: null,
+        v1_tokens_per_month: null,
+        isolation: null,
+        user_namespace: true,
+        syscall_filter: "allowlist",
+        max_gpus_by_type: null,
       },
       usage: {
         containers: 2,
         cpu_millicores: 1500,
         memory_mb: 1537,
         gpus: 1,
+        gpus_by_type: { A100: 1 },
         pending_tasks: 0,
         queue_items: 0,
         volume_mb: 0,
         inference_requests: 0,
         tokens_last_minute: 0,
+        gpu_hours_this_month: 0,
+        cpu_hours_this_month: 0,
+        v1_tokens_this_month: 0,
       },
     });
   });
@@ -187,6 +204,13 @@ describe("workspace limits routes", () => {
       max_volume_mb: null,
       max_inference_requests: null,
       max_tokens_per_minute: null,
+      gpu_hours_per_month: null,
+      cpu_hours_per_month: null,
+      v1_tokens_per_month: null,
+      isolation: null,
+      user_namespace: true,
+      syscall_filter: "allowlist",
+      max_gpus_by_type: null,
     });
     const zero = await call("PUT", limitsOf(team), adminToken, { max_gpus: 0 });
     assert.equal(zero.body.limits.max_gpus, 0, "0 is a limit of its own, not null");
@@ -205,9 +229,148 @@ describe("workspace limits routes", () => {
       max_volume_mb: null,
       max_inference_requests: null,
       max_tokens_per_minute: null,
+      gpu_hours_per_month: null,
+      cpu_hours_per_month: null,
+      v1_tokens_per_month: null,
+      isolation: null,
+      user_namespace: true,
+      syscall_filter: "allowlist",
+      max_gpus_by_type: null,
     });
     assert.deepEqual((await call("GET", limitsOf(team), teamToken)).body.limits, again.body.limits);
     assert.deepEqual(changed.slice(-2), [team.id, team.id]);
+  });
+
+  test("isolation: an admin forces gVisor on a workspace and gives it back", async () => {
+    const denied = await call("PUT", limitsOf(team), teamToken, { isolation: "gvisor" });
+    assert.equal(denied.status, 403);
+    const forced = await call("PUT", limitsOf(team), adminToken, { isolation: "gvisor" });
+    assert.equal(forced.status, 200, JSON.stringify(forced.body));
+    assert.equal(forced.body.limits.isolation, "gvisor");
+    assert.equal((await call("GET", limitsOf(team), teamToken)).body.limits.isolation, "gvisor");
+    const bad = await call("PUT", limitsOf(team), adminToken, { isolation: "runsc" });
+    assert.equal(bad.status, 400);
+    assert.match(bad.body.error.message, /isolation/);
+    const back = await call("PUT", limitsOf(team), adminToken, { isolation: null });
+    assert.equal(back.body.limits.isolation, null);
+  });
+
+  test("opt-outs: an admin turns the user namespace and the allow list off for a workspace and back on", async () => {
+    const denied = await call("PUT", limitsOf(team), teamToken, { user_namespace: false });
+    assert.equal(denied.status, 403, "a workspace cannot opt itself out");
+    const other = await call("PUT", limitsOf(team), opsUserToken, { syscall_filter: "denylist" });
+    assert.equal(other.status, 404, "another workspace's token");
+    assert.equal(
+      (await call("GET", limitsOf(team), teamToken)).body.limits.user_namespace,
+      true,
+      "unchanged",
+    );
+    const out = await call("PUT", limitsOf(team), adminToken, {
+      user_namespace: false,
+      syscall_filter: "denylist",
+    });
+    assert.equal(out.status, 200, JSON.stringify(out.body));
+    assert.deepEqual([out.body.limits.user_namespace, out.body.limits.syscall_filter], [false, "denylist"]);
+    const read = await call("GET", limitsOf(team), teamToken);
+    assert.deepEqual([read.body.limits.user_namespace, read.body.limits.syscall_filter], [false, "denylist"]);
+    const kept = await call("PUT", limitsOf(team), adminToken, { max_gpus: 4 });
+    assert.deepEqual(
+      [kept.body.limits.user_namespace, kept.body.limits.syscall_filter],
+      [false, "denylist"],
+      "a limit change keeps them",
+    );
+    // Each is checked as sent: the schema's coercion must not read null, 0 or "false" as an opt-out.
+    for (const [body, re] of [
+      [{ user_namespace: null }, /user_namespace must be true or false; got null/],
+      [{ user_namespace: 0 }, /user_namespace must be true or false; got 0/],
+      [{ user_namespace: "false" }, /user_namespace must be true or false; got "false"/],
+      [
+        { user_namespace: true, syscall_filter: "off" },
+        /syscall_filter must be "allowlist" or "denylist"; got "off"/,
+      ],
+      [{ syscall_filter: null }, /syscall_filter must be "allowlist" or "denylist"; got null/],
+    ] as const) {
+      const r = await call("PUT", limitsOf(team), adminToken, body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.equal(r.body.error.code, "invalid_request");
+      assert.match(r.body.error.message, re);
+    }
+    const after = await call("GET", limitsOf(team), teamToken);
+    assert.deepEqual(
+      [after.body.limits.user_namespace, after.body.limits.syscall_filter],
+      [false, "denylist"],
+      "nothing half written",
+    );
+    const back = await call("PUT", limitsOf(team), adminToken, {
+      user_namespace: true,
+      syscall_filter: "allowlist",
+      max_gpus: null,
+    });
+    assert.deepEqual([back.body.limits.user_namespace, back.body.limits.syscall_filter], [true, "allowlist"]);
+  });
+
+  test("max_gpus_by_type: an admin sets GPUs by type, reads them with usage by type, and clears them", async () => {
+    const denied = await call("PUT", limitsOf(team), teamToken, { max_gpus_by_type: { A100: 1 } });
+    assert.equal(denied.status, 403);
+    const set = await call("PUT", limitsOf(team), adminToken, { max_gpus_by_type: { A100: 2, H100: 0 } });
+    assert.equal(set.status, 200, JSON.stringify(set.body));
+    assert.deepEqual(set.body.limits.max_gpus_by_type, { A100: 2, H100: 0 });
+    const read = await call("GET", limitsOf(team), teamToken);
+    assert.deepEqual(read.body.limits.max_gpus_by_type, { A100: 2, H100: 0 });
+    assert.deepEqual(read.body.usage.gpus_by_type, { A100: 1 });
+    // Other fields left out keep it; {} and null both clear it.
+    const other = await call("PUT", limitsOf(team), adminToken, { max_gpus: 3 });
+    assert.deepEqual(other.body.limits.max_gpus_by_type, { A100: 2, H100: 0 });
+    assert.equal(
+      (await call("PUT", limitsOf(team), adminToken, { max_gpus_by_type: {} })).body.limits.max_gpus_by_type,
+      null,
+    );
+    await call("PUT", limitsOf(team), adminToken, { max_gpus_by_type: { L4: 1 } });
+    assert.equal(
+      (await call("PUT", limitsOf(team), adminToken, { max_gpus_by_type: null })).body.limits
+        .max_gpus_by_type,
+      null,
+    );
+    for (const body of [
+      { max_gpus_by_type: { A100: -1 } },
+      { max_gpus_by_type: { A100: 1.5 } },
+      { max_gpus_by_type: { A100: "two" } },
+      { max_gpus_by_type: { "A100 GPU": 1 } },
+      { max_gpus_by_type: { a100: 1, A100: 2 } },
+      { max_gpus_by_type: [1] },
+    ]) {
+      const r = await call("PUT", limitsOf(team), adminToken, body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.equal(r.body.error.code, "invalid_request");
+      assert.match(r.body.error.message, /max_gpus_by_type/, JSON.stringify(r.body));
+    }
+    assert.equal(
+      (await call("GET", limitsOf(team), teamToken)).body.limits.max_gpus_by_type,
+      null,
+      "nothing half written",
+    );
+  });
+
+  test("v1_tokens_per_month: an admin sets the /v1 token budget, reads it back, and removes it", async () => {
+    const set = await call("PUT", limitsOf(team), adminToken, { v1_tokens_per_month: 250_000 });
+    assert.equal(set.status, 200);
+    assert.equal(set.body.limits.v1_tokens_per_month, 250_000);
+    assert.equal(set.body.usage.v1_tokens_this_month, 0);
+    const read = await call("GET", limitsOf(team), teamToken);
+    assert.equal(read.body.limits.v1_tokens_per_month, 250_000);
+    for (const body of [
+      { v1_tokens_per_month: -1 },
+      { v1_tokens_per_month: 2.5 },
+      { v1_tokens_per_month: "many" },
+    ]) {
+      const r = await call("PUT", limitsOf(team), adminToken, body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.equal(r.body.error.code, "invalid_request");
+      assert.match(r.body.error.message, /v1_tokens_per_month/, JSON.stringify(r.body));
+    }
+    assert.equal((await call("GET", limitsOf(team), teamToken)).body.limits.v1_tokens_per_month, 250_000);
+    const removed = await call("PUT", limitsOf(team), adminToken, { v1_tokens_per_month: null });
+    assert.equal(removed.body.limits.v1_tokens_per_month, null);
   });
 
   test("bad bodies are 400 naming the cause", async () => {

@@ -56,6 +56,13 @@ for (const engine of STORE_ENGINES) {
         maxVolumeMb: null,
         maxInferenceRequests: null,
         maxTokensPerMinute: null,
+        gpuHoursPerMonth: null,
+        cpuHoursPerMonth: null,
+        v1TokensPerMonth: null,
+        isolation: null,
+        userNamespace: true,
+        syscallFilter: "allowlist",
+        maxGpusByType: null,
       });
     });
 
@@ -82,6 +89,13 @@ for (const engine of STORE_ENGINES) {
         maxVolumeMb: null,
         maxInferenceRequests: null,
         maxTokensPerMinute: null,
+        gpuHoursPerMonth: null,
+        cpuHoursPerMonth: null,
+        v1TokensPerMonth: null,
+        isolation: null,
+        userNamespace: true,
+        syscallFilter: "allowlist",
+        maxGpusByType: null,
       });
       const second = await store.limits.set(ws.id, { maxContainers: 5, maxGpus: 0, maxPendingTasks: null });
       assert.deepEqual(second, {
@@ -94,6 +108,13 @@ for (const engine of STORE_ENGINES) {
         maxVolumeMb: null,
         maxInferenceRequests: null,
         maxTokensPerMinute: null,
+        gpuHoursPerMonth: null,
+        cpuHoursPerMonth: null,
+        v1TokensPerMonth: null,
+        isolation: null,
+        userNamespace: true,
+        syscallFilter: "allowlist",
+        maxGpusByType: null,
       });
       assert.deepEqual(await store.limits.get(ws.id), second);
       assert.equal(await store.workspaces.maxContainers(ws.id), 5);
@@ -101,6 +122,126 @@ for (const engine of STORE_ENGINES) {
       assert.equal(unlimited.maxContainers, null);
       assert.equal((await store.limits.get(ws.id)).maxContainers, null);
       assert.equal((await store.limits.get(ws.id)).maxCpuMillicores, 8000);
+    });
+
+    test("v1_tokens_per_month: set, kept beside the other limits, null removes it, bad values refused", async () => {
+      const ws = await store.workspaces.create("metered-v1");
+      assert.equal((await store.limits.get(ws.id)).v1TokensPerMonth, null);
+      const set = await store.limits.set(ws.id, { v1TokensPerMonth: 1_000_000, gpuHoursPerMonth: 2 });
+      assert.deepEqual([set.v1TokensPerMonth, set.gpuHoursPerMonth], [1_000_000, 2]);
+      const tuned = await store.limits.set(ws.id, { maxGpus: 1 });
+      assert.equal(tuned.v1TokensPerMonth, 1_000_000, "a limit change keeps it");
+      assert.deepEqual(await store.limits.get(ws.id), tuned);
+      assert.equal((await store.limits.set(ws.id, { v1TokensPerMonth: 0 })).v1TokensPerMonth, 0);
+      for (const bad of [-1, 1.5, 2_147_483_648]) {
+        await assert.rejects(
+          store.limits.set(ws.id, { v1TokensPerMonth: bad }),
+          (e: Error & { code?: string }) => {
+            assert.equal(e.code, "invalid_request");
+            assert.match(e.message, /^v1_tokens_per_month must be a whole number from 0 to 2147483647/);
+            return true;
+          },
+        );
+      }
+      assert.equal((await store.limits.get(ws.id)).v1TokensPerMonth, 0, "nothing half written");
+      const removed = await store.limits.set(ws.id, { v1TokensPerMonth: null });
+      assert.deepEqual([removed.v1TokensPerMonth, removed.gpuHoursPerMonth], [null, 2]);
+    });
+
+    test("isolation: gvisor forced on a workspace, kept beside the limits, null gives it back to the stubs", async () => {
+      const ws = await store.workspaces.create("untrusted");
+      assert.equal((await store.limits.get(ws.id)).isolation, null);
+      const forced = await store.limits.set(ws.id, { isolation: "gvisor" });
+      assert.deepEqual([forced.isolation, forced.maxContainers], ["gvisor", 32]);
+      const tuned = await store.limits.set(ws.id, { maxGpus: 1 });
+      assert.deepEqual([tuned.isolation, tuned.maxGpus], ["gvisor", 1], "a limit change keeps it");
+      assert.equal((await store.limits.get(ws.id)).isolation, "gvisor");
+      assert.equal((await store.limits.set(ws.id, { isolation: null })).isolation, null);
+      await assert.rejects(
+        store.limits.set(ws.id, { isolation: "runsc" as never }),
+        (e: Error & { code?: string }) => {
+          assert.equal(e.code, "invalid_request");
+          assert.match(e.message, /isolation must be "gvisor", or null/);
+          return true;
+        },
+      );
+    });
+
+    test("opt-outs: user namespace and system call filter default on, kept beside the limits, bad values refused", async () => {
+      const ws = await store.workspaces.create("legacy");
+      const fresh = await store.limits.get(ws.id);
+      assert.deepEqual(
+        [fresh.userNamespace, fresh.syscallFilter],
+        [true, "allowlist"],
+        "no row: the defaults",
+      );
+      const tuned = await store.limits.set(ws.id, { maxGpus: 2 });
+      assert.deepEqual(
+        [tuned.userNamespace, tuned.syscallFilter],
+        [true, "allowlist"],
+        "a row: still the defaults",
+      );
+      const out = await store.limits.set(ws.id, { userNamespace: false, syscallFilter: "denylist" });
+      assert.deepEqual([out.userNamespace, out.syscallFilter, out.maxGpus], [false, "denylist", 2]);
+      const kept = await store.limits.set(ws.id, { maxGpus: 3, isolation: "gvisor" });
+      assert.deepEqual(
+        [kept.userNamespace, kept.syscallFilter],
+        [false, "denylist"],
+        "a limit change keeps them",
+      );
+      assert.deepEqual(await store.limits.get(ws.id), kept);
+      const back = await store.limits.set(ws.id, { userNamespace: true });
+      assert.deepEqual([back.userNamespace, back.syscallFilter], [true, "denylist"], "each on its own");
+      for (const [change, re] of [
+        [{ userNamespace: "off" }, /user_namespace must be true or false; got "off"/],
+        [{ userNamespace: null }, /user_namespace must be true or false; got null/],
+        [{ syscallFilter: "none" }, /syscall_filter must be "allowlist" or "denylist"; got "none"/],
+        [{ syscallFilter: null }, /syscall_filter must be "allowlist" or "denylist"; got null/],
+      ] as const) {
+        await assert.rejects(store.limits.set(ws.id, change as never), (e: Error & { code?: string }) => {
+          assert.equal(e.code, "invalid_request");
+          assert.match(e.message, re);
+          return true;
+        });
+      }
+      assert.deepEqual(await store.limits.get(ws.id), back, "nothing half written");
+      // A row written before migration 0030 has neither column: the defaults.
+      await store.db
+        .updateTable("workspace_limits")
+        .set({ user_namespace: null, syscall_filter: null })
+        .where("workspace_id", "=", ws.id)
+        .execute();
+      const old = await store.limits.get(ws.id);
+      assert.deepEqual([old.userNamespace, old.syscallFilter], [true, "allowlist"]);
+    });
+
+    test("max_gpus_by_type: kept as JSON beside the limits, {} or null clears it, bad types refused", async () => {
+      const ws = await store.workspaces.create("gpu-typed");
+      assert.equal((await store.limits.get(ws.id)).maxGpusByType, null);
+      const set = await store.limits.set(ws.id, { maxGpusByType: { A100: 2, "A100:1g.10gb": 3 } });
+      assert.deepEqual(set.maxGpusByType, { A100: 2, "A100:1g.10gb": 3 });
+      const tuned = await store.limits.set(ws.id, { maxGpus: 4 });
+      assert.deepEqual(tuned.maxGpusByType, { A100: 2, "A100:1g.10gb": 3 }, "a limit change keeps it");
+      assert.deepEqual((await store.limits.get(ws.id)).maxGpusByType, { A100: 2, "A100:1g.10gb": 3 });
+      assert.equal((await store.limits.set(ws.id, { maxGpusByType: {} })).maxGpusByType, null);
+      await store.limits.set(ws.id, { maxGpusByType: { H100: 0 } });
+      assert.deepEqual((await store.limits.get(ws.id)).maxGpusByType, { H100: 0 }, "0 is a limit");
+      const bads: Record<string, number>[] = [
+        { "A 100": 1 },
+        { A100: -1 },
+        { A100: 0.5 },
+        { a100: 1, A100: 1 },
+      ];
+      for (const bad of bads)
+        await assert.rejects(
+          store.limits.set(ws.id, { maxGpusByType: bad }),
+          (e: Error & { code?: string }) => {
+            assert.equal(e.code, "invalid_request");
+            assert.match(e.message, /max_gpus_by_type/);
+            return true;
+          },
+        );
+      assert.deepEqual((await store.limits.get(ws.id)).maxGpusByType, { H100: 0 }, "nothing half written");
     });
 
     test("bad values and unknown workspaces are refused", async () => {

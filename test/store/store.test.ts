@@ -61,8 +61,8 @@ for (const engine of STORE_ENGINES) {
         (await store.tokens.list(a.id)).map((t) => t.id),
         [record.id],
       );
-      await assert.rejects(store.tokens.revoke(b.id, record.id), { code: "not_found" });
-      const revoked = await store.tokens.revoke(a.id, record.id);
+      await assert.rejects(store.tokens.revoke(b.id, record.id, { admin: true }), { code: "not_found" });
+      const revoked = await store.tokens.revoke(a.id, record.id, { admin: false });
       assert.ok(revoked.revokedAt);
       assert.equal(await store.tokens.authenticate(secret), undefined);
     });
