@@ -2,18 +2,41 @@
 // after the containers the coordinator already placed there. Built from the
 // live fleet (heartbeats) plus the coordinator's own reservations.
 
-import type { HostCapacity } from "../../shared/fleet.ts";
+import { gpuSchedulingType, type HostCapacity, poolOf } from "../../shared/fleet.ts";
 import type { LiveAgent } from "../fleet/index.ts";
 
 export interface Resources {
   cpuMillicores: number;
   memoryBytes: number;
-  /** GPU uuids by scheduling type, e.g. { H100: ["GPU-1", "GPU-2"] }. */
+  /**
+   * GPU uuids by scheduling type, e.g. { H100: ["GPU-1", "GPU-2"] }; MIG
+   * slices under type and profile ({ "A100:1g.10gb": ["MIG-1"] }), so a
+   * whole-GPU type never names a slice.
+   */
   gpus: Record<string, string[]>;
+  /**
+   * GPUs the operator marked shareable (`berth agent --shared-gpus`): held
+   * by memory, several containers each, and never in `gpus` (a whole-GPU
+   * request never takes one). Absent when the agent shares none.
+   */
+  shared?: SharedGpu[];
+}
+
+/** A shareable GPU and how much of its memory the reservations leave. */
+export interface SharedGpu {
+  uuid: string;
+  /** nvidia-smi's index on its host: of equal fits the lowest is taken, as the agent picks. */
+  index: number;
+  /** Its scheduling type, e.g. "H200". */
+  type: string;
+  memoryMiB: number;
+  freeMiB: number;
 }
 
 export interface AgentView {
   agentId: string;
+  /** Its pool (`berth agent --pool`). @default DEFAULT_POOL */
+  pool?: string;
   /** Accepts new containers now. Agents that are not may still prove a request fits some day. */
   ready: boolean;
   total: Resources;
@@ -32,8 +55,10 @@ export interface Reservation {
   /** The type the scheduler chose; the agent picks the devices. */
   gpuType?: string;
   gpuCount: number;
-  /** The devices the agent assigned, once known. */
+  /** The devices the agent assigned, once known (for a shared GPU: the one the planner chose, at once). */
   gpuUuids?: string[];
+  /** Set when it holds part of a shared GPU: the MiB of its memory. */
+  gpuMemoryMiB?: number;
   /** Whose container holds it (workspace limits count it); placement ignores it. */
   workspaceId?: string;
 }
@@ -41,14 +66,44 @@ export interface Reservation {
 /** Total resources of a host as its heartbeat reports them; GPUs only when the agent offers them. */
 export function totalResources(capacity: HostCapacity): Resources {
   const gpus: Record<string, string[]> = {};
+  const shared: SharedGpu[] = [];
   if (capacity.gpus.available) {
-    for (const d of capacity.gpus.devices) gpus[d.type] = [...(gpus[d.type] ?? []), d.uuid];
+    for (const d of capacity.gpus.devices) {
+      if (d.shared) {
+        shared.push({
+          uuid: d.uuid,
+          index: d.index,
+          type: d.type,
+          memoryMiB: d.memoryMiB,
+          freeMiB: d.memoryMiB,
+        });
+        continue;
+      }
+      const type = gpuSchedulingType(d);
+      gpus[type] = [...(gpus[type] ?? []), d.uuid];
+    }
   }
   return {
     cpuMillicores: Math.round(capacity.cpuCores * 1000),
     memoryBytes: capacity.memoryBytes,
     gpus,
+    ...(shared.length > 0 ? { shared } : {}),
   };
+}
+
+/**
+ * What the reservations leave of each shared GPU. A reservation on one whose
+ * memory share is not known (read back from an older agent) holds it whole.
+ */
+function subtractShared(total: SharedGpu[], held: Reservation[]): SharedGpu[] {
+  return total.map((g) => {
+    let used = 0;
+    for (const r of held) {
+      if (!r.gpuUuids?.includes(g.uuid)) continue;
+      used += r.gpuMemoryMiB ?? g.memoryMiB;
+    }
+    return { ...g, freeMiB: Math.max(0, g.memoryMiB - used) };
+  });
 }
 
 function subtract(total: Resources, held: Reservation[]): Resources {
@@ -65,6 +120,7 @@ function subtract(total: Resources, held: Reservation[]): Resources {
     cpuMillicores: total.cpuMillicores - held.reduce((s, r) => s + r.cpuMillicores, 0),
     memoryBytes: total.memoryBytes - held.reduce((s, r) => s + r.memoryBytes, 0),
     gpus,
+    ...(total.shared ? { shared: subtractShared(total.shared, held) } : {}),
   };
 }
 
@@ -90,6 +146,7 @@ export function buildClusterView(
     const total = totalResources(a.heartbeat.capacity);
     out.push({
       agentId: a.agentId,
+      pool: poolOf(a.heartbeat),
       ready: schedulable(a.agentId),
       total,
       free: subtract(total, byAgent.get(a.agentId) ?? []),
@@ -101,5 +158,5 @@ export function buildClusterView(
 /** The type of each GPU uuid an agent reports, for reservations read back from containers. */
 export function gpuTypeOf(view: AgentView, uuid: string): string | undefined {
   for (const [type, uuids] of Object.entries(view.total.gpus)) if (uuids.includes(uuid)) return type;
-  return undefined;
+  return view.total.shared?.find((g) => g.uuid === uuid)?.type;
 }

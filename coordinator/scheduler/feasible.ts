@@ -28,5 +28,7 @@ export function whyStubNeverPlaceable(agents: LiveAgent[], stub: StubSizing): st
     memoryBytes: stub.config.runtime.memory * 1024 * 1024,
     gpuTypes: gpu.types,
     gpuCount: gpu.count,
+    ...(gpu.memoryMiB !== undefined ? { gpuMemoryMiB: gpu.memoryMiB } : {}),
+    ...(stub.extra.pool ? { pool: stub.extra.pool } : {}),
   });
 }

@@ -20,6 +20,7 @@ export {
 export {
   type Held,
   type IdleCandidate,
+  type PreemptCandidate,
   type Plan,
   type PlanRequest,
   type ReservationKind,
@@ -34,3 +35,4 @@ export {
 } from "./planner.ts";
 export { whyStubNeverPlaceable } from "./feasible.ts";
 export { cpuMillicores, gpuWish } from "./stub-resources.ts";
+export { likelyAgents } from "./likely.ts";

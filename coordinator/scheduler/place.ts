@@ -3,20 +3,33 @@
 // rankers order the rest. The GPU priority list is the outer loop: every
 // agent is tried for the first type before any agent for the next one.
 
-import type { AgentView, ClusterView, Resources } from "./cluster-view.ts";
+import { DEFAULT_POOL, isMigSliceType } from "../../shared/fleet.ts";
+import type { AgentView, ClusterView, Resources, SharedGpu } from "./cluster-view.ts";
 
 export interface PlacementRequest {
   cpuMillicores: number;
   memoryBytes: number;
-  /** Acceptable GPU types, best first; empty = any type (when gpuCount > 0). */
+  /**
+   * Acceptable GPU types, best first; empty = any whole GPU (when gpuCount >
+   * 0). A MIG slice is asked for by type and profile ("A100:1g.10gb").
+   */
   gpuTypes: string[];
   gpuCount: number;
+  /**
+   * Part of a shared GPU instead of whole ones: this many MiB of its memory
+   * (`gpu_memory=`). Then gpuCount is 1 and only shared GPUs (of gpuTypes,
+   * or any) may take it, packed best fit. @default whole GPUs
+   */
+  gpuMemoryMiB?: number;
   /** Agents that already hold what the container needs (code archive, image): preferred. */
   preferAgents?: string[];
+  /** Only agents of this pool (`berth agent --pool`) may take it. @default any agent */
+  pool?: string;
 }
 
 export type Placement =
-  | { ok: true; agentId: string; gpuType?: string }
+  /** gpuUuid: the shared GPU chosen for a gpuMemoryMiB request. */
+  | { ok: true; agentId: string; gpuType?: string; gpuUuid?: string }
   /** permanent: no agent in the fleet could fit it even when empty (too big, no such GPU type). */
   | { ok: false; reason: string; permanent: boolean };
 
@@ -28,8 +41,9 @@ export const fitsMemory = (r: Resources, req: PlacementRequest): boolean => r.me
 /**
  * The agent's spelling of a GPU type that has `req.gpuCount` devices in `r`,
  * for one wanted type (matched case-insensitively) or, with `wanted`
- * undefined, any type: then the one with the fewest devices that still fits,
- * so big boxes stay whole. Undefined when none fits.
+ * undefined, any whole-GPU type (never a MIG slice): then the one with the
+ * fewest devices that still fits, so big boxes stay whole. Undefined when
+ * none fits.
  */
 export function fittingGpuType(
   r: Resources,
@@ -37,7 +51,10 @@ export function fittingGpuType(
   wanted: string | undefined,
 ): string | undefined {
   const fits = Object.entries(r.gpus)
-    .filter(([type, uuids]) => uuids.length >= req.gpuCount && (!wanted || sameType(type, wanted)))
+    .filter(
+      ([type, uuids]) =>
+        uuids.length >= req.gpuCount && (wanted ? sameType(type, wanted) : !isMigSliceType(type)),
+    )
     .sort(([ta, a], [tb, b]) => a.length - b.length || ta.localeCompare(tb));
   return fits[0]?.[0];
 }
@@ -53,20 +70,56 @@ function gpuTiers(req: PlacementRequest): (string | undefined)[] {
 function fits(r: Resources, req: PlacementRequest, tier: string | undefined): string | undefined {
   if (!fitsCpu(r, req) || !fitsMemory(r, req)) return undefined;
   if (req.gpuCount <= 0) return "";
+  if (req.gpuMemoryMiB !== undefined) return bestSharedGpu(r, req, tier)?.type;
   return fittingGpuType(r, req, tier);
+}
+
+/**
+ * Best fit among `r`'s shared GPUs of the tier (any type when undefined):
+ * the one the request leaves the least free memory on, then the lowest index (as the agent picks), so
+ * shared requests pack onto GPUs already in use and whole free GPUs stay.
+ */
+export function bestSharedGpu(
+  r: Resources,
+  req: PlacementRequest,
+  tier: string | undefined,
+): SharedGpu | undefined {
+  const want = req.gpuMemoryMiB ?? 0;
+  let best: SharedGpu | undefined;
+  for (const g of r.shared ?? []) {
+    if (g.freeMiB < want || (tier && !sameType(g.type, tier))) continue;
+    if (!best || g.freeMiB < best.freeMiB || (g.freeMiB === best.freeMiB && g.index < best.index)) best = g;
+  }
+  return best;
 }
 
 // ---- rankers (higher is better; compared in order) ------------------------
 
 type Ranker = (a: AgentView, req: PlacementRequest) => number;
 
-const gpuCount = (r: Resources) => Object.values(r.gpus).reduce((s, u) => s + u.length, 0);
+/** Whole GPUs, slices and shared GPUs alike: any of them makes a GPU host. */
+const gpuCount = (r: Resources) =>
+  Object.values(r.gpus).reduce((s, u) => s + u.length, 0) + (r.shared?.length ?? 0);
 
 /** CPU-only work goes to hosts without GPUs first, keeping GPU hosts for GPU work. */
 export const avoidGpuHosts: Ranker = (a, req) => (req.gpuCount > 0 || gpuCount(a.total) === 0 ? 1 : 0);
 
 /** Hosts that already hold the code archive or image start the container sooner. */
 export const preferred: Ranker = (a, req) => (req.preferAgents?.includes(a.agentId) ? 1 : 0);
+
+/**
+ * Shared-GPU requests: the agent whose best-fitting shared GPU the request
+ * fills most tightly (packing across agents as on one); 0 for all others.
+ */
+export const sharedFit: Ranker = (a, req) => {
+  if (req.gpuMemoryMiB === undefined) return 0;
+  let best = Number.NEGATIVE_INFINITY;
+  for (const tier of gpuTiers(req)) {
+    const g = bestSharedGpu(a.free, req, tier);
+    if (g) best = Math.max(best, req.gpuMemoryMiB - g.freeMiB);
+  }
+  return best;
+};
 
 /**
  * Bin packing: the fuller the agent after placement (mean of its CPU and
@@ -88,7 +141,7 @@ export function binPackScore(
   return (cpu + mem) / 2;
 }
 
-export const RANKERS: readonly Ranker[] = [avoidGpuHosts, preferred, binPack];
+export const RANKERS: readonly Ranker[] = [avoidGpuHosts, preferred, sharedFit, binPack];
 
 export function rank(
   agents: AgentView[],
@@ -112,12 +165,22 @@ export function place(view: ClusterView, req: PlacementRequest): Placement {
   const invalid = checkRequest(req);
   if (invalid) return { ok: false, reason: invalid, permanent: true };
   if (view.agents.length === 0) return { ok: false, reason: "no agent is ready", permanent: false };
+  if (req.pool !== undefined) {
+    const pool = req.pool;
+    const mine = view.agents.filter((a) => (a.pool ?? DEFAULT_POOL) === pool);
+    if (mine.length === 0) return { ok: false, reason: noSuchPool(pool, view.agents), permanent: true };
+    view = { agents: mine };
+  }
 
   const ready = view.agents.filter((a) => a.ready);
   for (const tier of gpuTiers(req)) {
     const fitting = ready.filter((a) => fits(a.free, req, tier) !== undefined);
     const best = rank(fitting, req)[0];
     if (!best) continue;
+    if (req.gpuMemoryMiB !== undefined) {
+      const g = bestSharedGpu(best.free, req, tier)!;
+      return { ok: true, agentId: best.agentId, gpuType: g.type, gpuUuid: g.uuid };
+    }
     const gpuType = fits(best.free, req, tier);
     return gpuType ? { ok: true, agentId: best.agentId, gpuType } : { ok: true, agentId: best.agentId };
   }
@@ -143,6 +206,12 @@ export function place(view: ClusterView, req: PlacementRequest): Placement {
   };
 }
 
+/** An unknown pool: its name and the pools the fleet's ready agents are in. */
+function noSuchPool(pool: string, agents: AgentView[]): string {
+  const pools = [...new Set(agents.map((a) => a.pool ?? DEFAULT_POOL))].sort();
+  return `no agent is in pool ${JSON.stringify(pool)} (the fleet has pools: ${pools.join(", ")})`;
+}
+
 /** Why the request itself is invalid (negative, not a number), or undefined. */
 export function checkRequest(req: PlacementRequest): string | undefined {
   const bad = (n: number) => !Number.isFinite(n) || n < 0;
@@ -150,6 +219,17 @@ export function checkRequest(req: PlacementRequest): string | undefined {
   if (bad(req.memoryBytes)) return `memory must be a non-negative number, got ${req.memoryBytes} bytes`;
   if (!Number.isInteger(req.gpuCount) || req.gpuCount < 0)
     return `gpu count must be a whole number, got ${req.gpuCount}`;
+  const slice = req.gpuTypes.find(isMigSliceType);
+  // CUDA enumerates one MIG device per process: a container gets one slice.
+  if (slice && req.gpuCount > 1)
+    return `a MIG slice (${slice}) is requested one per container, got gpu_count=${req.gpuCount}`;
+  if (req.gpuMemoryMiB !== undefined) {
+    if (!Number.isInteger(req.gpuMemoryMiB) || req.gpuMemoryMiB <= 0)
+      return `gpu_memory must be a positive whole number of MiB, got ${req.gpuMemoryMiB}`;
+    if (req.gpuCount !== 1)
+      return `gpu_memory asks for part of one shared GPU: gpu_count must be 1, got ${req.gpuCount}`;
+    if (slice) return `gpu_memory shares a whole GPU; a MIG slice (${slice}) cannot be shared`;
+  }
   return undefined;
 }
 
@@ -166,7 +246,15 @@ function whyNever(view: ClusterView, req: PlacementRequest): string {
     const a = maxBy((x) => x.total.memoryBytes);
     reasons.push(`the largest agent has memory=${bytes(a.total.memoryBytes)} (${a.agentId})`);
   }
-  if (req.gpuCount > 0 && !agents.some((a) => gpuTiers(req).some((t) => fittingGpuType(a.total, req, t)))) {
+  if (req.gpuMemoryMiB !== undefined) {
+    if (!agents.some((a) => gpuTiers(req).some((t) => bestSharedGpu(a.total, req, t))))
+      reasons.push(
+        `no agent has a shared GPU of type ${req.gpuTypes.length > 0 ? req.gpuTypes.join(" or ") : "any"} with ${bytes(req.gpuMemoryMiB * MiB)} of memory (fleet shared GPUs: ${fleetSharedGpus(agents) || "none; an operator shares GPUs with berth agent --shared-gpus"})`,
+      );
+  } else if (
+    req.gpuCount > 0 &&
+    !agents.some((a) => gpuTiers(req).some((t) => fittingGpuType(a.total, req, t)))
+  ) {
     const fleet = fleetGpus(agents);
     reasons.push(
       `no agent has ${req.gpuCount} GPU(s) of type ${req.gpuTypes.length > 0 ? req.gpuTypes.join(" or ") : "any"} (fleet GPUs: ${fleet || "none"})`,
@@ -183,6 +271,19 @@ function mostFree(agents: AgentView[]): string {
 }
 
 const ZERO: PlacementRequest = { cpuMillicores: 0, memoryBytes: 0, gpuTypes: [], gpuCount: 0 };
+
+const MiB = 1024 ** 2;
+
+/** The fleet's shared GPUs by type and size, e.g. "2xH200 (140.4 GiB)". */
+function fleetSharedGpus(agents: AgentView[]): string {
+  const counts = new Map<string, number>();
+  for (const a of agents)
+    for (const g of a.total.shared ?? []) {
+      const key = `${g.type} (${bytes(g.memoryMiB * MiB)})`;
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+    }
+  return [...counts].map(([k, n]) => `${n}x${k}`).join(", ");
+}
 
 function fleetGpus(agents: AgentView[]): string {
   const counts = new Map<string, number>();
@@ -209,10 +310,13 @@ export function bytes(n: number): string {
 }
 
 export function describeRequest(req: PlacementRequest): string {
+  const types = req.gpuTypes.length > 0 ? req.gpuTypes.join("|") : "any";
   const gpu =
-    req.gpuCount > 0
-      ? ` gpu=${req.gpuCount}x${req.gpuTypes.length > 0 ? req.gpuTypes.join("|") : "any"}`
-      : "";
+    req.gpuMemoryMiB !== undefined
+      ? ` gpu=${types} shared gpu_memory=${bytes(req.gpuMemoryMiB * MiB)}`
+      : req.gpuCount > 0
+        ? ` gpu=${req.gpuCount}x${types}`
+        : "";
   return `cpu=${cores(req.cpuMillicores)} memory=${bytes(req.memoryBytes)}${gpu}`;
 }
 
@@ -221,5 +325,6 @@ function describeResources(r: Resources): string {
     .filter(([, u]) => u.length > 0)
     .map(([t, u]) => `${u.length}x${t}`)
     .join(",");
-  return `cpu=${cores(r.cpuMillicores)} memory=${bytes(r.memoryBytes)}${gpus ? ` gpus=${gpus}` : ""}`;
+  const shared = (r.shared ?? []).map((g) => `${g.type}:${bytes(g.freeMiB * MiB)}`).join(",");
+  return `cpu=${cores(r.cpuMillicores)} memory=${bytes(r.memoryBytes)}${gpus ? ` gpus=${gpus}` : ""}${shared ? ` shared_gpu_memory=${shared}` : ""}`;
 }

@@ -25,7 +25,7 @@
 // and free room are all equal score the same, and only the first of them
 // (place()'s tie order) is kept.
 
-import type { HostCapacity } from "../../shared/fleet.ts";
+import { gpuSchedulingType, type HostCapacity, isMigSliceType } from "../../shared/fleet.ts";
 import type { FleetView, LiveAgent } from "../fleet/index.ts";
 import { totalResources } from "./cluster-view.ts";
 import {
@@ -142,7 +142,8 @@ export class PlacementIndex {
    * decides).
    */
   place(req: PlacementRequest, ready: (agentId: string) => boolean): IndexedPlacement | undefined {
-    if (checkRequest(req) !== undefined) return undefined;
+    // Shared-GPU requests are packed by memory, which the index does not keep: place() decides them.
+    if (checkRequest(req) !== undefined || req.gpuMemoryMiB !== undefined) return undefined;
     const tiers = req.gpuTypes.length > 0 ? req.gpuTypes : ANY_TIER;
     const found = this.found;
     for (const tier of tiers) {
@@ -236,14 +237,17 @@ export class PlacementIndex {
     const held = old ? old.held : (this.parked.get(a.agentId) ?? new Map<string, Held>());
     if (old) this.dropAgent(a.agentId);
     this.parked.delete(a.agentId);
-    const groupKey = types.map((t) => `${t}:${total.gpus[t]?.length ?? 0}`).join(",");
+    const sharedGpus = total.shared?.length ?? 0;
+    const groupKey = `${types.map((t) => `${t}:${total.gpus[t]?.length ?? 0}`).join(",")}|${sharedGpus}`;
     let group = this.groups.get(groupKey);
     if (!group) {
       group = {
         types,
         upperTypes: types.map((t) => t.toUpperCase()),
-        allSlots: types.map((_, i) => i),
-        hasGpu: types.some((t) => (total.gpus[t]?.length ?? 0) > 0),
+        // "Any GPU" means a whole one: MIG slices are never among its slots.
+        allSlots: types.flatMap((t, i) => (isMigSliceType(t) ? [] : [i])),
+        // A host with shared GPUs only is a GPU host too (CPU work goes elsewhere first, as in place()).
+        hasGpu: sharedGpus > 0 || types.some((t) => (total.gpus[t]?.length ?? 0) > 0),
         runs: [],
         members: new Set(),
         minCpu: 0,
@@ -340,7 +344,19 @@ function sameTotals(a: HostCapacity, b: HostCapacity): boolean {
   if (!a.gpus.available) return true;
   const da = a.gpus.devices;
   const db = b.gpus.devices;
-  return da.length === db.length && da.every((d, i) => d.uuid === db[i]?.uuid && d.type === db[i]?.type);
+  return (
+    da.length === db.length &&
+    da.every((d, i) => {
+      const o = db[i];
+      return (
+        o !== undefined &&
+        d.uuid === o.uuid &&
+        gpuSchedulingType(d) === gpuSchedulingType(o) &&
+        !!d.shared === !!o.shared &&
+        d.memoryMiB === o.memoryMiB
+      );
+    })
+  );
 }
 
 /**
@@ -350,7 +366,7 @@ function sameTotals(a: HostCapacity, b: HostCapacity): boolean {
  */
 function gpuSlots(g: Group, req: PlacementRequest, tier: string | undefined): readonly number[] | undefined {
   if (req.gpuCount <= 0) return NO_SLOTS;
-  if (!tier) return g.types.length > 0 ? g.allSlots : undefined;
+  if (!tier) return g.allSlots.length > 0 ? g.allSlots : undefined;
   const slots: number[] = [];
   const wanted = tier.toUpperCase();
   for (let i = 0; i < g.types.length; i++) if (g.upperTypes[i] === wanted) slots.push(i);
@@ -419,7 +435,9 @@ function smallestFittingType(e: Entry, req: PlacementRequest, tier: string | und
   let best = -1;
   for (let i = 0; i < types.length; i++) {
     const free = e.freeGpu[i] ?? 0;
-    if (free < req.gpuCount || (wanted !== undefined && e.group.upperTypes[i] !== wanted)) continue;
+    if (free < req.gpuCount) continue;
+    if (wanted !== undefined ? e.group.upperTypes[i] !== wanted : isMigSliceType(types[i] as string))
+      continue;
     if (best >= 0) {
       const bestFree = e.freeGpu[best] ?? 0;
       if (free > bestFree) continue;

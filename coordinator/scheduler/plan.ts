@@ -13,6 +13,7 @@ import {
   type WorkspaceUsage,
   everFitsLimits,
   fitsLimits,
+  withinTypeLimits,
   subtractUsage,
   usageOf,
 } from "./quota.ts";
@@ -40,9 +41,23 @@ export interface IdleCandidate {
   idleSince: number;
 }
 
+/**
+ * A running container whose workload may be preempted (its stub says
+ * `preemptible`), at its stub's priority. Only a request of a higher
+ * priority may preempt it.
+ */
+export interface PreemptCandidate {
+  id: string;
+  priority: number;
+  /** ms since epoch; of equal priorities the newest goes first (the least work lost). */
+  startedAt: number;
+}
+
 export interface PlanRequest {
   workspaceId: string;
   stubId?: string;
+  /** Higher first; a request may preempt preemptible work of a lower priority only. @default 0 */
+  priority?: number;
   placement: PlacementRequest;
   /** The workspace's limits, checked against what its reservations hold. @default none */
   limits?: ContainerLimits;
@@ -57,6 +72,8 @@ export interface PlanInput {
   held: readonly Held[];
   /** Idle warm containers that may be stopped, as their owners offer them. */
   idle: readonly IdleCandidate[];
+  /** Running preemptible containers, as their owners offer them. @default none */
+  preemptible?: readonly PreemptCandidate[];
   /** Containers already being stopped to make room: they still hold their room, but no longer count toward limits. */
   leaving?: { has(id: string): boolean };
   want: PlanRequest;
@@ -72,7 +89,16 @@ export interface PlanInput {
 }
 
 export type Plan =
-  | { ok: true; agentId: string; gpuType?: string; stop: string[] }
+  | {
+      ok: true;
+      agentId: string;
+      gpuType?: string;
+      /** The shared GPU chosen for a gpu_memory request. */
+      gpuUuid?: string;
+      stop: string[];
+      /** Running containers to preempt for it (SIGTERM, grace, their tasks requeued); absent when none. */
+      preempt?: string[];
+    }
   | {
       ok: false;
       reason: string;
@@ -94,7 +120,14 @@ export type Plan =
 export function planPlacement(input: PlanInput): Plan {
   // The common case first, without a closure or a copy: within the limits, and the index finds room.
   const { want, index } = input;
-  if (index && !want.onlyAgents && (!want.limits || withinLimits(input, want.limits))) {
+  // The index knows no pools: a request for one is placed by place(), which filters the fleet by it.
+  if (
+    index &&
+    !want.onlyAgents &&
+    want.placement.pool === undefined &&
+    !(want.limits?.maxGpusByType && want.placement.gpuCount > 0) &&
+    (!want.limits || withinLimits(input, want.limits))
+  ) {
     const placed = index.place(want.placement, want.schedulable ?? anyAgent);
     if (placed)
       return placed.gpuType
@@ -118,7 +151,7 @@ function withinLimits(input: PlanInput, limits: ContainerLimits): boolean {
 /** planPlacement() past the fast path: limits that stop idle containers, no room found by the index, or no index. */
 function planWithRoomMaking(input: PlanInput): Plan {
   const { want } = input;
-  const req = want.placement;
+  let req = want.placement;
   // Built only when needed: with no idle container and no limit, nothing here walks every reservation.
   let byIdMap: Map<string, Held> | undefined;
   const byId = () => {
@@ -164,6 +197,10 @@ function planWithRoomMaking(input: PlanInput): Plan {
       }
       if (!check.ok) return { ok: false, reason: check.reason, permanent: false, limit: check.limit };
     }
+    // GPUs by type: only the types still under their limits may take it.
+    const typed = withinTypeLimits(limits, usage(), req, () => fleetGpuTypes(input.agents));
+    if (!typed.ok) return { ok: false, reason: typed.reason, permanent: false, limit: typed.limit };
+    req = typed.placement;
   }
 
   const agents = want.onlyAgents
@@ -198,17 +235,91 @@ function planWithRoomMaking(input: PlanInput): Plan {
     }
   }
   if (best) return planned(best.placed, best.stop);
+  const preempting = planPreemption(input, req, viewWithout, candidates(), stop);
+  if (preempting) return preempting;
   return {
     ...refusal,
     reason: `${first.reason}; ${candidates().length === 0 ? "no idle warm container can be stopped to make room" : "stopping every idle warm container would not make enough room on any one agent"}`,
   };
 }
 
-function planned(p: Placement & { ok: true }, stop: Set<string>): Plan {
+/**
+ * The last resort: preempt running preemptible work of a lower priority than
+ * the request. On each agent its idle containers go first, then its victims
+ * lowest priority first (of equal ones the newest); the agent that needs the
+ * fewest victims, then the fewest containers stopped in all, takes the
+ * request. Nothing that is not preemptible, nor anything of the request's
+ * own priority or higher, is ever chosen.
+ */
+function planPreemption(
+  input: PlanInput,
+  /** The request as the limits leave it (GPU types at their limit left out). */
+  req: PlacementRequest,
+  viewWithout: (gone: Set<string>) => ReturnType<typeof buildClusterView>,
+  idle: readonly IdleCandidate[],
+  stop: ReadonlySet<string>,
+): Plan | undefined {
+  const priority = input.want.priority ?? 0;
+  if (!input.preemptible?.length) return undefined;
+  const heldBy = new Map(input.held.map((h) => [h.id, h]));
+  const victims = input.preemptible
+    .filter((c) => c.priority < priority && heldBy.has(c.id) && !stop.has(c.id) && !input.leaving?.has(c.id))
+    .sort((a, b) => a.priority - b.priority || b.startedAt - a.startedAt || a.id.localeCompare(b.id));
+  if (victims.length === 0) return undefined;
+  let best: { placed: Placement & { ok: true }; stop: Set<string>; preempt: string[] } | undefined;
+  for (const agent of viewWithout(new Set(stop)).agents) {
+    if (!agent.ready) continue;
+    const onAgent = (id: string) => heldBy.get(id)?.agentId === agent.agentId;
+    // The request placed on this agent alone, with `gone` stopped.
+    const placeWithout = (gone: Set<string>) =>
+      place({ agents: viewWithout(gone).agents.filter((a) => a.agentId === agent.agentId) }, req);
+    const gone = new Set(stop);
+    for (const c of idle) if (!stop.has(c.id) && onAgent(c.id)) gone.add(c.id);
+    const preempt: string[] = [];
+    for (const v of victims) {
+      if (!onAgent(v.id)) continue;
+      if (best && preempt.length >= best.preempt.length) break;
+      gone.add(v.id);
+      preempt.push(v.id);
+      if (!placeWithout(gone).ok) continue;
+      // Idle containers the victims' room makes unneeded stay.
+      const stopped = new Set([...gone].filter((id) => !preempt.includes(id)));
+      for (const id of [...stopped]) {
+        if (stop.has(id)) continue;
+        stopped.delete(id);
+        if (!placeWithout(new Set([...stopped, ...preempt])).ok) stopped.add(id);
+      }
+      const final = placeWithout(new Set([...stopped, ...preempt]));
+      if (!final.ok) continue; // cannot happen: every trim was checked
+      const better =
+        !best ||
+        preempt.length < best.preempt.length ||
+        (preempt.length === best.preempt.length && stopped.size < best.stop.size);
+      if (better) best = { placed: final, stop: stopped, preempt: [...preempt] };
+      break;
+    }
+  }
+  if (!best) return undefined;
+  return { ...planned(best.placed, best.stop), preempt: best.preempt };
+}
+
+function planned(p: Placement & { ok: true }, stop: Set<string>): Extract<Plan, { ok: true }> {
   return {
     ok: true,
     agentId: p.agentId,
     ...(p.gpuType ? { gpuType: p.gpuType } : {}),
+    ...(p.gpuUuid ? { gpuUuid: p.gpuUuid } : {}),
     stop: [...stop],
   };
+}
+
+/** The GPU types the fleet offers whole or shared (MIG slices left out: "any" never takes one). */
+function fleetGpuTypes(agents: readonly LiveAgent[]): string[] {
+  const types = new Set<string>();
+  for (const a of agents) {
+    const gpus = a.heartbeat.capacity.gpus;
+    if (!gpus.available) continue;
+    for (const d of gpus.devices) if (!d.mig) types.add(d.type);
+  }
+  return [...types].sort();
 }

@@ -15,10 +15,11 @@ import {
   type Plan,
   type PlanInput,
   type PlanRequest,
+  type PreemptCandidate,
   planPlacement,
 } from "./plan.ts";
 import { PlacementIndex } from "./placement-index.ts";
-import { NO_USAGE, type WorkspaceUsage, subtractUsage, usageOf } from "./quota.ts";
+import { NO_USAGE, type WorkspaceUsage, addGpusByType, subtractUsage, usageOf } from "./quota.ts";
 
 /** An owner of containers (the container manager): what it may stop to make room, and how. */
 export interface ContainerOwner {
@@ -28,6 +29,13 @@ export interface ContainerOwner {
   stop(ids: string[], reason: string): void;
   /** Whether the owner knows its containers on the agent yet (none is placed there before). @default true */
   synced?(agentId: string): boolean;
+  /** Its running containers whose work may be preempted (their stubs are `preemptible`), at their priority. @default none */
+  preemptible?(): PreemptCandidate[];
+  /**
+   * Preempts these for a higher-priority request: SIGTERM, a grace period,
+   * their work requeued; each is released once gone. @default stop()
+   */
+  preempt?(ids: string[], reason: string): void;
 }
 
 export interface ReserveRequest extends PlanRequest {
@@ -155,19 +163,33 @@ export class Planner {
     };
     if (r.stubId) reservation.stubId = r.stubId;
     if (plan.gpuType) reservation.gpuType = plan.gpuType;
-    this.hold(reservation);
-    if (plan.stop.length > 0) {
-      this.waitingOn.set(r.id, new Set(plan.stop));
-      for (const id of plan.stop) this.yielding.set(id, r.id);
-      const byOwner = new Map<ContainerOwner, string[]>();
-      for (const id of plan.stop) {
-        const owner = input.ownerOf.get(id);
-        if (owner) byOwner.set(owner, [...(byOwner.get(owner) ?? []), id]);
-      }
-      const why = `making room on ${plan.agentId} for ${r.kind} ${r.id}`;
-      for (const [owner, ids] of byOwner) owner.stop(ids, why);
+    // A share of a shared GPU holds its memory on the GPU the planner chose from the start.
+    if (plan.gpuUuid && r.placement.gpuMemoryMiB !== undefined) {
+      reservation.gpuUuids = [plan.gpuUuid];
+      reservation.gpuMemoryMiB = r.placement.gpuMemoryMiB;
     }
-    return { ok: true, reservation, stopping: plan.stop };
+    this.hold(reservation);
+    const preempt = plan.preempt ?? [];
+    if (plan.stop.length > 0 || preempt.length > 0) {
+      this.waitingOn.set(r.id, new Set([...plan.stop, ...preempt]));
+      for (const id of [...plan.stop, ...preempt]) this.yielding.set(id, r.id);
+      const byOwner = (ids: string[]) => {
+        const out = new Map<ContainerOwner, string[]>();
+        for (const id of ids) {
+          const owner = input.ownerOf.get(id);
+          if (owner) out.set(owner, [...(out.get(owner) ?? []), id]);
+        }
+        return out;
+      };
+      const why = `making room on ${plan.agentId} for ${r.kind} ${r.id}`;
+      for (const [owner, ids] of byOwner(plan.stop)) owner.stop(ids, why);
+      const preempting = `preempted on ${plan.agentId} for ${r.kind} ${r.id} (priority ${r.priority ?? 0})`;
+      for (const [owner, ids] of byOwner(preempt)) {
+        if (owner.preempt) owner.preempt(ids, preempting);
+        else owner.stop(ids, preempting);
+      }
+    }
+    return { ok: true, reservation, stopping: [...plan.stop, ...preempt] };
   }
 
   /** Records a container that already runs (found on an agent at start); an existing reservation is updated. */
@@ -326,7 +348,8 @@ export class Planner {
    * count (the reservation they make room for does).
    */
   usage(workspaceId: string): WorkspaceUsage {
-    return { ...this.usageNow(workspaceId) };
+    const u = this.usageNow(workspaceId);
+    return u.gpusByType ? { ...u, gpusByType: { ...u.gpusByType } } : { ...u };
   }
 
   /** usage() without the copy, for the plan (which only reads it). */
@@ -350,6 +373,7 @@ function addInto(u: WorkspaceUsage, h: Held, sign: 1 | -1): void {
   u.cpuMillicores += sign * h.cpuMillicores;
   u.memoryBytes += sign * h.memoryBytes;
   u.gpus += sign * h.gpuCount;
+  if (h.gpuType && h.gpuCount > 0) addGpusByType(u, h.gpuType, sign * h.gpuCount);
 }
 
 /**
@@ -361,6 +385,7 @@ class ReserveInput implements PlanInput {
   /** Who offered each idle container read, to ask it to stop them. */
   readonly ownerOf = new Map<string, ContainerOwner>();
   private idleRead: IdleCandidate[] | undefined;
+  private preemptibleRead: PreemptCandidate[] | undefined;
 
   constructor(
     private readonly fleet: FleetView,
@@ -399,5 +424,20 @@ class ReserveInput implements PlanInput {
     }
     this.idleRead = idle;
     return idle;
+  }
+
+  /** The owners' preemptible containers, asked for only when nothing else makes room. */
+  get preemptible(): PreemptCandidate[] {
+    if (this.preemptibleRead) return this.preemptibleRead;
+    const out: PreemptCandidate[] = [];
+    for (const owner of this.owners) {
+      for (const c of owner.preemptible?.() ?? []) {
+        if (this.leaving.has(c.id) || !this.heldById.has(c.id)) continue;
+        out.push(c);
+        this.ownerOf.set(c.id, owner);
+      }
+    }
+    this.preemptibleRead = out;
+    return out;
   }
 }

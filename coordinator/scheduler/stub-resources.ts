@@ -7,10 +7,11 @@ import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 /** The parts of a stub the resource helpers read. */
 export interface StubSizing {
   config: Pick<StubConfig, "runtime">;
-  extra: Pick<StubExtra, "gpu_types" | "gpu_count" | "cpu_millicores">;
+  extra: Pick<StubExtra, "gpu_types" | "gpu_count" | "cpu_millicores" | "pool" | "gpu_memory_mib">;
 }
 
-export function gpuWish(stub: StubSizing): { types: string[]; count: number } {
+/** The GPUs a stub's container asks for; `memoryMiB` when it asks for part of a shared GPU (gpu_memory=). */
+export function gpuWish(stub: StubSizing): { types: string[]; count: number; memoryMiB?: number } {
   const types =
     stub.extra.gpu_types.length > 0
       ? stub.extra.gpu_types
@@ -20,6 +21,9 @@ export function gpuWish(stub: StubSizing): { types: string[]; count: number } {
           .filter((s) => s !== "");
   // The spec: a GPU that is set with a count of 0 means one.
   const count = stub.extra.gpu_count > 0 ? stub.extra.gpu_count : types.length > 0 ? 1 : 0;
+  const memoryMiB = stub.extra.gpu_memory_mib;
+  // gpu_memory alone asks for a share of any shared GPU: one GPU, of whatever type.
+  if (memoryMiB !== undefined && memoryMiB > 0) return { types, count: 1, memoryMiB };
   return { types, count };
 }
 
