@@ -53,6 +53,7 @@ export function containerRoutes(d: ContainerRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/container/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["containers"],
           summary: "The workspace's containers, newest first",

@@ -37,7 +37,15 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
 
       json.get(
         `${SANDBOXES}/:id/files/stat`,
-        { schema: { params: SandboxParams, querystring: PathQuery, response: Ok({ file: FileInfoBody }) } },
+        {
+          config: { access: { needs: "read" } },
+          schema: {
+            summary: "A path's file info in a sandbox: size, type, mode, owner, modification time",
+            params: SandboxParams,
+            querystring: PathQuery,
+            response: Ok({ file: FileInfoBody }),
+          },
+        },
         async (req) => ({
           ok: true as const,
           file: fileJson(
@@ -49,7 +57,9 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
       json.get(
         `${SANDBOXES}/:id/files/list`,
         {
+          config: { access: { needs: "read" } },
           schema: {
+            summary: "A directory's entries in a sandbox (not recursive), sorted by name",
             params: SandboxParams,
             querystring: PathQuery,
             response: Ok({ files: Type.Array(FileInfoBody) }),
@@ -66,7 +76,9 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
       json.put(
         `${SANDBOXES}/:id/files/content`,
         {
+          config: { access: { needs: "write" } },
           schema: {
+            summary: "Uploads the raw body (streamed) as a file in a sandbox, its parent directories created",
             params: SandboxParams,
             querystring: Type.Object({
               path: Type.String({ minLength: 1, maxLength: 4096 }),
@@ -89,7 +101,15 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
 
       json.delete(
         `${SANDBOXES}/:id/files`,
-        { schema: { params: SandboxParams, querystring: PathQuery, response: Deleted } },
+        {
+          config: { access: { needs: "write" } },
+          schema: {
+            summary: "Deletes a file or symlink in a sandbox (never a directory)",
+            params: SandboxParams,
+            querystring: PathQuery,
+            response: Deleted,
+          },
+        },
         async (req) => {
           await sandboxes.withFiles(ws(req), params(req), (api, c) => api.deleteFile(c, path(req)));
           return { ok: true as const, deleted: true as const };
@@ -98,7 +118,15 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
 
       json.post(
         `${SANDBOXES}/:id/directories`,
-        { schema: { params: SandboxParams, body: PathBody, response: Ok({ file: FileInfoBody }) } },
+        {
+          config: { access: { needs: "write" } },
+          schema: {
+            summary: "Creates a directory in a sandbox with its parents (mkdir -p)",
+            params: SandboxParams,
+            body: PathBody,
+            response: Ok({ file: FileInfoBody }),
+          },
+        },
         async (req) => {
           const { path: p } = req.body as { path: string };
           const file = await sandboxes.withFiles(ws(req), params(req), (api, c) => api.createDirectory(c, p));
@@ -108,7 +136,15 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
 
       json.delete(
         `${SANDBOXES}/:id/directories`,
-        { schema: { params: SandboxParams, querystring: PathQuery, response: Deleted } },
+        {
+          config: { access: { needs: "write" } },
+          schema: {
+            summary: "Deletes a directory of a sandbox and everything under it",
+            params: SandboxParams,
+            querystring: PathQuery,
+            response: Deleted,
+          },
+        },
         async (req) => {
           await sandboxes.withFiles(ws(req), params(req), (api, c) => api.deleteDirectory(c, path(req)));
           return { ok: true as const, deleted: true as const };
@@ -119,7 +155,10 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
       json.post(
         `${SANDBOXES}/:id/files/find`,
         {
+          config: { access: { needs: "read" } },
           schema: {
+            summary:
+              "Lines matching a regular expression in a file of a sandbox or the files under a directory",
             params: SandboxParams,
             body: Type.Object(
               {
@@ -151,7 +190,10 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
       json.post(
         `${SANDBOXES}/:id/files/replace`,
         {
+          config: { access: { needs: "write" } },
           schema: {
+            summary:
+              "Replaces every occurrence of a string in a file of a sandbox or the files under a directory; answers the counts",
             params: SandboxParams,
             body: Type.Object(
               {
@@ -182,7 +224,9 @@ export function gatewaySandboxFileRoutes(sandboxes: SandboxService): FastifyPlug
       raw.get(
         `${SANDBOXES}/:id/files/content`,
         {
+          config: { access: { needs: "read" } },
           schema: {
+            summary: "Downloads a file of a sandbox as raw bytes (streamed)",
             params: SandboxParams,
             querystring: PathQuery,
             response: { "4xx": GatewayFailure, "5xx": GatewayFailure },

@@ -7,3 +7,5 @@ export type { SandboxStubExtra } from "./request.ts";
 export { gatewaySandboxRoutes } from "./routes.ts";
 export { sandboxPortTargets, sandboxShellTargets } from "./targets.ts";
 export { SandboxRepo } from "./store.ts";
+export { createSandboxes, sandboxesHttpRoutes } from "./area.ts";
+export type { SandboxesDeps } from "./area.ts";

@@ -1,38 +1,47 @@
 // A pod create answers once its entrypoint has stayed up a moment
-// (podSettleMs): one that exits at once fails the create with its exit code
-// and last output, so the caller (the SDK prints it, result.error holds it)
-// learns why instead of holding a pod that was never up. A program that does
-// not exist fails earlier, in runContainer, with the runtime's message.
+// (podSettleMs), or once it has finished: an entrypoint that exits 0 is a pod
+// that ran (a batch job), and the create answers it with its exit code. One
+// that exits non-zero at once fails the create with its exit code and last
+// output, so the caller (the SDK prints it, result.error holds it) learns why
+// instead of holding a pod that was never up. A program that does not exist
+// fails earlier, in runContainer, with the runtime's message.
 
 import type { ContainerApi } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { SandboxRecord } from "./store.ts";
 
-/** Resolves once the container has run for settleMs; throws failed_precondition when it ended sooner. */
+/** How the pod's first moments went: still up after settleMs, or finished with exit code 0. */
+export type PodSettled = "up" | "finished";
+
+/** Resolves once the container has run for settleMs or exited 0; throws failed_precondition when it failed sooner. */
 export async function podStayedUp(
   api: Pick<ContainerApi, "getContainer" | "streamLogs">,
   id: string,
   settleMs: number,
   record: () => Promise<SandboxRecord | undefined>,
-): Promise<void> {
-  if (settleMs <= 0) return;
+): Promise<PodSettled> {
+  if (settleMs <= 0) return "up";
   const deadline = Date.now() + settleMs;
   for (;;) {
     // Gone from the agent: the exit event's upkeep removed it already.
     const st = await api.getContainer(id).catch(() => undefined);
+    if (st?.state === "stopped" && st.exitCode === 0) return "finished";
     if (st === undefined || st.state === "stopped") {
+      const rec = st ? undefined : await record();
+      if (rec?.exitCode === 0) return "finished";
       const output = st ? await logTail(api, id) : "";
       const how = st
         ? `exited at once (code ${st.exitCode ?? "unknown"})`
-        : `ended at once (${(await record())?.terminatedReason ?? "its container is gone"})`;
+        : `ended at once (${rec?.terminatedReason ?? "its container is gone"})`;
+      const exitCode = st?.exitCode ?? rec?.exitCode ?? undefined;
       throw new BerthError(
         "failed_precondition",
         `the pod's entrypoint ${how}${output ? `; its last output:\n${output}` : " without output"}`,
-        { container_id: id, ...(st?.exitCode !== undefined ? { exit_code: st.exitCode } : {}) },
+        { container_id: id, ...(exitCode !== undefined && exitCode !== null ? { exit_code: exitCode } : {}) },
       );
     }
     const left = deadline - Date.now();
-    if (left <= 0) return;
+    if (left <= 0) return "up";
     await new Promise((r) => setTimeout(r, Math.min(100, left)));
   }
 }

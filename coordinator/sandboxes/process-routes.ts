@@ -6,7 +6,8 @@
 import { Readable } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import type { OutputStream } from "../../api/index.ts";
+import type { ExecRequest, OutputStream } from "../../api/index.ts";
+import { RUN_CONTENT_TYPE, runFrames } from "./process-run.ts";
 import type { SandboxService } from "./service.ts";
 import { principalOf } from "../http/index.ts";
 import { GatewayFailure, gatewayResponse } from "../http/index.ts";
@@ -22,6 +23,22 @@ import {
 } from "./routes-common.ts";
 
 const ws = (req: FastifyRequest) => principalOf(req).workspace.id;
+
+const ExecBody = Type.Object(
+  {
+    args: Type.Array(Type.String({ maxLength: 1024 * 1024 }), { minItems: 1, maxItems: 4096 }),
+    cwd: Type.Optional(Type.Union([Type.String({ minLength: 1, maxLength: 4096 }), Type.Null()])),
+    env: Type.Optional(Type.Union([Type.Record(Type.String(), Type.String()), Type.Null()])),
+  },
+  { additionalProperties: false },
+);
+type ExecBodyType = { args: string[]; cwd?: string | null; env?: Record<string, string> | null };
+
+const execRequestOf = (b: ExecBodyType): ExecRequest => ({
+  args: b.args,
+  ...(b.cwd ? { cwd: b.cwd } : {}),
+  ...(b.env ? { env: b.env } : {}),
+});
 const SIGNALS = [
   "SIGKILL",
   "SIGTERM",
@@ -42,27 +59,17 @@ export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyP
       json.post(
         `${SANDBOXES}/:id/processes`,
         {
+          config: { access: { needs: "write" } },
           schema: {
+            summary: "Starts a process in a sandbox; answers its pid",
             params: SandboxParams,
-            body: Type.Object(
-              {
-                args: Type.Array(Type.String({ maxLength: 1024 * 1024 }), { minItems: 1, maxItems: 4096 }),
-                cwd: Type.Optional(Type.Union([Type.String({ minLength: 1, maxLength: 4096 }), Type.Null()])),
-                env: Type.Optional(Type.Union([Type.Record(Type.String(), Type.String()), Type.Null()])),
-              },
-              { additionalProperties: false },
-            ),
+            body: ExecBody,
             response: gatewayResponse(Type.Object({ ok: Type.Literal(true), pid: Type.Integer() })),
           },
         },
         async (req) => {
           const { id } = req.params as { id: string };
-          const b = req.body as { args: string[]; cwd?: string | null; env?: Record<string, string> | null };
-          const p = await sandboxes.exec(ws(req), id, {
-            args: b.args,
-            ...(b.cwd ? { cwd: b.cwd } : {}),
-            ...(b.env ? { env: b.env } : {}),
-          });
+          const p = await sandboxes.exec(ws(req), id, execRequestOf(req.body as ExecBodyType));
           return { ok: true as const, pid: p.pid };
         },
       );
@@ -70,7 +77,9 @@ export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyP
       json.get(
         `${SANDBOXES}/:id/processes`,
         {
+          config: { access: { needs: "read" } },
           schema: {
+            summary: "The processes of a sandbox with their status and exit codes",
             params: SandboxParams,
             response: gatewayResponse(
               Type.Object({ ok: Type.Literal(true), processes: Type.Array(ProcessBody) }),
@@ -89,7 +98,9 @@ export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyP
       json.get(
         `${SANDBOXES}/:id/processes/:pid`,
         {
+          config: { access: { needs: "read" } },
           schema: {
+            summary: "One process of a sandbox: its args, status and exit code",
             params: ProcessParams,
             response: gatewayResponse(Type.Composite([Type.Object({ ok: Type.Literal(true) }), ProcessBody])),
           },
@@ -103,7 +114,9 @@ export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyP
       json.post(
         `${SANDBOXES}/:id/processes/:pid/stdin`,
         {
+          config: { access: { needs: "write" } },
           schema: {
+            summary: "Writes the raw body to a process's stdin (eof closes it); answers the bytes written",
             params: ProcessParams,
             querystring: Type.Object({ eof: Type.Optional(Type.Boolean()) }),
             response: gatewayResponse(Type.Object({ ok: Type.Literal(true), written: Type.Integer() })),
@@ -120,7 +133,9 @@ export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyP
       json.post(
         `${SANDBOXES}/:id/processes/:pid/kill`,
         {
+          config: { access: { needs: "write" } },
           schema: {
+            summary: "Sends a signal to a process (default SIGKILL)",
             params: ProcessParams,
             body: Type.Optional(
               Type.Object(
@@ -142,7 +157,10 @@ export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyP
       json.post(
         `${SANDBOXES}/:id/processes/:pid/wait`,
         {
+          config: { access: { needs: "write" } },
           schema: {
+            summary:
+              "Waits for a process to end or the timeout to pass; answers its exit code (-1: still running)",
             params: ProcessParams,
             body: Type.Optional(
               Type.Object(
@@ -173,10 +191,36 @@ export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyP
     await app.register(async (raw) => {
       installRawErrors(raw);
 
+      // exec, output and exit in one round trip: a stream of frames (process-run.ts).
+      raw.post(
+        `${SANDBOXES}/:id/processes/run`,
+        {
+          config: { access: { needs: "write" } },
+          schema: {
+            summary:
+              "Runs a process in one round trip: streams frames of its start, stdout and stderr, and exit code",
+            params: SandboxParams,
+            body: ExecBody,
+            response: { "4xx": GatewayFailure, "5xx": GatewayFailure },
+          },
+        },
+        async (req, reply) => {
+          const { id } = req.params as { id: string };
+          const b = req.body as ExecBodyType;
+          const gone = new AbortController();
+          reply.raw.once("close", () => gone.abort());
+          const run = await sandboxes.run(ws(req), id, execRequestOf(b), gone.signal);
+          reply.type(RUN_CONTENT_TYPE);
+          return reply.send(Readable.from(runFrames(run.started, run.events)));
+        },
+      );
+
       raw.get(
         `${SANDBOXES}/:id/processes/:pid/output`,
         {
+          config: { access: { needs: "read" } },
           schema: {
+            summary: "A process's output as raw bytes from an offset; with follow, until the process ends",
             params: ProcessParams,
             querystring: Type.Object({
               stream: Type.Optional(

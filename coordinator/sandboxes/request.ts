@@ -145,8 +145,14 @@ export function sandboxRequest(i: SandboxRequestInput): RunContainerRequest {
     bridge: { workspaceId: stub.workspaceId },
   };
   if (i.image) req.image = i.image;
+  if (extra.isolation === "gvisor") req.isolation = "gvisor";
   const gpu = gpuWish(stub);
-  if (gpu.count > 0) req.gpu = { count: gpu.count, types: i.gpuType ? [i.gpuType] : gpu.types };
+  if (gpu.count > 0)
+    req.gpu = {
+      count: gpu.count,
+      types: i.gpuType ? [i.gpuType] : gpu.types,
+      ...(gpu.memoryMiB !== undefined ? { memoryMiB: gpu.memoryMiB } : {}),
+    };
   if (extra.code_sha256) req.code = { sha256: extra.code_sha256 };
   const volumes = stubVolumeMounts(stub.workspaceId, stub.config.volumes);
   if (volumes.length > 0) req.volumes = volumes;

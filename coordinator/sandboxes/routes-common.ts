@@ -36,6 +36,9 @@ export const SandboxBody = Type.Object({
   network: Network,
   terminated_at: Nullable(Type.String()),
   terminated_reason: Nullable(Type.String()),
+  exit_code: Nullable(
+    Type.Integer({ description: "once its container ended on its own; 0: a pod that finished" }),
+  ),
 });
 
 export const sandboxJson = (v: SandboxView) => ({
@@ -51,6 +54,7 @@ export const sandboxJson = (v: SandboxView) => ({
   network: v.network,
   terminated_at: v.terminatedAt,
   terminated_reason: v.terminatedReason,
+  exit_code: v.exitCode,
 });
 
 export const ProcessBody = Type.Object({

@@ -47,35 +47,48 @@ function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
     app.post(
       SANDBOXES,
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Creates a sandbox from the stub; answers its id and port URLs once its container runs",
           body: Type.Object({ stub_id: Type.String({ minLength: 1 }) }, { additionalProperties: false }),
           response: Ok(Created),
         },
       },
       async (req) => {
         const { stub_id } = req.body as { stub_id: string };
-        return created(await sandboxes.create(ws(req), stub_id, { expect: "sandbox" }));
+        return created(
+          await sandboxes.create(ws(req), stub_id, {
+            expect: "sandbox",
+            tokenId: principalOf(req).token.id,
+          }),
+        );
       },
     );
 
     app.post(
       `${SANDBOXES}/from-memory-snapshot`,
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Creates a sandbox restored from a memory snapshot, on the agent holding it",
           body: Type.Object({ snapshot_id: Type.String({ minLength: 1 }) }, { additionalProperties: false }),
           response: Ok(Created),
         },
       },
       async (req) => {
         const { snapshot_id } = req.body as { snapshot_id: string };
-        return created(await sandboxes.createFromMemorySnapshot(ws(req), snapshot_id));
+        return created(
+          await sandboxes.createFromMemorySnapshot(ws(req), snapshot_id, principalOf(req).token.id),
+        );
       },
     );
 
     app.get(
       `${SANDBOXES}/:id`,
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "One sandbox (terminated ones too): its status, expiry, URLs and network policy",
           params: SandboxParams,
           response: gatewayResponse(Type.Composite([Type.Object({ ok: Type.Literal(true) }), SandboxBody])),
         },
@@ -88,7 +101,14 @@ function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
 
     app.post(
       `${SANDBOXES}/:id/terminate`,
-      { schema: { params: SandboxParams, response: Ok({ terminated: Type.Literal(true) }) } },
+      {
+        config: { access: { needs: "write" } },
+        schema: {
+          summary: "Terminates a sandbox: stops and removes its container",
+          params: SandboxParams,
+          response: Ok({ terminated: Type.Literal(true) }),
+        },
+      },
       async (req) => {
         const { id } = req.params as { id: string };
         return { ok: true as const, terminated: await sandboxes.terminate(ws(req), id) };
@@ -98,7 +118,10 @@ function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
     app.post(
       `${SANDBOXES}/:id/ttl`,
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary:
+            "Sets how long a sandbox lives after its last activity (-1: forever); answers when it expires",
           params: SandboxParams,
           body: Type.Object({ ttl_seconds: Type.Integer({ minimum: -1 }) }, { additionalProperties: false }),
           response: Ok({ expires_at: Type.Union([Type.String(), Type.Null()]) }),
@@ -114,7 +137,9 @@ function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
     app.post(
       `${SANDBOXES}/:id/network`,
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Changes a sandbox's outbound network policy, applied at once without a restart",
           params: SandboxParams,
           body: Type.Object(
             {
@@ -142,7 +167,9 @@ function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
     app.post(
       `${SANDBOXES}/:id/ports`,
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Exposes a port of a running sandbox; answers its public URL",
           params: SandboxParams,
           body: Type.Object(
             { port: Type.Integer({ minimum: 1, maximum: 65535 }) },
@@ -160,7 +187,14 @@ function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
 
     app.get(
       `${SANDBOXES}/:id/ports`,
-      { schema: { params: SandboxParams, response: Ok({ urls: Urls }) } },
+      {
+        config: { access: { needs: "read" } },
+        schema: {
+          summary: "The public URLs of a sandbox's exposed ports, by port",
+          params: SandboxParams,
+          response: Ok({ urls: Urls }),
+        },
+      },
       async (req) => {
         const { id } = req.params as { id: string };
         return { ok: true as const, urls: await sandboxes.urls(ws(req), id) };
@@ -169,7 +203,14 @@ function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
 
     app.post(
       `${SANDBOXES}/:id/snapshots/filesystem`,
-      { schema: { params: SandboxParams, response: Ok({ image_id: Type.String() }) } },
+      {
+        config: { access: { needs: "write" } },
+        schema: {
+          summary: "Snapshots a sandbox's filesystem as an image; answers its image id",
+          params: SandboxParams,
+          response: Ok({ image_id: Type.String() }),
+        },
+      },
       async (req) => {
         const { id } = req.params as { id: string };
         return { ok: true as const, image_id: await sandboxes.snapshotFilesystem(ws(req), id) };
@@ -178,7 +219,14 @@ function sandboxLifecycleRoutes(sandboxes: SandboxService): FastifyPluginAsync {
 
     app.post(
       `${SANDBOXES}/:id/snapshots/memory`,
-      { schema: { params: SandboxParams, response: Ok({ snapshot_id: Type.String() }) } },
+      {
+        config: { access: { needs: "write" } },
+        schema: {
+          summary: "Checkpoints a sandbox's memory (CRIU); answers the snapshot id to restore from",
+          params: SandboxParams,
+          response: Ok({ snapshot_id: Type.String() }),
+        },
+      },
       async (req) => {
         const { id } = req.params as { id: string };
         return { ok: true as const, snapshot_id: await sandboxes.snapshotMemory(ws(req), id) };

@@ -12,6 +12,7 @@ import type {
   OutputStream,
   ProcessInfo,
   ProcessOutput,
+  ProcessRunEvent,
 } from "../../api/index.ts";
 import { type EgressRequest, egressPolicyToRequest, resolveEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
@@ -89,7 +90,7 @@ export class SandboxService {
   async create(
     workspaceId: string,
     stubId: string,
-    opts: { expect?: SandboxKind; entrypoint?: string[] } = {},
+    opts: { expect?: SandboxKind; entrypoint?: string[]; tokenId?: string | null } = {},
   ): Promise<SandboxView> {
     const stub = await this.stubOf(workspaceId, stubId);
     const kind = sandboxKindOf(stub);
@@ -118,12 +119,17 @@ export class SandboxService {
       ...(image ? { image } : {}),
       imageId,
       ...(opts.entrypoint ? { entrypoint: opts.entrypoint } : {}),
+      tokenId: opts.tokenId ?? null,
       run: (api, req) => api.runContainer(req),
     });
   }
 
   /** A new sandbox restored from a memory snapshot, on the agent holding it. */
-  async createFromMemorySnapshot(workspaceId: string, snapshotId: string): Promise<SandboxView> {
+  async createFromMemorySnapshot(
+    workspaceId: string,
+    snapshotId: string,
+    tokenId: string | null = null,
+  ): Promise<SandboxView> {
     const snap = await this.o.repo.findSnapshot(workspaceId, snapshotId);
     if (!snap)
       throw new BerthError("not_found", `snapshot ${snapshotId} not found`, { snapshot_id: snapshotId });
@@ -136,6 +142,7 @@ export class SandboxService {
       ttlSeconds: stubTtl(stub, "sandbox", this.o.defaultTtlSeconds),
       agentId: snap.agentId,
       imageId: null,
+      tokenId,
       run: (api, req) => api.restoreMemory(snap.id, req),
     });
   }
@@ -219,6 +226,33 @@ export class SandboxService {
   async exec(workspaceId: string, id: string, req: ExecRequest): Promise<ProcessInfo> {
     if (req.args.length === 0 || req.args[0] === "") throw invalid("args must name a program to run");
     return this.onAgent(workspaceId, id, (api, s) => api.startProcess(s.id, req));
+  }
+
+  /**
+   * exec, its output and its exit in one call to the agent (RunProcess): the
+   * process has started when this resolves (a refusal is an ordinary error);
+   * `events` brings its output and then its end. Returning `events` early
+   * stops the stream, not the process.
+   */
+  async run(
+    workspaceId: string,
+    id: string,
+    req: ExecRequest,
+    signal: AbortSignal,
+  ): Promise<{ started: ProcessInfo; events: AsyncIterator<ProcessRunEvent> }> {
+    if (req.args.length === 0 || req.args[0] === "") throw invalid("args must name a program to run");
+    return this.onAgent(workspaceId, id, async (api, s) => {
+      if (!api.runProcess) {
+        throw new BerthError("not_implemented", `agent ${s.agentId} cannot run a process in one call`);
+      }
+      const events = api.runProcess(s.id, req, { signal })[Symbol.asyncIterator]();
+      const first = await events.next();
+      if (first.done || first.value.type !== "started") {
+        await events.return?.();
+        throw new BerthError("internal", `agent ${s.agentId} answered RunProcess without starting a process`);
+      }
+      return { started: first.value.process, events };
+    });
   }
 
   /** process_not_found for a pid the sandbox's agent does not know. */
@@ -452,6 +486,7 @@ export class SandboxService {
       network: egressPolicyToRequest(s.egress),
       terminatedAt: s.terminatedAt,
       terminatedReason: s.terminatedReason,
+      exitCode: s.exitCode,
     };
   }
 }

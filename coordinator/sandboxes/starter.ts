@@ -8,14 +8,14 @@ import type { ContainerStatus, RunContainerRequest } from "../../api/index.ts";
 import type { EgressPolicy } from "../../shared/egress.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { CodePusher } from "../containers/index.ts";
-import { placementRequest } from "../containers/index.ts";
+import { applyWorkspaceRuntime, placementRequest } from "../containers/index.ts";
 import type { StubRecord } from "../containers/index.ts";
 import type { SandboxKind, SandboxRecord } from "./store.ts";
 import { stubBucketMounts } from "../volumes/index.ts";
-import { podStayedUp } from "./pod-settle.ts";
+import { type PodSettled, podStayedUp } from "./pod-settle.ts";
 import { sandboxRequest, terminatedError } from "./request.ts";
 import type { ResolvedSandboxServiceOptions, SandboxAgentApi } from "./types.ts";
-import type { SandboxUpkeep } from "./upkeep.ts";
+import { type SandboxUpkeep, exitReason } from "./upkeep.ts";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -30,6 +30,8 @@ export interface StartPlan {
   image?: string;
   imageId: string | null;
   entrypoint?: string[];
+  /** The API token whose request starts it (usage per member, docs/usage.md). */
+  tokenId?: string | null;
   run(api: SandboxAgentApi, req: RunContainerRequest): Promise<ContainerStatus>;
 }
 
@@ -45,7 +47,10 @@ export class SandboxStarter {
     this.code = new CodePusher(o.code);
   }
 
-  /** Places, records and starts the plan's container; its record once it runs (a pod: once it stayed up). */
+  /**
+   * Places, records and starts the plan's container; its record once it runs
+   * (a pod: once it stayed up, or once its entrypoint finished with exit code 0).
+   */
   async start(p: StartPlan): Promise<SandboxRecord> {
     const { o } = this;
     const { stub } = p;
@@ -60,6 +65,7 @@ export class SandboxStarter {
         { agent_id: p.agentId },
       );
     const limits = o.limits ? await o.limits(stub.workspaceId) : undefined;
+    await o.budgets?.(stub.workspaceId, { gpus: req.gpuCount > 0 });
     const id = `ctr-${randomBytes(8).toString("hex")}`;
     // The planner checks the limits and the room together, stops idle warm
     // containers when they hold what is missing, and waits (bounded) when
@@ -74,6 +80,8 @@ export class SandboxStarter {
           workspaceId: stub.workspaceId,
           stubId: stub.id,
           placement: req,
+          // A higher-priority sandbox or pod may preempt preemptible runner containers (docs/gpus.md).
+          ...(stub.extra.priority ? { priority: stub.extra.priority } : {}),
           ...(limits ? { limits } : {}),
           ...(p.agentId ? { onlyAgents: [p.agentId] } : {}),
         },
@@ -113,6 +121,7 @@ export class SandboxStarter {
         egress: p.egress,
         imageId: p.imageId,
         at: iso(o.clock()),
+        tokenId: p.tokenId ?? null,
       });
     } catch (e) {
       o.planner.release(id);
@@ -132,19 +141,40 @@ export class SandboxStarter {
         image: p.image,
         ...(secretEnv ? { secretEnv } : {}),
       });
+      // The workspace's operator may force gVisor on every container of it, or
+      // opt it out of the user namespace or the system call allow list (docs/limits.md).
+      applyWorkspaceRuntime(req, limits);
       if (buckets.length > 0) req.buckets = buckets;
       const status = await p.run(api, req);
       o.planner.assignGpus(id, status.gpus);
+      let settled: PodSettled = "up";
       if (!(await o.repo.markRunning(id))) {
-        // Ended meanwhile (its container exited at once, or a terminate came first).
+        // Ended meanwhile: a pod whose entrypoint exited 0 at once ran; else it exited or a terminate came first.
         const s = await o.repo.get(id);
-        throw terminatedError(id, s?.terminatedReason);
+        if (p.kind !== "pod" || s?.exitCode !== 0) throw terminatedError(id, s?.terminatedReason);
+        settled = "finished";
       }
       log.info(`${p.kind} started`);
-      if (p.kind === "pod") await podStayedUp(api, id, o.podSettleMs, () => o.repo.get(id));
+      if (p.kind === "pod" && settled === "up")
+        settled = await podStayedUp(api, id, o.podSettleMs, () => o.repo.get(id));
+      if (settled === "finished") {
+        // Its room is free and its container goes; the record keeps its exit code.
+        o.planner.release(id);
+        await o.repo.markTerminated(id, iso(o.clock()), exitReason(0, undefined), 0);
+        await this.upkeep.removeOnAgent(placed.agentId, id, 0);
+        log.info("pod finished: its entrypoint exited 0");
+      }
     } catch (e) {
       o.planner.release(id);
-      await o.repo.markTerminated(id, iso(o.clock()), `start failed: ${describeError(e)}`).catch(() => {});
+      const code = e instanceof BerthError ? e.details?.exit_code : undefined;
+      await o.repo
+        .markTerminated(
+          id,
+          iso(o.clock()),
+          `start failed: ${describeError(e)}`,
+          typeof code === "number" ? code : undefined,
+        )
+        .catch(() => {});
       await this.upkeep.removeOnAgent(placed.agentId, id, 0);
       log.warn({ err: e }, `cannot start the ${p.kind}: ${describeError(e)}`);
       throw e;

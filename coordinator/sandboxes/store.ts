@@ -24,6 +24,8 @@ export interface SandboxRecord {
   createdAt: string;
   terminatedAt: string | null;
   terminatedReason: string | null;
+  /** The container's exit code once it ended on its own (a pod whose entrypoint exits 0 finished); else null. */
+  exitCode: number | null;
 }
 
 export interface SandboxImageRecord {
@@ -69,6 +71,7 @@ const toSandbox = (r: Selectable<SandboxTable>): SandboxRecord => ({
   createdAt: r.created_at,
   terminatedAt: r.terminated_at,
   terminatedReason: r.terminated_reason,
+  exitCode: r.exit_code === null || r.exit_code === undefined ? null : Number(r.exit_code),
 });
 
 const toImage = (r: Selectable<SandboxImageTable>): SandboxImageRecord => ({
@@ -105,6 +108,8 @@ export interface NewSandbox {
   imageId: string | null;
   /** ISO 8601; also the first last_active_at. */
   at: string;
+  /** The API token whose request starts it. @default none (null) */
+  tokenId?: string | null;
 }
 
 /** Sandbox and pod records, and their snapshots (docs/sandboxes.md). */
@@ -129,6 +134,8 @@ export class SandboxRepo {
       created_at: s.at,
       terminated_at: null,
       terminated_reason: null,
+      exit_code: null,
+      token_id: s.tokenId ?? null,
     };
     await this.db.insertInto("sandboxes").values(row).execute();
     return toSandbox(row);
@@ -212,11 +219,20 @@ export class SandboxRepo {
     return Number(r.numUpdatedRows) === 1;
   }
 
-  /** Ends a sandbox once: true for the call that did it, false when it was already terminated (or unknown). */
-  async markTerminated(id: string, at: string, reason: string): Promise<boolean> {
+  /**
+   * Ends a sandbox once: true for the call that did it, false when it was
+   * already terminated (or unknown). `exitCode`: its container ended on its own.
+   */
+  async markTerminated(id: string, at: string, reason: string, exitCode?: number): Promise<boolean> {
     const r = await this.db
       .updateTable("sandboxes")
-      .set({ status: "terminated", terminated_at: at, terminated_reason: reason, expires_at: null })
+      .set({
+        status: "terminated",
+        terminated_at: at,
+        terminated_reason: reason,
+        expires_at: null,
+        exit_code: exitCode ?? null,
+      })
       .where("id", "=", id)
       .where("status", "!=", "terminated")
       .executeTakeFirst();

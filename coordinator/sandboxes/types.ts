@@ -10,6 +10,7 @@ import type {
   ManagedContainerInfo,
   SecretResolver,
   StubSource,
+  WorkspaceRuntime,
 } from "../containers/index.ts";
 import type { FleetView } from "../fleet/index.ts";
 import { Planner } from "../scheduler/index.ts";
@@ -22,6 +23,9 @@ export type SandboxAgentApi = ContainerApi & ContainerFilesApi & ContainerSnapsh
 export interface SandboxAgents {
   client(agentId: string): SandboxAgentApi;
 }
+
+/** A workspace's container limits, and how its operator set every container of it to run. */
+export type SandboxLimits = ContainerLimits & WorkspaceRuntime;
 
 export interface SandboxServiceOptions {
   repo: SandboxRepo;
@@ -65,7 +69,9 @@ export interface SandboxServiceOptions {
    * refused with limit_exceeded unless idle warm containers of the
    * workspace can be stopped for it. @default none: no limits
    */
-  limits?: (workspaceId: string) => Promise<ContainerLimits>;
+  limits?: (workspaceId: string) => Promise<SandboxLimits>;
+  /** The workspace's GPU-hours and CPU-hours of the month (docs/limits.md; ComputeBudgets.check): a create past one is refused. @default none */
+  budgets?: (workspaceId: string, work: { gpus: boolean }) => Promise<void>;
   log: Logger;
   /** ms since epoch. @default Date.now */
   clock?: () => number;
@@ -99,12 +105,13 @@ export interface SandboxServiceOptions {
 
 export interface ResolvedSandboxServiceOptions
   extends Required<
-    Omit<SandboxServiceOptions, "secrets" | "events" | "endpointDomain" | "limits" | "onWaiting">
+    Omit<SandboxServiceOptions, "secrets" | "events" | "endpointDomain" | "limits" | "budgets" | "onWaiting">
   > {
   secrets: SecretResolver | undefined;
   events: ContainerEventSource | undefined;
   endpointDomain: string | undefined;
-  limits: ((workspaceId: string) => Promise<ContainerLimits>) | undefined;
+  limits: ((workspaceId: string) => Promise<SandboxLimits>) | undefined;
+  budgets: SandboxServiceOptions["budgets"];
   onWaiting: SandboxServiceOptions["onWaiting"];
 }
 
@@ -139,6 +146,7 @@ export function resolveSandboxServiceOptions(o: SandboxServiceOptions): Resolved
     placementWaitMs: waitMs(o.placementWaitMs ?? 30_000),
     onWaiting: o.onWaiting,
     limits: o.limits,
+    budgets: o.budgets,
     clock: o.clock ?? Date.now,
     defaultTtlSeconds: ttl,
     sweepIntervalMs: positive("sweepIntervalMs", o.sweepIntervalMs ?? 15_000),
@@ -172,4 +180,6 @@ export interface SandboxView {
   network: { block_network: boolean; allow_list: string[] | null };
   terminatedAt: string | null;
   terminatedReason: string | null;
+  /** Its container's exit code once it ended on its own (a finished pod: 0); null otherwise. */
+  exitCode: number | null;
 }

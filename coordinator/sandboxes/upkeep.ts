@@ -7,6 +7,7 @@
 
 import type { ContainerStatus } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
+import { memoryKillMessage } from "../../shared/memory-kill.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { type AgentView, type Reservation, buildClusterView, gpuTypeOf } from "../scheduler/index.ts";
 import type { SandboxRecord } from "./store.ts";
@@ -27,7 +28,13 @@ export const SANDBOX_KINDS: readonly string[] = ["sandbox", "pod"];
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export function exitReason(exitCode: number | undefined, reason: string | undefined): string {
+export function exitReason(
+  exitCode: number | undefined,
+  reason: string | undefined,
+  memoryBytes?: number,
+): string {
+  if (reason === "oom_killed")
+    return `its container (code ${exitCode ?? "unknown"}) was ${memoryKillMessage(memoryBytes)}`;
   const why = reason && reason !== "exited" ? `, ${reason}` : "";
   return `its container exited (code ${exitCode ?? "unknown"}${why})`;
 }
@@ -121,17 +128,24 @@ export class SandboxUpkeep {
 
   private onEvent(e: ContainerEventMessage): void {
     if (e.type !== "exit" || e.labels?.[SandboxLabels.sandbox] !== "1") return;
-    this.track(this.exited(e.agentId, e.containerId, exitReason(e.exitCode, e.reason)));
+    this.track(
+      this.exited(e.agentId, e.containerId, exitReason(e.exitCode, e.reason, e.memoryBytes), e.exitCode),
+    );
   }
 
-  /** The container ended on its own: the sandbox is terminated and the container removed. */
-  private async exited(agentId: string, id: string, why: string): Promise<void> {
+  /** The container ended on its own: the sandbox is terminated (with its exit code) and the container removed. */
+  private async exited(
+    agentId: string,
+    id: string,
+    why: string,
+    exitCode: number | undefined,
+  ): Promise<void> {
     const { o } = this.d;
     try {
       const s = await o.repo.get(id);
       if (s && s.agentId !== agentId) return;
       o.planner.release(id);
-      const ended = s ? await o.repo.markTerminated(id, iso(o.clock()), why) : false;
+      const ended = s ? await o.repo.markTerminated(id, iso(o.clock()), why, exitCode) : false;
       if (s && ended) o.log.info({ sandboxId: id, agentId }, `${s.kind} ${id} terminated: ${why}`);
       // A sandbox ended by terminate or the TTL is removed by that path; removing it here too would race it.
       // One whose create is still in flight (a pod's settle wait) is removed by the create, once it has
@@ -246,7 +260,7 @@ export class SandboxUpkeep {
         o.planner.release(c.id);
         await this.removeOnAgent(agentId, c.id, 0);
       } else if (c.state === "stopped") {
-        await this.exited(agentId, c.id, exitReason(c.exitCode, c.reason));
+        await this.exited(agentId, c.id, exitReason(c.exitCode, c.reason, c.memoryBytes), c.exitCode);
       } else if (s.status === "starting" && now - Date.parse(s.createdAt) > o.orphanGraceMs) {
         await this.d.end(s, "its start was cut short");
       } else {
@@ -294,5 +308,6 @@ export function reservationOf(c: ContainerStatus, view: AgentView): Reservation 
     gpuCount: c.gpus.length,
     gpuUuids: c.gpus,
     ...(gpuType ? { gpuType } : {}),
+    ...(c.gpuMemoryMiB !== undefined ? { gpuMemoryMiB: c.gpuMemoryMiB } : {}),
   };
 }

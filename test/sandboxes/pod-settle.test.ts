@@ -78,3 +78,128 @@ test("a pod that stays up through podSettleMs is created and running", async (t)
 test("podSettleMs outside 0..60000 is refused when the service is made", async (t) => {
   await assert.rejects(sandboxWorld(t, { podSettleMs: -1 }), /podSettleMs must be within 0..60000/);
 });
+
+test("a pod whose entrypoint exits 0 ran: the create answers it terminated with exit code 0, its room free", async (t) => {
+  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
+  const a = w.addAgent("agent-a");
+  const stub = await w.stub("batch", "pod", { entrypoint: ["python", "-c", "print('done')"] });
+  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
+  const id = await waitUntil(
+    () => {
+      const run = a.runs[0];
+      return run?.id && a.containers.has(run.id) ? run.id : undefined;
+    },
+    { what: "the pod's container on the agent" },
+  );
+  a.appendLog(id, "stdout", "done");
+  a.exit(id, 0);
+  const pod = await creating;
+  assert.equal(pod.sandboxId, id);
+  assert.equal(pod.status, "terminated");
+  assert.equal(pod.exitCode, 0);
+  assert.equal(pod.terminatedReason, "its container exited (code 0)");
+  assert.deepEqual(w.svc.reservations(), [], "its room is free again");
+  assert.equal(a.containers.has(id), false, "its container is removed");
+  const read = await w.svc.get(w.ws, id);
+  assert.deepEqual([read.status, read.exitCode], ["terminated", 0]);
+});
+
+test("a pod whose exit 0 event comes first still finished, with its exit code recorded", async (t) => {
+  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
+  const a = w.addAgent("agent-a");
+  const stub = await w.stub("batch", "pod", { entrypoint: ["true"] });
+  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
+  const id = await waitUntil(
+    () => {
+      const run = a.runs[0];
+      return run?.id && a.containers.has(run.id) ? run.id : undefined;
+    },
+    { what: "the pod's container on the agent" },
+  );
+  a.exit(id, 0);
+  w.emit({
+    agentId: "agent-a",
+    containerId: id,
+    type: "exit",
+    exitCode: 0,
+    labels: { [SandboxLabels.sandbox]: "1" },
+  });
+  const pod = await creating;
+  assert.deepEqual([pod.status, pod.exitCode], ["terminated", 0]);
+  await w.svc.close();
+  assert.equal(a.containers.has(id), false, "removed by the create");
+});
+
+test("a pod that exits non-zero keeps its exit code on the record", async (t) => {
+  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
+  const a = w.addAgent("agent-a");
+  const stub = await w.stub("crashy", "pod", { entrypoint: ["false"] });
+  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
+  const id = await waitUntil(
+    () => {
+      const run = a.runs[0];
+      return run?.id && a.containers.has(run.id) ? run.id : undefined;
+    },
+    { what: "the pod's container on the agent" },
+  );
+  a.exit(id, 1);
+  await assert.rejects(creating, /exited at once \(code 1\) without output/);
+  const read = await w.svc.get(w.ws, id);
+  assert.deepEqual([read.status, read.exitCode], ["terminated", 1]);
+});
+
+test("a running pod that later exits on its own records its exit code", async (t) => {
+  const w = await sandboxWorld(t);
+  const a = w.addAgent("agent-a");
+  const stub = await w.stub("job", "pod", { entrypoint: ["python", "job.py"] });
+  const pod = await w.svc.create(w.ws, stub.id, { expect: "pod" });
+  assert.deepEqual([pod.status, pod.exitCode], ["running", null]);
+  a.exit(pod.sandboxId, 0);
+  w.emit({
+    agentId: "agent-a",
+    containerId: pod.sandboxId,
+    type: "exit",
+    exitCode: 0,
+    labels: { [SandboxLabels.sandbox]: "1" },
+  });
+  const read = await waitUntil(
+    async () => {
+      const v = await w.svc.get(w.ws, pod.sandboxId);
+      return v.status === "terminated" ? v : undefined;
+    },
+    { what: "the pod's end recorded" },
+  );
+  assert.equal(read.exitCode, 0);
+});
+
+test("a pod killed for memory ends terminated saying so: its limit and the parameter that raises it", async (t) => {
+  const w = await sandboxWorld(t, { podSettleMs: 50 });
+  const a = w.addAgent("agent-a");
+  const stub = await w.stub("model-server", "pod", { entrypoint: ["python", "-m", "http.server"] });
+  const pod = await w.svc.create(w.ws, stub.id, { expect: "pod" });
+  const id = pod.sandboxId;
+  const ended = a.exit(id, 137, "oom_killed");
+  w.emit({
+    agentId: "agent-a",
+    containerId: id,
+    type: "exit",
+    exitCode: 137,
+    reason: "oom_killed",
+    memoryBytes: ended.memoryBytes,
+    labels: { [SandboxLabels.sandbox]: "1" },
+  });
+  const read = await waitUntil(
+    async () => {
+      const s = await w.svc.get(w.ws, id);
+      return s.status === "terminated" ? s : undefined;
+    },
+    { what: "the pod terminated" },
+  );
+  const mib = ended.memoryBytes / 2 ** 20;
+  assert.match(
+    read.terminatedReason ?? "",
+    new RegExp(
+      `^its container \\(code 137\\) was killed for memory: the limit is ${mib} MiB; raise memory= `,
+    ),
+  );
+});

@@ -11,6 +11,7 @@ import { gatewayScope } from "../../coordinator/http/scopes.ts";
 import { type SandboxWorld, sandboxWorld } from "./fakes.ts";
 import { routesApp } from "../helpers/routes-app.ts";
 import { bearer } from "../helpers/auth.ts";
+import { waitUntil } from "../helpers/wait.ts";
 
 async function sandboxApp(w: SandboxWorld): Promise<FastifyInstance> {
   const app = routesApp();
@@ -23,8 +24,13 @@ async function setup(t: { after: (fn: () => unknown) => void }) {
   const agent = w.addAgent("agent-a");
   const app = await sandboxApp(w);
   t.after(() => app.close());
-  const token = (await w.store.tokens.create(w.ws)).secret;
+  const made = await w.store.tokens.create(w.ws);
+  const token = made.secret;
   const other = (await w.store.tokens.create(w.otherWs)).secret;
+  /** The token a sandbox's record says started it (usage per member, docs/usage.md). */
+  const startedBy = async (id: string) =>
+    (await w.store.db.selectFrom("sandboxes").select("token_id").where("id", "=", id).executeTakeFirst())
+      ?.token_id;
   const call = async (
     method: "GET" | "POST" | "PUT" | "DELETE",
     url: string,
@@ -46,7 +52,7 @@ async function setup(t: { after: (fn: () => unknown) => void }) {
       headers: r.headers,
     };
   };
-  return { w, agent, call, other };
+  return { w, agent, call, other, tokenId: made.record.id, startedBy };
 }
 
 const errorCode = (r: { status: number; body: { ok?: boolean; error?: { code: string } } }) => [
@@ -56,12 +62,13 @@ const errorCode = (r: { status: number; body: { ok?: boolean; error?: { code: st
 ];
 
 test("create, get, ports, network, ttl, terminate; another workspace's token sees nothing", async (t) => {
-  const { w, agent, call, other } = await setup(t);
+  const { w, agent, call, other, tokenId, startedBy } = await setup(t);
   const stub = await w.stub("sb", "sandbox", { ports: [8000] });
   const created = await call("POST", "/sandboxes", { stub_id: stub.id });
   assert.equal(created.status, 200);
   assert.equal(created.body.ok, true);
   const id = created.body.sandbox_id as string;
+  assert.equal(await startedBy(id), tokenId);
   assert.equal(created.body.container_id, id);
   assert.deepEqual(created.body.urls, { 8000: `https://berth.example/port/${id}/8000/` });
   assert.equal(typeof created.body.expires_at, "string");
@@ -280,7 +287,7 @@ test("files pass through to the agent: upload streams, download is raw, errors n
 });
 
 test("pods: create(entrypoint=...) answers ok, container_id, url; a sandbox stub is refused there", async (t) => {
-  const { w, agent, call } = await setup(t);
+  const { w, agent, call, tokenId, startedBy } = await setup(t);
   const pod = await w.stub("pod", "pod", { ports: [9000, 8000] });
   const r = await call("POST", "/pods", {
     stub_id: pod.id,
@@ -288,6 +295,7 @@ test("pods: create(entrypoint=...) answers ok, container_id, url; a sandbox stub
   });
   assert.equal(r.body.ok, true);
   const id = r.body.container_id as string;
+  assert.equal(await startedBy(id), tokenId);
   assert.equal(r.body.url, `https://berth.example/port/${id}/9000/`);
   assert.deepEqual(agent.runs[0]?.args, ["python3", "-m", "http.server", "9000"]);
   assert.equal((await call("GET", `/sandboxes/${id}`)).body.kind, "pod");
@@ -295,4 +303,42 @@ test("pods: create(entrypoint=...) answers ok, container_id, url; a sandbox stub
   const sb = await w.stub("sb", "sandbox");
   assert.equal((await call("POST", "/pods", { stub_id: sb.id })).body.error.code, "invalid_request");
   assert.equal((await call("POST", "/sandboxes", { stub_id: pod.id })).body.error.code, "invalid_request");
+});
+
+test("pods: one whose entrypoint exits 0 is created, and GET /pods/{id} reads its status and exit code", async (t) => {
+  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
+  const agent = w.addAgent("agent-a");
+  const app = await sandboxApp(w);
+  t.after(() => app.close());
+  const token = (await w.store.tokens.create(w.ws)).secret;
+  const other = (await w.store.tokens.create(w.otherWs)).secret;
+  const call = async (method: "GET" | "POST", url: string, payload?: object, as = token) => {
+    const r = await app.inject({ method, url: `/api/v1/gateway${url}`, headers: bearer(as), payload });
+    return { status: r.statusCode, body: r.json() };
+  };
+  const pod = await w.stub("batch", "pod", { ports: [8000] });
+  const creating = call("POST", "/pods", { stub_id: pod.id, entrypoint: ["python", "-c", "print(1)"] });
+  const id = await waitUntil(
+    () => agent.runs[0]?.id && agent.containers.has(agent.runs[0].id) && agent.runs[0].id,
+    {
+      what: "the pod's container",
+    },
+  );
+  agent.exit(id, 0);
+  const r = await creating;
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.deepEqual(
+    [r.body.ok, r.body.container_id, r.body.url, r.body.status, r.body.exit_code],
+    [true, id, `https://berth.example/port/${id}/8000/`, "terminated", 0],
+  );
+  const got = await call("GET", `/pods/${id}`);
+  assert.deepEqual(
+    [got.body.ok, got.body.kind, got.body.status, got.body.exit_code, got.body.terminated_reason],
+    [true, "pod", "terminated", 0, "its container exited (code 0)"],
+  );
+  assert.equal((await call("GET", `/sandboxes/${id}`)).body.exit_code, 0);
+  assert.deepEqual(errorCode(await call("GET", `/pods/${id}`, undefined, other)), [200, false, "not_found"]);
+  const sb = await w.stub("sb", "sandbox");
+  const sandbox = await w.svc.create(w.ws, sb.id);
+  assert.deepEqual(errorCode(await call("GET", `/pods/${sandbox.sandboxId}`)), [200, false, "not_found"]);
 });

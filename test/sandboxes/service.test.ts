@@ -136,6 +136,33 @@ test("workspace limits: a sandbox past max_containers or max_cpu is refused with
   await assert.rejects(w.svc.create(w.ws, small.id), /max_containers/);
 });
 
+test("monthly budgets: a create the budget check refuses places nothing; the check is told whether the stub asks for GPUs", async (t) => {
+  const asked: { ws: string; gpus: boolean }[] = [];
+  const w = await sandboxWorld(t, {
+    budgets: async (ws, work) => {
+      asked.push({ ws, gpus: work.gpus });
+      if (work.gpus)
+        throw new BerthError("limit_exceeded", "the workspace used 9 of its 8 GPU-hours this month", {
+          limit: "gpu_hours_per_month",
+        });
+    },
+  });
+  const a = w.addAgent("agent-a", 16);
+  const cpu = await w.stub("cpu", "sandbox");
+  await w.svc.create(w.ws, cpu.id);
+  assert.deepEqual(asked, [{ ws: w.ws, gpus: false }]);
+  const gpu = await w.stub("gpu", "sandbox", { gpu_types: ["A100"], gpu_count: 1 });
+  await assert.rejects(w.svc.create(w.ws, gpu.id), (e: unknown) => {
+    assert.ok(e instanceof BerthError);
+    assert.equal(e.code, "limit_exceeded");
+    assert.equal(e.details?.limit, "gpu_hours_per_month");
+    return true;
+  });
+  assert.equal(asked.at(-1)?.gpus, true);
+  assert.equal(w.svc.reservations().length, 1, "only the CPU sandbox holds room");
+  assert.equal(a.containers.size, 1);
+});
+
 test("terminate answers true when the stopped container's exit event is handled before the stop returns", async (t) => {
   const w = await sandboxWorld(t);
   const a = w.addAgent("agent-a");
@@ -377,4 +404,47 @@ test("snapshots: a filesystem image runs on the agent holding it; memory snapsho
     "criu check: kernel lacks CONFIG_CHECKPOINT_RESTORE",
   );
   await assert.rejects(w.svc.snapshotMemory(w.ws, src.sandboxId), code("checkpoint_unavailable"));
+});
+
+test("a workspace opted out: its sandboxes and pods start without a user namespace and with the deny list", async (t) => {
+  const none = { maxContainers: null, maxCpuMillicores: null, maxMemoryMb: null, maxGpus: null };
+  let optedOut = true;
+  const w = await sandboxWorld(t, {
+    limits: async () =>
+      optedOut
+        ? { ...none, userNamespace: false, syscallFilter: "denylist" as const }
+        : { ...none, userNamespace: true, syscallFilter: "allowlist" as const },
+  });
+  const a = w.addAgent("agent-a", 16);
+  const stub = await w.stub("sb-legacy", "sandbox");
+  const first = await w.svc.create(w.ws, stub.id);
+  const run1 = a.runs.find((r) => r.id === first.sandboxId);
+  assert.deepEqual([run1?.userNamespace, run1?.syscallFilter], [false, "denylist"]);
+  const podStub = await w.stub("pod-legacy", "pod", { entrypoint: ["python3", "-m", "http.server"] });
+  const pod = await w.svc.create(w.ws, podStub.id, { expect: "pod" });
+  const podRun = a.runs.find((r) => r.id === pod.sandboxId);
+  assert.deepEqual([podRun?.userNamespace, podRun?.syscallFilter], [false, "denylist"], "a pod as a sandbox");
+  optedOut = false;
+  const second = await w.svc.create(w.ws, stub.id);
+  const run2 = a.runs.find((r) => r.id === second.sandboxId);
+  assert.ok(run2);
+  assert.equal("userNamespace" in run2, false, "the agent's default");
+  assert.equal("syscallFilter" in run2, false, "the agent's default");
+});
+
+test("a workspace forced to gVisor: its sandboxes and pods start under gVisor whatever the stub asks", async (t) => {
+  const none = { maxContainers: null, maxCpuMillicores: null, maxMemoryMb: null, maxGpus: null };
+  let forced: "gvisor" | null = "gvisor";
+  const w = await sandboxWorld(t, { limits: async () => ({ ...none, isolation: forced }) });
+  const a = w.addAgent("agent-a", 16);
+  const stub = await w.stub("sb", "sandbox");
+  const first = await w.svc.create(w.ws, stub.id);
+  assert.equal(a.runs.find((r) => r.id === first.sandboxId)?.isolation, "gvisor");
+  forced = null;
+  const second = await w.svc.create(w.ws, stub.id);
+  assert.equal(
+    a.runs.find((r) => r.id === second.sandboxId)?.isolation,
+    undefined,
+    "the stub's own choice again",
+  );
 });
