@@ -82,8 +82,14 @@ export function pageRequest(
   q: { limit?: number; cursor?: string },
   arity: number,
 ): PageRequest {
+  const limit = q.limit ?? DEFAULT_PAGE_LIMIT;
+  // The schema's bounds, again: a query's "1e309" is coerced to Infinity, which Ajv lets through.
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_PAGE_LIMIT)
+    throw new BerthError("invalid_request", `limit must be a whole number from 1 to ${MAX_PAGE_LIMIT}`, {
+      field: "limit",
+    });
   return {
-    limit: q.limit ?? DEFAULT_PAGE_LIMIT,
+    limit,
     after: q.cursor === undefined ? undefined : decodeCursor(list, q.cursor, arity),
   };
 }

@@ -6,11 +6,24 @@
 
 import { createHash } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import type { HttpDeps } from "../../coordinator/edge/app.ts";
 import pino from "pino";
 import { ContainerTable } from "../../coordinator/containers/container-table.ts";
 import type { DeploymentService } from "../../coordinator/deployments/service.ts";
-import { EventStream } from "../../coordinator/events/index.ts";
+import { deploymentsHttpRoutes } from "../../coordinator/deployments/index.ts";
+import { EventStream, eventsHttpRoutes } from "../../coordinator/events/index.ts";
+import type { AreaRoutes } from "../../coordinator/http/index.ts";
+import { LogQuery, logsHttpRoutes } from "../../coordinator/logs/index.ts";
+import {
+  containerRoutes,
+  type SandboxService,
+  sandboxesHttpRoutes,
+} from "../../coordinator/sandboxes/index.ts";
+import type { OutputStore } from "../../coordinator/outputs/index.ts";
+import { secretsHttpRoutes } from "../../coordinator/secrets/index.ts";
+import { stateHttpRoutes } from "../../coordinator/state/index.ts";
+import { webhooksHttpRoutes } from "../../coordinator/webhooks/index.ts";
+import { createUsage } from "../../coordinator/usage/index.ts";
+import { AuditTrail } from "../../coordinator/workspaces/index.ts";
 import { MapStore } from "../../coordinator/state/maps.ts";
 import { QueueStore } from "../../coordinator/state/queues.ts";
 import { SignalStore } from "../../coordinator/state/signals.ts";
@@ -21,13 +34,24 @@ import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import type { CostRates } from "../../coordinator/tasks/cost.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { deployInput, deploymentService } from "../deployments/helpers.ts";
-import { buildTaskApp, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "../tasks/harness.ts";
+import {
+  buildTaskApp,
+  type TaskAppOptions,
+  startTaskHarness,
+  stubConfig,
+  stubExtra,
+  type TaskHarness,
+} from "../tasks/harness.ts";
 import { randomKey, webhookSystem } from "../webhooks/helpers.ts";
 import { teardownStack } from "../helpers/suite.ts";
 
 export interface HttpHarness {
   h: TaskHarness;
   app: FastifyInstance;
+  /** The workspace event stream (the audit trail publishes into it). */
+  events: EventStream;
+  /** The audit trail the app records its changes in. */
+  audit: AuditTrail;
   deployments: DeploymentService;
   containers: ContainerTable;
   a: Workspace;
@@ -70,6 +94,16 @@ export function addContainer(
   });
 }
 
+/** Other areas' routes for the harness's app; with `sandboxes`, the container list shows theirs too. */
+export interface MoreAreas {
+  routes?: AreaRoutes[];
+  sandboxes?: SandboxService;
+  /** Task records list their outputs. */
+  outputs?: OutputStore;
+  fleet?: TaskAppOptions["fleet"];
+  dashboard?: TaskAppOptions["dashboard"];
+}
+
 export async function startHttpHarness(
   suite: { after: (fn: () => unknown) => void },
   o: {
@@ -80,7 +114,7 @@ export async function startHttpHarness(
       containers: ContainerTable,
       suite: { after: (fn: () => unknown) => void },
       deployments: DeploymentService,
-    ) => Promise<Partial<HttpDeps>>;
+    ) => Promise<MoreAreas>;
   } = {},
 ): Promise<HttpHarness> {
   const { defer, later } = teardownStack(suite);
@@ -99,25 +133,49 @@ export async function startHttpHarness(
   defer(() => state.signals.stop());
   const containers = new ContainerTable();
   const more = o.more ? await o.more(h, containers, later, deployments) : {};
-  const app = await buildTaskApp(h, {
-    deployments,
-    events,
-    webhooks: hooks.service,
-    secrets,
-    state,
-    containers: {
-      activeContainers: (stubId) => containers.live((c) => c.stubId === stubId).length,
+  const list = () => containers.info();
+  const agents = {
+    client: (): never => {
+      throw new BerthError("unavailable", "no agent runs in this test");
+    },
+  };
+  const routes: AreaRoutes[] = [
+    deploymentsHttpRoutes({
+      deployments,
+      tasks: h.tasks,
+      containers: { activeContainers: (stubId) => containers.live((c) => c.stubId === stubId).length },
+    }),
+    eventsHttpRoutes(events),
+    webhooksHttpRoutes(hooks.service),
+    secretsHttpRoutes(secrets),
+    stateHttpRoutes(state),
+    logsHttpRoutes(new LogQuery({ nats: h.nc, log }), {
+      tokens: h.store.tokens,
+      lookup: async (ws, id) => ({ stubId: (await deployments.get(ws, id)).stubId }),
       containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
       onContainersChange: (fn) => containers.onChange(() => fn()),
-      list: () => containers.info(),
+      agents,
+    }),
+    more.sandboxes
+      ? sandboxesHttpRoutes(more.sandboxes, { list })
+      : { api: [containerRoutes({ containers: { list } })] },
+    createUsage({ db: h.store.db }).routes,
+    ...(more.routes ?? []),
+  ];
+  const outputs = more.outputs;
+  const audit = new AuditTrail({ db: h.store.db, events, log });
+  defer(() => audit.idle());
+  const app = await buildTaskApp(h, {
+    audit,
+    functions: {
+      deployments,
+      agents,
+      ...(o.costRates ? { costRates: o.costRates } : {}),
+      ...(outputs ? { outputs: (ws: string, taskId: string) => outputs.ofTask(ws, taskId) } : {}),
     },
-    ...(o.costRates ? { costRates: o.costRates } : {}),
-    agents: {
-      client: () => {
-        throw new BerthError("unavailable", "no agent runs in this test");
-      },
-    },
-    ...more,
+    areas: routes.map((r) => ({ routes: r })),
+    ...(more.fleet ? { fleet: more.fleet } : {}),
+    ...(more.dashboard ? { dashboard: more.dashboard } : {}),
   });
   defer(() => app.close());
 
@@ -151,6 +209,8 @@ export async function startHttpHarness(
   return {
     h,
     app,
+    events,
+    audit,
     deployments,
     containers,
     a,

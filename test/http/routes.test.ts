@@ -112,6 +112,8 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
     };
     await bad("status=DONE", /status/);
     await bad("limit=501", /limit/);
+    // Coerced to Infinity, which the schema's maximum alone let through to the store.
+    for (const huge of ["1e309", "-1e309", "Infinity"]) await bad(`limit=${huge}`, /limit/);
     await bad("created_after=yesterday", /created_after "yesterday" is not an ISO 8601 time/);
     await bad("cursor=!!!", /invalid cursor: not base64url/);
     const containers = await get(`/api/v1/container/${ws}?limit=1`);
@@ -138,6 +140,7 @@ describe("REST routes: tasks, containers, apps, not-yet routes", () => {
       memory: 4,
       gpu: 0,
       duration_seconds: 4,
+      gpu_seconds: 0,
       final: true,
       rates: { cpu_core_per_second: 0.5, memory_gib_per_second: 8, gpu_per_second: 0 },
     });

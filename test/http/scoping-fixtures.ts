@@ -15,7 +15,6 @@ import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { ensureStreams } from "../../coordinator/fleet/streams.ts";
 import { attachShellUpgrades, managedShellTargets } from "../../coordinator/edge/shell.ts";
 import { WorkspaceLimitsCache } from "../../coordinator/limits/limits.ts";
-import { LogQuery } from "../../coordinator/logs/index.ts";
 import { PortProxy } from "../../coordinator/ports/proxy.ts";
 import { SandboxService } from "../../coordinator/sandboxes/index.ts";
 import { sandboxPortTargets, sandboxShellTargets } from "../../coordinator/sandboxes/targets.ts";
@@ -25,10 +24,14 @@ import { type ContainerLogBatch, logSubjectToken, subjects } from "../../shared/
 import { capacity } from "../containers/fakes.ts";
 import { FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { stubConfig, stubExtra } from "../tasks/fixtures.ts";
-import { type HttpHarness, startHttpHarness } from "./harness.ts";
+import { type HttpHarness, type MoreAreas, startHttpHarness } from "./harness.ts";
+import { botRoutes } from "../../coordinator/bots/index.ts";
+import { databasesHttpRoutes } from "../../coordinator/databases/index.ts";
+import { limitsHttpRoutes } from "../../coordinator/limits/index.ts";
+import { portsHttpRoutes } from "../../coordinator/ports/index.ts";
+import { stacksHttpRoutes } from "../../coordinator/stacks/index.ts";
 import type { ContainerTable } from "../../coordinator/containers/container-table.ts";
 import type { DeploymentService } from "../../coordinator/deployments/service.ts";
-import type { HttpDeps } from "../../coordinator/edge/app.ts";
 import type { TaskHarness } from "../tasks/harness.ts";
 import { bearer } from "../helpers/auth.ts";
 import { StackService } from "../../coordinator/stacks/service.ts";
@@ -99,7 +102,7 @@ export async function startScopingFixture(
       deployments: DeploymentService,
       agent: FakeContainerApi,
       fleet: FleetView,
-    ) => Promise<Partial<HttpDeps>>;
+    ) => Promise<MoreAreas>;
   } = {},
 ): Promise<ScopingFixture> {
   const agent = new FakeContainerApi({ agentId: "agent-1" });
@@ -169,50 +172,59 @@ export async function startScopingFixture(
         tasks: new TestTasks(upper),
         log,
       });
+      const extra = o.extra ? await o.extra(h, containers, later, deployments, agent, fleet) : {};
       return {
-        logs: new LogQuery({ nats: h.nc, log }),
-        limits: {
-          usage: {
-            containers: (ws) =>
-              usageOf(containers.live((c) => c.workspaceId === ws).map((c) => c.reservation)),
-            pendingTasks: (ws) => h.tasks.pendingTasks(ws),
-          },
-          onChange: (ws) => {
-            limitChanges.push(ws);
-            limitsCache.invalidate(ws);
-          },
-        },
+        ...extra,
         sandboxes,
-        ports,
-        bots,
-        // Managed databases over the same pods; B's calls must never reach one of A's.
-        databases: new DatabaseService({
-          repo: h.store.databases,
-          stubs: h.store.stubs,
-          pods: sandboxes,
-          secrets: new SecretService({ db: h.store.db, key: randomKey() }),
-          image: async () => "registry.test/berth/databases:1",
-          volumes: new VolumeFiles(tempDir(later)),
-          log,
-        }),
-        stacks: new StackService({
-          repo: h.store.stacks,
-          kinds: [
-            new DeploymentMembers({
-              deployments,
-              containers: {
-                containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
-                startError: () => undefined,
-              },
-              // No container runs here: nothing answers.
-              probe: async () => undefined,
+        routes: [
+          limitsHttpRoutes({
+            workspaces: h.store.workspaces,
+            limits: h.store.limits,
+            usage: {
+              containers: (ws) =>
+                usageOf(containers.live((c) => c.workspaceId === ws).map((c) => c.reservation)),
+              pendingTasks: (ws) => h.tasks.pendingTasks(ws),
+            },
+            onChange: (ws) => {
+              limitChanges.push(ws);
+              limitsCache.invalidate(ws);
+            },
+          }),
+          portsHttpRoutes(ports),
+          { api: [botRoutes(bots)] },
+          // Managed databases over the same pods; B's calls must never reach one of A's.
+          databasesHttpRoutes(
+            new DatabaseService({
+              repo: h.store.databases,
+              stubs: h.store.stubs,
+              pods: sandboxes,
+              secrets: new SecretService({ db: h.store.db, key: randomKey() }),
+              image: async () => "registry.test/berth/databases:1",
+              volumes: new VolumeFiles(tempDir(later)),
+              log,
             }),
-          ],
-          log,
-          // A stack the fuzzer makes from a sampled body ends quickly (nothing runs its containers here).
-          defaultReadyTimeoutS: 1,
-        }),
-        ...(o.extra ? await o.extra(h, containers, later, deployments, agent, fleet) : {}),
+          ),
+          stacksHttpRoutes(
+            new StackService({
+              repo: h.store.stacks,
+              kinds: [
+                new DeploymentMembers({
+                  deployments,
+                  containers: {
+                    containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
+                    startError: () => undefined,
+                  },
+                  // No container runs here: nothing answers.
+                  probe: async () => undefined,
+                }),
+              ],
+              log,
+              // A stack the fuzzer makes from a sampled body ends quickly (nothing runs its containers here).
+              defaultReadyTimeoutS: 1,
+            }),
+          ),
+          ...(extra.routes ?? []),
+        ],
       };
     },
   });
