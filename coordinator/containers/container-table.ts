@@ -152,6 +152,8 @@ export function adoptedRecord(s: ContainerStatus, agent: AgentView, now: number)
       gpuCount: s.gpus.length,
       gpuUuids: s.gpus,
       ...(gpuType ? { gpuType } : {}),
+      // A share of a shared GPU holds its memory there, not the whole GPU.
+      ...(s.gpuMemoryMiB !== undefined ? { gpuMemoryMiB: s.gpuMemoryMiB } : {}),
     },
   };
 }

@@ -4,7 +4,7 @@ export { ContainerManager } from "./manager.ts";
 export { type SnapshotImages, withSnapshotImages } from "./snapshot-images.ts";
 export { desiredContainers } from "./autoscale.ts";
 export { CodePusher } from "./code-push.ts";
-export { ENDPOINT_PORT, placementRequest, runnerRequest } from "./runner-request.ts";
+export { ENDPOINT_PORT, applyWorkspaceRuntime, placementRequest, runnerRequest } from "./runner-request.ts";
 export type {
   AgentClients,
   CodeSource,
@@ -16,6 +16,7 @@ export type {
   StartBackoffOptions,
   StubRecord,
   StubSource,
+  WorkspaceRuntime,
 } from "./types.ts";
 export { ContainerAddresses } from "./container-addresses.ts";
 export { ContainerPythonVersions } from "./python-version.ts";
@@ -35,3 +36,7 @@ export type {
   UpstreamTarget,
 } from "./forward.ts";
 export { containerError, errorOf, readBody, responseHeaders, upstreamHeaders } from "./forward-messages.ts";
+export { createContainers } from "./area.ts";
+export type { ContainersDeps } from "./area.ts";
+export { PULL_AHEAD_HOSTS, PullAhead } from "./pull-ahead.ts";
+export type { PullAheadDeps } from "./pull-ahead.ts";

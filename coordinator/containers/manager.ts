@@ -10,12 +10,13 @@
 // the planner picks to make room, for runners and sandboxes alike.
 
 import type { Reservation } from "../scheduler/index.ts";
-import type { IdleCandidate } from "../scheduler/index.ts";
+import type { IdleCandidate, PreemptCandidate } from "../scheduler/index.ts";
 import type { ContainerOwner } from "../scheduler/index.ts";
 import { BerthError } from "../../shared/errors.ts";
+import { memoryKillMessage } from "../../shared/memory-kill.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
-import type { ContainerLimits, WorkspaceUsage } from "../scheduler/index.ts";
+import type { WorkspaceUsage } from "../scheduler/index.ts";
 import type { ContainerCounts, StubDemand, StubWait } from "../tasks/index.ts";
 import { type StopCandidate, type StopReason, containersToStop, desiredContainers } from "./autoscale.ts";
 import { CodePusher } from "./code-push.ts";
@@ -29,6 +30,7 @@ import {
   type ResolvedContainerManagerOptions,
   type StubRecord,
   resolveContainerManagerOptions,
+  type WorkspaceContainerLimits,
 } from "./types.ts";
 import { stubWaitState } from "./wait-state.ts";
 import { TimedCache } from "./timed-cache.ts";
@@ -43,8 +45,13 @@ export class ContainerManager implements ContainerCounts {
   private readonly starter: ContainerStarter;
   private readonly targets: ScaleTargets;
   private readonly stubCache: TimedCache<string, StubRecord | undefined>;
-  private readonly limitCache: TimedCache<string, ContainerLimits>;
+  private readonly limitCache: TimedCache<string, WorkspaceContainerLimits>;
   private readonly work = new Set<Promise<unknown>>();
+  /**
+   * Stubs whose last runner was killed for memory before its first task: a model server loading
+   * its weights dies at the same point however long that takes, so age does not end the streak.
+   */
+  private readonly killedForMemory = new Set<string>();
   private timer?: NodeJS.Timeout;
   private unsubscribers: (() => void)[] = [];
   private reconciling?: Promise<void>;
@@ -62,6 +69,8 @@ export class ContainerManager implements ContainerCounts {
       idle: () => this.idleContainers(),
       stop: (ids, reason) => this.stopToMakeRoom(ids, reason),
       synced: (agentId) => this.fleet.isSynced(agentId),
+      preemptible: () => this.preemptibleContainers(),
+      preempt: (ids, reason) => this.preempt(ids, reason),
     };
     this.o.planner.addOwner(this.owner);
     const code = new CodePusher(this.o.code);
@@ -264,7 +273,11 @@ export class ContainerManager implements ContainerCounts {
       ...(this.o.deployments?.baselines().map((b) => b.stubId) ?? []),
       ...this.targets.stubIds(),
     ]);
-    for (const stubId of stubIds) {
+    // Higher priority first: its containers take the room before lower ones are placed.
+    // The stubs are loaded (or cached) first so that their priorities are known.
+    await Promise.all([...stubIds].map((id) => this.stub(id, now).catch(() => undefined)));
+    const priority = (id: string) => this.stubCache.peek(id)?.extra.priority ?? 0;
+    for (const stubId of [...stubIds].sort((a, b) => priority(b) - priority(a))) {
       if (this.stopped) return;
       try {
         await this.reconcileStub(stubId, demand.get(stubId), now);
@@ -312,7 +325,7 @@ export class ContainerManager implements ContainerCounts {
 
   /** Why a target changed: read by people, in the log and the deployment's events. */
   /** Cached like stubs: scale-up asks on every reconcile while tasks wait. */
-  private workspaceLimits(workspaceId: string, now: number): Promise<ContainerLimits> {
+  private workspaceLimits(workspaceId: string, now: number): Promise<WorkspaceContainerLimits> {
     return this.limitCache.get(workspaceId, now, () => this.o.workspaceLimits(workspaceId));
   }
 
@@ -334,13 +347,18 @@ export class ContainerManager implements ContainerCounts {
   /** A container that lived past healthyAfterMs or took a task ends the stub's failure streak. */
   private noteHealthy(stub: StubRecord, now: number): void {
     if (this.startAttempts(stub.id) === 0) return;
+    const byAge = !this.killedForMemory.has(stub.id);
     const healthy = this.containers
       .live((c) => c.stubId === stub.id && c.state === "running")
       .some(
         (c) =>
-          now - c.since >= this.o.healthyAfterMs || this.o.activity.containerActivity(c.id) !== undefined,
+          (byAge && now - c.since >= this.o.healthyAfterMs) ||
+          this.o.activity.containerActivity(c.id) !== undefined,
       );
-    if (healthy) this.starter.failures.reset(stub.id);
+    if (healthy) {
+      this.starter.failures.reset(stub.id);
+      this.killedForMemory.delete(stub.id);
+    }
   }
 
   /** Stops what containersToStop picks; returns why each stopped. */
@@ -428,6 +446,35 @@ export class ContainerManager implements ContainerCounts {
     return out;
   }
 
+  /**
+   * Running containers of `preemptible` stubs, at their stub's priority, for
+   * the planner to weigh when a higher-priority request finds no room. A
+   * stub not loaded yet offers none (it is loaded on the next reconcile).
+   */
+  private preemptibleContainers(): PreemptCandidate[] {
+    const out: PreemptCandidate[] = [];
+    for (const c of this.containers.live((c) => c.state === "running")) {
+      const stub = this.stubCache.peek(c.stubId);
+      if (!stub?.extra.preemptible) continue;
+      out.push({ id: c.id, priority: stub.extra.priority ?? 0, startedAt: c.since });
+    }
+    return out;
+  }
+
+  /** The planner preempts these: their tasks go back to the queue, then SIGTERM and the stop grace. */
+  private preempt(ids: string[], reason: string): void {
+    for (const id of ids) {
+      const c = this.containers.get(id);
+      if (!c || c.state === "stopping") continue;
+      const requeued = this.o.activity.requeuePreempted?.(c.id, `the container was ${reason}`) ?? 0;
+      this.o.log.info(
+        { containerId: c.id, stubId: c.stubId, agentId: c.agentId, reason, requeued },
+        `preempting a container: ${reason}`,
+      );
+      void this.track(this.stopOne(c));
+    }
+  }
+
   /** The planner picked these idle containers to make room. */
   private stopToMakeRoom(ids: string[], reason: string): void {
     for (const id of ids) {
@@ -456,8 +503,15 @@ export class ContainerManager implements ContainerCounts {
           { containerId: c.id, stubId: c.stubId, exitCode: e.exitCode, reason: e.reason },
           "a runner container exited",
         );
-        if (lived < this.o.healthyAfterMs && this.o.activity.containerActivity(c.id) === undefined) {
-          const why = `runner container ${c.id} ended (${e.reason ?? "exited"}, code ${e.exitCode ?? "?"}) ${Math.round(lived / 1000)} s after it started, before taking a task; see its logs`;
+        const oom = e.reason === "oom_killed";
+        const beforeTask = this.o.activity.containerActivity(c.id) === undefined;
+        if (oom && beforeTask) this.killedForMemory.add(c.stubId);
+        if ((lived < this.o.healthyAfterMs || oom) && beforeTask) {
+          const after = `${Math.round(lived / 1000)} s after it started, before taking a task`;
+          // A model server loading its weights is the usual case: say which parameter to raise.
+          const why = oom
+            ? `runner container ${c.id} ended ${after} (code ${e.exitCode ?? "?"}): ${memoryKillMessage(e.memoryBytes)}`
+            : `runner container ${c.id} ended (${e.reason ?? "exited"}, code ${e.exitCode ?? "?"}) ${after}; see its logs`;
           void this.track(
             this.starter.noteFailure(c.stubId, now, { deterministic: false, code: "internal", message: why }),
           );

@@ -7,9 +7,21 @@ import { cpuMillicores, gpuWish } from "../scheduler/index.ts";
 import { stubVolumeMounts } from "../../shared/volumes.ts";
 import { HTTP_SERVED_TYPES, RunnerLabels, baseStubType } from "../../shared/tasks.ts";
 import type { PlacementRequest } from "../scheduler/index.ts";
-import type { StubRecord } from "./types.ts";
+import type { StubRecord, WorkspaceRuntime } from "./types.ts";
 
 const MiB = 1024 * 1024;
+
+/**
+ * What the workspace's operator set on every container of it, over the
+ * stub's own choice: gVisor when forced, and an opt-out of the user
+ * namespace or of the system call allow list. A default is left out, for
+ * the agent's own.
+ */
+export function applyWorkspaceRuntime(req: RunContainerRequest, w: WorkspaceRuntime | undefined): void {
+  if (w?.isolation === "gvisor") req.isolation = "gvisor";
+  if (w?.userNamespace === false) req.userNamespace = false;
+  if (w?.syscallFilter === "denylist") req.syscallFilter = "denylist";
+}
 
 /** The port `berth.runtime.http_runner` listens on in a direct-served container (docs/deployments.md). */
 export const ENDPOINT_PORT = 8000;
@@ -41,7 +53,9 @@ export function placementRequest(stub: StubRecord, preferAgents: string[]): Plac
     memoryBytes: stub.config.runtime.memory * MiB,
     gpuTypes: gpu.types,
     gpuCount: gpu.count,
+    ...(gpu.memoryMiB !== undefined ? { gpuMemoryMiB: gpu.memoryMiB } : {}),
     preferAgents,
+    ...(stub.extra.pool ? { pool: stub.extra.pool } : {}),
   };
 }
 
@@ -107,8 +121,14 @@ export function runnerRequest(
   }
   // Empty: the agent's default image.
   if (extra.image_ref) req.image = extra.image_ref;
+  if (extra.isolation === "gvisor") req.isolation = "gvisor";
   const gpu = gpuWish(stub);
-  if (gpu.count > 0) req.gpu = { count: gpu.count, types: gpuType ? [gpuType] : gpu.types };
+  if (gpu.count > 0)
+    req.gpu = {
+      count: gpu.count,
+      types: gpuType ? [gpuType] : gpu.types,
+      ...(gpu.memoryMiB !== undefined ? { memoryMiB: gpu.memoryMiB } : {}),
+    };
   if (extra.code_sha256) req.code = { sha256: extra.code_sha256 };
   const volumes = stubVolumeMounts(stub.workspaceId, config.volumes);
   if (volumes.length > 0) req.volumes = volumes;

@@ -4,15 +4,19 @@
 
 import { randomBytes } from "node:crypto";
 import { describeError } from "../../shared/errors.ts";
-import type { ContainerLimits } from "../scheduler/index.ts";
 import type { StubWait } from "../tasks/index.ts";
 import { stubBucketMounts } from "../volumes/index.ts";
 import type { CodePusher } from "./code-push.ts";
 import { type ContainerTable, type Managed, RUNNER_KIND } from "./container-table.ts";
 import type { FleetSync } from "./fleet-sync.ts";
-import { placementRequest } from "./runner-request.ts";
+import { applyWorkspaceRuntime, placementRequest } from "./runner-request.ts";
 import { SecretsError, StartFailures, classifyStartError } from "./start-failures.ts";
-import type { ResolvedContainerManagerOptions, StubRecord } from "./types.ts";
+import type {
+  ResolvedContainerManagerOptions,
+  StubRecord,
+  WorkspaceContainerLimits,
+  WorkspaceRuntime,
+} from "./types.ts";
 
 export interface StarterDeps {
   o: ResolvedContainerManagerOptions;
@@ -41,7 +45,7 @@ export class ContainerStarter {
    * workspace's limits, idle warm containers of other stubs stopped to make
    * room); false when nothing more can be placed now.
    */
-  placeOne(stub: StubRecord, limits?: ContainerLimits): boolean {
+  placeOne(stub: StubRecord, limits?: WorkspaceContainerLimits): boolean {
     const { o, containers, code } = this.d;
     if (stub.imageError) {
       void this.d.track(this.failPending(stub.id, "not_found", stub.imageError));
@@ -58,6 +62,7 @@ export class ContainerStarter {
       workspaceId: stub.workspaceId,
       stubId: stub.id,
       placement: req,
+      ...(stub.extra.priority ? { priority: stub.extra.priority } : {}),
       ...(limits ? { limits } : {}),
       ...(stub.imageAgents ? { onlyAgents: stub.imageAgents } : {}),
     });
@@ -99,7 +104,7 @@ export class ContainerStarter {
       reservation: r,
     };
     containers.add(c);
-    void this.d.track(this.startOne(c, stub, r.gpuType, placed.stopping.length > 0));
+    void this.d.track(this.startOne(c, stub, r.gpuType, placed.stopping.length > 0, limits));
     return true;
   }
 
@@ -108,6 +113,8 @@ export class ContainerStarter {
     stub: StubRecord,
     gpuType: string | undefined,
     afterStops: boolean,
+    /** How the workspace's operator set its containers to run, over the stub's own choice. */
+    runtime: WorkspaceRuntime | undefined,
   ): Promise<void> {
     const { o, containers } = this.d;
     const log = o.log.child({ containerId: c.id, stubId: stub.id, agentId: c.agentId });
@@ -131,6 +138,7 @@ export class ContainerStarter {
       });
       if (stub.extra.code_sha256) await this.d.code.ensure(c.agentId, stub.extra.code_sha256, api);
       const req = o.containerRequest(stub, c.id, gpuType, secretEnv);
+      applyWorkspaceRuntime(req, runtime);
       if (buckets.length > 0) req.buckets = buckets;
       const status = await api.runContainer(req);
       if (!containers.holds(c)) return; // exited already, or its agent is gone

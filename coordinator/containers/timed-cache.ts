@@ -16,6 +16,11 @@ export class TimedCache<K, V> {
     return value;
   }
 
+  /** The value last loaded for `key`, however old; undefined when never loaded. */
+  peek(key: K): V | undefined {
+    return this.entries.get(key)?.value;
+  }
+
   delete(key: K): void {
     this.entries.delete(key);
   }

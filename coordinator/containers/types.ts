@@ -2,7 +2,7 @@
 // composition root wires real services and logic tests feed fakes.
 
 import type { Logger } from "pino";
-import type { ContainerApi, RunContainerRequest } from "../../api/index.ts";
+import type { ContainerApi, RunContainerRequest, SyscallFilter } from "../../api/index.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { FleetView } from "../fleet/index.ts";
@@ -11,6 +11,22 @@ import type { ContainerLimits } from "../scheduler/index.ts";
 import type { StubRecord as StoredStub } from "../tasks/index.ts";
 import type { TaskActivity } from "../tasks/index.ts";
 import { runnerRequest } from "./runner-request.ts";
+
+/**
+ * How an operator set a workspace's containers to run (docs/limits.md):
+ * isolation "gvisor" whatever the stub asks; userNamespace false or
+ * syscallFilter "denylist" when the workspace was opted out of either.
+ */
+export interface WorkspaceRuntime {
+  isolation?: "gvisor" | null;
+  /** false: opted out of the user namespace. @default true */
+  userNamespace?: boolean;
+  /** "denylist": opted out of the allow list. @default "allowlist" */
+  syscallFilter?: SyscallFilter;
+}
+
+/** A workspace's container limits, and how its operator set its containers to run. */
+export type WorkspaceContainerLimits = ContainerLimits & WorkspaceRuntime;
 
 /** What the manager needs of a stored stub. */
 export type StubRecord = Pick<
@@ -104,7 +120,7 @@ export interface ContainerManagerOptions {
    * memory, GPUs; null = none): a start that would exceed one waits. One of
    * workspaceLimits and workspaceLimit is needed.
    */
-  workspaceLimits?(workspaceId: string): Promise<ContainerLimits>;
+  workspaceLimits?(workspaceId: string): Promise<WorkspaceContainerLimits>;
   /** Only the most containers a workspace may run at once (older form of workspaceLimits). */
   workspaceLimit?(workspaceId: string): Promise<number>;
   code: CodeSource;
@@ -154,7 +170,7 @@ export interface ResolvedContainerManagerOptions
       "startBackoff" | "deployments" | "onScale" | "workspaceLimit" | "workspaceLimits"
     >
   > {
-  workspaceLimits(workspaceId: string): Promise<ContainerLimits>;
+  workspaceLimits(workspaceId: string): Promise<WorkspaceContainerLimits>;
   startBackoff: Required<StartBackoffOptions>;
   deployments: DeploymentStates | undefined;
   onScale: ((ev: ScaleEvent) => void) | undefined;

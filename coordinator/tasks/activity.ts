@@ -28,6 +28,12 @@ export interface TaskActivity {
    * does not exist), so no task waits forever.
    */
   failPending(stubId: string, error: { code: string; message: string }): Promise<number>;
+  /**
+   * Moves the RUNNING tasks of a container being preempted to RETRY with
+   * reason `preempted` (their queue messages are redelivered, counting as a
+   * retry). Returns how many. @default none: they retry once redelivered
+   */
+  requeuePreempted?(containerId: string, message: string): number;
 }
 
 /**

@@ -49,6 +49,8 @@ export interface TaskCost {
   gpu: number;
   /** Seconds between started_at and ended_at (or now, while it runs). */
   duration_seconds: number;
+  /** GPUs held times duration_seconds (GPU-seconds): 0 for a task without GPUs. */
+  gpu_seconds: number;
   /** false while the task runs: the figures grow until it ends. */
   final: boolean;
   /** The rates applied: gpu_per_second is the rate of the GPU type used for the estimate. */
@@ -147,6 +149,7 @@ export function estimateTaskCost(
     memory: round6(memory),
     gpu: round6(gpu),
     duration_seconds: seconds,
+    gpu_seconds: round6(seconds * req.gpuCount),
     final: task.endedAt !== null,
     rates: {
       cpu_core_per_second: rates.cpuCorePerSecond,

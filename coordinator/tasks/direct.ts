@@ -51,7 +51,7 @@ export class DirectTasks {
    * (the container manager scales from it) until started or ended. Its row is
    * written later (see above); until then the live index answers for it.
    */
-  create(stub: StubRecord, o: { callbackUrl?: string | null } = {}): DirectTaskInfo {
+  create(stub: StubRecord, o: { callbackUrl?: string | null; tokenId?: string | null } = {}): DirectTaskInfo {
     const now = this.clock();
     const row = {
       id: newId("task"),
@@ -61,6 +61,7 @@ export class DirectTasks {
       callbackUrl: o.callbackUrl || null,
       expiresAt: policyExpiresAt(stub.config, now),
       createdAt: new Date(now).toISOString(),
+      tokenId: o.tokenId ?? null,
     };
     const t = pendingTask(row);
     this.own.add(t.id);

@@ -266,7 +266,8 @@ export class TaskEngine {
 
   /**
    * Moves a RUNNING task to RETRY by the coordinator's own decision: its
-   * agent is lost (coordinator/tasks/lost-agents.ts). The attempt is
+   * agent is lost (coordinator/tasks/lost-agents.ts), or its container is
+   * preempted for higher-priority work (reason `preempted`). The attempt is
    * remembered: should that agent come back and report the attempt's
    * outcome, it is taken (stepsFor's lostAttempt). False when not RUNNING.
    */

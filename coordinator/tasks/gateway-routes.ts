@@ -70,6 +70,7 @@ function streamSubmission(
   wsId: string,
   stubId: string,
   b: SubmitBody,
+  tokenId: string,
 ) {
   const out = new PassThrough();
   const indexOf = new Map<string, number>();
@@ -107,6 +108,7 @@ function streamSubmission(
       await tasks.submit(wsId, stubId, inputs, {
         ...(b.headless !== undefined ? { headless: b.headless } : {}),
         ...(b.callback_url ? { callbackUrl: b.callback_url } : {}),
+        tokenId,
         // Runs before any message is published, so no update can be missed.
         onCreated: (created) => {
           unwatch = tasks.watch(created, onUpdate);
@@ -133,8 +135,11 @@ export function gatewayTaskRoutes(tasks: TaskService): FastifyPluginAsync {
     app.post(
       "/api/v1/gateway/stubs/:stubId/tasks",
       {
+        config: { access: { needs: "invoke" } },
         bodyLimit: TASKS_BODY_LIMIT,
         schema: {
+          summary:
+            "Submits one task per pickled input; answers their ids (with stream, their output and results as NDJSON)",
           params: Type.Object({ stubId: Type.String() }),
           body: Type.Object(
             {
@@ -154,7 +159,7 @@ export function gatewayTaskRoutes(tasks: TaskService): FastifyPluginAsync {
         const { stubId } = req.params as { stubId: string };
         const b = req.body as SubmitBody;
         const wsId = principalOf(req).workspace.id;
-        if (b.stream) return streamSubmission(tasks, reply, wsId, stubId, b);
+        if (b.stream) return streamSubmission(tasks, reply, wsId, stubId, b, principalOf(req).token.id);
         const ids = await tasks.submit(
           wsId,
           stubId,
@@ -162,6 +167,7 @@ export function gatewayTaskRoutes(tasks: TaskService): FastifyPluginAsync {
           {
             ...(b.headless !== undefined ? { headless: b.headless } : {}),
             ...(b.callback_url ? { callbackUrl: b.callback_url } : {}),
+            tokenId: principalOf(req).token.id,
           },
         );
         return { ok: true as const, task_ids: ids };
@@ -171,7 +177,10 @@ export function gatewayTaskRoutes(tasks: TaskService): FastifyPluginAsync {
     app.get(
       "/api/v1/gateway/tasks/:taskId/result",
       {
+        config: { access: { needs: "invoke" } },
         schema: {
+          summary:
+            "A task's status and its pickled result or error; with wait, once it ends or timeout_s passes",
           params: Type.Object({ taskId: Type.String() }),
           querystring: Type.Object({
             wait: Type.Optional(
@@ -197,7 +206,9 @@ export function gatewayTaskRoutes(tasks: TaskService): FastifyPluginAsync {
     app.post(
       "/api/v1/gateway/tasks/:taskId/cancel",
       {
+        config: { access: { needs: "invoke" } },
         schema: {
+          summary: "Cancels a task; answers its status",
           params: Type.Object({ taskId: Type.String() }),
           response: gatewayResponse(
             Type.Object({ ok: Type.Literal(true), task_id: Type.String(), status: Type.String() }),

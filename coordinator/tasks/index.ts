@@ -1,6 +1,6 @@
 // The tasks area's entry point: what other areas may use of it.
 export type { ContainerCounts, StubDemand, StubWait, TaskActivity } from "./activity.ts";
-export { ZERO_COST_RATES, resolveCostRates } from "./cost.ts";
+export { ZERO_COST_RATES, requestedResources, resolveCostRates } from "./cost.ts";
 export type { CostRates, CostRatesOptions } from "./cost.ts";
 export type { DirectOutcome, DirectTaskInfo, DirectTasks } from "./direct.ts";
 export type { TaskListener, TaskStatusListener } from "./engine.ts";
@@ -15,3 +15,4 @@ export { TaskRepo } from "./store.ts";
 export type { TaskListFilter, TaskRecord } from "./store.ts";
 export { StubRepo } from "./stub-store.ts";
 export type { StubInput, StubRecord } from "./stub-store.ts";
+export { createTasks, tasksHttpRoutes } from "./area.ts";

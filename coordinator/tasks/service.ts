@@ -23,6 +23,7 @@ import { DirectOwners } from "./direct-owners.ts";
 import { TaskEngine, type TaskListener, type TaskStatusListener, type TaskUpdate } from "./engine.ts";
 import { TaskEventConsumer } from "./event-consumer.ts";
 import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./live-index.ts";
+import { requestedResources } from "./cost.ts";
 import { checkInputs, policyExpiresAt } from "./policy.ts";
 import { TaskQueue } from "./task-queue.ts";
 import { isTerminal } from "./transitions.ts";
@@ -54,6 +55,8 @@ export interface TaskServiceDeps {
   onTaskStatus?: TaskStatusListener;
   /** The workspace's max_pending_tasks (docs/limits.md; WorkspaceLimitsCache). @default no limit */
   limits?: { maxPendingTasks(workspaceId: string): Promise<number | null> };
+  /** The workspace's GPU-hours and CPU-hours of the month (docs/limits.md; ComputeBudgets): refuses work past one. @default none */
+  budgets?: { check(workspaceId: string, work: { gpus: boolean }): Promise<void> };
   /** The survivors' check for a dead coordinator's direct tasks (direct-orphans.ts): interval, grace, answer wait (ms). */
   directOrphans?: { intervalMs?: number; graceMs?: number; answerWaitMs?: number };
 }
@@ -68,6 +71,8 @@ export interface SubmitOptions {
   payloadFormat?: "json";
   /** Called with the ids once the rows exist, before any message is published (register watchers here). */
   onCreated?: (taskIds: string[]) => void;
+  /** The API token whose request submits the tasks (usage per member, docs/usage.md). @default none */
+  tokenId?: string | null;
 }
 
 export interface StubSpec {
@@ -97,6 +102,7 @@ export class TaskService implements TaskActivity {
   private readonly events: TaskEventConsumer;
   private sweeper: NodeJS.Timeout | undefined;
   private readonly limits: TaskServiceDeps["limits"];
+  private readonly budgets: TaskServiceDeps["budgets"];
   private readonly admissions = new PendingAdmissions();
   /** Requests the coordinator proxies itself (endpoint, asgi, realtime): tasks without a queue. */
   readonly direct: DirectTasks;
@@ -114,6 +120,7 @@ export class TaskService implements TaskActivity {
     this.agents = d.agents;
     this.lostTaskAfterMs = d.lostTaskAfterMs ?? LOST_TASK_AFTER_MS;
     this.limits = d.limits;
+    this.budgets = d.budgets;
     this.callbacks = new CallbackSender(d.log);
     this.queue = new TaskQueue(d.nats, d.log);
     this.engine = new TaskEngine(
@@ -212,6 +219,7 @@ export class TaskService implements TaskActivity {
   ): Promise<string[]> {
     const stub = await this.getStub(workspaceId, stubId);
     checkInputs(inputs);
+    await this.budgets?.check(workspaceId, { gpus: requestedResources(stub).gpuCount > 0 });
     const max = this.limits ? await this.limits.maxPendingTasks(workspaceId) : null;
     const admitted = this.admissions.reserve(workspaceId, max, this.pendingTasks(workspaceId), inputs.length);
     try {
@@ -242,6 +250,7 @@ export class TaskService implements TaskActivity {
     const expiresAt = o.expiresAt !== undefined ? o.expiresAt : policyExpiresAt(stub.config, now);
     const headless = o.headless ?? stub.extra.headless;
     const callbackUrl = o.callbackUrl || null;
+    const tokenId = o.tokenId ?? null;
     const rows = inputs.map(() => ({
       id: newId("task"),
       workspaceId,
@@ -250,6 +259,7 @@ export class TaskService implements TaskActivity {
       callbackUrl,
       expiresAt,
       createdAt,
+      tokenId,
     }));
     const ids = rows.map((r) => r.id);
     await this.store.tasks.insertMany(rows);
@@ -376,6 +386,18 @@ export class TaskService implements TaskActivity {
       }
     }
     await this.engine.writer.committed();
+    return n;
+  }
+
+  requeuePreempted(containerId: string, message: string): number {
+    let n = 0;
+    const at = Date.now();
+    for (const t of [...this.engine.index.values()]) {
+      if (t.containerId !== containerId || t.status !== "RUNNING") continue;
+      // As for a lost agent: the queue message is redelivered, and the attempt counts as a retry.
+      const error = { type: "Preempted", message, traceback: "" };
+      if (this.engine.presumeLost(t, { error, reason: "preempted", at })) n++;
+    }
     return n;
   }
 

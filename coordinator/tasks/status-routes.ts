@@ -1,13 +1,14 @@
 import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { cpuMillicores } from "../scheduler/index.ts";
+import { BerthError } from "../../shared/errors.ts";
 import type { StubConfig } from "../../shared/tasks.ts";
 import type { StubRecord } from "./stub-store.ts";
 import type { TaskRecord } from "./store.ts";
 import { type CostRates, estimateTaskCost, requestedResources } from "./cost.ts";
 import type { TaskService } from "./service.ts";
 import { isTerminal } from "./transitions.ts";
-import { principalOf, requireAdmin } from "../http/index.ts";
+import { principalOf } from "../http/index.ts";
 import { ErrorResponse } from "../http/index.ts";
 
 const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
@@ -22,6 +23,7 @@ export const TaskCostBody = Type.Object(
     memory: Type.Number(),
     gpu: Type.Number(),
     duration_seconds: Type.Number({ description: "ended_at - started_at (now - started_at while running)" }),
+    gpu_seconds: Type.Number({ description: "the GPUs it requested x duration_seconds" }),
     final: Type.Boolean({ description: "false while the task runs" }),
     rates: Type.Object({
       cpu_core_per_second: Type.Number(),
@@ -133,17 +135,34 @@ export async function taskJson(
   return { json, stub };
 }
 
+/** The name of the deployment that runs a stub, if one does (DeploymentService.nameOfStub). */
+export type DeploymentOfStub = (workspaceId: string, stubId: string) => Promise<string | undefined>;
+
+export interface TaskStatusRouteDeps {
+  outputs?: TaskOutputs;
+  pythonOf?: ContainerPython;
+  /** Without it, a token narrowed to deployments reads no task. */
+  deploymentOf?: DeploymentOfStub;
+}
+
 /** The task status API (/v2/task/{id}/) and the callback signature token. */
-export function taskStatusRoutes(
-  tasks: TaskService,
-  outputs?: TaskOutputs,
-  pythonOf?: ContainerPython,
-): FastifyPluginAsync {
+export function taskStatusRoutes(tasks: TaskService, d: TaskStatusRouteDeps = {}): FastifyPluginAsync {
   return async (app) => {
     const v2 = async (req: FastifyRequest) => {
       const { taskId } = req.params as { taskId: string };
-      const ws = principalOf(req).workspace.id;
-      return (await taskJson(tasks, ws, await tasks.getTask(ws, taskId), outputs, pythonOf)).json;
+      const p = principalOf(req);
+      const ws = p.workspace.id;
+      const task = await tasks.getTask(ws, taskId);
+      // A token narrowed to deployments polls their tasks only; any other
+      // task is as absent to it as another workspace's.
+      const narrowed = p.token.deployments;
+      if (narrowed !== null) {
+        const name = await d.deploymentOf?.(ws, task.stubId);
+        if (name === undefined || !narrowed.includes(name)) {
+          throw new BerthError("not_found", `task ${taskId} not found`);
+        }
+      }
+      return (await taskJson(tasks, ws, task, d.outputs, d.pythonOf)).json;
     };
     const v2Schema = {
       tags: ["tasks"],
@@ -151,12 +170,24 @@ export function taskStatusRoutes(
       params: Type.Object({ taskId: Type.String() }),
       response: { 200: TaskBody, ...errors },
     };
-    app.get("/v2/task/:taskId/", { schema: v2Schema }, v2);
-    app.get("/v2/task/:taskId", { schema: { ...v2Schema, hide: true } }, v2);
+    app.get(
+      "/v2/task/:taskId/",
+      { config: { access: { needs: "invoke", deployment: "by-handler" } }, schema: v2Schema },
+      v2,
+    );
+    app.get(
+      "/v2/task/:taskId",
+      {
+        config: { access: { needs: "invoke", deployment: "by-handler" } },
+        schema: { ...v2Schema, hide: true },
+      },
+      v2,
+    );
 
     app.get(
       "/api/v1/workspace/current/signature-token",
       {
+        config: { access: { needs: "manage" } },
         schema: {
           tags: ["workspace"],
           summary: "The workspace's callback signature token (admin token)",
@@ -164,7 +195,7 @@ export function taskStatusRoutes(
         },
       },
       async (req) => {
-        const p = requireAdmin(req);
+        const p = principalOf(req);
         return { signature_token: await tasks.signatureToken(p.workspace.id) };
       },
     );

@@ -23,6 +23,8 @@ export interface TaskRecord {
   startedAt: string | null;
   endedAt: string | null;
   updatedAt: string;
+  /** The API token whose request submitted it; null when none did (schedules, public endpoints). */
+  tokenId: string | null;
 }
 
 export interface NewTask {
@@ -33,6 +35,8 @@ export interface NewTask {
   callbackUrl: string | null;
   expiresAt: number | null;
   createdAt: string;
+  /** The API token whose request submits it. @default none (null) */
+  tokenId?: string | null;
 }
 
 /** Columns a task event changes; absent = unchanged. */
@@ -80,7 +84,7 @@ export interface TaskListPage {
 
 // Rows per multi-row INSERT: a batch of up to this many is one statement, and
 // at most this many statement shapes (one per row count) are kept per table.
-// SQLite allows 32766 bound parameters per statement; tasks rows have 18 columns.
+// SQLite allows 32766 bound parameters per statement; tasks rows have 19 columns.
 const INSERT_CHUNK = 64;
 
 const TASK_COLUMNS = [
@@ -102,6 +106,7 @@ const TASK_COLUMNS = [
   "started_at",
   "ended_at",
   "updated_at",
+  "token_id",
 ] as const;
 
 /** What a list reads: every column but the results. */
@@ -133,6 +138,7 @@ function taskValues(t: TaskRecord): unknown[] {
     t.startedAt,
     t.endedAt,
     t.updatedAt,
+    t.tokenId,
   ];
 }
 
@@ -149,6 +155,7 @@ const eventValues = (h: TaskHistoryEntry): unknown[] => [
 export function newTaskRecord(n: NewTask): TaskRecord {
   return {
     ...n,
+    tokenId: n.tokenId ?? null,
     status: "PENDING",
     attempt: 0,
     containerId: null,
@@ -188,6 +195,7 @@ const toTask = (r: Database["tasks"]): TaskRecord => ({
   startedAt: r.started_at,
   endedAt: r.ended_at,
   updatedAt: r.updated_at,
+  tokenId: r.token_id ?? null,
 });
 
 /** Final statuses (shared/tasks.ts TERMINAL_STATUSES), in a fixed order for the statement's parameters. */

@@ -45,6 +45,12 @@ export class FakeActivity implements TaskActivity {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
+  /** Containers whose RUNNING tasks the manager asked to requeue as preempted. */
+  readonly preempted: { containerId: string; message: string }[] = [];
+  requeuePreempted(containerId: string, message: string): number {
+    this.preempted.push({ containerId, message });
+    return 1;
+  }
   async failPending(stubId: string, error: { code: string; message: string }): Promise<number> {
     this.failed.push({ stubId, ...error });
     const d = this.demands.get(stubId);

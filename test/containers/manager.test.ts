@@ -191,7 +191,8 @@ test("an exit event forgets the container, frees its room, removes it and starts
   w.clock.now += 5000;
   w.mgr.start();
   try {
-    w.emit({ agentId: "agent-a", containerId: c.id, type: "exit", exitCode: 137, reason: "oom_killed" });
+    // Not oom_killed: a runner killed for memory before its first task counts as a failed start at any age.
+    w.emit({ agentId: "agent-a", containerId: c.id, type: "exit", exitCode: 1, reason: "exited" });
     await w.mgr.settled();
     assert.deepEqual(a.calls.filter((x) => x[0] === "stopContainer")[0], [
       "stopContainer",
@@ -230,6 +231,54 @@ test("a runner that exits at once counts as a failed start and backs off", async
   assert.match(
     w.activity.failed[0]?.message ?? "",
     /after 3 attempts; last error: runner container ctr-\w+ ended \(exited, code 127\) 0 s after it started/,
+  );
+});
+
+test("a runner killed for memory before its first task: the failure names the limit and memory=", async (t) => {
+  const w = world({ healthyAfterMs: 30_000, startBackoff: { initialMs: 1000, maxAttempts: 1 } });
+  w.addAgent("agent-a", capacity(8, 8));
+  w.stubs.set("stub-1", stubRecord("stub-1"));
+  w.activity.set("stub-1", 1);
+  w.mgr.start();
+  t.after(() => w.mgr.stop());
+  await w.tick(20_000);
+  const [c] = w.mgr.list();
+  assert.ok(c);
+  w.emit({
+    agentId: "agent-a",
+    containerId: c.id,
+    type: "exit",
+    exitCode: 137,
+    reason: "oom_killed",
+    memoryBytes: 128 * 2 ** 20,
+  });
+  await w.mgr.settled();
+  assert.match(
+    w.activity.failed[0]?.message ?? "",
+    /last error: runner container ctr-\w+ ended 0 s after it started, before taking a task \(code 137\): killed for memory: the limit is 128 MiB; raise memory= /,
+  );
+});
+
+test("a model server killed for memory while loading, however long it loaded, ends its tasks after the attempts", async (t) => {
+  const w = world({ healthyAfterMs: 30_000, startBackoff: { initialMs: 1000, maxAttempts: 3 } });
+  w.addAgent("agent-a", capacity(8, 8));
+  w.stubs.set("stub-1", stubRecord("stub-1"));
+  w.activity.set("stub-1", 1);
+  w.mgr.start();
+  t.after(() => w.mgr.stop());
+  for (let round = 1; round <= 3; round++) {
+    await w.tick(20_000);
+    const [c] = w.mgr.list();
+    assert.ok(c, `round ${round} started a container`);
+    // Loading for a minute (past healthyAfterMs), then killed for memory before its first task.
+    await w.tick(60_000);
+    w.emit({ agentId: "agent-a", containerId: c.id, type: "exit", exitCode: 137, reason: "oom_killed" });
+    await w.mgr.settled();
+  }
+  assert.equal(w.activity.failed.length, 1, "age alone did not end the streak");
+  assert.match(
+    w.activity.failed[0]?.message ?? "",
+    /after 3 attempts; last error: runner container ctr-\w+ ended 60 s after it started, before taking a task \(code 137\): killed for memory: it reached its memory limit; raise memory= /,
   );
 });
 

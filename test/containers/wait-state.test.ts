@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { ContainerLimits } from "../../coordinator/scheduler/index.ts";
 import { BerthError } from "../../shared/errors.ts";
+import { RunnerLabels } from "../../shared/tasks.ts";
 import { capacity, stubRecord, world } from "./fakes.ts";
 
 const a100 = (uuid: string) => [{ type: "A100", uuid }];
@@ -115,4 +116,55 @@ test("a failed start: start_backoff with the attempt count and the error, until 
   await w.tick(60_000); // past the backoff: the next start succeeds
   assert.equal(w.mgr.activeContainers("stub-1"), 1);
   assert.equal(w.mgr.waitState("stub-1"), undefined);
+});
+
+test("a workspace forced to gVisor: its runner containers start with isolation gvisor, another's do not", async (t) => {
+  const none: ContainerLimits = {
+    maxContainers: null,
+    maxCpuMillicores: null,
+    maxMemoryMb: null,
+    maxGpus: null,
+  };
+  const w = world({
+    workspaceLimits: async (ws) => ({ ...none, isolation: ws === "ws-untrusted" ? "gvisor" : null }),
+  });
+  t.after(() => w.mgr.stop());
+  const a = w.addAgent("agent-a", capacity(16, 64));
+  w.stubs.set("stub-u", stubRecord("stub-u", { workspaceId: "ws-untrusted" }));
+  w.stubs.set("stub-t", stubRecord("stub-t", { workspaceId: "ws-trusted" }));
+  w.activity.set("stub-u", 1, 0, "ws-untrusted");
+  w.activity.set("stub-t", 1, 0, "ws-trusted");
+  await w.tick();
+  const byStub = (stubId: string) => a.runs.find((r) => r.labels?.[RunnerLabels.stubId] === stubId);
+  assert.equal(byStub("stub-u")?.isolation, "gvisor", "whatever the stub says");
+  assert.equal(byStub("stub-t")?.isolation, undefined);
+});
+
+test("a workspace opted out: its runner containers start without a user namespace and with the deny list; another's with the defaults", async (t) => {
+  const none: ContainerLimits = {
+    maxContainers: null,
+    maxCpuMillicores: null,
+    maxMemoryMb: null,
+    maxGpus: null,
+  };
+  const w = world({
+    workspaceLimits: async (ws) =>
+      ws === "ws-legacy"
+        ? { ...none, userNamespace: false, syscallFilter: "denylist" }
+        : { ...none, userNamespace: true, syscallFilter: "allowlist" },
+  });
+  t.after(() => w.mgr.stop());
+  const a = w.addAgent("agent-a", capacity(16, 64));
+  w.stubs.set("stub-l", stubRecord("stub-l", { workspaceId: "ws-legacy" }));
+  w.stubs.set("stub-d", stubRecord("stub-d", { workspaceId: "ws-default" }));
+  w.activity.set("stub-l", 1, 0, "ws-legacy");
+  w.activity.set("stub-d", 1, 0, "ws-default");
+  await w.tick();
+  const byStub = (stubId: string) => a.runs.find((r) => r.labels?.[RunnerLabels.stubId] === stubId);
+  assert.equal(byStub("stub-l")?.userNamespace, false);
+  assert.equal(byStub("stub-l")?.syscallFilter, "denylist");
+  assert.equal(byStub("stub-l")?.isolation, undefined, "an opt-out forces no runtime");
+  // The defaults are the agent's own: left out of the request.
+  assert.equal(byStub("stub-d") && "userNamespace" in byStub("stub-d")!, false);
+  assert.equal(byStub("stub-d") && "syscallFilter" in byStub("stub-d")!, false);
 });

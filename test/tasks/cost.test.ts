@@ -41,6 +41,7 @@ describe("task cost", () => {
       memory: 0.04,
       gpu: 6,
       duration_seconds: 100,
+      gpu_seconds: 200,
       final: true,
       rates: { cpu_core_per_second: 0.001, memory_gib_per_second: 0.0002, gpu_per_second: 0.03 },
     });

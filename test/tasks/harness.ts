@@ -5,7 +5,14 @@ import type { FastifyInstance } from "fastify";
 import type { NatsConnection } from "nats";
 import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { buildHttpApp, type HttpDeps } from "../../coordinator/edge/app.ts";
+import { buildHttpApp } from "../../coordinator/edge/app.ts";
+import type { DashboardOptions } from "../../coordinator/dashboard/index.ts";
+import { type AgentRevoker, fleetHttpRoutes } from "../../coordinator/fleet/index.ts";
+import { type FunctionsDeps, functionsHttpRoutes } from "../../coordinator/functions/index.ts";
+import type { AreaRoutes } from "../../coordinator/http/index.ts";
+import { metricsHttpRoutes } from "../../coordinator/metrics/index.ts";
+import { objectsHttpRoutes } from "../../coordinator/objects/index.ts";
+import { type AuditTrail, workspacesHttpRoutes } from "../../coordinator/workspaces/index.ts";
 import { Objects } from "../../coordinator/objects/objects.ts";
 import type { Store } from "../../coordinator/records.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
@@ -50,6 +57,7 @@ export async function startTaskHarness(
     agents?: AgentStates;
     lostTaskAfterMs?: number;
     directOrphans?: TaskServiceDeps["directOrphans"];
+    budgets?: TaskServiceDeps["budgets"];
   } = {},
 ): Promise<TaskHarness> {
   const { nats, dir: dataDir, store, nc, agentNc, defer } = await startNatsStore(suite);
@@ -69,6 +77,7 @@ export async function startTaskHarness(
       ...(o.agents ? { agents: o.agents } : {}),
       ...(o.lostTaskAfterMs !== undefined ? { lostTaskAfterMs: o.lostTaskAfterMs } : {}),
       ...(o.directOrphans ? { directOrphans: o.directOrphans } : {}),
+      ...(o.budgets ? { budgets: o.budgets } : {}),
     });
   const tasks = newService();
   await tasks.start();
@@ -108,17 +117,59 @@ export async function startTaskHarness(
   };
 }
 
-/** The coordinator's HTTP app over the harness's store and task service (plus `extra` deps), not listening yet. */
-export async function buildTaskApp(h: TaskHarness, extra: Partial<HttpDeps> = {}): Promise<FastifyInstance> {
+/** What buildTaskApp mounts beside the harness's own areas. */
+export interface TaskAppOptions {
+  /** More of the functions area's sources: with `deployments`, the deploy and task-queue routes too. */
+  functions?: Partial<Omit<FunctionsDeps, "tokens" | "tasks" | "taskRows">>;
+  /** Other areas' routes (the same builders main.ts's areas use). */
+  areas?: { routes: AreaRoutes }[];
+  /** The fleet routes' view, and `berth agent revoke`'s route with a revoker. @default an empty view, no revoke route */
+  fleet?: { view: FleetView; revoker?: AgentRevoker };
+  dashboard?: DashboardOptions;
+  endpointDomain?: string;
+  /** The audit trail: its route is served and the API's changes are recorded in it. @default none */
+  audit?: AuditTrail;
+}
+
+/**
+ * The coordinator's HTTP app over the harness's store and task service: the
+ * fleet, workspaces, metrics, objects and functions areas' routes (plus
+ * `o.areas`), not listening yet.
+ */
+export async function buildTaskApp(h: TaskHarness, o: TaskAppOptions = {}): Promise<FastifyInstance> {
+  const own: { routes: AreaRoutes }[] = [
+    {
+      routes: fleetHttpRoutes({
+        store: h.store,
+        view: o.fleet?.view ?? new FleetView(),
+        join: await storeJoinService(h.store, h.nats.url),
+        ...(o.fleet?.revoker ? { revoker: o.fleet.revoker } : {}),
+      }),
+    },
+    {
+      routes: workspacesHttpRoutes(
+        o.audit ? { workspaces: h.store.workspaces, tokens: h.store.tokens, audit: o.audit } : h.store,
+      ),
+    },
+    { routes: metricsHttpRoutes({ metrics: h.store.metrics, stubs: h.store.stubs }) },
+    { routes: objectsHttpRoutes(h.objects) },
+    {
+      routes: functionsHttpRoutes({
+        tokens: h.store.tokens,
+        tasks: h.tasks,
+        taskRows: h.store.tasks,
+        ...o.functions,
+      }),
+    },
+  ];
   return buildHttpApp({
-    store: h.store,
-    fleet: new FleetView(),
-    join: await storeJoinService(h.store, h.nats.url),
+    areas: [...own, ...(o.areas ?? [])],
+    tokens: h.store.tokens,
+    ...(o.audit ? { audit: o.audit } : {}),
+    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
+    ...(o.dashboard ? { dashboard: o.dashboard } : {}),
     logger: false,
     version: "test",
-    tasks: h.tasks,
-    objects: h.objects,
-    ...extra,
   });
 }
 
