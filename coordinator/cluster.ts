@@ -15,6 +15,7 @@ import {
   AgentRevoker,
   FleetView,
   FleetWatcher,
+  fleetHttpRoutes,
   JoinService,
   RevokedAgents,
 } from "./fleet/index.ts";
@@ -95,5 +96,6 @@ export async function openCluster(o: ResolvedCoordinatorOptions, log: Logger, st
       }),
     (t) => t.close(),
   );
-  return { tls, secretKey, store, nc, fleet, join, revoker, agentClients, tunnels };
+  const routes = fleetHttpRoutes({ store, view: fleet, join, revoker });
+  return { tls, secretKey, store, nc, fleet, join, revoker, agentClients, tunnels, fleetRoutes: routes };
 }

@@ -5,6 +5,7 @@
 
 import type { Logger } from "pino";
 import { describeError } from "../shared/errors.ts";
+import type { Area } from "./http/index.ts";
 
 /** What a started part leaves to undo: called once, in reverse order of starting. */
 export type Stop = () => Promise<void> | void;
@@ -50,6 +51,24 @@ export class Lifecycle {
     }
     if (stop) this.stops.push({ name, stop: () => stop(value) });
     return value;
+  }
+
+  /**
+   * Builds an area with its factory and starts it, as one step: a failure
+   * of either is the step's; once started, its stop joins the stack. The
+   * factory runs inside the step, so that nothing it makes exists when a
+   * step before it failed.
+   */
+  area<A extends Area<unknown>>(name: string, build: () => A): Promise<A> {
+    return this.step(
+      name,
+      async () => {
+        const area = build();
+        await area.start?.();
+        return area;
+      },
+      (area) => area.stop?.(),
+    );
   }
 
   /**

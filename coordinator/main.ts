@@ -6,38 +6,44 @@ import { createBots } from "./bots/index.ts";
 import { openCluster } from "./cluster.ts";
 import {
   CodePusher,
-  ContainerManager,
-  forgetTunnelsOfGoneContainers,
+  type ContainerManager,
+  createContainers,
+  managedShellTargets,
   natsContainerEvents,
+  PullAhead,
   withSnapshotImages,
 } from "./containers/index.ts";
-import { DatabaseService, databaseImage } from "./databases/index.ts";
-import { createDeploymentTicker, DeploymentService } from "./deployments/index.ts";
-import { buildHttpApp, type CoordinatorHttpDeps, managedShellTargets, shellRoute } from "./edge/index.ts";
-import { EndpointDispatcher } from "./endpoints/index.ts";
-import { EventStream, taskEvents, WorkspaceEvents } from "./events/index.ts";
+import { createDatabases, databaseImage } from "./databases/index.ts";
+import { createDeployments, createDeploymentTicker, type DeploymentService } from "./deployments/index.ts";
+import { buildHttpApp, listenAlso, shellHttpRoutes } from "./edge/index.ts";
+import { createEndpoints } from "./endpoints/index.ts";
+import { createEvents, taskEvents } from "./events/index.ts";
 import type { FleetView } from "./fleet/index.ts";
-import { createImages, imageEvents, imageGcIntervalMs } from "./images/index.ts";
+import { createFunctions } from "./functions/index.ts";
+import { createImages, imageEvents } from "./images/index.ts";
 import { createInference, InProcessInference } from "./inference/index.ts";
 import { Lifecycle, StepFailed, type StepHook } from "./lifecycle.ts";
-import { WorkspaceLimitsCache } from "./limits/index.ts";
-import { LogQuery } from "./logs/index.ts";
-import { CoordinatorMetrics, MetricsIngest, PoolSampler } from "./metrics/index.ts";
-import { Objects } from "./objects/index.ts";
-import type { ResolvedCoordinatorOptions } from "./options.ts";
-import { OUTPUT_SWEEP_MS, OutputStore, serveOutputOps } from "./outputs/index.ts";
-import { PortProxy } from "./ports/index.ts";
+import { createLimits } from "./limits/index.ts";
+import { createLogs } from "./logs/index.ts";
+import { createMetrics } from "./metrics/index.ts";
+import { createObjects, type Objects } from "./objects/index.ts";
+import { loadTlsCredentials, type ResolvedCoordinatorOptions } from "./options.ts";
+import { createOutputs } from "./outputs/index.ts";
+import { createPorts } from "./ports/index.ts";
 import type { Store } from "./records.ts";
-import { SandboxService, sandboxPortTargets, sandboxShellTargets } from "./sandboxes/index.ts";
+import { createSandboxes, sandboxPortTargets, sandboxShellTargets } from "./sandboxes/index.ts";
 import { Planner } from "./scheduler/index.ts";
-import { SecretService } from "./secrets/index.ts";
-import { DatabaseMembers, DeploymentMembers, healthProbe, StackService } from "./stacks/index.ts";
+import { createSecrets, type SecretService } from "./secrets/index.ts";
+import { createStacks, healthProbe } from "./stacks/index.ts";
 import { StartupError } from "./startup.ts";
-import { MapStore, QueueStore, SignalStore, StateObjects, serveStateOps } from "./state/index.ts";
+import { createState } from "./state/index.ts";
 import { RelayRouter } from "./streams/index.ts";
-import { TaskService } from "./tasks/index.ts";
-import { VolumeFiles } from "./volumes/index.ts";
-import { selfUrlMatcher, WebhookDispatcher, WebhookService } from "./webhooks/index.ts";
+import { createTasks, type TaskService } from "./tasks/index.ts";
+import { createVolumes } from "./volumes/index.ts";
+import { createWebhooks, selfUrlMatcher } from "./webhooks/index.ts";
+import { AuditTrail, createWorkspaces } from "./workspaces/index.ts";
+import { createSso } from "./sso/index.ts";
+import { createUsage } from "./usage/index.ts";
 
 export interface RunningCoordinator {
   url: string;
@@ -97,396 +103,411 @@ async function wire(
   life: Lifecycle,
 ): Promise<RunningCoordinator> {
   const step = life.step.bind(life);
-  const { tls, secretKey, store, nc, fleet, join, revoker, agentClients, tunnels } = await openCluster(
-    o,
-    log,
-    step,
-  );
+  const area = life.area.bind(life);
+  const cluster = await openCluster(o, log, step);
+  const { tls, secretKey, store, nc, fleet, agentClients, tunnels } = cluster;
+  const logOf = (name: string) => log.child({ area: name });
+  const domain = o.endpointDomain ? { endpointDomain: o.endpointDomain } : {};
   // The one planner: every container's reservation (runners, sandboxes, pods) and workspace usage.
   const planner = new Planner({ fleet });
-  const objects = new Objects(store.objects, o.dataDir);
-  const codeArchives = codeArchivesOf(objects);
-  const events = new EventStream({
-    nats: nc,
-    log: log.child({ area: "events" }),
-    ...(o.streams.eventsMaxAgeMs ? { maxAgeMs: o.streams.eventsMaxAgeMs } : {}),
-    ...(o.streams.eventsMaxBytes ? { maxBytes: o.streams.eventsMaxBytes } : {}),
-  });
-  const workspaceEvents = new WorkspaceEvents(events, store.workspaces, log.child({ area: "events" }));
-  const limitsCache = new WorkspaceLimitsCache({ repo: store.limits });
-  const tasks = new TaskService({
-    store,
-    limits: limitsCache,
-    nats: nc,
-    objects,
-    log: log.child({ area: "tasks" }),
-    onTaskStatus: taskEvents(workspaceEvents.emit),
-    // RUNNING tasks of an agent lost past the bound go to RETRY (docs/reliability.md "Stuck work").
-    agents: fleet,
-  });
-  await step(
-    "task service",
-    async () => {
-      await events.start();
-      try {
-        await tasks.start();
-      } catch (e) {
-        await events.stop();
-        throw e;
-      }
-    },
-    async () => {
-      await tasks.stop();
-      await events.stop();
-    },
+  const limits = await area("limits", () =>
+    createLimits({ repo: store.limits, workspaces: store.workspaces }),
   );
-  const secrets = new SecretService({ db: store.db, key: secretKey });
-  // Late-bound: the deployment service tells the container manager about changes, and the manager reads its states.
-  let containers: ContainerManager | undefined;
-  const deployments = new DeploymentService({
-    repo: store.deployments,
-    tasks,
-    log: log.child({ area: "deployments" }),
-    baseUrl: o.publicUrl,
-    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
-    nats: nc,
-    events: workspaceEvents.emit,
-    onStubChange: (stubId) => containers?.invalidateStub(stubId),
-  });
-  await step(
-    "deployments",
-    () => deployments.open(),
-    () => deployments.close(),
+  const objects = await area("objects", () => createObjects({ repo: store.objects, dataDir: o.dataDir }));
+  const codeArchives = codeArchivesOf(objects.service);
+  const events = await area("events", () =>
+    createEvents({
+      nats: nc,
+      workspaces: store.workspaces,
+      log: logOf("events"),
+      ...(o.streams.eventsMaxAgeMs ? { maxAgeMs: o.streams.eventsMaxAgeMs } : {}),
+      ...(o.streams.eventsMaxBytes ? { maxBytes: o.streams.eventsMaxBytes } : {}),
+    }),
   );
-  const manager = new ContainerManager({
+  const emit = events.service.workspace.emit;
+  const tasks = await area("task service", () =>
+    createTasks({
+      store,
+      limits: limits.service.cache,
+      budgets: limits.service.budgets,
+      nats: nc,
+      objects: objects.service,
+      log: logOf("tasks"),
+      onTaskStatus: taskEvents(emit),
+      // RUNNING tasks of an agent lost past the bound go to RETRY (docs/reliability.md "Stuck work").
+      agents: fleet,
+    }),
+  );
+  const secrets = await area("secrets", () => createSecrets({ db: store.db, key: secretKey }));
+  // Late-bound: deployments tell the container manager about changes and show its counts; the manager reads their states.
+  let manager: ContainerManager | undefined;
+  let pullAhead: PullAhead | undefined;
+  const deployments = await area("deployments", () =>
+    createDeployments({
+      repo: store.deployments,
+      tasks: tasks.service,
+      log: logOf("deployments"),
+      baseUrl: o.publicUrl,
+      ...domain,
+      nats: nc,
+      events: emit,
+      onStubChange: (stubId) => {
+        manager?.invalidateStub(stubId);
+        pullAhead
+          ?.stubChanged(stubId)
+          .catch((e) => log.warn({ stubId, err: describeError(e) }, "pull ahead: cannot read the stub"));
+      },
+      containers: {
+        activeContainers: (stubId) => manager?.activeContainers(stubId) ?? 0,
+        startError: (stubId) => manager?.startError(stubId),
+      },
+    }),
+  );
+  const containers = await area("container manager", () => {
+    const built = createContainers({
+      fleet,
+      activity: tasks.service,
+      // A stub whose image is a sandbox's filesystem snapshot starts on the agent holding it.
+      stubs: withSnapshotImages(store.stubs, store.sandboxes),
+      limits: limits.service,
+      code: codeArchives,
+      agents: agentClients,
+      events: natsContainerEvents(nc, logOf("containers")),
+      secrets: secrets.service,
+      deployments: deployments.service.states,
+      onScale: (ev) => deployments.service.recordScaling(ev),
+      planner,
+      tunnels,
+      log: logOf("containers"),
+    });
+    manager = built.service;
+    tasks.service.useContainerCounts(built.service);
+    tasks.service.onStubChange((stubId) => built.service.invalidateStub(stubId));
+    return built;
+  });
+  const runners = containers.service;
+  // A deployment's image goes to the hosts likely to run it before its first request (docs/images.md).
+  const pulls = new PullAhead({
     fleet,
-    activity: tasks,
-    // A stub whose image is a sandbox's filesystem snapshot starts on the agent holding it.
-    stubs: withSnapshotImages(store.stubs, store.sandboxes),
-    workspaceLimits: (ws) => limitsCache.get(ws),
-    code: codeArchives,
-    agents: agentClients,
-    events: natsContainerEvents(nc, log.child({ area: "containers" })),
-    secrets,
-    deployments: deployments.states,
-    onScale: (ev) => deployments.recordScaling(ev),
-    planner,
-    log: log.child({ area: "containers" }),
-  });
-  containers = manager;
-  tasks.useContainerCounts(manager);
-  tasks.onStubChange((stubId) => manager.invalidateStub(stubId));
-  // A container that is gone takes its tunnels (keep-alive sockets) with it.
-  forgetTunnelsOfGoneContainers(manager, tunnels);
-  await step(
-    "container manager",
-    () => manager.start(),
-    () => manager.stop(),
-  );
-  const sandboxes = new SandboxService({
-    repo: store.sandboxes,
+    reservations: () => planner.list(),
     stubs: store.stubs,
-    fleet,
+    deployments: deployments.service.states,
     agents: agentClients,
-    code: codeArchives,
-    secrets,
-    events: natsContainerEvents(nc, log.child({ area: "sandboxes" })),
-    publicUrl: o.publicUrl,
-    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
-    planner,
-    placementWaitMs: o.placementWaitMs,
-    onWaiting: (w) =>
-      workspaceEvents.emit(w.workspaceId, "sandbox.waiting", w.stubId, {
-        stub_id: w.stubId,
-        kind: w.kind,
-        reason: w.reason,
-        wait_ms: w.waitMs,
-      }),
-    limits: (ws) => limitsCache.get(ws),
-    log: log.child({ area: "sandboxes" }),
+    log: logOf("images"),
   });
-  await step(
-    "sandboxes",
-    () => sandboxes.open(),
-    () => sandboxes.close(),
-  );
-  const metricsIngest = await step(
-    "metrics ingest",
-    () => {
-      const ingest = new MetricsIngest({
-        nats: nc,
-        repo: store.metrics,
-        log: log.child({ area: "metrics" }),
-      });
-      ingest.start();
-      return ingest;
-    },
-    (m) => m.stop(),
-  );
-  await step(
-    "pool sampler",
-    () => {
-      const sampler = new PoolSampler({
-        repo: store.metrics,
-        agents: () => fleet.ready(),
-        latest: (id) => metricsIngest.latest(id),
-        coordinatorId: `${hostname()}/${process.pid}`,
-        retentionMs: o.metricsRetentionMs,
-        log: log.child({ area: "metrics" }),
-      });
-      sampler.start();
-      return sampler;
-    },
-    (s) => s.stop(),
-  );
-  const prometheus = new CoordinatorMetrics({
-    taskCounts: () => store.metrics.taskStatusCounts(),
-    containers: () => manager.list(),
-    stubType: async (id) => (await store.stubs.get(id))?.type,
-    agentStates: () => fleet.list().map((a) => a.state),
+  pullAhead = pulls;
+  // A GPU drained or back: an event to each workspace with containers on that agent.
+  fleet.onGpuHealth((c) => {
+    const workspaces = new Set(
+      runners
+        .list()
+        .filter((x) => x.agentId === c.agentId)
+        .map((x) => x.workspaceId),
+    );
+    const changes = [
+      ...c.drained.map((d) => ["gpu.drained", d] as const),
+      ...c.restored.map((d) => ["gpu.restored", d] as const),
+    ];
+    for (const ws of workspaces)
+      for (const [type, d] of changes)
+        emit(ws, type, d.uuid, {
+          agent_id: c.agentId,
+          hostname: c.hostname,
+          gpu: d.index,
+          uuid: d.uuid,
+          model: d.model,
+          reason: d.reason,
+        });
   });
+  limits.service.report({
+    containers: (ws) => planner.usage(ws),
+    pendingTasks: (ws) => tasks.service.pendingTasks(ws),
+  });
+  const sandboxes = await area("sandboxes", () =>
+    createSandboxes({
+      repo: store.sandboxes,
+      stubs: store.stubs,
+      fleet,
+      agents: agentClients,
+      code: codeArchives,
+      secrets: secrets.service,
+      events: natsContainerEvents(nc, logOf("sandboxes")),
+      publicUrl: o.publicUrl,
+      ...domain,
+      planner,
+      placementWaitMs: o.placementWaitMs,
+      onWaiting: (w) =>
+        emit(w.workspaceId, "sandbox.waiting", w.stubId, {
+          stub_id: w.stubId,
+          kind: w.kind,
+          reason: w.reason,
+          wait_ms: w.waitMs,
+        }),
+      limits: (ws) => limits.service.get(ws),
+      budgets: (ws, work) => limits.service.budgets.check(ws, work),
+      containers: runners,
+      log: logOf("sandboxes"),
+    }),
+  );
+  const metrics = await area("metrics", () =>
+    createMetrics({
+      nats: nc,
+      repo: store.metrics,
+      stubs: store.stubs,
+      fleet,
+      containers: () => runners.list(),
+      coordinatorId: `${hostname()}/${process.pid}`,
+      retentionMs: o.metricsRetentionMs,
+      ...(o.metricsToken ? { token: o.metricsToken } : {}),
+      log: logOf("metrics"),
+    }),
+  );
   await step(
     "deployment ticker",
     () => {
       const ticker = createDeploymentTicker({
         db: store.db,
         repo: store.deployments,
-        tasks,
-        log: log.child({ area: "schedules" }),
+        tasks: tasks.service,
+        log: logOf("schedules"),
       });
       ticker.start();
       return ticker;
     },
     (t) => t.stop(),
   );
-  const webhookDispatcher = new WebhookDispatcher({
-    repo: store.webhooks,
-    key: secretKey,
-    log: log.child({ area: "webhooks" }),
-  });
-  // Events this coordinator stored: each is delivered once across coordinators.
-  await step(
-    "webhook dispatcher",
-    () => webhookDispatcher.start(events.localFeed),
-    () => webhookDispatcher.stop(),
-  );
   let listeningPort = o.port;
-  const webhooks = new WebhookService({
-    store,
-    key: secretKey,
-    dispatcher: webhookDispatcher,
-    isSelf: selfUrlMatcher({ publicUrl: o.publicUrl, port: () => listeningPort }),
-  });
-  const endpoints = await step(
-    "endpoints",
-    () =>
-      new EndpointDispatcher({
-        tokens: store.tokens,
-        deployments,
-        containers: manager,
-        tunnels,
-        tasks,
-        log: log.child({ area: "endpoints" }),
-      }),
-    (e) => e.close(),
+  const webhooks = await area("webhooks", () =>
+    createWebhooks({
+      store,
+      key: secretKey,
+      feed: events.service.stream.localFeed,
+      isSelf: selfUrlMatcher({ publicUrl: o.publicUrl, port: () => listeningPort }),
+      log: logOf("webhooks"),
+    }),
+  );
+  const endpoints = await area("endpoints", () =>
+    createEndpoints({
+      tokens: store.tokens,
+      deployments: deployments.service,
+      containers: runners,
+      tunnels,
+      tasks: tasks.service,
+      ...domain,
+      log: logOf("endpoints"),
+    }),
   );
   // Hosted inference: the OpenAI-compatible /v1 gateway over model deployments (docs/inference.md).
-  const inference = await step(
-    "inference",
-    () =>
-      createInference({
-        endpoints,
-        deployments,
-        repo: store.inference,
-        limits: (ws) => limitsCache.get(ws),
-        registry: prometheus.registry,
-        log: log.child({ area: "inference" }),
-      }),
-    (g) => g.close(),
+  const inference = await area("inference", () =>
+    createInference({
+      endpoints: endpoints.service,
+      activeDeployments: () => deployments.service.activeDeployments(),
+      repo: store.inference,
+      workspaces: store.workspaces,
+      deployments: store.deployments,
+      limits: limits.service,
+      registry: metrics.service.prometheus.registry,
+      log: logOf("inference"),
+    }),
   );
   // Containers' calls through their agents (Queue, Map, Signal, Output, a bot's model.chat): one
   // router, each area registering its ops; it starts once they all have ("container relay" below).
-  const relay = new RelayRouter(nc, log.child({ area: "relay" }));
-  // Queue, Map and Signal (docs/queues.md), for the SDK's gateway and, through agents, containers.
-  const queues = new QueueStore({ nc, maxItems: async (ws) => (await limitsCache.get(ws)).maxQueueItems });
-  const state = new StateObjects(queues, new MapStore(nc), new SignalStore(nc), { foreign: relay });
-  serveStateOps(relay, state);
-  await step(
-    "signals",
-    () => state.signals.start(),
-    () => state.signals.stop(),
+  const relay = new RelayRouter(nc, logOf("relay"));
+  const state = await area("state", () =>
+    createState({ nc, limits: limits.service, relay, log: logOf("state") }),
   );
-  const bots = await step(
-    "bots",
-    () =>
-      createBots({
-        store,
-        deployments,
-        tasks,
-        inference: new InProcessInference(inference),
-        relay,
-        nats: nc,
-        log: log.child({ area: "bots" }),
-      }),
-    (b) => b.stop(),
+  const bots = await area("bots", () =>
+    createBots({
+      store,
+      deployments: deployments.service,
+      tasks: tasks.service,
+      inference: new InProcessInference(inference.service),
+      relay,
+      nats: nc,
+      log: logOf("bots"),
+    }),
   );
-  await step("bot firings", () => bots.start());
-  // Outputs (docs/outputs.md): containers' uploads through their agents, swept at expiry.
-  const outputs = new OutputStore({
-    root: `${o.dataDir}/outputs`,
-    signingKey: secretKey.bytes,
-    publicUrl: o.publicUrl,
-  });
-  serveOutputOps(relay, outputs);
+  const outputs = await area("outputs", () =>
+    createOutputs({
+      root: `${o.dataDir}/outputs`,
+      signingKey: secretKey.bytes,
+      publicUrl: o.publicUrl,
+      relay,
+      log: logOf("outputs"),
+    }),
+  );
   await step(
     "container relay",
     () => relay.start(),
     () => relay.stop(),
   );
-  await step(
-    "output sweeper",
-    () =>
-      outputs.startSweeper(OUTPUT_SWEEP_MS, (e) =>
-        log.error({ err: describeError(e) }, "sweeping expired outputs failed"),
-      ),
-    (stopSweeper) => stopSweeper(),
+  const ports = await area("ports", () =>
+    createPorts({
+      targets: sandboxPortTargets(store.sandboxes, store.stubs),
+      tunnels,
+      tokens: store.tokens,
+      ...domain,
+      onActivity: (id) => sandboxes.service.touch(id),
+      log: logOf("ports"),
+    }),
   );
-  const ports = new PortProxy({
-    targets: sandboxPortTargets(store.sandboxes, store.stubs),
-    tunnels,
-    tokens: store.tokens,
-    log: log.child({ area: "ports" }),
-    ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
-    onActivity: (id) => sandboxes.touch(id),
-  });
-  const volumeFiles = new VolumeFiles(o.volumeRoot);
-  const logs = new LogQuery({ nats: nc, log: log.child({ area: "logs" }) });
+  const volumes = await area("volumes", () => createVolumes({ root: o.volumeRoot, limits: limits.service }));
+  const logs = await area("logs", () =>
+    createLogs({
+      nats: nc,
+      log: logOf("logs"),
+      deploymentLogs: {
+        tokens: store.tokens,
+        lookup: async (ws, id) => ({ stubId: (await deployments.service.get(ws, id)).stubId }),
+        containersOf: (stubId) => runners.containersOf(stubId),
+        onContainersChange: (fn) => runners.onContainersChange(() => fn()),
+        agents: agentClients,
+      },
+    }),
+  );
   // Image builds and the GC of built images (docs/images.md).
-  const {
-    builds: images,
-    gc: imageGc,
-    orphans: imageBuildOrphans,
-  } = createImages({
-    repo: store.builtImages,
-    deployments: store.deployments,
-    planner,
-    agents: agentClients,
-    readyAgentIds: () => fleet.ready().map((a) => a.agentId),
-    secrets,
-    code: new CodePusher(codeArchives),
-    ...(o.registry ? { registry: o.registry } : {}),
-    ...(o.pipIndex ? { pipIndex: o.pipIndex } : {}),
-    ...(o.condaChannels ? { condaChannels: o.condaChannels } : {}),
-    placementWaitMs: o.placementWaitMs,
-    gcAfterMs: o.imageGcAfterMs,
-    onStatus: imageEvents(workspaceEvents.emit),
-    log,
-    nats: nc,
-  });
-  await step(
-    "image GC",
-    () => imageGc.start(imageGcIntervalMs(o.imageGcAfterMs)),
-    () => imageGc.stop(),
-  );
-  await step(
-    "image build sweep",
-    () => imageBuildOrphans.start(),
-    () => imageBuildOrphans.stop(),
+  const images = await area("images", () =>
+    createImages({
+      repo: store.builtImages,
+      deployments: store.deployments,
+      planner,
+      agents: agentClients,
+      readyAgentIds: () => fleet.ready().map((a) => a.agentId),
+      // `berth image pull` goes through the pull ahead's per-agent pulls.
+      handPull: { ready: () => fleet.ready(), pullOn: (agentId, ref) => pulls.pullOn(agentId, ref) },
+      secrets: secrets.service,
+      code: new CodePusher(codeArchives),
+      ...(o.registry ? { registry: o.registry } : {}),
+      ...(o.pipIndex ? { pipIndex: o.pipIndex } : {}),
+      ...(o.condaChannels ? { condaChannels: o.condaChannels } : {}),
+      placementWaitMs: o.placementWaitMs,
+      gcAfterMs: o.imageGcAfterMs,
+      onStatus: imageEvents(emit),
+      log,
+      nats: nc,
+    }),
   );
   // Managed databases (docs/databases.md): pods of the workspace, their data on volumes, their URL in a secret.
-  const databases = new DatabaseService({
-    repo: store.databases,
-    stubs: store.stubs,
-    pods: sandboxes,
-    secrets,
-    image: databaseImage(images),
-    volumes: volumeFiles,
-    log: log.child({ area: "databases" }),
-  });
+  const databases = await area("databases", () =>
+    createDatabases({
+      repo: store.databases,
+      stubs: store.stubs,
+      pods: sandboxes.service,
+      secrets: secrets.service,
+      image: databaseImage(images.service),
+      volumes: volumes.service,
+      log: logOf("databases"),
+    }),
+  );
   // Stacks (docs/stacks.md): deployments and databases applied as one, through their own services.
-  const stacks = new StackService({
-    repo: store.stacks,
-    kinds: [
-      new DatabaseMembers(databases),
-      new DeploymentMembers({ deployments, containers: manager, probe: healthProbe(tunnels) }),
-    ],
-    log: log.child({ area: "stacks" }),
+  const stacks = await area("stacks", () =>
+    createStacks({
+      repo: store.stacks,
+      databases: databases.service,
+      deployments: { deployments: deployments.service, containers: runners, probe: healthProbe(tunnels) },
+      log: logOf("stacks"),
+    }),
+  );
+  const functions = await area("functions", () =>
+    createFunctions({
+      tokens: store.tokens,
+      tasks: tasks.service,
+      taskRows: store.tasks,
+      deployments: deployments.service,
+      outputs: (ws, taskId) => outputs.service.ofTask(ws, taskId),
+      agents: agentClients,
+      fleet,
+      costRates: o.costRates,
+    }),
+  );
+  const workspaces = await area("workspaces", () =>
+    createWorkspaces({
+      workspaces: store.workspaces,
+      tokens: store.tokens,
+      audit: new AuditTrail({ db: store.db, events: events.service.stream, log: logOf("audit") }),
+    }),
+  );
+  // Single sign-on (docs/sso.md): OpenID Connect logins made into sessions by the config's group mapping.
+  const sso = await area("sso", () =>
+    createSso({
+      ...(o.oidc ? { oidc: o.oidc } : {}),
+      publicUrl: o.publicUrl,
+      tokens: store.tokens,
+      workspaces: store.workspaces,
+      ...(workspaces.service.audit ? { audit: workspaces.service.audit } : {}),
+    }),
+  );
+  // Usage for chargeback (docs/usage.md): computed when asked from the task, sandbox and /v1 records.
+  const usage = await area("usage", () =>
+    createUsage({ db: store.db, volumeBytes: (ws) => volumes.service.workspaceBytes(ws) }),
+  );
+  // GPU-hours and CPU-hours budgets (docs/limits.md) count what the usage report counts.
+  // The /v1 token budget counts the /v1 tokens the usage report counts, the gateway's queued rows written first.
+  limits.service.report({
+    computeSeconds: (ws, from, to) => usage.service.computeSeconds(ws, from, to),
+    v1Tokens: async (ws, from, to) => {
+      await inference.service.writeUsage();
+      return usage.service.v1Tokens(ws, from, to);
+    },
   });
+  // The shell's websocket (/api/v1/container/.../shell): the edge's own raw route.
+  const shell = {
+    routes: shellHttpRoutes({
+      tokens: store.tokens,
+      targets: [managedShellTargets(runners), sandboxShellTargets(store.sandboxes)],
+      agents: agentClients,
+      log: logOf("shell"),
+    }),
+  };
   const app = await step(
     "http",
-    async () => {
-      const httpDeps: CoordinatorHttpDeps = {
-        bots: bots.engine,
-        stacks,
-        databases,
-        logs,
-        state,
-        store,
-        fleet,
-        join,
-        revoker,
-        tasks,
-        objects,
-        secrets,
-        deployments,
-        containers: manager,
-        agents: agentClients,
-        endpoints,
-        inference,
-        events,
-        webhooks,
-        costRates: o.costRates,
-        limits: {
-          usage: {
-            containers: (ws) => planner.usage(ws),
-            pendingTasks: (ws) => tasks.pendingTasks(ws),
-            queueItems: (ws) => queues.items(ws),
-            volumeBytes: (ws) => volumeFiles.workspaceBytes(ws),
-            inference: (ws) => inference.d.limiter.usage(ws),
-          },
-          // A workspace's limits changed: every cache of them reads them again.
-          onChange: (ws) => {
-            limitsCache.invalidate(ws);
-            manager.invalidateLimits(ws);
-            queues
-              .limitsChanged(ws)
-              .catch((e) =>
-                log.error({ workspaceId: ws, err: describeError(e) }, "the queue stream kept its old limits"),
-              );
-          },
-        },
-        sandboxes,
-        images,
-        ports,
-        volumes: {
-          files: volumeFiles,
-          maxVolumeBytes: async (ws) => {
-            const mb = (await limitsCache.get(ws)).maxVolumeMb;
-            return mb === null ? null : mb * 1024 * 1024;
-          },
-        },
-        outputs,
-        prometheus: { metrics: prometheus, ...(o.metricsToken ? { token: o.metricsToken } : {}) },
-        ...(o.endpointDomain ? { endpointDomain: o.endpointDomain } : {}),
-        ...(tls ? { tls } : {}),
-        // Served before Fastify, beside the endpoints', /v1 and exposed ports' own (edge/data-plane.ts).
-        rawRoutes: [
-          shellRoute({
-            tokens: store.tokens,
-            targets: [managedShellTargets(manager), sandboxShellTargets(store.sandboxes)],
-            agents: agentClients,
-            log: log.child({ area: "shell" }),
-          }),
-          bots.route,
+    () =>
+      buildHttpApp({
+        // Raw routes are asked in this order: /endpoint/... first (the hot path), then /v1, ports, shells, bots.
+        areas: [
+          endpoints,
+          inference,
+          ports,
+          shell,
+          bots,
+          { routes: cluster.fleetRoutes },
+          workspaces,
+          sso,
+          metrics,
+          objects,
+          events,
+          secrets,
+          deployments,
+          functions,
+          sandboxes,
+          webhooks,
+          state,
+          outputs,
+          volumes,
+          logs,
+          images,
+          databases,
+          stacks,
+          limits,
+          usage,
         ],
-        logger: log.child({ area: "http" }),
+        tokens: store.tokens,
+        ...(workspaces.service.audit ? { audit: workspaces.service.audit } : {}),
+        ...domain,
+        ...(tls ? { tls } : {}),
+        logger: logOf("http"),
         version: BERTH_VERSION,
-      };
-      return buildHttpApp(httpDeps);
-    },
+      }),
     (app) => app.close(),
   );
   await step("listen", () => app.listen({ host: o.host, port: o.port }));
+  const also = o.alsoListen;
+  if (also)
+    await step(
+      `listen on ${also.host}:${also.port}`,
+      () => listenAlso(app.server, { host: also.host, port: also.port, tls: loadTlsCredentials(also.tls) }),
+      (l) => l.close(),
+    );
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : o.port;
   listeningPort = port;
@@ -497,10 +518,10 @@ async function wire(
     port,
     store,
     fleet,
-    tasks,
-    containers: manager,
-    secrets,
-    deployments,
+    tasks: tasks.service,
+    containers: runners,
+    secrets: secrets.service,
+    deployments: deployments.service,
     stop: () => life.stopAll(),
   };
 }

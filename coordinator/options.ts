@@ -14,6 +14,7 @@ import {
 } from "./images/index.ts";
 import type { StreamRetention } from "./fleet/index.ts";
 import { type CostRates, type CostRatesOptions, resolveCostRates } from "./tasks/index.ts";
+import { type OidcOptions, checkOidcOptions } from "./sso/index.ts";
 
 /** Coordinator settings, as read from its JSON config file and flags. */
 export interface CoordinatorOptions {
@@ -33,8 +34,17 @@ export interface CoordinatorOptions {
   dataDir?: string;
   /** `sqlite:PATH` or `postgres://...`. @default "sqlite:<dataDir>/berth.db" */
   store?: string;
-  /** The coordinator's own NATS connection. */
-  nats: { url: string; user?: string; password?: string };
+  /**
+   * The coordinator's own NATS connection. `caFile`: a PEM CA the server's
+   * TLS certificate is checked against (a `tls://` URL; berth up --advertise).
+   */
+  nats: { url: string; user?: string; password?: string; caFile?: string };
+  /**
+   * One more address the API is served on, over HTTPS with these PEM files,
+   * besides `host`:`port` (berth up --advertise: loopback stays plain HTTP
+   * for the local CLI and agent, hosts that join come over TLS). @default none
+   */
+  alsoListen?: { host: string; port: number; tls: TlsFiles };
   /**
    * NATS for agents. With `usersFile` each agent gets its own nkey user
    * (docs/install.md, "Agent credentials"): the coordinator rewrites that
@@ -85,6 +95,12 @@ export interface CoordinatorOptions {
    * @default none: `/metrics` is open (it carries cluster aggregates only)
    */
   metricsToken?: string;
+  /**
+   * Single sign-on by OpenID Connect for the dashboard and `berth login`
+   * (docs/sso.md): the provider, its clients and which groups get which role
+   * in which workspace. @default none: API tokens only
+   */
+  oidc?: OidcOptions;
   /** Days container and pool samples are kept. @default 7 */
   metricsRetentionDays?: number;
   /**
@@ -135,9 +151,10 @@ export interface ResolvedCoordinatorOptions {
   port: number;
   publicUrl: string;
   tls?: TlsFiles;
+  alsoListen?: { host: string; port: number; tls: TlsFiles };
   dataDir: string;
   store: string;
-  nats: { url: string; user?: string; password?: string };
+  nats: { url: string; user?: string; password?: string; caFile?: string };
   /** password "" = no shared agent user is handed out. */
   agentNats: NatsCredentials;
   agentNatsUsers?: { usersFile: string; pidFile?: string | string[]; staticUsers: NatsUser[] };
@@ -149,6 +166,7 @@ export interface ResolvedCoordinatorOptions {
   endpointDomain?: string;
   costRates: CostRates;
   metricsToken?: string;
+  oidc?: OidcOptions;
   metricsRetentionMs: number;
   placementWaitMs: number;
   volumeRoot: string;
@@ -189,11 +207,13 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     );
   }
   const tls = o.tls !== undefined ? checkTlsFiles(o.tls) : undefined;
+  const publicUrl = (o.publicUrl ?? `${tls ? "https" : "http"}://${urlHost}:${port}`).replace(/\/+$/, "");
   return {
     host,
     port,
-    publicUrl: (o.publicUrl ?? `${tls ? "https" : "http"}://${urlHost}:${port}`).replace(/\/+$/, ""),
+    publicUrl,
     ...(tls ? { tls } : {}),
+    ...(o.alsoListen ? { alsoListen: checkAlsoListen(o.alsoListen) } : {}),
     dataDir,
     store: o.store ?? `sqlite:${join(dataDir, "berth.db")}`,
     nats: o.nats,
@@ -221,6 +241,7 @@ export function resolveCoordinatorOptions(o: CoordinatorOptions): ResolvedCoordi
     secretsKeyFile: o.secretsKeyFile ?? join(dataDir, "keys", "secrets.key"),
     ...(o.endpointDomain !== undefined ? { endpointDomain: checkEndpointDomain(o.endpointDomain) } : {}),
     ...metricsOptions(o),
+    ...(o.oidc !== undefined ? { oidc: checkOidcOptions(o.oidc, publicUrl) } : {}),
     costRates: resolveCostRates(o.costRates),
     placementWaitMs: checkPlacementWait(o.placementWaitMs ?? 30_000),
     volumeRoot: resolve(o.volumeRoot ?? join(dataDir, "volumes")),
@@ -261,6 +282,18 @@ function metricsOptions(
     ...(o.metricsToken !== undefined ? { metricsToken: o.metricsToken } : {}),
     metricsRetentionMs: Math.round(days * 86_400_000),
   };
+}
+
+function checkAlsoListen(v: unknown): { host: string; port: number; tls: TlsFiles } {
+  const a = (typeof v === "object" && v !== null ? v : {}) as Record<string, unknown>;
+  if (typeof a.host !== "string" || a.host.trim() === "")
+    throw new BerthError("invalid_request", "coordinator config: alsoListen.host must be an address");
+  if (typeof a.port !== "number" || !Number.isInteger(a.port) || a.port < 0 || a.port > 65535)
+    throw new BerthError(
+      "invalid_request",
+      `coordinator config: alsoListen.port ${JSON.stringify(a.port)} is not a TCP port`,
+    );
+  return { host: a.host, port: a.port, tls: checkTlsFiles(a.tls) };
 }
 
 function checkTlsFiles(v: unknown): TlsFiles {

@@ -71,9 +71,9 @@ export class Store {
 
   /** Opens the store at `url` and brings its schema up to date. */
   static async open(url: string): Promise<Store> {
-    const { db, engine, display } = await openDatabase(url);
+    const { db, engine, display, sqliteFile } = await openDatabase(url);
     try {
-      await migrateToLatest(db);
+      await migrateToLatest(db, sqliteFile);
     } catch (e) {
       await db.destroy().catch(() => {});
       throw e;

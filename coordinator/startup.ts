@@ -48,6 +48,7 @@ export async function openFoundations(o: ResolvedCoordinatorOptions, log: Logger
       // A cluster's nodes, comma-separated (docs/install.md, "Highly available control plane").
       servers: o.nats.url.split(","),
       ...(o.nats.user ? { user: o.nats.user, pass: o.nats.password ?? "" } : {}),
+      ...(o.nats.caFile ? { tls: { caFile: o.nats.caFile } } : {}),
       name: "berth-coordinator",
       maxReconnectAttempts: -1,
       reconnectTimeWait: 1000,

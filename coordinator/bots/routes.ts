@@ -80,6 +80,7 @@ export function botRoutes(bots: BotEngine): FastifyPluginAsync {
     app.post(
       "/api/v1/bot/:ws/:name/sessions",
       {
+        config: { access: { needs: "invoke" } },
         schema: {
           summary: "Open a session of a deployed bot (its latest active version)",
           params: BotParams,
@@ -97,6 +98,7 @@ export function botRoutes(bots: BotEngine): FastifyPluginAsync {
     app.get(
       "/api/v1/bot/:ws/sessions/:session_id",
       {
+        config: { access: { needs: "invoke" } },
         schema: {
           summary: "A bot session's markers per location, firings in flight and history",
           params: SessionParams,
@@ -117,6 +119,7 @@ export function botRoutes(bots: BotEngine): FastifyPluginAsync {
     app.post(
       "/api/v1/bot/:ws/sessions/:session_id/markers",
       {
+        config: { access: { needs: "invoke" } },
         schema: {
           summary: "Put markers into a location of the session; fires the transitions they enable",
           params: SessionParams,

@@ -18,7 +18,7 @@ import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { BerthError, describeError } from "../../shared/errors.ts";
-import { bearerToken } from "../http/index.ts";
+import { bearerToken, checkAccess } from "../http/index.ts";
 import { publicError } from "../http/index.ts";
 import { addUpgradeRoute, decodePathSegment, type RawRoute, refuseUpgrade } from "../http/index.ts";
 import type { Principal } from "../store/index.ts";
@@ -83,6 +83,7 @@ async function open(
     : undefined;
   if (req.headers.authorization && !principal)
     throw new BerthError("unauthenticated", "unknown or revoked token");
+  if (principal) checkAccess(principal, { needs: "invoke" });
   let workspaceId: string;
   let botName: string;
   if (byId) {

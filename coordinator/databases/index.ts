@@ -16,3 +16,4 @@ export {
 export { databaseImage } from "./image.ts";
 export { databaseRoutes } from "./routes.ts";
 export { DatabaseRepo } from "./store.ts";
+export { createDatabases, databasesHttpRoutes } from "./area.ts";

@@ -47,6 +47,7 @@ export function databaseRoutes(dbs: DatabaseService): FastifyPluginAsync {
     app.get(
       "/api/v1/database/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["databases"],
           summary: "The workspace's databases",
@@ -60,6 +61,7 @@ export function databaseRoutes(dbs: DatabaseService): FastifyPluginAsync {
     app.post(
       "/api/v1/database/:ws",
       {
+        config: { access: { needs: "write", audit: "database.create" } },
         schema: {
           tags: ["databases"],
           summary: "Create a PostgreSQL or Redis database; answers once it is ready",
@@ -79,8 +81,10 @@ export function databaseRoutes(dbs: DatabaseService): FastifyPluginAsync {
     app.get(
       "/api/v1/database/:ws/:name",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["databases"],
+          summary: "One database: its status, where it is reached and the secret with its URL",
           params: NameParams,
           response: { 200: DatabaseBody, ...errors },
         },
@@ -92,6 +96,7 @@ export function databaseRoutes(dbs: DatabaseService): FastifyPluginAsync {
       app.post(
         `/api/v1/database/:ws/:name/${action}`,
         {
+          config: { access: { needs: "write", audit: `database.${action}` } },
           schema: {
             tags: ["databases"],
             summary:
@@ -109,6 +114,7 @@ export function databaseRoutes(dbs: DatabaseService): FastifyPluginAsync {
     app.delete(
       "/api/v1/database/:ws/:name",
       {
+        config: { access: { needs: "write", audit: "database.delete" } },
         schema: {
           tags: ["databases"],
           summary: "Delete the database; its volume and secret stay unless delete_data=true",

@@ -99,6 +99,7 @@ export function appRoutes(d: AppRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/app/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["apps"],
           summary: "The workspace's apps (one per deployment name), by name",
@@ -122,6 +123,7 @@ export function appRoutes(d: AppRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/app/:ws/latest",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["apps"],
           summary: "The apps with their latest deployment, most recent activity first",
@@ -160,6 +162,7 @@ export function appRoutes(d: AppRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/app/:ws/:appId",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["apps"],
           summary: "One app with all its versions, newest first",

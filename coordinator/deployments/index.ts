@@ -32,3 +32,5 @@ export { appRoutes } from "./app-routes.ts";
 export { DeploymentBody, deploymentJson, deploymentRoutes } from "./routes.ts";
 export { DeploymentRepo } from "./store.ts";
 export type { DeploymentWithStub } from "./store.ts";
+export { createDeployments, deploymentsHttpRoutes } from "./area.ts";
+export type { DeploymentsDeps } from "./area.ts";

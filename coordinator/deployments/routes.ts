@@ -95,7 +95,9 @@ export function deploymentRoutes(d: DeploymentRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/deployment/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The workspace's deployments, newest first, a page at a time (optionally of one name)",
           params: WsParams,
           querystring: pageQuery({ name: Type.Optional(Type.String({ minLength: 1 })) }),
           response: {
@@ -121,7 +123,11 @@ export function deploymentRoutes(d: DeploymentRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/deployment/:ws/:id",
       {
+        // `/{id}/url` has a deployment id where `{ws}` stands.
+        config: { access: { needs: "read", wsIsWorkspace: (p) => p.id !== "url" } },
         schema: {
+          summary:
+            "One deployment with its containers, queue depth and scaling events; `{id}/url` answers its URL alone",
           params: WsIdParams,
           response: { 200: Type.Union([DeploymentDetails, Type.Object({ url: Type.String() })]), ...errors },
         },
@@ -145,7 +151,17 @@ export function deploymentRoutes(d: DeploymentRouteDeps): FastifyPluginAsync {
     for (const action of ["stop", "start"] as const) {
       app.post(
         `/api/v1/deployment/:ws/${action}/:id`,
-        { schema: { params: WsIdParams, response: { 200: DeploymentBody, ...errors } } },
+        {
+          config: { access: { needs: "write", audit: `deployment.${action}` } },
+          schema: {
+            summary:
+              action === "stop"
+                ? "Stops a deployment: calls to it answer 409 and its containers stop"
+                : "Starts a stopped deployment again",
+            params: WsIdParams,
+            response: { 200: DeploymentBody, ...errors },
+          },
+        },
         async (req) => {
           const ws = workspaceOf(req);
           const { id } = req.params as { id: string };
@@ -157,7 +173,14 @@ export function deploymentRoutes(d: DeploymentRouteDeps): FastifyPluginAsync {
 
     app.delete(
       "/api/v1/deployment/:ws/:id",
-      { schema: { params: WsIdParams, response: { 204: Type.Null(), ...errors } } },
+      {
+        config: { access: { needs: "write", audit: "deployment.delete" } },
+        schema: {
+          summary: "Deletes a deployment: its containers stop and its queued tasks fail",
+          params: WsIdParams,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
       async (req, reply) => {
         const ws = workspaceOf(req);
         const { id } = req.params as { id: string };

@@ -235,6 +235,11 @@ export class DeploymentService {
     return d;
   }
 
+  /** The name of the deployment that runs stub `stubId`; undefined for a stub no deployment runs. */
+  async nameOfStub(workspaceId: string, stubId: string): Promise<string | undefined> {
+    return (await this.repo.ofStub(workspaceId, stubId))?.name;
+  }
+
   stop(workspaceId: string, id: string): Promise<DeploymentRecord> {
     return this.setActive(workspaceId, id, false);
   }

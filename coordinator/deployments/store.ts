@@ -169,6 +169,17 @@ export class DeploymentRepo {
     return r && toDeployment(r);
   }
 
+  /** The deployment whose stub is `stubId`, in that workspace (stopped ones too). */
+  async ofStub(workspaceId: string, stubId: string): Promise<DeploymentRecord | undefined> {
+    const r = await this.db
+      .selectFrom("deployments")
+      .selectAll()
+      .where("workspace_id", "=", workspaceId)
+      .where("stub_id", "=", stubId)
+      .executeTakeFirst();
+    return r && toDeployment(r);
+  }
+
   async findVersion(
     workspaceId: string,
     name: string,

@@ -6,7 +6,6 @@
 
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { type EdgeLog, type RawRoute, rawRoutesOf } from "../http/index.ts";
-import { type InferenceGateway, serveInferenceRequest } from "../inference/index.ts";
 
 export type RequestHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -28,9 +27,4 @@ export function dataPlaneServer(
     for (const route of routes) table.add(route);
     return server;
   };
-}
-
-/** The /v1 POST routes as a raw route: the time to first token skips Fastify (budgeted at 2 ms). */
-export function inferenceRoute(gateway: InferenceGateway): RawRoute {
-  return { name: "inference", takeHttp: (req, res) => serveInferenceRequest(gateway, req, res) };
 }

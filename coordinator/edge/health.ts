@@ -6,7 +6,12 @@ export function healthRoutes(version: string): FastifyPluginAsync {
   return async (app) => {
     app.get(
       "/healthz",
-      { schema: { response: { 200: Type.Object({ ok: Type.Boolean(), version: Type.String() }) } } },
+      {
+        schema: {
+          summary: "Liveness: answers ok and the coordinator's version",
+          response: { 200: Type.Object({ ok: Type.Boolean(), version: Type.String() }) },
+        },
+      },
       async () => ({ ok: true, version }),
     );
   };

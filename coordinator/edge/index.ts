@@ -1,6 +1,7 @@
 // The edge area's entry point: what other areas may use of it.
 export { buildHttpApp } from "./app.ts";
-export type { CoordinatorHttpDeps } from "./app.ts";
+export type { HttpAppOptions, TlsCredentials } from "./app.ts";
 export { attachShellUpgrades, managedShellTargets } from "./shell.ts";
-export { shellRoute } from "./shell.ts";
-export { dataPlaneServer, inferenceRoute } from "./data-plane.ts";
+export { shellHttpRoutes, shellRoute } from "./shell.ts";
+export { dataPlaneServer } from "./data-plane.ts";
+export { type AlsoListening, listenAlso } from "./also-listen.ts";

@@ -6,11 +6,19 @@
 
 import swagger from "@fastify/swagger";
 import type { FastifyInstance, FastifySchema } from "fastify";
+import { type RouteAccess, rolesWith } from "../http/index.ts";
 
 export const OPENAPI_PATH = "/api/v1/openapi.json";
 
-/** Routes that take no workspace token (health, agent join with its join token, this document). */
-const PUBLIC_ROUTES = new Set(["/healthz", "/api/v1/agents/join", OPENAPI_PATH]);
+/** Routes that take no workspace token (health, agent join and resume with their own proofs, signed output URLs, this document). */
+const PUBLIC_ROUTES = new Set([
+  "/healthz",
+  "/api/v1/agents/join",
+  "/api/v1/agents/resume",
+  "/api/v1/agents/ca",
+  "/output/:ws/:id/:name",
+  OPENAPI_PATH,
+]);
 
 /** The tag of a route without its own: the area its path names. */
 export function tagOf(url: string): string {
@@ -18,6 +26,23 @@ export function tagOf(url: string): string {
   if (parts[0] === "api" && parts[1] === "v1") return parts[2] ?? "api";
   if (parts[0] === "v2" && parts[1] === "task") return "tasks";
   return parts[0] ?? "api";
+}
+
+/**
+ * What a route needs of the caller's token, as extensions of its operation
+ * (docs/roles.md): `x-berth-role` lists the roles whose tokens may call it
+ * (["cluster-admin"] for the cluster admin's routes), `x-berth-access` the
+ * capability, `x-berth-deployment` whether a token narrowed to deployments
+ * may, and `x-berth-audit` the audit trail's action for a change.
+ */
+export function accessExtensions(access: RouteAccess | undefined): Record<string, unknown> {
+  if (!access) return {};
+  return {
+    "x-berth-access": access.needs,
+    "x-berth-role": access.needs === "cluster" ? ["cluster-admin"] : rolesWith(access.needs),
+    ...(access.deployment ? { "x-berth-deployment": true } : {}),
+    ...(access.audit ? { "x-berth-audit": access.audit } : {}),
+  };
 }
 
 /**
@@ -60,6 +85,7 @@ export async function registerOpenApi(app: FastifyInstance, version: string): Pr
           ...s,
           tags: s.tags && s.tags.length > 0 ? s.tags : [tagOf(url)],
           ...bodyLimit,
+          ...accessExtensions(route.config?.access),
           ...(PUBLIC_ROUTES.has(url) ? { security: [] } : {}),
         } as FastifySchema,
         url,

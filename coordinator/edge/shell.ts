@@ -14,9 +14,15 @@ import { type WebSocket, WebSocketServer } from "ws";
 import type { ContainerApi, ExecSession } from "../../api/index.ts";
 import { BerthError, describeError } from "../../shared/errors.ts";
 import { managedShellTargets, type ShellTarget, type ShellTargets } from "../containers/index.ts";
-import { bearerToken } from "../http/index.ts";
+import { bearerToken, checkAccess } from "../http/index.ts";
 import { publicError } from "../http/index.ts";
-import { addUpgradeRoute, decodePathSegment, type RawRoute, refuseUpgrade } from "../http/index.ts";
+import {
+  type AreaRoutes,
+  addUpgradeRoute,
+  decodePathSegment,
+  type RawRoute,
+  refuseUpgrade,
+} from "../http/index.ts";
 import type { Principal, TokenRepo } from "../store/index.ts";
 
 // Re-exported for the composition root and tests: the targets are defined beside their sources.
@@ -134,6 +140,8 @@ async function serveShell(
 async function principal(tokens: TokenRepo, authorization: string | undefined): Promise<Principal> {
   const p = await tokens.authenticate(bearerToken(authorization));
   if (!p) throw new BerthError("unauthenticated", "unknown or revoked token");
+  // A shell runs commands in the container: what a developer may do (docs/roles.md).
+  checkAccess(p, { needs: "write" });
   return p;
 }
 
@@ -185,4 +193,9 @@ function pipeSession(session: ExecSession, ws: WebSocket, log: Logger, container
       ws.close(1011, "exec failed");
     }
   })();
+}
+
+/** The shell's websocket as the edge's own routes (served before Fastify). */
+export function shellHttpRoutes(deps: ShellDeps): AreaRoutes {
+  return { raw: [shellRoute(deps)] };
 }

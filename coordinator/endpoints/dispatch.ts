@@ -131,7 +131,7 @@ export class EndpointDispatcher {
     }
     if (target.r.kind === "pod") return this.pods.serveHttp(target, req, res);
     const { r, rest, query, prefix } = target;
-    const run = await this.open(r.stub, callbackUrl, (e) => this.refuse(res, e));
+    const run = await this.open(r.stub, callbackUrl, (e) => this.refuse(res, e), r.tokenId);
     if (!run) return;
     const headers = upstreamHeaders(req.headers, {
       dropAuthorization: r.tokenUsed,
@@ -186,6 +186,7 @@ export class EndpointDispatcher {
     stub: StubRecord,
     callbackUrl: string | null,
     say: (e: unknown) => void,
+    tokenId: string | null = null,
   ): Promise<TaskRun | undefined> {
     if (!this.slots.admit(stub)) {
       say(
@@ -198,7 +199,7 @@ export class EndpointDispatcher {
     }
     let task: DirectTaskInfo;
     try {
-      task = this.deps.tasks.direct.create(stub, { callbackUrl });
+      task = this.deps.tasks.direct.create(stub, { callbackUrl, tokenId });
     } catch (e) {
       this.slots.unreserve(stub);
       // Logged (with its id) by the edge when it is internal.

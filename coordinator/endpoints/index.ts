@@ -9,3 +9,5 @@ export { EndpointAuth } from "./resolve.ts";
 export { endpointRoutes, serveEndpointRequest } from "./routes.ts";
 export { RUNNER_HTTP_PORT } from "./types.ts";
 export { attachEndpointUpgrades, spliceUpgrade, upgradeHead } from "./websocket.ts";
+export { createEndpoints, endpointsHttpRoutes } from "./area.ts";
+export type { EndpointsDeps } from "./area.ts";

@@ -4,7 +4,7 @@
 
 import { BerthError } from "../../shared/errors.ts";
 import { baseStubType, HTTP_SERVED_TYPES } from "../../shared/tasks.ts";
-import { bearerToken } from "../http/index.ts";
+import { bearerToken, mayInvoke } from "../http/index.ts";
 import type { Principal, TokenRepo } from "../store/index.ts";
 import type { DeploymentTargets, ResolvedDeployment } from "./types.ts";
 
@@ -68,6 +68,8 @@ export interface Resolved extends ResolvedDeployment {
   kind: string;
   /** Whether the caller's Authorization header was berth's (then it is not passed to the app). */
   tokenUsed: boolean;
+  /** The id of the token the caller used (its usage is counted to it); null for a public call. */
+  tokenId: string | null;
 }
 
 const PRINCIPAL_TTL_MS = 5_000;
@@ -110,6 +112,7 @@ export async function resolveEndpoint(
 ): Promise<Resolved> {
   let r: ResolvedDeployment;
   let tokenUsed = false;
+  let tokenId: string | null = null;
   if (path.by === "name") {
     if (!authorization) {
       throw unauthenticated(
@@ -118,7 +121,9 @@ export async function resolveEndpoint(
     }
     const p = await auth.principal(authorization);
     if (!p) throw unauthenticated("unknown or revoked token");
+    mayInvoke(p, path.key);
     tokenUsed = true;
+    tokenId = p.token.id;
     r = await deployments.resolveByName(p.workspace.id, path.key, path.version);
   } else {
     // Stopped ones too: whether it is stopped is told only to whom may call it (below).
@@ -131,7 +136,9 @@ export async function resolveEndpoint(
       if (p.workspace.id !== r.deployment.workspaceId) {
         throw new BerthError("not_found", `deployment ${path.key} not found`);
       }
+      mayInvoke(p, r.deployment.name);
       tokenUsed = true;
+      tokenId = p.token.id;
     }
     if (!r.deployment.active) {
       throw new BerthError(
@@ -153,5 +160,5 @@ export async function resolveEndpoint(
         : `: it is a ${kind} deployment, which has no HTTP endpoint`;
     throw new BerthError("not_found", `no endpoint ${label}${hint}`);
   }
-  return { ...r, kind, tokenUsed };
+  return { ...r, kind, tokenUsed, tokenId };
 }

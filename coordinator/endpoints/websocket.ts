@@ -97,7 +97,7 @@ async function serveUpgrade(
       new BerthError("invalid_request", "an endpoint takes POST requests with a JSON body, not websockets"),
     );
   }
-  const run = await endpoints.open(r.stub, null, say);
+  const run = await endpoints.open(r.stub, null, say, r.tokenId);
   if (!run) return;
   const onClose = () => endpoints.abort(run, "caller");
   socket.once("close", onClose);

@@ -20,3 +20,5 @@ export {
 export { eventRoutes } from "./routes.ts";
 export { CLOUDEVENTS_CONTENT_TYPE, EVENT_TYPES, eventTypeMatches, toCloudEvent } from "./types.ts";
 export type { BerthEvent, EventFeed, EventType } from "./types.ts";
+export { createEvents, eventsHttpRoutes } from "./area.ts";
+export type { EventsDeps } from "./area.ts";

@@ -6,7 +6,7 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import { toCloudEvent } from "./types.ts";
+import { type BerthEvent, toCloudEvent } from "./types.ts";
 import type { EventStream } from "./stream.ts";
 import { MAX_HISTORY_LIMIT } from "./stream.ts";
 import { principalOf } from "../http/index.ts";
@@ -60,13 +60,26 @@ function workspaceOf(req: FastifyRequest): string {
   return workspace.id;
 }
 
+/**
+ * The audit trail's events (`audit.*`) go to webhooks, not to these routes:
+ * the trail is for workspace admins (GET /api/v1/audit/{ws}), and these
+ * routes are for every reader of the workspace.
+ */
+const listed = (ev: BerthEvent) => !ev.type.startsWith("audit.");
+
+async function* withoutAudit(feed: AsyncIterable<BerthEvent>): AsyncIterable<BerthEvent> {
+  for await (const ev of feed) if (listed(ev)) yield ev;
+}
+
 export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsync {
   const heartbeatMs = deps.heartbeatMs ?? SSE_HEARTBEAT_MS;
   return async (app) => {
     app.get(
       "/api/v1/events/:ws/history",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The workspace's events as CloudEvents, oldest first, a page at a time",
           params: WsParams,
           querystring: HistoryQuery,
           response: {
@@ -88,14 +101,16 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsync {
           cursor?: string;
         };
         const page = await deps.events.history(ws, q);
-        return { events: page.events.map(toCloudEvent), next_cursor: page.next_cursor };
+        return { events: page.events.filter(listed).map(toCloudEvent), next_cursor: page.next_cursor };
       },
     );
 
     app.get(
       "/api/v1/events/:ws/stream",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The workspace's events as server-sent events as they happen, resumable from an event id",
           params: WsParams,
           querystring: StreamQuery,
           headers: Type.Object({ "last-event-id": Type.Optional(Type.String({ maxLength: 100 })) }),
@@ -115,7 +130,7 @@ export function eventRoutes(deps: EventRouteDeps): FastifyPluginAsync {
         const sse = openSse(reply, { heartbeatMs, greeting: "connected", onEnd: () => feed.close() });
         void pumpSse(
           sse,
-          feed,
+          withoutAudit(feed),
           (ev) => ({ id: ev.id, event: ev.type, data: toCloudEvent(ev) }),
           (e) => req.log.warn({ err: e.message }, "events: the stream ended"),
         );

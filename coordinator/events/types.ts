@@ -21,7 +21,10 @@ export const EVENT_TYPES = [
   "image.building",
   "image.ready",
   "image.failed",
+  "gpu.drained",
+  "gpu.restored",
   "webhook.test",
+  "audit.change",
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

@@ -1,4 +1,4 @@
-import type { Heartbeat } from "../../shared/fleet.ts";
+import type { DrainedGpu, Heartbeat } from "../../shared/fleet.ts";
 import type { AgentState } from "./store.ts";
 
 export interface LiveAgent {
@@ -13,6 +13,25 @@ export interface StateChange {
   agentId: string;
   from: AgentState | "unknown";
   to: AgentState;
+}
+
+/** GPUs an agent's heartbeat newly reports drained, or no longer does. */
+export interface GpuHealthChange {
+  agentId: string;
+  hostname: string;
+  drained: DrainedGpu[];
+  restored: DrainedGpu[];
+}
+
+/** What changed in the drained set between two heartbeats of one agent; undefined: nothing. */
+export function gpuHealthChange(prev: Heartbeat | undefined, hb: Heartbeat): GpuHealthChange | undefined {
+  const before = new Map((prev?.capacity.gpus.drained ?? []).map((d) => [d.uuid, d]));
+  const now = hb.capacity.gpus.drained ?? [];
+  const drained = now.filter((d) => !before.has(d.uuid));
+  const still = new Set(now.map((d) => d.uuid));
+  const restored = [...before.values()].filter((d) => !still.has(d.uuid));
+  if (drained.length === 0 && restored.length === 0) return undefined;
+  return { agentId: hb.agentId, hostname: hb.hostname, drained, restored };
 }
 
 export interface FleetViewOptions {
@@ -34,6 +53,7 @@ export class FleetView {
   private changeLog: string[] = [];
   /** How many changes were dropped from the front of changeLog. */
   private changeBase = 0;
+  private readonly gpuListeners = new Set<(c: GpuHealthChange) => void>();
 
   constructor(opts: FleetViewOptions = {}) {
     this.missed = opts.missedHeartbeats ?? 3;
@@ -44,6 +64,16 @@ export class FleetView {
     const prev = this.agents.get(hb.agentId);
     this.agents.set(hb.agentId, { agentId: hb.agentId, heartbeat: hb, lastSeen: now, state: "ready" });
     this.changed(hb.agentId);
+    const gpus = gpuHealthChange(prev?.heartbeat, hb);
+    if (gpus) {
+      for (const fn of this.gpuListeners) {
+        try {
+          fn(gpus);
+        } catch {
+          // A listener's failure is its own; the view stays consistent.
+        }
+      }
+    }
     if (prev?.state === "ready") return undefined;
     return { agentId: hb.agentId, from: prev?.state ?? "unknown", to: "ready" };
   }
@@ -96,6 +126,12 @@ export class FleetView {
       this.changeBase += 50_000;
       this.changeLog = this.changeLog.slice(50_000);
     }
+  }
+
+  /** Calls `fn` (synchronously, within observe) when an agent's drained GPUs change. Returns an unsubscribe. */
+  onGpuHealth(fn: (c: GpuHealthChange) => void): () => void {
+    this.gpuListeners.add(fn);
+    return () => this.gpuListeners.delete(fn);
   }
 
   get(agentId: string): LiveAgent | undefined {

@@ -36,7 +36,23 @@ export class FleetWatcher {
     this.persistEveryMs = opts.persistEveryMs ?? 30_000;
   }
 
+  private unwatchGpus?: () => void;
+
   start(): void {
+    // Drained GPUs go to the store at once, so every coordinator's agent list says so.
+    this.unwatchGpus = this.view.onGpuHealth((c) => {
+      this.persisted.delete(c.agentId);
+      for (const d of c.drained)
+        this.log.warn(
+          { agentId: c.agentId, hostname: c.hostname, gpu: d.uuid, index: d.index, reason: d.reason },
+          "GPU drained",
+        );
+      for (const d of c.restored)
+        this.log.info(
+          { agentId: c.agentId, hostname: c.hostname, gpu: d.uuid, index: d.index },
+          "GPU restored",
+        );
+    });
     const hb = this.nc.subscribe(subjects.allHeartbeats);
     const bye = this.nc.subscribe(subjects.allGoodbyes);
     this.subs = [hb, bye];
@@ -47,6 +63,7 @@ export class FleetWatcher {
 
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
+    this.unwatchGpus?.();
     for (const s of this.subs) s.unsubscribe();
     this.subs = [];
   }

@@ -1,7 +1,7 @@
 // The fleet area's entry point: what other areas may use of it.
 export { AgentNatsUsers, RevokedAgents } from "./agent-credentials.ts";
-export { FleetView } from "./fleet-view.ts";
-export type { LiveAgent } from "./fleet-view.ts";
+export { FleetView, gpuHealthChange } from "./fleet-view.ts";
+export type { GpuHealthChange, LiveAgent } from "./fleet-view.ts";
 export { FleetWatcher } from "./fleet-watcher.ts";
 export { JoinService } from "./join.ts";
 export { AgentRevoker } from "./revoke.ts";
@@ -10,3 +10,4 @@ export { ensureStreams } from "./streams.ts";
 export type { StreamRetention } from "./streams.ts";
 export { AgentRepo, JoinTokenRepo } from "./store.ts";
 export type { AgentState } from "./store.ts";
+export { fleetHttpRoutes } from "./area.ts";

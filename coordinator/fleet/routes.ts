@@ -1,13 +1,12 @@
-import { Type } from "@sinclair/typebox";
+import { type TSchema, Type } from "@sinclair/typebox";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
-import { gpuCounts, type HostCapacity } from "../../shared/fleet.ts";
+import { gpuCounts, type HostCapacity, poolOf } from "../../shared/fleet.ts";
 import type { FleetView } from "./fleet-view.ts";
 import type { JoinService } from "./join.ts";
 import type { AgentRevoker } from "./revoke.ts";
 import type { AgentRecord, JoinTokenRecord } from "./store.ts";
 import type { AgentRepo, JoinTokenRepo } from "./store.ts";
-import { requireAdmin } from "../http/index.ts";
 import { ErrorResponse } from "../http/index.ts";
 
 const errors = { 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 404: ErrorResponse };
@@ -32,6 +31,17 @@ const CapacityBody = Type.Object({
     toolkit: Type.Boolean(),
     counts: Type.Record(Type.String(), Type.Integer()),
     devices: Type.Array(GpuDeviceBody),
+    drained: Type.Array(
+      Type.Object({
+        index: Type.Integer(),
+        uuid: Type.String(),
+        model: Type.String(),
+        reason: Type.String(),
+        since: Type.String(),
+        xid: Type.Optional(Type.Integer()),
+      }),
+      { description: "GPUs kept off new placements because the driver reported them unhealthy" },
+    ),
   }),
 });
 
@@ -40,6 +50,9 @@ export const AgentBody = Type.Object({
   hostname: Type.String(),
   state: Type.Union([Type.Literal("ready"), Type.Literal("lost"), Type.Literal("left")]),
   version: Type.String(),
+  pool: Type.Union([Type.String(), Type.Null()], {
+    description: "its pool (berth agent --pool); null until this coordinator hears from it",
+  }),
   grpc_address: Type.String(),
   joined_at: Type.String(),
   last_seen_at: Type.Union([Type.String(), Type.Null()]),
@@ -73,6 +86,14 @@ export function capacityJson(c: HostCapacity) {
         memory_mib: d.memoryMiB,
         ...(d.mig ? { mig_profile: d.mig.profile } : {}),
       })),
+      drained: (c.gpus.drained ?? []).map((d) => ({
+        index: d.index,
+        uuid: d.uuid,
+        model: d.model,
+        reason: d.reason,
+        since: new Date(d.since).toISOString(),
+        ...(d.xid !== undefined ? { xid: d.xid } : {}),
+      })),
     },
   };
 }
@@ -91,6 +112,7 @@ export function agentJson(rec: AgentRecord, view: FleetView, now = Date.now()) {
     hostname: live?.heartbeat.hostname ?? rec.hostname,
     state,
     version: live?.heartbeat.version ?? rec.version,
+    pool: live ? poolOf(live.heartbeat) : null,
     grpc_address: live?.heartbeat.grpcAddress ?? rec.grpcAddress,
     joined_at: rec.joinedAt,
     last_seen_at: lastSeen,
@@ -106,13 +128,46 @@ const joinTokenJson = (t: JoinTokenRecord) => ({
   revoked_at: t.revokedAt,
 });
 
-/** Public join route for hosts. */
+/** What a join and a resume answer alike (their `tls` differs): the agent's id, heartbeat, NATS and registry access. */
+function agentSessionBody<T extends TSchema>(tls: T) {
+  return Type.Object({
+    agent_id: Type.String(),
+    heartbeat_interval_ms: Type.Integer(),
+    // user/password: the shared agent user; absent when the agent signs in with its own nkey.
+    nats: Type.Object({
+      url: Type.String(),
+      user: Type.Optional(Type.String()),
+      password: Type.Optional(Type.String()),
+    }),
+    tls,
+    registry: Type.Optional(
+      Type.Object({ url: Type.String(), username: Type.String(), password: Type.String() }),
+    ),
+  });
+}
+
+/** Public routes for hosts: join (with a join token) and resume (with their own certificate). */
 export function joinRoutes(join: JoinService): FastifyPluginAsync {
   return async (app) => {
+    // The cluster CA, public: a host about to join over HTTPS checks it against the fingerprint
+    // `berth up` printed (its join command's --ca-fingerprint), then trusts only it.
+    app.get(
+      "/api/v1/agents/ca",
+      {
+        schema: {
+          summary: "The cluster CA's certificate, which a joining host checks against its fingerprint",
+          response: { 200: Type.Object({ ca_pem: Type.String() }), ...errors },
+        },
+      },
+      async () => ({ ca_pem: join.caPem }),
+    );
+
     app.post(
       "/api/v1/agents/join",
       {
         schema: {
+          summary:
+            "Joins a host with a join token; answers its agent id, certificate, NATS and registry access",
           body: Type.Object(
             {
               join_token: Type.String({ minLength: 1 }),
@@ -125,20 +180,9 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
             { additionalProperties: false },
           ),
           response: {
-            200: Type.Object({
-              agent_id: Type.String(),
-              heartbeat_interval_ms: Type.Integer(),
-              // user/password: the shared agent user; absent when the agent signs in with its own nkey.
-              nats: Type.Object({
-                url: Type.String(),
-                user: Type.Optional(Type.String()),
-                password: Type.Optional(Type.String()),
-              }),
-              tls: Type.Object({ ca_pem: Type.String(), cert_pem: Type.String(), key_pem: Type.String() }),
-              registry: Type.Optional(
-                Type.Object({ url: Type.String(), username: Type.String(), password: Type.String() }),
-              ),
-            }),
+            200: agentSessionBody(
+              Type.Object({ ca_pem: Type.String(), cert_pem: Type.String(), key_pem: Type.String() }),
+            ),
             ...errors,
           },
         },
@@ -169,23 +213,85 @@ export function joinRoutes(join: JoinService): FastifyPluginAsync {
         };
       },
     );
+
+    // An agent that joined before, back at a start with its own certificate instead of the join token.
+    app.post(
+      "/api/v1/agents/resume",
+      {
+        schema: {
+          summary:
+            "An agent that joined before, back with a request signed by its certificate; answers its NATS and registry access",
+          body: Type.Object(
+            {
+              agent_id: Type.String({ minLength: 1, maxLength: 64 }),
+              hostname: Type.String({ minLength: 1 }),
+              version: Type.String({ maxLength: 200 }),
+              grpc_address: Type.String({ maxLength: 300 }),
+              signed_at: Type.String({ maxLength: 40 }),
+              cert_pem: Type.String({ minLength: 1, maxLength: 16_384 }),
+              signature: Type.String({ minLength: 1, maxLength: 2048 }),
+              renew_public_key: Type.Optional(Type.String({ maxLength: 4096 })),
+            },
+            { additionalProperties: false },
+          ),
+          response: {
+            // cert_pem: only when renew_public_key was sent; the private key never leaves the host.
+            200: agentSessionBody(
+              Type.Object({ ca_pem: Type.String(), cert_pem: Type.Optional(Type.String()) }),
+            ),
+            ...errors,
+          },
+        },
+      },
+      async (req) => {
+        const b = req.body as {
+          agent_id: string;
+          hostname: string;
+          version: string;
+          grpc_address: string;
+          signed_at: string;
+          cert_pem: string;
+          signature: string;
+          renew_public_key?: string;
+        };
+        const g = await join.resume({
+          agentId: b.agent_id,
+          hostname: b.hostname,
+          version: b.version,
+          grpcAddress: b.grpc_address,
+          signedAt: b.signed_at,
+          certPem: b.cert_pem,
+          signature: b.signature,
+          ...(b.renew_public_key ? { renewPublicKey: b.renew_public_key } : {}),
+        });
+        return {
+          agent_id: g.agentId,
+          heartbeat_interval_ms: g.heartbeatIntervalMs,
+          nats: g.nats,
+          tls: { ca_pem: g.tls.caPem, ...(g.tls.certPem ? { cert_pem: g.tls.certPem } : {}) },
+          ...(g.registry ? { registry: g.registry } : {}),
+        };
+      },
+    );
   };
 }
 
-/** Operator routes: the fleet and join tokens. Admin tokens only. */
+/** Operator routes: the fleet and join tokens. Cluster admin tokens only (each route's access). */
 export function fleetRoutes(
   store: { agents: AgentRepo; joinTokens: JoinTokenRepo },
   view: FleetView,
   revoker?: AgentRevoker,
 ): FastifyPluginAsync {
   return async (app) => {
-    app.addHook("preHandler", async (req) => {
-      requireAdmin(req);
-    });
-
     app.get(
       "/api/v1/agents",
-      { schema: { response: { 200: Type.Object({ agents: Type.Array(AgentBody) }), ...errors } } },
+      {
+        config: { access: { needs: "cluster" } },
+        schema: {
+          summary: "The agents that joined the cluster, with their state and capacity",
+          response: { 200: Type.Object({ agents: Type.Array(AgentBody) }), ...errors },
+        },
+      },
       async () => {
         const now = Date.now();
         return { agents: (await store.agents.list()).map((a) => agentJson(a, view, now)) };
@@ -195,7 +301,12 @@ export function fleetRoutes(
     app.get(
       "/api/v1/agents/:agentId",
       {
-        schema: { params: Type.Object({ agentId: Type.String() }), response: { 200: AgentBody, ...errors } },
+        config: { access: { needs: "cluster" } },
+        schema: {
+          summary: "One agent, with its state and capacity",
+          params: Type.Object({ agentId: Type.String() }),
+          response: { 200: AgentBody, ...errors },
+        },
       },
       async (req) => {
         const { agentId } = req.params as { agentId: string };
@@ -209,7 +320,10 @@ export function fleetRoutes(
       app.post(
         "/api/v1/agents/:agentId/revoke",
         {
+          config: { access: { needs: "cluster", audit: "agent.revoke" } },
           schema: {
+            summary:
+              "Revokes an agent: cuts it off NATS and gRPC; answers when and what became of its NATS user",
             params: Type.Object({ agentId: Type.String() }),
             response: {
               200: Type.Object({
@@ -234,14 +348,22 @@ export function fleetRoutes(
 
     app.get(
       "/api/v1/join-token",
-      { schema: { response: { 200: Type.Object({ join_tokens: Type.Array(JoinTokenBody) }), ...errors } } },
+      {
+        config: { access: { needs: "cluster" } },
+        schema: {
+          summary: "The join tokens, revoked ones included (never their secrets)",
+          response: { 200: Type.Object({ join_tokens: Type.Array(JoinTokenBody) }), ...errors },
+        },
+      },
       async () => ({ join_tokens: (await store.joinTokens.list()).map(joinTokenJson) }),
     );
 
     app.post(
       "/api/v1/join-token",
       {
+        config: { access: { needs: "cluster", audit: "join_token.create" } },
         schema: {
+          summary: "Creates a join token for adding hosts; answers its secret, shown this once",
           body: Type.Optional(
             Type.Object(
               { description: Type.Optional(Type.String({ maxLength: 200 })) },
@@ -262,7 +384,9 @@ export function fleetRoutes(
     app.delete(
       "/api/v1/join-token/:id",
       {
+        config: { access: { needs: "cluster", audit: "join_token.revoke" } },
         schema: {
+          summary: "Revokes a join token: no new host joins with it; joined agents stay",
           params: Type.Object({ id: Type.String() }),
           response: { 200: Type.Object({ revoked: Type.Boolean() }), ...errors },
         },

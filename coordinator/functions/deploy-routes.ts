@@ -23,7 +23,10 @@ export function gatewayDeploymentRoutes(
     app.post(
       "/api/v1/gateway/deployments",
       {
+        config: { access: { needs: "write", audit: "deployment.deploy" } },
         schema: {
+          summary:
+            "Deploys a new version of a named deployment (or updates a serve session in place); answers it and its URL",
           body: Type.Object(
             {
               // Name and type are checked by the service, whose messages say what is wrong.

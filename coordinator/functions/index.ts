@@ -3,3 +3,5 @@ export { gatewayDeploymentRoutes } from "./deploy-routes.ts";
 export { StubConfigSchema, StubExtraSchema, gatewayStubRoutes } from "./stub-routes.ts";
 export { taskRoutes } from "./task-routes.ts";
 export { gatewayEnqueueRoutes, taskQueueRoutes } from "./taskqueue-routes.ts";
+export { createFunctions, functionsHttpRoutes } from "./area.ts";
+export type { FunctionsDeps } from "./area.ts";

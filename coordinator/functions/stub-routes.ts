@@ -4,6 +4,7 @@ import { BotDefinitionSchema } from "../bots/index.ts";
 import type { FastifyPluginAsync } from "fastify";
 import { STUB_TYPES, type StubConfig, type StubExtra } from "../../shared/tasks.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
+import { POOL_NAME_RE } from "../../shared/fleet.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { StubRecord } from "../tasks/index.ts";
 import type { TaskService } from "../tasks/index.ts";
@@ -46,6 +47,8 @@ export const StubExtraSchema = Type.Object({
   cpu_millicores: Type.Integer({ minimum: 0 }),
   gpu_types: Type.Array(Type.String()),
   gpu_count: Type.Integer({ minimum: 0 }),
+  /** Every stub type: a share of one shared GPU, in MiB (docs/gpus.md, "Shared GPUs"). */
+  gpu_memory_mib: Type.Optional(Type.Integer({ minimum: 1, maximum: 16 * 1024 * 1024 })),
   retry_for: Type.Array(Type.String()),
   image_ref: Type.String(),
   code_sha256: Type.String({ pattern: "^([0-9a-f]{64})?$" }),
@@ -67,6 +70,14 @@ export const StubExtraSchema = Type.Object({
   block_network: Type.Optional(Type.Boolean()),
   allow_list: Type.Optional(Type.Array(Type.String({ maxLength: 64 }))),
   ttl_seconds: Type.Optional(Type.Integer({ minimum: -1 })),
+  /** Every stub type: "gvisor" runs its containers under gVisor (docs/runtime.md, "OCI runtimes"). */
+  isolation: Type.Optional(Type.Union([Type.Literal("container"), Type.Literal("gvisor")])),
+  /** Every stub type: only agents of this pool run its containers (docs/pools.md). */
+  pool: Type.Optional(Type.String({ pattern: POOL_NAME_RE.source })),
+  /** Every stub type: placement order, higher first (docs/gpus.md, "Priorities and preemption"). */
+  priority: Type.Optional(Type.Integer({ minimum: -1000, maximum: 1000 })),
+  /** Every stub type: its running containers may be preempted for higher-priority work. */
+  preemptible: Type.Optional(Type.Boolean()),
   /** Endpoint and asgi: model names the /v1 gateway routes here (docs/inference.md). */
   served_models: Type.Optional(
     Type.Array(Type.String({ pattern: "^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$" }), {
@@ -115,7 +126,10 @@ export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
     app.post(
       "/api/v1/gateway/stubs",
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary:
+            "Registers a stub (what a function, deployment or sandbox runs), or updates the one of that name and type; answers it",
           body: Type.Object(
             {
               name: Type.String({ minLength: 1, maxLength: 200 }),
@@ -135,6 +149,14 @@ export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
             field: "config.handler",
           });
         }
+        // Only runner containers are preempted (their tasks requeue); a sandbox or pod never is.
+        if (b.extra.preemptible && ["sandbox", "pod"].includes(b.type.split("/")[0] ?? "")) {
+          throw new BerthError(
+            "invalid_request",
+            `a ${b.type} is never preempted; preemptible applies to functions, task queues and deployments`,
+            { field: "extra.preemptible" },
+          );
+        }
         // Volumes are checked when registered too: a bad name never reaches an agent.
         checkStubVolumes(b.config.volumes);
         // A bad egress combination is refused when registered, before any container starts.
@@ -152,7 +174,9 @@ export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
     app.get(
       "/api/v1/gateway/stubs/:stubId",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "One stub of the workspace",
           params: Type.Object({ stubId: Type.String() }),
           response: gatewayResponse(Type.Object({ ok: Type.Literal(true), stub: StubBody })),
         },

@@ -121,6 +121,7 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/task/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["tasks"],
           summary: "The workspace's tasks, newest first",
@@ -195,9 +196,10 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/task/:ws/:taskId",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["tasks"],
-          summary: "One task: the spec's Task object, its cost, status history and why it waits",
+          summary: "One task: the Task object of the task status API, its cost, status history and why it waits",
           params: TaskIdParams,
           response: { 200: TaskDetails, ...WorkspaceErrors },
         },
@@ -224,6 +226,7 @@ export function taskRoutes(d: TaskRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/task/:ws/:taskId/subscribe",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["tasks"],
           summary: "The task's status changes as server-sent events, until it ends",

@@ -7,7 +7,7 @@ import type { DeploymentService, Resolved } from "../deployments/index.ts";
 import type { StubRecord } from "../tasks/index.ts";
 import type { TokenRepo } from "../store/index.ts";
 import type { TaskService } from "../tasks/index.ts";
-import { authenticator, principalOf } from "../http/index.ts";
+import { allowDeployment, authenticator, principalOf } from "../http/index.ts";
 import { gatewayResponse } from "../http/index.ts";
 import { ErrorResponse } from "../http/index.ts";
 
@@ -53,7 +53,9 @@ export function gatewayEnqueueRoutes(d: Pick<TaskQueueRouteDeps, "tasks">): Fast
     app.post(
       "/api/v1/gateway/stubs/:stubId/enqueue",
       {
+        config: { access: { needs: "invoke" } },
         schema: {
+          summary: "Queues a task on a task queue stub (TaskQueue.put()); answers its task id",
           params: Type.Object({ stubId: Type.String() }),
           body: Type.Object(
             { args: Type.String({ description: "base64 of the pickled (args, kwargs)" }) },
@@ -72,7 +74,9 @@ export function gatewayEnqueueRoutes(d: Pick<TaskQueueRouteDeps, "tasks">): Fast
             `stub ${stubId} is a ${baseStubType(stub.type)}, not a task queue: only task queues take put()`,
           );
         checkPending(d.tasks, stub, `task queue ${stub.name}`);
-        const [taskId] = await d.tasks.submit(ws, stubId, [Buffer.from(args, "base64")]);
+        const [taskId] = await d.tasks.submit(ws, stubId, [Buffer.from(args, "base64")], {
+          tokenId: principalOf(req).token.id,
+        });
         return { ok: true as const, task_id: taskId as string };
       },
     );
@@ -144,6 +148,8 @@ function publicTaskQueue(d: TaskQueueRouteDeps): FastifyPluginAsync {
         {
           payloadFormat: "json",
           ...(callbackUrl ? { callbackUrl } : {}),
+          // A public deployment's caller sends no token.
+          tokenId: req.principal?.token.id ?? null,
         },
       );
       void d.deployments.noteRequest(deployment.id);
@@ -151,7 +157,8 @@ function publicTaskQueue(d: TaskQueueRouteDeps): FastifyPluginAsync {
       return { task_id: taskId as string };
     };
 
-    const schema = (params: ReturnType<typeof Type.Object>) => ({
+    const schema = (summary: string, params: ReturnType<typeof Type.Object>) => ({
+      summary,
       params,
       body: JsonObjectBody,
       response: { 200: TaskIdBody, ...publicErrors },
@@ -160,7 +167,13 @@ function publicTaskQueue(d: TaskQueueRouteDeps): FastifyPluginAsync {
     // By id: open to anyone when the deployment is not authorized, else its workspace's tokens only.
     app.post(
       "/taskqueue/id/:id",
-      { schema: schema(Type.Object({ id: Type.String() })) },
+      {
+        config: { access: { needs: "invoke", deployment: "by-handler" } },
+        schema: schema(
+          "Queues a task on the task queue deployment with this id, the JSON body its arguments; answers its task id",
+          Type.Object({ id: Type.String() }),
+        ),
+      },
       async (req, reply) => {
         const { id } = req.params as { id: string };
         // Stopped ones too: whether it is stopped is told only to whom may call it (below).
@@ -169,6 +182,7 @@ function publicTaskQueue(d: TaskQueueRouteDeps): FastifyPluginAsync {
           await authenticate(req, reply);
           if (principalOf(req).workspace.id !== r.deployment.workspaceId)
             throw new BerthError("not_found", `deployment ${id} not found`);
+          allowDeployment(principalOf(req), r.deployment.name);
         }
         if (!r.deployment.active) {
           throw new BerthError(
@@ -190,15 +204,26 @@ function publicTaskQueue(d: TaskQueueRouteDeps): FastifyPluginAsync {
 
     app.post(
       "/taskqueue/:name",
-      { onRequest: authenticate, schema: schema(Type.Object({ name: Type.String() })) },
+      {
+        config: { access: { needs: "invoke", deployment: "name" } },
+        onRequest: authenticate,
+        schema: schema(
+          "Queues a task on the task queue deployment's latest active version, the JSON body its arguments; answers its task id",
+          Type.Object({ name: Type.String() }),
+        ),
+      },
       async (req, reply) => byName(req, reply, (req.params as { name: string }).name),
     );
 
     app.post(
       "/taskqueue/:name/:version",
       {
+        config: { access: { needs: "invoke", deployment: "name" } },
         onRequest: authenticate,
-        schema: schema(Type.Object({ name: Type.String(), version: Type.String() })),
+        schema: schema(
+          "Queues a task on one version (v1, v2, ...) of the task queue deployment; answers its task id",
+          Type.Object({ name: Type.String(), version: Type.String() }),
+        ),
       },
       async (req, reply) => {
         const { name, version } = req.params as { name: string; version: string };

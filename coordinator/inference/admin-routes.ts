@@ -10,7 +10,7 @@ import type { ModelDirectory } from "./models.ts";
 import type { DeploymentRepo } from "../deployments/index.ts";
 import type { InferenceRepo, UsageRow } from "./store.ts";
 import type { WorkspaceRepo } from "../store/index.ts";
-import { principalOf, requireAdmin } from "../http/index.ts";
+import { principalOf } from "../http/index.ts";
 import { isoQueryTime, scopedWorkspace, WorkspaceErrors, WsParams } from "../http/index.ts";
 
 export interface InferenceRestDeps {
@@ -99,6 +99,7 @@ export function inferenceRestRoutes(d: InferenceRestDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/usage/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["inference"],
           summary: "Usage of the /v1 inference gateway: rows (newest first) and totals over the same filter",
@@ -149,6 +150,7 @@ export function inferenceRestRoutes(d: InferenceRestDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/catalog",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["inference"],
           summary: "The public model catalog: deployments published to every workspace",
@@ -161,6 +163,7 @@ export function inferenceRestRoutes(d: InferenceRestDeps): FastifyPluginAsync {
     app.post(
       "/api/v1/catalog",
       {
+        config: { access: { needs: "cluster", audit: "catalog.publish" } },
         schema: {
           tags: ["inference"],
           summary: "Publish a deployment's models to every workspace (admin token)",
@@ -178,7 +181,6 @@ export function inferenceRestRoutes(d: InferenceRestDeps): FastifyPluginAsync {
         },
       },
       async (req) => {
-        requireAdmin(req);
         const b = req.body as { deployment: string; workspace_id?: string };
         const ws = await target(b.workspace_id, principalOf(req).workspace);
         if ((await d.deployments.list(ws.id, b.deployment)).length === 0)
@@ -196,6 +198,7 @@ export function inferenceRestRoutes(d: InferenceRestDeps): FastifyPluginAsync {
     app.delete(
       "/api/v1/catalog/:ws/:deployment",
       {
+        config: { access: { needs: "cluster", audit: "catalog.unpublish" } },
         schema: {
           tags: ["inference"],
           summary: "Take a deployment out of the public catalog (admin token)",
@@ -204,7 +207,6 @@ export function inferenceRestRoutes(d: InferenceRestDeps): FastifyPluginAsync {
         },
       },
       async (req) => {
-        requireAdmin(req);
         const p = req.params as { ws: string; deployment: string };
         const ws = await target(p.ws, principalOf(req).workspace);
         if (!(await d.repo.unpublish(ws.id, p.deployment)))

@@ -46,18 +46,28 @@ export interface InferenceDeps {
   endpoints: EndpointDispatcher;
   models: ModelDirectory;
   /** Where finished requests' rows go (batched to the store). */
-  usage: Pick<UsageWriter, "add" | "close">;
+  usage: Pick<UsageWriter, "add" | "close" | "flush">;
   limits(workspaceId: string): Promise<InferenceLimits>;
   limiter: InferenceLimiter;
+  /** The workspace's /v1 tokens per month (the limits area's V1TokenBudget); none: no budget is checked. */
+  tokenBudget?: TokenBudget;
   metrics?: InferenceMetrics;
   log: Logger;
   clock?: () => number;
+}
+
+/** A monthly token budget: check() throws limit_exceeded once it is used; spent() counts a request's tokens as it ends. */
+export interface TokenBudget {
+  check(workspaceId: string): Promise<void>;
+  spent(workspaceId: string, tokens: number): void;
 }
 
 /** Who a request is for: its workspace, and the token it came with (none in process). */
 export interface InferenceCaller {
   workspaceId: string;
   tokenId: string | null;
+  /** Throws permission_denied when the caller's token may not call this model's deployment (a narrowed token). */
+  mayCall?: (deployment: { name: string; workspaceId: string }) => void;
 }
 
 /** What a request asks, read once its caller is known. */
@@ -98,6 +108,11 @@ export class InferenceGateway {
   /** The coordinator stops: the queued usage rows are written. */
   close(): Promise<void> {
     return this.d.usage.close();
+  }
+
+  /** Writes the finished requests' queued usage rows now (a count of the month's tokens reads them); a failed write stays queued. */
+  async writeUsage(): Promise<void> {
+    await this.d.usage.flush().catch(() => {});
   }
 
   /** The caller's principal; unauthenticated (401) without a valid token. */
@@ -157,6 +172,11 @@ export class InferenceGateway {
           "model_not_found",
           `no model '${model}' in this workspace or the public catalog; GET /v1/models lists them`,
         );
+      caller.mayCall?.(entry.deployment);
+      // Before the model is reached; a request admitted earlier runs (and streams) to its end.
+      await this.d.tokenBudget?.check(ws).catch((e: unknown) => {
+        throw budgetRefusal(e, this.clock());
+      });
       this.d.limiter.admit(ws, await this.d.limits(ws));
       admitted = true;
       const { deployment, stub } = await this.d.endpoints.deps.deployments.resolveById(entry.deployment.id);
@@ -254,7 +274,10 @@ export class InferenceGateway {
     this.d.metrics?.observe(o.route, status, u, ttftMs, end - o.t0);
     if (!o.caller) return;
     const ws = o.caller.workspaceId;
-    if (u?.totalTokens) this.d.limiter.addTokens(ws, u.totalTokens);
+    if (u?.totalTokens) {
+      this.d.limiter.addTokens(ws, u.totalTokens);
+      this.d.tokenBudget?.spent(ws, u.totalTokens);
+    }
     const rec: UsageRecord = {
       workspaceId: ws,
       tokenId: o.caller.tokenId,
@@ -275,6 +298,18 @@ export class InferenceGateway {
     // Queued: written with others off the request's path (./usage-writer.ts).
     this.d.usage.add(rec);
   }
+}
+
+/** A used monthly budget answers 429 like the other /v1 limits, with Retry-After until it resets. */
+function budgetRefusal(e: unknown, nowMs: number): unknown {
+  if (!(e instanceof BerthError) || e.code !== "limit_exceeded") return e;
+  const resets = Date.parse(String(e.details?.resets_at ?? ""));
+  const retryAfterS = Number.isFinite(resets) ? Math.max(1, Math.ceil((resets - nowMs) / 1000)) : 3600;
+  return new HttpRefusal("limit_exceeded", e.message, {
+    status: 429,
+    headers: { "retry-after": String(retryAfterS) },
+    ...(e.details ? { details: e.details } : {}),
+  });
 }
 
 /** A full request queue (the endpoints' 429) says when to come back. */

@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
 import { BerthError } from "../../shared/errors.ts";
 import { readBody, upstreamHeaders } from "../containers/index.ts";
-import { HttpRefusal, publicError } from "../http/index.ts";
+import { allowDeployment, checkAccess, publicError } from "../http/index.ts";
 import {
   INFERENCE_BODY_LIMIT,
   type InferenceGateway,
@@ -49,7 +49,21 @@ export function serveHttp(
       ...(pathModel !== undefined ? { pathModel } : {}),
       caller: async () => {
         const p = await gateway.principal(req.headers.authorization, true);
-        return { workspaceId: p.workspace.id, tokenId: p.token.id };
+        checkAccess(p, { needs: "invoke", deployment: "by-handler" });
+        return {
+          workspaceId: p.workspace.id,
+          tokenId: p.token.id,
+          // A narrowed token calls its own workspace's named deployments, never the public catalog's.
+          mayCall: (d) => {
+            if (d.workspaceId !== p.workspace.id && p.token.deployments !== null) {
+              throw new BerthError(
+                "permission_denied",
+                "this token is narrowed to deployments of its workspace: public catalog models are not among them",
+              );
+            }
+            allowDeployment(p, d.name);
+          },
+        };
       },
       request: async () => {
         const headers = upstreamHeaders(req.headers, {

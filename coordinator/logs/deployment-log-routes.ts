@@ -58,7 +58,10 @@ export function deploymentLogRoutes(deps: DeploymentLogDeps): FastifyPluginAsync
     app.get(
       "/api/v1/gateway/deployments/:id/logs",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary:
+            "The deployment's container output as NDJSON lines; with follow, until the client disconnects",
           params: Params,
           querystring: Query,
           response: gatewayResponse(Type.Object({ ok: Type.Literal(true) })),

@@ -13,3 +13,5 @@ export {
 export { deploymentLogRoutes } from "./deployment-log-routes.ts";
 export type { DeploymentLogDeps } from "./deployment-log-routes.ts";
 export { logRoutes } from "./routes.ts";
+export { createLogs, logsHttpRoutes } from "./area.ts";
+export type { LogsDeps } from "./area.ts";

@@ -84,6 +84,7 @@ export function logRoutes(deps: LogRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/logs/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["logs"],
           summary: "Container log lines of the workspace, oldest first, a page at a time",
@@ -113,6 +114,7 @@ export function logRoutes(deps: LogRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/logs/:ws/stream",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["logs"],
           summary: "Container log lines of the workspace as they are printed (server-sent events)",

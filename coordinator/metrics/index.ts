@@ -18,6 +18,7 @@ export {
   poolFigures,
 } from "./pool-sampler.ts";
 export { CoordinatorMetrics, type CoordinatorMetricsSources } from "./prometheus.ts";
+export { type AgentGpus, agentGpus, registerGpuGauges } from "./gpu-gauges.ts";
 export {
   MAX_BUCKETS,
   type Point,
@@ -34,3 +35,5 @@ export { prometheusRoutes } from "./prometheus-routes.ts";
 export type { PrometheusRouteDeps } from "./prometheus-routes.ts";
 export { metricsRoutes } from "./routes.ts";
 export { MetricsRepo } from "./store.ts";
+export { createMetrics, metricsHttpRoutes } from "./area.ts";
+export type { MetricsDeps } from "./area.ts";

@@ -40,6 +40,13 @@ export function parseMetricsRound(data: Uint8Array): AgentMetricsMessage {
       throw new Error("container sample without containerId, cpuCores or memoryBytes");
     }
   }
+  // An older agent sends none; a malformed table is dropped rather than the whole round.
+  if (
+    m.gpus !== undefined &&
+    (!Array.isArray(m.gpus) || !m.gpus.every((g) => typeof g?.uuid === "string" && Number.isInteger(g.index)))
+  ) {
+    delete m.gpus;
+  }
   return m;
 }
 

@@ -1,10 +1,12 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import { DEFAULT_POOL } from "../../shared/fleet.ts";
 import { TASK_STATUSES } from "../../shared/tasks.ts";
 import type { AgentState } from "../fleet/index.ts";
+import { type AgentGpus, registerGpuGauges } from "./gpu-gauges.ts";
 
 // The coordinator's Prometheus registry (its own, never prom-client's global
 // one). Labels are cluster aggregates only: task status, stub type, agent
-// state, HTTP method, route pattern and status code; no workspace, stub or
+// state and pool, HTTP method, route pattern and status code; no workspace, stub or
 // token appears, so an open /metrics tells nothing about one workspace.
 
 export interface CoordinatorMetricsSources {
@@ -14,7 +16,10 @@ export interface CoordinatorMetricsSources {
   containers?: () => { stubId: string }[];
   /** A stub's type (function, endpoint, ...); cached here, as types never change. */
   stubType?: (stubId: string) => Promise<string | undefined>;
-  agentStates: () => AgentState[];
+  /** The fleet's agents: each one's state and pool. */
+  agents: () => { state: AgentState; pool: string }[];
+  /** Ready agents' GPUs from their latest metrics rounds (DCGM-named gauges). */
+  gpus?: () => AgentGpus[];
   /** @default true */
   processMetrics?: boolean;
 }
@@ -60,14 +65,20 @@ export class CoordinatorMetrics {
     });
     new Gauge({
       name: "berth_agents",
-      help: "Agents in this coordinator's fleet view, by state",
-      labelNames: ["state"],
+      help: "Agents in this coordinator's fleet view, by state and pool",
+      labelNames: ["state", "pool"],
       registers,
       collect() {
-        const states = s.agentStates();
-        for (const state of AGENT_STATES) this.set({ state }, states.filter((x) => x === state).length);
+        this.reset();
+        const agents = s.agents();
+        // Every state of every pool the fleet has (the default pool always), zeros included.
+        const pools = new Set([DEFAULT_POOL, ...agents.map((a) => a.pool)]);
+        for (const pool of pools)
+          for (const state of AGENT_STATES)
+            this.set({ state, pool }, agents.filter((a) => a.state === state && a.pool === pool).length);
       },
     });
+    if (s.gpus) registerGpuGauges(this.registry, s.gpus);
     const labelNames = ["method", "route", "status_code"] as const;
     this.requests = new Counter({
       name: "berth_http_requests_total",

@@ -77,10 +77,13 @@ export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
   return async (app) => {
     app.get(
       "/api/v1/metrics/:ws/stub-timeseries",
-      timeseriesSchema(
-        "One stub: containers, CPU, memory, GPU, tasks by status and task run times",
-        Type.Object({ stub_id: Type.String({ minLength: 1 }), ...RangeFields }),
-      ),
+      {
+        config: { access: { needs: "read" } },
+        ...timeseriesSchema(
+          "One stub: containers, CPU, memory, GPU, tasks by status and task run times",
+          Type.Object({ stub_id: Type.String({ minLength: 1 }), ...RangeFields }),
+        ),
+      },
       async (req) => {
         const workspaceId = scopedWorkspace(req).id;
         const q = req.query as RangeQuery & { stub_id: string };
@@ -94,10 +97,13 @@ export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
 
     app.get(
       "/api/v1/metrics/:ws/workspace-timeseries",
-      timeseriesSchema(
-        "The workspace's totals: containers, CPU, memory, GPU and tasks by status",
-        Type.Object(RangeFields),
-      ),
+      {
+        config: { access: { needs: "read" } },
+        ...timeseriesSchema(
+          "The workspace's totals: containers, CPU, memory, GPU and tasks by status",
+          Type.Object(RangeFields),
+        ),
+      },
       async (req) => {
         const workspaceId = scopedWorkspace(req).id;
         const range = parseRange(req.query as RangeQuery, now());
@@ -107,10 +113,13 @@ export function metricsRoutes(d: MetricsRouteDeps): FastifyPluginAsync {
 
     app.get(
       "/api/v1/metrics/:ws/pool-timeseries",
-      timeseriesSchema(
-        "Capacity, allocation and use of the pools this workspace can run in",
-        Type.Object(RangeFields),
-      ),
+      {
+        config: { access: { needs: "read" } },
+        ...timeseriesSchema(
+          "Capacity, allocation and use of the pools this workspace can run in",
+          Type.Object(RangeFields),
+        ),
+      },
       async (req) => {
         const workspaceId = scopedWorkspace(req).id;
         const range = parseRange(req.query as RangeQuery, now());

@@ -2,3 +2,4 @@
 export { Objects } from "./objects.ts";
 export { gatewayObjectRoutes } from "./routes.ts";
 export { ObjectRepo } from "./store.ts";
+export { createObjects, objectsHttpRoutes } from "./area.ts";

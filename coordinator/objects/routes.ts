@@ -18,7 +18,9 @@ export function gatewayObjectRoutes(objects: Objects): FastifyPluginAsync {
     app.get(
       "/api/v1/gateway/objects/:sha256",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "Whether the workspace has the object with this SHA-256, and its id",
           params: Params,
           response: gatewayResponse(
             Type.Object({
@@ -41,8 +43,11 @@ export function gatewayObjectRoutes(objects: Objects): FastifyPluginAsync {
     app.put(
       "/api/v1/gateway/objects/:sha256",
       {
+        config: { access: { needs: "write" } },
         bodyLimit: MAX_OBJECT_BYTES,
         schema: {
+          summary:
+            "Uploads an object (a code archive) stored by its SHA-256, which the bytes must match; answers its id",
           params: Params,
           response: gatewayResponse(Type.Object({ ok: Type.Literal(true), object_id: Type.Integer() })),
         },

@@ -34,6 +34,24 @@ export interface OutputRecord {
 /** What a task record lists of an output. */
 export type OutputJson = Omit<OutputRecord, "workspace_id" | "task_id">;
 
+/** OutputJson with the stored file's mode and times (Output.stat()). */
+export interface OutputStat extends OutputJson {
+  mode: string;
+  atime: string;
+  mtime: string;
+}
+
+/** A file's type and permission bits as `ls -l` writes them: "-rw-r--r--". */
+export function modeString(mode: number): string {
+  const type = (mode & 0o170000) === 0o040000 ? "d" : (mode & 0o170000) === 0o120000 ? "l" : "-";
+  let bits = "";
+  for (const shift of [6, 3, 0]) {
+    const p = (mode >> shift) & 7;
+    bits += `${p & 4 ? "r" : "-"}${p & 2 ? "w" : "-"}${p & 1 ? "x" : "-"}`;
+  }
+  return type + bits;
+}
+
 export const MAX_OUTPUT_BYTES = 1024 * 1024 * 1024;
 /** Longest expiry a public URL may ask for: 7 days. */
 export const MAX_URL_EXPIRES_S = 7 * 24 * 3600;
@@ -163,6 +181,24 @@ export class OutputStore {
       await writeFile(join(dir, id), "");
     }
     return rec;
+  }
+
+  /**
+   * The output with its stored file's metadata, the fields beta9's
+   * Output.stat() has: `mode` ("-rw-------", as `ls -l`), `atime`, `mtime` (ISO 8601).
+   */
+  async statFile(ws: string, id: string): Promise<OutputStat> {
+    const rec = await this.get(ws, id);
+    const st = await stat(this.dataPath(ws, id)).catch((e: NodeJS.ErrnoException) => {
+      if (e.code === "ENOENT") throw new BerthError("not_found", `output ${id} not found`);
+      throw e;
+    });
+    return {
+      ...publicView(rec),
+      mode: modeString(st.mode),
+      atime: st.atime.toISOString(),
+      mtime: st.mtime.toISOString(),
+    };
   }
 
   /** The output, or not_found (also once it has expired, before the sweeper ran). */

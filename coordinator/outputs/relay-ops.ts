@@ -29,7 +29,7 @@ export function serveOutputOps(router: Pick<RelayRouter, "serve">, store: Output
     const call = c.json();
     return store.publicUrl(c.workspaceId, String(call.id ?? ""), Number(call.expires));
   });
-  router.serve("output.stat", async (c) =>
-    publicView(await store.get(c.workspaceId, String(c.json().id ?? ""))),
-  );
+  router.serve("output.stat", async (c) => ({
+    ...(await store.statFile(c.workspaceId, String(c.json().id ?? ""))),
+  }));
 }

@@ -35,6 +35,11 @@ export interface IssueCertificateOptions {
   usage: CertificateUsage;
   /** @default 365 */
   days?: number;
+  /**
+   * SPKI PEM of an RSA key the holder made itself (an agent renewing its
+   * certificate): the certificate is for it, and no private key is made or returned.
+   */
+  publicKeyPem?: string;
 }
 
 const RSA_BITS = 2048;
@@ -54,6 +59,22 @@ async function newKeyPair(): Promise<{ keyPem: string; publicKey: forge.pki.Publ
     privateKeyEncoding: { type: "pkcs8", format: "pem" },
   });
   return { keyPem: privateKey, publicKey: forge.pki.publicKeyFromPem(publicKey) };
+}
+
+function givenRsaKey(pem: string): forge.pki.PublicKey {
+  let key: forge.pki.rsa.PublicKey;
+  try {
+    key = forge.pki.publicKeyFromPem(pem) as forge.pki.rsa.PublicKey;
+  } catch (e) {
+    throw new BerthError(
+      "invalid_request",
+      `the public key is not an RSA key in PEM: ${(e as Error).message}`,
+    );
+  }
+  if (!key.n || key.n.bitLength() < RSA_BITS) {
+    throw new BerthError("invalid_request", `the public key must be RSA of at least ${RSA_BITS} bits`);
+  }
+  return key;
 }
 
 // 128 random bits, positive and without a leading zero byte (RFC 5280 4.1.2.2).
@@ -167,7 +188,9 @@ export async function issueCertificate(
   }
   const issuer = parseCa(ca);
 
-  const { keyPem, publicKey } = await newKeyPair();
+  const { keyPem, publicKey } = options.publicKeyPem
+    ? { keyPem: "", publicKey: givenRsaKey(options.publicKeyPem) }
+    : await newKeyPair();
   const cert = forge.pki.createCertificate();
   cert.publicKey = publicKey;
   cert.serialNumber = serialNumber();

@@ -27,6 +27,8 @@ export interface AgentCertificateOptions {
   ipAddresses?: string[];
   /** @default 365 */
   days?: number;
+  /** SPKI PEM of the agent's own RSA key (a renewal): no private key is made. */
+  publicKeyPem?: string;
 }
 
 function decodeCa(raw: string): PemCertificate {
@@ -85,6 +87,25 @@ export class ClusterPki {
       ipAddresses: options.ipAddresses ?? [],
       usage: "both",
       days: options.days,
+      ...(options.publicKeyPem ? { publicKeyPem: options.publicKeyPem } : {}),
+    });
+  }
+
+  /**
+   * A server certificate for the endpoints `berth up --advertise` serves
+   * (the coordinator's API, NATS, the cluster registry): agents trust it
+   * through the CA they are handed at join.
+   */
+  issueServerCert(
+    commonName: string,
+    names: { dnsNames: string[]; ipAddresses: string[]; days?: number },
+  ): Promise<PemCertificate> {
+    return issueCertificate(this.ca, {
+      commonName,
+      dnsNames: names.dnsNames,
+      ipAddresses: names.ipAddresses,
+      usage: "server",
+      days: names.days,
     });
   }
 

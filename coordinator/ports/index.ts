@@ -2,3 +2,4 @@
 export { PortProxy, attachPortUpgrades, exposedPortRoute, servePortRequest } from "./proxy.ts";
 export type { PortTargets } from "./proxy.ts";
 export { portUrl, portUrls } from "./urls.ts";
+export { createPorts, portsHttpRoutes } from "./area.ts";

@@ -9,7 +9,14 @@ import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import { BerthError } from "../../shared/errors.ts";
 import { errorOf, forwardPlain, type TunnelDialer, upstreamHeaders } from "../containers/index.ts";
-import { addUpgradeRoute, MaskedError, type RawRoute, refuseUpgrade, sendError } from "../http/index.ts";
+import {
+  addUpgradeRoute,
+  checkAccess,
+  MaskedError,
+  type RawRoute,
+  refuseUpgrade,
+  sendError,
+} from "../http/index.ts";
 import { EndpointAuth, spliceUpgrade, upgradeHead } from "../endpoints/index.ts";
 import type { TokenRepo } from "../store/index.ts";
 
@@ -139,6 +146,7 @@ export class PortProxy {
     const p = await this.auth.principal(authorization);
     if (!p) throw new BerthError("unauthenticated", "unknown or revoked token");
     if (p.workspace.id !== target.workspaceId) throw notFound();
+    checkAccess(p, { needs: "invoke" });
     return { route, target, tokenUsed: true };
   }
 

@@ -18,3 +18,4 @@ export {
 } from "./service.ts";
 export { secretRoutes } from "./routes.ts";
 export { open, seal } from "./seal.ts";
+export { createSecrets, secretsHttpRoutes } from "./area.ts";

@@ -42,7 +42,9 @@ export function secretRoutes(secrets: Secrets): FastifyPluginAsync {
     app.get(
       "/api/v1/secret/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The workspace's secrets by name, without their values",
           params: WsParams,
           response: { 200: Type.Object({ secrets: Type.Array(SecretBody) }), ...errors },
         },
@@ -53,7 +55,9 @@ export function secretRoutes(secrets: Secrets): FastifyPluginAsync {
     app.post(
       "/api/v1/secret/:ws",
       {
+        config: { access: { needs: "write", audit: "secret.create" } },
         schema: {
+          summary: "Creates a secret (409 when the name exists); its value is stored encrypted",
           params: WsParams,
           body: Type.Object({ name: Type.String(), value: Value }, { additionalProperties: false }),
           response: { 201: SecretBody, ...errors },
@@ -71,7 +75,9 @@ export function secretRoutes(secrets: Secrets): FastifyPluginAsync {
     app.put(
       "/api/v1/secret/:ws/:name",
       {
+        config: { access: { needs: "write", audit: "secret.update" } },
         schema: {
+          summary: "Replaces the value of a secret",
           params: NameParams,
           body: Type.Object({ value: Value }, { additionalProperties: false }),
           response: { 200: SecretBody, ...errors },
@@ -87,7 +93,14 @@ export function secretRoutes(secrets: Secrets): FastifyPluginAsync {
 
     app.delete(
       "/api/v1/secret/:ws/:name",
-      { schema: { params: NameParams, response: { 204: Type.Null(), ...errors } } },
+      {
+        config: { access: { needs: "write", audit: "secret.delete" } },
+        schema: {
+          summary: "Deletes a secret",
+          params: NameParams,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
       async (req, reply) => {
         const ws = workspaceOf(req);
         const { name } = req.params as { name: string };

@@ -5,3 +5,5 @@ export { healthProbe } from "./health-probe.ts";
 export { stackRoutes } from "./routes.ts";
 export { StackService } from "./service.ts";
 export { StackRepo } from "./store.ts";
+export { createStacks, stacksHttpRoutes } from "./area.ts";
+export type { StacksDeps } from "./area.ts";

@@ -134,8 +134,10 @@ export function stackRoutes(stacks: StackService): FastifyPluginAsync {
     app.get(
       "/api/v1/stack/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["stacks"],
+          summary: "The workspace's stacks, each with its live version and newest attempt",
           params: WsParams,
           response: { 200: Type.Object({ stacks: Type.Array(StackJson) }), ...errors },
         },
@@ -146,9 +148,12 @@ export function stackRoutes(stacks: StackService): FastifyPluginAsync {
     app.post(
       "/api/v1/stack/:ws",
       {
+        config: { access: { needs: "write", audit: "stack.create" } },
         preValidation: owned,
         schema: {
           tags: ["stacks"],
+          summary:
+            "Creates a stack and applies its members; answers when they are ready or rolled back (202 at once with wait=false)",
           params: WsParams,
           querystring: WaitQuery,
           body: Type.Object({ name: Type.String(), ...ApplyFields }, { additionalProperties: false }),
@@ -167,9 +172,12 @@ export function stackRoutes(stacks: StackService): FastifyPluginAsync {
     app.put(
       "/api/v1/stack/:ws/:stackId",
       {
+        config: { access: { needs: "write", audit: "stack.update" } },
         preValidation: owned,
         schema: {
           tags: ["stacks"],
+          summary:
+            "Applies a new version of every member of the stack at once; rolls all back when one fails",
           params: StackParams,
           querystring: WaitQuery,
           body: Type.Object(ApplyFields, { additionalProperties: false }),

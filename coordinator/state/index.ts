@@ -5,3 +5,5 @@ export { serveStateOps } from "./relay-ops.ts";
 export { gatewayStateRoutes, stateRoutes } from "./routes.ts";
 export { SignalStore } from "./signals.ts";
 export { StateObjects } from "./state.ts";
+export { createState, stateHttpRoutes } from "./area.ts";
+export type { StateDeps } from "./area.ts";

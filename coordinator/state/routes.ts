@@ -46,8 +46,10 @@ export function gatewayStateRoutes(state: StateObjects): FastifyPluginAsync {
     app.post(
       "/api/v1/gateway/state",
       {
+        config: { access: { needs: "write" } },
         bodyLimit: 4 * 1024 * 1024,
         schema: {
+          summary: "One Queue, Map or Signal operation of the workspace (the SDK's); answers its result",
           body: StateBody,
           response: gatewayResponse(Type.Object({ ok: Type.Literal(true) }, { additionalProperties: true })),
         },
@@ -70,7 +72,9 @@ export function stateRoutes(state: StateObjects): FastifyPluginAsync {
     app.get(
       "/api/v1/queue/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The workspace's non-empty queues with their item counts",
           params: WsParams,
           response: { 200: Type.Object({ queues: Type.Array(Sized) }), ...errors },
         },
@@ -79,7 +83,14 @@ export function stateRoutes(state: StateObjects): FastifyPluginAsync {
     );
     app.get(
       "/api/v1/queue/:ws/:name",
-      { schema: { params: NameParams, response: { 200: Sized, ...errors } } },
+      {
+        config: { access: { needs: "read" } },
+        schema: {
+          summary: "How many items a queue holds",
+          params: NameParams,
+          response: { 200: Sized, ...errors },
+        },
+      },
       async (req) => {
         const ws = scopedWorkspace(req).id;
         const name = named("queue", req.params);
@@ -89,7 +100,9 @@ export function stateRoutes(state: StateObjects): FastifyPluginAsync {
     app.delete(
       "/api/v1/queue/:ws/:name",
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Empties a queue; answers how many items it removed",
           params: NameParams,
           response: { 200: Type.Object({ name: Type.String(), deleted: Type.Integer() }), ...errors },
         },
@@ -104,14 +117,21 @@ export function stateRoutes(state: StateObjects): FastifyPluginAsync {
     app.get(
       "/api/v1/map/:ws",
       {
-        schema: { params: WsParams, response: { 200: Type.Object({ maps: Type.Array(Sized) }), ...errors } },
+        config: { access: { needs: "read" } },
+        schema: {
+          summary: "The workspace's non-empty maps with their key counts",
+          params: WsParams,
+          response: { 200: Type.Object({ maps: Type.Array(Sized) }), ...errors },
+        },
       },
       async (req) => ({ maps: await state.maps.list(scopedWorkspace(req).id) }),
     );
     app.get(
       "/api/v1/map/:ws/:name",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The keys of a map (not their values)",
           params: NameParams,
           response: {
             200: Type.Object({ name: Type.String(), size: Type.Integer(), keys: Type.Array(Type.String()) }),
@@ -129,7 +149,9 @@ export function stateRoutes(state: StateObjects): FastifyPluginAsync {
     app.delete(
       "/api/v1/map/:ws/:name",
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Removes every key of a map; answers how many it removed",
           params: NameParams,
           response: { 200: Type.Object({ name: Type.String(), deleted: Type.Integer() }), ...errors },
         },
@@ -144,7 +166,9 @@ export function stateRoutes(state: StateObjects): FastifyPluginAsync {
     app.get(
       "/api/v1/signal/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The workspace's signals that are set now",
           params: WsParams,
           response: { 200: Type.Object({ signals: Type.Array(SignalBody) }), ...errors },
         },
@@ -153,13 +177,22 @@ export function stateRoutes(state: StateObjects): FastifyPluginAsync {
     );
     app.get(
       "/api/v1/signal/:ws/:name",
-      { schema: { params: NameParams, response: { 200: SignalBody, ...errors } } },
+      {
+        config: { access: { needs: "read" } },
+        schema: {
+          summary: "One signal: whether it is set, its revision and when it expires",
+          params: NameParams,
+          response: { 200: SignalBody, ...errors },
+        },
+      },
       async (req) => state.signals.state(scopedWorkspace(req).id, named("signal", req.params)),
     );
     app.post(
       "/api/v1/signal/:ws/:name/set",
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Sets a signal for ttl seconds (default 600)",
           params: NameParams,
           body: Type.Object({ ttl: Type.Optional(Type.Integer()) }, { additionalProperties: false }),
           response: { 200: SignalBody, ...errors },
@@ -173,7 +206,9 @@ export function stateRoutes(state: StateObjects): FastifyPluginAsync {
     app.post(
       "/api/v1/signal/:ws/:name/clear",
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Clears a signal that is set",
           params: NameParams,
           response: { 200: Type.Object({ name: Type.String(), cleared: Type.Boolean() }), ...errors },
         },

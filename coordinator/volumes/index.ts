@@ -3,3 +3,5 @@ export { stubBucketMounts } from "./buckets.ts";
 export { volumeRoutes } from "./routes.ts";
 export type { VolumeRouteDeps } from "./routes.ts";
 export { VolumeFiles } from "./volume-files.ts";
+export { createVolumes, volumesHttpRoutes } from "./area.ts";
+export type { VolumesDeps } from "./area.ts";

@@ -44,6 +44,7 @@ export function volumeRoutes(d: VolumeRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/volume/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["volumes"],
           summary: "The workspace's volumes with their sizes",
@@ -57,6 +58,7 @@ export function volumeRoutes(d: VolumeRouteDeps): FastifyPluginAsync {
     app.post(
       "/api/v1/volume/:ws",
       {
+        config: { access: { needs: "write", audit: "volume.create" } },
         schema: {
           tags: ["volumes"],
           summary: "Create a volume (volumes are also created on first use)",
@@ -75,6 +77,7 @@ export function volumeRoutes(d: VolumeRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/volume/:ws/:name",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["volumes"],
           summary: "One volume",
@@ -91,6 +94,7 @@ export function volumeRoutes(d: VolumeRouteDeps): FastifyPluginAsync {
     app.delete(
       "/api/v1/volume/:ws/:name",
       {
+        config: { access: { needs: "write", audit: "volume.delete" } },
         schema: {
           tags: ["volumes"],
           summary: "Delete a volume and every file in it",
@@ -108,6 +112,7 @@ export function volumeRoutes(d: VolumeRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/volume/:ws/:name/ls",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["volumes"],
           summary: "The entries of a directory of the volume (default its root)",
@@ -126,6 +131,7 @@ export function volumeRoutes(d: VolumeRouteDeps): FastifyPluginAsync {
     app.get(
       "/api/v1/volume/:ws/:name/files/*",
       {
+        config: { access: { needs: "read" } },
         schema: {
           tags: ["volumes"],
           summary: "Download a file of the volume (streamed)",
@@ -143,6 +149,7 @@ export function volumeRoutes(d: VolumeRouteDeps): FastifyPluginAsync {
     app.put(
       "/api/v1/volume/:ws/:name/files/*",
       {
+        config: { access: { needs: "write" } },
         bodyLimit: MAX_VOLUME_UPLOAD_BYTES,
         schema: {
           tags: ["volumes"],

@@ -30,3 +30,5 @@ export {
 } from "./validate.ts";
 export { webhookRoutes } from "./routes.ts";
 export { WebhookRepo } from "./store.ts";
+export { createWebhooks, webhooksHttpRoutes } from "./area.ts";
+export type { WebhooksDeps } from "./area.ts";

@@ -86,7 +86,9 @@ export function webhookRoutes(webhooks: WebhookService): FastifyPluginAsync {
     app.get(
       "/api/v1/webhook/:ws",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The workspace's webhooks, oldest first, a page at a time",
           params: WsParams,
           querystring: pageQuery({}),
           response: {
@@ -106,7 +108,9 @@ export function webhookRoutes(webhooks: WebhookService): FastifyPluginAsync {
     app.post(
       "/api/v1/webhook/:ws",
       {
+        config: { access: { needs: "write", audit: "webhook.create" } },
         schema: {
+          summary: "Creates a webhook; answers it with its signing secret, shown this once",
           params: WsParams,
           body: Type.Object(
             {
@@ -140,7 +144,9 @@ export function webhookRoutes(webhooks: WebhookService): FastifyPluginAsync {
     app.patch(
       "/api/v1/webhook/:ws/:webhookId",
       {
+        config: { access: { needs: "write", audit: "webhook.update" } },
         schema: {
+          summary: "Changes a webhook's URL, event types, description or whether it is enabled",
           params: IdParams,
           body: Type.Object(
             {
@@ -162,7 +168,14 @@ export function webhookRoutes(webhooks: WebhookService): FastifyPluginAsync {
 
     app.delete(
       "/api/v1/webhook/:ws/:webhookId",
-      { schema: { params: IdParams, response: { 204: Type.Null(), ...errors } } },
+      {
+        config: { access: { needs: "write", audit: "webhook.delete" } },
+        schema: {
+          summary: "Deletes a webhook",
+          params: IdParams,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
       async (req, reply) => {
         const ws = workspaceOf(req);
         await webhooks.delete(ws, idOf(req));
@@ -173,7 +186,9 @@ export function webhookRoutes(webhooks: WebhookService): FastifyPluginAsync {
     app.post(
       "/api/v1/webhook/:ws/:webhookId/test",
       {
+        config: { access: { needs: "write" } },
         schema: {
+          summary: "Sends a webhook.test event to this webhook alone, enabled or not; answers the delivery",
           // No body: whatever comes is ignored.
           params: IdParams,
           response: { 200: Type.Object({ delivery: WebhookDeliveryBody }), ...errors },
@@ -188,7 +203,9 @@ export function webhookRoutes(webhooks: WebhookService): FastifyPluginAsync {
     app.get(
       "/api/v1/webhook/:ws/:webhookId/deliveries",
       {
+        config: { access: { needs: "read" } },
         schema: {
+          summary: "The webhook's most recent delivery attempts, newest first",
           params: IdParams,
           querystring: Type.Object({ limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })) }),
           response: { 200: Type.Object({ deliveries: Type.Array(WebhookDeliveryBody) }), ...errors },

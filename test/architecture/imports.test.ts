@@ -67,6 +67,7 @@ export const TIERS: Record<string, readonly string[]> = {
     "objects",
     "volumes",
     "workspaces",
+    "sso",
     "tasks",
     "containers",
     "events",
@@ -88,6 +89,7 @@ export const TIERS: Record<string, readonly string[]> = {
     "webhooks",
     "outputs",
     "state",
+    "usage",
   ],
   edge: ["edge", "dashboard"],
 };

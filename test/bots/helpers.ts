@@ -60,6 +60,7 @@ export class TestTasks implements BotTasks {
       startedAt: null,
       endedAt: null,
       updatedAt: now,
+      tokenId: null,
     });
     this.payloads.set(id, JSON.parse(Buffer.from(inputs[0] as Uint8Array).toString()));
     if (!this.hold) setImmediate(() => this.run(id));

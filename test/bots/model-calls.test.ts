@@ -57,11 +57,14 @@ async function start(suite: { after: (fn: () => unknown) => void }) {
   const models: DeploymentWithStub[] = [];
   const gateway = createInference({
     endpoints: e.endpoints,
-    deployments: { activeDeployments: () => models },
+    activeDeployments: () => models,
     repo: e.h.store.inference,
-    limits: (ws) => e.h.store.limits.get(ws),
+    workspaces: e.h.store.workspaces,
+    deployments: e.h.store.deployments,
+    // Read from the store at each request: the tests change limits between calls.
+    limits: { get: (ws) => e.h.store.limits.get(ws), report: () => {} },
     log: pino({ level: "silent" }),
-  });
+  }).service;
   const inference = new InProcessInference(gateway);
   const relay = new RelayRouter(e.h.nc, { error() {} });
   const calls = new BotModelCalls(inference);

@@ -8,7 +8,7 @@ import { RevokedAgents } from "../../coordinator/fleet/agent-credentials.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { JoinService } from "../../coordinator/fleet/join.ts";
 import { AgentRevoker } from "../../coordinator/fleet/revoke.ts";
-import { buildHttpApp } from "../../coordinator/edge/app.ts";
+import { bareHttpApp } from "../helpers/bare-app.ts";
 import { ClusterPki } from "../../coordinator/pki/cluster-pki.ts";
 import { Store } from "../../coordinator/records.ts";
 import { bearer } from "../helpers/auth.ts";
@@ -31,7 +31,7 @@ test("POST /api/v1/agents/{id}/revoke and `berth agent revoke`: admin only, unkn
     heartbeatIntervalMs: 1000,
   });
   const revoker = new AgentRevoker({ agents: store.agents, revoked, fleet, clients: {} });
-  const app = await buildHttpApp({ store, fleet, join, revoker, logger: false, version: "test" });
+  const app = await bareHttpApp({ store, fleet, join, revoker });
   t.after(() => app.close());
   const ws = await store.workspaces.create("main");
   const admin = (await store.tokens.create(ws.id, { admin: true })).secret;

@@ -73,6 +73,51 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     assert.equal(badStub.json().error.code, "invalid_request");
   });
 
+  test("stubs: isolation gvisor is kept in the stub's extra; another value is refused", async () => {
+    const register = (isolation: string) =>
+      app.inject({
+        method: "POST",
+        url: "/api/v1/gateway/stubs",
+        headers: bearer(user),
+        payload: {
+          name: `iso-${isolation}`,
+          type: "function",
+          config: stubConfig(),
+          extra: { ...stubExtra(), isolation },
+        },
+      });
+    const ok = (await register("gvisor")).json();
+    assert.equal(ok.ok, true);
+    assert.equal((await h.store.stubs.get(ok.stub.id))?.extra.isolation, "gvisor");
+    const bad = (await register("runsc")).json();
+    assert.deepEqual([bad.ok, bad.error.code], [false, "invalid_request"]);
+  });
+
+  test("stubs: priority and preemptible are kept in the extra; a preemptible pod or a priority past 1000 is refused", async () => {
+    const register = (name: string, type: string, extra: Record<string, unknown>) =>
+      app.inject({
+        method: "POST",
+        url: "/api/v1/gateway/stubs",
+        headers: bearer(user),
+        payload: {
+          name,
+          type,
+          config: type === "pod" ? { ...stubConfig(), handler: "" } : stubConfig(),
+          extra: { ...stubExtra(), ...extra },
+        },
+      });
+    const ok = (await register("batch", "function", { priority: -5, preemptible: true })).json();
+    assert.equal(ok.ok, true);
+    const stored = await h.store.stubs.get(ok.stub.id);
+    assert.deepEqual([stored?.extra.priority, stored?.extra.preemptible], [-5, true]);
+    const pod = (await register("p", "pod", { preemptible: true })).json();
+    assert.deepEqual([pod.ok, pod.error.code], [false, "invalid_request"]);
+    assert.match(pod.error.message, /a pod is never preempted/);
+    assert.equal((await register("p2", "pod", { priority: 9 })).json().ok, true);
+    const high = (await register("h", "function", { priority: 1001 })).json();
+    assert.deepEqual([high.ok, high.error.code], [false, "invalid_request"]);
+  });
+
   test("objects: absent, upload with hash check, present, invisible to another workspace", async () => {
     const bytes = Buffer.from("code archive bytes");
     const sha = createHash("sha256").update(bytes).digest("hex");

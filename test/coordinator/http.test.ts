@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { buildHttpApp } from "../../coordinator/edge/app.ts";
+import { bareHttpApp } from "../helpers/bare-app.ts";
 import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
 import { storeJoinService } from "../helpers/join.ts";
@@ -22,7 +22,7 @@ describe("coordinator HTTP API (inject)", () => {
     store = await Store.open(`sqlite:${tempDir({ after: (fn) => cleanups.push(fn) })}/b.db`);
     fleet = new FleetView();
     const join = await storeJoinService(store);
-    app = await buildHttpApp({ store, fleet, join, logger: false, version: "test" });
+    app = await bareHttpApp({ store, fleet, join });
     const ws = await store.workspaces.create("main");
     admin = (await store.tokens.create(ws.id, { admin: true })).secret;
     user = (await store.tokens.create(ws.id, { name: "user" })).secret;
@@ -138,6 +138,43 @@ describe("coordinator HTTP API (inject)", () => {
       headers: bearer(token),
     });
     assert.equal(after.statusCode, 401);
+  });
+
+  test("a non-admin token cannot revoke an admin token nor read its secret; an admin token can", async () => {
+    const made = await app.inject({
+      method: "POST",
+      url: "/api/v1/token",
+      headers: bearer(admin),
+      payload: { name: "ops", admin: true },
+    });
+    assert.equal(made.statusCode, 201);
+    const { token: opsSecret, token_info: ops } = made.json();
+    const listed = await app.inject({ method: "GET", url: "/api/v1/token", headers: bearer(user) });
+    assert.equal(listed.statusCode, 200);
+    assert.ok(!listed.body.includes(opsSecret), "a token list never carries a secret");
+    const denied = await app.inject({
+      method: "DELETE",
+      url: `/api/v1/token/${ops.id}`,
+      headers: bearer(user),
+    });
+    assert.equal(denied.statusCode, 403);
+    assert.equal(denied.json().error.code, "permission_denied");
+    assert.match(denied.json().error.message, /admin token/);
+    const stillAdmin = await app.inject({
+      method: "GET",
+      url: "/api/v1/workspace",
+      headers: bearer(opsSecret),
+    });
+    assert.equal(stillAdmin.statusCode, 200, "the admin token still works after the refused revoke");
+    const allowed = await app.inject({
+      method: "DELETE",
+      url: `/api/v1/token/${ops.id}`,
+      headers: bearer(admin),
+    });
+    assert.equal(allowed.statusCode, 200);
+    assert.ok(allowed.json().token_info.revoked_at);
+    const gone = await app.inject({ method: "GET", url: "/api/v1/workspace", headers: bearer(opsSecret) });
+    assert.equal(gone.statusCode, 401);
   });
 
   test("only admin tokens create workspaces, admin tokens, list agents and join tokens", async () => {

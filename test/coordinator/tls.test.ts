@@ -15,7 +15,7 @@ import { after, before, describe, test } from "node:test";
 import pino from "pino";
 import type { ExecSession } from "../../api/index.ts";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { buildHttpApp } from "../../coordinator/edge/app.ts";
+import { bareHttpApp } from "../helpers/bare-app.ts";
 import { attachShellUpgrades } from "../../coordinator/edge/shell.ts";
 import { type RunningCoordinator, StartupError, startCoordinator } from "../../coordinator/main.ts";
 import { loadTlsCredentials, resolveCoordinatorOptions } from "../../coordinator/options.ts";
@@ -283,12 +283,10 @@ describe("coordinator over TLS", () => {
     const store = await Store.open(`sqlite:${tempDir(t)}/b.db`);
     t.after(() => store.close());
     const joinService = await storeJoinService(store);
-    const app = await buildHttpApp({
+    const app = await bareHttpApp({
       store,
       fleet: new FleetView(),
       join: joinService,
-      logger: false,
-      version: "test",
       tls: loadTlsCredentials({ certFile, keyFile }),
     });
     t.after(() => app.close());

@@ -3,7 +3,7 @@
 // An earlier step deploys a task queue with the CLI and enqueues a task; the
 // browser logs in with the admin token, sees this host in the fleet, finds
 // the deployment, follows the task to COMPLETE with its log lines, reads the
-// logs page, sees a metrics plot, the task's events and the limits.
+// logs page, sees a metrics plot, the task's events, the limits and the usage.
 // Screenshots of the main pages go to test-results/dashboard/ (printed as a
 // diagnostic). The dashboard is built
 // first when dist/dashboard is missing or older than its sources.
@@ -99,13 +99,14 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
     assert.equal(await page.evaluate(() => sessionStorage.getItem("berth.token")), up.token);
   });
 
-  await t.test("the fleet shows this host, ready, with its CPUs and memory", async () => {
+  await t.test("the fleet shows this host, its pool, ready, with its CPUs and memory", async () => {
     await page.goto(`${up.url}/#/fleet`);
     const row = page.locator("[data-testid=agent-row]", { hasText: hostname() });
     await row.locator(".state-ready").waitFor(WAIT);
     const cells = await row.locator("td").allTextContents();
-    assert.ok(Number(cells[2]) > 0, `CPUs: ${cells.join(" | ")}`);
-    assert.match(cells[3] ?? "", /iB$/);
+    assert.equal(cells[1], "default", `pool: ${cells.join(" | ")}`);
+    assert.ok(Number(cells[3]) > 0, `CPUs: ${cells.join(" | ")}`);
+    assert.match(cells[4] ?? "", /iB$/);
     await shot(page, "fleet");
   });
 
@@ -203,10 +204,29 @@ test("the dashboard in headless chromium against a berth up cluster", async (t) 
       await shot(page, "events");
       await page.click("header nav a[href='#/limits']");
       await page.locator("[data-testid=limit-row]", { hasText: "max_containers" }).waitFor(WAIT);
-      assert.equal(await page.locator("[data-testid=limit-row]").count(), 9);
+      assert.equal(await page.locator("[data-testid=limit-row]").count(), 16);
+      const isolation = page.locator("[data-testid=limit-row]", { hasText: "isolation" });
+      assert.match((await isolation.textContent()) ?? "", /each stub's own/);
+      const userNs = page.locator("[data-testid=limit-row]", { hasText: "user_namespace" });
+      assert.match((await userNs.textContent()) ?? "", /user_namespace\s*on/);
+      const filter = page.locator("[data-testid=limit-row]", { hasText: "syscall_filter" });
+      assert.match((await filter.textContent()) ?? "", /syscall_filter\s*allowlist/);
       await shot(page, "limits");
     },
   );
+
+  await t.test("the usage page shows today's run time, by day and by member", async () => {
+    await page.click("header nav a[href='#/usage']");
+    const today = new Date().toISOString().slice(0, 10);
+    const row = page.locator("[data-testid=usage-row]", { hasText: today });
+    await row.waitFor(WAIT);
+    // The task ran about 2 s: its run seconds are in the row's third cell.
+    const runSeconds = Number(await row.locator("td").nth(2).textContent());
+    assert.ok(runSeconds >= 2, `run seconds ${runSeconds}`);
+    await page.selectOption("[data-testid=usage-page] select[name=by]", "member");
+    await page.locator("[data-testid=usage-row]").first().waitFor(WAIT);
+    await shot(page, "usage");
+  });
 
   assert.deepEqual(pageErrors, [], "the pages threw no script errors");
 });

@@ -93,11 +93,14 @@ describe("endpoints, pods and /v1 (the endpoint harness, a capturing log)", () =
     const models: DeploymentWithStub[] = [];
     const gateway = createInference({
       endpoints: e.endpoints,
-      deployments: { activeDeployments: () => models },
+      activeDeployments: () => models,
       repo: e.h.store.inference,
-      limits: (ws) => e.h.store.limits.get(ws),
+      workspaces: e.h.store.workspaces,
+      deployments: e.h.store.deployments,
+      // Read from the store at each request: the tests change limits between calls.
+      limits: { get: (ws) => e.h.store.limits.get(ws), report: () => {} },
       log: c.log,
-    });
+    }).service;
     const v1 = Fastify();
     await v1.register(inferenceRoutes(gateway));
     await v1.listen({ host: "127.0.0.1", port: 0 });

@@ -19,11 +19,16 @@ import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/ind
 import { EndpointDispatcher } from "../../coordinator/endpoints/dispatch.ts";
 import { RevokedAgents } from "../../coordinator/fleet/agent-credentials.ts";
 import { AgentRevoker } from "../../coordinator/fleet/revoke.ts";
-import { ImageBuilds } from "../../coordinator/images/index.ts";
-import { createInference } from "../../coordinator/inference/index.ts";
-import { WorkspaceLimitsCache } from "../../coordinator/limits/limits.ts";
-import { CoordinatorMetrics } from "../../coordinator/metrics/index.ts";
+import { HandPulls, ImageBuilds } from "../../coordinator/images/index.ts";
+import { createInference, inferenceHttpRoutes } from "../../coordinator/inference/index.ts";
+import { Limits } from "../../coordinator/limits/index.ts";
+import { CoordinatorMetrics, prometheusRoutes } from "../../coordinator/metrics/index.ts";
 import { OutputStore } from "../../coordinator/outputs/output-store.ts";
+import { outputsHttpRoutes } from "../../coordinator/outputs/index.ts";
+import { endpointsHttpRoutes } from "../../coordinator/endpoints/index.ts";
+import { imagesHttpRoutes } from "../../coordinator/images/index.ts";
+import { volumesHttpRoutes } from "../../coordinator/volumes/index.ts";
+import { ssoHttpRoutes } from "../../coordinator/sso/index.ts";
 import { Planner } from "../../coordinator/scheduler/planner.ts";
 import { VolumeFiles } from "../../coordinator/volumes/volume-files.ts";
 import { deployInput } from "../deployments/helpers.ts";
@@ -115,7 +120,7 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
   let endpoints!: EndpointDispatcher;
   let images!: ImageBuilds;
   const f = await startScopingFixture(suite, {
-    extra: async (h, containers, later, deployments, _agent, fleet) => {
+    extra: async (h, containers, later, deployments, agent, fleet) => {
       const log = pino({ level: "silent" });
       const builder = new OneStepBuilder();
       endpoints = new EndpointDispatcher({
@@ -148,10 +153,9 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
         taskCounts: () => h.store.metrics.taskStatusCounts(),
         containers: () => containers.info(),
         stubType: async (id) => (await h.store.stubs.get(id))?.type,
-        agentStates: () => fleet.list().map((a) => a.state),
+        agents: () => fleet.list().map((a) => ({ state: a.state, pool: "default" })),
         processMetrics: false,
       });
-      const limitsCache = new WorkspaceLimitsCache({ repo: h.store.limits });
       images = new ImageBuilds({
         repo: h.store.builtImages,
         planner: new Planner({ fleet }),
@@ -166,23 +170,42 @@ export async function startFuzzFixture(suite: { after: (fn: () => unknown) => vo
         nc: h.nc,
         log,
       });
-      return {
-        fleet,
-        revoker,
-        dashboard: { dir: dashboard },
-        inference: createInference({
-          endpoints,
-          deployments,
-          repo: h.store.inference,
-          limits: (ws) => limitsCache.get(ws),
-          registry: metrics.registry,
-          log,
-        }),
-        images,
-        volumes: { files: volumes },
-        outputs,
+      const gateway = createInference({
         endpoints,
-        prometheus: { metrics },
+        activeDeployments: () => deployments.activeDeployments(),
+        repo: h.store.inference,
+        workspaces: h.store.workspaces,
+        deployments: h.store.deployments,
+        limits: new Limits(h.store.limits),
+        registry: metrics.registry,
+        log,
+      }).service;
+      return {
+        fleet: { view: fleet, revoker },
+        dashboard: { dir: dashboard },
+        outputs,
+        routes: [
+          // The Prometheus request counters, on every route (the metrics routes are the harness's own).
+          { hooks: [prometheusRoutes({ metrics })] },
+          inferenceHttpRoutes(gateway, {
+            repo: h.store.inference,
+            workspaces: h.store.workspaces,
+            deployments: h.store.deployments,
+          }),
+          imagesHttpRoutes(
+            images,
+            new HandPulls({
+              repo: h.store.builtImages,
+              ready: () => fleet.ready(),
+              pullOn: (_agentId, ref) => agent.pullImage(ref),
+            }),
+          ),
+          volumesHttpRoutes({ files: volumes }),
+          outputsHttpRoutes(outputs),
+          endpointsHttpRoutes(endpoints),
+          // Sessions and the login routes (single sign-on not configured: the exchange says so).
+          ssoHttpRoutes({ tokens: h.store.tokens }),
+        ],
       };
     },
   });

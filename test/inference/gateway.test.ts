@@ -11,7 +11,10 @@ import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
 import Fastify from "fastify";
 import pino from "pino";
-import { createInference } from "../../coordinator/inference/index.ts";
+import { createInference, InProcessInference } from "../../coordinator/inference/index.ts";
+import { V1TokenBudget, monthOf } from "../../coordinator/limits/budgets.ts";
+import { UsageService } from "../../coordinator/usage/report.ts";
+import { UsageRepo } from "../../coordinator/usage/store.ts";
 import { inferenceRoutes } from "../../coordinator/inference/routes.ts";
 import type { InferenceGateway } from "../../coordinator/inference/gateway.ts";
 import type { DeploymentWithStub } from "../../coordinator/deployments/store.ts";
@@ -94,6 +97,8 @@ class ModelServer {
 interface Ctx {
   e: EndpointHarness;
   gateway: InferenceGateway;
+  /** The workspace's /v1 tokens this month, as the usage report counts them (the gateway's rows written first). */
+  v1TokensThisMonth(): Promise<number>;
   base: string;
   models: { d: DeploymentWithStub }[];
   servers: ModelServer[];
@@ -102,13 +107,26 @@ interface Ctx {
 async function start(suite: { after: (fn: () => unknown) => void }): Promise<Ctx> {
   const e = await startEndpointHarness(suite);
   const models: { d: DeploymentWithStub }[] = [];
+  // The monthly token budget as main.ts wires it: the usage report's count, the queued rows written first.
+  const usage = new UsageService({ repo: new UsageRepo(e.h.store.db) });
+  let writeUsage = async () => {};
+  const count = async (ws: string) => {
+    await writeUsage();
+    const now = Date.now();
+    return usage.v1Tokens(ws, monthOf(now).fromMs, now);
+  };
+  const v1Tokens = new V1TokenBudget({ limits: e.h.store.limits, used: () => count });
   const gateway = createInference({
     endpoints: e.endpoints,
-    deployments: { activeDeployments: () => models.map((m) => m.d) },
+    activeDeployments: () => models.map((m) => m.d),
     repo: e.h.store.inference,
-    limits: (ws) => e.h.store.limits.get(ws),
+    workspaces: e.h.store.workspaces,
+    deployments: e.h.store.deployments,
+    // Read from the store at each request: the tests change limits between calls.
+    limits: { get: (ws) => e.h.store.limits.get(ws), report: () => {}, v1Tokens },
     log: pino({ level: "silent" }),
-  });
+  }).service;
+  writeUsage = () => gateway.writeUsage();
   const app = Fastify();
   await app.register(inferenceRoutes(gateway));
   await app.listen({ host: "127.0.0.1", port: 0 });
@@ -120,6 +138,7 @@ async function start(suite: { after: (fn: () => unknown) => void }): Promise<Ctx
   return {
     e,
     gateway,
+    v1TokensThisMonth: () => count(e.ws.id),
     base: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`,
     models,
     servers,
@@ -357,6 +376,61 @@ describe("the /v1 gateway", () => {
       assert.equal(c.gateway.d.limiter.usage(c.e.ws.id).requests, 0, "a refused request holds nothing");
     } finally {
       await c.e.h.store.limits.set(c.e.ws.id, { maxTokensPerMinute: null, maxInferenceRequests: null });
+    }
+  });
+
+  test("v1_tokens_per_month: once the month's tokens reach the budget /v1 answers 429 naming it; none lets requests through", async () => {
+    await deployModel("budgeted", 1);
+    const chat = { model: "budgeted", max_tokens: 3, messages: [] }; // 5 prompt + 3 completion tokens
+    // Earlier tests' tokens count: the budget is what the month used so far plus a few requests.
+    const before = await c.v1TokensThisMonth();
+    const budget = before + 20;
+    await c.e.h.store.limits.set(c.e.ws.id, { v1TokensPerMonth: budget });
+    try {
+      let recorded = before;
+      let served = 0;
+      while (recorded < budget) {
+        const r = await post("/v1/chat/completions", chat);
+        assert.equal(r.status, 200, await r.clone().text());
+        await r.text();
+        served++;
+        const was = recorded;
+        await waitFor(
+          async () => {
+            recorded = await c.v1TokensThisMonth();
+            return recorded > was;
+          },
+          { what: "the usage row" },
+        );
+      }
+      assert.equal(served, 3, "8 tokens a request: the third reaches the budget");
+      assert.equal(recorded, budget + 4);
+      const reset = new Date(monthOf(Date.now()).resetMs).toISOString();
+      const refused = await post("/v1/chat/completions", chat);
+      assert.equal(refused.status, 429);
+      assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+      const b = (await refused.json()) as { error: { code: string; message: string; type: string } };
+      assert.equal(b.error.code, "limit_exceeded");
+      assert.equal(
+        b.error.message,
+        `the workspace used ${recorded} of its ${budget} /v1 tokens this month (limit v1_tokens_per_month): /v1 requests are refused until ${reset}`,
+      );
+      // A bot's in-process call takes the same check.
+      const bot = await new InProcessInference(c.gateway).complete(c.e.ws.id, "chat.completions", chat);
+      assert.equal(bot.status, 429);
+      assert.match(bot.body.toString(), /limit v1_tokens_per_month/);
+      const servedBefore = c.servers.reduce((n, s) => n + s.bodies.length, 0);
+      await c.e.h.store.limits.set(c.e.ws.id, { v1TokensPerMonth: null });
+      const through = await post("/v1/chat/completions", chat);
+      assert.equal(through.status, 200);
+      await through.text();
+      assert.equal(
+        c.servers.reduce((n, s) => n + s.bodies.length, 0),
+        servedBefore + 1,
+        "the refused requests never reached the model",
+      );
+    } finally {
+      await c.e.h.store.limits.set(c.e.ws.id, { v1TokensPerMonth: null });
     }
   });
 });

@@ -38,7 +38,11 @@ describe("metrics routes and /metrics", () => {
       taskCounts: () => store.metrics.taskStatusCounts(),
       containers: () => [{ stubId }, { stubId }, { stubId: otherStubId }],
       stubType: async (id) => (await store.stubs.get(id))?.type,
-      agentStates: () => ["ready", "ready", "lost"],
+      agents: () => [
+        { state: "ready", pool: "default" },
+        { state: "ready", pool: "h100" },
+        { state: "lost", pool: "default" },
+      ],
       processMetrics: false,
     });
     const a = routesApp();
@@ -222,8 +226,10 @@ describe("metrics routes and /metrics", () => {
     assert.equal(value("berth_tasks", { status: "FAILED" }), 0);
     assert.equal(value("berth_containers", { stub_type: "function" }), 2);
     assert.equal(value("berth_containers", { stub_type: "endpoint" }), 1);
-    assert.equal(value("berth_agents", { state: "ready" }), 2);
-    assert.equal(value("berth_agents", { state: "lost" }), 1);
+    assert.equal(value("berth_agents", { state: "ready", pool: "default" }), 1);
+    assert.equal(value("berth_agents", { state: "ready", pool: "h100" }), 1);
+    assert.equal(value("berth_agents", { state: "lost", pool: "default" }), 1);
+    assert.equal(value("berth_agents", { state: "lost", pool: "h100" }), 0);
     const route = "/api/v1/metrics/:ws/workspace-timeseries";
     assert.ok((value("berth_http_requests_total", { method: "GET", route, status_code: "200" }) ?? 0) >= 1);
     assert.ok(

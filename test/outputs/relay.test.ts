@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
@@ -24,8 +25,8 @@ const execp = promisify(execFile);
 const SDK = join(import.meta.dirname, "../../sdk/python");
 
 const SCRIPT = `
-import json, os, sys
-from berth.api.output import Output
+import io, json, os, sys
+from berth.api.output import Output, OutputNotSavedError, Stat
 from berth.errors import BerthError
 work = sys.argv[1]
 big = os.path.join(work, "big.bin")
@@ -34,19 +35,31 @@ with open(big, "wb") as f:
 os.makedirs(os.path.join(work, "dir", "sub"))
 with open(os.path.join(work, "dir", "sub", "x.txt"), "w") as f:
     f.write("in a directory")
+with open(os.path.join(work, "dir", "top.txt"), "w") as f:
+    f.write("at the top")
 out = Output(path=big)
 before = out.exists()
+try:
+    out.stat()
+    unsaved = "answered"
+except OutputNotSavedError as e:
+    unsaved = e.code
 out.save()
 url = out.public_url(expires=600)
 stat = out.stat()
 d = Output(path=os.path.join(work, "dir")).save()
+from_file = Output.from_file(io.BytesIO(b"from a file handle")).save()
 try:
-    Output(path=os.path.join(work, "missing")).save()
-    missing = "saved"
-except BerthError as e:
-    missing = e.code
-print(json.dumps({"id": out.id, "before": before, "exists": out.exists(), "url": url, "stat": stat,
-                  "dir": d.stat()["name"], "missing": missing}))
+    Output(path=os.path.join(work, "missing"))
+    missing = "made"
+except FileNotFoundError:
+    missing = "FileNotFoundError"
+print(json.dumps({"id": out.id, "before": before, "unsaved": unsaved, "exists": out.exists(), "url": url,
+                  "stat": {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in stat.to_dict().items()},
+                  "stat_is_stat": isinstance(stat, Stat), "size_by_key": stat["size"], "size_by_attr": stat.size,
+                  "dir": d.stat().name, "dir_url": d.public_url(expires=600),
+                  "from_file": [from_file.stat().size, from_file.public_url(expires=600)],
+                  "from_file_kept": os.path.exists(from_file.path), "missing": missing}))
 `;
 
 test("a container's Output goes through its agent's bridge and the NATS relay to the store", async (t) => {
@@ -90,22 +103,49 @@ test("a container's Output goes through its agent's bridge and the NATS relay to
   const r = JSON.parse(stdout) as {
     id: string;
     before: boolean;
+    unsaved: string;
     exists: boolean;
     url: string;
-    stat: { size: number; name: string; expires_at: string };
+    stat: Record<string, unknown>;
+    stat_is_stat: boolean;
+    size_by_key: number;
+    size_by_attr: number;
     dir: string;
+    dir_url: string;
+    from_file: [number, string];
+    from_file_kept: boolean;
     missing: string;
   };
   assert.equal(r.before, false);
+  assert.equal(r.unsaved, "not_found", "stat() before save() is OutputNotSavedError");
   assert.equal(r.exists, true);
+  // beta9's Stat fields first (mode, size, atime, mtime), then berth's.
+  assert.deepEqual(Object.keys(r.stat), [
+    "mode",
+    "size",
+    "atime",
+    "mtime",
+    "id",
+    "name",
+    "created_at",
+    "expires_at",
+  ]);
+  assert.equal(r.stat_is_stat, true);
   assert.equal(r.stat.size, 256 * 6000);
+  assert.equal(r.size_by_key, 256 * 6000, 'stat()["size"] still works');
+  assert.equal(r.size_by_attr, 256 * 6000);
+  assert.match(String(r.stat.mode), /^-r[-w][-x]/);
+  assert.match(String(r.stat.mtime), /^\d{4}-\d\d-\d\dT/);
   assert.equal(r.stat.name, "big.bin");
+  assert.equal(r.stat.id, r.id);
   assert.ok(r.stat.expires_at);
-  assert.equal(r.dir, "dir.tar.gz");
-  assert.equal(r.missing, "invalid_request");
+  assert.equal(r.dir, "dir.zip", "a directory is zipped, as beta9 does");
+  assert.equal(r.from_file[0], "from a file handle".length);
+  assert.equal(r.from_file_kept, false, "the temporary copy goes once saved");
+  assert.equal(r.missing, "FileNotFoundError");
   assert.deepEqual(
     (await store.ofTask("ws-a", "task-7")).map((o) => o.name),
-    ["big.bin", "dir.tar.gz"],
+    ["big.bin", "dir.zip", r.from_file[1].split("/").at(-1)?.split("?")[0]],
   );
   assert.deepEqual(await store.ofTask("ws-b", "task-7"), []);
 
@@ -117,4 +157,16 @@ test("a container's Output goes through its agent's bridge and the NATS relay to
   const want = Buffer.alloc(256 * 6000);
   for (let i = 0; i < want.length; i++) want[i] = i % 256;
   assert.ok(got.rawPayload.equals(want), "the bytes served are the bytes saved");
+  const zip = await app.inject({ method: "GET", url: r.dir_url.slice("http://c".length) });
+  assert.equal(zip.statusCode, 200);
+  const zipPath = join(dir, "dir.zip");
+  writeFileSync(zipPath, zip.rawPayload);
+  const { stdout: listed } = await execp("python3", [
+    "-c",
+    "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print(sorted(z.namelist())); print(z.read('sub/x.txt').decode())",
+    zipPath,
+  ]);
+  assert.equal(listed, "['sub/x.txt', 'top.txt']\nin a directory\n", "its files, relative to the directory");
+  const fromFile = await app.inject({ method: "GET", url: r.from_file[1].slice("http://c".length) });
+  assert.equal(fromFile.body, "from a file handle");
 });

@@ -10,7 +10,8 @@ import { test, type TestContext } from "node:test";
 import type { FastifyInstance } from "fastify";
 import pino from "pino";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { buildHttpApp } from "../../coordinator/edge/app.ts";
+import { portsHttpRoutes } from "../../coordinator/ports/index.ts";
+import { bareHttpApp } from "../helpers/bare-app.ts";
 import { attachPortUpgrades, PortProxy, type PortTarget } from "../../coordinator/ports/proxy.ts";
 import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
@@ -86,13 +87,11 @@ async function setup(t: TestContext): Promise<Rig> {
     onActivity: (id) => activity.push(id),
   });
   const join = await storeJoinService(store);
-  const app = await buildHttpApp({
+  const app = await bareHttpApp({
     store,
     fleet: new FleetView(),
     join,
-    logger: false,
-    version: "test",
-    ports,
+    areas: [portsHttpRoutes(ports)],
     endpointDomain: "apps.test",
   });
   attachPortUpgrades(app.server, ports);

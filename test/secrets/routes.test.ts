@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
-import { buildHttpApp } from "../../coordinator/edge/app.ts";
+import { secretsHttpRoutes } from "../../coordinator/secrets/index.ts";
+import { bareHttpApp } from "../helpers/bare-app.ts";
 import type { SecretService } from "../../coordinator/secrets/index.ts";
 import { Store } from "../../coordinator/records.ts";
 import { tempDir } from "../helpers/env.ts";
@@ -22,14 +23,7 @@ export async function secretsApp(cleanups: (() => unknown)[]) {
   cleanups.unshift(() => store.close());
   const join = await storeJoinService(store);
   const secrets = secretService(store);
-  const app = await buildHttpApp({
-    store,
-    fleet: new FleetView(),
-    join,
-    secrets,
-    logger: false,
-    version: "test",
-  });
+  const app = await bareHttpApp({ store, fleet: new FleetView(), join, areas: [secretsHttpRoutes(secrets)] });
   cleanups.unshift(() => app.close());
   return { app, store, secrets };
 }

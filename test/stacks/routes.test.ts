@@ -5,6 +5,7 @@ import type { DeploymentService } from "../../coordinator/deployments/service.ts
 import type { ContainerTable } from "../../coordinator/containers/container-table.ts";
 import { DeploymentMembers } from "../../coordinator/stacks/deployment-member.ts";
 import type { HealthAnswer } from "../../coordinator/stacks/health-probe.ts";
+import { stacksHttpRoutes } from "../../coordinator/stacks/index.ts";
 import { StackService } from "../../coordinator/stacks/service.ts";
 import { bearer } from "../helpers/auth.ts";
 import { waitUntil } from "../helpers/wait.ts";
@@ -38,23 +39,27 @@ describe("stack routes", () => {
       { after: (fn) => cleanups.push(fn) },
       {
         more: async (h, containers, _later, deps) => ({
-          stacks: new StackService({
-            repo: h.store.stacks,
-            kinds: [
-              new DeploymentMembers({
-                deployments: deps,
-                containers: {
-                  containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
-                  startError: (stubId) => startErrors.get(stubId),
-                },
-                // What each container's runner answers to GET /.berth/health (health-probe.test.ts asks a real one).
-                probe: async (c) => health.get(c.containerId),
-                settleMs: 0,
+          routes: [
+            stacksHttpRoutes(
+              new StackService({
+                repo: h.store.stacks,
+                kinds: [
+                  new DeploymentMembers({
+                    deployments: deps,
+                    containers: {
+                      containersOf: (stubId) => containers.info((c) => c.stubId === stubId),
+                      startError: (stubId) => startErrors.get(stubId),
+                    },
+                    // What each container's runner answers to GET /.berth/health (health-probe.test.ts asks a real one).
+                    probe: async (c) => health.get(c.containerId),
+                    settleMs: 0,
+                  }),
+                ],
+                log: pino({ level: "silent" }),
+                pollMs: 10,
               }),
-            ],
-            log: pino({ level: "silent" }),
-            pollMs: 10,
-          }),
+            ),
+          ],
         }),
       },
     );

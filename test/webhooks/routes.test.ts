@@ -249,7 +249,7 @@ describe("webhook routes (inject)", () => {
       [{ url: `http://0.0.0.0:${COORDINATOR_PORT}/` }, /points at this coordinator/],
       [
         { url: "https://example.com/", event_types: ["task.finished"] },
-        /unknown event type pattern "task.finished"; valid patterns are \*, stub\.\*, deployment\.\*, task\.\*, sandbox\.\*, image\.\*, webhook\.\*, stub\.deploy, /,
+        /unknown event type pattern "task.finished"; valid patterns are \*, stub\.\*, deployment\.\*, task\.\*, sandbox\.\*, image\.\*, gpu\.\*, webhook\.\*, audit\.\*, stub\.deploy, /,
       ],
       [
         { url: "https://example.com/", event_types: ["log.*", "metrics.cpu"] },
