@@ -20,6 +20,8 @@ export class ApiClient {
   constructor(
     readonly url: string,
     private readonly token?: string,
+    /** Calls the coordinator's public routes without a token (`berth login` before it has one). */
+    private readonly o: { anonymous?: boolean } = {},
   ) {}
 
   static fromEnv(env: NodeJS.ProcessEnv = process.env): ApiClient {
@@ -51,11 +53,16 @@ export class ApiClient {
   }
 
   /**
-   * Opens a streaming response (NDJSON logs): no timeout, ended by `signal`.
-   * An error answer (JSON, gateway or REST style) is thrown as its BerthError.
+   * Opens a streaming response (NDJSON logs; with `body`, a POST's NDJSON
+   * progress): no timeout, ended by `signal`. An error answer (JSON, gateway
+   * or REST style) is thrown as its BerthError.
    */
-  async openStream(path: string, signal: AbortSignal): Promise<Response> {
-    const res = await this.send("GET", path, { signal, timeoutMs: 0 });
+  async openStream(path: string, signal: AbortSignal, body?: unknown): Promise<Response> {
+    const res = await this.send(body === undefined ? "GET" : "POST", path, {
+      signal,
+      timeoutMs: 0,
+      ...(body !== undefined ? { body } : {}),
+    });
     const type = res.headers.get("content-type") ?? "";
     if (!res.ok || type.startsWith("application/json")) {
       gatewayResult(await this.json<unknown>(res));
@@ -79,7 +86,7 @@ export class ApiClient {
   }
 
   private async send(method: string, path: string, o: SendOptions): Promise<Response> {
-    if (!this.token) {
+    if (!this.token && !this.o.anonymous) {
       throw new BerthError(
         "unauthenticated",
         "no token: run `berth configure default --token T`, or set SERVICE_TOKEN",
@@ -94,16 +101,16 @@ export class ApiClient {
       return await fetch(`${this.url}${path}`, {
         method,
         headers: {
-          authorization: `Bearer ${this.token}`,
+          ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
           ...(contentType ? { "content-type": contentType } : {}),
         },
         ...(o.stream !== undefined
           ? { body: o.stream, duplex: "half" as const }
           : o.bytes !== undefined
-          ? { body: o.bytes }
-          : o.body !== undefined
-            ? { body: JSON.stringify(o.body) }
-            : {}),
+            ? { body: o.bytes }
+            : o.body !== undefined
+              ? { body: JSON.stringify(o.body) }
+              : {}),
         ...(signals.length > 0 ? { signal: AbortSignal.any(signals) } : {}),
       });
     } catch (e) {

@@ -45,6 +45,18 @@ export function saveProfile(name: string, profile: Profile, path = configPath())
   renameSync(tmp, path);
 }
 
+/** Removes a profile's token (`berth logout`), keeping its URL and the other profiles. */
+export function forgetProfileToken(name: string, path = configPath()): void {
+  const cfg = readConfig(path);
+  const p = cfg.profiles[name];
+  if (!p?.token) return;
+  const { token: _gone, ...rest } = p;
+  cfg.profiles[name] = rest;
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
+  renameSync(tmp, path);
+}
+
 /** The URL and token in effect: SERVICE_TOKEN / BERTH_URL override the profile. */
 export function currentCredentials(env: NodeJS.ProcessEnv = process.env): {
   url: string;

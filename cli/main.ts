@@ -1,13 +1,17 @@
 import { Command, CommanderError } from "commander";
 import { describeError } from "../shared/errors.ts";
 import { BERTH_VERSION } from "../shared/version.ts";
+import { adminCommands } from "./commands/admin.ts";
 import { agentCommands } from "./commands/agent.ts";
 import { agentJoinCommand } from "./commands/agent-join.ts";
+import { agentUninstallCommand } from "./commands/agent-uninstall.ts";
 import { configureCommand } from "./commands/configure.ts";
+import { loginCommand, logoutCommand } from "./commands/login.ts";
 import { coordinatorCommand } from "./commands/coordinator.ts";
 import { dbCommands } from "./commands/db.ts";
 import { deployCommand } from "./commands/deploy.ts";
 import { deploymentCommands } from "./commands/deployment.ts";
+import { doctorCommand } from "./commands/doctor.ts";
 import { imageCommands } from "./commands/image.ts";
 import { logsCommand } from "./commands/logs.ts";
 import { secretCommands } from "./commands/secret.ts";
@@ -17,8 +21,9 @@ import { shellCommand } from "./commands/shell.ts";
 import { stackCommands } from "./commands/stack.ts";
 import { taskCommands } from "./commands/task.ts";
 import { upCommand } from "./commands/up.ts";
+import { usageCommand } from "./commands/usage.ts";
 import { volumeCommands } from "./commands/volume.ts";
-import { workspaceCommands } from "./commands/workspace.ts";
+import { auditCommand, workspaceCommands } from "./commands/workspace.ts";
 
 export function buildProgram(): Command {
   const program = new Command("berth")
@@ -31,8 +36,13 @@ export function buildProgram(): Command {
   agentCommands(program);
   // `berth agent join` goes on the command agentCommands made: `berth agent`'s flags are join's too.
   agentJoinCommand(program.commands.find((c) => c.name() === "agent")!);
+  agentUninstallCommand(program.commands.find((c) => c.name() === "agent")!);
   configureCommand(program);
+  loginCommand(program);
+  logoutCommand(program);
   workspaceCommands(program);
+  auditCommand(program);
+  usageCommand(program);
   taskCommands(program);
   secretCommands(program);
   dbCommands(program);
@@ -45,6 +55,8 @@ export function buildProgram(): Command {
   serveCommand(program);
   shellCommand(program);
   logsCommand(program);
+  doctorCommand(program);
+  adminCommands(program);
   return program;
 }
 

@@ -10,25 +10,34 @@ interface AgentJson {
   hostname: string;
   state: string;
   version: string;
+  pool: string | null;
   grpc_address: string;
   last_seen_at: string | null;
   capacity: {
     cpu_cores: number;
     memory_bytes: number;
     disk: { free_bytes: number; total_bytes: number };
-    gpus: { available: boolean; reason?: string; counts: Record<string, number> };
+    gpus: {
+      available: boolean;
+      reason?: string;
+      counts: Record<string, number>;
+      drained?: { index: number; uuid: string; model: string; reason: string; since: string }[];
+    };
   } | null;
 }
 
 interface AgentRunFlags {
   coordinator?: string;
   joinToken?: string;
+  caFingerprint?: string;
   dataDir?: string;
   hostname?: string;
   grpcHost?: string;
   grpcPort?: number;
   advertise?: string;
   nvidiaSmi?: string;
+  sharedGpus?: string;
+  mpsDir?: string;
   logLevel?: string;
   containers?: boolean;
   networkPrefix?: string;
@@ -47,6 +56,8 @@ interface AgentRunFlags {
   volumeRoot?: string;
   micromambaBin?: string;
   containerDisk?: number;
+  runtime?: string;
+  warmRunners?: number;
 }
 
 /** The smallest disk quota: agent/runtime/disk.ts MIN_DISK_BYTES (not imported: the CLI does not load the agent). */
@@ -76,18 +87,30 @@ function collect(v: string, acc: string[]): string[] {
   return [...acc, v];
 }
 
+/** The agent process's module, loaded only by the agent commands that need it (not at `berth --help`). */
+export const loadAgentMain = () => import("../../agent/main.ts");
+
 export function agentCommands(program: Command): void {
   const agent = program
     .command("agent")
     .description("run this host's agent, or manage the fleet (`berth agent list`)")
     .option("--coordinator <url>", "coordinator to join")
     .option("--join-token <token>", "join token from the operator")
+    .option(
+      "--ca-fingerprint <sha256:hex>",
+      "the cluster CA's fingerprint (berth up --advertise prints it): an https:// coordinator is trusted through that CA",
+    )
     .option("--data-dir <dir>", "agent state directory", "/var/lib/berth-agent")
     .option("--hostname <name>", "name this host reports")
     .option("--grpc-host <host>", "address of the TLS gRPC listener", "0.0.0.0")
     .option("--grpc-port <port>", "port of the TLS gRPC listener", (v) => Number(v), 8421)
     .option("--advertise <host:port>", "address coordinators dial")
     .option("--nvidia-smi <path>", "nvidia-smi to probe GPUs with")
+    .option(
+      "--shared-gpus <all|0,1>",
+      "GPUs given by memory to several containers through NVIDIA MPS (docs/gpus.md, Shared GPUs)",
+    )
+    .option("--mps-dir <dir>", "MPS pipes, shared memory and logs of shared GPUs (default /run/berth/mps)")
     .option("--log-level <level>", "log level", "info")
     .option("--no-containers", "only report capacity; do not run containers")
     .option(
@@ -117,16 +140,39 @@ export function agentCommands(program: Command): void {
     )
     .option("--image-gc-hours <h>", "collect unused images every H hours (0 disables)", (v) => Number(v), 1)
     .option("--image-gc-unused-hours <h>", "remove images unused this many hours", (v) => Number(v), 24)
-    .option("--metrics-interval <s>", "seconds between container metrics samples (default 10)", (v) => Number(v))
-    .option("--metrics-port <port>", "serve Prometheus /metrics on this port (default: not served)", (v) => Number(v))
+    .option("--metrics-interval <s>", "seconds between container metrics samples (default 10)", (v) =>
+      Number(v),
+    )
+    .option("--metrics-port <port>", "serve Prometheus /metrics on this port (default: not served)", (v) =>
+      Number(v),
+    )
     .option("--metrics-host <host>", "address of /metrics (default 127.0.0.1)")
     .option("--pool <name>", "the pool (agent group) this host counts toward (default: default)")
-    .option("--volume-root <dir>", "where workspace volumes live; the same shared path on every agent (default: DATA_DIR/volumes)")
-    .option("--micromamba-bin <path>", "a micromamba binary for image builds on bases without one (docs/images.md)")
+    .option(
+      "--volume-root <dir>",
+      "where workspace volumes live; the same shared path on every agent (default: DATA_DIR/volumes)",
+    )
+    .option(
+      "--micromamba-bin <path>",
+      "a micromamba binary for image builds on bases without one (docs/images.md)",
+    )
     .option(
       "--container-disk <size>",
       "each container's disk quota, a sparse file (e.g. 50Gi, 512Mi; 0: no quota; default 50Gi)",
       parseContainerDisk,
+    )
+    .option(
+      "--runtime <name>",
+      "the OCI runtime of containers that do not ask for gVisor: runc, crun or runsc (default runc)",
+    )
+    .option(
+      "--warm-runners <n>",
+      "runner containers kept started ahead of demand, for fast cold starts of functions (default 0)",
+      (v: string) => {
+        const n = Number(v);
+        if (!/^\d+$/.test(v) || n > 64) throw new InvalidArgumentError("an integer 0..64");
+        return n;
+      },
     )
     .action(async (o: AgentRunFlags) => {
       // Loaded here, not at the top: `berth --help` and the other commands never pay for the agent.
@@ -136,12 +182,15 @@ export function agentCommands(program: Command): void {
           resolveAgentOptions({
             ...(o.coordinator ? { coordinator: o.coordinator } : {}),
             ...(o.joinToken ? { joinToken: o.joinToken } : {}),
+            ...(o.caFingerprint ? { caFingerprint: o.caFingerprint } : {}),
             ...(o.dataDir ? { dataDir: o.dataDir } : {}),
             ...(o.hostname ? { hostname: o.hostname } : {}),
             ...(o.grpcHost ? { grpcHost: o.grpcHost } : {}),
             ...(o.grpcPort !== undefined ? { grpcPort: o.grpcPort } : {}),
             ...(o.advertise ? { advertiseAddress: o.advertise } : {}),
             ...(o.nvidiaSmi ? { nvidiaSmi: o.nvidiaSmi } : {}),
+            ...(o.sharedGpus ? { sharedGpus: o.sharedGpus } : {}),
+            ...(o.mpsDir ? { mpsDir: o.mpsDir } : {}),
             ...(o.logLevel ? { logLevel: o.logLevel } : {}),
             containers: o.containers !== false,
             ...(o.networkPrefix ? { networkPrefix: o.networkPrefix } : {}),
@@ -160,6 +209,9 @@ export function agentCommands(program: Command): void {
             ...(o.volumeRoot ? { volumeRoot: o.volumeRoot } : {}),
             ...(o.micromambaBin ? { micromambaBin: o.micromambaBin } : {}),
             ...(o.containerDisk !== undefined ? { containerDiskBytes: o.containerDisk } : {}),
+            // resolveAgentOptions names the runtimes when this is none of them.
+            ...(o.runtime ? { containerRuntime: o.runtime as "runc" | "crun" | "runsc" } : {}),
+            ...(o.warmRunners !== undefined ? { warmRunners: o.warmRunners } : {}),
           }),
         ),
       );
@@ -176,6 +228,7 @@ export function agentCommands(program: Command): void {
         r.agents.map((a) => ({
           id: a.id,
           hostname: a.hostname,
+          pool: a.pool,
           state: a.state.toUpperCase(),
           cpus: a.capacity?.cpu_cores,
           memory: a.capacity ? formatBytes(a.capacity.memory_bytes) : null,
@@ -183,8 +236,21 @@ export function agentCommands(program: Command): void {
           gpus: a.capacity ? gpuSummary(a.capacity.gpus) : null,
           last_seen: a.last_seen_at,
         })),
-        ["id", "hostname", "state", "cpus", "memory", "disk_free", "gpus", "last_seen"],
+        ["id", "hostname", "pool", "state", "cpus", "memory", "disk_free", "gpus", "last_seen"],
       );
+      const drained = r.agents.flatMap((a) =>
+        (a.capacity?.gpus.drained ?? []).map((d) => ({
+          agent: a.id,
+          gpu: d.index,
+          uuid: d.uuid,
+          since: d.since,
+          reason: d.reason,
+        })),
+      );
+      if (drained.length > 0) {
+        process.stdout.write("\ndrained GPUs (no new work is placed on them):\n");
+        printTable(drained, ["agent", "gpu", "uuid", "since", "reason"]);
+      }
     });
 
   agent
@@ -239,8 +305,9 @@ export function agentCommands(program: Command): void {
     });
 }
 
-function gpuSummary(g: { available: boolean; reason?: string; counts: Record<string, number> }): string {
+function gpuSummary(g: NonNullable<AgentJson["capacity"]>["gpus"]): string {
   const parts = Object.entries(g.counts).map(([t, n]) => `${n}x${t}`);
+  if (g.drained?.length) parts.push(`${g.drained.length} drained`);
   if (parts.length) return parts.join(",");
   return g.reason ? `0 (${g.reason.split(":")[0]})` : "0";
 }

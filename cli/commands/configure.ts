@@ -1,5 +1,6 @@
 import type { Command } from "commander";
-import { configPath, DEFAULT_URL, saveProfile } from "../config.ts";
+import { BerthError } from "../../shared/errors.ts";
+import { configPath, currentCredentials, DEFAULT_URL, saveProfile } from "../config.ts";
 
 export function configureCommand(program: Command): void {
   program
@@ -12,4 +13,27 @@ export function configureCommand(program: Command): void {
       saveProfile(profile, { token: opts.token, url: opts.url.replace(/\/+$/, "") });
       process.stdout.write(`saved profile ${profile} (${opts.url}) to ${configPath()}\n`);
     });
+
+  program
+    .command("env")
+    .description(
+      'print the coordinator URL and token in effect as shell variables (BERTH_URL, SERVICE_TOKEN): eval "$(berth env)"',
+    )
+    .action(() => {
+      const c = currentCredentials();
+      if (!c.token) {
+        throw new BerthError(
+          "unauthenticated",
+          `profile ${c.profile} has no token: run \`berth up\`, or \`berth configure ${c.profile} --token TOKEN --url URL\``,
+        );
+      }
+      process.stdout.write(
+        `export BERTH_URL=${shellQuote(c.url)}\nexport SERVICE_TOKEN=${shellQuote(c.token)}\n`,
+      );
+    });
+}
+
+/** A single-quoted shell word: nothing inside is expanded. */
+function shellQuote(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`)}'`;
 }

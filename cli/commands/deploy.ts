@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import { ApiClient } from "../api-client.ts";
 import { DescribeFailed } from "../deploy/describe.ts";
 import { waitForPodStart } from "../deploy/pod-wait.ts";
-import { invocationLines, publish } from "../deploy/publish.ts";
+import { codeLine, invocationLines, publish } from "../deploy/publish.ts";
 import { DeploymentRoutes } from "../deploy/rest.ts";
 
 /** Prints why describe refused the target (its traceback too) and sets exit code 2. */
@@ -14,7 +14,9 @@ export function reportDescribeFailure(e: DescribeFailed, out: NodeJS.WritableStr
 export function deployCommand(program: Command): void {
   program
     .command("deploy")
-    .description("deploy an @endpoint, @asgi, @realtime, @task_queue, @schedule, @function, a berth.Pod or a berth.Bot; prints its URL")
+    .description(
+      "deploy an @endpoint, @asgi, @realtime, @task_queue, @schedule, @function, a berth.Pod or a berth.Bot; prints its URL",
+    )
     .argument("<target>", "FILE.py:OBJECT, e.g. app.py:predict")
     .option("--name <name>", "deployment name (default: the decorator's name, else the function's)")
     .action(async (target: string, o: { name?: string }) => {
@@ -22,6 +24,7 @@ export function deployCommand(program: Command): void {
         const api = ApiClient.fromEnv();
         const p = await publish(api, target, o.name !== undefined ? { name: o.name } : {});
         const d = p.deployment;
+        process.stderr.write(`${codeLine(p)}\n`);
         process.stdout.write(`deployed ${d.name} version ${d.version}\n`);
         for (const line of invocationLines(d, p.described)) process.stdout.write(`${line}\n`);
         for (const w of p.warnings) process.stderr.write(`berth: warning: ${w}\n`);

@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
@@ -9,9 +9,10 @@ import { parseContainerDisk } from "./agent.ts";
 import { configPath, saveProfile } from "../config.ts";
 import { type ManagedChild, spawnBerth } from "../up/child.ts";
 import { type SupervisedChild, supervise } from "../up/supervise.ts";
-import { loadOrCreateUpCluster } from "../up/cluster-files.ts";
+import { loadOrCreateUpCluster, type UpCluster } from "../up/cluster-files.ts";
 import { ensurePythonRootfs, importPythonImage, UP_PYTHON_IMAGE } from "../up/python-image.ts";
 import { startUpRegistry, type UpRegistry } from "../up/registry.ts";
+import { type AdvertisedTls, hostPort, issueAdvertisedTls, parseAdvertise } from "../up/advertise.ts";
 // replicas.ts loads nats: imported where berth up runs, so `berth --help` does not (test/cli/bundle.test.ts).
 import type { UpControlPlane } from "../up/replicas.ts";
 
@@ -22,6 +23,7 @@ import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 interface UpFlags {
   dataDir?: string;
   host: string;
+  advertise?: string;
   port?: number;
   natsPort?: number;
   grpcPort?: number;
@@ -46,6 +48,7 @@ interface UpFlags {
   store?: string;
   postgresPort?: number;
   containerDisk?: string;
+  warmRunners?: string;
 }
 
 const collect = (v: string, all: string[]) => [...all, v];
@@ -58,6 +61,17 @@ export function upCommand(program: Command): void {
     )
     .option("--data-dir <dir>", "where all cluster state lives (default: $BERTH_DATA_DIR or ~/.berth/up)")
     .option("--host <host>", "address the coordinator listens on", "127.0.0.1")
+    .option(
+      "--advertise <addr>",
+      "also serve the API, NATS and the cluster registry on this address of the host, over TLS, and print the command other hosts join with",
+      (v: string) => {
+        try {
+          return parseAdvertise(v);
+        } catch (e) {
+          throw new InvalidArgumentError(describeError(e));
+        }
+      },
+    )
     .option("--port <port>", "coordinator HTTP port (default 8420)", (v) => Number(v))
     .option("--nats-port <port>", "NATS port (default 4222)", (v) => Number(v))
     .option("--grpc-port <port>", "agent gRPC port (default 8421)", (v) => Number(v))
@@ -104,13 +118,21 @@ export function upCommand(program: Command): void {
       },
     )
     .option(
+      "--warm-runners <n>",
+      "runner containers the agent keeps started ahead of demand (see berth agent --help)",
+      (v: string) => {
+        if (!/^\d+$/.test(v) || Number(v) > 64) throw new InvalidArgumentError("an integer 0..64");
+        return v;
+      },
+    )
+    .option(
       "--registry <url>",
       "push built images to this registry instead of running one (password from $BERTH_REGISTRY_PASSWORD)",
     )
     .option("--registry-user <name>", "the --registry user name")
     .option(
       "--registry-port <port>",
-      "loopback port of the cluster registry berth up runs (default: kept from the first start)",
+      "port of the cluster registry berth up runs (default: kept from the first start)",
       (v) => Number(v),
     )
     .option(
@@ -137,23 +159,32 @@ export function upCommand(program: Command): void {
 
 async function up(o: UpFlags): Promise<number> {
   const dataDir = o.dataDir ?? process.env.BERTH_DATA_DIR ?? join(homedir(), ".berth", "up");
-  const cluster = loadOrCreateUpCluster(
-    dataDir,
-    {
-      ...(o.port !== undefined ? { coordinatorPort: o.port } : {}),
-      ...(o.natsPort !== undefined ? { natsPort: o.natsPort } : {}),
-      ...(o.grpcPort !== undefined ? { agentGrpcPort: o.grpcPort } : {}),
-      ...(o.postgresPort !== undefined ? { postgresPort: o.postgresPort } : {}),
-    },
-    o.replicas,
-  );
-  const coordinatorPorts = Array.from({ length: o.replicas }, (_, i) => cluster.coordinatorPort + i);
-  if (coordinatorPorts.includes(cluster.agentGrpcPort)) {
+  let cluster: UpCluster;
+  try {
+    cluster = loadOrCreateUpCluster(
+      dataDir,
+      {
+        ...(o.port !== undefined ? { coordinatorPort: o.port } : {}),
+        ...(o.natsPort !== undefined ? { natsPort: o.natsPort } : {}),
+        ...(o.grpcPort !== undefined ? { agentGrpcPort: o.grpcPort } : {}),
+        ...(o.postgresPort !== undefined ? { postgresPort: o.postgresPort } : {}),
+      },
+      o.replicas,
+      { store: o.store !== undefined },
+    );
+  } catch (e) {
+    process.stderr.write(`berth up: ${describeError(e)}\n`);
+    return 1;
+  }
+  if (o.advertise && (o.replicas > 1 || !isLoopbackHost(o.host))) {
     process.stderr.write(
-      `berth up: the agent's gRPC port ${cluster.agentGrpcPort} is one of the coordinators' ports ${coordinatorPorts.join(", ")}: pass --grpc-port\n`,
+      o.replicas > 1
+        ? "berth up: --advertise serves one coordinator and one NATS server: it does not go with --replicas\n"
+        : `berth up: --advertise serves the API on ${o.advertise} itself (HTTPS); leave --host at 127.0.0.1\n`,
     );
     return 1;
   }
+  const coordinatorPorts = Array.from({ length: o.replicas }, (_, i) => cluster.coordinatorPort + i);
   const print = (line: string) => process.stdout.write(`${line}\n`);
   const children: SupervisedChild[] = [];
   let nats: UpControlPlane | undefined;
@@ -187,6 +218,26 @@ async function up(o: UpFlags): Promise<number> {
     return code;
   };
 
+  const coordDir = join(dataDir, "coordinator");
+  // --advertise: a server certificate of the cluster CA for the API, NATS and the registry on that address.
+  let advertised: AdvertisedTls | undefined;
+  if (o.advertise) {
+    try {
+      mkdirSync(coordDir, { recursive: true, mode: 0o700 });
+      advertised = await issueAdvertisedTls(
+        o.store ?? `sqlite:${join(coordDir, "berth.db")}`,
+        join(dataDir, "tls"),
+        o.advertise,
+      );
+    } catch (e) {
+      process.stderr.write(`berth up: ${describeError(e)}\n`);
+      return 1;
+    }
+  }
+  const advertisedTls = advertised
+    ? { host: advertised.host, tls: { certFile: advertised.certFile, keyFile: advertised.keyFile } }
+    : undefined;
+
   const { coordinatorHealthy, startControlPlane } = await import("../up/replicas.ts");
   try {
     nats = await startControlPlane({
@@ -196,11 +247,12 @@ async function up(o: UpFlags): Promise<number> {
       ...(o.store ? { store: o.store } : {}),
       postgresPort: cluster.postgresPort,
       coordinator: { user: "coordinator", password: cluster.natsCoordinatorPassword },
+      ...(advertisedTls ? { advertise: advertisedTls } : {}),
       print,
     });
   } catch (e) {
     process.stderr.write(
-      `berth up: cannot start nats-server on port ${cluster.natsPort}: ${describeError(e)}\n`,
+      `berth up: cannot start nats-server on ${advertised ? hostPort(advertised.host, cluster.natsPort) : `port ${cluster.natsPort}`}: ${describeError(e)}\n`,
     );
     return 1;
   }
@@ -215,7 +267,10 @@ async function up(o: UpFlags): Promise<number> {
     };
   } else {
     try {
-      registry = await startUpRegistry(dataDir, o.registryPort !== undefined ? { port: o.registryPort } : {});
+      registry = await startUpRegistry(dataDir, {
+        ...(o.registryPort !== undefined ? { port: o.registryPort } : {}),
+        ...(advertised && advertisedTls ? { advertise: { ...advertisedTls, caPem: advertised.caPem } } : {}),
+      });
       registryAccess = registry.access;
     } catch (e) {
       process.stderr.write(`berth up: cannot start the cluster registry: ${describeError(e)}\n`);
@@ -224,7 +279,6 @@ async function up(o: UpFlags): Promise<number> {
     }
   }
 
-  const coordDir = join(dataDir, "coordinator");
   const urlHost = o.host === "0.0.0.0" || o.host === "::" ? "127.0.0.1" : o.host;
   const urls = coordinatorPorts.map((port) => `http://${urlHost}:${port}`);
   const url = urls[0] as string;
@@ -245,7 +299,22 @@ async function up(o: UpFlags): Promise<number> {
           ...(o.condaChannel.length > 0 ? { condaChannels: o.condaChannel } : {}),
           registry: registryAccess,
           ...(o.imageGcAfter !== undefined ? { imageGcAfterMs: o.imageGcAfter } : {}),
-          nats: { url: nats?.natsUrl, user: "coordinator", password: cluster.natsCoordinatorPassword },
+          nats: {
+            url: nats?.natsUrl,
+            user: "coordinator",
+            password: cluster.natsCoordinatorPassword,
+            ...(advertised ? { caFile: advertised.caFile } : {}),
+          },
+          // Hosts that join come over HTTPS on the advertised address; loopback stays plain HTTP.
+          ...(advertised
+            ? {
+                alsoListen: {
+                  host: advertised.host,
+                  port,
+                  tls: { certFile: advertised.certFile, keyFile: advertised.keyFile },
+                },
+              }
+            : {}),
           // Each agent joins with its own nkey user (docs/install.md, "Agent credentials"); the agent
           // re-joins at every start, so one that held the shared user moves to its own.
           agentNats: {
@@ -353,6 +422,7 @@ async function up(o: UpFlags): Promise<number> {
         ...o.allowPrivate.flatMap((c) => ["--allow-private", c]),
         ...(o.micromambaBin ? ["--micromamba-bin", resolve(o.micromambaBin)] : []),
         ...(o.containerDisk ? ["--container-disk", o.containerDisk] : []),
+        ...(o.warmRunners ? ["--warm-runners", o.warmRunners] : []),
       ],
       print,
     ),
@@ -393,7 +463,22 @@ async function up(o: UpFlags): Promise<number> {
   print(`  URL:         ${url}`);
   if (urls.length > 1) print(`  coordinators: ${urls.join(" ")}   (any one answers any request)`);
   print(`  admin token: ${adminToken}`);
-  print(`  join token:  ${joinToken}   (berth agent --coordinator ${url} --join-token ...)`);
+  if (advertised) {
+    const joinUrl = `https://${hostPort(advertised.host, cluster.coordinatorPort)}`;
+    print(`  advertised:  ${joinUrl} (API), ${nats.natsUrl} (NATS), ${registryAccess?.url ?? "no registry"}`);
+    print(`  CA:          ${advertised.fingerprint}   (${advertised.caFile})`);
+    print(`  join token:  ${joinToken}`);
+    print(
+      "  join another host (as root there; `berth agent` instead of `berth agent join` runs it in the foreground):",
+    );
+    print(
+      `    berth agent join --coordinator ${joinUrl} --join-token ${joinToken} --ca-fingerprint ${advertised.fingerprint}`,
+    );
+  } else {
+    print(
+      `  join token:  ${joinToken}   (other hosts: restart with --advertise ADDR, which prints their join command)`,
+    );
+  }
   print(`  data:        ${dataDir}`);
   print(`  agent:       ${agentSocket}   (berth agent ps|run|... use it)`);
   print(`  profile:     ${o.profile} in ${configPath()} (the CLI and the Python SDK use it)`);
@@ -408,6 +493,8 @@ async function up(o: UpFlags): Promise<number> {
   }
   return shutdown(0);
 }
+
+const isLoopbackHost = (host: string) => host === "localhost" || host === "::1" || host.startsWith("127.");
 
 function readSecret(path: string): string | undefined {
   if (!existsSync(path)) return undefined;

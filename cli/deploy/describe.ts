@@ -18,6 +18,8 @@ export interface Described {
   extra: Record<string, unknown> & { code_sha256: string; when?: string };
   root: string;
   handler: string;
+  /** With an archive: how many files it holds. */
+  archive_files?: number;
 }
 
 /** Describe refused the target (exit code 2): the user's file, not the CLI, is at fault. */

@@ -2,7 +2,7 @@
 // code archive, upload the archive unless the coordinator has it, register
 // the deployment. The archive lives in a temp dir that is always removed.
 
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ApiClient } from "../api-client.ts";
@@ -29,6 +29,8 @@ export interface Published {
   deployment: DeploymentJson;
   /** Whether the archive had to be sent (the coordinator did not have it yet). */
   uploaded: boolean;
+  /** The code archive's size in bytes and how many files it holds. */
+  code: { bytes: number; files: number };
   /** What the coordinator warns about (no host can ever run it, and why). */
   warnings: string[];
 }
@@ -59,20 +61,21 @@ export async function publish(api: ApiClient, target: string, o: PublishOptions 
       ...(o.env ? { env: o.env } : {}),
       ...(o.stderr ? { stderr: o.stderr } : {}),
     });
+    const code = { bytes: statSync(archive).size, files: described.archive_files ?? 0 };
     const uploaded = await uploadArchive(api, described.extra.code_sha256, archive);
     if (described.type === "bot") await createTransitionStubs(api, described);
     const answer = await api.gateway<{ deployment: DeploymentJson; warnings?: string[] }>(
       "POST",
       "/api/v1/gateway/deployments",
       {
-      name: described.name,
-      type: described.type,
-      config: described.config,
-      extra: described.extra,
-      ...(o.serve ? { serve: true } : {}),
+        name: described.name,
+        type: described.type,
+        config: described.config,
+        extra: described.extra,
+        ...(o.serve ? { serve: true } : {}),
       },
     );
-    return { described, deployment: answer.deployment, uploaded, warnings: answer.warnings ?? [] };
+    return { described, deployment: answer.deployment, uploaded, code, warnings: answer.warnings ?? [] };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -96,6 +99,19 @@ async function createTransitionStubs(api: ApiClient, described: Described): Prom
     t.stub_id = r.stub.id;
     delete t.stub;
   }
+}
+
+/** `1.2 MiB`: sizes as code sync prints them (sdk/python/berth/client/sync.py human_size). */
+export function humanSize(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / (1024 * 1024)).toFixed(1)} MiB`;
+}
+
+/** The line `berth deploy` prints about the code it synced. */
+export function codeLine(p: Pick<Published, "code" | "uploaded">): string {
+  const what = `code: ${humanSize(p.code.bytes)} (${p.code.files} files)`;
+  return p.uploaded ? `${what}, uploaded` : `${what}, already on the coordinator`;
 }
 
 /** How to call what was deployed, one line per way. */

@@ -10,8 +10,31 @@ import { type FSWatcher, fstatSync, readFileSync, statSync, watch } from "node:f
 import { relative, sep } from "node:path";
 import ignore, { type Ignore } from "ignore";
 
-/** sdk/python/berth/client/ignore.py DEFAULT_IGNORES, before the user's lines so `!venv/` can take one back. */
-export const DEFAULT_IGNORES = [".git/", "__pycache__/", "*.pyc", ".venv/", "venv/"];
+/**
+ * sdk/python/berth/client/ignore.py DEFAULT_IGNORES (test/cli/watch.test.ts checks they agree),
+ * before the user's lines so `!venv/` can take one back.
+ */
+export const DEFAULT_IGNORES = [
+  ".git/",
+  ".hg/",
+  ".svn/",
+  "__pycache__/",
+  "*.pyc",
+  "*.pyo",
+  ".venv/",
+  "venv/",
+  ".tox/",
+  ".nox/",
+  ".mypy_cache/",
+  ".pytest_cache/",
+  ".ruff_cache/",
+  ".ipynb_checkpoints/",
+  "node_modules/",
+  "dist/",
+  "build/",
+  "*.egg-info/",
+  ".DS_Store",
+];
 export const IGNORE_FILE = ".berthignore";
 /**
  * What programs write as they run: not watched (still synced), so a program
@@ -30,11 +53,6 @@ export const WATCH_IGNORES = [
   "wandb/",
   "mlruns/",
   "lightning_logs/",
-  ".ipynb_checkpoints/",
-  ".pytest_cache/",
-  ".mypy_cache/",
-  ".ruff_cache/",
-  "node_modules/",
 ];
 
 /** The sync's rules (.berthignore and its defaults); with `watch`, the watch-only ones too. */

@@ -41,6 +41,8 @@ export interface JoinSettings {
   joinToken: string;
   /** More `berth agent` flags, already split into words (BERTH_AGENT_ARGS). */
   agentArgs: string[];
+  /** The settings extend an agent.env of an earlier join: the join token may be empty. */
+  joinedBefore?: boolean;
 }
 
 const invalid = (message: string) => new BerthError("invalid_request", message);
@@ -64,8 +66,10 @@ export function checkJoinSettings(s: JoinSettings): void {
   }
   if (!PLAIN.test(s.coordinator))
     throw invalid("--coordinator must not hold blanks, quotes, $ or backslashes");
-  if (s.joinToken.trim() === "") throw invalid("--join-token is empty");
-  if (!PLAIN.test(s.joinToken)) throw invalid("--join-token must not hold blanks, quotes, $ or backslashes");
+  // Empty only when kept from an agent.env that holds none: a host that joined needs no token.
+  if (s.joinToken.trim() === "" && !s.joinedBefore) throw invalid("--join-token is empty");
+  if (s.joinToken !== "" && !PLAIN.test(s.joinToken))
+    throw invalid("--join-token must not hold blanks, quotes, $ or backslashes");
   for (const a of s.agentArgs) {
     if (!PLAIN.test(a)) {
       throw invalid(
@@ -74,6 +78,38 @@ export function checkJoinSettings(s: JoinSettings): void {
       );
     }
   }
+}
+
+/**
+ * The settings an earlier `berth agent join` wrote to `envFile`, or undefined when there is none.
+ * BERTH_JOIN_TOKEN may be empty or gone: the agent needs it only for its first start.
+ */
+export function readSavedJoinSettings(envFile: string): Partial<JoinSettings> | undefined {
+  let text: string;
+  try {
+    text = readFileSync(envFile, "utf8");
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return undefined;
+    if (code === "EACCES" || code === "EPERM") {
+      throw new BerthError(
+        "permission_denied",
+        `cannot read ${envFile}: permission denied (run as root, e.g. with sudo)`,
+      );
+    }
+    throw new BerthError("internal", `cannot read ${envFile}: ${describeError(e)}`);
+  }
+  const env = new Map<string, string>();
+  for (const line of text.split("\n")) {
+    const eq = line.indexOf("=");
+    if (line.trim() === "" || line.startsWith("#") || eq < 0) continue;
+    env.set(line.slice(0, eq).trim(), line.slice(eq + 1).trim());
+  }
+  return {
+    ...(env.get("BERTH_COORDINATOR") ? { coordinator: env.get("BERTH_COORDINATOR") } : {}),
+    ...(env.has("BERTH_JOIN_TOKEN") ? { joinToken: env.get("BERTH_JOIN_TOKEN") } : {}),
+    agentArgs: (env.get("BERTH_AGENT_ARGS") ?? "").split(/\s+/).filter((w) => w !== ""),
+  };
 }
 
 /** The EnvironmentFile of the unit. */
@@ -136,6 +172,8 @@ export interface InstallOptions {
   start: boolean;
   /** Where systemd marks a booted system (sd_booted(3)); a parameter for tests. */
   systemdRunDir?: string;
+  /** Run after the checks, before anything is written: installs what the agent needs (cli/join/packages.ts). */
+  prepare?: () => Promise<void>;
   log: (line: string) => void;
 }
 
@@ -152,6 +190,7 @@ export async function installAgentUnit(s: JoinSettings, o: InstallOptions): Prom
   }
   const unit = renderUnit(readFileSync(UNIT_TEMPLATE, "utf8"), berthCommand(), o.envFile);
   const unitPath = join(o.unitDir, UNIT_NAME);
+  await o.prepare?.();
   writeAtomic(o.envFile, renderEnvFile(s), 0o600);
   try {
     writeAtomic(unitPath, unit, 0o644);

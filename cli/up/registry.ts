@@ -1,5 +1,6 @@
 // berth up's cluster registry (docs/images.md, "The cluster registry"):
-// Debian's docker-registry (distribution v2) on loopback, filesystem storage
+// Debian's docker-registry (distribution v2) on loopback (with --advertise: on
+// that address over TLS, a certificate of the cluster CA), filesystem storage
 // under the data dir, htpasswd (bcrypt) auth with credentials made at the
 // first start and kept in <data>/registry/registry.json (0600), deletes
 // enabled so the coordinator's image GC can remove manifests. Blobs of
@@ -12,6 +13,7 @@ import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync }
 import { join } from "node:path";
 import type { ClusterRegistryAccess } from "../../shared/fleet.ts";
 import { freePort, waitFor } from "../../shared/net.ts";
+import { fetchTrusting } from "../../shared/tls-fetch.ts";
 import { registryConfigYaml } from "./registry-config.ts";
 
 export const REGISTRY_COMMAND = "docker-registry";
@@ -30,7 +32,14 @@ export interface UpRegistry {
 }
 
 /** Makes (once) and starts the registry; rejects naming the cause (and the log file) when it does not come up. */
-export async function startUpRegistry(dataDir: string, opts: { port?: number } = {}): Promise<UpRegistry> {
+export async function startUpRegistry(
+  dataDir: string,
+  opts: {
+    port?: number;
+    /** berth up --advertise: listen on this address over HTTPS (a cluster CA certificate) instead of loopback. */
+    advertise?: { host: string; tls: { certFile: string; keyFile: string }; caPem: string };
+  } = {},
+): Promise<UpRegistry> {
   const dir = join(dataDir, "registry");
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const savedPath = join(dir, "registry.json");
@@ -59,6 +68,7 @@ export async function startUpRegistry(dataDir: string, opts: { port?: number } =
       port: reg.port,
       dataDir: join(dir, "data"),
       htpasswd: { path: join(dir, "htpasswd"), realm: "berth-cluster" },
+      ...(opts.advertise ? { host: opts.advertise.host, tls: opts.advertise.tls } : {}),
     }),
     { mode: 0o600 },
   );
@@ -89,7 +99,11 @@ export async function startUpRegistry(dataDir: string, opts: { port?: number } =
     }
     log.end();
   };
-  const url = `http://127.0.0.1:${reg.port}`;
+  const adv = opts.advertise;
+  const url = adv
+    ? `https://${adv.host.includes(":") ? `[${adv.host}]` : adv.host}:${reg.port}`
+    : `http://127.0.0.1:${reg.port}`;
+  const probe = fetchTrusting(adv?.caPem);
   try {
     await waitFor(
       async () => {
@@ -99,7 +113,8 @@ export async function startUpRegistry(dataDir: string, opts: { port?: number } =
           );
         if (exitCode !== undefined)
           throw new Error(`${REGISTRY_COMMAND} exited (code ${exitCode}); see ${logPath}`);
-        const r = await fetch(`${url}/v2/`, { signal: AbortSignal.timeout(2000) });
+        const r = await probe(`${url}/v2/`, { signal: AbortSignal.timeout(2000) });
+        await r.body?.cancel();
         return r.status === 401;
       },
       { timeoutMs: 30_000, intervalMs: 100, what: `the cluster registry on ${url}` },
@@ -109,7 +124,7 @@ export async function startUpRegistry(dataDir: string, opts: { port?: number } =
     throw e;
   }
   return {
-    access: { url, username: reg.username, password: reg.password },
+    access: { url, username: reg.username, password: reg.password, ...(adv ? { caPem: adv.caPem } : {}) },
     process: child,
     exited,
     stop,

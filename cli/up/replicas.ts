@@ -6,9 +6,8 @@
 // names one).
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { chownSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { createHash } from "node:crypto";
+import { chownSync, existsSync, mkdirSync, readdirSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { connect } from "nats";
 import { describeError } from "../../shared/errors.ts";
 import {
@@ -19,6 +18,8 @@ import {
   startNatsServer,
 } from "../../shared/nats-server.ts";
 import { waitFor } from "../../shared/net.ts";
+import { natsClusterPorts } from "./cluster-files.ts";
+import { postgresReachableDir } from "./store-switch.ts";
 
 export interface UpNatsCluster {
   nodes: RunningNats[];
@@ -31,11 +32,7 @@ export interface UpNatsCluster {
   stop(): Promise<void>;
 }
 
-/** Client ports firstPort..firstPort+n-1, route ports right after them. */
-export function natsClusterPorts(firstPort: number, n: number): { client: number[]; route: number[] } {
-  const client = Array.from({ length: n }, (_, i) => firstPort + i);
-  return { client, route: client.map((p) => p + n) };
-}
+export { natsClusterPorts };
 
 /**
  * Starts `n` nats-server nodes under `dir`/node-<i> as one JetStream cluster and waits until it
@@ -181,23 +178,6 @@ export async function startUpPostgres(wanted: string, port: number): Promise<UpP
   return { url, dataDir: data, process: server, stop };
 }
 
-/**
- * As root the server runs as `postgres`, which must be able to reach its data dir: a data dir
- * under a 0700 home (/root/.berth/up) is not. Then the data goes to Debian's postgres home,
- * /var/lib/postgresql/berth-up/<hash of the wanted dir>, the same one at every start.
- */
-function postgresReachableDir(wanted: string): string {
-  const abs = resolve(wanted);
-  for (let d = dirname(abs); ; d = dirname(d)) {
-    if (existsSync(d) && (statSync(d).mode & 0o001) === 0)
-      return join(
-        "/var/lib/postgresql/berth-up",
-        createHash("sha256").update(abs).digest("hex").slice(0, 16),
-      );
-    if (d === dirname(d)) return abs;
-  }
-}
-
 /** Waits for a coordinator's /healthz, failing early when `failed` settles first. */
 export async function coordinatorHealthy(url: string, failed: Promise<string>): Promise<void> {
   await Promise.race([
@@ -234,6 +214,8 @@ export interface ControlPlaneOptions {
   /** PostgreSQL's port when berth up runs it (--replicas without --store). */
   postgresPort: number;
   coordinator: { user: string; password: string };
+  /** berth up --advertise: NATS listens on this address, TLS only, with this certificate. */
+  advertise?: { host: string; tls: { certFile: string; keyFile: string } };
   print(line: string): void;
 }
 
@@ -246,7 +228,12 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<UpContr
   // The coordinators add each agent's own user when it joins.
   const users = [{ user: o.coordinator.user, password: o.coordinator.password }];
   if (o.replicas === 1) {
-    const nats = await startNatsServer({ dir: join(o.dataDir, "nats"), port: o.natsPort, users });
+    const nats = await startNatsServer({
+      dir: join(o.dataDir, "nats"),
+      port: o.natsPort,
+      users,
+      ...(o.advertise ? { host: o.advertise.host, tls: o.advertise.tls } : {}),
+    });
     return {
       natsUrl: nats.url,
       usersFile: nats.usersFile,
@@ -256,6 +243,8 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<UpContr
       stop: () => nats.stop(),
     };
   }
+  if (o.advertise)
+    throw new Error("--advertise serves one NATS server: it does not go with --replicas (yet)");
   const nats = await startNatsCluster(join(o.dataDir, "nats"), o.natsPort, o.replicas, users, o.coordinator);
   let stopping = false;
   nats.nodes.forEach((node, i) => {

@@ -26,7 +26,6 @@ const HEAVY = [
   "node-pty",
   "kysely",
   "pg",
-  "systeminformation",
   "node-forge",
   "prom-client",
 ];

@@ -2,8 +2,9 @@
 // the real SDK's describe on a temp app.py, against a recording coordinator.
 
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
-import { readdirSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdirSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 import { gunzipSync } from "node:zlib";
 import { cliEnv, ENDPOINT_APP, runCli, writeApp } from "./deploy-helpers.ts";
@@ -43,11 +44,17 @@ test("deploy: describes, uploads the archive once, registers the deployment, pri
   writeApp(c.dir, "VALUE = 1\n", "helper.py");
   writeApp(c.dir, "secret-stuff\n", "notes.txt");
   writeApp(c.dir, "notes.txt\n", ".berthignore");
+  // Left out by the defaults: dependencies and build outputs next to the app.
+  mkdirSync(join(c.dir, "node_modules", "left-pad"), { recursive: true });
+  writeApp(c.dir, "module.exports = 1;\n", "node_modules/left-pad/index.js");
+  mkdirSync(join(c.dir, "dist"), { recursive: true });
+  writeApp(c.dir, "bundle\n", "dist/app.js");
 
   const r = await runCli(t, ["deploy", "app.py:hello"], c);
   assert.equal(r.code, 0, r.stderr);
   const dep = [...c.api.deployments.values()][0]!;
   assert.equal(r.stdout, `deployed hello version 1\nPOST JSON to ${c.api.url}/endpoint/hello/v1\n`);
+  assert.match(r.stderr, /^code: \d+(\.\d)? (B|KiB) \(3 files\), uploaded\n$/);
 
   const puts = c.api.of("PUT", "/api/v1/gateway/objects/");
   assert.equal(puts.length, 1);
@@ -79,6 +86,7 @@ test("deploy: describes, uploads the archive once, registers the deployment, pri
   const again = await runCli(t, ["deploy", "app.py:hello"], c);
   assert.equal(again.code, 0, again.stderr);
   assert.match(again.stdout, /^deployed hello version 2\n/);
+  assert.match(again.stderr, /^code: .* \(3 files\), already on the coordinator\n$/);
   assert.equal(c.api.of("PUT", "/api/v1/gateway/objects/").length, 1);
   assert.equal(c.api.of("GET", "/api/v1/gateway/objects/").length, 2);
 
@@ -139,6 +147,31 @@ test("deploy: a describe failure exits 2 with its message (and traceback); nothi
 
   assert.equal(c.api.requests.length, 0);
   assert.deepEqual(leftovers(c.tmp), []);
+});
+
+test("deploy: a code archive over the limit (BERTH_CODE_SYNC_MAX) is refused before any upload, naming its largest files", async (t) => {
+  const c = await cliEnv(t);
+  writeApp(c.dir, ENDPOINT_APP);
+  // Random bytes do not compress: the archive is over 64 KiB.
+  writeApp(c.dir, randomBytes(200 * 1024).toString("base64"), "weights.txt");
+  const r = await runCli(t, ["deploy", "app.py:hello"], {
+    ...c,
+    env: { ...c.env, BERTH_CODE_SYNC_MAX: "64KiB" },
+  });
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /over the 64\.0 KiB code sync limit/);
+  assert.match(r.stderr, /weights\.txt \(\d+\.\d KiB\)/);
+  assert.match(r.stderr, /\.berthignore/);
+  assert.match(r.stderr, /BERTH_CODE_SYNC_MAX/);
+  assert.equal(c.api.of("PUT", "/api/v1/gateway/objects/").length, 0);
+  assert.equal(c.api.of("POST", "/api/v1/gateway/deployments").length, 0);
+
+  const bad = await runCli(t, ["deploy", "app.py:hello"], {
+    ...c,
+    env: { ...c.env, BERTH_CODE_SYNC_MAX: "lots" },
+  });
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /BERTH_CODE_SYNC_MAX must be a size such as 50MiB/);
 });
 
 test("deploy: the coordinator's refusal is printed and exits 1; no token is a clear error", async (t) => {

@@ -7,7 +7,9 @@ import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { watchTree } from "../../cli/deploy/watch.ts";
+import { spawnSync } from "node:child_process";
+import { DEFAULT_IGNORES, watchTree } from "../../cli/deploy/watch.ts";
+import { DEFAULT_SDK_DIR } from "../../cli/deploy/describe.ts";
 
 function tree(t: { after: (fn: () => void) => void }): string {
   const dir = mkdtempSync(join(tmpdir(), "berth-watch-"));
@@ -58,4 +60,19 @@ test("a watch-only default can be taken back in .berthignore (!logs/)", async (t
     paths.some((p) => p.startsWith("logs")),
     paths.join(","),
   );
+});
+
+test("the watcher leaves out what code sync leaves out: its defaults are the SDK's", () => {
+  const r = spawnSync(
+    "python3",
+    [
+      "-c",
+      "import json; from berth.client.ignore import DEFAULT_IGNORES; print(json.dumps(list(DEFAULT_IGNORES)))",
+    ],
+    { encoding: "utf8", env: { ...process.env, PYTHONPATH: DEFAULT_SDK_DIR } },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(DEFAULT_IGNORES, JSON.parse(r.stdout));
+  for (const dir of ["node_modules/", ".git/", "dist/", "build/", ".venv/"])
+    assert.ok(DEFAULT_IGNORES.includes(dir), dir);
 });
