@@ -1,5 +1,8 @@
 // The dashboard's only way to the coordinator: its REST API, same origin,
-// with the token the login page saved (Authorization: Bearer).
+// with the token the login page saved (Authorization: Bearer), or else the
+// single sign-on session's HttpOnly cookie, which the browser sends itself.
+// Every call carries the CSRF header: a change made with the cookie needs it
+// (docs/sso.md), and another site's page cannot send it.
 
 const KEY = "berth.token";
 
@@ -30,10 +33,17 @@ export class ApiError extends Error {
 }
 
 /** Calls `path` (/api/v1/...) with the saved token; resolves to the JSON body or rejects with ApiError. */
+/** What every call sends: the CSRF header, and the saved token when there is one (else the session cookie goes). */
+export function authHeaders(token = savedToken()): Record<string, string> {
+  return { "x-berth-csrf": "1", ...(token ? { authorization: `Bearer ${token}` } : {}) };
+}
+
 export async function api<T>(path: string, init: RequestInit = {}, token = savedToken()): Promise<T> {
-  const headers: Record<string, string> = { accept: "application/json" };
-  if (token) headers.authorization = `Bearer ${token}`;
-  const r = await fetch(path, { ...init, headers: { ...headers, ...(init.headers as Record<string, string>) } });
+  const headers: Record<string, string> = { accept: "application/json", ...authHeaders(token) };
+  const r = await fetch(path, {
+    ...init,
+    headers: { ...headers, ...(init.headers as Record<string, string>) },
+  });
   const text = await r.text();
   let body: unknown = null;
   try {
@@ -56,13 +66,21 @@ export interface Workspace {
 export interface Agent {
   id: string;
   hostname: string;
+  /** Its pool (berth agent --pool); null until the coordinator hears from it. */
+  pool: string | null;
   state: "ready" | "lost" | "left";
   version: string;
   last_seen_at: string | null;
   capacity: {
     cpu_cores: number;
     memory_bytes: number;
-    gpus: { available: boolean; reason?: string; counts: Record<string, number> };
+    gpus: {
+      available: boolean;
+      reason?: string;
+      counts: Record<string, number>;
+      /** GPUs kept off new work because the driver reported them unhealthy. */
+      drained?: { index: number; uuid: string; reason: string; since: string }[];
+    };
   } | null;
 }
 
@@ -126,3 +144,16 @@ export interface TimeSeries {
   series: Series[];
 }
 
+/** What the coordinator says of its single sign-on: whether the login page offers it. */
+export async function ssoEnabled(): Promise<boolean> {
+  try {
+    return (await api<{ enabled: boolean }>("/api/v1/auth/config", {}, null)).enabled;
+  } catch {
+    return false;
+  }
+}
+
+/** Ends the single sign-on session: the coordinator revokes it and clears its cookie. */
+export async function signOutSession(): Promise<void> {
+  await fetch("/auth/logout", { method: "POST", headers: { "x-berth-csrf": "1" } });
+}

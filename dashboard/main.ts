@@ -1,11 +1,20 @@
 // The dashboard's entry: the token login, the navigation and the hash
 // routes (#/fleet, #/deployments[/ID], #/tasks[/ID], #/containers, #/logs,
-// #/metrics, #/events, #/limits), so
+// #/metrics, #/events, #/limits, #/usage), so
 // the coordinator serves one page at `/` and the API stays the only data path.
 
 import { html, render } from "htm/preact";
 import { useEffect, useState } from "preact/hooks";
-import { ApiError, api, forgetToken, saveToken, savedToken, type Workspace } from "./api.ts";
+import {
+  ApiError,
+  api,
+  forgetToken,
+  saveToken,
+  savedToken,
+  signOutSession,
+  ssoEnabled,
+  type Workspace,
+} from "./api.ts";
 import { parseHash } from "./format.ts";
 import { ContainersPage } from "./pages/containers.ts";
 import { DeploymentPage, DeploymentsPage } from "./pages/deployments.ts";
@@ -13,12 +22,17 @@ import { FleetPage } from "./pages/fleet.ts";
 import { LogsPage } from "./pages/logs.ts";
 import { MetricsPage } from "./pages/metrics.ts";
 import { TaskPage, TasksPage } from "./pages/tasks.ts";
+import { UsagePage } from "./pages/usage.ts";
 import { EventsPage, LimitsPage } from "./pages/workspace.ts";
 
 function Login({ onLogin, note }: { onLogin: (ws: Workspace) => void; note: string | null }) {
   const [token, setToken] = useState("");
   const [remember, setRemember] = useState(false);
   const [error, setError] = useState<string | null>(note);
+  const [sso, setSso] = useState(false);
+  useEffect(() => {
+    void ssoEnabled().then(setSso);
+  }, []);
   const submit = async (e: Event) => {
     e.preventDefault();
     try {
@@ -26,7 +40,9 @@ function Login({ onLogin, note }: { onLogin: (ws: Workspace) => void; note: stri
       saveToken(token.trim(), remember);
       onLogin(ws);
     } catch (err) {
-      setError(err instanceof ApiError && err.status === 401 ? "That token is not valid." : (err as Error).message);
+      setError(
+        err instanceof ApiError && err.status === 401 ? "That token is not valid." : (err as Error).message,
+      );
     }
   };
   return html`
@@ -43,6 +59,7 @@ function Login({ onLogin, note }: { onLogin: (ws: Workspace) => void; note: stri
         ${error ? html`<p class="error" role="alert">${error}</p>` : null}
       </form>
       <p class="muted">A workspace token (<code>berth up</code> prints the admin token; <code>berth token create</code> makes more).</p>
+      ${sso ? html`<p><a href="/auth/login" class="button" data-testid="sso-login">Sign in with single sign-on</a></p>` : null}
     </main>`;
 }
 
@@ -55,6 +72,7 @@ const NAV = [
   ["/metrics", "Metrics"],
   ["/events", "Events & webhooks"],
   ["/limits", "Limits"],
+  ["/usage", "Usage"],
 ] as const;
 
 function Page({ ws, path, query }: { ws: string; path: string; query: URLSearchParams }) {
@@ -76,6 +94,8 @@ function Page({ ws, path, query }: { ws: string; path: string; query: URLSearchP
       return html`<${EventsPage} ws=${ws} />`;
     case "limits":
       return html`<${LimitsPage} ws=${ws} />`;
+    case "usage":
+      return html`<${UsagePage} ws=${ws} />`;
     default:
       return html`<p>No page here. <a href="#/fleet">The fleet</a>.</p>`;
   }
@@ -83,7 +103,8 @@ function Page({ ws, path, query }: { ws: string; path: string; query: URLSearchP
 
 function App() {
   const [ws, setWs] = useState<Workspace | null>(null);
-  const [checking, setChecking] = useState(savedToken() !== null);
+  // Without a saved token, a single sign-on session's cookie may still sign this page in.
+  const [checking, setChecking] = useState(true);
   const [note, setNote] = useState<string | null>(null);
   const [hash, setHash] = useState(location.hash);
   useEffect(() => {
@@ -92,12 +113,15 @@ function App() {
     return () => removeEventListener("hashchange", on);
   }, []);
   useEffect(() => {
-    if (!savedToken()) return;
+    const saved = savedToken() !== null;
     api<Workspace>("/api/v1/workspace/current")
       .then(setWs)
       .catch((e) => {
+        if (!saved && e instanceof ApiError && e.status === 401) return;
         forgetToken();
-        setNote(e instanceof ApiError && e.status === 401 ? "The saved token is no longer valid." : e.message);
+        setNote(
+          e instanceof ApiError && e.status === 401 ? "The saved token is no longer valid." : e.message,
+        );
       })
       .finally(() => setChecking(false));
   }, []);
@@ -111,7 +135,8 @@ function App() {
         ${NAV.map(([p, label]) => html`<a href=${`#${p}`} class=${path.startsWith(p) ? "active" : ""}>${label}</a>`)}
       </nav>
       <span class="ws" data-testid="workspace">${ws.name} <small class="mono">${ws.external_id}</small></span>
-      <button class="link" onClick=${() => {
+      <button class="link" onClick=${async () => {
+        if (savedToken() === null) await signOutSession();
         forgetToken();
         setWs(null);
       }}>Sign out</button>

@@ -9,8 +9,9 @@ function gpus(a: Agent): string {
   const g = a.capacity?.gpus;
   if (!g) return "–";
   const counts = Object.entries(g.counts);
-  if (counts.length === 0) return g.reason ? `none (${g.reason})` : "none";
-  return counts.map(([type, n]) => `${n}× ${type}`).join(", ");
+  const drained = (g.drained ?? []).map((d) => `GPU ${d.index} drained since ${when(d.since)}: ${d.reason}`);
+  if (counts.length === 0) return [g.reason ? `none (${g.reason})` : "none", ...drained].join("; ");
+  return [counts.map(([type, n]) => `${n}× ${type}`).join(", "), ...drained].join("; ");
 }
 
 export function FleetPage() {
@@ -29,7 +30,8 @@ export function FleetPage() {
   const totalMem = ready.reduce((n, a) => n + (a.capacity?.memory_bytes ?? 0), 0);
   const gpuTotals = new Map<string, number>();
   for (const a of ready)
-    for (const [t, n] of Object.entries(a.capacity?.gpus.counts ?? {})) gpuTotals.set(t, (gpuTotals.get(t) ?? 0) + n);
+    for (const [t, n] of Object.entries(a.capacity?.gpus.counts ?? {}))
+      gpuTotals.set(t, (gpuTotals.get(t) ?? 0) + n);
   return html`
     <section data-testid="fleet-page">
       <h2>Fleet</h2>
@@ -39,11 +41,12 @@ export function FleetPage() {
         ${gpuTotals.size === 0 ? " none" : [...gpuTotals].map(([t, n]) => ` ${n}× ${t}`).join(",")}
       </p>
       <table>
-        <thead><tr><th>host</th><th>state</th><th>CPUs</th><th>memory</th><th>GPUs</th><th>version</th><th>last seen</th><th>id</th></tr></thead>
+        <thead><tr><th>host</th><th>pool</th><th>state</th><th>CPUs</th><th>memory</th><th>GPUs</th><th>version</th><th>last seen</th><th>id</th></tr></thead>
         <tbody>
           ${agents.map(
             (a) => html`<tr data-testid="agent-row">
               <td class="host">${a.hostname}</td>
+              <td>${a.pool ?? "–"}</td>
               <td><span class=${`state state-${a.state}`}>${a.state}</span></td>
               <td>${a.capacity?.cpu_cores ?? "–"}</td>
               <td>${bytes(a.capacity?.memory_bytes)}</td>

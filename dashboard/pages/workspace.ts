@@ -115,8 +115,13 @@ export function EventsPage({ ws }: { ws: string }) {
 }
 
 interface Limits {
-  limits: Record<string, number | null>;
-  usage: Record<string, number>;
+  limits: Record<string, number | null> & {
+    isolation?: string | null;
+    user_namespace?: boolean;
+    syscall_filter?: string;
+    max_gpus_by_type?: Record<string, number> | null;
+  };
+  usage: Record<string, number> & { gpus_by_type?: Record<string, number> };
 }
 
 /** Each limit and the usage figure it caps. */
@@ -130,10 +135,26 @@ const ROWS: [limit: string, usage: string, unit: string][] = [
   ["max_volume_mb", "volume_mb", "MiB"],
   ["max_inference_requests", "inference_requests", ""],
   ["max_tokens_per_minute", "tokens_last_minute", "tokens"],
+  ["gpu_hours_per_month", "gpu_hours_this_month", "GPU-hours"],
+  ["cpu_hours_per_month", "cpu_hours_this_month", "CPU-hours"],
+  ["v1_tokens_per_month", "v1_tokens_this_month", "tokens"],
 ];
 
+/** "A100: 1 of 2, H100: 0 of 1": each GPU type's limit and what its containers hold. */
+function byType(
+  limits: Record<string, number> | null | undefined,
+  used: Record<string, number> = {},
+): string {
+  const types = [...new Set([...Object.keys(limits ?? {}), ...Object.keys(used)])].sort();
+  if (types.length === 0) return "none";
+  return types.map((t) => `${t}: ${used[t] ?? 0} of ${limits?.[t] ?? "no limit"}`).join(", ");
+}
+
 export function LimitsPage({ ws }: { ws: string }) {
-  const { data, error } = usePoll(() => api<Limits>(`/api/v1/workspace/${encodeURIComponent(ws)}/limits`), `limits-${ws}`);
+  const { data, error } = usePoll(
+    () => api<Limits>(`/api/v1/workspace/${encodeURIComponent(ws)}/limits`),
+    `limits-${ws}`,
+  );
   return html`
     <section data-testid="limits-page">
       <h2>Limits</h2>
@@ -149,6 +170,22 @@ export function LimitsPage({ ws }: { ws: string }) {
                 <td>${data.limits[limit] ?? "none"}${data.limits[limit] !== null && data.limits[limit] !== undefined ? ` ${unit}` : ""}</td>
               </tr>`,
             )}
+            <tr data-testid="limit-row">
+              <td>max_gpus_by_type</td>
+              <td colspan="2">${byType(data.limits.max_gpus_by_type, data.usage.gpus_by_type)}</td>
+            </tr>
+            <tr data-testid="limit-row">
+              <td>isolation</td>
+              <td colspan="2">${data.limits.isolation ?? "each stub's own"}</td>
+            </tr>
+            <tr data-testid="limit-row">
+              <td>user_namespace</td>
+              <td colspan="2">${data.limits.user_namespace === false ? "off: root inside is the host's root" : "on"}</td>
+            </tr>
+            <tr data-testid="limit-row">
+              <td>syscall_filter</td>
+              <td colspan="2">${data.limits.syscall_filter ?? "allowlist"}</td>
+            </tr>
           </tbody>
         </table>
         <p class="muted">An admin changes them with <code>PUT /api/v1/workspace/{ws}/limits</code> (docs/limits.md).</p>`
