@@ -1,16 +1,18 @@
 // Per-agent NATS identities with real `berth agent` processes: each joins
 // with its own nkey user (its seed stays in its identity file), and
 // `berth agent revoke` cuts one off while the other keeps reporting; the
-// revoked one, restarted, is refused at join.
+// revoked one, restarted, is refused. Joining is once: with the join token
+// revoked, a restarted agent resumes with its own identity and a new host
+// cannot join.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { waitFor } from "../../shared/net.ts";
+import { freePort, waitFor } from "../../shared/net.ts";
 import { bearer } from "../helpers/auth.ts";
 import { runCli, spawnAgent, spawnCli, startTestCluster, type TestCluster } from "../helpers/cluster.ts";
-import { needs } from "../helpers/env.ts";
+import { needs, tempDir } from "../helpers/env.ts";
 
 interface AgentRow {
   id: string;
@@ -75,27 +77,77 @@ test("real agents get their own NATS users; revoke cuts one off and the other ke
   );
   assert.equal((await byHost(c, "host-two"))?.id, a2.id);
 
-  // Restarted with its identity, the revoked agent is refused at join and exits.
+  // The recommended step after the hosts joined: revoke the join token they used.
+  const jts = await fetch(`${c.url}/api/v1/join-token`, { headers: bearer(c.adminToken) });
+  for (const jt of ((await jts.json()) as { join_tokens: { id: string; revoked_at: string | null }[] })
+    .join_tokens) {
+    if (jt.revoked_at) continue;
+    const r = await runCli(["agent", "join-token", "revoke", jt.id], {
+      SERVICE_TOKEN: c.adminToken,
+      BERTH_URL: c.url,
+    });
+    assert.equal(r.code, 0, r.stderr);
+  }
+
+  // Restarted with its identity (and the revoked join token still on its command line, as the unit
+  // gives it), the revoked agent is refused and exits.
   await one.stop();
-  const again = spawnCli(t, [
+  const again = restartAgent(t, c, "host-one", one.dataDir);
+  assert.notEqual(await again.exited, 0);
+  assert.match(again.output(), /revoked/);
+  assert.equal((await byHost(c, "host-one"))?.state, "left");
+
+  // The other, restarted, resumes with its own identity: ready again under the same id.
+  await two.stop();
+  const restartedAt = Date.now();
+  const twoAgain = restartAgent(t, c, "host-two", two.dataDir, await freePort());
+  await waitFor(
+    async () => {
+      const row = await byHost(c, "host-two");
+      return row?.state === "ready" && Date.parse(row.last_seen_at ?? "") > restartedAt;
+    },
+    {
+      timeoutMs: 30_000,
+      what: `agent host-two to be ready after its restart; its output:\n${twoAgain.output()}`,
+    },
+  );
+  assert.equal((await byHost(c, "host-two"))?.id, a2.id);
+  assert.match(twoAgain.output(), /resumed as/);
+
+  // A new host cannot join with the revoked token.
+  const fresh = restartAgent(t, c, "host-three", tempDir(t, "berth-agent-host-three-"));
+  assert.notEqual(await fresh.exited, 0);
+  assert.match(fresh.output(), /join token is wrong or revoked/);
+  assert.equal(await byHost(c, "host-three"), undefined);
+});
+
+/**
+ * `berth agent` on a data directory, as the systemd unit starts it (with the join token); without
+ * a port it is one that is refused before it listens.
+ */
+function restartAgent(
+  t: Parameters<typeof spawnCli>[0],
+  c: TestCluster,
+  name: string,
+  dataDir: string,
+  port?: number,
+) {
+  return spawnCli(t, [
     "agent",
     "--coordinator",
     c.url,
     "--join-token",
     c.joinToken,
     "--data-dir",
-    one.dataDir,
+    dataDir,
     "--hostname",
-    "host-one",
+    name,
     "--grpc-host",
     "127.0.0.1",
     "--grpc-port",
-    "0",
+    String(port ?? 0),
     "--advertise",
-    "127.0.0.1:1",
+    `127.0.0.1:${port ?? 1}`,
     "--no-containers",
   ]);
-  assert.notEqual(await again.exited, 0);
-  assert.match(again.output(), /revoked/);
-  assert.equal((await byHost(c, "host-one"))?.state, "left");
-});
+}

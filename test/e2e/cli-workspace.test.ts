@@ -32,7 +32,7 @@ test("CLI: configure, workspace create, token create/list/revoke, SERVICE_TOKEN 
     token_info: { id: string };
   };
   const list = await runCli(["token", "list"], asTeam);
-  assert.match(list.stdout, new RegExp(`${token_info.id}\\s+ci\\s+\\S+\\s+false\\s+active`));
+  assert.match(list.stdout, new RegExp(`${token_info.id}\\s+ci\\s+\\S+\\s+developer\\s+all\\s+false\\s+active`));
   assert.ok(!list.stdout.includes(second), "secrets are never listed");
 
   const rv = await runCli(["token", "revoke", token_info.id], asTeam);
@@ -43,7 +43,7 @@ test("CLI: configure, workspace create, token create/list/revoke, SERVICE_TOKEN 
 
   // A workspace token cannot create workspaces; BERTH_URL overrides the profile's URL.
   const noAdmin = await runCli(["workspace", "create", "nope"], asTeam);
-  assert.equal(noAdmin.stderr, "berth: this route needs an admin token\n");
+  assert.equal(noAdmin.stderr, "berth: this route needs a cluster admin token; this token's role is admin\n");
   const wrongUrl = await runCli(["workspace", "current"], { ...env, BERTH_URL: "http://127.0.0.1:1" });
   assert.equal(wrongUrl.code, 1);
   assert.match(wrongUrl.stderr, /^berth: cannot reach http:\/\/127\.0\.0\.1:1: /);

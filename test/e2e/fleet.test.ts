@@ -53,7 +53,8 @@ describe("fleet over a real nats-server", () => {
 
     const list = await runCli(["agent", "list"], { SERVICE_TOKEN: c.adminToken, BERTH_URL: c.url });
     assert.equal(list.code, 0, list.stderr);
-    assert.match(list.stdout, new RegExp(`${a1.id}\\s+host-one\\s+READY\\s+${cpus().length}\\s`));
+    // The columns: ID, HOSTNAME, POOL, STATE, CPUS, ...
+    assert.match(list.stdout, new RegExp(`${a1.id}\\s+host-one\\s+default\\s+READY\\s+${cpus().length}\\s`));
 
     // A second host, killed without a word, is lost within 30 s.
     const two = await spawnAgent(t, c, "host-two");

@@ -368,4 +368,49 @@ test("hosted inference: the /v1 gateway end to end on a berth up cluster", async
       assert.equal(ok.data.length, 1);
     },
   );
+
+  await t.test(
+    "limits: v1_tokens_per_month counts the month's tokens, refuses new requests, never cuts a stream",
+    async () => {
+      const put = (body: unknown) =>
+        up.api(`/api/v1/workspace/${ws}/limits`, {
+          method: "PUT",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify(body),
+        });
+      const hold = new AbortController();
+      const held = await client.chat.completions.create(
+        {
+          model: "tiny-bigram",
+          messages: [{ role: "user", content: "the" }],
+          max_tokens: 100_000,
+          stream: true,
+        },
+        { signal: hold.signal },
+      );
+      const events = held[Symbol.asyncIterator]();
+      await events.next();
+      const before = await json<{ usage: Record<string, number> }>(
+        await up.api(`/api/v1/workspace/${ws}/limits`),
+      );
+      const used = before.usage.v1_tokens_this_month ?? 0;
+      assert.ok(used > 0, "the month's /v1 tokens are counted from the usage rows");
+      const l = await json<{ limits: Record<string, unknown> }>(await put({ v1_tokens_per_month: used }));
+      assert.equal(l.limits.v1_tokens_per_month, used);
+      await assert.rejects(
+        client.embeddings.create({ model: "tiny-bigram", input: "x" }),
+        (e: unknown) =>
+          e instanceof OpenAI.RateLimitError &&
+          e.code === "limit_exceeded" &&
+          /used \d+ of its \d+ \/v1 tokens this month \(limit v1_tokens_per_month\).*refused until \d{4}-\d\d-01T00:00:00\.000Z/.test(
+            e.message,
+          ),
+      );
+      for (let i = 0; i < 5; i++) assert.equal((await events.next()).done, false, "the stream runs on");
+      hold.abort();
+      await json(await put({ v1_tokens_per_month: null }));
+      const ok = await client.embeddings.create({ model: "tiny-bigram", input: "x" });
+      assert.equal(ok.data.length, 1);
+    },
+  );
 });

@@ -15,6 +15,7 @@ import { freePort, waitFor } from "../../shared/net.ts";
 import type { Teardown } from "../network/helpers.ts";
 import { type TestNames, outsideSubnets, testNames } from "../network/helpers.ts";
 import { CLI_MAIN, runCli } from "./cluster.ts";
+import { unmountLeftovers } from "./mounts.ts";
 import { testRootfs } from "./rootfs.ts";
 import { bearer } from "./auth.ts";
 import { coordinatorPidByConfig } from "./procs.ts";
@@ -36,6 +37,10 @@ export interface BerthUp {
   env: NodeJS.ProcessEnv;
   /** Everything `berth up` printed so far. */
   output(): string;
+  /** Stops the cluster as Ctrl-C does (its containers first), leaving its data. */
+  stop(): Promise<void>;
+  /** Starts it again on the same data directory, ports and network names. */
+  start(): Promise<void>;
   /** Runs `berth ARGS` in appDir; never rejects. */
   cli(args: string[], timeoutMs?: number): Promise<{ code: number; stdout: string; stderr: string }>;
   /** Runs `python3 ARGS` in appDir (with `moreEnv` over the cluster's env); rejects with both outputs and the cluster's on a failure. */
@@ -63,8 +68,12 @@ export async function startBerthUp(
 ): Promise<BerthUp> {
   const names = await testNames();
   const home = mkdtempSync(join(tmpdir(), "berth-up-home-"));
-  td.defer(() => rmSync(home, { recursive: true, force: true }));
   const dataDir = join(home, "data");
+  // Last: an agent killed while it removed a container leaves its mounts.
+  td.defer(() => {
+    unmountLeftovers([home], [join(dataDir, "agent", "containers")]);
+    rmSync(home, { recursive: true, force: true });
+  });
   const appDir = join(home, "app");
   mkdirSync(appDir);
   const rootfs = await testRootfs();
@@ -79,31 +88,59 @@ export async function startBerthUp(
     PYTHONPATH: SDK_DIR,
   };
   td.defer(() => cleanupNetworkByPrefix(resolveAgentOptions({ networkPrefix: names.namePrefix }).network));
-  const child = spawn(
-    process.execPath,
-    [
-      ...["--import", "tsx", CLI_MAIN, "up", "--data-dir", dataDir],
-      ...["--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)],
-      ...["--network-prefix", names.namePrefix, "--subnet4", names.subnet4, "--subnet6", names.subnet6],
-      // The outside namespace (createOutside) stands in for the internet on private addresses.
-      ...outsideSubnets(names).flatMap((c) => ["--allow-private", c]),
-      ...["--python-rootfs", rootfs, ...(typeof extraArgs === "function" ? extraArgs(names) : extraArgs)],
-    ],
-    { env, stdio: ["ignore", "pipe", "pipe"], detached: true },
-  );
+  const argv = [
+    ...["--import", "tsx", CLI_MAIN, "up", "--data-dir", dataDir],
+    ...["--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)],
+    ...["--network-prefix", names.namePrefix, "--subnet4", names.subnet4, "--subnet6", names.subnet6],
+    // The outside namespace (createOutside) stands in for the internet on private addresses.
+    ...outsideSubnets(names).flatMap((c) => ["--allow-private", c]),
+    ...["--python-rootfs", rootfs, ...(typeof extraArgs === "function" ? extraArgs(names) : extraArgs)],
+  ];
   let out = "";
-  for (const s of [child.stdout, child.stderr])
-    if (s) createInterface({ input: s }).on("line", (l) => (out += `${l}\n`));
-  const exited = new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
-  const pid = child.pid as number;
-  td.defer(async () => {
+  // The running berth up (undefined once stopped); stop() and start() run it again on the same data.
+  let running: { pid: number; exited: Promise<number | null> } | undefined;
+  const launch = async () => {
+    const child = spawn(process.execPath, argv, {
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
+    const from = out.length;
+    for (const s of [child.stdout, child.stderr])
+      if (s) createInterface({ input: s }).on("line", (l) => (out += `${l}\n`));
+    const exited = new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
+    running = { pid: child.pid as number, exited };
+    // berth up that stopped (a start-up error) will never be ready: say so at once, not in 300 s.
+    let exitCode: number | null | undefined;
+    void exited.then((c) => {
+      exitCode = c;
+    });
+    const ready = () => out.slice(from).includes("Press Ctrl-C to stop.");
+    await waitFor(() => ready() || exitCode !== undefined, {
+      timeoutMs: 300_000,
+      what: "berth up to be ready",
+    })
+      .then(() => {
+        if (!ready()) throw new Error(`berth up exited (code ${exitCode}) before it was ready`);
+      })
+      .catch((e) => {
+        throw new Error(`${(e as Error).message}; its output:\n${out}`);
+      });
+    return out.slice(from);
+  };
+  const kill = async () => {
+    const r = running;
+    if (!r) return;
     try {
-      process.kill(-pid, "SIGKILL");
+      process.kill(-r.pid, "SIGKILL");
     } catch {}
-    await exited;
-  });
-  // Runs before the cluster goes: whatever runner containers are left are stopped through the agent.
-  td.defer(async () => {
+    await r.exited;
+  };
+  td.defer(kill);
+  // Stops containers through the agent, then berth up itself (Ctrl-C), as a user would.
+  const stop = async () => {
+    const r = running;
+    if (!r) return;
     const sock = join(dataDir, "agent", "agent.sock");
     const ps = await runCli(["agent", "ps", "--all", "--json", "--socket", sock]);
     if (ps.code === 0) {
@@ -111,28 +148,17 @@ export async function startBerthUp(
         await runCli(["agent", "stop", "--rm", "--grace", "1", "--socket", sock, row.id]);
     }
     try {
-      process.kill(-pid, "SIGINT");
+      process.kill(-r.pid, "SIGINT");
     } catch {}
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 30_000))]);
-  });
-  // berth up that stopped (a start-up error) will never be ready: say so at once, not in 300 s.
-  let exitCode: number | null | undefined;
-  void exited.then((c) => {
-    exitCode = c;
-  });
-  await waitFor(() => out.includes("Press Ctrl-C to stop.") || exitCode !== undefined, {
-    timeoutMs: 300_000,
-    what: "berth up to be ready",
-  })
-    .then(() => {
-      if (!out.includes("Press Ctrl-C to stop."))
-        throw new Error(`berth up exited (code ${exitCode}) before it was ready`);
-    })
-    .catch((e) => {
-      throw new Error(`${(e as Error).message}; its output:\n${out}`);
-    });
-  const url = /URL:\s+(\S+)/.exec(out)?.[1];
-  const token = /admin token:\s+(\S+)/.exec(out)?.[1];
+    await Promise.race([r.exited, new Promise((res) => setTimeout(res, 30_000))]);
+    await kill();
+    running = undefined;
+  };
+  // Runs before the cluster goes: whatever runner containers are left are stopped through the agent.
+  td.defer(stop);
+  const first = await launch();
+  const url = /URL:\s+(\S+)/.exec(first)?.[1];
+  const token = /admin token:\s+(\S+)/.exec(first)?.[1];
   if (!url || !token) throw new Error(`berth up printed no URL or token:\n${out}`);
 
   const run = (cmd: string, args: string[], timeoutMs: number, moreEnv: Record<string, string> = {}) =>
@@ -156,6 +182,11 @@ export async function startBerthUp(
     appDir,
     env,
     output: () => out,
+    stop,
+    async start() {
+      if (running) throw new Error("berth up is running already");
+      await launch();
+    },
     cli: (args, timeoutMs = 240_000) => run(process.execPath, [CLI_BIN, ...args], timeoutMs),
     async python(args, timeoutMs = 240_000, moreEnv = {}) {
       const r = await run("python3", args, timeoutMs, moreEnv);

@@ -7,6 +7,7 @@ import type {
   OutputStream,
   ProcessInfo,
   ProcessOutput,
+  ProcessRunEvent,
   SandboxProcessApi,
 } from "../../api/index.ts";
 import type { ProcessTable } from "../../agent/sandboxes/processes.ts";
@@ -66,5 +67,13 @@ export abstract class FakeProcesses implements SandboxProcessApi {
   ): AsyncIterable<Uint8Array> {
     this.record("followProcessOutput", id, pid, stream, offset);
     yield* this.processes.followProcessOutput(id, pid, stream, offset, opts);
+  }
+  async *runProcess(
+    id: string,
+    req: ExecRequest,
+    opts?: { signal?: AbortSignal },
+  ): AsyncIterable<ProcessRunEvent> {
+    this.record("runProcess", id, req);
+    yield* this.processes.runProcess(id, req, opts);
   }
 }
