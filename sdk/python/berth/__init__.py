@@ -10,7 +10,7 @@ from .api.database import Database
 from .api.deployable import ASGI, Endpoint, Realtime, Schedule, TaskQueue, asgi, endpoint, realtime, schedule, task_queue
 from .api.function import Function, function
 from .api.image import Image
-from .api.options import TaskPolicy
+from .api.options import GpuType, TaskPolicy
 from .api.output import Output
 from .api.signal import Signal
 from .api.state import Map, Queue
@@ -54,6 +54,7 @@ __all__ = [
     "Endpoint",
     "FileRef",
     "Function",
+    "GpuType",
     "HandlerArgumentsError",
     "Image",
     "ImageBuildError",

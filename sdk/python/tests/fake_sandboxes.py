@@ -105,14 +105,18 @@ class FakeSandboxes:
         self.lock = threading.Lock()
         self.sandboxes = {}
         self.pods = []  # bodies of POST /pods
+        # Pod id → its record: an entrypoint of `true` finishes at once (exit code 0), as the coordinator answers it.
+        self.pod_records = {}
         self.deployments = []  # bodies of POST /deployments
         self.images = []
         self.output_limit = 1 << 20
         self.criu = False
         # Process waits and output follows to break off (a coordinator that dies under them): how many
         # of each are cut, the output after sending `cut_after` bytes.
-        self.cut = {"wait": 0, "output": 0}
+        self.cut = {"wait": 0, "output": 0, "run": 0}
         self.cut_after = 0
+        # A coordinator from before exec in one round trip: POST .../processes/run is not a route.
+        self.no_run_route = False
         self.seq = 0
         gw.routes.append(self.route)
 
@@ -132,7 +136,7 @@ class FakeSandboxes:
 
     def route(self, h, method):
         parts = urlsplit(h.path)
-        if not parts.path.startswith(PREFIX + "/sandboxes") and parts.path not in (PREFIX + "/pods", PREFIX + "/deployments"):
+        if not parts.path.startswith((PREFIX + "/sandboxes", PREFIX + "/pods")) and parts.path != PREFIX + "/deployments":
             return False
         qs = {k: v[0] for k, v in parse_qs(parts.query).items()}
         h.consumed = 0
@@ -180,7 +184,16 @@ class FakeSandboxes:
             self.pods.append(body)
             urls = {str(p): f"{self.gw.url}/port/{cid}/{p}/" for p in stub["extra"].get("ports") or []}
             first = next(iter(urls.values()), "")
-            return h.send_json({"ok": True, "container_id": cid, "url": first, "urls": urls})
+            command = body.get("entrypoint") or stub["extra"].get("entrypoint") or []
+            finished = command[:1] == ["true"]
+            record = {"status": "terminated" if finished else "running", "exit_code": 0 if finished else None}
+            self.pod_records[cid] = record
+            return h.send_json({"ok": True, "container_id": cid, "url": first, "urls": urls, **record})
+        if path.startswith("/pods/") and method == "GET":
+            record = self.pod_records.get(path[len("/pods/") :])
+            if record is None:
+                raise Refusal("not_found", f"pod {path[len('/pods/'):]} not found")
+            return h.send_json({"ok": True, "kind": "pod", **record})
         if path == "/deployments" and method == "POST":
             body = self.json_body(h)
             if body["type"] != "pod":
@@ -262,7 +275,71 @@ class FakeSandboxes:
             raise Refusal("process_not_found", f"no process {pid_text} in sandbox {sb.cid}", 404 if raw else 200)
         return p
 
+    def start_process(self, h, sb):
+        body = self.json_body(h)
+        cwd = sb.host_path(body.get("cwd") or "/")
+        env = dict(os.environ, **(body.get("env") or {}))
+        proc = subprocess.Popen(body["args"], cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        pid = len(sb.processes) + 1
+        sb.processes[pid] = Process(pid, body["args"], body.get("cwd") or "/", proc, self.output_limit)
+        return sb.processes[pid]
+
+    def run(self, h, p):
+        """POST .../processes/run: frames (kind, 4-byte length, payload) of the start, output and exit."""
+        h.send_response(200)
+        h.send_header("Content-Type", "application/vnd.berth.process-run")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+
+        def frame(kind, payload):
+            data = bytes([kind]) + len(payload).to_bytes(4, "big") + payload
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            h.wfile.flush()
+
+        frame(0x50, json.dumps(p.json()).encode())
+        cut = self.take_cut("run")
+        pos = {"stdout": 0, "stderr": 0}
+        sent = 0
+        while True:
+            with p.cond:
+                while all(p.bufs[n].end <= pos[n] for n in pos) and not p.done:
+                    p.cond.wait()
+                chunks = []
+                for n in pos:
+                    buf = p.bufs[n]
+                    at = max(pos[n], buf.start)
+                    chunks.append((n, bytes(buf.data[at - buf.start :])))
+                    pos[n] = buf.end
+                finished = p.done
+            for n, chunk in chunks:
+                if not chunk:
+                    continue
+                if cut and sent + len(chunk) > self.cut_after:
+                    chunk = chunk[: self.cut_after - sent]
+                    if chunk:
+                        frame(0x4F if n == "stdout" else 0x45, chunk)
+                    return self.hang_up(h)
+                frame(0x4F if n == "stdout" else 0x45, chunk)
+                sent += len(chunk)
+            if finished:
+                break
+        p.proc.wait()
+        frame(0x58, json.dumps({"exit_code": p.exit_code(), "status": "exited"}).encode())
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
     def processes(self, h, method, sb, tail, qs):
+        if tail == "/run" and method == "POST":
+            if self.no_run_route:
+                raise Refusal("route_not_found", "no route POST .../processes/run", 404)
+            try:
+                p = self.start_process(h, sb)
+            except Refusal as e:
+                # A raw route: refusals carry their HTTP status, as the coordinator's do.
+                e.status = 404 if e.code.endswith("not_found") else 400
+                raise
+            return self.run(h, p)
         if tail == "" and method == "POST":
             body = self.json_body(h)
             cwd = sb.host_path(body.get("cwd") or "/")

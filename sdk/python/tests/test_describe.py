@@ -124,6 +124,7 @@ class DescribeTest(unittest.TestCase):
         finally:
             sys.path.remove(SDK)
         self.assertIn("README.txt", names_in(data))
+        self.assertEqual(out["archive_files"], len([n for n in names_in(data) if not n.endswith("/")]))
 
     def test_package_module_root_is_the_files_directory(self):
         pkg = os.path.join(self.dir, "pkg")

@@ -38,6 +38,15 @@ class GpuCpuTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             parse_gpu([""], 0)
 
+    def test_mig_slice(self):
+        self.assertEqual(parse_gpu("A100:1g.10gb", 0), (["A100:1g.10gb"], 1))
+        self.assertEqual(parse_gpu(["H200:1g.18gb", "H200"], 1), (["H200:1g.18gb", "H200"], 1))
+        self.assertEqual(parse_gpu("H200:1g.18gb+me", 1), (["H200:1g.18gb+me"], 1))
+        with self.assertRaisesRegex(ValueError, "not a MIG slice"):
+            parse_gpu("A100:big", 0)
+        with self.assertRaisesRegex(ValueError, "one per container"):
+            parse_gpu("A100:1g.10gb", 2)
+
     def test_cpu(self):
         self.assertEqual(cpu_fields(1.0), (1, 1000))
         self.assertEqual(cpu_fields(0.25), (1, 250))
@@ -163,3 +172,27 @@ class ContextTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class IsolationTest(unittest.TestCase):
+    """isolation= on functions, deployments, sandboxes and pods: sent as the stub's extra only when "gvisor"."""
+
+    def test_sent_when_gvisor(self):
+        from berth import Pod, Sandbox, endpoint
+
+        self.assertEqual(Sandbox(isolation="gvisor").stub_extra()["isolation"], "gvisor")
+        self.assertEqual(Pod(entrypoint=["true"], isolation="gvisor").stub_extra()["isolation"], "gvisor")
+        self.assertEqual(function(isolation="gvisor")(plain).stub_extra()["isolation"], "gvisor")
+        self.assertEqual(endpoint(isolation="gvisor")(plain).stub_extra()["isolation"], "gvisor")
+        for default in (Sandbox(), Pod(entrypoint=["true"]), function()(plain), Sandbox(isolation="container")):
+            self.assertNotIn("isolation", default.stub_extra())
+
+    def test_rejected(self):
+        from berth import Sandbox
+
+        for bad in ("runsc", "", None, "GVISOR"):
+            with self.assertRaises(ValueError, msg=repr(bad)) as ctx:
+                Sandbox(isolation=bad)
+            self.assertIn("isolation must be one of 'container', 'gvisor'", str(ctx.exception))
+            with self.assertRaises(ValueError):
+                function(isolation=bad)(plain)

@@ -12,6 +12,7 @@ import textwrap
 import unittest
 
 from berth import Image, Pod, PodCreateResult
+from berth.errors import BerthError
 from berth.sandbox.units import check_egress, parse_cpu, parse_gpu, parse_memory
 from tests.sandbox_support import SandboxTestCase
 
@@ -171,6 +172,20 @@ class PodGatewayTest(SandboxTestCase):
         self.assertTrue(self.app.from_snapshot.create().ok)
         self.assertEqual(self.gw.stub_bodies[-1]["extra"]["image_ref"], "img-abc")
 
+    def test_a_pod_whose_entrypoint_exits_0_ran(self):
+        result = Pod(name="batch", entrypoint=["python3", "serve.py"]).create(entrypoint=["true"])
+        self.assertTrue(result.ok, result.error)
+        self.assertEqual((result.status, result.exit_code), ("terminated", 0))
+        self.assertEqual(result.wait(timeout=5), 0)
+
+    def test_refresh_reads_the_status_and_exit_code_again(self):
+        result = Pod(name="job", entrypoint=["python3", "serve.py"]).create()
+        self.assertEqual((result.status, result.exit_code), ("running", None))
+        self.fake.pod_records[result.container_id].update(status="terminated", exit_code=3)
+        self.assertIs(result.refresh(), result)
+        self.assertEqual((result.status, result.exit_code), ("terminated", 3))
+        self.assertEqual(result.wait(), 3)
+
     def test_a_refusal_is_a_result_that_says_why(self):
         refused = Pod(name="refused", entrypoint=["true"])
         err = io.StringIO()
@@ -178,6 +193,9 @@ class PodGatewayTest(SandboxTestCase):
             result = refused.create()
         self.assertEqual((result.ok, result.code, result.container_id), (False, "invalid_request", ""))
         self.assertIn("no such thing", result.error)
+        self.assertEqual(result.error_msg, result.error, "beta9's name for it")
+        with self.assertRaisesRegex(BerthError, "did not start"):
+            result.refresh()
         # Also printed: a program that never reads result.error still tells its user why.
         self.assertIn("berth: the pod did not start: ", err.getvalue())
         self.assertIn("no such thing", err.getvalue())

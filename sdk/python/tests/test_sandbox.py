@@ -226,7 +226,7 @@ class SandboxLifecycleTest(SandboxTestCase):
         options.debug(file=out)
         text = out.getvalue()
         self.assertIn("POST /stubs", text)
-        self.assertIn(f"POST /sandboxes/{sb.container_id}/processes -> 200", text)
+        self.assertIn(f"POST /sandboxes/{sb.container_id}/processes/run -> 200", text)
         self.assertIn('"args":["python3","-c","print(1)"]', text)
         self.assertIn("process_not_found", text)
         self.assertIn(f"POST /sandboxes/{sb.container_id}/terminate -> 200", text)
@@ -247,6 +247,42 @@ class SandboxLifecycleTest(SandboxTestCase):
 
 
 class SandboxProcessTest(SandboxTestCase):
+    def without_run_route(self):
+        self.fake.no_run_route = True
+        self.addCleanup(setattr, self.fake, "no_run_route", False)
+
+    def test_exec_is_one_request_that_brings_output_and_exit(self):
+        sb = self.new()
+        before = len(sb.api.debug_entries())
+        p = sb.process.exec(PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)")
+        self.assertEqual(p.wait(), 3)
+        self.assertEqual((p.stdout.read(), p.stderr.read()), ("out\n", "err\n"))
+        r = sb.process.run_code("print(6 * 7)")
+        self.assertEqual((r.exit_code, r.result, r.stderr), (0, "42\n", ""))
+        routes = [e["route"] for e in sb.api.debug_entries()[before:]]
+        self.assertEqual(routes, [f"/sandboxes/{sb.sandbox_id()}/processes/run"] * 2, "one request per command")
+
+    def test_a_run_stream_cut_off_goes_on_with_the_other_routes(self):
+        self.addCleanup(self.fake.cut.update, {"run": 0})
+        self.fake.cut["run"], self.fake.cut_after = 1, 9
+        sb = self.new()
+        script = "import sys, time\nfor i in range(6):\n    print(f'line {i}', flush=True)\n    time.sleep(0.05)\nsys.exit(5)"
+        p = sb.process.exec(PY, "-c", script)
+        self.watchdog(sb, p.pid)
+        self.assertEqual(list(p.stdout), [f"line {i}\n" for i in range(6)], "every byte once, in order")
+        self.assertEqual(self.fake.cut["run"], 0, "the run's stream was cut")
+        self.assertEqual(p.wait(), 5)
+
+    def test_a_coordinator_without_the_run_route_gets_three_requests(self):
+        self.without_run_route()
+        sb = self.new()
+        self.assertEqual(sb.process.run_code("print('old')").result, "old\n")
+        self.assertFalse(sb.api.run_route, "asked once, then not again")
+        before = len(sb.api.debug_entries())
+        self.assertEqual(sb.process.run_code("print('again')").result, "again\n")
+        routes = [e["route"].split("?")[0] for e in sb.api.debug_entries()[before:]]
+        self.assertEqual(routes[0], f"/sandboxes/{sb.sandbox_id()}/processes")
+
     def test_exec_wait_and_the_three_streams(self):
         sb = self.new()
         p = sb.process.exec(PY, "-c", "import os, sys; os.write(1, b'out\\n'); os.write(2, b'err\\n'); sys.exit(3)")
@@ -294,6 +330,8 @@ class SandboxProcessTest(SandboxTestCase):
     def test_a_wait_and_a_stream_whose_coordinator_dies_resume_from_where_they_were(self):
         # Each cut is a connection closed under the request, as when the coordinator serving it is
         # SIGKILLed behind a load balancer: the SDK asks again and another one answers.
+        # The three-request exec (a coordinator without the run route) reads and waits with these routes.
+        self.without_run_route()
         self.addCleanup(self.fake.cut.update, {"wait": 0, "output": 0})
         sb = self.new()
         script = "import sys, time\nfor i in range(6):\n    print(f'line {i}', flush=True)\n    time.sleep(0.05)\nsys.exit(5)"
@@ -307,6 +345,7 @@ class SandboxProcessTest(SandboxTestCase):
         self.assertEqual(self.fake.cut["wait"], 0)
 
     def test_a_wait_gives_up_once_no_coordinator_answered_for_the_bound(self):
+        self.without_run_route()
         sb = self.new()
         p = sb.process.exec(PY, "-c", "import time; time.sleep(30)")
         self.watchdog(sb, p.pid)
@@ -321,6 +360,7 @@ class SandboxProcessTest(SandboxTestCase):
         self.assertEqual(p.wait(), 137)
 
     def test_the_bounded_buffer_skips_what_it_no_longer_holds(self):
+        self.without_run_route()
         self.fake.output_limit = 1000
         sb = self.new()
         p = sb.process.exec(PY, "-c", "import sys; sys.stdout.write('x' * 4000 + 'END')")

@@ -128,17 +128,101 @@ class ArchiveTest(unittest.TestCase):
         self.assertNotEqual(a.sha256, sync.pack(self.root).sha256)
 
     def test_limit(self):
-        old = sync.MAX_ARCHIVE_BYTES
-        sync.MAX_ARCHIVE_BYTES = 10
+        with self.assertRaises(BerthError) as ctx:
+            sync.pack(self.root, limit=10)
+        self.assertEqual(ctx.exception.code, "object_too_large")
+        self.assertIn("10 B code sync limit", str(ctx.exception))
+        self.assertIn(".berthignore", str(ctx.exception))
+        self.assertIn("BERTH_CODE_SYNC_MAX", str(ctx.exception))
+
+    def test_limit_from_the_environment(self):
+        cases = {
+            "": sync.DEFAULT_MAX_ARCHIVE_BYTES,
+            "2048": 2048,
+            "64MiB": 64 * 1024 * 1024,
+            "1.5 M": int(1.5 * 1024 * 1024),
+            "256mib": 256 * 1024 * 1024,
+            "10k": 10 * 1024,
+        }
+        old = os.environ.get(sync.MAX_ENV)
         try:
+            for raw, want in cases.items():
+                os.environ[sync.MAX_ENV] = raw
+                self.assertEqual(sync.max_archive_bytes(), want, raw)
+            for bad in ("lots", "10 parsecs", "0", "-5M", "257MiB", "1G"):
+                os.environ[sync.MAX_ENV] = bad
+                with self.assertRaises(BerthError, msg=bad) as ctx:
+                    sync.max_archive_bytes()
+                self.assertEqual(ctx.exception.code, "invalid_request")
+                self.assertIn(sync.MAX_ENV, str(ctx.exception))
+            # pack reads it when no limit is given.
+            os.environ[sync.MAX_ENV] = "10"
             with self.assertRaises(BerthError) as ctx:
                 sync.pack(self.root)
+            self.assertEqual(ctx.exception.code, "object_too_large")
         finally:
-            sync.MAX_ARCHIVE_BYTES = old
-        self.assertEqual(ctx.exception.code, "object_too_large")
-        self.assertIn("256 MiB", str(ctx.exception))
-        self.assertIn(".berthignore", str(ctx.exception))
+            if old is None:
+                os.environ.pop(sync.MAX_ENV, None)
+            else:
+                os.environ[sync.MAX_ENV] = old
+        self.assertEqual(sync.DEFAULT_MAX_ARCHIVE_BYTES, 100 * 1024 * 1024)
 
+    def test_default_ignores_leave_dependencies_and_build_outputs_out(self):
+        for rel in (
+            "node_modules/left-pad/index.js",
+            "web/node_modules/react/index.js",
+            "dist/app.js",
+            "build/lib/x.py",
+            "pkg.egg-info/PKG-INFO",
+            ".venv/bin/python",
+            ".pytest_cache/v/x",
+            ".DS_Store",
+        ):
+            path = os.path.join(self.root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write("x" * 100)
+        names = sync.pack(self.root).names
+        for left_out in ("node_modules/", "web/node_modules/", "dist/", "build/", "pkg.egg-info/", ".venv/", ".pytest_cache/", ".DS_Store"):
+            self.assertNotIn(left_out, names)
+        self.assertIn("web/", names)
+        # A `!` line in .berthignore takes a default back.
+        with open(os.path.join(self.root, ".berthignore"), "a") as f:
+            f.write("!dist/\n")
+        self.assertIn("dist/app.js", sync.pack(self.root).names)
+
+
+class SyncCodeTest(unittest.TestCase):
+    """sync_code says what it uploads, and uploads once per content."""
+
+    class FakeCoordinator:
+        url = "http://coordinator.test"
+
+        def __init__(self):
+            self.objects = {}
+
+        def object_exists(self, sha):
+            return sha in self.objects, None
+
+        def put_object(self, sha, data, size):
+            self.objects[sha] = data
+
+    def test_upload_prints_the_size_once(self):
+        import contextlib
+
+        with tempfile.TemporaryDirectory() as root:
+            with open(os.path.join(root, "app.py"), "w") as f:
+                f.write("print(1)\n" * 100)
+            coordinator = self.FakeCoordinator()
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                sha = sync.sync_code(coordinator, root)
+                again = sync.sync_code(coordinator, root)
+            self.assertEqual(sha, again)
+            self.assertEqual(list(coordinator.objects), [sha])
+            lines = err.getvalue().splitlines()
+            self.assertEqual(len(lines), 1, lines)
+            self.assertRegex(lines[0], r"^berth: uploading the code of .+: \d+(\.\d)? (B|KiB) \(1 files\)$")
 
 if __name__ == "__main__":
     unittest.main()

@@ -40,6 +40,7 @@ _FUNCTION_OPTIONS = (
     "memory",
     "gpu",
     "gpu_count",
+    "gpu_memory",
     "image",
     "timeout",
     "retries",
@@ -51,6 +52,10 @@ _FUNCTION_OPTIONS = (
     "retry_for",
     "keep_warm_seconds",
     "on_start",
+    "isolation",
+    "pool",
+    "priority",
+    "preemptible",
 )
 
 _REQUIRED = object()
@@ -84,6 +89,7 @@ _SERVICE_DEFAULTS: Dict[str, Any] = {
     "memory": 128,
     "gpu": None,
     "gpu_count": 0,
+    "gpu_memory": None,
     "image": None,
     "timeout": 3600,
     "callback_url": None,
@@ -97,6 +103,10 @@ _SERVICE_DEFAULTS: Dict[str, Any] = {
     "on_start": None,
     "authorized": True,
     "autoscaler": None,  # QueueDepthAutoscaler()
+    "isolation": "container",
+    "pool": None,
+    "priority": 0,
+    "preemptible": False,
 }
 
 
@@ -341,6 +351,7 @@ class Schedule(Deployable):
         "memory": 128,
         "gpu": None,
         "gpu_count": 0,
+        "gpu_memory": None,
         "image": None,
         "timeout": 3600,
         "retries": 3,
@@ -352,6 +363,10 @@ class Schedule(Deployable):
         "retry_for": None,
         "keep_warm_seconds": REALTIME_KEEP_WARM_S,
         "on_start": None,
+        "isolation": "container",
+        "pool": None,
+        "priority": 0,
+        "preemptible": False,
     }
 
     def __init__(self, func: Callable, **options: Any):

@@ -24,10 +24,15 @@ from .volume import volumes_config, volumes_option
 from .options import (
     TaskPolicy,
     check_int,
+    check_isolation,
+    check_pool,
+    check_preemptible,
+    check_priority,
     check_timeout,
     cpu_fields,
     expires_text,
     parse_gpu,
+    parse_gpu_memory,
     parse_memory,
     retry_names,
 )
@@ -74,6 +79,7 @@ class Function:
         memory: Union[int, str] = 128,
         gpu: Union[str, Sequence[str], None] = None,
         gpu_count: int = 0,
+        gpu_memory: Union[int, str, None] = None,
         image: Optional[Image] = None,
         timeout: int = 3600,
         retries: int = 3,
@@ -86,6 +92,10 @@ class Function:
         headless: bool = False,
         keep_warm_seconds: int = 10,
         on_start: Union[Callable, str, None] = None,
+        isolation: str = "container",
+        pool: Optional[str] = None,
+        priority: int = 0,
+        preemptible: bool = False,
     ):
         if not callable(func):
             raise TypeError(f"@function decorates a function, not {func!r}")
@@ -94,6 +104,7 @@ class Function:
         self.cpu, self.cpu_millicores = cpu_fields(cpu)
         self.memory = parse_memory(memory)
         self.gpu_types, self.gpu_count = parse_gpu(gpu, gpu_count)
+        self.gpu_count, self.gpu_memory = parse_gpu_memory(gpu_memory, self.gpu_types, self.gpu_count)
         self.image = image_option(image)
         policy = task_policy
         if policy is not None and not isinstance(policy, TaskPolicy):
@@ -111,6 +122,10 @@ class Function:
         if on_start is not None and not (callable(on_start) or isinstance(on_start, str)):
             raise TypeError("on_start must be a function or a 'module:function' string")
         self.on_start = on_start
+        self.isolation = check_isolation(isolation)
+        self.pool = check_pool(pool)
+        self.priority = check_priority(priority)
+        self.preemptible = check_preemptible(preemptible)
         self._stubs: Dict[Tuple[str, Optional[str]], str] = {}
         self._lock = threading.Lock()
 
@@ -170,6 +185,8 @@ class Function:
             "cpu_millicores": self.cpu_millicores,
             "gpu_types": list(self.gpu_types),
             "gpu_count": self.gpu_count,
+            # A share of one shared GPU (docs/gpus.md, "Shared GPUs"); sent only when asked for.
+            **({"gpu_memory_mib": self.gpu_memory} if self.gpu_memory else {}),
             "retry_for": list(self.retry_for),
             # A sandbox's filesystem snapshot (Image.from_id) is sent as its img- id; the cluster runs it on its agent.
             "image_ref": self.image.snapshot_id or self.image.image_ref,
@@ -178,6 +195,13 @@ class Function:
             "headless": self.headless,
             # The image's env_vars: the build's steps saw them, the running function gets them too.
             **({"env": self.image.runtime_env()} if self.image.runtime_env() else {}),
+            # Sent only when asked for: a coordinator without runtime choice still takes the stub.
+            **({"isolation": self.isolation} if self.isolation != "container" else {}),
+            # Only that pool's agents run it (docs/pools.md).
+            **({"pool": self.pool} if self.pool else {}),
+            # Placement order and preemption (docs/gpus.md); sent only when set.
+            **({"priority": self.priority} if self.priority else {}),
+            **({"preemptible": True} if self.preemptible else {}),
         }
 
     def prepare(self, client: "Client") -> str:

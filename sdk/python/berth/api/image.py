@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ..client.kinds import IMAGE
 from ..errors import ImageBuildError
+from .options import check_pool
 
 Packages = Union[Sequence[str], str, None]
 
@@ -78,6 +79,7 @@ class Image:
         base_image_creds: Union[Dict[str, str], Sequence[str], None] = None,
         env_vars: Union[str, Sequence[str], Dict[str, str], None] = None,
         build_with_gpu: Optional[str] = None,
+        pool: Optional[str] = None,
     ):
         self.python_version = str(python_version)
         self.python_packages: List[str] = _packages(python_packages)
@@ -92,6 +94,8 @@ class Image:
         self.use_micromamba = False
         self.micromamba_packages: List[str] = []
         self.micromamba_channels: List[str] = []
+        # Only that pool's agents build it (docs/pools.md); None: any agent.
+        self.pool: Optional[str] = check_pool(pool)
 
     # ---- builder methods ----
 
@@ -161,6 +165,8 @@ class Image:
             "micromamba": self.use_micromamba,
             "micromamba_packages": self.micromamba_packages,
             "micromamba_channels": self.micromamba_channels,
+            # Only when given: an image without a pool keeps the id it always had.
+            **({"pool": self.pool} if self.pool else {}),
         }
 
     @property

@@ -4,6 +4,7 @@ import datetime
 import math
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 # MiB per unit. Binary units are exact; "G" is taken as 1000 MiB and "T" as 1000 G, like other serverless SDKs.
@@ -38,8 +39,15 @@ def parse_memory(memory: Union[int, str]) -> int:
     return mib
 
 
+# A MIG slice: the GPU type, a colon and the MIG profile, e.g. "A100:1g.10gb" or "H200:1g.18gb+me".
+_MIG_SLICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*:\d+g\.\d+gb(\+[a-z0-9]+)*$", re.IGNORECASE)
+
+
 def parse_gpu(gpu: Union[str, Sequence[str], None], gpu_count: int) -> Tuple[List[str], int]:
-    """GPU types in priority order and the count (1 when a GPU is named without a count)."""
+    """GPU types in priority order and the count (1 when a GPU is named without a count).
+
+    A type may name a MIG slice by profile ("A100:1g.10gb"); a container gets one slice.
+    """
     if gpu is None or gpu == "":
         types: List[str] = []
     elif isinstance(gpu, str):
@@ -56,9 +64,57 @@ def parse_gpu(gpu: Union[str, Sequence[str], None], gpu_count: int) -> Tuple[Lis
         raise ValueError(f"gpu_count must be a non-negative int, got {gpu_count!r}")
     if types and gpu_count == 0:
         gpu_count = 1
+    # beta9's GpuType.Any: one GPU of whatever type an agent has (the scheduler's empty type list).
+    if types and all(t.lower() == "any" for t in types):
+        return [], gpu_count
     if not types and gpu_count > 0:
         raise ValueError("gpu_count is set but no gpu type is named: pass gpu='A10G' (or a list) as well")
+    for t in types:
+        if ":" in t and not _MIG_SLICE.match(t):
+            raise ValueError(f"gpu {t!r} is not a MIG slice: write the type and a MIG profile, e.g. 'A100:1g.10gb'")
+        if ":" in t and gpu_count > 1:
+            raise ValueError(f"a MIG slice ({t}) is given one per container; gpu_count must be 1, got {gpu_count}")
     return types, gpu_count
+
+
+def parse_gpu_memory(gpu_memory: Union[int, str, None], types: List[str], gpu_count: int) -> Tuple[int, Optional[int]]:
+    """``gpu_memory=``: part of one shared GPU, in MiB (like ``memory``); returns the GPU count and the MiB.
+
+    Without a ``gpu`` it takes a share of any shared GPU; with one, of a shared GPU of those types.
+    """
+    if gpu_memory is None:
+        return gpu_count, None
+    try:
+        mib = parse_memory(gpu_memory)
+    except ValueError as e:
+        raise ValueError(str(e).replace("memory", "gpu_memory", 1)) from None
+    if gpu_count > 1:
+        raise ValueError(f"gpu_memory asks for part of one shared GPU; gpu_count must be 1, got {gpu_count}")
+    for t in types:
+        if ":" in t:
+            raise ValueError(f"gpu_memory shares a whole GPU; a MIG slice ({t}) cannot be shared")
+    return 1, mib
+
+
+class GpuType(str, Enum):
+    """beta9's GPU type names: ``gpu=GpuType.A10G`` is ``gpu="A10G"``; ``Any`` takes one GPU of any type.
+
+    Any type an agent reports may be named as a plain string too (docs/gpus.md).
+    """
+
+    NoGPU = ""
+    Any = "any"
+    T4 = "T4"
+    L4 = "L4"
+    A10G = "A10G"
+    A100_40 = "A100-40"
+    A100_80 = "A100-80"
+    H100 = "H100"
+    A6000 = "A6000"
+    RTX4090 = "RTX4090"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -84,6 +140,45 @@ def expires_text(expires: Any) -> str:
     if isinstance(expires, bool) or not isinstance(expires, (int, float)) or expires < 0:
         raise ValueError(f"task_policy.expires must be seconds or a datetime, got {expires!r}")
     return str(int(expires)) if float(expires).is_integer() else str(expires)
+
+
+ISOLATIONS = ("container", "gvisor")
+
+
+def check_isolation(value: Any) -> str:
+    """``isolation=``: "container" (the agent's OCI runtime, runc or crun) or "gvisor" (runsc)."""
+    if value not in ISOLATIONS:
+        raise ValueError(f"isolation must be one of {', '.join(repr(i) for i in ISOLATIONS)}, got {value!r}")
+    return value
+
+
+_POOL = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+def check_pool(value: Any) -> Optional[str]:
+    """``pool=``: only agents of that pool (``berth agent --pool``) run it; None: any agent."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _POOL.match(value):
+        raise ValueError(f"pool must be a pool name (1-63 characters: a-z, 0-9, '_' and '-'), got {value!r}")
+    return value
+
+
+MAX_PRIORITY = 1000
+
+
+def check_priority(value: Any) -> int:
+    """``priority=``: higher is placed first and may preempt lower ``preemptible`` work; 0 by default."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValueError(f"priority must be an int from {-MAX_PRIORITY} to {MAX_PRIORITY}, got {value!r}")
+    return value
+
+
+def check_preemptible(value: Any) -> bool:
+    """``preemptible=``: its running containers may be stopped for higher-priority work (tasks requeued)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"preemptible must be True or False, not {value!r}")
+    return value
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:

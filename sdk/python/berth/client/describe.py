@@ -9,8 +9,9 @@ not run, and prints ONE JSON line on stdout:
 or ``{"ok": false, "error": "..."}`` (plus ``traceback`` for an import error)
 with exit code 2. Whatever the module prints while it is imported goes to
 stderr. ``--archive PATH`` also writes the code archive of ``root`` (the
-deterministic tar.gz that code sync uploads) to PATH and sets
-``extra.code_sha256`` to its hash; without it ``code_sha256`` is empty.
+deterministic tar.gz that code sync uploads) to PATH, sets
+``extra.code_sha256`` to its hash and adds ``archive_files`` (how many files
+it holds); without it ``code_sha256`` is empty.
 """
 
 import importlib.util
@@ -154,13 +155,14 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
             _build(obj.image)
         loc = obj.location()
         sha = ""
+        files: Optional[int] = None
         if archive:
             from .sync import pack  # only when asked: packing reads the whole tree
 
             packed = pack(loc.root)
             with open(archive, "wb") as f:
                 f.write(packed.data)
-            sha = packed.sha256
+            sha, files = packed.sha256, packed.files
         config, extra = obj.stub_config(loc), obj.stub_extra(sha)
     except BerthError as e:
         raise DescribeError(e.message) from None
@@ -176,6 +178,7 @@ def describe(target: str, name: Optional[str] = None, archive: Optional[str] = N
         "extra": extra,
         "root": loc.root,
         "handler": loc.handler,
+        **({"archive_files": files} if files is not None else {}),
     }
 
 
@@ -187,13 +190,14 @@ def _describe_bot(bot: Any, attr: str, name: Optional[str], archive: Optional[st
             if t.image.needs_build():
                 _build(t.image)
         sha = ""
+        files: Optional[int] = None
         if archive and bot.transitions:
             from .sync import pack
 
             packed = pack(next(iter(bot.transitions.values())).location().root)
             with open(archive, "wb") as f:
                 f.write(packed.data)
-            sha = packed.sha256
+            sha, files = packed.sha256, packed.files
         d = bot.deployment(attr.split(".")[-1], name, sha)
     except BerthError as e:
         raise DescribeError(e.message) from None
@@ -209,6 +213,7 @@ def _describe_bot(bot: Any, attr: str, name: Optional[str], archive: Optional[st
         "extra": d["extra"],
         "root": d["root"],
         "handler": d["config"]["handler"],
+        **({"archive_files": files} if files is not None else {}),
     }
 
 

@@ -14,7 +14,36 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Pattern
 
-DEFAULT_IGNORES = (".git/", "__pycache__/", "*.pyc", ".venv/", "venv/")
+# What code sync leaves out unless a `!` line in .berthignore takes it back:
+# version control, dependency trees a container installs itself (through the
+# image), caches, and build outputs. Keep in step with cli/deploy/watch.ts and
+# the list in docs/tasks.md, "Code sync".
+DEFAULT_IGNORES = (
+    # version control
+    ".git/",
+    ".hg/",
+    ".svn/",
+    # Python bytecode, virtual environments and tool caches
+    "__pycache__/",
+    "*.pyc",
+    "*.pyo",
+    ".venv/",
+    "venv/",
+    ".tox/",
+    ".nox/",
+    ".mypy_cache/",
+    ".pytest_cache/",
+    ".ruff_cache/",
+    ".ipynb_checkpoints/",
+    # JavaScript dependencies
+    "node_modules/",
+    # build outputs
+    "dist/",
+    "build/",
+    "*.egg-info/",
+    # editor and OS litter
+    ".DS_Store",
+)
 
 
 @dataclass(frozen=True)

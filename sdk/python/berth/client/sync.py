@@ -9,11 +9,13 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import stat
+import sys
 import tarfile
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 from ..errors import BerthError
 from .ignore import IgnoreMatcher
@@ -22,7 +24,45 @@ if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
 
 IGNORE_FILE = ".berthignore"
-MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
+MIB = 1024 * 1024
+# The coordinator keeps no object larger than this: no setting goes past it.
+OBJECT_LIMIT_BYTES = 256 * MIB
+# A code archive past this is refused before any upload: an app's directory
+# rarely needs more, and one that does usually carries data or dependencies
+# by mistake (a dataset, a model, node_modules).
+DEFAULT_MAX_ARCHIVE_BYTES = 100 * MIB
+MAX_ENV = "BERTH_CODE_SYNC_MAX"
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": MIB, "mib": MIB, "g": 1024 * MIB, "gib": 1024 * MIB}
+
+
+def max_archive_bytes() -> int:
+    """The cap on a code archive: BERTH_CODE_SYNC_MAX (e.g. ``200MiB``), else 100 MiB."""
+    raw = os.environ.get(MAX_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_ARCHIVE_BYTES
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([A-Za-z]*)", raw)
+    unit = _UNITS.get(m.group(2).lower()) if m else None
+    if m is None or unit is None or float(m.group(1)) <= 0:
+        raise BerthError(
+            "invalid_request",
+            f"{MAX_ENV} must be a size such as 50MiB, 200M or 1048576 (bytes), got {raw!r}",
+        )
+    limit = int(float(m.group(1)) * unit)
+    if limit > OBJECT_LIMIT_BYTES:
+        raise BerthError(
+            "invalid_request",
+            f"{MAX_ENV}={raw} is over the coordinator's object limit of 256 MiB; no code archive can be larger",
+        )
+    return limit
+
+
+def human_size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < MIB:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / MIB:.1f} MiB"
 
 
 @dataclass(frozen=True)
@@ -31,6 +71,10 @@ class Archive:
     sha256: str
     # Relative paths in the archive, directories with a trailing "/".
     names: Tuple[str, ...]
+
+    @property
+    def files(self) -> int:
+        return sum(1 for n in self.names if not n.endswith("/"))
 
 
 def collect(root: str) -> List[Tuple[str, str, bool]]:
@@ -62,19 +106,22 @@ def collect(root: str) -> List[Tuple[str, str, bool]]:
     return out
 
 
-def _too_large(root: str, files: List[Tuple[str, int]]) -> BerthError:
+def _too_large(root: str, files: List[Tuple[str, int]], limit: int, so_far: int) -> BerthError:
     biggest = sorted(files, key=lambda f: -f[1])[:5]
-    listed = ", ".join(f"{name} ({size / (1024 * 1024):.1f} MiB)" for name, size in biggest)
+    listed = ", ".join(f"{name} ({human_size(size)})" for name, size in biggest)
     return BerthError(
         "object_too_large",
-        f"the code archive of {root} is over the 256 MiB limit; the largest files are {listed}: "
-        f"list what the function does not need in {os.path.join(root, IGNORE_FILE)} (gitignore syntax)",
+        f"the code archive of {root} is over the {human_size(limit)} code sync limit "
+        f"(over {human_size(so_far)} compressed when it stopped); the largest files are {listed}: "
+        f"list what the function does not need in {os.path.join(root, IGNORE_FILE)} (gitignore syntax), "
+        f"or raise the limit with {MAX_ENV} (up to 256 MiB); data belongs in a volume",
     )
 
 
-def pack(root: str) -> Archive:
-    """The deterministic tar.gz of the synced directory."""
+def pack(root: str, limit: Optional[int] = None) -> Archive:
+    """The deterministic tar.gz of the synced directory; over ``limit`` (default: max_archive_bytes()) is an error."""
     root = os.path.abspath(root)
+    limit = max_archive_bytes() if limit is None else limit
     buf = io.BytesIO()
     names: List[str] = []
     seen: List[Tuple[str, int]] = []
@@ -102,11 +149,11 @@ def pack(root: str) -> Archive:
                     raise BerthError("invalid_request", f"code sync cannot read {abs_path}: {e.strerror or e}") from None
                 names.append(rel)
                 seen.append((rel, info.size))
-                if buf.tell() > MAX_ARCHIVE_BYTES:
-                    raise _too_large(root, seen)
+                if buf.tell() > limit:
+                    raise _too_large(root, seen, limit, buf.tell())
     data = buf.getvalue()
-    if len(data) > MAX_ARCHIVE_BYTES:
-        raise _too_large(root, seen)
+    if len(data) > limit:
+        raise _too_large(root, seen, limit, len(data))
     return Archive(data=data, sha256=hashlib.sha256(data).hexdigest(), names=tuple(names))
 
 
@@ -127,6 +174,11 @@ def sync_code(client: "Client", root: str) -> str:
         sha = archive.sha256
         exists, _ = client.object_exists(sha)
         if not exists:
+            # The one line code sync prints: what is about to leave this machine.
+            print(
+                f"berth: uploading the code of {root}: {human_size(len(archive.data))} ({archive.files} files)",
+                file=sys.stderr,
+            )
             client.put_object(sha, archive.data, len(archive.data))
         _packed[root] = sha
         _uploaded.add((client.url, sha))

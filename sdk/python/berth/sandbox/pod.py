@@ -8,9 +8,11 @@ defines the pod is synced into the container, as for a function.
 """
 
 import sys
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
+from urllib.parse import quote
 
 from ..api.image import Image
 from ..api.locate import Location, locate
@@ -24,7 +26,13 @@ CREATE_TIMEOUT_S = 900.0
 
 @dataclass
 class PodCreateResult:
-    """What ``create()`` answers; ``error`` says why when ``ok`` is False."""
+    """What ``create()`` answers; ``error`` (beta9: ``error_msg``) says why when ``ok`` is False.
+
+    A pod whose entrypoint finished at once (exit code 0) is ok: its
+    ``status`` is ``"terminated"`` and its ``exit_code`` 0. ``refresh()``
+    reads both again, ``wait()`` until the entrypoint ends, ``terminate()``
+    stops it (beta9's PodInstance).
+    """
 
     ok: bool
     container_id: str = ""
@@ -33,6 +41,51 @@ class PodCreateResult:
     urls: Dict[int, str] = field(default_factory=dict)
     error: str = ""
     code: str = ""
+    # running, or terminated once it ended (then exit_code, when it ended on its own).
+    status: str = ""
+    exit_code: Optional[int] = None
+    terminated_reason: Optional[str] = None
+    _api: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def error_msg(self) -> str:
+        return self.error
+
+    def _route(self, tail: str = "") -> str:
+        if not self.ok or self._api is None:
+            raise BerthError("failed_precondition", f"the pod did not start: {self.error or 'no container'}")
+        return f"/pods/{quote(self.container_id, safe='')}{tail}"
+
+    def refresh(self) -> "PodCreateResult":
+        """Reads the pod's status and exit code again (GET /pods/{id}); returns this result."""
+        route = self._route()
+        r = self._api.call("GET", route)
+        self.status = str(r.get("status") or "")
+        code = r.get("exit_code")
+        self.exit_code = code if isinstance(code, int) else None
+        self.terminated_reason = r.get("terminated_reason")
+        return self
+
+    def wait(self, timeout: Optional[float] = None, interval: float = 1.0) -> Optional[int]:
+        """Waits until the pod ends; its exit code (None when it was ended from outside). TimeoutError past ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.refresh().status != "terminated":
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"pod {self.container_id} still runs after {timeout} s")
+            time.sleep(interval)
+        return self.exit_code
+
+    def terminate(self) -> bool:
+        """Stops and removes the pod's container; False when it had ended already."""
+        self._route()  # refuses a pod that never started
+        try:
+            self._api.call("POST", f"/sandboxes/{quote(self.container_id, safe='')}/terminate", {})
+        except BerthError as e:
+            if e.code == "sandbox_terminated":
+                return False
+            raise
+        self.status = "terminated"
+        return True
 
 
 def _defining_module() -> str:
@@ -72,6 +125,7 @@ class Pod(ContainerSpec):
         memory: Union[int, str] = 128,
         gpu: Union[str, Sequence[str], None] = None,
         gpu_count: int = 0,
+        gpu_memory: Union[int, str, None] = None,
         image: Optional[Image] = None,
         volumes: Optional[List[Any]] = None,
         secrets: Optional[List[str]] = None,
@@ -82,12 +136,16 @@ class Pod(ContainerSpec):
         allow_list: Optional[Sequence[str]] = None,
         token: str = "",
         url: Optional[str] = None,
+        isolation: str = "container",
+        pool: Optional[str] = None,
+        priority: int = 0,
     ):
         super().__init__(
             cpu=cpu,
             memory=memory,
             gpu=gpu,
             gpu_count=gpu_count,
+            gpu_memory=gpu_memory,
             image=image,
             volumes=volumes,
             secrets=secrets,
@@ -97,6 +155,9 @@ class Pod(ContainerSpec):
             allow_list=allow_list,
             token=token,
             url=url,
+            isolation=isolation,
+            pool=pool,
+            priority=priority,
         )
         self.entrypoint = check_entrypoint(entrypoint)
         if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
@@ -159,8 +220,15 @@ class Pod(ContainerSpec):
             print(f"berth: the pod did not start: {e.message}", file=sys.stderr)
             return PodCreateResult(ok=False, error=e.message, code=e.code)
         urls = {int(k): str(v) for k, v in (r.get("urls") or {}).items() if str(k).isdigit()}
+        exit_code = r.get("exit_code")
         return PodCreateResult(
-            ok=True, container_id=str(r.get("container_id", "")), url=str(r.get("url") or ""), urls=urls
+            ok=True,
+            container_id=str(r.get("container_id", "")),
+            url=str(r.get("url") or ""),
+            urls=urls,
+            status=str(r.get("status") or "running"),
+            exit_code=exit_code if isinstance(exit_code, int) else None,
+            _api=self.api,
         )
 
     def deploy(self, name: Optional[str] = None) -> bool:

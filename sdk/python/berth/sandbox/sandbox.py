@@ -41,6 +41,7 @@ class Sandbox(ContainerSpec):
         memory: Union[int, str] = 128,
         gpu: Union[str, Sequence[str], None] = None,
         gpu_count: int = 0,
+        gpu_memory: Union[int, str, None] = None,
         image: Optional[Image] = None,
         volumes: Optional[List[Any]] = None,
         secrets: Optional[List[str]] = None,
@@ -52,12 +53,16 @@ class Sandbox(ContainerSpec):
         token: str = "",
         url: Optional[str] = None,
         keep_warm_seconds: Optional[int] = None,
+        isolation: str = "container",
+        pool: Optional[str] = None,
+        priority: int = 0,
     ):
         super().__init__(
             cpu=cpu,
             memory=memory,
             gpu=gpu,
             gpu_count=gpu_count,
+            gpu_memory=gpu_memory,
             image=image,
             volumes=volumes,
             secrets=secrets,
@@ -67,6 +72,9 @@ class Sandbox(ContainerSpec):
             allow_list=allow_list,
             token=token,
             url=url,
+            isolation=isolation,
+            pool=pool,
+            priority=priority,
         )
         # beta9 names the idle lifetime keep_warm_seconds; both names set the same TTL.
         if keep_warm_seconds is not None:

@@ -78,6 +78,8 @@ class SandboxApi:
     def __init__(self, url: str, token: Optional[str], timeout: float = 30.0):
         self.url = url.rstrip("/")
         self.token = token
+        # exec in one round trip (POST .../processes/run) until the coordinator says it has no such route.
+        self.run_route = True
         self.timeout = timeout
         self._local = threading.local()
         # Every thread's kept-alive connection, so close() reaches them all.
@@ -229,21 +231,25 @@ class SandboxApi:
         return self.upload(f"/objects/{q(sha256)}", io.BytesIO(data), size, {}).get("object_id")
 
     def open_raw(
-        self, route: str, context: Dict[str, Any], timeout: Optional[float]
+        self, route: str, context: Dict[str, Any], timeout: Optional[float], method: str = "GET", body: Any = None
     ) -> Tuple[HttpConnection, http.client.HTTPResponse]:
-        """GETs a raw byte route on a connection of its own (closed by the caller), the body unread."""
+        """Calls a raw byte route on a connection of its own (closed by the caller), the answer's body unread.
+
+        ``body`` (POST) is sent as JSON.
+        """
         started = time.monotonic()
         conn = HttpConnection(self.url, timeout)
+        data = None if body is None else json.dumps(body).encode()
         try:
-            resp = conn.request("GET", GATEWAY + route, None, self.headers())
+            resp = conn.request(method, GATEWAY + route, data, self.headers("application/json" if data else None))
             if resp.status >= 400:
                 raw = resp.read()
                 try:
                     self._json(raw, resp.status, context)
                 except BerthError as e:
-                    self.record("GET", route, resp.status, started, None, {"error": e.code, "message": e.message})
+                    self.record(method, route, resp.status, started, body, {"error": e.code, "message": e.message})
                     raise
-            self.record("GET", route, resp.status, started, None, "<bytes follow>")
+            self.record(method, route, resp.status, started, body, "<bytes follow>")
             return conn, resp
         except BaseException:
             conn.close()

@@ -10,9 +10,11 @@ UNAVAILABLE_WAIT_S while no coordinator can be reached.
 """
 
 import http.client
+import json
+import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..client.unreachable import Unreachable
 from ..errors import BerthError, SandboxProcessError
@@ -22,6 +24,13 @@ if TYPE_CHECKING:
     from .sandbox import SandboxInstance
 
 STREAMS = ("stdout", "stderr", "combined")
+# The frames of POST .../processes/run (coordinator/sandboxes/process-run.ts).
+FRAME_STARTED, FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT = 0x50, 0x4F, 0x45, 0x58
+MAX_FRAME = 1 << 20
+# Bytes of each stream the SDK keeps from a run's stream, as the agent keeps them: older ones are dropped.
+RUN_KEEP_BYTES = 1 << 20
+# Codes that mean "this coordinator or agent cannot run in one call": exec falls back to three calls.
+_NO_RUN_ROUTE = ("route_not_found", "not_implemented")
 # A wait is asked for in slices so no proxy sees a request idle for minutes.
 WAIT_SLICE_S = 30
 
@@ -31,6 +40,96 @@ def unreachable(e: BaseException) -> bool:
     if isinstance(e, (OSError, http.client.HTTPException)):
         return True
     return isinstance(e, BerthError) and (e.code == "unavailable" or e.status in (502, 503, 504))
+
+
+class _RunBuffer:
+    """One stream's bytes from a run: the last RUN_KEEP_BYTES of them, by absolute offset."""
+
+    def __init__(self) -> None:
+        self.start = 0
+        self.data = bytearray()
+
+    def append(self, b: bytes) -> None:
+        self.data += b
+        over = len(self.data) - RUN_KEEP_BYTES
+        if over > 0:
+            del self.data[:over]
+            self.start += over
+
+    def take(self, offset: int) -> Tuple[int, bytes]:
+        """(where the bytes begin, the bytes from ``offset`` on); offsets trimmed away begin at ``start``."""
+        at = max(offset, self.start)
+        return at, bytes(self.data[at - self.start :])
+
+
+class _Run:
+    """The stream of one ``exec`` in one round trip: the process's output and exit, read as the caller needs them.
+
+    It ends with the exit frame; a stream cut off before it (the coordinator died) is ``broken``, and
+    the process's streams and wait go on through the ordinary routes from the offsets reached.
+    """
+
+    def __init__(self, conn: Any, resp: http.client.HTTPResponse):
+        self.conn = conn
+        self.resp = resp
+        self.buffers = {s: _RunBuffer() for s in STREAMS}
+        self.exit: Optional[Tuple[int, str]] = None
+        self.broken = False
+        # A reader of stdout and a wait() in other threads pump the one response: a frame is read whole by one.
+        self._lock = threading.Lock()
+
+    @property
+    def open(self) -> bool:
+        return self.exit is None and not self.broken
+
+    def _read_exact(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            part = self.resp.read(n - len(out))
+            if not part:
+                raise EOFError("the run's stream ended")
+            out += part
+        return out
+
+    def read_frame(self) -> Tuple[int, bytes]:
+        header = self._read_exact(5)
+        size = int.from_bytes(header[1:5], "big")
+        if size > MAX_FRAME:
+            raise EOFError(f"a frame of {size} bytes is over the {MAX_FRAME} limit")
+        return header[0], self._read_exact(size)
+
+    def started(self) -> Dict[str, Any]:
+        """The first frame: the process as the coordinator answers it (pid, args, ...)."""
+        kind, payload = self.read_frame()
+        if kind != FRAME_STARTED:
+            raise BerthError("internal", f"the run's stream began with frame {kind:#x}, not the process")
+        return json.loads(payload)
+
+    def pump(self) -> bool:
+        """Reads one frame; False once the run has ended or broke off. Safe from several threads."""
+        with self._lock:
+            if not self.open:
+                return False
+            try:
+                kind, payload = self.read_frame()
+            except (OSError, EOFError, http.client.HTTPException):
+                self.broken = True
+                self.close()
+                return False
+            if kind in (FRAME_STDOUT, FRAME_STDERR):
+                self.buffers["stdout" if kind == FRAME_STDOUT else "stderr"].append(payload)
+                self.buffers["combined"].append(payload)
+            elif kind == FRAME_EXIT:
+                r = json.loads(payload)
+                self.exit = (exit_code_of(r), str(r.get("status", "")))
+                self.close()
+            return True
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except OSError:
+            pass
 
 
 class SandboxProcessStream:
@@ -52,8 +151,31 @@ class SandboxProcessStream:
     def __repr__(self) -> str:
         return f"<SandboxProcessStream {self.stream} of pid {self.process.pid} at {self.offset}>"
 
+    def _run_chunks(self) -> Iterator[bytes]:
+        """What the exec's own stream brings (one round trip); stops early when it broke off."""
+        run = self.process._run
+        if run is None:
+            return
+        buf = run.buffers[self.stream]
+        while True:
+            at, data = buf.take(self.offset)
+            if at > self.offset:
+                self.dropped += at - self.offset
+                self.offset = at
+            if data:
+                self.offset += len(data)
+                yield data
+                continue
+            if not run.pump():
+                return
+
     def _chunks(self) -> Iterator[bytes]:
         """Raw bytes from ``offset`` until the process ends, reconnecting at the offset when a connection breaks."""
+        run = self.process._run
+        if run is not None:
+            yield from self._run_chunks()
+            if run.exit is not None:
+                return
         sb = self.process.sandbox
         broken = Unreachable()
         what = f"the {self.stream} stream of pid {self.process.pid}"
@@ -116,9 +238,13 @@ class SandboxProcessStream:
 class SandboxProcess:
     """A process running (or run) in the sandbox."""
 
-    def __init__(self, sandbox: "SandboxInstance", pid: int, info: Optional[Dict[str, Any]] = None):
+    def __init__(
+        self, sandbox: "SandboxInstance", pid: int, info: Optional[Dict[str, Any]] = None, run: Optional[_Run] = None
+    ):
         self.sandbox = sandbox
         self.pid = pid
+        # The exec's own stream (one round trip), while it lasts.
+        self._run = run
         info = info or {}
         self.args: List[str] = list(info.get("args") or [])
         self.cwd: Optional[str] = info.get("cwd")
@@ -148,6 +274,14 @@ class SandboxProcess:
         A wait whose coordinator dies is asked again (another coordinator answers behind a load
         balancer) for up to UNAVAILABLE_WAIT_S; the process runs on meanwhile, held by its agent.
         """
+        run = self._run
+        if run is not None and timeout is None:
+            # The exit comes on the exec's own stream after the output, which is kept for the streams to read.
+            with self.sandbox.watch():
+                while run.pump():
+                    pass
+            if run.exit is not None:
+                return run.exit[0]
         deadline = None if timeout is None else time.monotonic() + timeout
         broken = Unreachable()
         while True:
@@ -209,7 +343,11 @@ class SandboxProcessManager:
         self.sandbox = sandbox
 
     def exec(self, *args: str, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> SandboxProcess:
-        """Starts ``args`` (the program and its arguments) and returns at once."""
+        """Starts ``args`` (the program and its arguments) and returns at once.
+
+        One request: its answer streams the process's output and exit code, which ``wait()`` and the
+        streams read (a coordinator without that route gets three requests instead).
+        """
         argv = check_args(args)
         body: Dict[str, Any] = {"args": argv}
         if cwd is not None:
@@ -221,6 +359,25 @@ class SandboxProcessManager:
                 raise ValueError("env must be a dict of strings to strings")
             body["env"] = dict(env)
         sid = self.sandbox.container_id
+        context = {"sandbox_id": sid, "path": cwd}
+        if self.sandbox.api.run_route:
+            with self.sandbox.watch():
+                try:
+                    conn, resp = self.sandbox.api.open_raw(
+                        f"/sandboxes/{q(sid)}/processes/run", context, None, method="POST", body=body
+                    )
+                except BerthError as e:
+                    if e.code not in _NO_RUN_ROUTE:
+                        raise
+                    self.sandbox.api.run_route = False
+                else:
+                    run = _Run(conn, resp)
+                    try:
+                        info = run.started()
+                    except BaseException:
+                        run.close()
+                        raise
+                    return SandboxProcess(self.sandbox, int(info["pid"]), {"args": argv, "cwd": cwd}, run)
         r = self.sandbox.call("POST", f"/sandboxes/{q(sid)}/processes", body, context={"sandbox_id": sid, "path": cwd})
         pid = r.get("pid")
         if not isinstance(pid, int):

@@ -12,6 +12,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..api.function import image_option
+from ..api.options import check_isolation, check_pool, check_priority, parse_gpu_memory
 from ..api.volume import volumes_config, volumes_option
 from ..api.image import Image
 from ..errors import BerthError
@@ -44,6 +45,7 @@ class ContainerSpec:
         memory: Union[int, str] = 128,
         gpu: Union[str, Sequence[str], None] = None,
         gpu_count: int = 0,
+        gpu_memory: Union[int, str, None] = None,
         image: Optional[Image] = None,
         volumes: Optional[List[Any]] = None,
         secrets: Optional[List[str]] = None,
@@ -53,10 +55,18 @@ class ContainerSpec:
         allow_list: Optional[Sequence[str]] = None,
         token: str = "",
         url: Optional[str] = None,
+        isolation: str = "container",
+        pool: Optional[str] = None,
+        priority: int = 0,
     ):
         self.cpu, self.cpu_millicores = parse_cpu(cpu)
+        self.isolation = check_isolation(isolation)
+        self.pool = check_pool(pool)
+        # A sandbox or pod may preempt lower-priority preemptible work; it is never preempted itself.
+        self.priority = check_priority(priority)
         self.memory = parse_memory(memory)
         self.gpu_types, self.gpu_count = parse_gpu(gpu, gpu_count)
+        self.gpu_count, self.gpu_memory = parse_gpu_memory(gpu_memory, self.gpu_types, self.gpu_count)
         self.image = image_option(image)
         self.volumes = volumes_option(volumes)
         if secrets is not None and (isinstance(secrets, str) or not isinstance(secrets, (list, tuple))):
@@ -130,6 +140,14 @@ class ContainerSpec:
             extra["allow_list"] = list(self.allow_list)
         if self.env:
             extra["env"] = dict(self.env)
+        if self.isolation != "container":
+            extra["isolation"] = self.isolation
+        if self.pool:
+            extra["pool"] = self.pool
+        if self.gpu_memory:
+            extra["gpu_memory_mib"] = self.gpu_memory
+        if self.priority:
+            extra["priority"] = self.priority
         return extra
 
     def keep_warm(self) -> int:
