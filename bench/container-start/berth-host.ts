@@ -49,14 +49,17 @@ export class BerthHost implements Contender {
   private phases: Record<string, number> = {};
   private readonly waiters = new Map<string, Waiter>();
 
+  /** `userNamespace` false: the request opts out of the user namespace (what it costs is the difference). */
   constructor(
     private readonly ctx: BenchContext,
     readonly source: HostImageSource = "import",
+    readonly userNamespace = true,
   ) {
     this.name =
       source === "import"
         ? "berth agent (ContainerHost: imported image + netns + runtime)"
         : "berth agent (ContainerHost: registry tag, cached + netns + runtime)";
+    if (!userNamespace) this.name = this.name.replace("runtime)", "runtime, no user namespace)");
     this.method.notes = `cpu 1, 512 MiB, egress open; network pool size 2; image ${
       source === "import"
         ? "imported into the ImageStore (no registry call)"
@@ -129,7 +132,7 @@ export class BerthHost implements Contender {
 
   async measure(i: number): Promise<StartSample> {
     const host = this.host!;
-    const id = `${this.ctx.runId}-host-${this.source}-${i}`;
+    const id = `${this.ctx.runId}-host-${this.source}${this.userNamespace ? "" : "-nouserns"}-${i}`;
     const w = waiter();
     this.waiters.set(id, w);
     // Not a time: how many pooled namespaces were ready (0 means attach had to create one).
@@ -144,6 +147,7 @@ export class BerthHost implements Contender {
           args: this.ctx.args,
           cpu: 1,
           memoryBytes: 512 * 1024 * 1024,
+          ...(this.userNamespace ? {} : { userNamespace: false }),
         }),
         30_000,
         "ContainerHost.runContainer",

@@ -1,6 +1,12 @@
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { type ContainerEvent, ContainerRuntime, type LogLine } from "../../agent/runtime/index.ts";
+import {
+  type ContainerEvent,
+  ContainerRuntime,
+  crunRefusal,
+  type LogLine,
+  type OciRuntimeName,
+} from "../../agent/runtime/index.ts";
 import { removeCgroup } from "../lib/cgroups.ts";
 import { benchTempDir } from "../lib/fs.ts";
 import { type BenchContext, type Contender, READY_LINE, type StartSample, withTimeout } from "./contender.ts";
@@ -43,12 +49,21 @@ export class BerthRuntime implements Contender {
   private runtime?: ContainerRuntime;
   private readonly waiters = new Map<string, Waiters>();
 
-  /** diskBytes 0: the ablation row without a disk quota (the upper dir on the host's disk). */
+  /**
+   * diskBytes 0: the ablation row without a disk quota (the upper dir on the
+   * host's disk). ociRuntime: the rows for crun and runsc (gVisor) beside runc.
+   */
   constructor(
     private readonly ctx: BenchContext,
     private readonly diskBytes?: number,
+    private readonly ociRuntime: OciRuntimeName = "runc",
   ) {
-    this.name = diskBytes === 0 ? "berth runtime, no disk quota" : "berth runtime";
+    this.name =
+      diskBytes === 0
+        ? "berth runtime, no disk quota"
+        : ociRuntime === "runc"
+          ? "berth runtime"
+          : `berth runtime, ${ociRuntime === "runsc" ? "runsc (gVisor)" : ociRuntime}`;
   }
 
   async setup(): Promise<void> {
@@ -64,6 +79,11 @@ export class BerthRuntime implements Contender {
       onEvent: (e: ContainerEvent) => this.onEvent(e),
     });
     this.runtime = runtime;
+    if (this.ociRuntime === "crun") {
+      // The refusal the agent gives, as this row's reason.
+      const why = crunRefusal(runtime.cgroups);
+      if (why) throw new Error(why);
+    }
     this.ctx.cleanup.add("berth runtime: delete containers", async () => {
       for (const c of runtime.list()) await runtime.delete(c.id);
       runtime.close();
@@ -86,6 +106,7 @@ export class BerthRuntime implements Contender {
           args: this.ctx.args,
           cpu: 1,
           memoryBytes: 512 * 1024 * 1024,
+          runtime: this.ociRuntime,
         }),
         30_000,
         "ContainerRuntime.run",

@@ -71,7 +71,11 @@ async function main(): Promise<void> {
       new BerthRuntime(ctx),
       // What the per-container disk quota costs (docs/runtime.md, "Disk quota").
       new BerthRuntime(ctx, 0),
+      // The other OCI runtimes (docs/runtime.md, "OCI runtimes").
+      new BerthRuntime(ctx, undefined, "crun"),
+      new BerthRuntime(ctx, undefined, "runsc"),
       new BerthHost(ctx, "import"),
+      new BerthHost(ctx, "import", false),
       new BerthHost(ctx, "registry"),
       new Podman(ctx),
       new Ctr(ctx),

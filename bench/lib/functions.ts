@@ -33,12 +33,21 @@ export interface BenchCluster {
   /** The coordinator's base URL and the workspace token `berth up` configured. */
   url: string;
   token: string;
+  /** What `berth up` printed so far (its coordinator's and agent's logs). */
+  output(): string;
 }
 
-export async function startBenchCluster(cleanup: Cleanup): Promise<BenchCluster> {
+/**
+ * `second`: a cluster beside the first in the same process (its own network
+ * names and subnets), e.g. one agent with pre-warmed runners and one without.
+ */
+export async function startBenchCluster(
+  cleanup: Cleanup,
+  o: { warmRunners?: number; second?: boolean } = {},
+): Promise<BenchCluster> {
   const home = benchTempDir(cleanup, "berth-bench-fn-");
   const rootfs = await testRootfs();
-  const prefix = `bf${process.pid % 10000}`;
+  const prefix = `${o.second ? "bw" : "bf"}${process.pid % 10000}`;
   const [port, natsPort, grpcPort] = [await freePort(), await freePort(), await freePort()];
   cleanup.add("remove the bench network", () =>
     cleanupNetworkByPrefix(resolveAgentOptions({ networkPrefix: prefix }).network),
@@ -51,7 +60,7 @@ export async function startBenchCluster(cleanup: Cleanup): Promise<BenchCluster>
     BERTH_PROFILE: "",
     BERTH_CONFIG: "",
   };
-  const third = 16 + (process.pid % 200);
+  const third = 16 + (process.pid % 200) + (o.second ? 1 : 0);
   const child = spawn(
     process.execPath,
     [
@@ -59,6 +68,7 @@ export async function startBenchCluster(cleanup: Cleanup): Promise<BenchCluster>
       ...["--port", String(port), "--nats-port", String(natsPort), "--grpc-port", String(grpcPort)],
       ...["--network-prefix", prefix, "--subnet4", `10.${third}.0.0/24`, "--subnet6", `fd00:b${third}::/64`],
       ...["--python-rootfs", rootfs],
+      ...(o.warmRunners ? ["--warm-runners", String(o.warmRunners)] : []),
     ],
     { env, stdio: ["ignore", "pipe", "pipe"], detached: true },
   );
@@ -88,6 +98,7 @@ export async function startBenchCluster(cleanup: Cleanup): Promise<BenchCluster>
   copyFileSync(APP, join(appDir, "functions_app.py"));
   const profile = currentCredentials(env);
   return {
+    output: () => out,
     rootfs,
     dataDir: join(home, "data"),
     url: profile.url,

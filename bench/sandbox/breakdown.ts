@@ -11,8 +11,8 @@ const STEPS: { mark: string; what: string }[] = [
   },
   { mark: "init_running", what: "agent: container init running (overlay, config.json, runc create/start)" },
   { mark: "create_answered", what: "SDK: POST /sandboxes answered (agent answer, markRunning, reply)" },
-  { mark: "process_started", what: "coordinator: exec session open (gRPC Exec, runc exec spawned)" },
-  { mark: "exec_answered", what: "SDK: POST /processes answered ({pid})" },
+  { mark: "process_started", what: "coordinator: exec session open (gRPC RunProcess, exec spawned)" },
+  { mark: "exec_answered", what: "SDK: exec returned (POST /processes/run: its first frame, the pid)" },
   { mark: "first_output", what: "SDK: `ready` read from the output stream (runc exec, python3 start)" },
 ];
 

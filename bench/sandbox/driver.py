@@ -7,7 +7,7 @@ Python, around the SDK calls a user would make; every HTTP request the SDK
 sends is also timed (``http``), and ``wall_ms`` gives wall-clock instants
 (ms since the epoch) to line up with the coordinator's and agent's logs.
 
-Commands: {"op": "create", "data_dir": DIR}, {"op": "warm"}, {"op": "exec"},
+Commands: {"op": "create", "data_dir": DIR}, {"op": "warm"}, {"op": "exec", "requests": "one"|"three"},
 {"op": "upload", "path": LOCAL}, {"op": "close"}.
 """
 
@@ -58,8 +58,8 @@ class Timings:
             try:
                 return open_raw(route, *args, **kw)
             finally:
-                # Up to the response's headers: the body (the output) follows.
-                self.add("GET", route, start)
+                # Up to the response's headers: the body (the output, a run's frames) follows.
+                self.add(kw.get("method", "GET"), route, start)
 
         api._exchange, api.open_raw = timed_exchange, timed_open_raw
 
@@ -170,9 +170,14 @@ class Driver:
             self.exec()
         return {"sandbox_id": self.warm_sandbox.sandbox_id()}
 
-    def exec(self):
-        """exec("echo", "hi") → wait() → stdout.read() on the warm sandbox."""
+    def exec(self, requests="one"):
+        """exec("echo", "hi") → wait() → stdout.read() on the warm sandbox.
+
+        ``requests``: "one" (POST .../processes/run, the SDK's way) or "three" (exec, wait, output:
+        the SDK's way with a coordinator that lacks the run route), to compare both in one run.
+        """
         sb = self.warm_sandbox
+        sb.api.run_route = requests == "one"
         self.warm_timings.reset()
         t0 = time.perf_counter()
         p = sb.process.exec("echo", "hi")
@@ -220,7 +225,7 @@ def main():
             elif op == "warm":
                 answer = driver.warm()
             elif op == "exec":
-                answer = driver.exec()
+                answer = driver.exec(cmd.get("requests", "one"))
             elif op == "upload":
                 answer = driver.upload(cmd["path"])
             elif op == "close":

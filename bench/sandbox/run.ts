@@ -1,7 +1,9 @@
 // Sandboxes (issue 6 item 10): create → first exec output, exec round trip on
 // a warm sandbox and a 100 MB upload, through the Python SDK against a
 // `berth up` cluster, interleaved with `podman run` / `podman exec` /
-// `podman cp` on the same image in the same run.
+// `podman cp` on the same image in the same run. The exec is also timed as
+// the three requests it took before `processes/run` (exec, wait, output),
+// interleaved, for before/after in one run.
 // Usage: node --import tsx bench/sandbox/run.ts [--iterations 20] [--warmup 2] [--uploads 5] [--upload-mb 100] [--log FILE]
 import { randomBytes } from "node:crypto";
 import { closeSync, openSync, writeSync } from "node:fs";
@@ -92,7 +94,7 @@ async function main() {
     await podman.exec(idle, ["true"]);
 
     const create = { berth: [] as CreateSample[], podman: [] as number[] };
-    const exec = { berth: [] as ExecSample[], podman: [] as number[] };
+    const exec = { berth: [] as ExecSample[], podman: [] as number[], berth3: [] as ExecSample[] };
     const upload = { berth: [] as number[], podman: [] as number[] };
     const startedAt = new Date().toISOString();
     console.log(`${warmup} warm-up + ${iterations} iterations, then ${uploads} uploads of ${uploadMb} MiB`);
@@ -117,8 +119,13 @@ async function main() {
           if (r.stdout !== "hi\n") throw new Error(`podman exec echo hi printed ${JSON.stringify(r.stdout)}`);
           if (keep) exec.podman.push(r.ms);
         },
+        // The same exec as three requests (exec, wait, output): the SDK's way before the run route.
+        async () => {
+          const s = await berth.call<ExecSample>({ op: "exec", requests: "three" });
+          if (keep) exec.berth3.push(s);
+        },
       ];
-      const order = i % 2 === 0 ? [0, 1, 2, 3] : [1, 0, 3, 2];
+      const order = i % 2 === 0 ? [0, 1, 2, 4, 3] : [1, 0, 4, 2, 3];
       for (const k of order) await (steps[k] as () => Promise<void>)();
       process.stdout.write(".");
     }
@@ -158,12 +165,18 @@ async function main() {
         }),
       ),
     );
+    const three = summarize(exec.berth3.map((s) => s.ms));
+    const one = rows[names[2] as string] as Summary;
+    console.log(
+      `berth exec: one request (processes/run) p50 ${fmtMs(one.p50)} ms, p95 ${fmtMs(one.p95)} ms; as three requests (exec, wait, output) p50 ${fmtMs(three.p50)} ms, p95 ${fmtMs(three.p95)} ms: ${fmtRatio(one.p50, three.p50)}`,
+    );
     const throughput = { berth: summarize(mbps(upload.berth)), podman: summarize(mbps(upload.podman)) };
     console.log(
       `upload MiB/s p50: berth ${throughput.berth.p50.toFixed(0)}, podman cp ${throughput.podman.p50.toFixed(0)}`,
     );
     const createHttp = httpMedians(create.berth);
     const execHttp = httpMedians(exec.berth);
+    const exec3Http = httpMedians(exec.berth3);
     const fmtHttp = (h: Record<string, Summary>) =>
       Object.entries(h)
         .map(([k, s]) => `  ${k}: p50 ${fmtMs(s.p50)} ms`)
@@ -171,7 +184,7 @@ async function main() {
     console.log(`berth create, per HTTP request the SDK sent:\n${fmtHttp(createHttp)}`);
     const session = summarize(exec.berth.flatMap((s) => (s.session_ms === null ? [] : [s.session_ms])));
     console.log(
-      `berth exec round trip, per HTTP request:\n${fmtHttp(execHttp)}\n  (the process itself, coordinator's started_at → ended_at: p50 ${fmtMs(session.p50)} ms)`,
+      `berth exec round trip, per HTTP request:\n${fmtHttp(execHttp)}\nas three requests:\n${fmtHttp(exec3Http)}\n  (the process itself, coordinator's started_at → ended_at: p50 ${fmtMs(session.p50)} ms)`,
     );
     const breakdown = createBreakdown(create.berth);
     console.log(`berth create → first output, step by step (p50 over samples):\n${breakdown.text}`);
@@ -202,7 +215,8 @@ async function main() {
       verdict,
       summaries: rows,
       uploadMiBps: throughput,
-      http: { create: createHttp, exec: execHttp },
+      http: { create: createHttp, exec: execHttp, execThreeRequests: exec3Http },
+      execThreeRequests: three,
       execSession: session,
       createBreakdown: breakdown.steps,
       terminateRaced: raced,
@@ -216,6 +230,7 @@ async function main() {
         createBerthDetail: create.berth,
         execBerthSession: exec.berth.map((s) => s.session_ms),
         execBerthHttp: exec.berth.map((s) => s.http),
+        execBerthThreeRequests: exec.berth3.map((s) => s.ms),
       },
     });
     console.log(`results: ${path}`);
