@@ -17,12 +17,8 @@ export type { OciSpec } from "./oci-types.ts";
 export { clampedRlimits, readHostHardLimits } from "./rlimits.ts";
 export type { Isolation, OciRuntimeName } from "./oci-runtimes.ts";
 export { crunRefusal, ISOLATIONS, isIsolation, isOciRuntimeName, OCI_RUNTIMES } from "./oci-runtimes.ts";
-export type {
-  Assignment,
-  ContainerRuntimeOptions,
-  ExecTarget,
-  ResolvedContainerRuntimeOptions,
-} from "./runtime.ts";
+export type { Assignment } from "./handover.ts";
+export type { ContainerRuntimeOptions, ExecTarget, ResolvedContainerRuntimeOptions } from "./runtime.ts";
 export { ContainerRuntime, resolveContainerRuntimeOptions } from "./runtime.ts";
 export { DENIED_SYSCALLS } from "./seccomp.ts";
 export type { ResolvedContainerSpec } from "./spec.ts";

@@ -18,6 +18,16 @@ export interface RuncListEntry {
  * An OCI runtime's CLI (runc, crun or runsc: they share runc's commands),
  * bound to one state root so test runs and agents never share state.
  */
+/** New cgroup limits for a running container, as `runc update` takes them. */
+export interface CgroupUpdate {
+  cpuQuotaUs: number;
+  cpuPeriodUs: number;
+  cpuShares: number;
+  memoryBytes: number;
+  memorySwapBytes?: number;
+  pidsLimit: number;
+}
+
 export class Runc {
   /** Global flags before the command, --root included. */
   readonly globalArgs: string[];
@@ -69,17 +79,7 @@ export class Runc {
    * `runc update`: new cgroup limits for a running container (a pre-warmed
    * runner given to its stub). `memorySwap` only where the host accounts swap.
    */
-  async update(
-    id: string,
-    l: {
-      cpuQuotaUs: number;
-      cpuPeriodUs: number;
-      cpuShares: number;
-      memoryBytes: number;
-      memorySwapBytes?: number;
-      pidsLimit: number;
-    },
-  ): Promise<void> {
+  async update(id: string, l: CgroupUpdate): Promise<void> {
     await this.exec([
       "update",
       "--cpu-quota",

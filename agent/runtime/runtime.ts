@@ -1,5 +1,5 @@
-import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
 import {
   type CgroupLayout,
@@ -20,8 +20,9 @@ import {
   signalEntry,
   startEntryLogs,
 } from "./entry.ts";
-import { buildOciSpec, CPU_PERIOD_US, cgroupsPathFor, cpuQuotaUs, type HostFacts } from "./oci-spec.ts";
-import { mountOnSlot, prepareSlot, removeSlot } from "./code-slot.ts";
+import { buildBundle, mountCodeInBundle, takeBundleApart } from "./bundle.ts";
+import { type Assignment, assignedSpec, assignmentUpdate } from "./handover.ts";
+import { cgroupsPathFor, cpuQuotaUs, type HostFacts } from "./oci-spec.ts";
 import {
   type ContainerRuntimeOptions,
   type ResolvedContainerRuntimeOptions,
@@ -29,16 +30,7 @@ import {
 } from "./options.ts";
 import { ContainerDisks } from "./disks.ts";
 import { readHostHardLimits } from "./rlimits.ts";
-import {
-  type IdMap,
-  idmappedDir,
-  mapSharedTrees,
-  pickIdMap,
-  removeEmptyDirs,
-  sharedRootfsDir,
-  sharedTreesOf,
-} from "./idmap.ts";
-import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
+import { type IdMap, pickIdMap, sharedRootfsDir, sharedTreesOf } from "./idmap.ts";
 import { type OciRuntimeName, OCI_RUNTIMES, OciRuntimeClis } from "./oci-runtimes.ts";
 import { type RestoreImages, type Runc, restoreImages } from "./runc.ts";
 import {
@@ -79,18 +71,6 @@ export interface ExecTarget {
   idMap?: IdMap;
   /** With idMap: its idmapped bind mounts (volumes, bridges), deepest destination first. */
   sharedTrees?: { destination: string; source: string }[];
-}
-
-/** What a pre-warmed container becomes when it is given to a stub (ContainerRuntime.assign). */
-export interface Assignment {
-  cpu: number;
-  /** A CPU cap for the stub's start-up, as ContainerSpec.startupCpu. */
-  startupCpu?: number;
-  memoryBytes: number;
-  /** @default 4096 */
-  pidsLimit?: number;
-  labels: Record<string, string>;
-  timeoutMs?: number;
 }
 
 /** The name runc, the bundle dir and the cgroup know a container by. */
@@ -215,31 +195,7 @@ export class ContainerRuntime {
     const entry = newEntry(meta, paths, "created");
     this.entries.set(spec.id, entry);
     try {
-      // A code slot is a shared mount of the bundle's; the container sees it as a slave (code-slot.ts).
-      const slot = spec.codeSlot
-        ? [
-            {
-              source: await prepareSlot(paths.dir),
-              destination: spec.codeSlot,
-              readonly: false,
-              options: ["rslave"],
-            },
-          ]
-        : [];
-      const trees = idMap
-        ? await mapSharedTrees(paths.dir, idMap, spec.lowerDirs, spec.mounts, { scratch: spec })
-        : { lowerDirs: spec.lowerDirs, mounts: spec.mounts };
-      const oci = buildOciSpec(
-        { ...spec, mounts: [...trees.mounts, ...slot] },
-        this.host,
-        idMap,
-        trees.scratch,
-      );
-      if (meta.rootfs) oci.root.path = meta.rootfs;
-      writeFileSync(paths.config, JSON.stringify(oci));
-      // The container's own disk (its quota) holds the overlay's upper and work dirs.
-      const writable = await this.disks.create(paths.dir);
-      await mountOverlay(overlayPathsFor(paths.dir, trees.lowerDirs, writable, rootfsOf(meta, paths.dir)));
+      await buildBundle(paths, meta, this.host, this.disks);
       // Not kept in meta: a recovered container is past its start either way.
       const restore =
         input.restoreFrom === undefined ? undefined : restoreImages(input.restoreFrom, paths.dir);
@@ -284,10 +240,7 @@ export class ContainerRuntime {
     return this.run({ ...spec, restoreFrom: checkpointDir });
   }
 
-  /**
-   * Mounts `lowerDir` at the running container's spec.codeSlot, writable
-   * through an overlay whose upper dir is on the container's own disk.
-   */
+  /** Mounts `lowerDir` at the running container's spec.codeSlot (bundle.ts). */
   async mountCode(id: string, lowerDir: string): Promise<void> {
     const e = this.mustGet(id);
     const dir = checkOverlayLowerDir(lowerDir, "lowerDir");
@@ -295,11 +248,7 @@ export class ContainerRuntime {
       throw new BerthError("failed_precondition", `container ${id} was started without a code slot`);
     }
     if (e.status !== "running") throw new BerthError("failed_precondition", `container ${id} is not running`);
-    const map = e.meta.idMap;
-    const lower = map
-      ? (await mapSharedTrees(e.paths.dir, map, [dir], [], { prefix: "code" })).lowerDirs[0]
-      : dir;
-    await mountOnSlot(e.paths.dir, lower as string, this.disks.writableDir(e.paths.dir));
+    await mountCodeInBundle(e.paths.dir, e.meta.idMap, dir, this.disks);
   }
 
   /**
@@ -325,29 +274,10 @@ export class ContainerRuntime {
         "a gVisor container cannot be given new limits while it runs",
       );
     }
-    const startupCpu = a.startupCpu !== undefined && a.startupCpu > a.cpu ? a.startupCpu : undefined;
-    const pidsLimit = a.pidsLimit ?? entry.meta.spec.pidsLimit;
-    const swap = this.host.swapAccounting || this.host.cgroupVersion === 2;
-    await this.cli(runtime).update(ociIdOf(entry), {
-      cpuQuotaUs: cpuQuotaUs(startupCpu ?? a.cpu),
-      cpuPeriodUs: CPU_PERIOD_US,
-      cpuShares: Math.max(2, Math.round(a.cpu * 1024)),
-      memoryBytes: a.memoryBytes,
-      ...(swap ? { memorySwapBytes: a.memoryBytes } : {}),
-      pidsLimit,
-    });
-    const { startupCpu: _old, timeoutMs: _oldTimeout, ...rest } = entry.meta.spec;
+    const next = assignedSpec(entry.meta.spec, toId, a);
+    await this.cli(runtime).update(ociIdOf(entry), assignmentUpdate(next, this.host));
     entry.meta.ociId = ociIdOf(entry);
-    entry.meta.spec = {
-      ...rest,
-      id: toId,
-      cpu: a.cpu,
-      ...(startupCpu === undefined ? {} : { startupCpu }),
-      memoryBytes: a.memoryBytes,
-      pidsLimit,
-      labels: { ...a.labels },
-      ...(a.timeoutMs === undefined ? {} : { timeoutMs: a.timeoutMs }),
-    };
+    entry.meta.spec = next;
     const now = Date.now();
     entry.meta.timeoutAt = a.timeoutMs === undefined ? undefined : now + a.timeoutMs;
     this.entries.delete(fromId);
@@ -670,16 +600,7 @@ export class ContainerRuntime {
     ) {
       await this.cli(name).deleteForce(id);
     }
-    // The code slot's overlay has its upper dir on the disk too: it goes before the disk.
-    await removeSlot(dir);
-    const meta = entry?.meta ?? readMeta(join(dir, "meta.json"));
-    const rootfs = meta ? rootfsOf(meta, dir) : join(dir, "rootfs");
-    await unmountOverlay(rootfs);
-    if (rootfs !== join(dir, "rootfs")) removeEmptyDirs(rootfs, dirname(rootfs));
-    // The idmapped layers the overlays stood on (read-only) and volumes (idmap.ts).
-    await unmountOverlay(idmappedDir(dir));
-    // After the overlay: its upper dir lives on this disk. Removing the dir below deletes the image.
-    await this.disks.remove(dir);
+    await takeBundleApart(dir, entry?.meta ?? readMeta(join(dir, "meta.json")), this.disks);
     const busy = removeCgroupDirs(this.cgroups, entry?.meta.cgroupsPath ?? this.cgroupsPath(id));
     if (busy.length > 0) this.options.logger?.warn({ id, busy }, "cgroup dirs still in use");
     rmSync(dir, { recursive: true, force: true });
