@@ -8,10 +8,11 @@
 // node-pty terminal here, so resize works by runc forwarding SIGWINCH.
 
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { constants } from "node:os";
-import { join } from "node:path";
-import { BerthError } from "../../shared/errors.ts";
+import { basename, join } from "node:path";
+import { BerthError, describeError } from "../../shared/errors.ts";
+import type { HostLogger } from "./options.ts";
 import type { ExecOutput, ExecRequest, ExecSession } from "../../api/index.ts";
 import { parseUser } from "./request.ts";
 
@@ -278,4 +279,27 @@ export async function startTtyExec(
     ),
     exit,
   };
+}
+
+/**
+ * A previous agent's exec scratch dirs go. An exec it started may still be
+ * running and write into its dir while we remove it (ENOTEMPTY), so the
+ * whole dir is renamed aside first — atomic — and a removal that a late
+ * writer defeats is left for the next start instead of failing this one.
+ */
+export function clearExecScratch(root: string, execDir: string, logger: HostLogger): void {
+  renameSync(execDir, `${execDir}.stale-${process.pid}-${Date.now()}`);
+  mkdirSync(execDir, { recursive: true });
+  const prefix = `${basename(execDir)}.stale-`;
+  for (const name of readdirSync(root)) {
+    if (!name.startsWith(prefix)) continue;
+    try {
+      rmSync(join(root, name), { recursive: true, force: true, maxRetries: 3 });
+    } catch (err) {
+      logger.warn(
+        { dir: name, err: describeError(err) },
+        "an old exec dir is still written to; removing it on the next start",
+      );
+    }
+  }
 }

@@ -2,12 +2,12 @@
 // GPU assignment and the runtime into "run this container", and undoes every
 // step when a later one fails. See docs/agent-host.md.
 
-import { mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
 import { CodeStore } from "../code/store.ts";
-import { ContainerFiles } from "../files/index.ts";
+import type { ContainerFiles } from "../files/index.ts";
 import type {
   ContainerApi,
   ContainerStatus,
@@ -18,11 +18,11 @@ import type {
   RunContainerRequest,
 } from "../../api/index.ts";
 import type { BindMount, ContainerEvent } from "../runtime/index.ts";
-import { ContainerSnapshots } from "../snapshots/index.ts";
+import type { ContainerSnapshots } from "../snapshots/index.ts";
 import { ImageBuilder, PushingBuilds } from "../build/index.ts";
 import { resolveRegistryCredentials } from "../images/index.ts";
 import { Allocations, pickGpus } from "./allocations.ts";
-import { resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
+import { clearExecScratch, resolveExecRequest, startPipeExec, startTtyExec } from "./exec.ts";
 import {
   gcImages,
   imageOpsStore,
@@ -45,15 +45,15 @@ import { type HostRecord, HostRecords, recordStatus } from "./records.ts";
 import { resolveRunRequest } from "./request.ts";
 import { RunnerBridges } from "./runner.ts";
 import {
-  commitStore,
-  processRoot,
+  containerFilesOf,
+  containerSnapshotsOf,
   type RestoringRuntime,
   restoreStep,
   SandboxDelegation,
   type StartStep,
 } from "./sandbox.ts";
 import { SandboxInits } from "./sandbox-init.ts";
-import { WarmRunners, warmIneligible } from "./warm-runners.ts";
+import { WarmRunners } from "./warm-runners.ts";
 import { ProcessTable } from "../sandboxes/processes.ts";
 
 /** Also ContainerFilesApi and ContainerSnapshotApi, through `files` and `snapshots` (see SandboxDelegation). */
@@ -142,39 +142,18 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       free: (id) => this.allocations.free(id),
     };
     this.warm = new WarmRunners(this.provisioning, this.options.warmRunners);
-    this.files = new ContainerFiles({
-      rootOf: async (id) => {
-        this.mustGet(id);
-        const info = this.runtime.get(id);
-        return processRoot(id, info, info && this.runtime.execTarget(id).rootfs);
-      },
-      idMapOf: (id) => (this.runtime.get(id) ? this.runtime.execTarget(id).idMap : undefined),
-      sharedTreesOf: (id) => (this.runtime.get(id) ? (this.runtime.execTarget(id).sharedTrees ?? []) : []),
-    });
+    this.files = containerFilesOf(this.runtime, (id) => void this.mustGet(id));
     this.processes = new ProcessTable({
       exec: (id, req) => this.exec(id, req),
       known: (id) => void this.mustGet(id),
       recordDir: join(this.options.root, "processes"),
     });
-    const { runc, runcRoot } = this.runtime.options;
-    this.snapshots = new ContainerSnapshots(
-      {
-        runc: { runc, runcRoot },
-        container: (id) => {
-          const target = this.runtime.get(id) ? this.runtime.execTarget(id) : undefined;
-          return {
-            imageDigest: this.mustGet(id).imageDigest,
-            running: this.runtime.get(id)?.status === "running",
-            runtime: this.runtime.get(id)?.runtime ?? "runc",
-            ...(target ? { ociId: target.ociId } : {}),
-            ...(target?.idMap ? { idMap: target.idMap } : {}),
-          };
-        },
-        images: commitStore(this.options.images),
-        restore: (dir, req) => this.startContainer(req, restoreStep(this.runtime, dir)),
-      },
-      { dir: join(this.options.root, "snapshots") },
-    );
+    this.snapshots = containerSnapshotsOf(this.runtime, {
+      imageDigestOf: (id) => this.mustGet(id).imageDigest,
+      images: this.options.images,
+      restore: (dir, req) => this.startContainer(req, restoreStep(this.runtime, dir)),
+      dir: join(this.options.root, "snapshots"),
+    });
   }
 
   /**
@@ -198,33 +177,10 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     return join(this.options.root, "exec");
   }
 
-  /**
-   * A previous agent's exec scratch dirs go. An exec it started may still be
-   * running and write into its dir while we remove it (ENOTEMPTY), so the
-   * whole dir is renamed aside first — atomic — and a removal that a late
-   * writer defeats is left for the next start instead of failing this one.
-   */
-  private clearExecDir(): void {
-    const stale = `${this.execDir}.stale-${process.pid}-${Date.now()}`;
-    renameSync(this.execDir, stale);
-    mkdirSync(this.execDir, { recursive: true });
-    for (const name of readdirSync(this.options.root)) {
-      if (!name.startsWith("exec.stale-")) continue;
-      try {
-        rmSync(join(this.options.root, name), { recursive: true, force: true, maxRetries: 3 });
-      } catch (err) {
-        this.options.logger.warn(
-          { dir: name, err: describeError(err) },
-          "an old exec dir is still written to; removing it on the next start",
-        );
-      }
-    }
-  }
-
   private async recover(): Promise<void> {
     const log = this.options.logger;
     for (const r of this.records.readAll()) this.byId.set(r.id, r);
-    this.clearExecDir();
+    clearExecScratch(this.options.root, this.execDir, this.options.logger);
     this.recovering = true;
     try {
       await this.runtime.recover();
@@ -332,45 +288,12 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     try {
       const codeLayer = req.code ? this.code.layer(req.code.sha256) : undefined;
       if (warm) {
-        const given = await this.giveWarmRunner(req, mounts.length, codeDir);
+        const given = await this.warm.giveFor(req, mounts.length, codeDir);
         if (given) return given;
       }
       return await provisionContainer(this.provisioning, { req, gpus, mounts, codeDir, codeLayer }, start);
     } finally {
       this.starting.delete(id);
-    }
-  }
-
-  /**
-   * A pre-warmed runner made the request's container, when one of its image
-   * is ready and the request asks nothing a started container cannot take;
-   * undefined otherwise, or when giving it failed (it is removed then).
-   */
-  private async giveWarmRunner(
-    req: ReturnType<typeof resolveRunRequest>,
-    mounts: number,
-    codeDir: string | undefined,
-  ): Promise<ContainerStatus | undefined> {
-    if (this.warm.available === 0 || warmIneligible(req, mounts)) return undefined;
-    const creds = req.credentials && {
-      kind: "basic" as const,
-      source: "generic" as const,
-      ...req.credentials,
-    };
-    const image = await this.options.images.pull(req.image, creds ? { credentials: creds } : {});
-    const w = this.warm.take(image.digest);
-    if (!w) return undefined;
-    try {
-      const status = await this.warm.give(w, { req, gpus: [], mounts: [], codeDir });
-      this.options.logger.info(
-        { id: req.id, warmRunner: w.id },
-        "container started from a pre-warmed runner",
-      );
-      return status;
-    } catch {
-      return undefined;
-    } finally {
-      this.warm.refillSoon();
     }
   }
 

@@ -16,7 +16,8 @@ import type {
 } from "../../api/index.ts";
 import { ProcessDelegation } from "../../api/index.ts";
 import type { ContainerInfo, ContainerSpec } from "../runtime/index.ts";
-import type { SnapshotHost } from "../snapshots/index.ts";
+import { ContainerFiles } from "../files/index.ts";
+import { ContainerSnapshots, type SnapshotHost } from "../snapshots/index.ts";
 import type { HostImages, HostRuntime } from "./options.ts";
 
 /** The runtime's last start step: `runc run`, or `runc restore` for a memory snapshot. */
@@ -69,6 +70,50 @@ export function processRoot(id: string, info: ContainerInfo | undefined, hostRoo
   }
   if (info.runtime === "runsc" && hostRootfs) return hostRootfs;
   return join("/proc", String(info.pid), "root");
+}
+
+/** agent/files over a host's running containers; `known` throws not_found for an id the host has no record of. */
+export function containerFilesOf(runtime: HostRuntime, known: (id: string) => void): ContainerFiles {
+  return new ContainerFiles({
+    rootOf: async (id) => {
+      known(id);
+      const info = runtime.get(id);
+      return processRoot(id, info, info && runtime.execTarget(id).rootfs);
+    },
+    idMapOf: (id) => (runtime.get(id) ? runtime.execTarget(id).idMap : undefined),
+    sharedTreesOf: (id) => (runtime.get(id) ? (runtime.execTarget(id).sharedTrees ?? []) : []),
+  });
+}
+
+/** agent/snapshots over a host's containers; `imageDigestOf` throws not_found for an id the host has no record of. */
+export function containerSnapshotsOf(
+  runtime: HostRuntime,
+  d: {
+    imageDigestOf(id: string): string;
+    images: HostImages;
+    restore: SnapshotHost["restore"];
+    /** Where snapshots are kept. */
+    dir: string;
+  },
+): ContainerSnapshots {
+  const { runc, runcRoot } = runtime.options;
+  const host: SnapshotHost = {
+    runc: { runc, runcRoot },
+    container: (id) => {
+      const info = runtime.get(id);
+      const target = info ? runtime.execTarget(id) : undefined;
+      return {
+        imageDigest: d.imageDigestOf(id),
+        running: info?.status === "running",
+        runtime: info?.runtime ?? "runc",
+        ...(target ? { ociId: target.ociId } : {}),
+        ...(target?.idMap ? { idMap: target.idMap } : {}),
+      };
+    },
+    images: commitStore(d.images),
+    restore: d.restore,
+  };
+  return new ContainerSnapshots(host, { dir: d.dir });
 }
 
 /** The sandbox half of the agent's API, passed on to `files`, `snapshots` and `processes` (ContainerHost builds them; the process calls are ProcessDelegation's). */

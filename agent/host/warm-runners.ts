@@ -264,6 +264,38 @@ export class WarmRunners {
   }
 
   /**
+   * A pre-warmed runner made the request's container, when one of its image
+   * is ready and the request asks nothing a started container cannot take;
+   * undefined otherwise, or when giving it failed (it is removed then, and
+   * the caller starts the container the ordinary way).
+   */
+  async giveFor(
+    req: ResolvedRunRequest,
+    mounts: number,
+    codeDir: string | undefined,
+  ): Promise<ContainerStatus | undefined> {
+    if (this.available === 0 || warmIneligible(req, mounts)) return undefined;
+    const { images, logger } = this.d.options;
+    const creds = req.credentials && {
+      kind: "basic" as const,
+      source: "generic" as const,
+      ...req.credentials,
+    };
+    const image = await images.pull(req.image, creds ? { credentials: creds } : {});
+    const w = this.take(image.digest);
+    if (!w) return undefined;
+    try {
+      const status = await this.give(w, { req, gpus: [], mounts: [], codeDir });
+      logger.info({ id: req.id, warmRunner: w.id }, "container started from a pre-warmed runner");
+      return status;
+    } catch {
+      return undefined;
+    } finally {
+      this.refillSoon();
+    }
+  }
+
+  /**
    * Makes `w` the container `r.req.id`: its network bound to the id with
    * the request's egress policy and port up, its bridge served for the stub,
    * the code on its slot, its cgroup the request's limits, then the stub's
