@@ -38,30 +38,68 @@ export function monthOf(nowMs: number): { fromMs: number; resetMs: number } {
 
 const hours = (seconds: number) => Math.round((seconds / 3600) * 100) / 100;
 
-export class ComputeBudgets {
-  private readonly cache = new Map<string, { at: number; month: number; use: Promise<ComputeSeconds> }>();
-  private readonly ttlMs: number;
-  private readonly clock: () => number;
+/** One tally of a workspace's month, and what its owner added since. */
+interface TallyEntry<T> {
+  at: number;
+  month: number;
+  use: Promise<T>;
+  /** Use its owner recorded after the tally was taken (V1TokenBudget.spent). */
+  since: number;
+}
 
-  constructor(private readonly o: ComputeBudgetsOptions) {
-    this.ttlMs = o.ttlMs ?? BUDGET_USE_CACHE_MS;
-    this.clock = o.clock ?? Date.now;
-  }
+/**
+ * A workspace's use in the current UTC month, tallied by `used` and cached
+ * for ttlMs: concurrent reads share one tally, a failed tally is forgotten,
+ * and a new month starts a new one.
+ */
+class MonthlyTally<T> {
+  private readonly cache = new Map<string, TallyEntry<T>>();
 
-  /** The workspace's use this month (cached; concurrent reads share one tally); undefined when nothing reports use. */
-  async thisMonth(workspaceId: string): Promise<ComputeSeconds | undefined> {
-    const used = this.o.used();
+  constructor(
+    private readonly used: () =>
+      | ((workspaceId: string, fromMs: number, toMs: number) => Promise<T>)
+      | undefined,
+    private readonly ttlMs: number,
+    readonly clock: () => number,
+  ) {}
+
+  /** The month's tally (cached or taken now); undefined when nothing reports use. */
+  read(workspaceId: string): TallyEntry<T> | undefined {
+    const used = this.used();
     if (!used) return undefined;
     const now = this.clock();
     const { fromMs } = monthOf(now);
     const hit = this.cache.get(workspaceId);
-    if (hit && hit.month === fromMs && now - hit.at < this.ttlMs) return hit.use;
-    const use = used(workspaceId, fromMs, now);
-    this.cache.set(workspaceId, { at: now, month: fromMs, use });
-    use.catch(() => {
-      if (this.cache.get(workspaceId)?.use === use) this.cache.delete(workspaceId);
+    if (hit && hit.month === fromMs && now - hit.at < this.ttlMs) return hit;
+    const entry: TallyEntry<T> = { at: now, month: fromMs, use: used(workspaceId, fromMs, now), since: 0 };
+    this.cache.set(workspaceId, entry);
+    entry.use.catch(() => {
+      if (this.cache.get(workspaceId) === entry) this.cache.delete(workspaceId);
     });
-    return use;
+    return entry;
+  }
+
+  /** This month's cached tally, without taking one. */
+  cached(workspaceId: string): TallyEntry<T> | undefined {
+    const hit = this.cache.get(workspaceId);
+    return hit && hit.month === monthOf(this.clock()).fromMs ? hit : undefined;
+  }
+
+  invalidate(workspaceId: string): void {
+    this.cache.delete(workspaceId);
+  }
+}
+
+export class ComputeBudgets {
+  private readonly tally: MonthlyTally<ComputeSeconds>;
+
+  constructor(private readonly o: ComputeBudgetsOptions) {
+    this.tally = new MonthlyTally(o.used, o.ttlMs ?? BUDGET_USE_CACHE_MS, o.clock ?? Date.now);
+  }
+
+  /** The workspace's use this month (cached; concurrent reads share one tally); undefined when nothing reports use. */
+  async thisMonth(workspaceId: string): Promise<ComputeSeconds | undefined> {
+    return this.tally.read(workspaceId)?.use;
   }
 
   /**
@@ -76,7 +114,7 @@ export class ComputeBudgets {
     if (gpuBudget === null && cpuBudget === null) return;
     const use = await this.thisMonth(workspaceId);
     if (!use) return;
-    const reset = new Date(monthOf(this.clock()).resetMs).toISOString();
+    const reset = new Date(monthOf(this.tally.clock()).resetMs).toISOString();
     const refuse = (limit: string, budget: number, seconds: number, what: string) => {
       throw new BerthError(
         "limit_exceeded",
@@ -92,7 +130,7 @@ export class ComputeBudgets {
 
   /** Forgets cached use (tests, or after the limits changed). */
   invalidate(workspaceId: string): void {
-    this.cache.delete(workspaceId);
+    this.tally.invalidate(workspaceId);
   }
 }
 
@@ -115,42 +153,22 @@ export interface V1TokenBudgetOptions {
  * request past the budget is refused without waiting for the cache to expire.
  */
 export class V1TokenBudget {
-  private readonly cache = new Map<
-    string,
-    { at: number; month: number; counted: Promise<number>; since: number }
-  >();
-  private readonly ttlMs: number;
-  private readonly clock: () => number;
+  private readonly tally: MonthlyTally<number>;
 
   constructor(private readonly o: V1TokenBudgetOptions) {
-    this.ttlMs = o.ttlMs ?? BUDGET_USE_CACHE_MS;
-    this.clock = o.clock ?? Date.now;
+    this.tally = new MonthlyTally(o.used, o.ttlMs ?? BUDGET_USE_CACHE_MS, o.clock ?? Date.now);
   }
 
   /** The workspace's /v1 tokens this month; undefined when nothing reports them. */
   async thisMonth(workspaceId: string): Promise<number | undefined> {
-    const used = this.o.used();
-    if (!used) return undefined;
-    const now = this.clock();
-    const { fromMs } = monthOf(now);
-    let hit = this.cache.get(workspaceId);
-    if (!hit || hit.month !== fromMs || now - hit.at >= this.ttlMs) {
-      const counted = used(workspaceId, fromMs, now);
-      const entry = { at: now, month: fromMs, counted, since: 0 };
-      this.cache.set(workspaceId, entry);
-      counted.catch(() => {
-        if (this.cache.get(workspaceId) === entry) this.cache.delete(workspaceId);
-      });
-      hit = entry;
-    }
-    const entry = hit;
-    return (await entry.counted) + entry.since;
+    const entry = this.tally.read(workspaceId);
+    return entry && (await entry.use) + entry.since;
   }
 
   /** Tokens a /v1 request of the workspace used, as it ended (counted until the next tally). */
   spent(workspaceId: string, tokens: number): void {
-    const hit = this.cache.get(workspaceId);
-    if (hit && tokens > 0 && hit.month === monthOf(this.clock()).fromMs) hit.since += tokens;
+    const entry = this.tally.cached(workspaceId);
+    if (entry && tokens > 0) entry.since += tokens;
   }
 
   /**
@@ -163,7 +181,7 @@ export class V1TokenBudget {
     if (budget === null) return;
     const used = await this.thisMonth(workspaceId);
     if (used === undefined || used < budget) return;
-    const reset = new Date(monthOf(this.clock()).resetMs).toISOString();
+    const reset = new Date(monthOf(this.tally.clock()).resetMs).toISOString();
     throw new BerthError(
       "limit_exceeded",
       `the workspace used ${used} of its ${budget} /v1 tokens this month (limit v1_tokens_per_month): /v1 requests are refused until ${reset}`,
@@ -173,6 +191,6 @@ export class V1TokenBudget {
 
   /** Forgets the cached count (tests, or after the limits changed). */
   invalidate(workspaceId: string): void {
-    this.cache.delete(workspaceId);
+    this.tally.invalidate(workspaceId);
   }
 }
