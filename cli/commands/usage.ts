@@ -1,37 +1,11 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { ApiClient } from "../api-client.ts";
 import { printJson, printTable } from "../output.ts";
-
-interface Figures {
-  tasks: number;
-  sandboxes: number;
-  run_seconds: number;
-  cpu_seconds: number;
-  memory_gib_seconds: number;
-  gpu_seconds: number;
-  gpu_seconds_by_type: Record<string, number>;
-  inference_requests: number;
-  total_tokens: number;
-}
-
-interface UsageJson {
-  from: string;
-  to: string;
-  by: string[];
-  totals: Figures;
-  rows: {
-    day?: string;
-    deployment?: string | null;
-    member?: { id: string; name: string } | null;
-    usage: Figures;
-  }[];
-}
-
-const DIMENSIONS = ["day", "deployment", "member"];
+import { USAGE_DIMENSIONS, type UsageFigures as Figures, type UsageReport } from "../../shared/usage.ts";
 
 const byList = (v: string): string => {
   for (const d of v.split(",")) {
-    if (!DIMENSIONS.includes(d.trim()))
+    if (!(USAGE_DIMENSIONS as readonly string[]).includes(d.trim()))
       throw new InvalidArgumentError(
         `expected day, deployment or member (comma-separated), got ${JSON.stringify(d)}`,
       );
@@ -81,7 +55,7 @@ export function usageCommand(program: Command): void {
         process.stdout.write(await (await api.download(`${path}?${q}`)).text());
         return;
       }
-      const r = await api.request<UsageJson>("GET", `${path}?${q}`);
+      const r = await api.request<UsageReport>("GET", `${path}?${q}`);
       if (o.json) return printJson(r);
       const keys = [
         ...(r.by.includes("day") ? ["day"] : []),

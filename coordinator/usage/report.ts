@@ -5,7 +5,8 @@
 import { BerthError } from "../../shared/errors.ts";
 import { requestedResources } from "../tasks/index.ts";
 import type { RunRecord, StubSizing, UsageRepo } from "./store.ts";
-import { type RunSize, type UsageDimension, type UsageFigures, type UsageRow, UsageTally } from "./tally.ts";
+import type { UsageDimension, UsageReport } from "../../shared/usage.ts";
+import { type RunSize, UsageTally } from "./tally.ts";
 
 export interface UsageQuery {
   /** ms since epoch: the window is [fromMs, toMs). */
@@ -14,24 +15,7 @@ export interface UsageQuery {
   by: readonly UsageDimension[];
 }
 
-export interface StorageNow {
-  /** When the figures were read (ISO 8601). */
-  at: string;
-  volume_bytes: number;
-  /** Code archives the workspace uploaded. */
-  object_bytes: number;
-  /** Sandbox filesystem and memory snapshots. */
-  snapshot_bytes: number;
-}
-
-export interface UsageReport {
-  from: string;
-  to: string;
-  by: UsageDimension[];
-  totals: UsageFigures;
-  rows: UsageRow[];
-  storage: StorageNow;
-}
+export type { StorageNow, UsageReport } from "../../shared/usage.ts";
 
 /** The longest window one report covers. */
 export const MAX_WINDOW_DAYS = 366;

@@ -4,10 +4,11 @@
 // Sums are kept in integer milliseconds (times millicores, MiB or GPUs) and
 // turned into seconds only at the end: totals match the records exactly.
 
+import type { UsageDimension, UsageFigures, UsageKey, UsageRow } from "../../shared/usage.ts";
 import type { InferenceRecord, RunRecord } from "./store.ts";
 
-export type UsageDimension = "day" | "deployment" | "member";
-export const USAGE_DIMENSIONS: readonly UsageDimension[] = ["day", "deployment", "member"];
+export type { UsageDimension, UsageFigures, UsageKey, UsageRow } from "../../shared/usage.ts";
+export { USAGE_DIMENSIONS } from "../../shared/usage.ts";
 
 /** What one run's container asked for. */
 export interface RunSize {
@@ -16,40 +17,6 @@ export interface RunSize {
   gpuCount: number;
   /** The GPU type the run is counted under; "" without GPUs. */
   gpuType: string;
-}
-
-export interface UsageFigures {
-  /** Task runs that started in the row. */
-  tasks: number;
-  /** Sandbox and pod containers that started in the row. */
-  sandboxes: number;
-  /** Seconds containers ran work. */
-  run_seconds: number;
-  /** Requested cores times run seconds. */
-  cpu_seconds: number;
-  /** Requested memory (GiB) times run seconds. */
-  memory_gib_seconds: number;
-  /** Requested GPUs times run seconds, all types. */
-  gpu_seconds: number;
-  /** gpu_seconds by GPU type. */
-  gpu_seconds_by_type: Record<string, number>;
-  inference_requests: number;
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-}
-
-export interface UsageKey {
-  /** YYYY-MM-DD (UTC). */
-  day?: string;
-  /** The deployment's name; null for work of no deployment (functions run directly, sandboxes). */
-  deployment?: string | null;
-  /** The token that submitted the work; null when none did. */
-  member?: { id: string; name: string } | null;
-}
-
-export interface UsageRow extends UsageKey {
-  usage: UsageFigures;
 }
 
 /** Exact sums: milliseconds times the unit of each resource. */

@@ -6,29 +6,7 @@ import { html } from "htm/preact";
 import { useState } from "preact/hooks";
 import { api, authHeaders } from "../api.ts";
 import { ErrorNote, usePoll } from "../hooks.ts";
-
-interface Figures {
-  tasks: number;
-  sandboxes: number;
-  run_seconds: number;
-  cpu_seconds: number;
-  memory_gib_seconds: number;
-  gpu_seconds: number;
-  gpu_seconds_by_type: Record<string, number>;
-  total_tokens: number;
-}
-
-interface Report {
-  from: string;
-  to: string;
-  totals: Figures;
-  rows: {
-    day?: string;
-    deployment?: string | null;
-    member?: { id: string; name: string } | null;
-    usage: Figures;
-  }[];
-}
+import type { UsageFigures as Figures, UsageReport as Report } from "../../shared/usage.ts";
 
 const today = () => new Date().toISOString().slice(0, 10);
 const monthStart = () => `${today().slice(0, 8)}01`;
