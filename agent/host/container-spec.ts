@@ -5,7 +5,7 @@ import { invalid } from "../../shared/errors.ts";
 import type { GpuInjection } from "../capacity/index.ts";
 import type { ImageInfo } from "../images/index.ts";
 import type { ContainerNetwork } from "../network/index.ts";
-import type { BindMount, ContainerSpec } from "../runtime/index.ts";
+import type { BindMount, ContainerSpec, NetnsAddresses } from "../runtime/index.ts";
 import { imageUser, mergeEnv, type ResolvedRunRequest } from "./request.ts";
 
 // Options the runtime always sets on bind mounts, or that only say "bind".
@@ -16,7 +16,10 @@ export interface SpecInputs {
   image: Pick<ImageInfo, "layers" | "config" | "ref">;
   /** Request mounts with their sources resolved (realpath) and checked. */
   mounts: BindMount[];
-  net?: Pick<ContainerNetwork, "netnsPath" | "resolvConfPath">;
+  net?: Pick<
+    ContainerNetwork,
+    "netnsPath" | "resolvConfPath" | "ipv4" | "prefix4" | "gateway4" | "ipv6" | "prefix6" | "gateway6"
+  >;
   hostsFile?: string;
   gpu?: GpuInjection;
   /**
@@ -76,7 +79,11 @@ export function buildContainerSpec(i: SpecInputs): ContainerSpec {
   if (req.pidsLimit !== undefined) spec.pidsLimit = req.pidsLimit;
   if (req.timeoutMs !== undefined) spec.timeoutMs = req.timeoutMs;
   if (req.startupWindowMs !== undefined) spec.startupWindowMs = req.startupWindowMs;
-  if (i.net) spec.netnsPath = i.net.netnsPath;
+  if (i.net) {
+    spec.netnsPath = i.net.netnsPath;
+    // What a user namespace's network hook would otherwise read first (oci-spec.ts).
+    spec.netnsAddresses = netnsAddressesOf(i.net);
+  }
   // gVisor is runsc; "container" leaves the agent's own runtime (runc or crun).
   if (req.isolation === "gvisor") spec.runtime = "runsc";
   if (usesUserNamespace(req)) spec.userNamespace = true;
@@ -105,4 +112,14 @@ export function hostsFileText(hostname: string, ipv4?: string, ipv6?: string): s
 /** The hostname the runtime gives a container when the request names none. */
 export function defaultHostname(id: string): string {
   return id.slice(0, 63).replace(/[^A-Za-z0-9-]/g, "-");
+}
+
+/** eth0's addresses and gateways in a container's network namespace, as the runtime's spec takes them. */
+function netnsAddressesOf(n: NonNullable<SpecInputs["net"]>): NetnsAddresses {
+  return {
+    ...(n.ipv4 ? { ipv4: `${n.ipv4}/${n.prefix4}` } : {}),
+    ...(n.ipv6 ? { ipv6: `${n.ipv6}/${n.prefix6}` } : {}),
+    ...(n.gateway4 ? { gateway4: n.gateway4 } : {}),
+    ...(n.gateway6 ? { gateway6: n.gateway6 } : {}),
+  };
 }

@@ -34,6 +34,7 @@ export type {
   DeviceRule,
   ExitReason,
   LogLine,
+  NetnsAddresses,
   RuntimeLogger,
   SeccompFilter,
 } from "./types.ts";

@@ -6,7 +6,7 @@ import type { ResolvedContainerSpec } from "./spec.ts";
 import { resolveContainerSpec } from "./spec.ts";
 import { basename } from "node:path";
 import type { OciDeviceCgroup, OciHook, OciHooks, OciMount, OciNamespace, OciSpec } from "./oci-types.ts";
-import type { ContainerSpec } from "./types.ts";
+import type { ContainerSpec, NetnsAddresses } from "./types.ts";
 
 /** What the OCI config depends on besides the container spec. */
 export interface HostFacts {
@@ -218,7 +218,7 @@ export function buildOciSpec(
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
     },
-    ...hooksOf(s.hooks, adopt ? adoptNetnsHook(s.netnsPath as string) : undefined),
+    ...hooksOf(s.hooks, adopt ? adoptNetnsHook(s.netnsPath as string, s.netnsAddresses) : undefined),
     annotations: Object.fromEntries(Object.entries(s.labels).map(([k, v]) => [`berth.label.${k}`, v])),
   };
 }
@@ -234,18 +234,27 @@ function hooksOf(hooks: OciHooks | undefined, first: OciHook | undefined): { hoo
 // container's state on stdin): eth0 of the agent's namespace moves into the container's,
 // whose addresses and default routes it had are applied again there (a move drops them),
 // and the name (/run/netns/NAME) now points at the container's namespace, so everything the
-// agent does by that name (ports, neighbours, removal) reaches it.
+// agent does by that name (ports, neighbours, removal) reaches it. The addresses come as
+// arguments when the agent knows them; otherwise they are read before the move. Three ip
+// runs in all on the first path: the start of every user-namespaced container waits on it.
+// `ip netns delete/attach` run without -n: `ip -n` enters a mount namespace of its own.
 const ADOPT_NETNS = String.raw`set -e
 ns="$1"
-pid=$(sed -n 's/.*"pid":\([0-9][0-9]*\).*/\1/p')
+state=
+read -r state || [ -n "$state" ]
+pid=${"$"}{state#*\"pid\":}
+pid=${"$"}{pid%%[!0-9]*}
 [ -n "$pid" ] || { echo "no pid in the container state" >&2; exit 1; }
-a4=$(ip -n "$ns" -4 -o addr show dev eth0 scope global | awk '{print $4}')
-a6=$(ip -n "$ns" -6 -o addr show dev eth0 scope global | awk '{print $4}')
-g4=$(ip -n "$ns" -4 route show default | awk '{print $3; exit}')
-g6=$(ip -n "$ns" -6 route show default | awk '{print $3; exit}')
+if [ "$#" -ge 5 ]; then
+  a4="$2" a6="$3" g4="$4" g6="$5"
+else
+  a4=$(ip -n "$ns" -4 -o addr show dev eth0 scope global | awk '{print $4}')
+  a6=$(ip -n "$ns" -6 -o addr show dev eth0 scope global | awk '{print $4}')
+  g4=$(ip -n "$ns" -4 route show default | awk '{print $3; exit}')
+  g6=$(ip -n "$ns" -6 route show default | awk '{print $3; exit}')
+fi
 ip -n "$ns" link set dev eth0 netns "$pid"
-ip netns delete "$ns"
-ip netns attach "$ns" "$pid"
+printf 'netns delete %s\nnetns attach %s %s\n' "$ns" "$ns" "$pid" | ip -batch -
 {
   echo "link set dev lo up"
   for a in $a4; do echo "addr add $a dev eth0"; done
@@ -256,11 +265,17 @@ ip netns attach "$ns" "$pid"
 } | ip -n "$ns" -batch -
 `;
 
-/** The hook that gives a user-namespaced container the agent's configured network namespace `netnsPath`. */
-export function adoptNetnsHook(netnsPath: string): OciHook {
+/**
+ * The hook that gives a user-namespaced container the agent's configured
+ * network namespace `netnsPath`; `addresses`, when known, spare it reading them.
+ */
+export function adoptNetnsHook(netnsPath: string, addresses?: NetnsAddresses): OciHook {
+  const given = addresses
+    ? [addresses.ipv4 ?? "", addresses.ipv6 ?? "", addresses.gateway4 ?? "", addresses.gateway6 ?? ""]
+    : [];
   return {
     path: "/bin/sh",
-    args: ["sh", "-c", ADOPT_NETNS, "adopt-netns", basename(netnsPath)],
+    args: ["sh", "-c", ADOPT_NETNS, "adopt-netns", basename(netnsPath), ...given],
     timeout: 30,
   };
 }

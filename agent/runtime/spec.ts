@@ -1,10 +1,11 @@
 import { statSync } from "node:fs";
+import { isIP } from "node:net";
 import { isAbsolute } from "node:path";
 import { invalid } from "../../shared/errors.ts";
 import { isOciRuntimeName, OCI_RUNTIMES, type OciRuntimeName } from "./oci-runtimes.ts";
 import type { OciHookPhase, OciHooks } from "./oci-types.ts";
 import { SECCOMP_FILTERS, type SeccompFilter } from "./seccomp.ts";
-import type { BindMount, ContainerSpec, DeviceNode, DeviceRule } from "./types.ts";
+import type { BindMount, ContainerSpec, DeviceNode, DeviceRule, NetnsAddresses } from "./types.ts";
 
 // ContainerSpec → ResolvedContainerSpec: every default filled in and every
 // value checked once, so the OCI builder and the runtime never re-check.
@@ -37,6 +38,7 @@ export interface ResolvedContainerSpec {
   tmpBytes: number;
   mounts: BindMount[];
   netnsPath?: string;
+  netnsAddresses?: NetnsAddresses;
   extraDevices: DeviceNode[];
   extraDeviceRules: DeviceRule[];
   hooks?: OciHooks;
@@ -162,6 +164,9 @@ export function resolveContainerSpec(spec: ContainerSpec): ResolvedContainerSpec
     tmpBytes: spec.tmpBytes === undefined ? memoryBytes : positiveInt(spec.tmpBytes, "tmpBytes", 4096),
     mounts,
     netnsPath: spec.netnsPath === undefined ? undefined : absolutePath(spec.netnsPath, "netnsPath"),
+    ...(spec.netnsAddresses === undefined
+      ? {}
+      : { netnsAddresses: checkNetnsAddresses(spec.netnsAddresses) }),
     extraDevices: [...(spec.extraDevices ?? [])],
     extraDeviceRules: [...(spec.extraDeviceRules ?? [])],
     ...(spec.hooks === undefined ? {} : { hooks: checkHooks(spec.hooks) }),
@@ -249,6 +254,32 @@ const HOOK_PHASES: readonly OciHookPhase[] = [
 ];
 
 /** Hooks by phase, copied; a phase OCI does not know or a relative path is refused. */
+// They reach \`ip -batch\` lines in a hook: only well-formed addresses, nothing else.
+function checkNetnsAddresses(a: NetnsAddresses): NetnsAddresses {
+  const address = (v: unknown, family: 4 | 6, field: string, cidr: boolean): string => {
+    const [ip, prefix, ...rest] = typeof v === "string" ? v.split("/") : [];
+    const max = family === 4 ? 32 : 128;
+    const ok =
+      ip !== undefined &&
+      isIP(ip) === family &&
+      rest.length === 0 &&
+      (cidr ? /^\d{1,3}$/.test(prefix ?? "") && Number(prefix) <= max : prefix === undefined);
+    if (!ok) {
+      const want = `an IPv${family} address${cidr ? " with its prefix length" : ""}`;
+      throw invalid(`netnsAddresses.${field} must be ${want}, got ${JSON.stringify(v)}`, {
+        field: `netnsAddresses.${field}`,
+      });
+    }
+    return v as string;
+  };
+  return {
+    ...(a.ipv4 === undefined ? {} : { ipv4: address(a.ipv4, 4, "ipv4", true) }),
+    ...(a.ipv6 === undefined ? {} : { ipv6: address(a.ipv6, 6, "ipv6", true) }),
+    ...(a.gateway4 === undefined ? {} : { gateway4: address(a.gateway4, 4, "gateway4", false) }),
+    ...(a.gateway6 === undefined ? {} : { gateway6: address(a.gateway6, 6, "gateway6", false) }),
+  };
+}
+
 function checkHooks(hooks: OciHooks): OciHooks {
   const out: OciHooks = {};
   for (const [phase, list] of Object.entries(hooks)) {

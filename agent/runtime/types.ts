@@ -51,6 +51,16 @@ import type { SeccompFilter } from "./seccomp.ts";
 
 export type { SeccompFilter };
 
+/** eth0's configuration in a container's network namespace. */
+export interface NetnsAddresses {
+  /** e.g. 10.88.0.5/16 */
+  ipv4?: string;
+  /** e.g. fd00:88::5/64 */
+  ipv6?: string;
+  gateway4?: string;
+  gateway6?: string;
+}
+
 export interface ContainerSpec {
   /** Letters, digits, `_ . -`; at most 128 characters; unique per runtime root. */
   id: string;
@@ -88,6 +98,13 @@ export interface ContainerSpec {
   mounts?: BindMount[];
   /** Join this network namespace (e.g. /run/netns/x); without it the container gets a fresh, empty one. */
   netnsPath?: string;
+  /**
+   * With netnsPath and a user namespace: eth0's addresses (CIDR) and default
+   * gateways in that namespace, which the hook moving eth0 into the
+   * container's own namespace applies again (a move drops them). Without
+   * them the hook reads them first, at the cost of a few more processes.
+   */
+  netnsAddresses?: NetnsAddresses;
   extraDevices?: DeviceNode[];
   extraDeviceRules?: DeviceRule[];
   /**

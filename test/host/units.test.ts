@@ -221,7 +221,16 @@ test("the spec takes the image's entrypoint, env, cwd and user, and the GPU inje
     req,
     image,
     mounts: [],
-    net: { netnsPath: "/run/netns/n", resolvConfPath: "/r.conf" },
+    net: {
+      netnsPath: "/run/netns/n",
+      resolvConfPath: "/r.conf",
+      ipv4: "10.88.0.5",
+      prefix4: 16,
+      gateway4: "10.88.0.1",
+      ipv6: "fd00:88::5",
+      prefix6: 64,
+      gateway6: "fd00:88::1",
+    },
     hostsFile: "/h",
     gpu: {
       env: { NVIDIA_VISIBLE_DEVICES: "GPU-1" },
@@ -243,6 +252,12 @@ test("the spec takes the image's entrypoint, env, cwd and user, and the GPU inje
   assert.equal(spec.cwd, "/app");
   assert.deepEqual(spec.user, { uid: 7, gid: 8 });
   assert.equal(spec.netnsPath, "/run/netns/n");
+  assert.deepEqual(spec.netnsAddresses, {
+    ipv4: "10.88.0.5/16",
+    ipv6: "fd00:88::5/64",
+    gateway4: "10.88.0.1",
+    gateway6: "fd00:88::1",
+  });
   assert.deepEqual(
     spec.mounts?.map((m) => [m.destination, m.readonly, m.options ?? []]),
     [

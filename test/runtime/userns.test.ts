@@ -6,6 +6,8 @@
 // host file bind-mounted read-write without the mapping cannot be written.
 
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import {
   chmodSync,
   existsSync,
@@ -19,6 +21,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { promisify } from "node:util";
 import {
   FIRST_HOST_ID,
   ID_MAP_SIZE,
@@ -32,6 +35,7 @@ import { needs } from "../helpers/env.ts";
 import { py, runtimeHarness } from "./harness.ts";
 
 const REQ = { root: true, commands: ["runc", "mount", "umount", "python3"] };
+const ip = (...args: string[]) => promisify(execFile)("ip", args);
 
 test("id ranges: the lowest free one, none shared, all below 2^31", () => {
   const a = pickIdMap([]);
@@ -132,4 +136,75 @@ test("two live containers never share a range", async (t) => {
   assert.notEqual(ra, rb);
   await h.rt.stop(a.id, { graceMs: 0 });
   await h.rt.stop(b.id, { graceMs: 0 });
+});
+
+// The agent configures eth0 in a named namespace; a user-namespaced container
+// gets a namespace of its own, and its createRuntime hook moves eth0 in with
+// its addresses and default route, then points the name at it (oci-spec.ts).
+for (const given of [true, false]) {
+  test(`a configured namespace is taken over, its addresses ${given ? "given" : "read by the hook"}`, async (t) => {
+    if (!needs(t, { ...REQ, commands: [...REQ.commands, "ip"] })) return;
+    const h = await runtimeHarness(t);
+    const tag = randomBytes(3).toString("hex");
+    const ns = `bt-un-${tag}`;
+    const veth = `bt-unh-${tag}`;
+    await ip("netns", "add", ns);
+    t.after(async () => {
+      await ip("netns", "delete", ns).catch(() => {});
+      await ip("link", "delete", veth).catch(() => {});
+    });
+    await ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns);
+    await ip("link", "set", veth, "up");
+    for (const cmd of [
+      ["addr", "add", "10.251.7.2/24", "dev", "eth0"],
+      ["link", "set", "eth0", "up"],
+      ["route", "add", "default", "via", "10.251.7.1", "dev", "eth0"],
+    ]) {
+      await ip("-n", ns, ...cmd);
+    }
+    const script = [
+      "import time",
+      "print('addr', '10.251.7.2' in open('/proc/net/fib_trie').read())",
+      "routes = [l.split() for l in open('/proc/net/route').read().splitlines()[1:]]",
+      "print('default via', [r[2] for r in routes if r[1] == '00000000'])",
+      "time.sleep(30)",
+    ].join("\n");
+    const spec = h.spec(py(script), {
+      userNamespace: true,
+      netnsPath: `/run/netns/${ns}`,
+      ...(given ? { netnsAddresses: { ipv4: "10.251.7.2/24", gateway4: "10.251.7.1" } } : {}),
+    });
+    const info = await h.rt.run(spec);
+    const lines = await waitFor(() => (h.linesOf(spec.id).length >= 2 ? h.linesOf(spec.id) : undefined), {
+      timeoutMs: 20_000,
+      what: "the container's view of its network",
+    });
+    assert.ok(lines.includes("addr True"), lines.join("\n"));
+    // 10.251.7.1, as /proc/net/route writes it (little-endian hex).
+    assert.ok(lines.includes("default via ['0107FB0A']"), lines.join("\n"));
+    // The name now stands for the container's own namespace.
+    assert.equal(statSync(`/run/netns/${ns}`).ino, statSync(`/proc/${info.pid}/ns/net`).ino);
+    await h.rt.delete(spec.id);
+  });
+}
+
+test("eth0's addresses must be addresses: nothing else reaches the hook", async (t) => {
+  if (!needs(t, REQ)) return;
+  const h = await runtimeHarness(t);
+  for (const netnsAddresses of [
+    { ipv4: "10.0.0.2/24\nlink delete eth0" },
+    { ipv4: "10.0.0.2" },
+    { ipv6: "10.0.0.2/24" },
+    { gateway4: "10.0.0.1/24" },
+    { ipv4: "10.0.0.2/33" },
+  ]) {
+    await assert.rejects(
+      h.rt.run(h.spec(["true"], { userNamespace: true, netnsPath: "/proc/self/ns/net", netnsAddresses })),
+      (e: Error & { code?: string }) => {
+        assert.equal(e.code, "invalid_request");
+        assert.match(e.message, /^netnsAddresses\.(ipv4|ipv6|gateway4) must be an IPv[46] address/);
+        return true;
+      },
+    );
+  }
 });
