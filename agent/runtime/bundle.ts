@@ -8,7 +8,7 @@ import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { mountOnSlot, prepareSlot, removeSlot } from "./code-slot.ts";
 import type { ContainerDisks } from "./disks.ts";
-import { type IdMap, idmappedDir, mapSharedTrees, removeEmptyDirs } from "./idmap.ts";
+import { type IdMap, type IdmapMounter, idmappedDir, mapSharedTrees, removeEmptyDirs } from "./idmap.ts";
 import { buildOciSpec, type HostFacts } from "./oci-spec.ts";
 import { mountOverlay, overlayPathsFor, unmountOverlay } from "./rootfs.ts";
 import type { ResolvedContainerSpec } from "./spec.ts";
@@ -18,9 +18,9 @@ import { type ContainerMeta, type ContainerPaths, rootfsOf } from "./state.ts";
 export async function buildBundle(
   paths: ContainerPaths,
   meta: ContainerMeta,
-  host: HostFacts,
-  disks: ContainerDisks,
+  d: { host: HostFacts; disks: ContainerDisks; idmaps: IdmapMounter },
 ): Promise<void> {
+  const { host, disks } = d;
   const spec: ResolvedContainerSpec = meta.spec;
   const idMap = meta.idMap;
   // A code slot is a shared mount of the bundle's; the container sees it as a slave (code-slot.ts).
@@ -35,7 +35,7 @@ export async function buildBundle(
       ]
     : [];
   const trees = idMap
-    ? await mapSharedTrees(paths.dir, idMap, spec.lowerDirs, spec.mounts, { scratch: spec })
+    ? await mapSharedTrees(d.idmaps, paths.dir, idMap, spec.lowerDirs, spec.mounts, { scratch: spec })
     : { lowerDirs: spec.lowerDirs, mounts: spec.mounts };
   const oci = buildOciSpec({ ...spec, mounts: [...trees.mounts, ...slot] }, host, idMap, trees.scratch);
   if (meta.rootfs) oci.root.path = meta.rootfs;
@@ -54,10 +54,11 @@ export async function mountCodeInBundle(
   dir: string,
   idMap: IdMap | undefined,
   lowerDir: string,
-  disks: ContainerDisks,
+  d: { disks: ContainerDisks; idmaps: IdmapMounter },
 ): Promise<void> {
+  const { disks } = d;
   const lower = idMap
-    ? (await mapSharedTrees(dir, idMap, [lowerDir], [], { prefix: "code" })).lowerDirs[0]
+    ? (await mapSharedTrees(d.idmaps, dir, idMap, [lowerDir], [], { prefix: "code" })).lowerDirs[0]
     : lowerDir;
   await mountOnSlot(dir, lower as string, disks.writableDir(dir));
 }

@@ -1,8 +1,6 @@
-import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, rmdirSync } from "node:fs";
+import { chmodSync, mkdirSync, rmdirSync } from "node:fs";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { BerthError } from "../../shared/errors.ts";
 import type { BindMount } from "./types.ts";
 
@@ -13,8 +11,8 @@ import type { BindMount } from "./types.ts";
 // through an idmapped mount (mount_setattr(2) MOUNT_ATTR_IDMAP, Linux 5.12+;
 // overlayfs takes idmapped lower layers from 5.19) that shows on-disk id k as
 // the container's k. Node has no mount_setattr and runc 1.1 cannot idmap a
-// mount, so a short python3 program (python3 is one of the agent's packages)
-// makes them with ctypes.
+// mount, so a python3 helper (python3 is one of the agent's packages) makes
+// them with ctypes (idmap-helper.ts).
 
 /** A container's id mapping: ids 0..size-1 inside are hostId..hostId+size-1 outside (uids and gids alike). */
 export interface IdMap {
@@ -56,91 +54,16 @@ export interface IdmappedMount {
   readonly: boolean;
 }
 
-// Makes a user namespace with the mapping (a child that unshares, whose maps
-// the parent writes), then for each mount: open_tree(OPEN_TREE_CLONE) of the
-// source, mount_setattr(MOUNT_ATTR_IDMAP [| RDONLY]) with that namespace,
-// move_mount onto the target. The namespace lives on in the mounts.
-const PROGRAM = String.raw`
-import ctypes, json, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-OPEN_TREE, MOVE_MOUNT, MOUNT_SETATTR = 428, 429, 442
-CLONE_NEWUSER, OPEN_TREE_CLONE, O_CLOEXEC = 0x10000000, 1, 0o2000000
-AT_EMPTY_PATH, AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH = 0x1000, -100, 4
-MOUNT_ATTR_RDONLY, MOUNT_ATTR_IDMAP = 0x1, 0x100000
-class Attr(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clr", "propagation", "userns_fd")]
-def fail(what):
-    e = ctypes.get_errno()
-    sys.stderr.write("%s: %s\n" % (what, os.strerror(e)))
-    sys.exit(1)
-req = json.loads(sys.argv[1])
-ready_r, ready_w = os.pipe()
-go_r, go_w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    ok = libc.unshare(CLONE_NEWUSER) == 0
-    os.write(ready_w, b"1" if ok else b"0")
-    os.read(go_r, 1)
-    os._exit(0)
-try:
-    if os.read(ready_r, 1) != b"1":
-        fail("unshare(CLONE_NEWUSER)")
-    line = "0 %d %d\n" % (req["hostId"], req["size"])
-    for f in ("uid_map", "gid_map"):
-        with open("/proc/%d/%s" % (pid, f), "w") as m:
-            m.write(line)
-    ns = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC)
-finally:
-    os.write(go_w, b"x")
-    os.waitpid(pid, 0)
-for m in req["mounts"]:
-    fd = libc.syscall(OPEN_TREE, AT_FDCWD, m["source"].encode(), OPEN_TREE_CLONE | O_CLOEXEC)
-    if fd < 0:
-        fail("open_tree " + m["source"])
-    attr = Attr(MOUNT_ATTR_IDMAP | (MOUNT_ATTR_RDONLY if m["readonly"] else 0), 0, 0, ns)
-    if libc.syscall(MOUNT_SETATTR, fd, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
-        fail("idmapping " + m["source"] + " (mount_setattr; the file system must support idmapped mounts)")
-    if libc.syscall(MOVE_MOUNT, fd, b"", AT_FDCWD, m["target"].encode(), MOVE_MOUNT_F_EMPTY_PATH) != 0:
-        fail("move_mount onto " + m["target"])
-    os.close(fd)
-libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-for t in req.get("tmpfs", []):
-    if libc.mount(b"tmpfs", t["target"].encode(), b"tmpfs", t["flags"], t["data"].encode()) != 0:
-        fail("mounting a tmpfs at " + t["target"])
-`;
-
-/** A tmpfs the helper mounts (mount(2) flags: MS_NOSUID 2, MS_NODEV 4, MS_NOEXEC 8). */
-interface TmpfsMount {
+/** A tmpfs the mounter makes (mount(2) flags: MS_NOSUID 2, MS_NODEV 4, MS_NOEXEC 8). */
+export interface TmpfsMount {
   target: string;
   flags: number;
   data: string;
 }
 
-const execFileP = promisify(execFile);
-
-// Debian's python3 (one of the agent's packages), not whatever comes first on PATH (a version
-// manager's shim costs 150 ms a start); -I -S: no user site, no site module (~35 ms in all).
-const HOST_PYTHON = existsSync("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-
-/** Makes `mounts` (targets created as empty dirs) through `map`, in one python3 run. */
-export async function mountIdmapped(
-  map: IdMap,
-  mounts: readonly IdmappedMount[],
-  tmpfs: readonly TmpfsMount[] = [],
-): Promise<void> {
-  if (mounts.length === 0 && tmpfs.length === 0) return;
-  for (const m of [...mounts, ...tmpfs]) mkdirSync(m.target, { recursive: true });
-  const req = JSON.stringify({ hostId: map.hostId, size: map.size, mounts, tmpfs });
-  try {
-    await execFileP(HOST_PYTHON, ["-I", "-S", "-c", PROGRAM, req], { timeout: 30_000 });
-  } catch (e) {
-    const err = e as { stderr?: string; message: string };
-    throw new BerthError(
-      "internal",
-      `cannot make the container's idmapped mounts: ${(err.stderr || err.message).trim().slice(-400)} (user namespaces need Linux 5.19 or later and the agent's data on a file system with idmapped mounts, such as ext4, xfs or btrfs; an operator can opt a workspace out: berth workspace limits WS --user-namespace off)`,
-    );
-  }
+/** Makes idmapped mounts (targets created as empty dirs) and host tmpfs mounts: idmap-helper.ts. */
+export interface IdmapMounter {
+  mount(map: IdMap, mounts: readonly IdmappedMount[], tmpfs?: readonly TmpfsMount[]): Promise<void>;
 }
 
 /**
@@ -171,6 +94,7 @@ export const idmappedDir = (bundleDir: string) => join(bundleDir, "idmapped");
  * the lower dirs and mounts to use instead.
  */
 export async function mapSharedTrees(
+  mounter: IdmapMounter,
   bundleDir: string,
   map: IdMap,
   lowerDirs: readonly string[],
@@ -192,7 +116,7 @@ export async function mapSharedTrees(
     return { ...m, source: target };
   });
   const scratch = opts.scratch ? scratchMounts(dir, map, opts.scratch) : undefined;
-  await mountIdmapped(map, todo, scratch?.tmpfs);
+  await mounter.mount(map, todo, scratch?.tmpfs);
   return { lowerDirs: lowers, mounts: binds, ...(scratch ? { scratch: scratch.paths } : {}) };
 }
 

@@ -31,6 +31,7 @@ import {
 import { ContainerDisks } from "./disks.ts";
 import { readHostHardLimits } from "./rlimits.ts";
 import { type IdMap, pickIdMap, sharedRootfsDir, sharedTreesOf } from "./idmap.ts";
+import { IdmapHelper } from "./idmap-helper.ts";
 import { type OciRuntimeName, OCI_RUNTIMES, OciRuntimeClis } from "./oci-runtimes.ts";
 import { type RestoreImages, type Runc, restoreImages } from "./runc.ts";
 import {
@@ -80,13 +81,17 @@ const ociIdOf = (e: ContainerEntry) => e.meta.ociId ?? e.meta.spec.id;
 export class ContainerRuntime {
   readonly options: ResolvedContainerRuntimeOptions;
   readonly cgroups: CgroupLayout;
-  private readonly host: HostFacts;
+  /** Read by buildBundle. */
+  readonly host: HostFacts;
   private readonly clis: OciRuntimeClis;
   private readonly entries = new Map<string, ContainerEntry>();
   private readonly reservedIdMaps = new Map<string, IdMap>();
   private timer?: NodeJS.Timeout;
   private closed = false;
-  private readonly disks: ContainerDisks;
+  /** The containers' own disks, read by buildBundle. */
+  readonly disks: ContainerDisks;
+  /** Makes idmapped mounts for user-namespaced containers: one python3 process, kept while in use. */
+  readonly idmaps = new IdmapHelper();
 
   constructor(opts: ContainerRuntimeOptions) {
     this.options = resolveContainerRuntimeOptions(opts);
@@ -195,7 +200,7 @@ export class ContainerRuntime {
     const entry = newEntry(meta, paths, "created");
     this.entries.set(spec.id, entry);
     try {
-      await buildBundle(paths, meta, this.host, this.disks);
+      await buildBundle(paths, meta, this);
       // Not kept in meta: a recovered container is past its start either way.
       const restore =
         input.restoreFrom === undefined ? undefined : restoreImages(input.restoreFrom, paths.dir);
@@ -248,7 +253,7 @@ export class ContainerRuntime {
       throw new BerthError("failed_precondition", `container ${id} was started without a code slot`);
     }
     if (e.status !== "running") throw new BerthError("failed_precondition", `container ${id} is not running`);
-    await mountCodeInBundle(e.paths.dir, e.meta.idMap, dir, this.disks);
+    await mountCodeInBundle(e.paths.dir, e.meta.idMap, dir, this);
   }
 
   /**
@@ -466,6 +471,7 @@ export class ContainerRuntime {
   /** Stops watching (timers, files) and saves log offsets; containers keep running. */
   close(): void {
     this.closed = true;
+    this.idmaps.close();
     this.disks.stop();
     clearInterval(this.timer);
     this.timer = undefined;
