@@ -2,16 +2,21 @@
 // last output (coordinator/sandboxes/pod-settle.ts), over the shared fake agent.
 
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { type TestContext, test } from "node:test";
 import { BerthError } from "../../shared/errors.ts";
 import { waitUntil } from "../helpers/wait.ts";
 import { SandboxLabels } from "../../coordinator/sandboxes/request.ts";
-import { sandboxWorld } from "./fakes.ts";
+import type { ContainerEventMessage } from "../../shared/subjects.ts";
+import { type SandboxWorld, sandboxWorld } from "./fakes.ts";
 
-test("a pod whose entrypoint exits at once fails the create with its exit code and last output", async (t) => {
+/**
+ * A pod created under podSettleMs 60000 whose container now stands on the
+ * agent: the create is still waiting on it.
+ */
+async function settlingPod(t: TestContext, name: string, entrypoint: string[]) {
   const w = await sandboxWorld(t, { podSettleMs: 60_000 });
   const a = w.addAgent("agent-a");
-  const stub = await w.stub("crashy", "pod", { entrypoint: ["python", "serve.py"] });
+  const stub = await w.stub(name, "pod", { entrypoint });
   const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
   const id = await waitUntil(
     () => {
@@ -20,6 +25,39 @@ test("a pod whose entrypoint exits at once fails the create with its exit code a
     },
     { what: "the pod's container on the agent" },
   );
+  return { w, a, creating, id };
+}
+
+/** agent-a's exit event for a sandbox's container. */
+function emitExit(
+  w: SandboxWorld,
+  containerId: string,
+  exitCode: number,
+  more: Partial<Omit<ContainerEventMessage, "at">> = {},
+): void {
+  w.emit({
+    agentId: "agent-a",
+    containerId,
+    type: "exit",
+    exitCode,
+    ...more,
+    labels: { [SandboxLabels.sandbox]: "1" },
+  });
+}
+
+/** The sandbox once its end is recorded. */
+function terminated(w: SandboxWorld, id: string) {
+  return waitUntil(
+    async () => {
+      const s = await w.svc.get(w.ws, id);
+      return s.status === "terminated" ? s : undefined;
+    },
+    { what: "the pod's end recorded" },
+  );
+}
+
+test("a pod whose entrypoint exits at once fails the create with its exit code and last output", async (t) => {
+  const { w, a, creating, id } = await settlingPod(t, "crashy", ["python", "serve.py"]);
   a.appendLog(id, "stderr", "ModuleNotFoundError: No module named 'fastapi'");
   a.exit(id, 1);
   await assert.rejects(creating, (e: unknown) => {
@@ -40,27 +78,11 @@ test("a pod whose entrypoint exits at once fails the create with its exit code a
 });
 
 test("the exit event coming first leaves the container for the create to read its output, then it goes", async (t) => {
-  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
-  const a = w.addAgent("agent-a");
-  const stub = await w.stub("crashy", "pod", { entrypoint: ["python", "-c", "exit(3)"] });
-  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
-  const id = await waitUntil(
-    () => {
-      const run = a.runs[0];
-      return run?.id && a.containers.has(run.id) ? run.id : undefined;
-    },
-    { what: "the pod's container on the agent" },
-  );
+  const { w, a, creating, id } = await settlingPod(t, "crashy", ["python", "-c", "exit(3)"]);
   a.appendLog(id, "stdout", "cannot bind 0.0.0.0:8000");
   a.exit(id, 3);
   // The agent's exit event, handled before the create's next look at the container.
-  w.emit({
-    agentId: "agent-a",
-    containerId: id,
-    type: "exit",
-    exitCode: 3,
-    labels: { [SandboxLabels.sandbox]: "1" },
-  });
+  emitExit(w, id, 3);
   await assert.rejects(creating, /exited at once \(code 3\); its last output:\ncannot bind 0\.0\.0\.0:8000/);
   await w.svc.close();
   assert.equal(a.containers.has(id), false, "removed by the create once read");
@@ -80,17 +102,7 @@ test("podSettleMs outside 0..60000 is refused when the service is made", async (
 });
 
 test("a pod whose entrypoint exits 0 ran: the create answers it terminated with exit code 0, its room free", async (t) => {
-  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
-  const a = w.addAgent("agent-a");
-  const stub = await w.stub("batch", "pod", { entrypoint: ["python", "-c", "print('done')"] });
-  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
-  const id = await waitUntil(
-    () => {
-      const run = a.runs[0];
-      return run?.id && a.containers.has(run.id) ? run.id : undefined;
-    },
-    { what: "the pod's container on the agent" },
-  );
+  const { w, a, creating, id } = await settlingPod(t, "batch", ["python", "-c", "print('done')"]);
   a.appendLog(id, "stdout", "done");
   a.exit(id, 0);
   const pod = await creating;
@@ -105,25 +117,9 @@ test("a pod whose entrypoint exits 0 ran: the create answers it terminated with 
 });
 
 test("a pod whose exit 0 event comes first still finished, with its exit code recorded", async (t) => {
-  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
-  const a = w.addAgent("agent-a");
-  const stub = await w.stub("batch", "pod", { entrypoint: ["true"] });
-  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
-  const id = await waitUntil(
-    () => {
-      const run = a.runs[0];
-      return run?.id && a.containers.has(run.id) ? run.id : undefined;
-    },
-    { what: "the pod's container on the agent" },
-  );
+  const { w, a, creating, id } = await settlingPod(t, "batch", ["true"]);
   a.exit(id, 0);
-  w.emit({
-    agentId: "agent-a",
-    containerId: id,
-    type: "exit",
-    exitCode: 0,
-    labels: { [SandboxLabels.sandbox]: "1" },
-  });
+  emitExit(w, id, 0);
   const pod = await creating;
   assert.deepEqual([pod.status, pod.exitCode], ["terminated", 0]);
   await w.svc.close();
@@ -131,17 +127,7 @@ test("a pod whose exit 0 event comes first still finished, with its exit code re
 });
 
 test("a pod that exits non-zero keeps its exit code on the record", async (t) => {
-  const w = await sandboxWorld(t, { podSettleMs: 60_000 });
-  const a = w.addAgent("agent-a");
-  const stub = await w.stub("crashy", "pod", { entrypoint: ["false"] });
-  const creating = w.svc.create(w.ws, stub.id, { expect: "pod" });
-  const id = await waitUntil(
-    () => {
-      const run = a.runs[0];
-      return run?.id && a.containers.has(run.id) ? run.id : undefined;
-    },
-    { what: "the pod's container on the agent" },
-  );
+  const { w, a, creating, id } = await settlingPod(t, "crashy", ["false"]);
   a.exit(id, 1);
   await assert.rejects(creating, /exited at once \(code 1\) without output/);
   const read = await w.svc.get(w.ws, id);
@@ -155,20 +141,8 @@ test("a running pod that later exits on its own records its exit code", async (t
   const pod = await w.svc.create(w.ws, stub.id, { expect: "pod" });
   assert.deepEqual([pod.status, pod.exitCode], ["running", null]);
   a.exit(pod.sandboxId, 0);
-  w.emit({
-    agentId: "agent-a",
-    containerId: pod.sandboxId,
-    type: "exit",
-    exitCode: 0,
-    labels: { [SandboxLabels.sandbox]: "1" },
-  });
-  const read = await waitUntil(
-    async () => {
-      const v = await w.svc.get(w.ws, pod.sandboxId);
-      return v.status === "terminated" ? v : undefined;
-    },
-    { what: "the pod's end recorded" },
-  );
+  emitExit(w, pod.sandboxId, 0);
+  const read = await terminated(w, pod.sandboxId);
   assert.equal(read.exitCode, 0);
 });
 
@@ -179,22 +153,8 @@ test("a pod killed for memory ends terminated saying so: its limit and the param
   const pod = await w.svc.create(w.ws, stub.id, { expect: "pod" });
   const id = pod.sandboxId;
   const ended = a.exit(id, 137, "oom_killed");
-  w.emit({
-    agentId: "agent-a",
-    containerId: id,
-    type: "exit",
-    exitCode: 137,
-    reason: "oom_killed",
-    memoryBytes: ended.memoryBytes,
-    labels: { [SandboxLabels.sandbox]: "1" },
-  });
-  const read = await waitUntil(
-    async () => {
-      const s = await w.svc.get(w.ws, id);
-      return s.status === "terminated" ? s : undefined;
-    },
-    { what: "the pod terminated" },
-  );
+  emitExit(w, id, 137, { reason: "oom_killed", memoryBytes: ended.memoryBytes });
+  const read = await terminated(w, id);
   const mib = ended.memoryBytes / 2 ** 20;
   assert.match(
     read.terminatedReason ?? "",
