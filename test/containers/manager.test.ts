@@ -4,11 +4,25 @@
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { test } from "node:test";
+import { type TestContext, test } from "node:test";
 import { CONFIG_VERSION_LABEL } from "../../coordinator/containers/runner-request.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { capacity, stubRecord, world } from "./fakes.ts";
+
+/**
+ * A running manager, healthy after 30 s and giving up after maxAttempts
+ * failed starts, with one task of stub-1 waiting and an agent with room.
+ */
+function crashingStub(t: TestContext, maxAttempts: number) {
+  const w = world({ healthyAfterMs: 30_000, startBackoff: { initialMs: 1000, maxAttempts } });
+  const a = w.addAgent("agent-a", capacity(8, 8));
+  w.stubs.set("stub-1", stubRecord("stub-1"));
+  w.activity.set("stub-1", 1);
+  w.mgr.start();
+  t.after(() => w.mgr.stop());
+  return { w, a };
+}
 
 test("starts one runner per waiting task with the stub's runner request", async () => {
   const w = world();
@@ -212,12 +226,7 @@ test("an exit event forgets the container, frees its room, removes it and starts
 });
 
 test("a runner that exits at once counts as a failed start and backs off", async (t) => {
-  const w = world({ healthyAfterMs: 30_000, startBackoff: { initialMs: 1000, maxAttempts: 3 } });
-  const a = w.addAgent("agent-a", capacity(8, 8));
-  w.stubs.set("stub-1", stubRecord("stub-1"));
-  w.activity.set("stub-1", 1);
-  w.mgr.start();
-  t.after(() => w.mgr.stop());
+  const { w, a } = crashingStub(t, 3);
   for (let round = 1; round <= 3; round++) {
     await w.tick(20_000);
     const [c] = w.mgr.list();
@@ -235,12 +244,7 @@ test("a runner that exits at once counts as a failed start and backs off", async
 });
 
 test("a runner killed for memory before its first task: the failure names the limit and memory=", async (t) => {
-  const w = world({ healthyAfterMs: 30_000, startBackoff: { initialMs: 1000, maxAttempts: 1 } });
-  w.addAgent("agent-a", capacity(8, 8));
-  w.stubs.set("stub-1", stubRecord("stub-1"));
-  w.activity.set("stub-1", 1);
-  w.mgr.start();
-  t.after(() => w.mgr.stop());
+  const { w } = crashingStub(t, 1);
   await w.tick(20_000);
   const [c] = w.mgr.list();
   assert.ok(c);
@@ -260,12 +264,7 @@ test("a runner killed for memory before its first task: the failure names the li
 });
 
 test("a model server killed for memory while loading, however long it loaded, ends its tasks after the attempts", async (t) => {
-  const w = world({ healthyAfterMs: 30_000, startBackoff: { initialMs: 1000, maxAttempts: 3 } });
-  w.addAgent("agent-a", capacity(8, 8));
-  w.stubs.set("stub-1", stubRecord("stub-1"));
-  w.activity.set("stub-1", 1);
-  w.mgr.start();
-  t.after(() => w.mgr.stop());
+  const { w } = crashingStub(t, 3);
   for (let round = 1; round <= 3; round++) {
     await w.tick(20_000);
     const [c] = w.mgr.list();

@@ -3,13 +3,43 @@
 // manager's latest placement outcome, not a guess.
 
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { type TestContext, test } from "node:test";
+import type { ContainerManagerOptions } from "../../coordinator/containers/types.ts";
 import type { ContainerLimits } from "../../coordinator/scheduler/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { capacity, stubRecord, world } from "./fakes.ts";
 
 const a100 = (uuid: string) => [{ type: "A100", uuid }];
+
+const none: ContainerLimits = {
+  maxContainers: null,
+  maxCpuMillicores: null,
+  maxMemoryMb: null,
+  maxGpus: null,
+};
+
+/**
+ * One task for each stub, each stub in its own workspace, placed on one agent
+ * under workspaceLimits: the agent's container start for a stub.
+ */
+async function runnersByStub(
+  t: TestContext,
+  workspaceLimits: ContainerManagerOptions["workspaceLimits"],
+  workspaceOf: Record<string, string>,
+) {
+  const w = world({ workspaceLimits });
+  t.after(() => w.mgr.stop());
+  const a = w.addAgent("agent-a", capacity(16, 64));
+  for (const [stubId, workspaceId] of Object.entries(workspaceOf)) {
+    w.stubs.set(stubId, stubRecord(stubId, { workspaceId }));
+  }
+  for (const [stubId, workspaceId] of Object.entries(workspaceOf)) {
+    w.activity.set(stubId, 1, 0, workspaceId);
+  }
+  await w.tick();
+  return (stubId: string) => a.runs.find((r) => r.labels?.[RunnerLabels.stubId] === stubId);
+}
 
 test("a GPU type every host of it has in use: no_room naming the type, the count and how many hosts could hold it", async (t) => {
   const w = world();
@@ -80,12 +110,6 @@ test("no agent at all: no_agent; a placed container still starting: container_st
 });
 
 test("a workspace limit: workspace_limit with the limit's name", async (t) => {
-  const none: ContainerLimits = {
-    maxContainers: null,
-    maxCpuMillicores: null,
-    maxMemoryMb: null,
-    maxGpus: null,
-  };
   const w = world({ workspaceLimits: async () => ({ ...none, maxGpus: 1 }) });
   t.after(() => w.mgr.stop());
   w.addAgent("gpu-a", capacity(16, 64, [...a100("GPU-0"), ...a100("GPU-1")]));
@@ -119,48 +143,24 @@ test("a failed start: start_backoff with the attempt count and the error, until 
 });
 
 test("a workspace forced to gVisor: its runner containers start with isolation gvisor, another's do not", async (t) => {
-  const none: ContainerLimits = {
-    maxContainers: null,
-    maxCpuMillicores: null,
-    maxMemoryMb: null,
-    maxGpus: null,
-  };
-  const w = world({
-    workspaceLimits: async (ws) => ({ ...none, isolation: ws === "ws-untrusted" ? "gvisor" : null }),
-  });
-  t.after(() => w.mgr.stop());
-  const a = w.addAgent("agent-a", capacity(16, 64));
-  w.stubs.set("stub-u", stubRecord("stub-u", { workspaceId: "ws-untrusted" }));
-  w.stubs.set("stub-t", stubRecord("stub-t", { workspaceId: "ws-trusted" }));
-  w.activity.set("stub-u", 1, 0, "ws-untrusted");
-  w.activity.set("stub-t", 1, 0, "ws-trusted");
-  await w.tick();
-  const byStub = (stubId: string) => a.runs.find((r) => r.labels?.[RunnerLabels.stubId] === stubId);
+  const byStub = await runnersByStub(
+    t,
+    async (ws) => ({ ...none, isolation: ws === "ws-untrusted" ? "gvisor" : null }),
+    { "stub-u": "ws-untrusted", "stub-t": "ws-trusted" },
+  );
   assert.equal(byStub("stub-u")?.isolation, "gvisor", "whatever the stub says");
   assert.equal(byStub("stub-t")?.isolation, undefined);
 });
 
 test("a workspace opted out: its runner containers start without a user namespace and with the deny list; another's with the defaults", async (t) => {
-  const none: ContainerLimits = {
-    maxContainers: null,
-    maxCpuMillicores: null,
-    maxMemoryMb: null,
-    maxGpus: null,
-  };
-  const w = world({
-    workspaceLimits: async (ws) =>
+  const byStub = await runnersByStub(
+    t,
+    async (ws) =>
       ws === "ws-legacy"
         ? { ...none, userNamespace: false, syscallFilter: "denylist" }
         : { ...none, userNamespace: true, syscallFilter: "allowlist" },
-  });
-  t.after(() => w.mgr.stop());
-  const a = w.addAgent("agent-a", capacity(16, 64));
-  w.stubs.set("stub-l", stubRecord("stub-l", { workspaceId: "ws-legacy" }));
-  w.stubs.set("stub-d", stubRecord("stub-d", { workspaceId: "ws-default" }));
-  w.activity.set("stub-l", 1, 0, "ws-legacy");
-  w.activity.set("stub-d", 1, 0, "ws-default");
-  await w.tick();
-  const byStub = (stubId: string) => a.runs.find((r) => r.labels?.[RunnerLabels.stubId] === stubId);
+    { "stub-l": "ws-legacy", "stub-d": "ws-default" },
+  );
   assert.equal(byStub("stub-l")?.userNamespace, false);
   assert.equal(byStub("stub-l")?.syscallFilter, "denylist");
   assert.equal(byStub("stub-l")?.isolation, undefined, "an opt-out forces no runtime");
