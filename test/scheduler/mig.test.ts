@@ -6,48 +6,13 @@
 import assert from "node:assert/strict";
 import { before, describe, it, test } from "node:test";
 import { pickGpus } from "../../agent/host/allocations.ts";
-import { NvidiaGpuProbe } from "../../agent/capacity/gpu-probe.ts";
-import {
-  type PlacementRequest,
-  Planner,
-  buildClusterView,
-  place,
-  planPlacement,
-} from "../../coordinator/scheduler/index.ts";
-import type { GpuReport, HostCapacity } from "../../shared/fleet.ts";
+import { Planner, planPlacement } from "../../coordinator/scheduler/index.ts";
 import { gpuCounts } from "../../shared/fleet.ts";
-import { fakeBin, fakeEnv, listingDevDir } from "../capacity/fake-nvidia.ts";
-import { capacity, fleetOf } from "../containers/fakes.ts";
+import { fleetOf } from "../containers/fakes.ts";
+import { type PlaceCase, describePlace, gpuRequest, probe, probedHosts } from "./gpu-hosts.ts";
 
-const GiB = 1024 ** 3;
-const reports: Record<string, GpuReport> = {};
-
-/** What the agent's probe reports for a recorded host. */
-async function probe(fixture: string, gpus: number): Promise<GpuReport> {
-  const hooks: (() => void)[] = [];
-  const t = { after: (fn: () => void) => hooks.push(fn) };
-  try {
-    const bin = fakeBin(t, ["nvidia-smi"]);
-    const names = ["nvidiactl", "nvidia-uvm", ...Array.from({ length: gpus }, (_, i) => `nvidia${i}`)];
-    const r = await new NvidiaGpuProbe({
-      env: fakeEnv(bin, fixture),
-      devDir: listingDevDir(t, names),
-    }).probe();
-    assert.equal(r.available, true, r.reason);
-    return r;
-  } finally {
-    for (const h of hooks) h();
-  }
-}
-
-const host = (fixture: string): HostCapacity => ({ ...capacity(32, 256), gpus: reports[fixture]! });
-
-const req = (gpuTypes: string[], gpuCount = 1): PlacementRequest => ({
-  cpuMillicores: 1000,
-  memoryBytes: GiB,
-  gpuTypes,
-  gpuCount,
-});
+const { reports, host } = probedHosts();
+const req = gpuRequest;
 
 before(async () => {
   reports["h200-mig"] = await probe("h200-mig", 2);
@@ -64,15 +29,8 @@ test("a MIG host reports its slices by type and profile, apart from its whole GP
   });
 });
 
-interface Case {
-  name: string;
-  fleet: string[];
-  req: PlacementRequest;
-  /** "agent/gpuType", or a refusal: permanent or not, and its reason. */
-  want: string | { permanent: boolean; reason: RegExp };
-}
-
-const CASES: Case[] = [
+/** want: "agent/gpuType", or a refusal. */
+const CASES: PlaceCase[] = [
   {
     name: "a slice by profile goes to the host with that profile",
     fleet: ["h100x8", "a100-mig", "h200-mig"],
@@ -135,22 +93,7 @@ const CASES: Case[] = [
   },
 ];
 
-describe("place() with MIG slices", () => {
-  for (const c of CASES) {
-    it(c.name, () => {
-      const agents = fleetOf(c.fleet.map((f) => [f, host(f)])).list();
-      const got = place(buildClusterView(agents, []), c.req);
-      if (typeof c.want === "string") {
-        assert.ok(got.ok, got.ok ? "" : got.reason);
-        assert.equal(`${got.agentId}/${got.gpuType}`, c.want);
-      } else {
-        assert.ok(!got.ok, "placed");
-        assert.equal(got.permanent, c.want.permanent, got.reason);
-        assert.match(got.reason, c.want.reason);
-      }
-    });
-  }
-});
+describePlace("place() with MIG slices", CASES, host, (got) => `${got.agentId}/${got.gpuType}`);
 
 test("the planner fills a host's slices of one profile, then waits; others stay free", () => {
   const fleet = fleetOf([["h200-mig", host("h200-mig")]]);

@@ -5,48 +5,24 @@
 // requests an unshared one; refusals name what is missing.
 
 import assert from "node:assert/strict";
-import { before, describe, it, test } from "node:test";
-import { NvidiaGpuProbe } from "../../agent/capacity/gpu-probe.ts";
-import type { SharedGpuSelection } from "../../agent/capacity/mps.ts";
+import { before, test } from "node:test";
 import { adoptedRecord } from "../../coordinator/containers/container-table.ts";
 import { placementRequest, runnerRequest } from "../../coordinator/containers/runner-request.ts";
 import {
   type PlacementRequest,
   Planner,
   buildClusterView,
-  place,
   whyStubNeverPlaceable,
 } from "../../coordinator/scheduler/index.ts";
-import type { GpuReport, HostCapacity } from "../../shared/fleet.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { sampleStatus } from "../helpers/wire-samples.ts";
 import { gpuCounts } from "../../shared/fleet.ts";
-import { fakeBin, fakeEnv, listingDevDir } from "../capacity/fake-nvidia.ts";
 import { capacity, fleetOf, stubRecord } from "../containers/fakes.ts";
+import { type PlaceCase, describePlace, gpuRequest, probe, probedHosts } from "./gpu-hosts.ts";
 
 const GiB = 1024 ** 3;
-const reports: Record<string, GpuReport> = {};
-
-async function probe(fixture: string, gpus: number, sharedGpus?: SharedGpuSelection): Promise<GpuReport> {
-  const hooks: (() => void)[] = [];
-  const t = { after: (fn: () => void) => hooks.push(fn) };
-  try {
-    const bin = fakeBin(t, ["nvidia-smi"]);
-    const names = ["nvidiactl", "nvidia-uvm", ...Array.from({ length: gpus }, (_, i) => `nvidia${i}`)];
-    const r = await new NvidiaGpuProbe({
-      env: fakeEnv(bin, fixture),
-      devDir: listingDevDir(t, names),
-      ...(sharedGpus ? { sharedGpus } : {}),
-    }).probe();
-    assert.equal(r.available, true, r.reason);
-    return r;
-  } finally {
-    for (const h of hooks) h();
-  }
-}
-
 /** Hosts by name: fixture and which GPUs are shared. */
-const host = (name: string): HostCapacity => ({ ...capacity(32, 256), gpus: reports[name]! });
+const { reports, host } = probedHosts();
 
 const shared = (memGiB: number, gpuTypes: string[] = []): PlacementRequest => ({
   cpuMillicores: 1000,
@@ -55,12 +31,7 @@ const shared = (memGiB: number, gpuTypes: string[] = []): PlacementRequest => ({
   gpuCount: 1,
   gpuMemoryMiB: memGiB * 1024,
 });
-const whole = (gpuTypes: string[], gpuCount = 1): PlacementRequest => ({
-  cpuMillicores: 1000,
-  memoryBytes: GiB,
-  gpuTypes,
-  gpuCount,
-});
+const whole = gpuRequest;
 const cpuOnly: PlacementRequest = { cpuMillicores: 1000, memoryBytes: GiB, gpuTypes: [], gpuCount: 0 };
 
 before(async () => {
@@ -83,20 +54,13 @@ test("an agent reports its shared GPUs apart, and never a MIG slice as shared", 
   });
 });
 
-interface Case {
-  name: string;
-  fleet: string[];
-  req: PlacementRequest;
-  /** "agent/gpuType" (and "@index" of the shared GPU), or a refusal. */
-  want: string | { permanent: boolean; reason: RegExp };
-}
-
 const indexOf = (uuid: string | undefined) =>
   Object.values(reports)
     .flatMap((r) => r.devices)
     .find((d) => d.uuid === uuid)?.index;
 
-const CASES: Case[] = [
+/** want: "agent/gpuType" (and "@index" of the shared GPU), or a refusal. */
+const CASES: PlaceCase[] = [
   {
     name: "a share of any shared GPU",
     fleet: ["h100-shared01"],
@@ -164,25 +128,12 @@ const CASES: Case[] = [
   },
 ];
 
-describe("place() with shared GPUs", () => {
-  for (const c of CASES) {
-    it(c.name, () => {
-      const agents = fleetOf(
-        c.fleet.map((f) => [f, f === "cpu-only" ? capacity(32, 256) : host(f)] as [string, HostCapacity]),
-      ).list();
-      const got = place(buildClusterView(agents, []), c.req);
-      if (typeof c.want === "string") {
-        assert.ok(got.ok, got.ok ? "" : got.reason);
-        const at = got.gpuUuid ? `@${indexOf(got.gpuUuid)}` : "";
-        assert.equal(`${got.agentId}/${got.gpuType}${at}`, c.want);
-      } else {
-        assert.ok(!got.ok, "placed");
-        assert.equal(got.permanent, c.want.permanent, got.reason);
-        assert.match(got.reason, c.want.reason);
-      }
-    });
-  }
-});
+describePlace(
+  "place() with shared GPUs",
+  CASES,
+  (f) => (f === "cpu-only" ? capacity(32, 256) : host(f)),
+  (got) => `${got.agentId}/${got.gpuType}${got.gpuUuid ? `@${indexOf(got.gpuUuid)}` : ""}`,
+);
 
 test("shares pack onto one shared GPU by memory, best fit, and never mix with whole GPUs", () => {
   const fleet = fleetOf([["h100-shared01", host("h100-shared01")]]);
