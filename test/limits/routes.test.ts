@@ -34,6 +34,29 @@ interface Answer {
   [k: string]: unknown;
 }
 
+/** A workspace's limits with none set, as the route writes them. */
+const DEFAULT_LIMITS = {
+  max_containers: 32,
+  max_cpu_millicores: null,
+  max_memory_mb: null,
+  max_gpus: null,
+  max_pending_tasks: null,
+  max_queue_items: null,
+  max_volume_mb: null,
+  max_inference_requests: null,
+  max_tokens_per_minute: null,
+  gpu_hours_per_month: null,
+  cpu_hours_per_month: null,
+  v1_tokens_per_month: null,
+  isolation: null,
+  user_namespace: true,
+  syscall_filter: "allowlist",
+  max_gpus_by_type: null,
+};
+
+/** An answer's two opt-outs: [user_namespace, syscall_filter]. */
+const optOuts = (r: { body: Answer }) => [r.body.limits.user_namespace, r.body.limits.syscall_filter];
+
 describe("workspace limits routes", () => {
   const cleanups: (() => unknown)[] = [];
   const later = { after: (fn: () => unknown) => cleanups.push(fn) };
@@ -132,30 +155,20 @@ describe("workspace limits routes", () => {
     return { status: res.status, body: (await res.json()) as Answer };
   };
   const limitsOf = (ws: Workspace) => `/api/v1/workspace/${ws.externalId}/limits`;
+  /** An admin's PUT of `body` on team's limits is a 400 invalid_request whose message matches `message`. */
+  const refusedPut = async (body: unknown, message: RegExp) => {
+    const r = await call("PUT", limitsOf(team), adminToken, body);
+    assert.equal(r.status, 400, JSON.stringify(body));
+    assert.equal(r.body.error.code, "invalid_request");
+    assert.match(r.body.error.message, message, JSON.stringify(r.body));
+  };
 
   test("any token of the workspace reads its limits and usage", async () => {
     const r = await call("GET", limitsOf(team), teamToken);
     assert.equal(r.status, 200);
     assert.deepEqual(r.body, {
       workspace_id: team.externalId,
-      limits: {
-        max_containers: 32,
-        max_cpu_millicores: null,
-        max_memory_mb: null,
-        max_gpus: null,
-        max_pending_tasks: null,
-        max_queue_items: null,
-        max_volume_mb: null,
-        max_inference_requests: null,
-        max_tokens_per_minute: null,
-        gpu_hours_per_month: null,
-        cpu_hours_per_month: null,
-        v1_tokens_per_month: null,
-        isolation: null,
-        user_namespace: true,
-        syscall_filter: "allowlist",
-        max_gpus_by_type: null,
-      },
+      limits: DEFAULT_LIMITS,
       usage: {
         containers: 2,
         cpu_millicores: 1500,
@@ -194,24 +207,7 @@ describe("workspace limits routes", () => {
       max_memory_mb: 8192,
     });
     assert.equal(set.status, 200);
-    assert.deepEqual(set.body.limits, {
-      max_containers: 32,
-      max_cpu_millicores: 4000,
-      max_memory_mb: 8192,
-      max_gpus: null,
-      max_pending_tasks: null,
-      max_queue_items: null,
-      max_volume_mb: null,
-      max_inference_requests: null,
-      max_tokens_per_minute: null,
-      gpu_hours_per_month: null,
-      cpu_hours_per_month: null,
-      v1_tokens_per_month: null,
-      isolation: null,
-      user_namespace: true,
-      syscall_filter: "allowlist",
-      max_gpus_by_type: null,
-    });
+    assert.deepEqual(set.body.limits, { ...DEFAULT_LIMITS, max_cpu_millicores: 4000, max_memory_mb: 8192 });
     const zero = await call("PUT", limitsOf(team), adminToken, { max_gpus: 0 });
     assert.equal(zero.body.limits.max_gpus, 0, "0 is a limit of its own, not null");
     const again = await call("PUT", limitsOf(team), adminToken, {
@@ -220,22 +216,10 @@ describe("workspace limits routes", () => {
       max_queue_items: 1000,
     });
     assert.deepEqual(again.body.limits, {
-      max_containers: 32,
+      ...DEFAULT_LIMITS,
       max_cpu_millicores: 4000,
-      max_memory_mb: null,
       max_gpus: 2,
-      max_pending_tasks: null,
       max_queue_items: 1000,
-      max_volume_mb: null,
-      max_inference_requests: null,
-      max_tokens_per_minute: null,
-      gpu_hours_per_month: null,
-      cpu_hours_per_month: null,
-      v1_tokens_per_month: null,
-      isolation: null,
-      user_namespace: true,
-      syscall_filter: "allowlist",
-      max_gpus_by_type: null,
     });
     assert.deepEqual((await call("GET", limitsOf(team), teamToken)).body.limits, again.body.limits);
     assert.deepEqual(changed.slice(-2), [team.id, team.id]);
@@ -270,15 +254,11 @@ describe("workspace limits routes", () => {
       syscall_filter: "denylist",
     });
     assert.equal(out.status, 200, JSON.stringify(out.body));
-    assert.deepEqual([out.body.limits.user_namespace, out.body.limits.syscall_filter], [false, "denylist"]);
+    assert.deepEqual(optOuts(out), [false, "denylist"]);
     const read = await call("GET", limitsOf(team), teamToken);
-    assert.deepEqual([read.body.limits.user_namespace, read.body.limits.syscall_filter], [false, "denylist"]);
+    assert.deepEqual(optOuts(read), [false, "denylist"]);
     const kept = await call("PUT", limitsOf(team), adminToken, { max_gpus: 4 });
-    assert.deepEqual(
-      [kept.body.limits.user_namespace, kept.body.limits.syscall_filter],
-      [false, "denylist"],
-      "a limit change keeps them",
-    );
+    assert.deepEqual(optOuts(kept), [false, "denylist"], "a limit change keeps them");
     // Each is checked as sent: the schema's coercion must not read null, 0 or "false" as an opt-out.
     for (const [body, re] of [
       [{ user_namespace: null }, /user_namespace must be true or false; got null/],
@@ -290,23 +270,16 @@ describe("workspace limits routes", () => {
       ],
       [{ syscall_filter: null }, /syscall_filter must be "allowlist" or "denylist"; got null/],
     ] as const) {
-      const r = await call("PUT", limitsOf(team), adminToken, body);
-      assert.equal(r.status, 400, JSON.stringify(body));
-      assert.equal(r.body.error.code, "invalid_request");
-      assert.match(r.body.error.message, re);
+      await refusedPut(body, re);
     }
     const after = await call("GET", limitsOf(team), teamToken);
-    assert.deepEqual(
-      [after.body.limits.user_namespace, after.body.limits.syscall_filter],
-      [false, "denylist"],
-      "nothing half written",
-    );
+    assert.deepEqual(optOuts(after), [false, "denylist"], "nothing half written");
     const back = await call("PUT", limitsOf(team), adminToken, {
       user_namespace: true,
       syscall_filter: "allowlist",
       max_gpus: null,
     });
-    assert.deepEqual([back.body.limits.user_namespace, back.body.limits.syscall_filter], [true, "allowlist"]);
+    assert.deepEqual(optOuts(back), [true, "allowlist"]);
   });
 
   test("max_gpus_by_type: an admin sets GPUs by type, reads them with usage by type, and clears them", async () => {
@@ -339,10 +312,7 @@ describe("workspace limits routes", () => {
       { max_gpus_by_type: { a100: 1, A100: 2 } },
       { max_gpus_by_type: [1] },
     ]) {
-      const r = await call("PUT", limitsOf(team), adminToken, body);
-      assert.equal(r.status, 400, JSON.stringify(body));
-      assert.equal(r.body.error.code, "invalid_request");
-      assert.match(r.body.error.message, /max_gpus_by_type/, JSON.stringify(r.body));
+      await refusedPut(body, /max_gpus_by_type/);
     }
     assert.equal(
       (await call("GET", limitsOf(team), teamToken)).body.limits.max_gpus_by_type,
@@ -363,10 +333,7 @@ describe("workspace limits routes", () => {
       { v1_tokens_per_month: 2.5 },
       { v1_tokens_per_month: "many" },
     ]) {
-      const r = await call("PUT", limitsOf(team), adminToken, body);
-      assert.equal(r.status, 400, JSON.stringify(body));
-      assert.equal(r.body.error.code, "invalid_request");
-      assert.match(r.body.error.message, /v1_tokens_per_month/, JSON.stringify(r.body));
+      await refusedPut(body, /v1_tokens_per_month/);
     }
     assert.equal((await call("GET", limitsOf(team), teamToken)).body.limits.v1_tokens_per_month, 250_000);
     const removed = await call("PUT", limitsOf(team), adminToken, { v1_tokens_per_month: null });
@@ -380,10 +347,7 @@ describe("workspace limits routes", () => {
       { max_cpus: 3 },
       { max_memory_mb: "lots" },
     ]) {
-      const r = await call("PUT", limitsOf(team), adminToken, body);
-      assert.equal(r.status, 400, JSON.stringify(body));
-      assert.equal(r.body.error.code, "invalid_request");
-      assert.match(r.body.error.message, /max_|additional properties/, JSON.stringify(r.body));
+      await refusedPut(body, /max_|additional properties/);
     }
   });
 

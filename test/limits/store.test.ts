@@ -3,67 +3,59 @@
 // default, changes are partial (null: no limit), bad values are refused.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
-import { Migrator } from "kysely";
-import { openDatabase } from "../../coordinator/store/db.ts";
-import { migrationProvider } from "../../coordinator/store/migrations/index.ts";
-import { Store } from "../../coordinator/records.ts";
-import { STORE_ENGINES } from "../helpers/engines.ts";
+import { describe, test } from "node:test";
+import type { WorkspaceLimits } from "../../coordinator/limits/store.ts";
+import type { Database } from "../../coordinator/store/index.ts";
+import { STORE_ENGINES, openSuiteStoreFrom } from "../helpers/engines.ts";
+
+/** A workspace's limits with none set: the column defaults. */
+const DEFAULTS: WorkspaceLimits = {
+  maxContainers: 32,
+  maxCpuMillicores: null,
+  maxMemoryMb: null,
+  maxGpus: null,
+  maxPendingTasks: null,
+  maxQueueItems: null,
+  maxVolumeMb: null,
+  maxInferenceRequests: null,
+  maxTokensPerMinute: null,
+  gpuHoursPerMonth: null,
+  cpuHoursPerMonth: null,
+  v1TokensPerMonth: null,
+  isolation: null,
+  userNamespace: true,
+  syscallFilter: "allowlist",
+  maxGpusByType: null,
+};
+
+/** `set` is refused as an invalid request whose message matches `message`. */
+function refused(set: Promise<unknown>, message: RegExp): Promise<void> {
+  return assert.rejects(set, (e: Error & { code?: string }) => {
+    assert.equal(e.code, "invalid_request");
+    assert.match(e.message, message);
+    return true;
+  });
+}
 
 for (const engine of STORE_ENGINES) {
-  describe(`workspace limits on ${engine.name}`, () => {
-    let store: Store;
-    const cleanups: (() => unknown)[] = [];
-    const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
-    let migratedWs: string;
-
-    before(async () => {
-      const url = await engine.url(suite);
-      // A store from before limits, with a workspace whose max_containers was changed.
-      const { db } = await openDatabase(url);
-      try {
-        const r = await new Migrator({ db, provider: migrationProvider }).migrateTo("0006_webhooks");
-        if (r.error) throw r.error;
-        migratedWs = "ws-premigration";
-        await db
-          .insertInto("workspaces")
-          .values({
-            id: migratedWs,
-            external_id: migratedWs,
-            name: "old",
-            created_at: new Date().toISOString(),
-            max_containers: 7,
-          })
-          .execute();
-      } finally {
-        await db.destroy();
-      }
-      store = await Store.open(url);
-    });
-    after(async () => {
-      await store?.close();
-      for (const fn of cleanups.reverse()) await fn();
+  describe(`workspace limits on ${engine.name}`, async () => {
+    // A store from before limits, with a workspace whose max_containers was changed.
+    const migratedWs = "ws-premigration";
+    const store = await openSuiteStoreFrom<Database>(engine, "0006_webhooks", async (db) => {
+      await db
+        .insertInto("workspaces")
+        .values({
+          id: migratedWs,
+          external_id: migratedWs,
+          name: "old",
+          created_at: new Date().toISOString(),
+          max_containers: 7,
+        })
+        .execute();
     });
 
     test("migration 0007 keeps an existing workspace's max_containers; nothing else is limited", async () => {
-      assert.deepEqual(await store.limits.get(migratedWs), {
-        maxContainers: 7,
-        maxCpuMillicores: null,
-        maxMemoryMb: null,
-        maxGpus: null,
-        maxPendingTasks: null,
-        maxQueueItems: null,
-        maxVolumeMb: null,
-        maxInferenceRequests: null,
-        maxTokensPerMinute: null,
-        gpuHoursPerMonth: null,
-        cpuHoursPerMonth: null,
-        v1TokensPerMonth: null,
-        isolation: null,
-        userNamespace: true,
-        syscallFilter: "allowlist",
-        maxGpusByType: null,
-      });
+      assert.deepEqual(await store.limits.get(migratedWs), { ...DEFAULTS, maxContainers: 7 });
     });
 
     test("a new workspace reads max_containers 32 until limits are set", async () => {
@@ -80,41 +72,18 @@ for (const engine of STORE_ENGINES) {
         maxQueueItems: 500,
       });
       assert.deepEqual(first, {
-        maxContainers: 32,
+        ...DEFAULTS,
         maxCpuMillicores: 8000,
-        maxMemoryMb: null,
-        maxGpus: null,
         maxPendingTasks: 100,
         maxQueueItems: 500,
-        maxVolumeMb: null,
-        maxInferenceRequests: null,
-        maxTokensPerMinute: null,
-        gpuHoursPerMonth: null,
-        cpuHoursPerMonth: null,
-        v1TokensPerMonth: null,
-        isolation: null,
-        userNamespace: true,
-        syscallFilter: "allowlist",
-        maxGpusByType: null,
       });
       const second = await store.limits.set(ws.id, { maxContainers: 5, maxGpus: 0, maxPendingTasks: null });
       assert.deepEqual(second, {
+        ...DEFAULTS,
         maxContainers: 5,
         maxCpuMillicores: 8000,
-        maxMemoryMb: null,
         maxGpus: 0,
-        maxPendingTasks: null,
         maxQueueItems: 500,
-        maxVolumeMb: null,
-        maxInferenceRequests: null,
-        maxTokensPerMinute: null,
-        gpuHoursPerMonth: null,
-        cpuHoursPerMonth: null,
-        v1TokensPerMonth: null,
-        isolation: null,
-        userNamespace: true,
-        syscallFilter: "allowlist",
-        maxGpusByType: null,
       });
       assert.deepEqual(await store.limits.get(ws.id), second);
       assert.equal(await store.workspaces.maxContainers(ws.id), 5);
@@ -134,13 +103,9 @@ for (const engine of STORE_ENGINES) {
       assert.deepEqual(await store.limits.get(ws.id), tuned);
       assert.equal((await store.limits.set(ws.id, { v1TokensPerMonth: 0 })).v1TokensPerMonth, 0);
       for (const bad of [-1, 1.5, 2_147_483_648]) {
-        await assert.rejects(
+        await refused(
           store.limits.set(ws.id, { v1TokensPerMonth: bad }),
-          (e: Error & { code?: string }) => {
-            assert.equal(e.code, "invalid_request");
-            assert.match(e.message, /^v1_tokens_per_month must be a whole number from 0 to 2147483647/);
-            return true;
-          },
+          /^v1_tokens_per_month must be a whole number from 0 to 2147483647/,
         );
       }
       assert.equal((await store.limits.get(ws.id)).v1TokensPerMonth, 0, "nothing half written");
@@ -157,13 +122,9 @@ for (const engine of STORE_ENGINES) {
       assert.deepEqual([tuned.isolation, tuned.maxGpus], ["gvisor", 1], "a limit change keeps it");
       assert.equal((await store.limits.get(ws.id)).isolation, "gvisor");
       assert.equal((await store.limits.set(ws.id, { isolation: null })).isolation, null);
-      await assert.rejects(
+      await refused(
         store.limits.set(ws.id, { isolation: "runsc" as never }),
-        (e: Error & { code?: string }) => {
-          assert.equal(e.code, "invalid_request");
-          assert.match(e.message, /isolation must be "gvisor", or null/);
-          return true;
-        },
+        /isolation must be "gvisor", or null/,
       );
     });
 
@@ -198,11 +159,7 @@ for (const engine of STORE_ENGINES) {
         [{ syscallFilter: "none" }, /syscall_filter must be "allowlist" or "denylist"; got "none"/],
         [{ syscallFilter: null }, /syscall_filter must be "allowlist" or "denylist"; got null/],
       ] as const) {
-        await assert.rejects(store.limits.set(ws.id, change as never), (e: Error & { code?: string }) => {
-          assert.equal(e.code, "invalid_request");
-          assert.match(e.message, re);
-          return true;
-        });
+        await refused(store.limits.set(ws.id, change as never), re);
       }
       assert.deepEqual(await store.limits.get(ws.id), back, "nothing half written");
       // A row written before migration 0030 has neither column: the defaults.
@@ -233,25 +190,14 @@ for (const engine of STORE_ENGINES) {
         { a100: 1, A100: 1 },
       ];
       for (const bad of bads)
-        await assert.rejects(
-          store.limits.set(ws.id, { maxGpusByType: bad }),
-          (e: Error & { code?: string }) => {
-            assert.equal(e.code, "invalid_request");
-            assert.match(e.message, /max_gpus_by_type/);
-            return true;
-          },
-        );
+        await refused(store.limits.set(ws.id, { maxGpusByType: bad }), /max_gpus_by_type/);
       assert.deepEqual((await store.limits.get(ws.id)).maxGpusByType, { H100: 0 }, "nothing half written");
     });
 
     test("bad values and unknown workspaces are refused", async () => {
       const ws = await store.workspaces.create("strict");
       for (const v of [-1, 1.5, Number.NaN, 2 ** 31]) {
-        await assert.rejects(store.limits.set(ws.id, { maxMemoryMb: v }), (e: Error & { code?: string }) => {
-          assert.equal(e.code, "invalid_request");
-          assert.match(e.message, /max_memory_mb must be a whole number/);
-          return true;
-        });
+        await refused(store.limits.set(ws.id, { maxMemoryMb: v }), /max_memory_mb must be a whole number/);
       }
       await assert.rejects(store.limits.get("ws-nope"), { code: "not_found" });
       await assert.rejects(store.limits.set("ws-nope", { maxGpus: 1 }), { code: "not_found" });

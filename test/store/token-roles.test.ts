@@ -4,63 +4,41 @@
 // deployments, and admin tokens are revoked only by admin tokens.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
-import { type Kysely, Migrator } from "kysely";
-import { openDatabase } from "../../coordinator/store/db.ts";
-import { migrationProvider } from "../../coordinator/store/migrations/index.ts";
-import { Store } from "../../coordinator/records.ts";
+import { describe, test } from "node:test";
 import type { Database } from "../../coordinator/store/index.ts";
 
 /** The tokens table as it was before migration 0022. */
 type Before = Pick<Database, "workspaces"> & {
   tokens: Omit<Database["tokens"], "role" | "deployments" | "kind" | "expires_at" | "subject">;
 };
-import { STORE_ENGINES } from "../helpers/engines.ts";
+import { STORE_ENGINES, openSuiteStoreFrom } from "../helpers/engines.ts";
 
 for (const engine of STORE_ENGINES) {
-  describe(`token roles on ${engine.name}`, () => {
-    let store: Store;
-    const cleanups: (() => unknown)[] = [];
-    const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
-
-    before(async () => {
-      const url = await engine.url(suite);
-      // A store from before roles, with an admin token and a plain one.
-      const { db: current } = await openDatabase(url);
-      const db = current as unknown as Kysely<Before>;
-      try {
-        const r = await new Migrator({ db, provider: migrationProvider }).migrateTo("0021_sandbox_exit_code");
-        if (r.error) throw r.error;
-        const at = new Date().toISOString();
+  describe(`token roles on ${engine.name}`, async () => {
+    // A store from before roles, with an admin token and a plain one.
+    const store = await openSuiteStoreFrom<Before>(engine, "0021_sandbox_exit_code", async (db) => {
+      const at = new Date().toISOString();
+      await db
+        .insertInto("workspaces")
+        .values({ id: "ws-old", external_id: "ws-old", name: "old", created_at: at })
+        .execute();
+      for (const [id, isAdmin] of [
+        ["tok-old-admin", 1],
+        ["tok-old-plain", 0],
+      ] as const) {
         await db
-          .insertInto("workspaces")
-          .values({ id: "ws-old", external_id: "ws-old", name: "old", created_at: at })
+          .insertInto("tokens")
+          .values({
+            id,
+            workspace_id: "ws-old",
+            name: id,
+            token_hash: `hash-${id}`,
+            prefix: "bt_old",
+            is_admin: isAdmin,
+            created_at: at,
+          })
           .execute();
-        for (const [id, isAdmin] of [
-          ["tok-old-admin", 1],
-          ["tok-old-plain", 0],
-        ] as const) {
-          await db
-            .insertInto("tokens")
-            .values({
-              id,
-              workspace_id: "ws-old",
-              name: id,
-              token_hash: `hash-${id}`,
-              prefix: "bt_old",
-              is_admin: isAdmin,
-              created_at: at,
-            })
-            .execute();
-        }
-      } finally {
-        await db.destroy();
       }
-      store = await Store.open(url);
-    });
-    after(async () => {
-      await store?.close();
-      for (const fn of cleanups.reverse()) await fn();
     });
 
     test("migration 0022: admin tokens become admins (and stay cluster admins), the others developers", async () => {
