@@ -3,30 +3,19 @@
 // deployments reach the token, and the change shows in the audit trail.
 
 import assert from "node:assert/strict";
-import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
-import { tempDir } from "../helpers/env.ts";
 import { runCli } from "../helpers/cluster.ts";
-import { type HttpHarness, startHttpHarness } from "../http/harness.ts";
+import { type HttpHarness, cliEnv, startHttpHarness } from "../http/harness.ts";
+import { teardownStack } from "../helpers/suite.ts";
 
 describe("berth token create --role and berth audit", () => {
   let x: HttpHarness;
   let env: NodeJS.ProcessEnv;
-  const cleanups: (() => unknown)[] = [];
-  const hooks = { after: (fn: () => unknown) => cleanups.push(fn) };
-
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const { later: hooks } = teardownStack({ after });
   before(async () => {
     x = await startHttpHarness(hooks);
-    await x.app.listen({ host: "127.0.0.1", port: 0 });
     const admin = await x.h.store.tokens.create(x.a.id, { name: "cli-admin", role: "admin" });
-    env = {
-      HOME: tempDir(hooks),
-      BERTH_URL: `http://127.0.0.1:${(x.app.server.address() as AddressInfo).port}`,
-      SERVICE_TOKEN: admin.secret,
-    };
+    env = await cliEnv(x, hooks, admin.secret);
   });
 
   test("a narrowed runner token, listed with its role, and the audit trail that shows it", async () => {

@@ -2,35 +2,24 @@
 // task a member ran shows in the table, as JSON and as CSV, by member.
 
 import assert from "node:assert/strict";
-import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
-import { tempDir } from "../helpers/env.ts";
 import { runCli } from "../helpers/cluster.ts";
 import { waitUntil } from "../helpers/wait.ts";
-import { type HttpHarness, startHttpHarness } from "../http/harness.ts";
+import { type HttpHarness, cliEnv, startHttpHarness } from "../http/harness.ts";
+import { teardownStack } from "../helpers/suite.ts";
 import { stubConfig, stubExtra } from "../tasks/harness.ts";
 
 describe("berth usage", () => {
   let x: HttpHarness;
   let env: NodeJS.ProcessEnv;
   let aliceId = "";
-  const cleanups: (() => unknown)[] = [];
-  const hooks = { after: (fn: () => unknown) => cleanups.push(fn) };
-
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const { later: hooks } = teardownStack({ after });
   before(async () => {
     x = await startHttpHarness(hooks);
-    await x.app.listen({ host: "127.0.0.1", port: 0 });
     const alice = await x.h.store.tokens.create(x.a.id, { name: "alice", role: "developer" });
     const viewer = await x.h.store.tokens.create(x.a.id, { name: "books", role: "viewer" });
     aliceId = alice.record.id;
-    env = {
-      HOME: tempDir(hooks),
-      BERTH_URL: `http://127.0.0.1:${(x.app.server.address() as AddressInfo).port}`,
-      SERVICE_TOKEN: viewer.secret,
-    };
+    env = await cliEnv(x, hooks, viewer.secret);
     const { stub } = await x.h.tasks.upsertStub(x.a.id, {
       name: "train",
       type: "function",

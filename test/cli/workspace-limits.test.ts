@@ -6,22 +6,16 @@
 // workspace out and back in.
 
 import assert from "node:assert/strict";
-import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { createLimits } from "../../coordinator/limits/index.ts";
-import { tempDir } from "../helpers/env.ts";
 import { runCli } from "../helpers/cluster.ts";
-import { type HttpHarness, startHttpHarness } from "../http/harness.ts";
+import { type HttpHarness, cliEnv, startHttpHarness } from "../http/harness.ts";
+import { teardownStack } from "../helpers/suite.ts";
 
 describe("berth workspace limits --max-gpus-type", () => {
   let x: HttpHarness;
   let env: NodeJS.ProcessEnv;
-  const cleanups: (() => unknown)[] = [];
-  const hooks = { after: (fn: () => unknown) => cleanups.push(fn) };
-
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const { later: hooks } = teardownStack({ after });
   before(async () => {
     x = await startHttpHarness(hooks, {
       more: async (h) => {
@@ -38,13 +32,8 @@ describe("berth workspace limits --max-gpus-type", () => {
         return { routes: [limits.routes] };
       },
     });
-    await x.app.listen({ host: "127.0.0.1", port: 0 });
     const admin = await x.h.store.tokens.create(x.a.id, { name: "ops", admin: true });
-    env = {
-      HOME: tempDir(hooks),
-      BERTH_URL: `http://127.0.0.1:${(x.app.server.address() as AddressInfo).port}`,
-      SERVICE_TOKEN: admin.secret,
-    };
+    env = await cliEnv(x, hooks, admin.secret);
   });
 
   test("sets, merges, drops and shows limits by GPU type; a bad value is refused by the parser", async () => {

@@ -5,6 +5,7 @@
 // record of what runs where (no agent is started here).
 
 import { createHash } from "node:crypto";
+import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import pino from "pino";
 import { ContainerTable } from "../../coordinator/containers/container-table.ts";
@@ -43,6 +44,7 @@ import {
   type TaskHarness,
 } from "../tasks/harness.ts";
 import { randomKey, webhookSystem } from "../webhooks/helpers.ts";
+import { tempDir } from "../helpers/env.ts";
 import { teardownStack } from "../helpers/suite.ts";
 
 export interface HttpHarness {
@@ -227,5 +229,22 @@ export async function startHttpHarness(
       objectSha256,
       containerId: "ctr-canary",
     },
+  };
+}
+
+/**
+ * Starts the harness's app listening on a loopback port: the environment for
+ * a `berth` command that reaches it with `token`, from an empty HOME of `suite`.
+ */
+export async function cliEnv(
+  x: HttpHarness,
+  suite: { after: (fn: () => unknown) => void },
+  token: string,
+): Promise<NodeJS.ProcessEnv> {
+  await x.app.listen({ host: "127.0.0.1", port: 0 });
+  return {
+    HOME: tempDir(suite),
+    BERTH_URL: `http://127.0.0.1:${(x.app.server.address() as AddressInfo).port}`,
+    SERVICE_TOKEN: token,
   };
 }

@@ -8,7 +8,6 @@
 // found; an unknown pool is refused naming the fleet's pools.
 
 import assert from "node:assert/strict";
-import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import type { ImageSummary } from "../../api/index.ts";
 import { PullAhead } from "../../coordinator/containers/index.ts";
@@ -23,9 +22,9 @@ import {
 import { Planner } from "../../coordinator/scheduler/index.ts";
 import { bearer } from "../helpers/auth.ts";
 import { runCli } from "../helpers/cluster.ts";
-import { tempDir } from "../helpers/env.ts";
 import { FakeContainerApi } from "../helpers/fake-container-api.ts";
-import { type HttpHarness, startHttpHarness } from "../http/harness.ts";
+import { type HttpHarness, cliEnv, startHttpHarness } from "../http/harness.ts";
+import { teardownStack } from "../helpers/suite.ts";
 import { capacity } from "../containers/fakes.ts";
 
 const REGISTRY = "127.0.0.1:5999";
@@ -99,12 +98,7 @@ describe("berth image pull", () => {
   let otherImageId: string;
   let tokens: { developer: string; viewer: string };
   let env: NodeJS.ProcessEnv;
-  const cleanups: (() => unknown)[] = [];
-  const hooks = { after: (fn: () => unknown) => cleanups.push(fn) };
-
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const { later: hooks } = teardownStack({ after });
 
   before(async () => {
     x = await startHttpHarness(hooks, {
@@ -160,12 +154,7 @@ describe("berth image pull", () => {
     const token = async (role: "developer" | "viewer") =>
       (await x.h.store.tokens.create(x.a.id, { name: role, role })).secret;
     tokens = { developer: await token("developer"), viewer: await token("viewer") };
-    await x.app.listen({ host: "127.0.0.1", port: 0 });
-    env = {
-      HOME: tempDir(hooks),
-      BERTH_URL: `http://127.0.0.1:${(x.app.server.address() as AddressInfo).port}`,
-      SERVICE_TOKEN: tokens.developer,
-    };
+    env = await cliEnv(x, hooks, tokens.developer);
   });
 
   const pull = (body: Record<string, unknown>, token = tokens.developer, ws = x.a.externalId) =>
