@@ -13,7 +13,7 @@ import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import { Planner } from "../../coordinator/scheduler/planner.ts";
 import type { StubDemand, TaskActivity } from "../../coordinator/tasks/activity.ts";
 import { BerthError } from "../../shared/errors.ts";
-import type { HostCapacity } from "../../shared/fleet.ts";
+import type { Heartbeat, HostCapacity } from "../../shared/fleet.ts";
 import type { ContainerEventMessage } from "../../shared/subjects.ts";
 import type { StubConfig, StubExtra } from "../../shared/tasks.ts";
 import { FakeContainerApi } from "../helpers/fake-container-api.ts";
@@ -117,11 +117,17 @@ export function oneAgentFleet(agentId: string, cap: HostCapacity): FleetView {
   return fleetOf([[agentId, cap]]);
 }
 
-/** A fleet of these agents, each seen just now, with heartbeat intervals long enough that none goes lost in a test. */
-export function fleetOf(agents: [agentId: string, cap: HostCapacity][]): FleetView {
+/**
+ * A fleet of these agents, each seen just now, with heartbeat intervals long
+ * enough that none goes lost in a test; `more`: other heartbeat fields (a pool,
+ * a proxy address).
+ */
+export function fleetOf(
+  agents: [agentId: string, cap: HostCapacity, more?: Pick<Heartbeat, "pool" | "proxyAddress">][],
+): FleetView {
   const fleet = new FleetView();
   const now = Date.now();
-  for (const [agentId, cap] of agents) {
+  for (const [agentId, cap, more] of agents) {
     fleet.observe(
       {
         agentId,
@@ -131,6 +137,7 @@ export function fleetOf(agents: [agentId: string, cap: HostCapacity][]): FleetVi
         intervalMs: 600_000,
         grpcAddress: "127.0.0.1:1",
         capacity: cap,
+        ...more,
       },
       now,
     );

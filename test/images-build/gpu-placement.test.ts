@@ -6,45 +6,13 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
-import { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildUpdate } from "../../coordinator/images/index.ts";
+import { IMAGE_BUILD_KIND } from "../../coordinator/images/index.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";
-import { Store } from "../../coordinator/records.ts";
 import { capacity, fleetOf } from "../containers/fakes.ts";
-import { STORE_ENGINES } from "../helpers/engines.ts";
-
-/** Records what it is asked to build and answers as an agent's builder does. */
-class RecordingAgent implements ImageBuildApi {
-  readonly calls: BuildImageRequest[] = [];
-  constructor(private readonly onBuild: () => void) {}
-  async *buildImage(req: BuildImageRequest): AsyncGenerator<BuildEvent> {
-    this.calls.push(req);
-    this.onBuild();
-    const imageId = `img-${"b".repeat(24)}`;
-    yield { type: "base", imageId, ref: "default", digest: "sha256:base" };
-    yield { type: "step", index: 1, total: 1, name: req.steps[0]?.name ?? "", cached: false };
-    yield { type: "step_done", index: 1, cached: false, seconds: 0.1, digest: "sha256:1" };
-    yield {
-      type: "done",
-      imageId,
-      ref: "localhost/berth-build-cache:y",
-      digest: "sha256:y",
-      cachedSteps: 0,
-      builtSteps: 1,
-    };
-  }
-}
-
-async function collect(it: AsyncIterable<ImageBuildUpdate>): Promise<ImageBuildUpdate[]> {
-  const out: ImageBuildUpdate[] = [];
-  for await (const u of it) out.push(u);
-  return out;
-}
+import { RecordingAgent, buildsThrough, collect, sqliteStore } from "./builds.ts";
 
 test("build_with_gpu is placed on a host with that GPU type, or refused as unplaceable", async (t) => {
-  const sqlite = STORE_ENGINES.find((e) => e.name === "sqlite")!;
-  const store = await Store.open(await sqlite.url(t));
-  t.after(() => store.close());
+  const store = await sqliteStore(t);
   const ws = (await store.workspaces.create("gpu-builds")).id;
   // The CPU host is bigger, so a build without a GPU would go there first.
   const fleet = fleetOf([
@@ -56,18 +24,7 @@ test("build_with_gpu is placed on a host with that GPU type, or refused as unpla
   const agent = new RecordingAgent(() =>
     heldDuring.push(...planner.list([IMAGE_BUILD_KIND]).map((h) => [h.agentId, h.gpuCount, h.gpuType])),
   );
-  const asked: string[] = [];
-  const builds = new ImageBuilds({
-    repo: store.builtImages,
-    planner,
-    agents: {
-      client: (id) => {
-        asked.push(id);
-        return agent;
-      },
-    },
-    placementWaitMs: 1_000,
-  });
+  const { builds, asked } = buildsThrough(store, planner, agent, { placementWaitMs: 1_000 });
 
   await t.test("placed on the H100 host, holding its GPU while it builds", async () => {
     const ev = await collect(builds.build(ws, { commands: ["nvidia-smi"], build_with_gpu: "H100" }));

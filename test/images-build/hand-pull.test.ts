@@ -11,7 +11,6 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { ImageSummary } from "../../api/index.ts";
 import { PullAhead } from "../../coordinator/containers/index.ts";
-import { FleetView } from "../../coordinator/fleet/index.ts";
 import {
   type BuiltImage,
   HandPulls,
@@ -25,34 +24,20 @@ import { runCli } from "../helpers/cluster.ts";
 import { FakeContainerApi } from "../helpers/fake-container-api.ts";
 import { type HttpHarness, cliEnv, startHttpHarness } from "../http/harness.ts";
 import { teardownStack } from "../helpers/suite.ts";
-import { capacity } from "../containers/fakes.ts";
+import { capacity, fleetOf } from "../containers/fakes.ts";
 
 const REGISTRY = "127.0.0.1:5999";
 const BROKEN = "broken-gpu";
 
 /** Agents a, b (pool gpu; b cannot pull) and c (default pool), each answering pulls of `refs`. */
 function fleetAndAgents(refs: () => string[]) {
-  const fleet = new FleetView();
-  const now = Date.now();
+  const fleet = fleetOf([
+    ["gpu-a", capacity(4, 16), { pool: "gpu" }],
+    [BROKEN, capacity(4, 16), { pool: "gpu" }],
+    ["cpu-c", capacity(4, 16)],
+  ]);
   const agents = new Map<string, FakeContainerApi>();
-  for (const [agentId, pool] of [
-    ["gpu-a", "gpu"],
-    [BROKEN, "gpu"],
-    ["cpu-c", undefined],
-  ] as const) {
-    fleet.observe(
-      {
-        agentId,
-        hostname: agentId,
-        version: "t",
-        sentAt: now,
-        intervalMs: 600_000,
-        grpcAddress: "127.0.0.1:1",
-        capacity: capacity(4, 16),
-        ...(pool ? { pool } : {}),
-      },
-      now,
-    );
+  for (const agentId of ["gpu-a", BROKEN, "cpu-c"]) {
     const api = new FakeContainerApi({ agentId });
     const pullImage = api.pullImage.bind(api);
     api.images = [];

@@ -6,36 +6,20 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { askLayerPeers } from "../../agent/images/index.ts";
-import { FleetView } from "../../coordinator/fleet/index.ts";
 import { serveLayerPeers } from "../../coordinator/images/layer-peers.ts";
 import { connectTestNats, startTestNats } from "../helpers/nats.ts";
-import { capacity } from "../containers/fakes.ts";
+import { capacity, fleetOf } from "../containers/fakes.ts";
 
 test("an agent learns its peers' tunnels from the coordinators", async (t) => {
   const nats = await startTestNats(t);
   const coordinator = await connectTestNats(t, nats, "coordinator");
   const agent = await connectTestNats(t, nats, "agent");
-  const fleet = new FleetView();
-  const now = Date.now();
-  for (const [agentId, proxyAddress] of [
-    ["agent-a", "10.0.0.1:7001"],
-    ["agent-b", "10.0.0.2:7001"],
-    ["agent-c", "10.0.0.3:7001"],
-    ["agent-edge", undefined],
-  ] as const)
-    fleet.observe(
-      {
-        agentId,
-        hostname: agentId,
-        version: "t",
-        sentAt: now,
-        intervalMs: 600_000,
-        grpcAddress: "127.0.0.1:1",
-        capacity: capacity(2, 4),
-        ...(proxyAddress ? { proxyAddress } : {}),
-      },
-      now,
-    );
+  const fleet = fleetOf([
+    ["agent-a", capacity(2, 4), { proxyAddress: "10.0.0.1:7001" }],
+    ["agent-b", capacity(2, 4), { proxyAddress: "10.0.0.2:7001" }],
+    ["agent-c", capacity(2, 4), { proxyAddress: "10.0.0.3:7001" }],
+    ["agent-edge", capacity(2, 4)],
+  ]);
   const stop = serveLayerPeers(coordinator, () => fleet.ready());
   t.after(stop);
   await coordinator.flush();

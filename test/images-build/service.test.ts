@@ -8,12 +8,13 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { BuildEvent, BuildImageRequest, ImageBuildApi } from "../../api/index.ts";
-import { IMAGE_BUILD_KIND, ImageBuilds, type ImageBuildUpdate } from "../../coordinator/images/index.ts";
+import { IMAGE_BUILD_KIND, ImageBuilds } from "../../coordinator/images/index.ts";
 import { Planner } from "../../coordinator/scheduler/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { capacity, oneAgentFleet } from "../containers/fakes.ts";
 import { openSuiteStore, STORE_ENGINES } from "../helpers/engines.ts";
 import { waitUntil } from "../helpers/wait.ts";
+import { buildsThrough, collect } from "./builds.ts";
 
 /** An agent whose build emits the events of a real one; `gate` holds it before its first step. */
 class ScriptedAgent implements ImageBuildApi {
@@ -46,28 +47,13 @@ class ScriptedAgent implements ImageBuildApi {
   }
 }
 
-async function collect(it: AsyncIterable<ImageBuildUpdate>): Promise<ImageBuildUpdate[]> {
-  const out: ImageBuildUpdate[] = [];
-  for await (const u of it) out.push(u);
-  return out;
-}
-
 for (const engine of STORE_ENGINES) {
   describe(`image builds through the coordinator (${engine.name})`, async () => {
     const store = await openSuiteStore(engine);
     const ws = (await store.workspaces.create("images")).id;
     const planner = new Planner({ fleet: oneAgentFleet("agent-a", capacity(4, 64)) });
     const agent = new ScriptedAgent();
-    const asked: string[] = [];
-    const builds = new ImageBuilds({
-      repo: store.builtImages,
-      planner,
-      agents: {
-        client: (id) => {
-          asked.push(id);
-          return agent;
-        },
-      },
+    const { builds, asked } = buildsThrough(store, planner, agent, {
       pipIndex: { indexUrl: "http://mirror.local/simple/" },
     });
 

@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { FleetView } from "../../coordinator/fleet/fleet-view.ts";
+import type { FleetView } from "../../coordinator/fleet/fleet-view.ts";
 import {
   Planner,
   type PlacementRequest,
@@ -13,26 +13,10 @@ import {
 } from "../../coordinator/scheduler/index.ts";
 import { whyNeverPlaceable } from "../../coordinator/scheduler/feasible.ts";
 import { BerthError } from "../../shared/errors.ts";
-import { capacity } from "../containers/fakes.ts";
+import { capacity, fleetOf } from "../containers/fakes.ts";
 
 function fleet(agents: [id: string, pool: string | undefined, cores: number][]): FleetView {
-  const f = new FleetView();
-  const now = Date.now();
-  for (const [agentId, pool, cores] of agents)
-    f.observe(
-      {
-        agentId,
-        hostname: agentId,
-        version: "t",
-        sentAt: now,
-        intervalMs: 600_000,
-        grpcAddress: "127.0.0.1:1",
-        ...(pool ? { pool } : {}),
-        capacity: capacity(cores, 64),
-      },
-      now,
-    );
-  return f;
+  return fleetOf(agents.map(([id, pool, cores]) => [id, capacity(cores, 64), pool ? { pool } : {}]));
 }
 
 const want = (cores: number, pool?: string): PlacementRequest => ({
