@@ -21,8 +21,9 @@ export const STORE_ENGINES: StoreEngine[] = [
 
 /**
  * A store on a fresh database of `engine` for the enclosing describe(): call it
- * in the suite's body (or its before hook); the store is closed and the
- * database removed when the suite ends, also on failure.
+ * in the suite's (async) body, not in a before hook, whose end would close it;
+ * the store is closed and the database removed when the suite ends, also on
+ * failure.
  */
 export async function openSuiteStore(engine: StoreEngine): Promise<Store> {
   return (await openSuiteDatabase(engine)).store;
