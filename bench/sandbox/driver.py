@@ -12,7 +12,6 @@ Commands: {"op": "create", "data_dir": DIR}, {"op": "warm"}, {"op": "exec", "req
 """
 
 import datetime
-import glob
 import json
 import os
 import signal
@@ -76,11 +75,16 @@ def iso_ms(text):
 
 
 def container_meta(data_dir, container_id):
-    """The agent runtime's meta.json of a container (createdAt: runtime.run called, startedAt: init running)."""
-    for path in glob.glob(os.path.join(data_dir, "agent", "**", container_id, "meta.json"), recursive=True):
+    """The agent runtime's meta.json of a container (createdAt: runtime.run called, startedAt: init running).
+
+    Read at its one path, not found by a recursive glob: the agent's dir holds image layers and, for a
+    container in a user namespace, idmapped mounts of whole root trees, whose walk took minutes."""
+    path = os.path.join(data_dir, "agent", "containers", container_id, "meta.json")
+    try:
         with open(path) as f:
             return json.load(f)
-    return None
+    except FileNotFoundError:
+        return None
 
 
 def record_of(sb):
