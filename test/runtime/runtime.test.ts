@@ -6,10 +6,19 @@ import { test } from "node:test";
 import type { BerthError } from "../../shared/errors.ts";
 import { waitFor } from "../../shared/net.ts";
 import { needs } from "../helpers/env.ts";
-import { py, runtimeHarness } from "./harness.ts";
+import { type Harness, py, runtimeHarness } from "./harness.ts";
 
 const MiB = 1024 * 1024;
 const REQ = { root: true, commands: ["runc", "mount", "umount"] };
+
+/** Runs a python3 script in a new container of `h`, which must exit 0; its first line, parsed as JSON. */
+async function printedJson(h: Harness, script: string): Promise<ReturnType<typeof JSON.parse>> {
+  const spec = h.spec(py(script));
+  await h.rt.run(spec);
+  const exit = await h.exitEvent(spec.id);
+  assert.equal(exit.exitCode, 0, exit.stderrTail);
+  return JSON.parse(h.linesOf(spec.id)[0] ?? "null");
+}
 
 test("prints via onLog and exits 0 with reason exited", async (t) => {
   if (!needs(t, REQ)) return;
@@ -244,11 +253,7 @@ out = {
 }
 print(json.dumps(out))
 `;
-  const spec = h.spec(py(script));
-  await h.rt.run(spec);
-  const exit = await h.exitEvent(spec.id);
-  assert.equal(exit.exitCode, 0, exit.stderrTail);
-  const out = JSON.parse(h.linesOf(spec.id)[0]!);
+  const out = await printedJson(h, script);
   const EPERM = 1;
   // add_key works for unprivileged host processes; only seccomp stops it here.
   assert.deepEqual(out.add_key, [-1, EPERM]);
@@ -343,11 +348,7 @@ libc.personality.argtypes = [ctypes.c_ulong]
 out["personality"] = libc.personality(0xffffffff)
 print(json.dumps(out))
 `;
-  const spec = h.spec(py(script));
-  await h.rt.run(spec);
-  const exit = await h.exitEvent(spec.id);
-  assert.equal(exit.exitCode, 0, exit.stderrTail);
-  const out = JSON.parse(h.linesOf(spec.id)[0]!);
+  const out = await printedJson(h, script);
   const EPERM = 1;
   assert.deepEqual(out.keyctl, [-1, EPERM]);
   assert.deepEqual(out.bpf, [-1, EPERM]);
