@@ -66,6 +66,17 @@ test("hosted inference: the /v1 gateway end to end on a berth up cluster", async
     ).usage;
   const generations = async () =>
     (await json<{ generations: Generation[] }>(await up.api("/endpoint/tiny/stats"))).generations;
+  // A stream that generates until aborted, its first chunk read: it holds its model's slot.
+  const heldStream = async (model: string) => {
+    const hold = new AbortController();
+    const stream = await client.chat.completions.create(
+      { model, messages: [{ role: "user", content: "the" }], max_tokens: 100_000, stream: true },
+      { signal: hold.signal },
+    );
+    const events = stream[Symbol.asyncIterator]();
+    await events.next();
+    return { hold, events };
+  };
 
   await t.test(
     "a model scaled to zero answers its first request; its usage row holds the server's counts",
@@ -189,18 +200,7 @@ test("hosted inference: the /v1 gateway end to end on a berth up cluster", async
 
   await t.test("a full request queue answers 429 with Retry-After", async () => {
     // tiny-queue: one request at a time, one more may wait (max_pending_tasks=1).
-    const hold = new AbortController();
-    const first = await client.chat.completions.create(
-      {
-        model: "tiny-queue",
-        messages: [{ role: "user", content: "the" }],
-        max_tokens: 100_000,
-        stream: true,
-      },
-      { signal: hold.signal },
-    );
-    const it = first[Symbol.asyncIterator]();
-    await it.next();
+    const { hold } = await heldStream("tiny-queue");
     const waiting = client.chat.completions
       .create(
         { model: "tiny-queue", messages: [{ role: "user", content: "x" }], max_tokens: 1 },
@@ -378,18 +378,7 @@ test("hosted inference: the /v1 gateway end to end on a berth up cluster", async
           headers: { "content-type": "application/json" },
           body: JSON.stringify(body),
         });
-      const hold = new AbortController();
-      const held = await client.chat.completions.create(
-        {
-          model: "tiny-bigram",
-          messages: [{ role: "user", content: "the" }],
-          max_tokens: 100_000,
-          stream: true,
-        },
-        { signal: hold.signal },
-      );
-      const events = held[Symbol.asyncIterator]();
-      await events.next();
+      const { hold, events } = await heldStream("tiny-bigram");
       const before = await json<{ usage: Record<string, number> }>(
         await up.api(`/api/v1/workspace/${ws}/limits`),
       );
