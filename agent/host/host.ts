@@ -415,6 +415,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       }
       return startTtyExec(target, r);
     }
+    await this.inits.listening(id);
     return (await startInitExec(this.inits.socketOf(id), r)) ?? startPipeExec(target, r);
   }
 

@@ -6,8 +6,9 @@
 // a directory of this container's own (`<root>/<id>/`), bind-mounted at
 // /berth/init, owned by the container's user and closed to everyone else.
 
-import { chownSync, lstatSync, mkdirSync, readlinkSync, rmSync, statSync } from "node:fs";
+import { chownSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, statSync } from "node:fs";
 import { join, posix } from "node:path";
+import { sleep } from "../../shared/net.ts";
 import type { ContainerSpec } from "../runtime/index.ts";
 
 /** "1" on a container whose args may be replaced by the process server. */
@@ -75,8 +76,19 @@ export function findCommandInRootfs(rootfs: string, env: Record<string, string>,
   return undefined;
 }
 
+/**
+ * How long a new sandbox's first exec waits for its process server to
+ * listen. The server (python3) listens some 30-60 ms after the container's
+ * init runs; `runc exec` of the same process costs about as much again on
+ * top of it, so a short wait is the faster path, and past it runc exec runs.
+ */
+export const FIRST_EXEC_WAIT_MS = 250;
+
 /** The per-container socket directories of sandbox process servers. */
 export class SandboxInits {
+  /** Containers given a process server whose first exec has not come yet (this agent's starts only). */
+  private readonly unused = new Set<string>();
+
   constructor(private readonly root: string) {
     mkdirSync(root, { recursive: true, mode: 0o700 });
   }
@@ -111,10 +123,24 @@ export class SandboxInits {
       { source: dir, destination: SandboxInitPaths.dir, readonly: false, idmapped: true },
       { source: sdkDir, destination: SandboxInitPaths.sdk, readonly: true },
     ];
+    this.unused.add(spec.id);
     return true;
   }
 
+  /**
+   * Before container `id`'s first exec: waits up to `ms` for its process
+   * server's socket (renamed into place once it listens). At once for any
+   * later exec, and for a container without one.
+   */
+  async listening(id: string, ms = FIRST_EXEC_WAIT_MS): Promise<void> {
+    if (!this.unused.delete(id)) return;
+    const socket = this.socketOf(id);
+    const until = Date.now() + ms;
+    while (!existsSync(socket) && Date.now() < until) await sleep(3);
+  }
+
   close(id: string): void {
+    this.unused.delete(id);
     rmSync(join(this.root, id), { recursive: true, force: true });
   }
 }

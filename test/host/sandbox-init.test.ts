@@ -5,10 +5,11 @@
 // reads 0: that is how each test tells which path ran.
 
 import assert from "node:assert/strict";
-import { existsSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { SANDBOX_INIT_LABEL } from "../../agent/host/sandbox-init.ts";
+import { SANDBOX_INIT_LABEL, SandboxInits } from "../../agent/host/sandbox-init.ts";
 import { KEEP_ALIVE_ARGS, SandboxLabels } from "../../coordinator/sandboxes/request.ts";
 import { waitFor } from "../../shared/net.ts";
 import { needs } from "../helpers/env.ts";
@@ -182,4 +183,48 @@ test("sandbox process server", { timeout: 300_000 }, async (t) => {
       assert.ok(!existsSync(initDir(s.id)), "the socket directory is removed with the container");
     },
   );
+});
+
+test("a new sandbox's first exec waits for its process server, later ones and others do not", async (t) => {
+  if (!needs(t, { root: true })) return;
+  const dir = mkdtempSync(join(tmpdir(), "berth-inits-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const layer = join(dir, "layer");
+  mkdirSync(join(layer, "usr", "bin"), { recursive: true });
+  writeFileSync(join(layer, "usr", "bin", "python3"), "", { mode: 0o755 });
+  const inits = new SandboxInits(join(dir, "inits"));
+  const spec = (id: string, labels: Record<string, string>) => ({
+    id,
+    image: { rootfs: [layer] },
+    args: ["sleep", "infinity"],
+    cpu: 0.25,
+    memoryBytes: 128 * MiB,
+    labels,
+  });
+  assert.equal(inits.prepare(spec("with-server", { [SANDBOX_INIT_LABEL]: "1" }), "/sdk"), true);
+  assert.equal(inits.prepare(spec("no-label", {}), "/sdk"), false);
+
+  // The server listens 100 ms after the first exec asks: the exec waits for it.
+  const socket = inits.socketOf("with-server");
+  setTimeout(() => writeFileSync(socket, ""), 100);
+  const t0 = Date.now();
+  await inits.listening("with-server", 10_000);
+  const waited = Date.now() - t0;
+  assert.ok(existsSync(socket) && waited >= 90 && waited < 5_000, `waited ${waited} ms`);
+
+  // Only the first exec waits: with the socket gone, the next one returns at once (runc exec follows).
+  rmSync(socket);
+  const t1 = Date.now();
+  await inits.listening("with-server", 10_000);
+  assert.ok(Date.now() - t1 < 1_000);
+  const t2 = Date.now();
+  await inits.listening("no-label", 10_000);
+  assert.ok(Date.now() - t2 < 1_000, "a container without a server never waits");
+
+  // A server that never listens holds its first exec only for the given time.
+  assert.equal(inits.prepare(spec("silent", { [SANDBOX_INIT_LABEL]: "1" }), "/sdk"), true);
+  const t3 = Date.now();
+  await inits.listening("silent", 200);
+  const held = Date.now() - t3;
+  assert.ok(held >= 190 && held < 5_000, `held ${held} ms`);
 });
