@@ -33,6 +33,9 @@ describe("bot sessions across coordinators", () => {
       clock,
     });
     h.defer(() => e.close());
+    // The engine subscribes to the bus as it is built; a round trip to the
+    // server makes sure the subscription is in place before anyone publishes.
+    await nc.flush();
     return e;
   };
   const heard = (e: BotEngine, id: string) => {
