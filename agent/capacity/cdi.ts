@@ -4,6 +4,7 @@
 
 import { BerthError, invalid } from "../../shared/errors.ts";
 import type { GpuDevice } from "../../shared/fleet.ts";
+import { OCI_HOOK_PHASES } from "../runtime/oci-types.ts";
 import {
   cgroupRuleFor,
   type GpuDeviceNode,
@@ -53,15 +54,6 @@ export interface CdiSpec {
   devices: { name: string; containerEdits: CdiContainerEdits }[];
   containerEdits?: CdiContainerEdits;
 }
-
-const HOOK_PHASES: readonly GpuHookPhase[] = [
-  "prestart",
-  "createRuntime",
-  "createContainer",
-  "startContainer",
-  "poststart",
-  "poststop",
-];
 
 /** Parses and checks the shape of a CDI spec in JSON. */
 export function parseCdiSpec(text: string): CdiSpec {
@@ -168,7 +160,7 @@ export function injectionFromCdiSpec(
       out.mounts.push({ source: m.hostPath, destination: m.containerPath, type: "bind", options });
     }
     for (const h of e.hooks ?? []) {
-      const phase = HOOK_PHASES.find((p) => p === h.hookName);
+      const phase = OCI_HOOK_PHASES.find((p) => p === h.hookName);
       if (!phase) throw invalid(`CDI spec hook ${h.path} has unknown hookName "${h.hookName}"`);
       const hook: GpuInjection["hooks"][GpuHookPhase] & object = out.hooks[phase] ?? [];
       hook.push({

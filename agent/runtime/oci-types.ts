@@ -30,6 +30,16 @@ export type OciHookPhase =
   | "poststart"
   | "poststop";
 
+/** The phases in the order OCI runs them. */
+export const OCI_HOOK_PHASES: readonly OciHookPhase[] = [
+  "prestart",
+  "createRuntime",
+  "createContainer",
+  "startContainer",
+  "poststart",
+  "poststop",
+];
+
 export type OciHooks = Partial<Record<OciHookPhase, OciHook[]>>;
 
 export interface OciProcess {

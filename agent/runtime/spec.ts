@@ -3,7 +3,7 @@ import { isIP } from "node:net";
 import { isAbsolute } from "node:path";
 import { invalid } from "../../shared/errors.ts";
 import { isOciRuntimeName, OCI_RUNTIMES, type OciRuntimeName } from "./oci-runtimes.ts";
-import type { OciHookPhase, OciHooks } from "./oci-types.ts";
+import { OCI_HOOK_PHASES, type OciHookPhase, type OciHooks } from "./oci-types.ts";
 import { SECCOMP_FILTERS, type SeccompFilter } from "./seccomp.ts";
 import type { BindMount, ContainerSpec, DeviceNode, DeviceRule, NetnsAddresses } from "./types.ts";
 
@@ -244,17 +244,7 @@ function startupCpuOf(v: unknown, cpu: number): number {
   return Math.max(v, cpu);
 }
 
-const HOOK_PHASES: readonly OciHookPhase[] = [
-  "prestart",
-  "createRuntime",
-  "createContainer",
-  "startContainer",
-  "poststart",
-  "poststop",
-];
-
-/** Hooks by phase, copied; a phase OCI does not know or a relative path is refused. */
-// They reach \`ip -batch\` lines in a hook: only well-formed addresses, nothing else.
+// They reach `ip -batch` lines in a hook: only well-formed addresses, nothing else.
 function checkNetnsAddresses(a: NetnsAddresses): NetnsAddresses {
   const address = (v: unknown, family: 4 | 6, field: string, cidr: boolean): string => {
     const [ip, prefix, ...rest] = typeof v === "string" ? v.split("/") : [];
@@ -280,10 +270,11 @@ function checkNetnsAddresses(a: NetnsAddresses): NetnsAddresses {
   };
 }
 
+/** Hooks by phase, copied; a phase OCI does not know or a relative path is refused. */
 function checkHooks(hooks: OciHooks): OciHooks {
   const out: OciHooks = {};
   for (const [phase, list] of Object.entries(hooks)) {
-    if (!HOOK_PHASES.includes(phase as OciHookPhase))
+    if (!OCI_HOOK_PHASES.includes(phase as OciHookPhase))
       throw invalid(`hooks.${phase} is not an OCI hook phase`, { field: "hooks" });
     out[phase as OciHookPhase] = (list ?? []).map((h, i) => {
       absolutePath(h.path, `hooks.${phase}[${i}].path`);
