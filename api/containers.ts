@@ -82,6 +82,28 @@ export interface RunContainerRequest {
    * deny list (a workspace opted out). @default "allowlist"
    */
   syscallFilter?: SyscallFilter;
+  /**
+   * A member of a gang (shared/gang.ts): the agent joins the container to the
+   * gang's private network across hosts (interface GANG_IFACE, the rank's
+   * address in subnet) and sets the gang environment (gangEnv).
+   */
+  gang?: GangMember;
+}
+
+/** One container's place in a gang spread over several hosts. */
+export interface GangMember {
+  /** The gang's id; names its network on each host. */
+  id: string;
+  /** VXLAN network identifier of the gang's network, unique among live gangs (1..16777215). */
+  vni: number;
+  rank: number;
+  size: number;
+  /** Each rank's host: the address other agents reach it at (`berth agent --node-address`), index = rank. */
+  hosts: string[];
+  /** The gang's subnet (IPv4 /24): rank r is its (r+1)-th address. */
+  subnet: string;
+  /** torch.distributed's MASTER_PORT on rank 0. */
+  masterPort: number;
 }
 
 /** What a container's seccomp profile is built from (RunContainerRequest.syscallFilter). */

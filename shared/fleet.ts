@@ -91,6 +91,13 @@ export interface Heartbeat {
    */
   proxyAddress?: string;
   /**
+   * The address other agents reach this host at (`berth agent --node-address`):
+   * the end of gangs' VXLAN tunnels (shared/gang.ts). Absent: the host of
+   * grpcAddress when that is not loopback; an agent with neither takes no
+   * gang of more than one host.
+   */
+  nodeAddress?: string;
+  /**
    * The machine the agent runs on (shared/host-id.ts: a hash of /etc/machine-id, else
    * an id kept in its data dir). A coordinator with the same id is on this
    * host and reaches container ports directly instead of through the tunnel.

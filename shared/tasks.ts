@@ -112,6 +112,12 @@ export interface StubExtra {
   priority?: number;
   /** Its running containers may be preempted for higher-priority work; their tasks are requeued. @default false */
   preemptible?: boolean;
+  /**
+   * Functions and pods: each container is a gang of this many, one per host,
+   * placed all or nothing (shared/gang.ts, docs/gpus.md "Gang jobs across
+   * hosts"). @default 1
+   */
+  nodes?: number;
   /** Endpoint and asgi deployments: the model names the /v1 gateway routes to them (docs/inference.md). */
   served_models?: string[];
   /** Bot deployments: locations, transitions and model (docs/bots.md). */
