@@ -8,20 +8,16 @@
 // revoked: it loses NATS, and a restart is refused.
 
 import assert from "node:assert/strict";
-import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { test } from "node:test";
-import { promisify } from "node:util";
 import { waitFor } from "../../shared/net.ts";
-import { CLI_BIN, startBerthUp, UP_COMMANDS } from "../helpers/berth-up.ts";
+import { startBerthUp, UP_COMMANDS } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
+import { hostB, startAgentB } from "../helpers/host-b.ts";
 import { testRootfs } from "../helpers/rootfs.ts";
-import { assertNothingLeft, randomPort, Teardown, type TestNames, testNames } from "../network/helpers.ts";
-
-const exec = promisify(execFile);
+import { randomPort, Teardown, testNames } from "../network/helpers.ts";
 const UP_PYTHON_IMAGE = "berth-up/python:latest";
 
 const APP = `
@@ -57,79 +53,6 @@ interface AgentRow {
   state: string;
   pool?: string;
   last_seen_at: string | null;
-}
-
-/** Host B: a namespace whose eth0 is a veth to A (10.214.X.1 on A's side, .2 on B's). */
-async function hostB(td: Teardown, b: TestNames): Promise<{ ns: string; addrA: string; addrB: string }> {
-  const ns = `${b.namePrefix}-b`;
-  const veth = `${b.namePrefix}a0`;
-  const addrA = `10.214.${b.octet}.1`;
-  const addrB = `10.214.${b.octet}.2`;
-  const ip = (...args: string[]) => exec("ip", args);
-  td.defer(async () => {
-    // The agent's container namespaces (named by its prefix) and B itself; B's links and nft go with it.
-    const { stdout } = await exec("ip", ["netns", "list"]);
-    for (const line of stdout.split("\n")) {
-      const name = line.split(" ")[0] ?? "";
-      if (name.startsWith(b.namePrefix) && name !== ns) await ip("netns", "del", name).catch(() => {});
-    }
-    await ip("netns", "del", ns).catch(() => {});
-    await ip("link", "del", veth).catch(() => {});
-    await assertNothingLeft(b);
-  });
-  await ip("netns", "add", ns);
-  await ip("-n", ns, "link", "set", "lo", "up");
-  await ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns);
-  await ip("addr", "add", `${addrA}/24`, "dev", veth);
-  await ip("link", "set", veth, "up");
-  await ip("-n", ns, "addr", "add", `${addrB}/24`, "dev", "eth0");
-  await ip("-n", ns, "link", "set", "eth0", "up");
-  await ip("-n", ns, "route", "add", "default", "via", addrA);
-  return { ns, addrA, addrB };
-}
-
-interface AgentB {
-  output(): string;
-  exited: Promise<number | null>;
-  child: ChildProcess;
-}
-
-/**
- * `berth agent` in B's network namespace (its own process group, killed at teardown). Like `ip
- * netns exec`, in a mount namespace of its own with a sysfs of B's network (the agent reads
- * /sys/class/net), but with the host's cgroup tree bound back under it (ip netns exec leaves none).
- */
-function startAgentB(td: Teardown, ns: string, hold: string, args: string[]): AgentB {
-  const inB =
-    'mount --rbind /sys/fs/cgroup "$0" && mount -t sysfs sysfs /sys && mount --rbind "$0" /sys/fs/cgroup && umount -l "$0" && exec "$@"';
-  const child = spawn(
-    "nsenter",
-    [
-      `--net=/run/netns/${ns}`,
-      ...["unshare", "--mount", "--propagation", "slave", "sh", "-c", inB, hold],
-      ...[process.execPath, CLI_BIN, "agent", ...args],
-    ],
-    { stdio: ["ignore", "pipe", "pipe"], detached: true },
-  );
-  let out = "";
-  for (const s of [child.stdout, child.stderr])
-    if (s) createInterface({ input: s }).on("line", (l) => (out += `${l}\n`));
-  const exited = new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
-  const pid = child.pid as number;
-  td.defer(async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    try {
-      process.kill(-pid, "SIGTERM");
-    } catch {}
-    const t = setTimeout(() => {
-      try {
-        process.kill(-pid, "SIGKILL");
-      } catch {}
-    }, 30_000);
-    await exited;
-    clearTimeout(t);
-  });
-  return { output: () => out, exited, child };
 }
 
 test("a host in its own namespace joins berth up --advertise, runs a function, resumes, is revoked", async (t) => {
