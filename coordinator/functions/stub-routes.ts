@@ -5,6 +5,7 @@ import type { FastifyPluginAsync } from "fastify";
 import { STUB_TYPES, type StubConfig, type StubExtra } from "../../shared/tasks.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { POOL_NAME_RE } from "../../shared/fleet.ts";
+import { MAX_GANG_NODES } from "../../shared/gang.ts";
 import { BerthError } from "../../shared/errors.ts";
 import type { StubRecord } from "../tasks/index.ts";
 import type { TaskService } from "../tasks/index.ts";
@@ -78,6 +79,8 @@ export const StubExtraSchema = Type.Object({
   priority: Type.Optional(Type.Integer({ minimum: -1000, maximum: 1000 })),
   /** Every stub type: its running containers may be preempted for higher-priority work. */
   preemptible: Type.Optional(Type.Boolean()),
+  /** Functions, task queues and pods: each container is a gang of this many hosts (checked in the route). */
+  nodes: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_GANG_NODES })),
   /** Endpoint and asgi: model names the /v1 gateway routes here (docs/inference.md). */
   served_models: Type.Optional(
     Type.Array(Type.String({ pattern: "^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$" }), {
@@ -120,6 +123,45 @@ const stubJson = (s: StubRecord) => ({
 
 const STUB_TYPE_PATTERN = `^(${STUB_TYPES.join("|")})(/serve)?$`;
 
+/**
+ * Stub types whose containers may be gangs (extra.nodes > 1). Functions and
+ * task queues: their containers are the same runner pulling the stub's tasks
+ * one by one, so rank 0 takes each task and hands it to the other ranks
+ * (shared/gang.ts) whatever the kind. Pods run their own entrypoint on every
+ * rank. HTTP-served kinds take many requests at once on one container and
+ * sandboxes are interactive: neither has one task a gang could run together.
+ */
+const GANG_STUB_TYPES = ["function", "taskqueue", "pod"];
+
+/**
+ * extra.nodes: only where a gang makes sense, and one task per gang at a
+ * time (every rank runs the same task, so a rank taking a second one would
+ * run it alone): nodes > 1 refuses workers, tasks_per_container and
+ * concurrent_requests above 1.
+ */
+function checkGangNodes(b: { type: string; config: StubConfig; extra: StubExtra }): void {
+  const nodes = b.extra.nodes;
+  if (nodes === undefined || nodes === 1) return;
+  const base = b.type.split("/")[0] ?? "";
+  if (!GANG_STUB_TYPES.includes(base))
+    throw new BerthError(
+      "invalid_request",
+      `a ${b.type} stub cannot be a gang; nodes applies to functions, task queues and pods`,
+      { field: "extra.nodes" },
+    );
+  const one = (field: string, value: number | undefined) => {
+    if (value !== undefined && value > 1)
+      throw new BerthError(
+        "invalid_request",
+        `a gang of ${nodes} nodes runs one task at a time; ${field} must be 1, got ${value}`,
+        { field },
+      );
+  };
+  one("config.workers", b.config.workers);
+  one("config.autoscaler.tasks_per_container", b.config.autoscaler.tasks_per_container);
+  one("extra.concurrent_requests", b.extra.concurrent_requests);
+}
+
 /** Stubs: get-or-create by (workspace, name, type). */
 export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
   return async (app) => {
@@ -157,6 +199,7 @@ export function gatewayStubRoutes(tasks: TaskService): FastifyPluginAsync {
             { field: "extra.preemptible" },
           );
         }
+        checkGangNodes(b);
         // Volumes are checked when registered too: a bad name never reaches an agent.
         checkStubVolumes(b.config.volumes);
         // A bad egress combination is refused when registered, before any container starts.

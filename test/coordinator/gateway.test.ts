@@ -118,6 +118,63 @@ describe("gateway and task status routes (inject and a real socket, real NATS)",
     assert.deepEqual([high.ok, high.error.code], [false, "invalid_request"]);
   });
 
+  test("stubs: nodes is kept for functions, task queues and pods; other types and more than one task per gang are refused", async () => {
+    const register = (name: string, type: string, extra: Record<string, unknown>, config = {}) =>
+      app.inject({
+        method: "POST",
+        url: "/api/v1/gateway/stubs",
+        headers: bearer(user),
+        payload: {
+          name,
+          type,
+          config: { ...(type === "pod" ? { ...stubConfig(), handler: "" } : stubConfig()), ...config },
+          extra: { ...stubExtra(), ...extra },
+        },
+      });
+    for (const type of ["function", "taskqueue/serve", "pod"]) {
+      const ok = (await register(`gang-${type}`, type, { nodes: 2 })).json();
+      assert.equal(ok.ok, true, JSON.stringify(ok));
+      assert.equal((await h.store.stubs.get(ok.stub.id))?.extra.nodes, 2);
+    }
+    // One node is no gang: any type may say it.
+    assert.equal((await register("one", "endpoint", { nodes: 1 })).json().ok, true);
+    const refused = async (r: ReturnType<typeof register>, field: string, message: RegExp) => {
+      const body = (await r).json();
+      assert.deepEqual([body.ok, body.error.code], [false, "invalid_request"]);
+      assert.match(body.error.message, message);
+      assert.match(JSON.stringify(body.error), new RegExp(field.replace(/\./g, "\\.")));
+    };
+    await refused(register("e", "endpoint", { nodes: 2 }), "extra.nodes", /endpoint stub cannot be a gang/);
+    await refused(register("s", "sandbox", { nodes: 2 }), "extra.nodes", /sandbox stub cannot be a gang/);
+    await refused(
+      register(
+        "tpc",
+        "function/serve",
+        { nodes: 2 },
+        {
+          autoscaler: { type: "queue_depth", max_containers: 2, tasks_per_container: 4 },
+        },
+      ),
+      "config.autoscaler.tasks_per_container",
+      /a gang of 2 nodes runs one task at a time; config.autoscaler.tasks_per_container must be 1, got 4/,
+    );
+    await refused(
+      register("cr", "function", { nodes: 2, concurrent_requests: 3 }),
+      "extra.concurrent_requests",
+      /extra.concurrent_requests must be 1, got 3/,
+    );
+    await refused(
+      register("w", "function", { nodes: 2 }, { workers: 2 }),
+      "config.workers",
+      /config.workers must be 1/,
+    );
+    // The schema's bounds: 1..MAX_GANG_NODES.
+    for (const nodes of [0, 65, 1.5]) {
+      const body = (await register("bad", "function", { nodes })).json();
+      assert.deepEqual([body.ok, body.error.code], [false, "invalid_request"], JSON.stringify(body));
+    }
+  });
+
   test("objects: absent, upload with hash check, present, invisible to another workspace", async () => {
     const bytes = Buffer.from("code archive bytes");
     const sha = createHash("sha256").update(bytes).digest("hex");
