@@ -2,7 +2,7 @@
 // after the containers the coordinator already placed there. Built from the
 // live fleet (heartbeats) plus the coordinator's own reservations.
 
-import { gpuSchedulingType, type HostCapacity, poolOf } from "../../shared/fleet.ts";
+import { gpuSchedulingType, type Heartbeat, type HostCapacity, poolOf } from "../../shared/fleet.ts";
 import type { LiveAgent } from "../fleet/index.ts";
 
 export interface Resources {
@@ -41,6 +41,8 @@ export interface AgentView {
   ready: boolean;
   total: Resources;
   free: Resources;
+  /** Where other agents reach it for a gang's network (gangAddressOf); absent: it takes no gang of several hosts. */
+  gangAddress?: string;
 }
 
 export interface ClusterView {
@@ -61,6 +63,30 @@ export interface Reservation {
   gpuMemoryMiB?: number;
   /** Whose container holds it (workspace limits count it); placement ignores it. */
   workspaceId?: string;
+}
+
+/**
+ * The address other agents reach the agent at, for the VXLAN tunnels of a
+ * gang (shared/gang.ts): its nodeAddress, else the host of its grpcAddress
+ * unless that is loopback or unspecified (other hosts could not reach it
+ * there). Undefined: the agent takes no gang member.
+ */
+export function gangAddressOf(hb: Pick<Heartbeat, "nodeAddress" | "grpcAddress">): string | undefined {
+  const node = hb.nodeAddress?.trim();
+  if (node) return node;
+  const host = hostOf(hb.grpcAddress ?? "");
+  if (!host || /^(localhost|127\.|::1$|0\.0\.0\.0$|::$)/i.test(host)) return undefined;
+  return host;
+}
+
+/** The host of "host:port" or "[v6]:port"; a bare host as it is. */
+function hostOf(addr: string): string {
+  const v6 = /^\[([^\]]+)\](?::\d+)?$/.exec(addr);
+  if (v6) return v6[1] ?? "";
+  const i = addr.lastIndexOf(":");
+  // More than one colon without brackets: a bare IPv6 address.
+  if (i < 0 || addr.indexOf(":") !== i) return addr;
+  return addr.slice(0, i);
 }
 
 /** Total resources of a host as its heartbeat reports them; GPUs only when the agent offers them. */
@@ -144,12 +170,14 @@ export function buildClusterView(
   for (const a of agents) {
     if (a.state !== "ready") continue;
     const total = totalResources(a.heartbeat.capacity);
+    const gang = gangAddressOf(a.heartbeat);
     out.push({
       agentId: a.agentId,
       pool: poolOf(a.heartbeat),
       ready: schedulable(a.agentId),
       total,
       free: subtract(total, byAgent.get(a.agentId) ?? []),
+      ...(gang ? { gangAddress: gang } : {}),
     });
   }
   return { agents: out };

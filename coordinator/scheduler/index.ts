@@ -4,10 +4,19 @@ export {
   type Reservation,
   type Resources,
   buildClusterView,
+  gangAddressOf,
   gpuTypeOf,
   totalResources,
 } from "./cluster-view.ts";
-export { type Placement, type PlacementRequest, describeRequest, place, rank } from "./place.ts";
+export {
+  type GangPlacement,
+  type Placement,
+  type PlacementRequest,
+  describeRequest,
+  place,
+  placeGang,
+  rank,
+} from "./place.ts";
 export {
   type ContainerLimits,
   type QuotaCheck,
@@ -18,16 +27,19 @@ export {
   usageOf,
 } from "./quota.ts";
 export {
+  type GangPlan,
   type Held,
   type IdleCandidate,
   type PreemptCandidate,
   type Plan,
   type PlanRequest,
   type ReservationKind,
+  planGang,
   planPlacement,
 } from "./plan.ts";
 export {
   type ContainerOwner,
+  type GangReserveResult,
   Planner,
   type ReserveRequest,
   type ReserveResult,

@@ -5,8 +5,8 @@
 // refusal with its reason. The planner (planner.ts) commits plans.
 
 import type { LiveAgent } from "../fleet/index.ts";
-import { type Reservation, buildClusterView } from "./cluster-view.ts";
-import { type Placement, type PlacementRequest, place } from "./place.ts";
+import { type Reservation, buildClusterView, gangAddressOf } from "./cluster-view.ts";
+import { type Placement, type PlacementRequest, gangShortReason, place } from "./place.ts";
 import type { PlacementIndex } from "./placement-index.ts";
 import {
   type ContainerLimits,
@@ -240,6 +240,76 @@ function planWithRoomMaking(input: PlanInput): Plan {
   return {
     ...refusal,
     reason: `${first.reason}; ${candidates().length === 0 ? "no idle warm container can be stopped to make room" : "stopping every idle warm container would not make enough room on any one agent"}`,
+  };
+}
+
+/** Where each rank of a gang goes (index = rank) and what its plan stops, or why not. */
+export type GangPlan =
+  | { ok: true; members: (Extract<Plan, { ok: true }> & { gangAddress: string })[] }
+  | Extract<Plan, { ok: false }>;
+
+/**
+ * A gang's plan (placeGang() with room-making): `size` members of
+ * input.want on distinct agents that have a gang address, each planned by
+ * planPlacement() on the agents the earlier members left. Pure: nothing is
+ * committed, so a gang that does not fit whole leaves no trace. Each member
+ * is planned as if it were the only new container (the limits count one
+ * more each time); the planner commits them one by one, where a limit
+ * reached by the gang as a whole still refuses it.
+ */
+export function planGang(input: PlanInput, size: number): GangPlan {
+  const address = new Map<string, string>();
+  let noAddress = 0;
+  for (const a of input.agents) {
+    const at = a.state === "ready" ? gangAddressOf(a.heartbeat) : undefined;
+    if (at) address.set(a.agentId, at);
+    else if (a.state === "ready") noAddress++;
+  }
+  const taken = new Set<string>();
+  const members: Extract<GangPlan, { ok: true }>["members"] = [];
+  const base = input.want.schedulable;
+  while (members.length < size) {
+    const want: PlanRequest = {
+      ...input.want,
+      schedulable: (id) => address.has(id) && !taken.has(id) && (base?.(id) ?? true),
+    };
+    const plan = planPlacement(withWant(input, want));
+    if (!plan.ok) {
+      // A limit, a request no agent could ever hold, no agent at all: the member's own reason says it.
+      if (plan.limit || (plan.permanent && members.length === 0) || plan.noAgents) return plan;
+      const last = address.size > taken.size ? plan.reason : undefined;
+      return {
+        ok: false,
+        reason: gangShortReason(size, members.length, noAddress, last),
+        permanent: false,
+      };
+    }
+    // Room-making planned for one member stays that member's: the next ones go elsewhere.
+    members.push({ ...plan, gangAddress: address.get(plan.agentId) as string });
+    taken.add(plan.agentId);
+  }
+  return { ok: true, members };
+}
+
+/** input asking for `want` instead; its lazily read lists (the planner's ReserveInput getters) stay lazy. */
+function withWant(input: PlanInput, want: PlanRequest): PlanInput {
+  return {
+    get agents() {
+      return input.agents;
+    },
+    get held() {
+      return input.held;
+    },
+    get idle() {
+      return input.idle;
+    },
+    get preemptible() {
+      return input.preemptible;
+    },
+    ...(input.leaving ? { leaving: input.leaving } : {}),
+    ...(input.index ? { index: input.index } : {}),
+    ...(input.usageOf ? { usageOf: input.usageOf } : {}),
+    want,
   };
 }
 

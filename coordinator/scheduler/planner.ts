@@ -16,6 +16,7 @@ import {
   type PlanInput,
   type PlanRequest,
   type PreemptCandidate,
+  planGang,
   planPlacement,
 } from "./plan.ts";
 import { PlacementIndex } from "./placement-index.ts";
@@ -50,6 +51,14 @@ export type ReserveResult =
       reservation: Held;
       /** Idle containers being stopped for it: start the container after whenReady(). */
       stopping: string[];
+    }
+  | Extract<Plan, { ok: false }>;
+
+/** A committed gang: each rank's reservation (index = rank) and the address its agent is reached at. */
+export type GangReserveResult =
+  | {
+      ok: true;
+      members: (Extract<ReserveResult, { ok: true }> & { gangAddress: string })[];
     }
   | Extract<Plan, { ok: false }>;
 
@@ -129,27 +138,7 @@ export class Planner {
   reserve(r: ReserveRequest): ReserveResult {
     if (this.held.has(r.id))
       throw new BerthError("conflict", `container ${r.id} already holds a reservation`);
-    const owners = this.owners;
-    const want: PlanRequest =
-      owners.size === 0 && !r.schedulable
-        ? r
-        : {
-            ...r,
-            schedulable: (agentId: string) => {
-              for (const o of owners) if (!(o.synced?.(agentId) ?? true)) return false;
-              return r.schedulable?.(agentId) ?? true;
-            },
-          };
-    this.index.sync();
-    const input = new ReserveInput(
-      this.o.fleet,
-      this.held,
-      owners,
-      this.yielding,
-      want,
-      this.index,
-      this.usageOf,
-    );
+    const input = this.inputFor(r);
     const plan = planPlacement(input);
     if (!plan.ok) return plan;
     const reservation: Held = {
@@ -190,6 +179,61 @@ export class Planner {
       }
     }
     return { ok: true, reservation, stopping: [...plan.stop, ...preempt] };
+  }
+
+  /** What a plan for `r` reads: agents not synced by every owner are held back. */
+  private inputFor(r: PlanRequest): ReserveInput {
+    const owners = this.owners;
+    const want: PlanRequest =
+      owners.size === 0 && !r.schedulable
+        ? r
+        : {
+            ...r,
+            schedulable: (agentId: string) => {
+              for (const o of owners) if (!(o.synced?.(agentId) ?? true)) return false;
+              return r.schedulable?.(agentId) ?? true;
+            },
+          };
+    this.index.sync();
+    return new ReserveInput(this.o.fleet, this.held, owners, this.yielding, want, this.index, this.usageOf);
+  }
+
+  /**
+   * Places and commits a gang (shared/gang.ts): one container per request
+   * (index = rank; all of the same placement), each on its own agent that
+   * has a gang address, all or none. The whole gang is planned first
+   * (planGang, pure), so one that does not fit asks nobody to stop
+   * anything; then each member is committed on its planned agent. Should a
+   * commit still fail (the gang as a whole past a workspace limit), the
+   * members committed in this call are released and nothing stays held.
+   */
+  reserveGang(members: ReserveRequest[]): GangReserveResult {
+    const first = members[0];
+    if (!first) throw new BerthError("invalid_request", "a gang needs at least one member");
+    for (const m of members)
+      if (this.held.has(m.id))
+        throw new BerthError("conflict", `container ${m.id} already holds a reservation`);
+    const plan = planGang(this.inputFor(first), members.length);
+    if (!plan.ok) return plan;
+    const made: Extract<GangReserveResult, { ok: true }>["members"] = [];
+    for (const [rank, m] of members.entries()) {
+      const at = plan.members[rank];
+      const res = at
+        ? this.reserve({ ...m, schedulable: (id) => id === at.agentId && (m.schedulable?.(id) ?? true) })
+        : undefined;
+      if (!at || !res?.ok) {
+        for (const done of made) this.release(done.reservation.id);
+        const why = res && !res.ok ? res.reason : "no plan for it";
+        return {
+          ok: false,
+          reason: `a gang of ${members.length} cannot be placed whole: rank ${rank}: ${why}`,
+          permanent: false,
+          ...(res && !res.ok && res.limit ? { limit: res.limit } : {}),
+        };
+      }
+      made.push({ ...res, gangAddress: at.gangAddress });
+    }
+    return { ok: true, members: made };
   }
 
   /** Records a container that already runs (found on an agent at start); an existing reservation is updated. */

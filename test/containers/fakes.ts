@@ -120,10 +120,14 @@ export function oneAgentFleet(agentId: string, cap: HostCapacity): FleetView {
 /**
  * A fleet of these agents, each seen just now, with heartbeat intervals long
  * enough that none goes lost in a test; `more`: other heartbeat fields (a pool,
- * a proxy address).
+ * a proxy address, a node address for gangs).
  */
 export function fleetOf(
-  agents: [agentId: string, cap: HostCapacity, more?: Pick<Heartbeat, "pool" | "proxyAddress">][],
+  agents: [
+    agentId: string,
+    cap: HostCapacity,
+    more?: Partial<Pick<Heartbeat, "pool" | "proxyAddress" | "nodeAddress" | "grpcAddress">>,
+  ][],
 ): FleetView {
   const fleet = new FleetView();
   const now = Date.now();
