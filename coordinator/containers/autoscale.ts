@@ -3,6 +3,7 @@
 // may stop now. The manager feeds them what it sees and acts on the answer.
 
 import { HTTP_SERVED_TYPES, baseStubType } from "../../shared/tasks.ts";
+import { gangSize } from "./gangs.ts";
 import { concurrentRequestsOf, workersOf } from "./runner-request.ts";
 import type { StubRecord } from "./types.ts";
 
@@ -35,8 +36,9 @@ export function slotsPerContainer(stub: ScaledStub): number {
   return isDirectServed(stub) ? workersOf(stub) * concurrentRequestsOf(stub) : workersOf(stub);
 }
 
-/** Tasks that make one container's worth of demand. */
+/** Tasks that make one container's worth of demand; a gang (a "container" of several hosts) runs one at a time. */
 export function tasksPerContainer(stub: ScaledStub): number {
+  if (gangSize(stub) > 1) return 1;
   if (!isAutoscaled(stub)) return workersOf(stub);
   const t = stub.config.autoscaler?.tasks_per_container;
   return Number.isInteger(t) && t > 0 ? t : slotsPerContainer(stub);

@@ -8,7 +8,8 @@ import type { ContainerStatus } from "../../api/index.ts";
 import { RunnerLabels } from "../../shared/tasks.ts";
 import { type AgentView, type Reservation, gpuTypeOf } from "../scheduler/index.ts";
 import type { Planner } from "../scheduler/index.ts";
-import { CONFIG_VERSION_LABEL } from "./runner-request.ts";
+import { type GangPlace, gangFromLabels } from "./gangs.ts";
+import { CONFIG_VERSION_LABEL, GANG_VNI_LABEL } from "./runner-request.ts";
 import type { ManagedContainerInfo } from "./types.ts";
 
 export interface Managed extends ManagedContainerInfo {
@@ -17,6 +18,8 @@ export interface Managed extends ManagedContainerInfo {
   stopRequested: boolean;
   /** The stub's config_version it started with; undefined when unknown (adopted without the label). */
   configVersion?: number;
+  /** Its place in a gang (gangs.ts): the gang starts, counts and ends as one. */
+  gang?: GangPlace;
 }
 
 /** The planner's reservation kind of runner containers. */
@@ -136,6 +139,7 @@ export function adoptedRecord(s: ContainerStatus, agent: AgentView, now: number)
   if (!stubId || !workspaceId) return undefined;
   const gpuType = s.gpus[0] ? gpuTypeOf(agent, s.gpus[0]) : undefined;
   const version = Number(s.labels[CONFIG_VERSION_LABEL]);
+  const gang = gangFromLabels(s.labels, GANG_VNI_LABEL);
   return {
     id: s.id,
     stubId,
@@ -145,6 +149,7 @@ export function adoptedRecord(s: ContainerStatus, agent: AgentView, now: number)
     since: s.startedAt ?? now,
     stopRequested: false,
     ...(Number.isInteger(version) && version > 0 ? { configVersion: version } : {}),
+    ...(gang ? { gang } : {}),
     reservation: {
       agentId: agent.agentId,
       cpuMillicores: Math.round(s.cpu * 1000),

@@ -22,6 +22,7 @@ import { type StopCandidate, type StopReason, containersToStop, desiredContainer
 import { CodePusher } from "./code-push.ts";
 import { ContainerTable, type Managed } from "./container-table.ts";
 import { FleetSync } from "./fleet-sync.ts";
+import { countUnits, gangEndMessage, unitOf } from "./gangs.ts";
 import { ScaleTargets, scaleReason } from "./scale-targets.ts";
 import { ContainerStarter } from "./starter.ts";
 import {
@@ -101,6 +102,7 @@ export class ContainerManager implements ContainerCounts {
       code,
       fleet: this.fleet,
       track,
+      endGang: (gangId, why) => this.endGang(gangId, why),
     });
     this.targets = new ScaleTargets(this.o.log, this.o.onScale);
   }
@@ -132,8 +134,9 @@ export class ContainerManager implements ContainerCounts {
     this.o.planner.removeOwner(this.owner);
   }
 
+  /** The stub's containers not being stopped; a gang (extra.nodes > 1) counts once: one task at a time. */
   activeContainers(stubId: string): number {
-    return this.containers.live((c) => c.stubId === stubId).length;
+    return countUnits(this.containers.live((c) => c.stubId === stubId));
   }
 
   list(): ManagedContainerInfo[] {
@@ -317,7 +320,7 @@ export class ContainerManager implements ContainerCounts {
     this.noteHealthy(stub, now);
     const stops = this.scaleDown(stub, desired, draining, now);
     // Warm containers above the desired count stay part of the target until they stop.
-    const target = draining ? 0 : Math.max(desired, this.current(stub).length);
+    const target = draining ? 0 : Math.max(desired, this.currentUnits(stub));
     this.targets.note(stub, target, now, scaleReason(stops, draining, demand, baseline), queueDepth);
     if (!draining) await this.scaleUp(stub, desired, now);
     else this.starter.notWaiting(stub.id);
@@ -336,6 +339,11 @@ export class ContainerManager implements ContainerCounts {
   /** Live containers of the stub's current config (an adopted one of unknown version counts as current). */
   private current(stub: StubRecord): Managed[] {
     return this.containers.live((c) => c.stubId === stub.id && !this.outdated(c, stub));
+  }
+
+  /** current() in units: a gang counts once (gangs.ts). */
+  private currentUnits(stub: StubRecord): number {
+    return countUnits(this.current(stub));
   }
 
   private outdated(c: Managed, stub: StubRecord): boolean {
@@ -361,42 +369,74 @@ export class ContainerManager implements ContainerCounts {
     }
   }
 
-  /** Stops what containersToStop picks; returns why each stopped. */
+  /**
+   * Stops what containersToStop picks; returns why each stopped. A gang is
+   * one candidate (busy when any member is, idle since its latest member)
+   * and stops whole.
+   */
   private scaleDown(stub: StubRecord, desired: number, draining: boolean, now: number): StopReason[] {
     const running = this.containers.live((c) => c.stubId === stub.id && c.state === "running");
-    const candidates: StopCandidate[] = running.map((c) => {
+    const units = new Map<string, StopCandidate>();
+    for (const c of running) {
       const a = this.o.activity.containerActivity(c.id);
-      return {
-        id: c.id,
-        busy: a?.busy === true,
-        idleSince: Math.max(a?.lastActiveAt ?? 0, c.since),
-        outdated: this.outdated(c, stub),
-      };
-    });
+      const id = unitOf(c);
+      const had = units.get(id);
+      const idleSince = Math.max(a?.lastActiveAt ?? 0, c.since);
+      units.set(id, {
+        id,
+        busy: a?.busy === true || had?.busy === true,
+        idleSince: Math.max(idleSince, had?.idleSince ?? 0),
+        outdated: this.outdated(c, stub) || had?.outdated === true,
+      });
+    }
     const stops = containersToStop({
-      candidates,
-      current: this.current(stub).length,
+      candidates: [...units.values()],
+      current: this.currentUnits(stub),
       keep: desired,
       keepWarmMs: stub.config.keep_warm_seconds * 1000,
       now,
       draining,
     });
     for (const { id, reason } of stops) {
-      const i = running.findIndex((c) => c.id === id);
-      const c = running[i] as Managed;
-      this.o.log.info(
-        {
-          containerId: id,
-          stubId: stub.id,
-          agentId: c.agentId,
-          idleMs: now - (candidates[i]?.idleSince ?? now),
-          reason,
-        },
-        `stopping a container: ${reason}`,
-      );
-      void this.track(this.stopOne(c));
+      const idleMs = now - (units.get(id)?.idleSince ?? now);
+      for (const c of this.containers.live((c) => c.stubId === stub.id && unitOf(c) === id)) {
+        this.o.log.info(
+          {
+            containerId: c.id,
+            stubId: stub.id,
+            agentId: c.agentId,
+            idleMs,
+            reason,
+            ...(c.gang ? { gangId: c.gang.id, rank: c.gang.rank } : {}),
+          },
+          `stopping a container: ${reason}`,
+        );
+        void this.track(this.stopMember(c));
+      }
     }
     return stops.map((s) => s.reason);
+  }
+
+  /**
+   * stopOne(), except for a gang member still starting: it is marked and
+   * its start ends it (starter.ts), so no stop reaches its agent before
+   * the container is there.
+   */
+  private async stopMember(c: Managed): Promise<void> {
+    if (c.gang && c.state === "starting") {
+      c.stopRequested = true;
+      this.containers.setState(c, "stopping");
+      return;
+    }
+    await this.stopOne(c);
+  }
+
+  /** Ends a gang: its members still live are stopped, with `why` (naming the rank and cause) logged. */
+  private endGang(gangId: string, why: string): void {
+    const rest = this.containers.live((c) => c.gang?.id === gangId);
+    if (rest.length === 0) return;
+    this.o.log.warn({ gangId, stubId: rest[0]?.stubId, containers: rest.map((c) => c.id), reason: why }, why);
+    for (const c of rest) void this.track(this.stopMember(c));
   }
 
   private async stopOne(c: Managed): Promise<void> {
@@ -428,7 +468,8 @@ export class ContainerManager implements ContainerCounts {
   private idleContainers(): IdleCandidate[] {
     const { activity } = this.o;
     const byStub = new Map<string, IdleCandidate[]>();
-    for (const c of this.containers.live((c) => c.state === "running")) {
+    // Not gang members: the planner counts one container's room freed, and stopping one ends its whole gang.
+    for (const c of this.containers.live((c) => c.state === "running" && !c.gang)) {
       const d = activity.demandOf(c.stubId);
       const a = activity.containerActivity(c.id);
       if (a?.busy || d?.pending || d?.running) continue;
@@ -453,7 +494,8 @@ export class ContainerManager implements ContainerCounts {
    */
   private preemptibleContainers(): PreemptCandidate[] {
     const out: PreemptCandidate[] = [];
-    for (const c of this.containers.live((c) => c.state === "running")) {
+    // Not gang members: preempting one requeues its task and ends its whole gang, room the planner did not count.
+    for (const c of this.containers.live((c) => c.state === "running" && !c.gang)) {
       const stub = this.stubCache.peek(c.stubId);
       if (!stub?.extra.preemptible) continue;
       out.push({ id: c.id, priority: stub.extra.priority ?? 0, startedAt: c.since });
@@ -517,6 +559,16 @@ export class ContainerManager implements ContainerCounts {
           );
         }
       }
+      // A member that ended by itself (or whose agent is gone) ends its gang: the others cannot go on without it.
+      if (c.gang && !c.stopRequested)
+        this.endGang(
+          c.gang.id,
+          gangEndMessage(
+            c.gang.id,
+            c.gang.rank,
+            `exited (${e.reason ?? "exited"}, code ${e.exitCode ?? "?"})`,
+          ),
+        );
       if (c.stopRequested) return;
     }
     if (!this.stopped) void this.track(this.fleet.removeOnAgent(e.agentId, e.containerId));
@@ -533,7 +585,7 @@ export class ContainerManager implements ContainerCounts {
    */
   private async scaleUp(stub: StubRecord, desired: number, now: number): Promise<void> {
     if (this.starter.failures.blocked(stub.id, now)) return;
-    const missing = desired - this.current(stub).length;
+    const missing = desired - this.currentUnits(stub);
     if (missing <= 0) return this.starter.notWaiting(stub.id);
     const limits = await this.workspaceLimits(stub.workspaceId, now);
     for (let i = 0; i < missing; i++) {

@@ -1,7 +1,8 @@
 // From a stub to what placement and the agent need: resources, GPU wishes,
 // and the RunContainer request of one runner container.
 
-import type { RunContainerRequest, RunnerConfig } from "../../api/index.ts";
+import type { GangMember, RunContainerRequest, RunnerConfig } from "../../api/index.ts";
+import { GangLabels } from "../../shared/gang.ts";
 import { resolveEgressPolicy } from "../../shared/egress.ts";
 import { cpuMillicores, gpuWish } from "../scheduler/index.ts";
 import { stubVolumeMounts } from "../../shared/volumes.ts";
@@ -31,6 +32,25 @@ export const ENDPOINT_PORT = 8000;
  * adopts it after a restart can still tell it apart from a newer config.
  */
 export const CONFIG_VERSION_LABEL = "berth.config_version";
+
+/**
+ * The VNI of a gang member's network: the agent needs only `gang`, but a
+ * coordinator that adopts the member after a restart reads it here so that
+ * no new gang takes a live one's VNI.
+ */
+export const GANG_VNI_LABEL = "berth.gang_vni";
+
+/** Makes `req` the request of one gang member: the agent joins it to the gang's network and sets its environment. */
+export function applyGang(req: RunContainerRequest, gang: GangMember): void {
+  req.gang = { ...gang, hosts: [...gang.hosts] };
+  req.labels = {
+    ...req.labels,
+    [GangLabels.gangId]: gang.id,
+    [GangLabels.rank]: String(gang.rank),
+    [GangLabels.size]: String(gang.size),
+    [GANG_VNI_LABEL]: String(gang.vni),
+  };
+}
 
 /** Re-exported: the helpers live in shared/ so that tasks/ and sandboxes/ need not import containers/. */
 export { cpuMillicores, gpuWish };

@@ -9,7 +9,11 @@ import { stubBucketMounts } from "../volumes/index.ts";
 import type { CodePusher } from "./code-push.ts";
 import { type ContainerTable, type Managed, RUNNER_KIND } from "./container-table.ts";
 import type { FleetSync } from "./fleet-sync.ts";
-import { applyWorkspaceRuntime, placementRequest } from "./runner-request.ts";
+import { gangEndMessage, gangSize, newGangId, pickVni } from "./gangs.ts";
+import { DEFAULT_GANG_SUBNET, GANG_MASTER_PORT } from "../../shared/gang.ts";
+import type { GangMember } from "../../api/index.ts";
+import type { Plan } from "../scheduler/index.ts";
+import { applyGang, applyWorkspaceRuntime, placementRequest } from "./runner-request.ts";
 import { SecretsError, StartFailures, classifyStartError } from "./start-failures.ts";
 import type {
   ResolvedContainerManagerOptions,
@@ -24,6 +28,8 @@ export interface StarterDeps {
   code: CodePusher;
   fleet: FleetSync;
   track<T>(p: Promise<T>): Promise<T>;
+  /** Stops the gang's members still live (one could not start, or exited): `why` names the rank and cause. */
+  endGang(gangId: string, why: string): void;
 }
 
 /** A limit as the limits route names it (maxGpus: max_gpus). */
@@ -51,6 +57,8 @@ export class ContainerStarter {
       void this.d.track(this.failPending(stub.id, "not_found", stub.imageError));
       return false;
     }
+    const size = gangSize(stub);
+    if (size > 1) return this.placeGang(stub, size, limits);
     const sha = stub.extra.code_sha256;
     const prefer = new Set(sha ? code.holders(sha) : []);
     for (const c of containers.live((c) => c.stubId === stub.id)) prefer.add(c.agentId);
@@ -66,25 +74,7 @@ export class ContainerStarter {
       ...(limits ? { limits } : {}),
       ...(stub.imageAgents ? { onlyAgents: stub.imageAgents } : {}),
     });
-    if (!placed.ok) {
-      if (placed.permanent && placed.limit) {
-        this.waiting(stub.id, `${placed.reason}; it cannot start until an operator raises the limit`, {
-          kind: "workspace_limit",
-          limit: limitName(placed.limit),
-        });
-      } else if (placed.permanent) {
-        o.log.warn(
-          { stubId: stub.id, reason: placed.reason },
-          "no agent can ever run this stub's containers",
-        );
-        void this.d.track(this.failPending(stub.id, "unplaceable", placed.reason));
-      } else if (placed.limit) {
-        this.waiting(stub.id, placed.reason, { kind: "workspace_limit", limit: limitName(placed.limit) });
-      } else {
-        this.waiting(stub.id, placed.reason, { kind: placed.noAgents ? "no_agent" : "no_room" });
-      }
-      return false;
-    }
+    if (!placed.ok) return this.refused(stub, placed);
     this.lastWait.delete(stub.id);
     const r = placed.reservation;
     if (placed.stopping.length > 0)
@@ -108,6 +98,89 @@ export class ContainerStarter {
     return true;
   }
 
+  /** Records why the stub cannot place a container now (or ever); false, for placeOne's caller. */
+  private refused(stub: StubRecord, placed: Extract<Plan, { ok: false }>): false {
+    const { o } = this.d;
+    if (placed.permanent && placed.limit) {
+      this.waiting(stub.id, `${placed.reason}; it cannot start until an operator raises the limit`, {
+        kind: "workspace_limit",
+        limit: limitName(placed.limit),
+      });
+    } else if (placed.permanent) {
+      o.log.warn({ stubId: stub.id, reason: placed.reason }, "no agent can ever run this stub's containers");
+      void this.d.track(this.failPending(stub.id, "unplaceable", placed.reason));
+    } else if (placed.limit) {
+      this.waiting(stub.id, placed.reason, { kind: "workspace_limit", limit: limitName(placed.limit) });
+    } else {
+      this.waiting(stub.id, placed.reason, { kind: placed.noAgents ? "no_agent" : "no_room" });
+    }
+    return false;
+  }
+
+  /**
+   * A gang stub's placeOne: extra.nodes containers on as many agents, all
+   * or none (Planner.reserveGang), one gang id and a VNI no live gang uses;
+   * each member starts like any runner, with its rank's `gang` on the
+   * request. A member that cannot start ends the gang (startOne).
+   */
+  private placeGang(stub: StubRecord, size: number, limits?: WorkspaceContainerLimits): boolean {
+    const { o, containers, code } = this.d;
+    const sha = stub.extra.code_sha256;
+    const req = placementRequest(stub, sha ? code.holders(sha) : []);
+    const ids = Array.from({ length: size }, () => `ctr-${randomBytes(8).toString("hex")}`);
+    const placed = o.planner.reserveGang(
+      ids.map((id) => ({
+        id,
+        kind: RUNNER_KIND,
+        workspaceId: stub.workspaceId,
+        stubId: stub.id,
+        placement: req,
+        ...(stub.extra.priority ? { priority: stub.extra.priority } : {}),
+        ...(limits ? { limits } : {}),
+        ...(stub.imageAgents ? { onlyAgents: stub.imageAgents } : {}),
+      })),
+    );
+    if (!placed.ok) return this.refused(stub, placed);
+    this.lastWait.delete(stub.id);
+    const used = new Set<number>();
+    for (const c of containers.all()) if (c.gang?.vni !== undefined) used.add(c.gang.vni);
+    const gang: Omit<GangMember, "rank"> = {
+      id: newGangId(),
+      vni: pickVni(used),
+      size,
+      hosts: placed.members.map((m) => m.gangAddress),
+      subnet: DEFAULT_GANG_SUBNET,
+      masterPort: GANG_MASTER_PORT,
+    };
+    o.log.info(
+      {
+        stubId: stub.id,
+        gangId: gang.id,
+        vni: gang.vni,
+        agents: placed.members.map((m) => m.reservation.agentId),
+      },
+      `starting gang ${gang.id} of ${size} containers for ${stub.id}`,
+    );
+    for (const [rank, m] of placed.members.entries()) {
+      const r = m.reservation;
+      const c: Managed = {
+        id: r.id,
+        stubId: stub.id,
+        workspaceId: stub.workspaceId,
+        agentId: r.agentId,
+        state: "starting",
+        since: o.clock(),
+        stopRequested: false,
+        configVersion: stub.configVersion,
+        reservation: r,
+        gang: { ...gang, rank },
+      };
+      containers.add(c);
+      void this.d.track(this.startOne(c, stub, r.gpuType, m.stopping.length > 0, limits));
+    }
+    return true;
+  }
+
   private async startOne(
     c: Managed,
     stub: StubRecord,
@@ -128,6 +201,7 @@ export class ContainerStarter {
         return;
       }
       if (!containers.holds(c)) return;
+      if (this.endedGang(c)) return;
     }
     try {
       const api = this.d.fleet.api(c.agentId);
@@ -140,7 +214,15 @@ export class ContainerStarter {
       const req = o.containerRequest(stub, c.id, gpuType, secretEnv);
       applyWorkspaceRuntime(req, runtime);
       if (buckets.length > 0) req.buckets = buckets;
+      if (c.gang) applyGang(req, c.gang as GangMember);
+      if (this.endedGang(c)) return;
       const status = await api.runContainer(req);
+      // Its gang ended while it started: it goes at once, unused.
+      if (c.gang && c.stopRequested) {
+        await api.stopContainer(c.id, { graceMs: 0, remove: true }).catch(() => {});
+        containers.remove(c);
+        return;
+      }
       if (!containers.holds(c)) return; // exited already, or its agent is gone
       o.planner.assignGpus(c.id, status.gpus);
       if (c.state === "starting") {
@@ -151,9 +233,24 @@ export class ContainerStarter {
     } catch (err) {
       containers.remove(c);
       const failure = classifyStartError(err);
+      // A member of a gang that already ended (another rank failed first) adds no failure of its own.
+      if (c.gang && c.stopRequested) return;
       log.warn({ err, code: failure.code }, `cannot start a runner container: ${failure.message}`);
+      // One member that cannot start ends the gang: the others are stopped and their room released.
+      if (c.gang)
+        this.d.endGang(
+          c.gang.id,
+          gangEndMessage(c.gang.id, c.gang.rank, `could not start (${failure.message})`),
+        );
       await this.noteFailure(stub.id, o.clock(), failure);
     }
+  }
+
+  /** A starting member whose gang ended: forgotten (its room released) before it reaches its agent. */
+  private endedGang(c: Managed): boolean {
+    if (!c.gang || !c.stopRequested) return false;
+    this.d.containers.remove(c);
+    return true;
   }
 
   /** Read at every start, so an updated secret reaches the next container. */

@@ -186,7 +186,8 @@ export interface World {
   clock: { now: number };
   /** One reconcile and everything it started. */
   tick(advanceMs?: number): Promise<void>;
-  addAgent(id: string, cap: HostCapacity): FakeContainerApi;
+  /** `more`: other heartbeat fields (a node address for gangs). */
+  addAgent(id: string, cap: HostCapacity, more?: Partial<Pick<Heartbeat, "nodeAddress">>): FakeContainerApi;
 }
 
 export function world(over: Partial<ContainerManagerOptions> = {}): World {
@@ -251,7 +252,7 @@ export function world(over: Partial<ContainerManagerOptions> = {}): World {
       await mgr.reconcile();
       await mgr.settled();
     },
-    addAgent(id, cap) {
+    addAgent(id, cap, more) {
       const gpus = cap.gpus.devices.map((d) => d.uuid);
       const a = new FakeContainerApi({ agentId: id, gpuUuids: gpus });
       for (const m of UNUSED_BY_THE_MANAGER) a.refused.add(m);
@@ -265,6 +266,7 @@ export function world(over: Partial<ContainerManagerOptions> = {}): World {
           intervalMs: 1000,
           grpcAddress: "x:1",
           capacity: cap,
+          ...more,
         },
         clock.now,
       );
