@@ -99,6 +99,13 @@ export class SandboxService {
         `stub ${stub.id} is a ${kind} stub; ${opts.expect === "pod" ? "POST /api/v1/gateway/sandboxes" : "POST /api/v1/gateway/pods"} starts it`,
         { stub_id: stub.id, type: stub.type },
       );
+    // This starts one container; a gang of hosts is started by the container manager (a deployed pod).
+    const nodes = stub.extra.nodes ?? 1;
+    if (nodes > 1)
+      throw invalid(
+        `stub ${stub.id} asks for a gang of ${nodes} hosts (nodes=${nodes}): deploy it; ${opts.expect === "pod" ? "POST /api/v1/gateway/pods" : "this route"} starts one container`,
+        { stub_id: stub.id, field: "extra.nodes" },
+      );
     let image: string | undefined = stub.extra.image_ref || undefined;
     let imageId: string | null = null;
     let agentId: string | undefined;

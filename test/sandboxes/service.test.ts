@@ -68,6 +68,12 @@ test("bad input is refused before anything starts; another workspace's stub and 
   await assert.rejects(w.svc.create(w.ws, fn.id), /type sandbox or pod/);
   const pod = await w.stub("pod", "pod");
   await assert.rejects(w.svc.create(w.ws, pod.id, { expect: "pod" }), /needs an entrypoint/);
+  // A gang of hosts is a deployed pod's (the container manager starts gangs), never one started here.
+  const gang = await w.stub("gang", "pod", { entrypoint: ["python3", "train.py"], nodes: 2 });
+  await assert.rejects(
+    w.svc.create(w.ws, gang.id, { expect: "pod" }),
+    /asks for a gang of 2 hosts \(nodes=2\): deploy it; POST \/api\/v1\/gateway\/pods starts one container/,
+  );
   assert.equal(a.runs.length, 0);
   await assert.rejects(w.svc.create(w.otherWs, fn.id), code("not_found"));
 
