@@ -5,7 +5,10 @@
 
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
+import { adoptedRecord } from "../../coordinator/containers/container-table.ts";
 import { MAX_GANG_VNI, MIN_GANG_VNI, pickVni } from "../../coordinator/containers/gangs.ts";
+import { applyGang, runnerRequest } from "../../coordinator/containers/runner-request.ts";
+import { FakeContainerApi } from "../helpers/fake-container-api.ts";
 import type { RunContainerRequest } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { DEFAULT_GANG_SUBNET, GANG_MASTER_PORT, GangLabels } from "../../shared/gang.ts";
@@ -203,4 +206,49 @@ test("pickVni: never one a live gang uses", () => {
   );
   const v = pickVni(new Set());
   assert.ok(Number.isInteger(v) && v >= MIN_GANG_VNI && v <= MAX_GANG_VNI);
+});
+
+test("GPUs per member: each rank asks its own agent for the stub's GPUs", async (t) => {
+  const w = world();
+  t.after(() => w.mgr.stop());
+  const gpu = (host: string) => capacity(8, 64, [{ type: "H100", uuid: `GPU-${host}` }]);
+  w.addAgent("agent-a", gpu("a"), { nodeAddress: "10.0.0.1" });
+  w.addAgent("agent-cpu", capacity(8, 64), { nodeAddress: "10.0.0.2" });
+  w.addAgent("agent-b", gpu("b"), { nodeAddress: "10.0.0.3" });
+  w.stubs.set("stub-g", stubRecord("stub-g", { extra: { nodes: 2, gpu_types: ["H100"], gpu_count: 1 } }));
+  w.activity.set("stub-g", 1);
+  await w.tick();
+  const runs = gangRuns(w);
+  assert.deepEqual(
+    runs.map((r) => [r.gang?.hosts, r.gpu?.count, r.gpu?.types]),
+    [
+      [["10.0.0.1", "10.0.0.3"], 1, ["H100"]],
+      [["10.0.0.1", "10.0.0.3"], 1, ["H100"]],
+    ],
+  );
+  assert.equal(w.agents.get("agent-cpu")?.runs.length, 0);
+});
+
+test("a gang member found on an agent (a coordinator restart) is known by its labels", async () => {
+  const api = new FakeContainerApi({ agentId: "agent-a" });
+  const req = runnerRequest(stubRecord("stub-g", { extra: { nodes: 2 } }), "ctr-1", undefined);
+  applyGang(req, {
+    id: "gang-ab12",
+    vni: 7000,
+    rank: 1,
+    size: 2,
+    hosts: ["10.0.0.1", "10.0.0.2"],
+    subnet: DEFAULT_GANG_SUBNET,
+    masterPort: GANG_MASTER_PORT,
+  });
+  const status = await api.runContainer(req);
+  const empty = { cpuMillicores: 0, memoryBytes: 0, gpus: {} };
+  const c = adoptedRecord(status, { agentId: "agent-a", ready: true, total: empty, free: empty }, 0);
+  assert.deepEqual(c?.gang, { id: "gang-ab12", rank: 1, size: 2, vni: 7000 });
+  // One of no gang has none.
+  const plain = await api.runContainer(runnerRequest(stubRecord("stub-f"), "ctr-2", undefined));
+  assert.equal(
+    adoptedRecord(plain, { agentId: "agent-a", ready: true, total: empty, free: empty }, 0)?.gang,
+    undefined,
+  );
 });
