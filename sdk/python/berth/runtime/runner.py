@@ -24,6 +24,8 @@ from ..api.context import Context
 from ..handler_call import HandlerArgumentsError, bind_endpoint_call
 from .bridge import AgentGone, BridgeClient, log
 from .capture import Capture
+from .gang import Follower, Leader
+from .gang_wire import GangConfig, accept_all, listen
 from .state_bridge import install_from_env as install_state_transport
 from .db_forward import start_from_env as forward_databases
 from .handler_load import (
@@ -98,6 +100,8 @@ class Runner:
         self.on_start_value: Any = None
         self.wants_context = False
         self.gone = threading.Event()
+        # Rank 0 of a gang (gang.py): each task runs on every rank; None outside a gang.
+        self.leader: Optional[Leader] = None
         self.output_client = BridgeClient(cfg.socket, timeout=30.0, gone_after_s=5.0)
         self.capture = Capture(self._send_output)
 
@@ -186,8 +190,16 @@ class Runner:
         return {"status": "FAILED", "error": {"type": type_name, "message": message, "traceback": tb}, "retry": False}
 
     def execute(self, task: dict) -> dict:
+        ok, outcome = self.invoke(task)
+        return self.success(outcome) if ok else outcome
+
+    def invoke(self, task: dict) -> Tuple[bool, Any]:
+        """(True, the handler's return value) or (False, the FAILED result).
+
+        Apart from execute, so a gang's other ranks (gang.py) run the call without pickling a value nobody reads.
+        """
         if self.load_error is not None:
-            return {"status": "FAILED", "error": dict(self.load_error), "retry": False}
+            return False, {"status": "FAILED", "error": dict(self.load_error), "retry": False}
         fn = self.fn
         if task.get("payload_format") == "json":
             fn = self._json_target()
@@ -195,13 +207,12 @@ class Runner:
         else:
             call = self._pickled_call(task)
         if isinstance(call, dict):
-            return call
+            return False, call
         args, kwargs = call
         try:
-            value = self._await(fn(*args, **kwargs))  # type: ignore[misc]
+            return True, self._await(fn(*args, **kwargs))  # type: ignore[misc]
         except BaseException as e:  # noqa: BLE001 - SystemExit in a handler is its failure too
-            return self.failure(e)
-        return self.success(value)
+            return False, self.failure(e)
 
     def _pickled_call(self, task: dict) -> Union[Tuple[tuple, dict], dict]:
         """The pickled ``(args, kwargs)`` of a ``.remote()``/``.put()``; a FAILED result when they do not unpickle."""
@@ -234,7 +245,8 @@ class Runner:
         except HandlerArgumentsError as e:
             return self.refused(str(e), "berth.HandlerArgumentsError")
 
-    def run_task(self, task: dict, heartbeat: "Heartbeat", batch: Optional["Batch"] = None) -> dict:
+    def run_task(self, task: dict, heartbeat: "Heartbeat", batch: Optional["Batch"] = None) -> Optional[dict]:
+        """The task's result; None when a gang's rank 0 has already reported it (gang.py)."""
         task_id = str(task.get("id"))
         # Process-wide, for handlers that read them (with several workers, the latest task's).
         os.environ["BERTH_TASK_ID"] = task_id
@@ -242,7 +254,8 @@ class Runner:
         heartbeat.begin(task_id, batch)
         out = self.capture.start(task_id)
         try:
-            result = self.execute(task)
+            leader = self.leader
+            result = self.execute(task) if leader is None else leader.run(task, lambda: self.execute(task))
         finally:
             self.capture.finish(out)
             heartbeat.end()
@@ -271,6 +284,8 @@ class Runner:
                     if task is None:
                         break
                     result = self._run_one(task, heartbeat, batch)
+                    if result is None:
+                        continue
                     results.append(result)
                     waiting_bytes += len(result.get("result") or "")
                     if waiting_bytes > RESULTS_FLUSH_BYTES:
@@ -278,6 +293,15 @@ class Runner:
                         results, waiting_bytes = [], 0
                 per_task = (time.monotonic() - t0) / max(1, batch.ran)
                 want = min(want * 2, MAX_BATCH) if per_task < SHORT_TASK_S and not batch.released else 1
+                if self.leader is not None:
+                    want = 1  # a gang runs one task at a time on all its ranks
+                    if self.leader.broken:
+                        # A rank ended or is stuck: report, take no more, and exit so the gang ends.
+                        if results:
+                            self._post_results(client, results, None)
+                        log("the gang cannot run another task; exiting")
+                        self.gone.set()
+                        return
                 status, body = self._post_results(client, results, want)
         except AgentGone as e:
             log(f"{e}; exiting")
@@ -299,10 +323,12 @@ class Runner:
             return []
         return tasks
 
-    def _run_one(self, task: dict, heartbeat: "Heartbeat", batch: "Batch") -> dict:
+    def _run_one(self, task: dict, heartbeat: "Heartbeat", batch: "Batch") -> Optional[dict]:
         started_at = int(time.time() * 1000)
         try:
             result = self.run_task(task, heartbeat, batch)
+            if result is None:
+                return None
         except Exception as e:  # noqa: BLE001 - a runner fault still ends the task
             log(f"runner fault on task {task['id']}:\n{traceback.format_exc()}")
             result = self.refused(f"the berth runner failed: {type(e).__name__}: {e}", "berth.RunnerError")
@@ -439,6 +465,43 @@ class Heartbeat:
                         self.task_id = None
 
 
+def run_gang(cfg: RunnerConfig) -> Optional[int]:
+    """A gang member's runner (gang.py): the exit code; None when this container is in no gang."""
+    try:
+        gang = GangConfig.from_env(os.environ)
+    except ValueError as e:
+        log(f"gang: {e}; exiting")
+        return 2
+    if gang is None:
+        return None
+    if cfg.workers > 1:
+        log(f"gang: a gang runs one task at a time; BERTH_WORKERS={cfg.workers} is taken as 1")
+        cfg.workers = 1
+    runner = Runner(cfg)
+    if gang.rank != 0:
+        runner.load()
+        return Follower(gang, runner).serve()
+    deadline = time.monotonic() + gang.connect_timeout_s
+    try:
+        # Listening before the handler loads: the other ranks' connections wait in the backlog meanwhile.
+        srv = listen(gang)
+    except OSError as e:
+        log(f"gang: rank 0 cannot listen on {gang.addrs[0]}:{gang.port}: {e}; exiting")
+        return 1
+    runner.load()
+    try:
+        conns = accept_all(srv, gang, deadline)
+    except TimeoutError as e:
+        log(f"gang: {e}; exiting")
+        return 1
+    finally:
+        srv.close()
+    log(f"gang: all {gang.size} ranks connected; taking tasks")
+    runner.leader = Leader(gang, conns, cfg.socket, set(cfg.retry_for))
+    runner.leader.start()
+    return runner.serve()
+
+
 def main() -> int:
     # The runner is the container's PID 1, which the kernel shields from
     # signals without a handler: without this, a stop waits out its grace period.
@@ -451,9 +514,11 @@ def main() -> int:
     install_state_transport()
     # The workspace's databases at the 127.0.0.1 ports their URLs name (docs/databases.md).
     forward_databases()
-    runner = Runner(cfg)
-    runner.load()
-    code = runner.serve()
+    code = run_gang(cfg)
+    if code is None:
+        runner = Runner(cfg)
+        runner.load()
+        code = runner.serve()
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,0 +1,230 @@
+"""Gang mode of the runner (berth/runtime/gang.py): rank 0 and rank 1 as real runner subprocesses on 127.0.0.1.
+
+Each rank has a fake agent bridge of its own, as on two hosts; only rank 0's hands out tasks.
+"""
+
+import os
+import socket
+import tempfile
+import textwrap
+import time
+import unittest
+
+from tests.fake_bridge import FakeBridge, start_runner, stop_runner
+from tests.test_runner import args, value
+
+APP = """
+import os, time
+
+def work(x):
+    rank = int(os.environ["BERTH_GANG_RANK"])
+    task_id = os.environ["BERTH_TASK_ID"]
+    out = os.environ["GANG_TEST_DIR"]
+    with open(os.path.join(out, f"seen-{rank}-{task_id}"), "w") as f:
+        f.write(repr(x))
+    print(f"hello from {rank}", flush=True)
+    if x == "fail-on-1" and rank == 1:
+        raise ValueError("rank one says no")
+    if x == "fail-on-0" and rank == 0:
+        raise KeyError("rank zero says no")
+    if x == "fail-fast-on-1":
+        if rank == 1:
+            raise ValueError("rank one gives up at once")
+        time.sleep(3)
+        open(os.path.join(out, f"finished-0-{task_id}"), "w").close()
+    if x == "hang-on-1" and rank == 1:
+        time.sleep(60)
+    return {"rank": rank, "x": x}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Gang:
+    """A gang of `size` ranks; `start(rank)` starts one rank's runner with its own bridge."""
+
+    def __init__(self, size: int = 2, **env):
+        self.dir = tempfile.TemporaryDirectory()
+        self.code = os.path.join(self.dir.name, "code")
+        self.out = os.path.join(self.dir.name, "out")
+        os.mkdir(self.code)
+        os.mkdir(self.out)
+        with open(os.path.join(self.code, "app.py"), "w") as f:
+            f.write(textwrap.dedent(APP))
+        self.size = size
+        self.port = free_port()
+        self.env = env
+        self.bridges = {}
+        self.procs = {}
+        self.logs = {}
+
+    def start(self, rank: int) -> None:
+        sock = os.path.join(self.dir.name, f"agent-{rank}.sock")
+        self.bridges[rank] = FakeBridge(sock)
+        env = {
+            "BERTH_GANG_ID": "gang-test",
+            "BERTH_GANG_RANK": str(rank),
+            "BERTH_GANG_SIZE": str(self.size),
+            "BERTH_GANG_ADDRS": ",".join(["127.0.0.1"] * self.size),
+            "BERTH_GANG_CONTROL_PORT": str(self.port),
+            "BERTH_GANG_CONNECT_TIMEOUT_S": "20",
+            "GANG_TEST_DIR": self.out,
+            **self.env,
+        }
+        self.procs[rank] = start_runner(self.code, sock, "app:work", **env)
+
+    def seen(self, rank: int, task_id: str):
+        path = os.path.join(self.out, f"seen-{rank}-{task_id}")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return f.read()
+
+    def log(self, rank: int) -> str:
+        """The rank's output (stopping it first if it still runs)."""
+        if rank not in self.logs:
+            self.logs[rank] = stop_runner(self.procs[rank])
+        return self.logs[rank]
+
+    def stop(self) -> None:
+        for rank in self.procs:
+            self.log(rank)
+        for bridge in self.bridges.values():
+            bridge.close()
+        self.dir.cleanup()
+
+
+class GangTest(unittest.TestCase):
+    """One gang for all: none of these tasks ends it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.gang = Gang(2, BERTH_GANG_GRACE_S="30")
+        cls.gang.start(0)
+        cls.gang.start(1)
+        cls.bridge = cls.gang.bridges[0]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gang.stop()
+
+    def run_task(self, task_id, payload):
+        self.bridge.add(task_id, payload)
+        return self.bridge.wait_result(task_id, timeout=30)
+
+    def test_a_task_runs_on_every_rank_with_the_same_args_and_returns_rank_0s_result(self):
+        r = self.run_task("t-same", args({"a": [1, 2]}))
+        self.assertEqual(r["status"], "COMPLETE", r)
+        self.assertEqual(value(r), {"rank": 0, "x": {"a": [1, 2]}})
+        self.assertEqual(self.gang.seen(0, "t-same"), repr({"a": [1, 2]}))
+        self.assertEqual(self.gang.seen(1, "t-same"), repr({"a": [1, 2]}))
+        # Rank 1's output reaches the caller through rank 0, marked with its rank.
+        wait_for(lambda: "[rank 1] hello from 1" in self.bridge.output("t-same"), what="rank 1's output")
+        self.assertIn("hello from 0", self.bridge.output("t-same"))
+        # Rank 1 never asks its own agent for tasks.
+        self.assertEqual(self.gang.bridges[1].asks, [])
+
+    def test_a_follower_exception_fails_the_task_naming_its_rank(self):
+        r = self.run_task("t-fail-1", args("fail-on-1"))
+        self.assertEqual(r["status"], "FAILED", r)
+        self.assertEqual(r["error"]["type"], "berth.GangError")
+        self.assertTrue(
+            r["error"]["message"].startswith("gang rank 1 failed: ValueError: rank one says no"), r["error"]["message"]
+        )
+        self.assertIn("rank one says no", r["error"]["traceback"])
+        self.assertFalse(r["retry"])
+        # The gang goes on.
+        ok = self.run_task("t-after-fail-1", args(3))
+        self.assertEqual(value(ok), {"rank": 0, "x": 3})
+        self.assertEqual(self.gang.seen(1, "t-after-fail-1"), "3")
+
+    def test_rank_0s_exception_is_reported_as_usual(self):
+        r = self.run_task("t-fail-0", args("fail-on-0"))
+        self.assertEqual(r["status"], "FAILED", r)
+        self.assertEqual(r["error"]["type"], "KeyError")
+        self.assertIn("rank zero says no", r["error"]["message"])
+        self.assertIn("pickled", r["error"])
+        ok = self.run_task("t-after-fail-0", args(4))
+        self.assertEqual(value(ok), {"rank": 0, "x": 4})
+
+    def test_a_follower_failure_is_reported_while_rank_0_still_runs(self):
+        r = self.run_task("t-fast", args("fail-fast-on-1"))
+        self.assertEqual(r["status"], "FAILED", r)
+        self.assertTrue(r["error"]["message"].startswith("gang rank 1 failed: ValueError: rank one gives up at once"))
+        self.assertFalse(os.path.exists(os.path.join(self.gang.out, "finished-0-t-fast")), "reported only after rank 0")
+        # Rank 0's call ends within the grace period: its result is not posted again and the gang goes on.
+        ok = self.run_task("t-after-fast", args(5))
+        self.assertEqual(value(ok), {"rank": 0, "x": 5})
+        self.assertTrue(os.path.exists(os.path.join(self.gang.out, "finished-0-t-fast")))
+        self.assertEqual([k for k in self.bridge.kinds("t-fast") if k == "result"], ["result"])
+
+
+class FollowerDiesTest(unittest.TestCase):
+    def test_a_follower_that_dies_mid_task_fails_it_naming_its_rank_and_rank_0_exits(self):
+        gang = Gang(2)
+        self.addCleanup(gang.stop)
+        gang.start(0)
+        gang.start(1)
+        gang.bridges[0].add("t-hang", args("hang-on-1"))
+        wait_for(lambda: gang.seen(1, "t-hang") is not None, what="rank 1 to start the task")
+        gang.procs[1].kill()
+        r = gang.bridges[0].wait_result("t-hang", timeout=30)
+        self.assertEqual(r["status"], "FAILED", r)
+        self.assertEqual(r["error"]["type"], "berth.GangError")
+        self.assertEqual(
+            r["error"]["message"], "gang rank 1 ended while the task ran (its connection to rank 0 closed)"
+        )
+        self.assertNotEqual(gang.procs[0].wait(timeout=20), 0)
+
+
+class Rank0DiesTest(unittest.TestCase):
+    def test_a_follower_exits_when_rank_0_goes(self):
+        gang = Gang(2)
+        self.addCleanup(gang.stop)
+        gang.start(0)
+        gang.start(1)
+        gang.bridges[0].add("t-1", args(1))
+        self.assertEqual(gang.bridges[0].wait_result("t-1", timeout=30)["status"], "COMPLETE")
+        gang.procs[0].kill()
+        self.assertNotEqual(gang.procs[1].wait(timeout=20), 0)
+
+
+class MissingRankTest(unittest.TestCase):
+    def test_rank_0_exits_naming_the_ranks_that_never_connected(self):
+        gang = Gang(3, BERTH_GANG_CONNECT_TIMEOUT_S="2")
+        self.addCleanup(gang.stop)
+        gang.start(0)
+        gang.start(1)
+        self.assertNotEqual(gang.procs[0].wait(timeout=20), 0)
+        self.assertIn("gang rank(s) 2 did not connect to rank 0", gang.log(0))
+        self.assertEqual(gang.bridges[0].asks, [])
+
+    def test_a_follower_exits_when_rank_0_never_listens(self):
+        gang = Gang(2, BERTH_GANG_CONNECT_TIMEOUT_S="1")
+        self.addCleanup(gang.stop)
+        gang.start(1)
+        self.assertNotEqual(gang.procs[1].wait(timeout=20), 0)
+        self.assertIn("gang rank 1 could not reach rank 0", gang.log(1))
+
+    def test_bad_gang_settings_exit_saying_why(self):
+        gang = Gang(2, BERTH_GANG_ADDRS="")
+        self.addCleanup(gang.stop)
+        gang.start(0)
+        self.assertNotEqual(gang.procs[0].wait(timeout=20), 0)
+        self.assertIn("BERTH_GANG_ADDRS is empty", gang.log(0))
+
+
+if __name__ == "__main__":
+    unittest.main()
