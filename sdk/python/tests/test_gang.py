@@ -34,6 +34,8 @@ def work(x):
         open(os.path.join(out, f"finished-0-{task_id}"), "w").close()
     if x == "hang-on-1" and rank == 1:
         time.sleep(60)
+    if x == "hang":
+        time.sleep(60)
     return {"rank": rank, "x": x}
 """
 
@@ -172,21 +174,32 @@ class GangTest(unittest.TestCase):
 
 
 class FollowerDiesTest(unittest.TestCase):
-    def test_a_follower_that_dies_mid_task_fails_it_naming_its_rank_and_rank_0_exits(self):
+    def check_follower_dies(self, payload: str) -> Gang:
         gang = Gang(2)
         self.addCleanup(gang.stop)
         gang.start(0)
         gang.start(1)
-        gang.bridges[0].add("t-hang", args("hang-on-1"))
+        gang.bridges[0].add("t-hang", args(payload))
         wait_for(lambda: gang.seen(1, "t-hang") is not None, what="rank 1 to start the task")
         gang.procs[1].kill()
         r = gang.bridges[0].wait_result("t-hang", timeout=30)
+        asks = len(gang.bridges[0].asks)
         self.assertEqual(r["status"], "FAILED", r)
         self.assertEqual(r["error"]["type"], "berth.GangError")
         self.assertEqual(
             r["error"]["message"], "gang rank 1 ended while the task ran (its connection to rank 0 closed)"
         )
         self.assertNotEqual(gang.procs[0].wait(timeout=20), 0)
+        self.assertEqual(len(gang.bridges[0].asks), asks, "rank 0 asks for no task once the gang is broken")
+        return gang
+
+    def test_a_follower_that_dies_after_rank_0_returned_fails_the_task_and_rank_0_exits(self):
+        gang = self.check_follower_dies("hang-on-1")
+        self.assertIn("the gang cannot run another task", gang.log(0))
+
+    def test_a_follower_that_dies_while_rank_0_still_runs_fails_the_task_at_once_and_rank_0_exits(self):
+        gang = self.check_follower_dies("hang")
+        self.assertIn("rank 1 ended while task t-hang ran; ending the gang", gang.log(0))
 
 
 class Rank0DiesTest(unittest.TestCase):
