@@ -25,6 +25,7 @@ from .options import (
     TaskPolicy,
     check_int,
     check_isolation,
+    check_nodes,
     check_pool,
     check_preemptible,
     check_priority,
@@ -67,6 +68,17 @@ def _guard(name: str) -> None:
 
 
 class Function:
+    """A function the cluster runs as tasks; made by ``@function(...)`` (the options are listed there).
+
+    ``nodes=N`` (1 to 64, default 1) makes each container a gang of N on N
+    distinct hosts, placed all or nothing, that reach each other over a
+    private network of their own: every rank runs each task with the same
+    arguments (with ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+    ``MASTER_PORT`` set for ``torch.distributed``), rank 0's return value is
+    the task's, and any rank's exception or exit fails the task naming the
+    rank ("gang rank 1 failed: ..."). ``gpu``/``gpu_count`` are per rank.
+    """
+
     # The registered stub's type; the deployment kinds (deployable.py) are Functions of other types.
     stub_type = "function"
     # What `berth deploy` and `berth image build` tell it by (berth.client.kinds); every subclass too.
@@ -96,6 +108,7 @@ class Function:
         pool: Optional[str] = None,
         priority: int = 0,
         preemptible: bool = False,
+        nodes: int = 1,
     ):
         if not callable(func):
             raise TypeError(f"@function decorates a function, not {func!r}")
@@ -126,6 +139,7 @@ class Function:
         self.pool = check_pool(pool)
         self.priority = check_priority(priority)
         self.preemptible = check_preemptible(preemptible)
+        self.nodes = check_nodes(nodes)
         self._stubs: Dict[Tuple[str, Optional[str]], str] = {}
         self._lock = threading.Lock()
 
@@ -202,6 +216,8 @@ class Function:
             # Placement order and preemption (docs/gpus.md); sent only when set.
             **({"priority": self.priority} if self.priority else {}),
             **({"preemptible": True} if self.preemptible else {}),
+            # A gang of that many hosts per container (shared/gang.ts); sent only for a gang.
+            **({"nodes": self.nodes} if self.nodes > 1 else {}),
         }
 
     def prepare(self, client: "Client") -> str:
@@ -258,7 +274,15 @@ class Function:
 
 
 def function(func: Optional[Callable] = None, **options: Any) -> Any:
-    """``@function`` or ``@function(cpu=1, memory=128, ...)``."""
+    """``@function`` or ``@function(cpu=1, memory=128, ...)``.
+
+    Options: ``cpu``, ``memory``, ``gpu``, ``gpu_count``, ``gpu_memory``,
+    ``image``, ``timeout``, ``retries``, ``callback_url``, ``volumes``,
+    ``secrets``, ``name``, ``task_policy``, ``retry_for``, ``headless``,
+    ``keep_warm_seconds``, ``on_start``, ``isolation``, ``pool``,
+    ``priority``, ``preemptible`` and ``nodes`` (a gang of that many hosts
+    runs each task: see ``Function``).
+    """
     if func is not None:
         return Function(func, **options)
     return lambda f: Function(f, **options)

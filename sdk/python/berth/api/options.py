@@ -181,6 +181,19 @@ def check_preemptible(value: Any) -> bool:
     return value
 
 
+# shared/gang.ts MAX_GANG_NODES: the most hosts one gang spans.
+MAX_GANG_NODES = 64
+
+
+def check_nodes(value: Any) -> int:
+    """``nodes=``: how many hosts each container is a gang of (1: no gang); see Function."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GANG_NODES:
+        raise ValueError(
+            f"nodes must be an int from 1 to {MAX_GANG_NODES} (the hosts that run each task together), got {value!r}"
+        )
+    return value
+
+
 def check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from ..api.image import Image
 from ..api.locate import Location, locate
-from ..api.options import check_int
+from ..api.options import check_int, check_nodes
 from ..client.kinds import POD
 from ..errors import BerthError
 from .sandbox_stub import ContainerSpec
@@ -109,7 +109,13 @@ def check_entrypoint(entrypoint: Any) -> List[str]:
 
 
 class Pod(ContainerSpec):
-    """A pod's options (spec, SDK objects → Pod). ``token``/``url`` default to SERVICE_TOKEN/BERTH_URL."""
+    """A pod's options (spec, SDK objects → Pod). ``token``/``url`` default to SERVICE_TOKEN/BERTH_URL.
+
+    ``nodes=N`` (1 to 64, default 1) asks for a gang: N containers on N
+    distinct hosts, each running the entrypoint, that reach each other over a
+    private network with the ``torch.distributed`` environment set (``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``, ...; see berth.Function).
+    """
 
     stub_type = "pod"
     handler = "berth.pod:Pod"
@@ -139,6 +145,7 @@ class Pod(ContainerSpec):
         isolation: str = "container",
         pool: Optional[str] = None,
         priority: int = 0,
+        nodes: int = 1,
     ):
         super().__init__(
             cpu=cpu,
@@ -159,6 +166,7 @@ class Pod(ContainerSpec):
             pool=pool,
             priority=priority,
         )
+        self.nodes = check_nodes(nodes)
         self.entrypoint = check_entrypoint(entrypoint)
         if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
             raise ValueError(f"Pod name must be a non-empty string without '/', got {name!r}")
@@ -201,6 +209,8 @@ class Pod(ContainerSpec):
         extra = super().stub_extra(code_sha256)
         if self.entrypoint:
             extra["entrypoint"] = list(self.entrypoint)
+        if self.nodes > 1:
+            extra["nodes"] = self.nodes  # a gang (shared/gang.ts); sent only for one
         return extra
 
     def create(self, entrypoint: Optional[Sequence[str]] = None) -> PodCreateResult:
