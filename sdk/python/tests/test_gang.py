@@ -231,6 +231,13 @@ class MissingRankTest(unittest.TestCase):
         self.assertNotEqual(gang.procs[1].wait(timeout=20), 0)
         self.assertIn("gang rank 1 could not reach rank 0", gang.log(1))
 
+    def test_rank_0_exits_when_its_gang_address_never_comes_up(self):
+        gang = Gang(2, BERTH_GANG_CONNECT_TIMEOUT_S="1", BERTH_GANG_ADDRS="192.0.2.1,192.0.2.2")
+        self.addCleanup(gang.stop)
+        gang.start(0)
+        self.assertNotEqual(gang.procs[0].wait(timeout=20), 0)
+        self.assertIn("rank 0 cannot listen on 192.0.2.1:", gang.log(0))
+
     def test_bad_gang_settings_exit_saying_why(self):
         gang = Gang(2, BERTH_GANG_ADDRS="")
         self.addCleanup(gang.stop)

@@ -11,6 +11,7 @@ a UTF-8 JSON object (the header, with ``t`` naming the kind) and raw bytes
 are bounded, so a corrupt or hostile peer cannot make a rank allocate much.
 """
 
+import errno
 import json
 import socket
 import struct
@@ -129,21 +130,39 @@ class Conn:
 
 
 def _keepalive(sock: socket.socket) -> None:
-    """A host that vanishes sends no FIN: keepalives notice it within about a minute instead of hours."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    """A host that vanishes sends no FIN: keepalives notice it within about a minute instead of hours.
+
+    Best effort: a socket that is not TCP (a socketpair in tests) has none of these options.
+    """
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
     for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
         if hasattr(socket, name):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, option, value in options:
+        try:
+            sock.setsockopt(level, option, value)
+        except OSError:
+            pass
 
 
-def listen(cfg: GangConfig) -> socket.socket:
-    """Rank 0's listening socket, on its gang address only (the gang network is the one the ranks share)."""
-    srv = socket.socket(socket.AF_INET6 if ":" in cfg.addrs[0] else socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((cfg.addrs[0], cfg.port))
-    srv.listen(max(8, cfg.size))
-    return srv
+def listen(cfg: GangConfig, deadline: float) -> socket.socket:
+    """Rank 0's listening socket, on its gang address only (the gang network is the one the ranks share).
+
+    Retried until ``deadline`` while the address is not (yet) this container's: the gang's
+    interface may come up just after the runner starts. OSError past the deadline.
+    """
+    while True:
+        srv = socket.socket(socket.AF_INET6 if ":" in cfg.addrs[0] else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind((cfg.addrs[0], cfg.port))
+            srv.listen(max(8, cfg.size))
+            return srv
+        except OSError as e:
+            srv.close()
+            if e.errno != errno.EADDRNOTAVAIL or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def accept_all(srv: socket.socket, cfg: GangConfig, deadline: float) -> Dict[int, Conn]:

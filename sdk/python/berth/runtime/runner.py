@@ -484,7 +484,7 @@ def run_gang(cfg: RunnerConfig) -> Optional[int]:
     deadline = time.monotonic() + gang.connect_timeout_s
     try:
         # Listening before the handler loads: the other ranks' connections wait in the backlog meanwhile.
-        srv = listen(gang)
+        srv = listen(gang, deadline)
     except OSError as e:
         log(f"gang: rank 0 cannot listen on {gang.addrs[0]}:{gang.port}: {e}; exiting")
         return 1
