@@ -14,7 +14,7 @@ from tests.fake_bridge import FakeBridge, start_runner, stop_runner
 from tests.test_runner import args, value
 
 APP = """
-import os, time
+import os, threading, time
 
 def work(x):
     rank = int(os.environ["BERTH_GANG_RANK"])
@@ -36,6 +36,9 @@ def work(x):
         time.sleep(60)
     if x == "hang":
         time.sleep(60)
+    if x == "exit-soon-on-1" and rank == 1:
+        # Rank 1 answers, then its process ends: the task still completes, and the gang ends.
+        threading.Thread(target=lambda: (time.sleep(0.5), os._exit(3))).start()
     return {"rank": rank, "x": x}
 """
 
@@ -200,6 +203,31 @@ class FollowerDiesTest(unittest.TestCase):
     def test_a_follower_that_dies_while_rank_0_still_runs_fails_the_task_at_once_and_rank_0_exits(self):
         gang = self.check_follower_dies("hang")
         self.assertIn("rank 1 ended while task t-hang ran; ending the gang", gang.log(0))
+
+
+class FollowerEndsBetweenTasksTest(unittest.TestCase):
+    def test_a_follower_that_ends_after_answering_ends_the_gang_after_the_result(self):
+        gang = Gang(2)
+        self.addCleanup(gang.stop)
+        gang.start(0)
+        gang.start(1)
+        gang.bridges[0].add("t-bye", args("exit-soon-on-1"))
+        r = gang.bridges[0].wait_result("t-bye", timeout=30)
+        self.assertEqual(r["status"], "COMPLETE", r)
+        self.assertEqual(value(r), {"rank": 0, "x": "exit-soon-on-1"})
+        self.assertEqual(gang.procs[1].wait(timeout=20), 3)
+        self.assertNotEqual(gang.procs[0].wait(timeout=20), 0)
+        self.assertIn("rank 1 ended between tasks; ending the gang", gang.log(0))
+
+    def test_a_follower_killed_between_tasks_ends_the_gang(self):
+        gang = Gang(2)
+        self.addCleanup(gang.stop)
+        gang.start(0)
+        gang.start(1)
+        gang.bridges[0].add("t-1", args(1))
+        self.assertEqual(gang.bridges[0].wait_result("t-1", timeout=30)["status"], "COMPLETE")
+        gang.procs[1].kill()
+        self.assertNotEqual(gang.procs[0].wait(timeout=20), 0)
 
 
 class Rank0DiesTest(unittest.TestCase):

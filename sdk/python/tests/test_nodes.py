@@ -1,4 +1,7 @@
-"""nodes= on @function and Pod (a gang across hosts, shared/gang.ts): validated at once, sent in stub.extra only for a gang."""
+"""nodes= on @function and Pod (a gang across hosts, shared/gang.ts).
+
+Validated at once; sent in stub.extra only for a gang.
+"""
 
 import unittest
 

@@ -71,6 +71,9 @@ class Leader:
         self.dead: Set[int] = set()
         # True once the gang cannot run another task: the worker reports what it has and the runner exits.
         self.broken = False
+        # From handing out a task until its result is posted: a rank that ends meanwhile must not
+        # take the result down with rank 0; the worker exits once it is posted.
+        self.busy = False
         # Reader threads post follower output and, while rank 0's call still runs, a failed outcome.
         self.client = BridgeClient(socket_path, timeout=30.0, gone_after_s=5.0)
         self.client_lock = threading.Lock()
@@ -87,6 +90,7 @@ class Leader:
         task_id = str(task.get("id"))
         rnd = Round(task_id, set(self.conns))
         with self.cond:
+            self.busy = True
             if self.dead:
                 self.broken = True
                 return self.closed_failure(min(self.dead))
@@ -106,8 +110,24 @@ class Leader:
                     self.current = None
                     self.broken = True
                 return self.closed_failure(rank)
-        result = own()
+        try:
+            result = own()
+        except BaseException:
+            # A fault of the runner itself: the ranks may still run the task, so the gang cannot go on.
+            with self.cond:
+                rnd.own_done = rnd.claimed = True
+                self.current = None
+                self.broken = True
+                self.cond.notify_all()
+            raise
         return self._finish(rnd, result)
+
+    def idle(self) -> bool:
+        """The worker has posted the task's result: False when the gang cannot run another task."""
+        with self.cond:
+            self.busy = False
+            self.broken = self.broken or bool(self.dead)
+            return not self.broken
 
     def _finish(self, rnd: Round, result: dict) -> Optional[dict]:
         own_failed = result.get("status") != "COMPLETE"
@@ -226,19 +246,16 @@ class Leader:
         claim = None
         with self.cond:
             self.dead.add(rank)
+            self.broken = True
             rnd = self.current
-            if rnd is None:
-                idle = True
-            else:
-                idle = False
-                if rank in rnd.waiting:
-                    rnd.waiting.discard(rank)
-                    if rnd.closed is None:
-                        rnd.closed = rank
-                    if not rnd.own_done and not rnd.claimed:
-                        rnd.claimed = True
-                        claim = rnd
-                self.broken = True
+            if rnd is not None and rank in rnd.waiting:
+                rnd.waiting.discard(rank)
+                if rnd.closed is None:
+                    rnd.closed = rank
+                if not rnd.own_done and not rnd.claimed:
+                    rnd.claimed = True
+                    claim = rnd
+            idle = not self.busy
             self.cond.notify_all()
         if idle:
             log(f"rank {rank} ended between tasks; ending the gang")
@@ -247,7 +264,8 @@ class Leader:
             self._report(claim, self.closed_failure(rank))
             log(f"rank {rank} ended while task {claim.task_id} ran; ending the gang")
             self.exit(1)
-        # Otherwise the worker sees the closed rank when rank 0's own call returns, reports and exits.
+        # Otherwise the worker sees the closed rank when rank 0's own call returns (or once it has
+        # posted the result), reports and exits.
 
     def _await_own(self, rnd: Round) -> None:
         """After a reported failure: rank 0's own call has grace_s to return, or the gang is stuck."""
@@ -336,7 +354,8 @@ class Follower:
         """Each line marked with the rank, so the caller can tell the ranks' output apart."""
         prefix = f"[rank {self.cfg.rank}] "
         lines = data.split("\n")
-        marked = [(prefix if (i > 0 or self.line_start[stream]) and line else "") + line for i, line in enumerate(lines)]
+        starts = [self.line_start[stream]] + [True] * (len(lines) - 1)
+        marked = [(prefix if start and line else "") + line for start, line in zip(starts, lines)]
         self.line_start[stream] = data.endswith("\n")
         if self.conn is not None:
             self.conn.send({"t": "output", "id": task_id, "stream": stream}, "\n".join(marked).encode())

@@ -294,14 +294,16 @@ class Runner:
                 per_task = (time.monotonic() - t0) / max(1, batch.ran)
                 want = min(want * 2, MAX_BATCH) if per_task < SHORT_TASK_S and not batch.released else 1
                 if self.leader is not None:
-                    want = 1  # a gang runs one task at a time on all its ranks
-                    if self.leader.broken:
-                        # A rank ended or is stuck: report, take no more, and exit so the gang ends.
-                        if results:
-                            self._post_results(client, results, None)
+                    # A gang runs one task at a time on all its ranks. Its result is posted alone:
+                    # only then may a rank's end take rank 0 down, and a broken gang asks for no more.
+                    if results:
+                        self._post_results(client, results, None)
+                    if not self.leader.idle():
                         log("the gang cannot run another task; exiting")
                         self.gone.set()
                         return
+                    status, body = client.post("/v1/tasks/next", {"max": 1})
+                    continue
                 status, body = self._post_results(client, results, want)
         except AgentGone as e:
             log(f"{e}; exiting")
