@@ -156,7 +156,10 @@ class FakeBridge:
             return [k for k, t, _ in self.events if t == task_id]
 
 
-def start_runner(code_dir: str, socket_path: str, handler: str, **env) -> subprocess.Popen:
+def start_runner(
+    code_dir: str, socket_path: str, handler: str, python: str = sys.executable, **env
+) -> subprocess.Popen:
+    """``python``: the interpreter (another one has packages this one lacks, such as torch)."""
     full = {
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": os.pathsep.join([SDK_DIR, code_dir]),
@@ -170,7 +173,7 @@ def start_runner(code_dir: str, socket_path: str, handler: str, **env) -> subpro
         **env,
     }
     return subprocess.Popen(
-        [sys.executable, "-u", "-m", "berth.runtime.runner"],
+        [python, "-u", "-m", "berth.runtime.runner"],
         cwd=code_dir,
         env=full,
         stdout=subprocess.PIPE,

@@ -5,6 +5,8 @@ Each rank has a fake agent bridge of its own, as on two hosts; only rank 0's han
 
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import textwrap
 import time
@@ -40,6 +42,25 @@ def work(x):
         # Rank 1 answers, then its process ends: the task still completes, and the gang ends.
         threading.Thread(target=lambda: (time.sleep(0.5), os._exit(3))).start()
     return {"rank": rank, "x": x}
+
+def all_reduce(x):
+    # What a gang is for: torch.distributed over the gang's env (RANK, WORLD_SIZE, MASTER_ADDR, ...).
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        if x == "hang-on-1":
+            # Rank 0 waits in the collective for a rank 1 that never comes to it.
+            if dist.get_rank() == 1:
+                open(os.path.join(os.environ["GANG_TEST_DIR"], "seen-1-" + os.environ["BERTH_TASK_ID"]), "w").close()
+                time.sleep(60)
+            x = 1
+        t = torch.tensor([float(x * (dist.get_rank() + 1))])
+        dist.all_reduce(t)
+        return t.item()
+    finally:
+        dist.destroy_process_group()
 """
 
 
@@ -60,7 +81,7 @@ def wait_for(predicate, timeout: float = 20.0, what: str = "") -> None:
 class Gang:
     """A gang of `size` ranks; `start(rank)` starts one rank's runner with its own bridge."""
 
-    def __init__(self, size: int = 2, **env):
+    def __init__(self, size: int = 2, handler: str = "app:work", python: str = sys.executable, **env):
         self.dir = tempfile.TemporaryDirectory()
         self.code = os.path.join(self.dir.name, "code")
         self.out = os.path.join(self.dir.name, "out")
@@ -69,7 +90,10 @@ class Gang:
         with open(os.path.join(self.code, "app.py"), "w") as f:
             f.write(textwrap.dedent(APP))
         self.size = size
+        self.handler = handler
+        self.python = python
         self.port = free_port()
+        self.master_port = free_port()
         self.env = env
         self.bridges = {}
         self.procs = {}
@@ -85,10 +109,19 @@ class Gang:
             "BERTH_GANG_ADDRS": ",".join(["127.0.0.1"] * self.size),
             "BERTH_GANG_CONTROL_PORT": str(self.port),
             "BERTH_GANG_CONNECT_TIMEOUT_S": "20",
+            # The rest of shared/gang.ts gangEnv, on the loopback interface.
+            "RANK": str(rank),
+            "NODE_RANK": str(rank),
+            "WORLD_SIZE": str(self.size),
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(self.master_port),
+            "GLOO_SOCKET_IFNAME": "lo",
             "GANG_TEST_DIR": self.out,
             **self.env,
         }
-        self.procs[rank] = start_runner(self.code, sock, "app:work", **env)
+        self.procs[rank] = start_runner(self.code, sock, self.handler, python=self.python, **env)
 
     def seen(self, rank: int, task_id: str):
         path = os.path.join(self.out, f"seen-{rank}-{task_id}")
@@ -174,6 +207,56 @@ class GangTest(unittest.TestCase):
         self.assertEqual(value(ok), {"rank": 0, "x": 5})
         self.assertTrue(os.path.exists(os.path.join(self.gang.out, "finished-0-t-fast")))
         self.assertEqual([k for k in self.bridge.kinds("t-fast") if k == "result"], ["result"])
+
+
+def python_with_torch():
+    """An interpreter that imports torch (this one, or Debian's with python3-torch); None without."""
+    for python in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+        try:
+            ok = subprocess.run([python, "-c", "import torch.distributed"], capture_output=True, timeout=120).returncode
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if ok == 0:
+            return python
+    return None
+
+
+class TorchAllReduceTest(unittest.TestCase):
+    """The acceptance test's gang in small: two ranks that all-reduce with gloo over loopback."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.python = python_with_torch()
+
+    def start_gang(self) -> Gang:
+        if self.python is None:
+            self.skipTest("no interpreter here imports torch (Debian: apt-get install python3-torch)")
+        gang = Gang(2, handler="app:all_reduce", python=self.python)
+        self.addCleanup(gang.stop)
+        gang.start(0)
+        gang.start(1)
+        return gang
+
+    def test_a_gloo_all_reduce_across_the_gang_returns_the_sum(self):
+        gang = self.start_gang()
+        # Twice: each task sets the process group up and tears it down again.
+        for task_id, x, total in (("t-sum-1", 2, 6.0), ("t-sum-2", 5, 15.0)):
+            gang.bridges[0].add(task_id, args(x))
+            r = gang.bridges[0].wait_result(task_id, timeout=60)
+            self.assertEqual(r["status"], "COMPLETE", r)
+            self.assertEqual(value(r), total)
+
+    def test_killing_a_rank_in_a_collective_fails_the_task_naming_it(self):
+        gang = self.start_gang()
+        gang.bridges[0].add("t-kill", args("hang-on-1"))
+        wait_for(lambda: gang.seen(1, "t-kill") is not None, timeout=60, what="rank 1 in the task")
+        gang.procs[1].kill()
+        r = gang.bridges[0].wait_result("t-kill", timeout=60)
+        self.assertEqual(r["status"], "FAILED", r)
+        self.assertEqual(
+            r["error"]["message"], "gang rank 1 ended while the task ran (its connection to rank 0 closed)"
+        )
+        self.assertNotEqual(gang.procs[0].wait(timeout=30), 0)
 
 
 class FollowerDiesTest(unittest.TestCase):
