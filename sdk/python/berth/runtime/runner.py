@@ -483,16 +483,16 @@ def run_gang(cfg: RunnerConfig) -> Optional[int]:
     if gang.rank != 0:
         runner.load()
         return Follower(gang, runner).serve()
-    deadline = time.monotonic() + gang.connect_timeout_s
     try:
         # Listening before the handler loads: the other ranks' connections wait in the backlog meanwhile.
-        srv = listen(gang, deadline)
+        srv = listen(gang, time.monotonic() + gang.connect_timeout_s)
     except OSError as e:
         log(f"gang: rank 0 cannot listen on {gang.addrs[0]}:{gang.port}: {e}; exiting")
         return 1
     runner.load()
     try:
-        conns = accept_all(srv, gang, deadline)
+        # Counted from here: the other ranks load the same code (an on_start may take minutes) before they connect.
+        conns = accept_all(srv, gang, time.monotonic() + gang.connect_timeout_s)
     except TimeoutError as e:
         log(f"gang: {e}; exiting")
         return 1
