@@ -4,6 +4,10 @@ Imports ``BERTH_HANDLER`` once, then each of ``BERTH_WORKERS`` threads loops:
 take a task from the agent, run it, post its result. A handler that does not
 import still serves: every task it takes fails at once, naming the import
 error, so no task waits for a runner that can never run it.
+
+In a gang (BERTH_GANG_SIZE > 1, shared/gang.ts) only rank 0 takes tasks,
+one at a time, and runs each on every rank; the other ranks take theirs
+from rank 0 (gang.py).
 """
 
 import collections
