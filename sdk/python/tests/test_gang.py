@@ -27,6 +27,8 @@ def work(x):
     print(f"hello from {rank}", flush=True)
     if x == "fail-on-1" and rank == 1:
         raise ValueError("rank one says no")
+    if x == "fail-on-2" and rank == 2:
+        raise RuntimeError("rank two says no")
     if x == "fail-on-0" and rank == 0:
         raise KeyError("rank zero says no")
     if x == "fail-fast-on-1":
@@ -219,6 +221,21 @@ def python_with_torch():
         if ok == 0:
             return python
     return None
+
+
+class ThreeRanksTest(unittest.TestCase):
+    def test_every_rank_runs_the_task_and_a_failing_one_is_named(self):
+        gang = Gang(3)
+        self.addCleanup(gang.stop)
+        for rank in (2, 0, 1):  # the order the containers start in does not matter
+            gang.start(rank)
+        gang.bridges[0].add("t-3", args(7))
+        r = gang.bridges[0].wait_result("t-3", timeout=30)
+        self.assertEqual(value(r), {"rank": 0, "x": 7})
+        self.assertEqual([gang.seen(rank, "t-3") for rank in range(3)], ["7", "7", "7"])
+        gang.bridges[0].add("t-3-fail", args("fail-on-2"))
+        r = gang.bridges[0].wait_result("t-3-fail", timeout=30)
+        self.assertTrue(r["error"]["message"].startswith("gang rank 2 failed: RuntimeError: rank two says no"), r)
 
 
 class TorchAllReduceTest(unittest.TestCase):
