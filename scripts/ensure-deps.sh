@@ -10,7 +10,7 @@ mode="${1:-test}"
 cd "$(dirname "$0")/.."
 
 runtime_pkgs=(nats-server runc nftables skopeo umoci zstd iproute2 python3 python3-cloudpickle iptables procps debootstrap s3fs fuse3 docker-registry e2fsprogs crun runsc)  # zstd: zstd image layers (docs/images.md); crun, runsc: the other OCI runtimes, runsc for isolation="gvisor" (docs/runtime.md); debootstrap: berth up's default Python image; docker-registry: its cluster registry; s3fs, fuse3: CloudBucket mounts (docs/buckets.md); e2fsprogs: each container's disk (mkfs.ext4, filefrag; docs/runtime.md)
-test_pkgs=(postgresql systemd curl chromium)  # postgresql: the store suite and `berth up --replicas` tests run a server; systemd: systemd-analyze checks the unit files; curl: the deployments end-to-end test calls an endpoint as a user would; chromium: the dashboard browser test (headless, driven by playwright-core). README.md lists both sets; test/cli/two-commands.test.ts keeps them apart
+test_pkgs=(postgresql systemd curl chromium python3-torch)  # python3-torch: the SDK tests of a gang's gloo all-reduce through the runner; postgresql: the store suite and `berth up --replicas` tests run a server; systemd: systemd-analyze checks the unit files; curl: the deployments end-to-end test calls an endpoint as a user would; chromium: the dashboard browser test (headless, driven by playwright-core). README.md lists both sets; test/cli/two-commands.test.ts keeps them apart
 case "$mode" in
   runtime) pkgs=("${runtime_pkgs[@]}") ;;
   test) pkgs=("${runtime_pkgs[@]}" "${test_pkgs[@]}") ;;

@@ -37,7 +37,7 @@ function packages(name: string): string[] {
 }
 
 /** What only the test suite uses: never installed by `npm start`. */
-const TEST_TOOLS = ["postgresql", "chromium", "systemd", "curl"];
+const TEST_TOOLS = ["postgresql", "chromium", "systemd", "curl", "python3-torch"];
 /** What running berth needs (berth up, the agent, code and buckets). */
 const RUN_NEEDS = [
   "nats-server",
