@@ -12,6 +12,7 @@ import type {
   ContainerStatus,
   ExecRequest,
   ExitReason,
+  GangMember,
   ImageSummary,
   LogEntry,
   RunContainerRequest,
@@ -74,6 +75,17 @@ export interface WireRunContainerRequest {
   isolation?: string;
   userNamespace?: boolean;
   syscallFilter?: string;
+  gang?: WireGangMember | null;
+}
+
+export interface WireGangMember {
+  id: string;
+  vni: number;
+  rank: number;
+  size: number;
+  hosts: string[];
+  subnet: string;
+  masterPort: number;
 }
 
 export interface WireBucketMount {
@@ -325,7 +337,22 @@ export function runRequestToProto(r: RunContainerRequest): WireRunContainerReque
     isolation: r.isolation,
     userNamespace: r.userNamespace,
     syscallFilter: r.syscallFilter,
+    gang: r.gang ? gangToProto(r.gang) : null,
   });
+}
+
+// Only what the wire cannot carry is refused here; the agent checks the rest
+// (validateGangMember) like every other field.
+function gangToProto(g: GangMember): WireGangMember {
+  return {
+    id: g.id,
+    vni: uint(g.vni, "gang.vni", "invalid_request", UINT32),
+    rank: uint(g.rank, "gang.rank", "invalid_request", UINT32),
+    size: uint(g.size, "gang.size", "invalid_request", UINT32),
+    hosts: [...(g.hosts ?? [])],
+    subnet: g.subnet,
+    masterPort: uint(g.masterPort, "gang.masterPort", "invalid_request", 65535),
+  };
 }
 
 function runnerToProto(r: RunnerConfig): WireRunnerConfig {
@@ -403,6 +430,18 @@ export function runRequestFromProto(w: WireRunContainerRequest): RunContainerReq
   if (w.userNamespace !== undefined && w.userNamespace !== null) r.userNamespace = w.userNamespace;
   if (w.syscallFilter !== undefined)
     r.syscallFilter = w.syscallFilter as RunContainerRequest["syscallFilter"];
+  if (w.gang) {
+    const g = w.gang;
+    r.gang = {
+      id: g.id,
+      vni: g.vni,
+      rank: g.rank,
+      size: g.size,
+      hosts: [...g.hosts],
+      subnet: g.subnet,
+      masterPort: g.masterPort,
+    };
+  }
   return r;
 }
 

@@ -54,6 +54,15 @@ const fullRequest: RunContainerRequest = {
   isolation: "gvisor",
   userNamespace: false,
   syscallFilter: "denylist",
+  gang: {
+    id: "gang-1",
+    vni: 16_777_215,
+    rank: 1,
+    size: 2,
+    hosts: ["192.0.2.10", "192.0.2.11"],
+    subnet: "10.251.0.0/24",
+    masterPort: 29500,
+  },
 };
 
 containerSuites("container RPCs", (h) => {
@@ -101,6 +110,11 @@ containerSuites("container RPCs", (h) => {
     await assert.rejects(
       client.runContainer({ args: [], cpu: 1, memoryBytes: 1, userNamespace: "false" as never }),
       isBerth("invalid_request", /userNamespace must be true or false/),
+    );
+    const gang = { id: "g", vni: 1, rank: 0, size: 1, hosts: ["192.0.2.1"], subnet: "10.251.0.0/24" };
+    await assert.rejects(
+      client.runContainer({ args: [], cpu: 1, memoryBytes: 1, gang: { ...gang, masterPort: 70000 } }),
+      isBerth("invalid_request", /gang\.masterPort/),
     );
     assert.equal(fake.calls.length, before);
   });
