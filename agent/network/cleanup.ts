@@ -2,6 +2,7 @@
 // crash, for recover(), and for tests' safety nets.
 
 import { deleteLink, deleteNetns, listLinks, listNetns } from "./links.ts";
+import { removeGangLinks } from "./gang.ts";
 import { deleteNftTables } from "./nft.ts";
 
 const hex6 = "[0-9a-f]{6}";
@@ -33,10 +34,11 @@ export async function removeLeftovers(prefix: string, keep: ReadonlySet<string>)
 
 /**
  * Removes everything an instance with these names may have left: its
- * namespaces and veths, its bridge and its two nft tables. For uninstall and
+ * namespaces and veths, its gangs' devices, its bridge and its two nft tables. For uninstall and
  * for tests; never touches anything not named by these values.
  */
 export async function cleanupNetworkByPrefix(names: { namePrefix: string; bridge: string; table: string }) {
+  await removeGangLinks(names.namePrefix);
   await removeLeftovers(names.namePrefix, new Set());
   await deleteNftTables(names.table);
   await deleteLink(names.bridge);

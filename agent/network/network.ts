@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import type { GangMember } from "../../api/containers.ts";
 import { type EgressPolicy, parseCidr, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { netnsName, removeLeftovers, vethName } from "./cleanup.ts";
@@ -36,6 +37,7 @@ import {
 } from "./nft-rules.ts";
 import { type FleetDeny, resolveFleetDeny } from "./egress-guard.ts";
 import { type NetworkOptions, type ResolvedNetworkOptions, resolveNetworkOptions } from "./options.ts";
+import { GangNetworks } from "./gang.ts";
 import { NamespacePool } from "./pool.ts";
 import { containerResolvConf } from "./resolv.ts";
 import { FORWARDING_SYSCTLS, recordSysctlsOnce } from "./sysctl-record.ts";
@@ -114,6 +116,8 @@ export class Network {
   private fleet: FleetDeny;
   /** The nameservers DNS may reach, as the nft sets hold them now (sorted, lower-case). */
   private nameservers: string[] = [];
+  /** Gang members' private networks across hosts (gang.ts). */
+  private readonly gangs: GangNetworks;
 
   private constructor(
     readonly options: ResolvedNetworkOptions,
@@ -121,6 +125,10 @@ export class Network {
     log: NetworkLogger,
   ) {
     this.fleet = options.guard.fleet;
+    this.gangs = new GangNetworks({
+      namePrefix: options.namePrefix,
+      ...(options.nodeAddress ? { localAddress: options.nodeAddress } : {}),
+    });
     this.hostAddressCache = new HostAddressCache(
       async () => (await hostAddresses()).map((a) => a.address),
       options.hostAddressesMaxAgeMs,
@@ -264,10 +272,24 @@ export class Network {
     });
   }
 
-  /** Removes a container's namespace, veth, rules, resolv.conf and lease. Absent is fine. */
+  /**
+   * Joins an attached container to its gang's private network (gang.ts):
+   * GANG_IFACE in its namespace with the rank's address. `member` must have
+   * passed validateGangMember. detach() takes it out again.
+   */
+  async joinGang(containerId: string, member: GangMember): Promise<void> {
+    checkContainerId(containerId);
+    await this.locked(async () => {
+      const lease = this.mustGet(containerId);
+      await this.gangs.join(containerId, member, lease.netns);
+    });
+  }
+
+  /** Removes a container's namespace, veth, rules, resolv.conf and lease, and its gang membership. Absent is fine. */
   async detach(containerId: string): Promise<void> {
     checkContainerId(containerId);
     await this.locked(async () => {
+      await this.gangs.leave(containerId);
       const lease = this.ipam.get(containerId);
       if (lease) await this.removeContainer(lease);
       else await rm(this.resolvConfPath(containerId), { force: true });
@@ -345,6 +367,8 @@ export class Network {
         if (!this.unleased.has(r.netns)) await this.destroyNamespace(r);
       }
       report.leftovers = await removeLeftovers(this.options.namePrefix, this.ownedNames());
+      // Gang devices of containers that are gone, a previous run's included (by their veths' alias).
+      report.leftovers.push(...(await this.gangs.recover(live)));
       // resolv.conf files of reservations a previous run handed out and never attached.
       const keep = new Set([...this.ipam.list().map((l) => l.containerId), ...this.held.keys()]);
       for (const f of await readdir(this.options.resolvDir)) {
@@ -366,6 +390,7 @@ export class Network {
     await this.locked(async () => {
       for (const ns of this.held.values()) await this.destroyNamespace(ns);
       this.held.clear();
+      await this.gangs.destroy();
       for (const lease of this.ipam.list()) await this.removeContainer(lease);
       await deleteNftTables(this.options.table);
       await deleteLink(this.options.bridge);
@@ -395,6 +420,7 @@ export class Network {
 
   /** Rules first, then links, the lease last: a crash half-way leaves a lease that recover() finishes. */
   private async removeContainer(lease: Lease): Promise<void> {
+    await this.gangs.leave(lease.containerId);
     await removeNft(containerRemoveStatements(this.rulesInput(lease)));
     await deleteLink(lease.vethHost);
     await deleteNetns(lease.netns);

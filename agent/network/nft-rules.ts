@@ -14,7 +14,9 @@
 
 import type { Cidr, EgressPolicy } from "../../shared/egress.ts";
 import { parseCidr } from "../../shared/egress.ts";
+import { GANG_VXLAN_PORT } from "../../shared/gang.ts";
 import type { EgressGuard, FleetDeny } from "./egress-guard.ts";
+import { gangBridgeGlob } from "./gang.ts";
 
 export interface BaseRulesInput {
   table: string;
@@ -53,6 +55,7 @@ export const portChain = (vethHost: string) => `p_${vethHost}`;
 export function fullRuleset(base: BaseRulesInput, containers: ContainerRulesInput[]): string {
   const { table: t, bridge: br } = base;
   const vethGlob = `"${base.namePrefix}v*"`;
+  const gangGlob = `"${gangBridgeGlob(base.namePrefix)}"`;
   const lines: string[] = [
     `add table inet ${t}`,
     `delete table inet ${t}`,
@@ -71,6 +74,8 @@ export function fullRuleset(base: BaseRulesInput, containers: ContainerRulesInpu
     // Container → anywhere but the host (routed through the host). First what no policy opens.
     `add chain inet ${t} from_ctr`,
     ...base.blockedDestinations.map((c) => `add rule inet ${t} from_ctr ${daddrMatch(c)} ${REJECT}`),
+    // VXLAN to any host: a container could inject frames into some gang's network (gang.ts).
+    `add rule inet ${t} from_ctr udp dport ${GANG_VXLAN_PORT} ${REJECT}`,
     `add rule inet ${t} from_ctr ip daddr @fleet4 meta l4proto { tcp, udp } th dport @fleet_ports ${REJECT}`,
     `add rule inet ${t} from_ctr ip6 daddr @fleet6 meta l4proto { tcp, udp } th dport @fleet_ports ${REJECT}`,
     // DNS to the resolv.conf nameservers, often on a private address: the container's own policy decides.
@@ -90,6 +95,10 @@ export function fullRuleset(base: BaseRulesInput, containers: ContainerRulesInpu
     `add rule inet ${t} filter_forward iifname "${br}" oifname "${br}" drop`,
     `add rule inet ${t} filter_forward iifname "${br}" jump from_ctr`,
     `add rule inet ${t} filter_forward oifname "${br}" jump to_ctr`,
+    // A gang bridge (gang.ts) only bridges, between its members and its VXLAN device: with
+    // br_netfilter that is in and out of the same bridge. Nothing is routed into or out of one.
+    `add rule inet ${t} filter_forward iifname ${gangGlob} oifname != ${gangGlob} drop`,
+    `add rule inet ${t} filter_forward oifname ${gangGlob} iifname != ${gangGlob} drop`,
     // Container → the host itself (any of its addresses): nothing but replies and neighbour discovery.
     `add chain inet ${t} ctr_to_host`,
     `add rule inet ${t} ctr_to_host ct state established,related accept`,
@@ -97,6 +106,8 @@ export function fullRuleset(base: BaseRulesInput, containers: ContainerRulesInpu
     `add rule inet ${t} ctr_to_host ${REJECT}`,
     `add chain inet ${t} filter_input { type filter hook input priority filter; policy accept; }`,
     `add rule inet ${t} filter_input iifname "${br}" jump ctr_to_host`,
+    // A gang bridge has no address, and the host answers nothing that arrives on one either.
+    `add rule inet ${t} filter_input iifname ${gangGlob} drop`,
     // Host → container: only ports opened with allowInbound.
     `add chain inet ${t} host_to_ctr`,
     `add rule inet ${t} host_to_ctr ct state established,related accept`,
@@ -174,7 +185,11 @@ export function fleetScript(table: string, fleet: FleetDeny): string {
 
 /** Replaces the nameservers DNS may reach in one transaction. */
 export function nameserverScript(table: string, nameservers: string[]): string {
-  const lines = [`flush set inet ${table} dns4`, `flush set inet ${table} dns6`, ...nameserverLines(table, nameservers)];
+  const lines = [
+    `flush set inet ${table} dns4`,
+    `flush set inet ${table} dns6`,
+    ...nameserverLines(table, nameservers),
+  ];
   return `${lines.join("\n")}\n`;
 }
 

@@ -1,3 +1,4 @@
+import { isIPv4 } from "node:net";
 import { join } from "node:path";
 import { parseCidr, type Cidr } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
@@ -92,6 +93,12 @@ export interface NetworkOptions {
    * @default true
    */
   enableForwarding?: boolean;
+  /**
+   * This host's address to the other agents (`berth agent --node-address`):
+   * the local end of gangs' VXLAN tunnels (gang.ts). Absent: each gang
+   * member's own entry in its hosts list.
+   */
+  nodeAddress?: string;
 }
 
 export interface ResolvedNetworkOptions {
@@ -111,6 +118,7 @@ export interface ResolvedNetworkOptions {
   fallbackNameservers: string[];
   resolvConfSources: string[];
   enableForwarding: boolean;
+  nodeAddress?: string;
 }
 
 const bad = (message: string) => new BerthError("invalid_request", `network options: ${message}`);
@@ -147,6 +155,10 @@ export function resolveNetworkOptions(o: NetworkOptions): ResolvedNetworkOptions
     (c) => parseCidr(c, "blockedDestinations entry"),
   );
   const fallbackNameservers = o.fallbackNameservers ?? ["1.1.1.1", "9.9.9.9"];
+  if (o.nodeAddress !== undefined && !isIPv4(o.nodeAddress))
+    throw bad(
+      `nodeAddress ${JSON.stringify(o.nodeAddress)} must be an IPv4 address (gangs' VXLAN runs over IPv4)`,
+    );
   return {
     dataDir: o.dataDir,
     stateFile: join(o.dataDir, "ipam.json"),
@@ -164,5 +176,6 @@ export function resolveNetworkOptions(o: NetworkOptions): ResolvedNetworkOptions
     fallbackNameservers,
     resolvConfSources: o.resolvConfSources ?? ["/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"],
     enableForwarding: o.enableForwarding ?? true,
+    ...(o.nodeAddress !== undefined ? { nodeAddress: o.nodeAddress } : {}),
   };
 }

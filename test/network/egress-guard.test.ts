@@ -136,4 +136,9 @@ test("rules: operator denials come before every container's own chain, the allow
   at(/add element inet t fleet_ports \{ 4222, 6222, 8222, 8420, 8421 \}/);
   at(/add element inet t dns4 \{ 10\.5\.0\.53 \}/);
   at(/add element inet t dns6 \{ fd00:5::53 \}/);
+  // Gangs (agent/network/gang.ts): no container sends VXLAN anywhere; a gang bridge is never routed through, nor reaches the host.
+  assert.ok(at(/from_ctr udp dport 4789 reject/) < policy, script);
+  at(/filter_forward iifname "txgb\*" oifname != "txgb\*" drop/);
+  at(/filter_forward oifname "txgb\*" iifname != "txgb\*" drop/);
+  at(/filter_input iifname "txgb\*" drop/);
 });

@@ -1,0 +1,357 @@
+// A gang's private network on one host (shared/gang.ts): a VXLAN device and a
+// bridge per gang, and per member container a veth whose inner end is its
+// GANG_IFACE with the rank's address. The other hosts of the gang are the
+// VXLAN device's static forwarding entries (no multicast, no learning: the
+// coordinator says where every rank lives). The bridge has no address on the
+// host, so a member reaches the other members and nothing else through it.
+//
+// Names (at most 15 characters with a 6-character prefix): PREFIXgb<vni> the
+// bridge, PREFIXgx<vni> the VXLAN device (vni as 6 hex digits), PREFIXgv<hex>
+// a member's host veth, whose alias is its container id so that recover()
+// after an agent restart knows whose it is.
+
+import { randomBytes } from "node:crypto";
+import { isIPv4 } from "node:net";
+import type { GangMember } from "../../api/containers.ts";
+import { BerthError, invalid } from "../../shared/errors.ts";
+import { GANG_IFACE, GANG_VXLAN_PORT, gangRankAddress, MAX_GANG_NODES } from "../../shared/gang.ts";
+import { isMissingError, run, tryRun } from "./exec.ts";
+
+/** MTU of the gang interface: 1500 less VXLAN's 50 bytes over an IPv4 underlay. */
+export const GANG_MTU = 1450;
+
+const MAX_VNI = 0xff_ffff;
+const hex6 = (n: number) => n.toString(16).padStart(6, "0");
+
+export const gangBridgeName = (prefix: string, vni: number) => `${prefix}gb${hex6(vni)}`;
+export const gangVxlanName = (prefix: string, vni: number) => `${prefix}gx${hex6(vni)}`;
+export const gangVethPattern = (prefix: string) => new RegExp(`^${prefix}gv[0-9a-f]{6}$`);
+/** Every gang device of this prefix; group 1 is the kind (b, x, v), group 2 the hex. */
+export const gangLinkPattern = (prefix: string) => new RegExp(`^${prefix}g([bxv])([0-9a-f]{6})$`);
+/** nft's glob for the gang bridges of this prefix (nft-rules.ts). */
+export const gangBridgeGlob = (prefix: string) => `${prefix}gb*`;
+
+/**
+ * Rank's MAC on the gang interface, fixed by vni and rank (locally
+ * administered unicast): each host then forwards a frame for a remote rank to
+ * that rank's host alone instead of flooding it to every host of the gang.
+ */
+export function gangMac(vni: number, rank: number): string {
+  const bytes = [0x02, (vni >> 16) & 0xff, (vni >> 8) & 0xff, vni & 0xff, rank & 0xff, 0x01];
+  return bytes.map((b) => b.toString(16).padStart(2, "0")).join(":");
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+const isInt = (v: unknown, min: number, max: number): v is number =>
+  typeof v === "number" && Number.isInteger(v) && v >= min && v <= max;
+
+/**
+ * Checks a RunContainerRequest.gang as it arrived (gRPC or the edge CLI,
+ * so no type is trusted) and returns a copy; a bad one is invalid_request
+ * naming the field.
+ */
+export function validateGangMember(v: unknown): GangMember {
+  const bad = (field: string, why: string) => invalid(`gang.${field} ${why}`, { field: `gang.${field}` });
+  if (!isObject(v))
+    throw invalid("gang must be { id, vni, rank, size, hosts, subnet, masterPort }", { field: "gang" });
+  if (typeof v.id !== "string" || !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/.test(v.id))
+    throw bad("id", `must be 1-128 characters [A-Za-z0-9_.-], got ${JSON.stringify(v.id)}`);
+  if (!isInt(v.vni, 1, MAX_VNI))
+    throw bad("vni", `must be an integer 1..${MAX_VNI}, got ${JSON.stringify(v.vni)}`);
+  if (!isInt(v.size, 1, MAX_GANG_NODES))
+    throw bad("size", `must be an integer 1..${MAX_GANG_NODES}, got ${JSON.stringify(v.size)}`);
+  if (!isInt(v.rank, 0, v.size - 1))
+    throw bad("rank", `must be an integer 0..${v.size - 1} (size ${v.size}), got ${JSON.stringify(v.rank)}`);
+  if (!Array.isArray(v.hosts) || v.hosts.length !== v.size)
+    throw bad("hosts", `must list one host address per rank (${v.size}), got ${JSON.stringify(v.hosts)}`);
+  v.hosts.forEach((h, i) => {
+    if (typeof h !== "string" || !isIPv4(h))
+      throw bad(`hosts[${i}]`, `must be an IPv4 address, got ${JSON.stringify(h)}`);
+  });
+  const subnet = typeof v.subnet === "string" ? /^(\d+\.\d+\.\d+\.\d+)\/24$/.exec(v.subnet) : null;
+  if (!subnet || !isIPv4(subnet[1] ?? "") || !(subnet[1] ?? "").endsWith(".0"))
+    throw bad("subnet", `must be an IPv4 /24 such as 10.251.0.0/24, got ${JSON.stringify(v.subnet)}`);
+  if (!isInt(v.masterPort, 1, 65535))
+    throw bad("masterPort", `must be an integer 1..65535, got ${JSON.stringify(v.masterPort)}`);
+  return {
+    id: v.id,
+    vni: v.vni,
+    rank: v.rank,
+    size: v.size,
+    hosts: [...(v.hosts as string[])],
+    subnet: v.subnet as string,
+    masterPort: v.masterPort,
+  };
+}
+
+export interface GangNetworksOptions {
+  /** The agent's network name prefix (NetworkOptions.namePrefix). */
+  namePrefix: string;
+  /**
+   * This host's address to the other agents (`berth agent --node-address`):
+   * the VXLAN devices' local end. Absent: the member's own entry in hosts.
+   */
+  localAddress?: string;
+  /** Runs every ip/bridge command in this named namespace instead (tests' stand-in hosts). */
+  netns?: string;
+}
+
+interface Joined {
+  vni: number;
+  veth: string;
+}
+
+interface GangLink {
+  ifname: string;
+  ifalias?: string;
+}
+
+export class GangNetworks {
+  /** Member containers on this host, by container id. */
+  private readonly members = new Map<string, Joined>();
+  private tail: Promise<unknown> = Promise.resolve();
+
+  constructor(readonly options: GangNetworksOptions) {}
+
+  /** The members joined now (container id → vni). */
+  list(): Map<string, number> {
+    return new Map([...this.members].map(([id, j]) => [id, j.vni]));
+  }
+
+  /**
+   * Joins a container (its network namespace `containerNetns`) to its gang:
+   * the gang's VXLAN device and bridge if this is its first member here, the
+   * other hosts as forwarding entries, and GANG_IFACE with the rank's address.
+   * `member` must have passed validateGangMember. Joining again is a no-op.
+   */
+  async join(containerId: string, member: GangMember, containerNetns: string): Promise<void> {
+    await this.locked(async () => {
+      if (this.members.has(containerId)) return;
+      const { vni } = member;
+      await this.ensureGangDevices(member);
+      const veth = await this.freeVethName();
+      this.members.set(containerId, { vni, veth });
+      try {
+        await this.ip(
+          "link",
+          "add",
+          "name",
+          veth,
+          "mtu",
+          String(GANG_MTU),
+          "type",
+          "veth",
+          "peer",
+          "name",
+          GANG_IFACE,
+          "netns",
+          containerNetns,
+        );
+        // The alias ties the device to its container across agent restarts (recover()).
+        await this.ip("link", "set", "dev", veth, "alias", containerId);
+        await this.ip("link", "set", "dev", veth, "addrgenmode", "none");
+        await this.ip(
+          "link",
+          "set",
+          "dev",
+          veth,
+          "master",
+          gangBridgeName(this.options.namePrefix, vni),
+          "up",
+        );
+        const inner = ["-n", containerNetns];
+        await run("ip", [
+          ...inner,
+          "link",
+          "set",
+          "dev",
+          GANG_IFACE,
+          "address",
+          gangMac(vni, member.rank),
+          "mtu",
+          String(GANG_MTU),
+        ]);
+        await run("ip", [
+          ...inner,
+          "addr",
+          "add",
+          `${gangRankAddress(member.subnet, member.rank)}/24`,
+          "dev",
+          GANG_IFACE,
+        ]);
+        await run("ip", [...inner, "link", "set", "dev", GANG_IFACE, "up"]);
+      } catch (e) {
+        await this.leaveLocked(containerId).catch(() => {});
+        throw e;
+      }
+    });
+  }
+
+  /** Takes a container out of its gang; the gang's devices go with its last member here. Absent is fine. */
+  async leave(containerId: string): Promise<void> {
+    await this.locked(() => this.leaveLocked(containerId));
+  }
+
+  /**
+   * After an agent restart: keeps the members of live containers (found by
+   * their veth's alias) and removes every other gang device of this prefix,
+   * a previous run's leftovers. Returns the names removed.
+   */
+  async recover(liveContainerIds: Iterable<string>): Promise<string[]> {
+    const live = new Set(liveContainerIds);
+    return this.locked(async () => {
+      const removed: string[] = [];
+      const pattern = gangLinkPattern(this.options.namePrefix);
+      const links = (await this.links()).filter((l) => pattern.test(l.ifname));
+      const masters = new Map((await this.links("veth")).map((l) => [l.ifname, l.master]));
+      for (const l of links) {
+        if (!gangVethPattern(this.options.namePrefix).test(l.ifname)) continue;
+        const vni = vniOfBridge(this.options.namePrefix, masters.get(l.ifname));
+        if (l.ifalias && live.has(l.ifalias) && vni !== undefined) {
+          this.members.set(l.ifalias, { vni, veth: l.ifname });
+        } else {
+          await this.deleteLink(l.ifname);
+          removed.push(l.ifname);
+        }
+      }
+      const inUse = new Set([...this.members.values()].map((j) => j.vni));
+      for (const l of links) {
+        const m = pattern.exec(l.ifname);
+        if (!m || m[1] === "v" || inUse.has(Number.parseInt(m[2] ?? "", 16))) continue;
+        await this.deleteLink(l.ifname);
+        removed.push(l.ifname);
+      }
+      return removed;
+    });
+  }
+
+  /** Removes every gang device of this prefix, members or not. */
+  async destroy(): Promise<void> {
+    await this.locked(async () => {
+      this.members.clear();
+      await removeGangLinks(this.options.namePrefix, this.options.netns);
+    });
+  }
+
+  private async leaveLocked(containerId: string): Promise<void> {
+    const joined = this.members.get(containerId);
+    if (!joined) return;
+    // The veth's inner end (GANG_IFACE) goes with it.
+    await this.deleteLink(joined.veth);
+    this.members.delete(containerId);
+    if ([...this.members.values()].some((j) => j.vni === joined.vni)) return;
+    await this.deleteLink(gangBridgeName(this.options.namePrefix, joined.vni));
+    await this.deleteLink(gangVxlanName(this.options.namePrefix, joined.vni));
+  }
+
+  /** The gang's VXLAN device and bridge, made if missing, and a forwarding entry per other host. */
+  private async ensureGangDevices(m: GangMember): Promise<void> {
+    const p = this.options.namePrefix;
+    const vxlan = gangVxlanName(p, m.vni);
+    const bridge = gangBridgeName(p, m.vni);
+    const self = this.options.localAddress ?? m.hosts[m.rank];
+    if (!(await this.linkExists(vxlan))) {
+      const local = self && isIPv4(self) ? ["local", self] : [];
+      await this.ip(
+        "link",
+        "add",
+        "name",
+        vxlan,
+        "type",
+        "vxlan",
+        "id",
+        String(m.vni),
+        "dstport",
+        String(GANG_VXLAN_PORT),
+        ...local,
+        "nolearning",
+      );
+    }
+    if (!(await this.linkExists(bridge))) await this.ip("link", "add", "name", bridge, "type", "bridge");
+    // No IPv6 link-local address on either: the host keeps no address a member could reach it at.
+    for (const dev of [bridge, vxlan]) await this.ip("link", "set", "dev", dev, "addrgenmode", "none");
+    await this.ip("link", "set", "dev", vxlan, "master", bridge, "up");
+    await this.ip("link", "set", "dev", bridge, "up");
+    const peers = new Set(m.hosts.filter((h) => h !== self && h !== m.hosts[m.rank]));
+    for (const peer of peers) {
+      // Broadcasts (ARP) and unknown destinations go to every other host once.
+      const r = await this.tryIp("bridge", "fdb", "append", "00:00:00:00:00:00", "dev", vxlan, "dst", peer);
+      if (r.exitCode !== 0 && !/exists/i.test(r.stderr))
+        throw new BerthError("internal", `cannot add gang peer ${peer} to ${vxlan}: ${r.stderr.trim()}`);
+    }
+    // Each remote rank's MAC goes to its own host alone.
+    for (const [rank, host] of m.hosts.entries()) {
+      if (!peers.has(host)) continue;
+      await this.cmd("bridge", "fdb", "replace", gangMac(m.vni, rank), "dev", vxlan, "dst", host);
+    }
+  }
+
+  private async freeVethName(): Promise<string> {
+    const taken = new Set([...this.members.values()].map((j) => j.veth));
+    for (;;) {
+      const name = `${this.options.namePrefix}gv${randomBytes(3).toString("hex")}`;
+      if (!taken.has(name) && !(await this.linkExists(name))) return name;
+    }
+  }
+
+  private nsArgs(): string[] {
+    return this.options.netns ? ["-n", this.options.netns] : [];
+  }
+
+  private ip(...args: string[]): Promise<string> {
+    return this.cmd("ip", ...args);
+  }
+
+  private cmd(tool: "ip" | "bridge", ...args: string[]): Promise<string> {
+    return run(tool, [...this.nsArgs(), ...args]);
+  }
+
+  private tryIp(tool: "ip" | "bridge", ...args: string[]) {
+    return tryRun(tool, [...this.nsArgs(), ...args]);
+  }
+
+  private async linkExists(name: string): Promise<boolean> {
+    return (await this.tryIp("ip", "link", "show", "dev", name)).exitCode === 0;
+  }
+
+  private async deleteLink(name: string): Promise<void> {
+    await deleteGangLink(name, this.options.netns);
+  }
+
+  private async links(kind?: string): Promise<(GangLink & { master?: string })[]> {
+    const out = await this.ip("-j", "link", "show", ...(kind ? ["type", kind] : []));
+    return out.trim() ? JSON.parse(out) : [];
+  }
+
+  private locked<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(fn, fn);
+    this.tail = result.catch(() => {});
+    return result;
+  }
+}
+
+function vniOfBridge(prefix: string, master: string | undefined): number | undefined {
+  const m = master ? gangLinkPattern(prefix).exec(master) : null;
+  return m && m[1] === "b" ? Number.parseInt(m[2] ?? "", 16) : undefined;
+}
+
+async function deleteGangLink(name: string, netns?: string): Promise<void> {
+  const r = await tryRun("ip", [...(netns ? ["-n", netns] : []), "link", "del", "dev", name]);
+  if (r.exitCode !== 0 && !isMissingError(r.stderr))
+    throw new BerthError("internal", `cannot delete link ${name}: ${r.stderr.trim()}`);
+}
+
+/** Removes every gang device named by this prefix (veths first): uninstall, tests, destroy(). */
+export async function removeGangLinks(prefix: string, netns?: string): Promise<string[]> {
+  const out = await run("ip", [...(netns ? ["-n", netns] : []), "-j", "link", "show"]);
+  const pattern = gangLinkPattern(prefix);
+  const names = (out.trim() ? (JSON.parse(out) as GangLink[]) : [])
+    .map((l) => l.ifname)
+    .filter((n) => pattern.test(n));
+  // Veths first: a bridge deleted under them would leave them unattached for a moment.
+  names.sort((a, b) => Number(pattern.exec(b)?.[1] === "v") - Number(pattern.exec(a)?.[1] === "v"));
+  for (const n of names) await deleteGangLink(n, netns);
+  return names;
+}
