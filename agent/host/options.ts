@@ -7,7 +7,7 @@ import type { GpuInjection } from "../capacity/index.ts";
 import { type ClusterPusher, checkMicromambaBin } from "../build/index.ts";
 import type { ImageInfo, PullOptions, RemoveResult } from "../images/index.ts";
 import type { ContainerNetwork, RecoverReport, ReservedNetwork } from "../network/index.ts";
-import type { ContainerStatus, ExitReason, LogEntry, RunnerConfig } from "../../api/index.ts";
+import type { ContainerStatus, ExitReason, GangMember, LogEntry, RunnerConfig } from "../../api/index.ts";
 import type {
   Assignment,
   ContainerEvent,
@@ -39,6 +39,11 @@ export interface HostNetwork {
   /** A namespace for a container whose owner is not known yet; absent: no pre-warmed runners. */
   reserve?(): Promise<ReservedNetwork>;
   unreserve?(reserved: ReservedNetwork): Promise<void>;
+  /**
+   * Joins an attached container to its gang's network (agent/network/gang.ts);
+   * detach() takes it out. Absent: this host runs no gang members.
+   */
+  joinGang?(containerId: string, member: GangMember): Promise<void>;
   detach(containerId: string): Promise<void>;
   setPolicy(containerId: string, policy: EgressPolicy): Promise<ContainerNetwork>;
   allowInbound(containerId: string, port: number): Promise<void>;

@@ -14,6 +14,7 @@ import { buildContainerSpec, defaultHostname, hostsFileText, usesUserNamespace }
 import type { ResolvedContainerHostOptions } from "./options.ts";
 import { type HostRecord, newHostRecord, recordStatus } from "./records.ts";
 import { imageUser, type ResolvedRunRequest } from "./request.ts";
+import { applyGang } from "./gang.ts";
 import { applyRunner, type RunnerBridges } from "./runner.ts";
 import type { RestoringRuntime, StartStep } from "./sandbox.ts";
 import type { SandboxInits } from "./sandbox-init.ts";
@@ -109,6 +110,13 @@ export async function provisionContainer(
     if (attached.status === "rejected") throw attached.reason;
     const image = pulled.value;
     const net = attached.value;
+    if (req.gang) {
+      // Its gang's private network across hosts; detach (the network undo above) takes it out again.
+      step = `joining gang ${req.gang.id} (rank ${req.gang.rank} of ${req.gang.size})`;
+      if (!options.network.joinGang)
+        throw new BerthError("failed_precondition", "this agent's network does not run gang members");
+      await options.network.joinGang(id, req.gang);
+    }
     step = "marking the image in use";
     options.images.markInUse(image.digest, id);
     undo.push({ what: "image in-use mark", fn: () => options.images.release(image.digest, id) });
@@ -139,7 +147,7 @@ export async function provisionContainer(
       bridgeDir = await d.bridges.openWorkspace(id, req.bridge.workspaceId);
     }
     step = "building the container spec";
-    const run = applyRunner(req, req.runner, { codeDir, bridgeDir, sdkDir: options.sdkDir });
+    const run = applyRunner(applyGang(req), req.runner, { codeDir, bridgeDir, sdkDir: options.sdkDir });
     step = "mounting volumes";
     const cwd = run.req.cwd ?? (image.config.workingDir || "/");
     const codeParent = codeDir ? [{ destination: RunnerPaths.code, source: codeDir }] : [];

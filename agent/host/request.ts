@@ -9,6 +9,7 @@ import { newId } from "../../shared/ids.ts";
 import { checkSha256 } from "../code/store.ts";
 import type {
   BucketMount,
+  GangMember,
   GpuRequest,
   RunContainerRequest,
   RunnerConfig,
@@ -18,6 +19,7 @@ import type {
 import { SYSCALL_FILTERS } from "../../api/index.ts";
 import { type Isolation, ISOLATIONS, isIsolation } from "../runtime/index.ts";
 import { checkCpuAndMemory } from "../runtime/spec.ts";
+import { validateGangMember } from "../network/gang.ts";
 import { checkBucketMounts } from "../volumes/buckets.ts";
 import { checkVolumeMounts } from "../volumes/volumes.ts";
 import { checkWorkspaceId } from "../../shared/volumes.ts";
@@ -61,6 +63,8 @@ export interface ResolvedRunRequest {
   userNamespace?: false;
   /** "denylist": the older allow-by-default profile (a workspace opted out). Absent: "allowlist". */
   syscallFilter?: Exclude<SyscallFilter, "allowlist">;
+  /** A member of a gang across hosts: joined to the gang's network, with its environment and labels. */
+  gang?: GangMember;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -241,6 +245,7 @@ export function resolveRunRequest(req: RunContainerRequest): ResolvedRunRequest 
     }
     if (req.syscallFilter === "denylist") out.syscallFilter = "denylist";
   }
+  if (req.gang !== undefined && req.gang !== null) out.gang = validateGangMember(req.gang);
   return out;
 }
 

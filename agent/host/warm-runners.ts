@@ -56,6 +56,8 @@ export function warmIneligible(req: ResolvedRunRequest, mounts: number): string 
   if (req.syscallFilter === "denylist") return "the deny-list system call filter";
   if (req.user || req.hostname || req.cwd) return "its own user, hostname or working directory";
   if (req.startupWindowMs) return "a start-up window";
+  // A started runner's environment is fixed: the gang's (gangEnv) cannot be added after.
+  if (req.gang) return "a gang member";
   return undefined;
 }
 

@@ -33,6 +33,16 @@ test("a plain function runner may take a pre-warmed runner; what a started conta
   assert.equal(warmIneligible(req({ userNamespace: true, syscallFilter: "allowlist" }), 0), undefined);
   assert.equal(warmIneligible(req({ hostname: "box" }), 0), "its own user, hostname or working directory");
   assert.equal(warmIneligible(req({ startupWindowMs: 2000 }), 0), "a start-up window");
+  const gang = {
+    id: "g1",
+    vni: 7,
+    rank: 0,
+    size: 1,
+    hosts: ["192.0.2.1"],
+    subnet: "10.251.0.0/24",
+    masterPort: 29500,
+  };
+  assert.equal(warmIneligible(req({ gang }), 0), "a gang member");
 });
 
 test("warmRunners is an integer 0..64, on the host and on the agent", () => {
