@@ -12,7 +12,7 @@
 
 import { randomBytes } from "node:crypto";
 import { isIPv4 } from "node:net";
-import type { GangMember } from "../../api/containers.ts";
+import type { GangMember } from "../../api/index.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
 import { GANG_IFACE, GANG_VXLAN_PORT, gangRankAddress, MAX_GANG_NODES } from "../../shared/gang.ts";
 import { isMissingError, run, tryRun } from "./exec.ts";

@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { GangMember } from "../../api/containers.ts";
+import type { GangMember } from "../../api/index.ts";
 import { type EgressPolicy, parseCidr, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { netnsName, removeLeftovers, vethName } from "./cleanup.ts";
