@@ -62,6 +62,8 @@ export async function startContainers(
         allowedPrivateCidrs: o.network.allowedPrivateCidrs,
         fleetHosts: o.network.fleetHosts,
         ...(o.network.fleetPorts ? { fleetPorts: o.network.fleetPorts } : {}),
+        // The local end of gangs' VXLAN tunnels.
+        ...(o.nodeAddress ? { nodeAddress: o.nodeAddress } : {}),
       },
       { warn: (message: string) => log.warn(message) },
     );

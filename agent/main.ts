@@ -218,6 +218,8 @@ export async function startAgent(
       intervalMs: identity.heartbeatIntervalMs,
       grpcAddress: advertised,
       ...(proxyAddress ? { proxyAddress } : {}),
+      // Where other agents' gang tunnels reach this host (shared/gang.ts).
+      ...(o.nodeAddress ? { nodeAddress: o.nodeAddress } : {}),
       hostId,
       pool: o.metrics.pool,
       capacity: await capacity(),

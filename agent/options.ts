@@ -1,3 +1,4 @@
+import { isIPv4 } from "node:net";
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import { BerthError } from "../shared/errors.ts";
@@ -35,6 +36,13 @@ export interface AgentOptions {
   grpcPort?: number;
   /** host:port coordinators dial. @default "<hostname>:<grpcPort>" */
   advertiseAddress?: string;
+  /**
+   * This host's IPv4 address as the other agents reach it: the end of gangs'
+   * VXLAN tunnels (shared/gang.ts), sent in heartbeats. @default the host of
+   * advertiseAddress when that is an IPv4 address and not loopback, else none
+   * (this agent then takes no gang of more than one host)
+   */
+  nodeAddress?: string;
   /**
    * Port of the tunnel coordinators reach container ports through; it
    * listens on grpcHost and is advertised at advertiseAddress's host.
@@ -134,6 +142,8 @@ export interface ResolvedAgentOptions {
   grpcHost: string;
   grpcPort: number;
   advertiseAddress: string;
+  /** Absent: unknown, no gangs across hosts here. */
+  nodeAddress?: string;
   proxyPort: number;
   nvidiaSmi: string;
   gpuProbeIntervalMs: number;
@@ -193,6 +203,8 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
   }
   const dataDir = o.dataDir ?? "/var/lib/berth-agent";
   const host = o.hostname ?? hostname();
+  const advertiseAddress = o.advertiseAddress ?? `${host}:${grpcPort}`;
+  const nodeAddress = resolveNodeAddress(o.nodeAddress, advertiseAddress);
   return {
     ...(o.coordinator ? { coordinator: o.coordinator.replace(/\/+$/, "") } : {}),
     ...(o.joinToken ? { joinToken: o.joinToken } : {}),
@@ -201,7 +213,8 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     hostname: host,
     grpcHost: o.grpcHost ?? "0.0.0.0",
     grpcPort,
-    advertiseAddress: o.advertiseAddress ?? `${host}:${grpcPort}`,
+    advertiseAddress,
+    ...(nodeAddress ? { nodeAddress } : {}),
     proxyPort,
     nvidiaSmi: o.nvidiaSmi ?? "nvidia-smi",
     gpuProbeIntervalMs: (o.gpuProbeIntervalS ?? 60) * 1000,
@@ -259,6 +272,27 @@ function metricsOptions(o: AgentOptions): ResolvedAgentOptions["metrics"] {
     host: o.metricsHost ?? "127.0.0.1",
     pool,
   };
+}
+
+/**
+ * --node-address as given (an IPv4 address: VXLAN's underlay here is IPv4),
+ * else the advertised host when it is one and not loopback: a loopback or
+ * a name is no address another host's kernel can send a tunnel to.
+ */
+function resolveNodeAddress(given: string | undefined, advertiseAddress: string): string | undefined {
+  if (given !== undefined) {
+    if (!isIPv4(given) || given.startsWith("127.") || given === "0.0.0.0") {
+      throw new BerthError(
+        "invalid_request",
+        `--node-address ${JSON.stringify(given)} must be this host's IPv4 address as other hosts reach it`,
+      );
+    }
+    return given;
+  }
+  const advertised = advertiseAddress.replace(/:\d+$/, "");
+  return isIPv4(advertised) && !advertised.startsWith("127.") && advertised !== "0.0.0.0"
+    ? advertised
+    : undefined;
 }
 
 function networkNames(o: AgentOptions): ResolvedAgentOptions["network"] {

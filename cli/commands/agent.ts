@@ -35,6 +35,7 @@ interface AgentRunFlags {
   grpcHost?: string;
   grpcPort?: number;
   advertise?: string;
+  nodeAddress?: string;
   nvidiaSmi?: string;
   sharedGpus?: string;
   mpsDir?: string;
@@ -105,6 +106,10 @@ export function agentCommands(program: Command): void {
     .option("--grpc-host <host>", "address of the TLS gRPC listener", "0.0.0.0")
     .option("--grpc-port <port>", "port of the TLS gRPC listener", (v) => Number(v), 8421)
     .option("--advertise <host:port>", "address coordinators dial")
+    .option(
+      "--node-address <ip>",
+      "this host's IPv4 address as other agents reach it, for gangs across hosts (default: --advertise's host unless loopback)",
+    )
     .option("--nvidia-smi <path>", "nvidia-smi to probe GPUs with")
     .option(
       "--shared-gpus <all|0,1>",
@@ -188,6 +193,7 @@ export function agentCommands(program: Command): void {
             ...(o.grpcHost ? { grpcHost: o.grpcHost } : {}),
             ...(o.grpcPort !== undefined ? { grpcPort: o.grpcPort } : {}),
             ...(o.advertise ? { advertiseAddress: o.advertise } : {}),
+            ...(o.nodeAddress ? { nodeAddress: o.nodeAddress } : {}),
             ...(o.nvidiaSmi ? { nvidiaSmi: o.nvidiaSmi } : {}),
             ...(o.sharedGpus ? { sharedGpus: o.sharedGpus } : {}),
             ...(o.mpsDir ? { mpsDir: o.mpsDir } : {}),

@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
+import { isIPv4 } from "node:net";
 import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
 import { describeError } from "../../shared/errors.ts";
@@ -414,6 +415,8 @@ async function up(o: UpFlags): Promise<number> {
         String(cluster.agentGrpcPort),
         "--advertise",
         `127.0.0.1:${cluster.agentGrpcPort}`,
+        // Coordinators dial this agent on loopback; other hosts' agents reach it for gangs at --advertise.
+        ...(advertised && isIPv4(advertised.host) ? ["--node-address", advertised.host] : []),
         ...(o.containers === false ? ["--no-containers"] : []),
         ...(o.containers !== false ? ["--default-image", o.defaultImage ?? UP_PYTHON_IMAGE] : []),
         ...(o.networkPrefix ? ["--network-prefix", o.networkPrefix] : []),

@@ -1,4 +1,5 @@
 import type { NatsConnection, Subscription } from "nats";
+import { isIPv4 } from "node:net";
 import type { Logger } from "pino";
 import type { Heartbeat } from "../../shared/fleet.ts";
 import { subjects } from "../../shared/subjects.ts";
@@ -83,6 +84,11 @@ export class FleetWatcher {
     if (typeof hb?.agentId !== "string" || !hb.capacity)
       throw new Error("heartbeat without agentId or capacity");
     if (this.revoked?.has(hb.agentId)) return;
+    if (hb.nodeAddress !== undefined && !validNodeAddress(hb.nodeAddress)) {
+      // The planner puts it in gangs' tunnels: a bad one is left out, as if the agent had none.
+      this.log.warn({ agentId: hb.agentId, nodeAddress: hb.nodeAddress }, "ignoring a bad node address");
+      delete hb.nodeAddress;
+    }
     const now = Date.now();
     const change = this.view.observe(hb, now);
     const last = this.persisted.get(hb.agentId) ?? 0;
@@ -122,4 +128,9 @@ export class FleetWatcher {
   private logChange(c: StateChange): void {
     this.log.info({ agentId: c.agentId, from: c.from, to: c.to }, `agent ${c.agentId} is ${c.to}`);
   }
+}
+
+/** A heartbeat's nodeAddress another agent can tunnel to: an IPv4 address, not loopback or the wildcard. */
+export function validNodeAddress(v: unknown): v is string {
+  return typeof v === "string" && isIPv4(v) && !v.startsWith("127.") && v !== "0.0.0.0";
 }

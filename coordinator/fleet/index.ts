@@ -2,7 +2,7 @@
 export { AgentNatsUsers, RevokedAgents } from "./agent-credentials.ts";
 export { FleetView, gpuHealthChange } from "./fleet-view.ts";
 export type { GpuHealthChange, LiveAgent } from "./fleet-view.ts";
-export { FleetWatcher } from "./fleet-watcher.ts";
+export { FleetWatcher, validNodeAddress } from "./fleet-watcher.ts";
 export { JoinService } from "./join.ts";
 export { AgentRevoker } from "./revoke.ts";
 export { fleetRoutes, joinRoutes } from "./routes.ts";

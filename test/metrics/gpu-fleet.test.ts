@@ -101,6 +101,7 @@ test("an XID on one GPU drains it in the agent list, announces it, and every GPU
     sentAt: Date.now(),
     intervalMs: 5000,
     grpcAddress: "10.0.0.9:7443",
+    nodeAddress: "10.0.0.9",
     capacity: {
       cpuCores: 64,
       memoryBytes: 512 * 1024 ** 3,
@@ -113,6 +114,8 @@ test("an XID on one GPU drains it in the agent list, announces it, and every GPU
   agentNc.publish(subjects.heartbeat(AGENT), JSON.stringify(await heartbeat()));
   await waitUntil(() => fleet.get(AGENT) !== undefined, { what: "the first heartbeat" });
   assert.equal(fleet.get(AGENT)?.heartbeat.capacity.gpus.devices.length, 8);
+  // The fleet view keeps where other agents' gang tunnels reach this host.
+  assert.equal(fleet.get(AGENT)?.heartbeat.nodeAddress, "10.0.0.9");
 
   // One round: the XID drains GPU 3; the next heartbeat says so.
   const round = await sampler.sample();

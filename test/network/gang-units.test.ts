@@ -4,6 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { applyGang } from "../../agent/host/gang.ts";
+import { resolveAgentOptions } from "../../agent/options.ts";
+import { validNodeAddress } from "../../coordinator/fleet/index.ts";
 import { resolveRunRequest } from "../../agent/host/request.ts";
 import {
   gangBridgeName,
@@ -141,4 +143,34 @@ test("a gang member gets the gang's environment and labels over the request's ow
   assert.equal(req.env.RANK, "9");
   const plain = resolveRunRequest({ image: "python:3.11", args: [], cpu: 0.25, memoryBytes: 128 << 20 });
   assert.equal(applyGang(plain), plain);
+});
+
+test("the agent's node address: --node-address, else --advertise's IPv4 host unless loopback", () => {
+  assert.equal(resolveAgentOptions({ nodeAddress: "192.0.2.5" }).nodeAddress, "192.0.2.5");
+  assert.equal(
+    resolveAgentOptions({ advertiseAddress: "127.0.0.1:8421", nodeAddress: "192.0.2.5" }).nodeAddress,
+    "192.0.2.5",
+  );
+  assert.equal(resolveAgentOptions({ advertiseAddress: "192.0.2.6:8421" }).nodeAddress, "192.0.2.6");
+  for (const advertiseAddress of [
+    "127.0.0.1:8421",
+    "gpu-1.example:8421",
+    "[2001:db8::1]:8421",
+    "0.0.0.0:8421",
+  ])
+    assert.equal(resolveAgentOptions({ advertiseAddress }).nodeAddress, undefined, advertiseAddress);
+  assert.equal(resolveAgentOptions({ hostname: "box" }).nodeAddress, undefined);
+  for (const nodeAddress of ["127.0.0.1", "0.0.0.0", "2001:db8::1", "host-a", ""])
+    assert.throws(
+      () => resolveAgentOptions({ nodeAddress }),
+      (e: unknown) =>
+        e instanceof BerthError && e.code === "invalid_request" && /--node-address/.test(e.message),
+      JSON.stringify(nodeAddress),
+    );
+});
+
+test("the coordinator keeps a heartbeat's node address only when another agent can tunnel to it", () => {
+  assert.equal(validNodeAddress("10.0.0.9"), true);
+  for (const bad of ["127.0.0.1", "0.0.0.0", "::1", "2001:db8::1", "host-a", 7, null])
+    assert.equal(validNodeAddress(bad), false, String(bad));
 });
