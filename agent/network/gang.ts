@@ -129,61 +129,27 @@ export class GangNetworks {
   async join(containerId: string, member: GangMember, containerNetns: string): Promise<void> {
     await this.locked(async () => {
       if (this.members.has(containerId)) return;
-      const { vni } = member;
-      await this.ensureGangDevices(member);
-      const veth = await this.freeVethName();
-      this.members.set(containerId, { vni, veth });
+      const { vni, rank } = member;
       try {
-        await this.ip(
-          "link",
-          "add",
-          "name",
-          veth,
-          "mtu",
-          String(GANG_MTU),
-          "type",
-          "veth",
-          "peer",
-          "name",
-          GANG_IFACE,
-          "netns",
-          containerNetns,
-        );
-        // The alias ties the device to its container across agent restarts (recover()).
-        await this.ip("link", "set", "dev", veth, "alias", containerId);
-        await this.ip("link", "set", "dev", veth, "addrgenmode", "none");
-        await this.ip(
-          "link",
-          "set",
-          "dev",
-          veth,
-          "master",
-          gangBridgeName(this.options.namePrefix, vni),
-          "up",
-        );
-        const inner = ["-n", containerNetns];
-        await run("ip", [
-          ...inner,
-          "link",
-          "set",
-          "dev",
-          GANG_IFACE,
-          "address",
-          gangMac(vni, member.rank),
-          "mtu",
-          String(GANG_MTU),
+        await this.ensureGangDevices(member);
+        const veth = await this.freeVethName();
+        this.members.set(containerId, { vni, veth });
+        await this.batch(undefined, [
+          `link add name ${veth} mtu ${GANG_MTU} type veth peer name ${GANG_IFACE} netns ${containerNetns}`,
+          // The alias ties the device to its container across agent restarts (recover()).
+          `link set dev ${veth} alias ${containerId}`,
+          `link set dev ${veth} addrgenmode none`,
+          `link set dev ${veth} master ${gangBridgeName(this.options.namePrefix, vni)} up`,
         ]);
-        await run("ip", [
-          ...inner,
-          "addr",
-          "add",
-          `${gangRankAddress(member.subnet, member.rank)}/24`,
-          "dev",
-          GANG_IFACE,
+        await this.batch(containerNetns, [
+          `link set dev ${GANG_IFACE} address ${gangMac(vni, rank)} mtu ${GANG_MTU}`,
+          `addr add ${gangRankAddress(member.subnet, rank)}/24 dev ${GANG_IFACE}`,
+          `link set dev ${GANG_IFACE} up`,
         ]);
-        await run("ip", [...inner, "link", "set", "dev", GANG_IFACE, "up"]);
       } catch (e) {
-        await this.leaveLocked(containerId).catch(() => {});
+        // What this join made goes: its veth, and the gang's devices unless another member has them.
+        if (this.members.has(containerId)) await this.leaveLocked(containerId).catch(() => {});
+        else await this.dropUnusedGang(vni).catch(() => {});
         throw e;
       }
     });
@@ -241,9 +207,24 @@ export class GangNetworks {
     // The veth's inner end (GANG_IFACE) goes with it.
     await this.deleteLink(joined.veth);
     this.members.delete(containerId);
-    if ([...this.members.values()].some((j) => j.vni === joined.vni)) return;
-    await this.deleteLink(gangBridgeName(this.options.namePrefix, joined.vni));
-    await this.deleteLink(gangVxlanName(this.options.namePrefix, joined.vni));
+    await this.dropUnusedGang(joined.vni);
+  }
+
+  /** Deletes a gang's bridge and VXLAN device when no member on this host has them. */
+  private async dropUnusedGang(vni: number): Promise<void> {
+    if ([...this.members.values()].some((j) => j.vni === vni)) return;
+    await this.deleteLink(gangBridgeName(this.options.namePrefix, vni));
+    await this.deleteLink(gangVxlanName(this.options.namePrefix, vni));
+  }
+
+  /** One `ip [-n NETNS] -batch -` (NETNS absent: the host's, options.netns): one process, not one per step. */
+  private async batch(netns: string | undefined, lines: string[]): Promise<void> {
+    for (const l of lines) {
+      if (/[\n\r#"'\\]/.test(l))
+        throw new BerthError("internal", `unsafe ip batch line ${JSON.stringify(l)}`);
+    }
+    const ns = netns ? ["-n", netns] : this.nsArgs();
+    await run("ip", [...ns, "-batch", "-"], `${lines.join("\n")}\n`);
   }
 
   /** The gang's VXLAN device and bridge, made if missing, and a forwarding entry per other host. */
@@ -253,39 +234,38 @@ export class GangNetworks {
     const bridge = gangBridgeName(p, m.vni);
     const self = this.options.localAddress ?? m.hosts[m.rank];
     if (!(await this.linkExists(vxlan))) {
-      const local = self && isIPv4(self) ? ["local", self] : [];
-      await this.ip(
-        "link",
-        "add",
-        "name",
-        vxlan,
-        "type",
-        "vxlan",
-        "id",
-        String(m.vni),
-        "dstport",
-        String(GANG_VXLAN_PORT),
-        ...local,
-        "nolearning",
-      );
+      const local = self && isIPv4(self) ? ` local ${self}` : "";
+      await this.batch(undefined, [
+        `link add name ${vxlan} type vxlan id ${m.vni} dstport ${GANG_VXLAN_PORT}${local} nolearning`,
+      ]);
     }
-    if (!(await this.linkExists(bridge))) await this.ip("link", "add", "name", bridge, "type", "bridge");
-    // No IPv6 link-local address on either: the host keeps no address a member could reach it at.
-    for (const dev of [bridge, vxlan]) await this.ip("link", "set", "dev", dev, "addrgenmode", "none");
-    await this.ip("link", "set", "dev", vxlan, "master", bridge, "up");
-    await this.ip("link", "set", "dev", bridge, "up");
+    if (!(await this.linkExists(bridge)))
+      await this.batch(undefined, [`link add name ${bridge} type bridge`]);
+    await this.batch(undefined, [
+      // No IPv6 link-local address on either: the host keeps no address a member could reach it at.
+      `link set dev ${bridge} addrgenmode none`,
+      `link set dev ${vxlan} addrgenmode none`,
+      `link set dev ${vxlan} master ${bridge} up`,
+      `link set dev ${bridge} up`,
+    ]);
     const peers = new Set(m.hosts.filter((h) => h !== self && h !== m.hosts[m.rank]));
-    for (const peer of peers) {
+    // An earlier member of the gang here may have added some: `append` twice is an error.
+    const flooded = new Set(
+      [
+        ...(await this.cmd("bridge", "fdb", "show", "dev", vxlan)).matchAll(/^00:00:00:00:00:00 dst (\S+)/gm),
+      ].map((x) => x[1]),
+    );
+    const lines = [
       // Broadcasts (ARP) and unknown destinations go to every other host once.
-      const r = await this.tryIp("bridge", "fdb", "append", "00:00:00:00:00:00", "dev", vxlan, "dst", peer);
-      if (r.exitCode !== 0 && !/exists/i.test(r.stderr))
-        throw new BerthError("internal", `cannot add gang peer ${peer} to ${vxlan}: ${r.stderr.trim()}`);
-    }
-    // Each remote rank's MAC goes to its own host alone.
-    for (const [rank, host] of m.hosts.entries()) {
-      if (!peers.has(host)) continue;
-      await this.cmd("bridge", "fdb", "replace", gangMac(m.vni, rank), "dev", vxlan, "dst", host);
-    }
+      ...[...peers]
+        .filter((h) => !flooded.has(h))
+        .map((h) => `fdb append 00:00:00:00:00:00 dev ${vxlan} dst ${h}`),
+      // Each remote rank's MAC goes to its own host alone.
+      ...[...m.hosts.entries()]
+        .filter(([, h]) => peers.has(h))
+        .map(([rank, h]) => `fdb replace ${gangMac(m.vni, rank)} dev ${vxlan} dst ${h}`),
+    ];
+    if (lines.length > 0) await run("bridge", [...this.nsArgs(), "-batch", "-"], `${lines.join("\n")}\n`);
   }
 
   private async freeVethName(): Promise<string> {
@@ -308,12 +288,8 @@ export class GangNetworks {
     return run(tool, [...this.nsArgs(), ...args]);
   }
 
-  private tryIp(tool: "ip" | "bridge", ...args: string[]) {
-    return tryRun(tool, [...this.nsArgs(), ...args]);
-  }
-
   private async linkExists(name: string): Promise<boolean> {
-    return (await this.tryIp("ip", "link", "show", "dev", name)).exitCode === 0;
+    return (await tryRun("ip", [...this.nsArgs(), "link", "show", "dev", name])).exitCode === 0;
   }
 
   private async deleteLink(name: string): Promise<void> {

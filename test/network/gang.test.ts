@@ -187,8 +187,9 @@ test("the agent's network joins an attached container to its gang and detach tak
     id: `gang-${p}`,
     vni,
     rank: 1,
-    size: 2,
-    hosts: ["192.0.2.7", "192.0.2.1"],
+    size: 3,
+    // Rank 0 on another host; ranks 1 and 2 both here.
+    hosts: ["192.0.2.7", "192.0.2.1", "192.0.2.1"],
     subnet: "10.251.0.0/24",
     masterPort: 29500,
   };
@@ -213,7 +214,21 @@ test("the agent's network joins an attached container to its gang and detach tak
   // Joining a container that has no network is refused.
   await assert.rejects(net.joinGang("ctr-none", member), /no network attachment/);
 
+  // A second member here shares the gang's devices and reaches the first over the bridge.
+  const b = await net.attach("ctr-gang-b", { mode: "open" });
+  await net.joinGang("ctr-gang-b", { ...member, rank: 2 });
+  assert.equal((await gangLinks(names)).length, 4, "bridge, VXLAN device and two veths on the host");
+  const { stdout: fdb } = await exec("bridge", ["fdb", "show", "dev", gangVxlanName(p, vni)]);
+  assert.equal(fdb.match(/^00:00:00:00:00:00 dst 192\.0\.2\.7 /gm)?.length, 1, fdb);
+  assert.match(fdb, new RegExp(`^${gangMac(vni, 0)} dst 192\\.0\\.2\\.7 `, "m"));
+  assert.doesNotMatch(fdb, /dst 192\.0\.2\.1 /, "no tunnel to this host itself");
+  const port = randomPort();
+  await listenIn(down, b.netns, port, "rank2");
+  assert.equal(await probeFrom(a.netns, "10.251.0.3", port), "OK rank2");
+
   await net.detach("ctr-gang");
+  assert.equal((await gangLinks(names)).length, 3, "the gang's devices stay with its member here");
+  await net.detach("ctr-gang-b");
   assert.deepEqual(await gangLinks(names), []);
 
   // destroy() takes the gangs' devices with everything else.
