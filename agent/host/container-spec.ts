@@ -2,6 +2,7 @@
 // injection produced into the runtime's ContainerSpec.
 
 import { invalid } from "../../shared/errors.ts";
+import { gangRankAddress } from "../../shared/gang.ts";
 import type { GpuInjection } from "../capacity/index.ts";
 import type { ImageInfo } from "../images/index.ts";
 import type { ContainerNetwork } from "../network/index.ts";
@@ -83,6 +84,8 @@ export function buildContainerSpec(i: SpecInputs): ContainerSpec {
     spec.netnsPath = i.net.netnsPath;
     // What a user namespace's network hook would otherwise read first (oci-spec.ts).
     spec.netnsAddresses = netnsAddressesOf(i.net);
+    // A user namespace's hook moves a gang member's GANG_IFACE in too, and gives it this again.
+    if (req.gang) spec.netnsAddresses.gang4 = `${gangRankAddress(req.gang.subnet, req.gang.rank)}/24`;
   }
   // gVisor is runsc; "container" leaves the agent's own runtime (runc or crun).
   if (req.isolation === "gvisor") spec.runtime = "runsc";

@@ -5,6 +5,7 @@ import { buildSeccompProfile } from "./seccomp.ts";
 import type { ResolvedContainerSpec } from "./spec.ts";
 import { resolveContainerSpec } from "./spec.ts";
 import { basename } from "node:path";
+import { GANG_IFACE } from "../../shared/gang.ts";
 import type { OciDeviceCgroup, OciHook, OciHooks, OciMount, OciNamespace, OciSpec } from "./oci-types.ts";
 import type { ContainerSpec, NetnsAddresses } from "./types.ts";
 
@@ -235,7 +236,9 @@ function hooksOf(hooks: OciHooks | undefined, first: OciHook | undefined): { hoo
 // whose addresses and default routes it had are applied again there (a move drops them),
 // and the name (/run/netns/NAME) now points at the container's namespace, so everything the
 // agent does by that name (ports, neighbours, removal) reaches it. The addresses come as
-// arguments when the agent knows them; otherwise they are read before the move. Three ip
+// arguments when the agent knows them; otherwise they are read before the move. A gang
+// member's GANG_IFACE (agent/network/gang.ts) moves in with eth0, its address given after
+// the gateways (its MAC and MTU survive the move; addresses do not). Three ip
 // runs in all on the first path: the start of every user-namespaced container waits on it.
 // `ip netns delete/attach` run without -n: `ip -n` enters a mount namespace of its own.
 const ADOPT_NETNS = String.raw`set -e
@@ -246,14 +249,18 @@ pid=${"$"}{state#*\"pid\":}
 pid=${"$"}{pid%%[!0-9]*}
 [ -n "$pid" ] || { echo "no pid in the container state" >&2; exit 1; }
 if [ "$#" -ge 5 ]; then
-  a4="$2" a6="$3" g4="$4" g6="$5"
+  a4="$2" a6="$3" g4="$4" g6="$5" gang="${"$"}{6:-}"
 else
   a4=$(ip -n "$ns" -4 -o addr show dev eth0 scope global | awk '{print $4}')
   a6=$(ip -n "$ns" -6 -o addr show dev eth0 scope global | awk '{print $4}')
   g4=$(ip -n "$ns" -4 route show default | awk '{print $3; exit}')
   g6=$(ip -n "$ns" -6 route show default | awk '{print $3; exit}')
+  gang=$(ip -n "$ns" -4 -o addr show dev ${GANG_IFACE} 2>/dev/null | awk '{print $4}')
 fi
-ip -n "$ns" link set dev eth0 netns "$pid"
+{
+  echo "link set dev eth0 netns $pid"
+  [ -z "$gang" ] || echo "link set dev ${GANG_IFACE} netns $pid"
+} | ip -n "$ns" -batch -
 printf 'netns delete %s\nnetns attach %s %s\n' "$ns" "$ns" "$pid" | ip -batch -
 {
   echo "link set dev lo up"
@@ -262,6 +269,8 @@ printf 'netns delete %s\nnetns attach %s %s\n' "$ns" "$ns" "$pid" | ip -batch -
   echo "link set dev eth0 up"
   [ -z "$g4" ] || echo "route replace default via $g4 dev eth0"
   [ -z "$g6" ] || echo "route replace ::/0 via $g6 dev eth0"
+  for a in $gang; do echo "addr add $a dev ${GANG_IFACE}"; done
+  [ -z "$gang" ] || echo "link set dev ${GANG_IFACE} up"
 } | ip -n "$ns" -batch -
 `;
 
@@ -271,7 +280,13 @@ printf 'netns delete %s\nnetns attach %s %s\n' "$ns" "$ns" "$pid" | ip -batch -
  */
 export function adoptNetnsHook(netnsPath: string, addresses?: NetnsAddresses): OciHook {
   const given = addresses
-    ? [addresses.ipv4 ?? "", addresses.ipv6 ?? "", addresses.gateway4 ?? "", addresses.gateway6 ?? ""]
+    ? [
+        addresses.ipv4 ?? "",
+        addresses.ipv6 ?? "",
+        addresses.gateway4 ?? "",
+        addresses.gateway6 ?? "",
+        addresses.gang4 ?? "",
+      ]
     : [];
   return {
     path: "/bin/sh",

@@ -267,6 +267,7 @@ function checkNetnsAddresses(a: NetnsAddresses): NetnsAddresses {
     ...(a.ipv6 === undefined ? {} : { ipv6: address(a.ipv6, 6, "ipv6", true) }),
     ...(a.gateway4 === undefined ? {} : { gateway4: address(a.gateway4, 4, "gateway4", false) }),
     ...(a.gateway6 === undefined ? {} : { gateway6: address(a.gateway6, 6, "gateway6", false) }),
+    ...(a.gang4 === undefined ? {} : { gang4: address(a.gang4, 4, "gang4", true) }),
   };
 }
 

@@ -59,6 +59,8 @@ export interface NetnsAddresses {
   ipv6?: string;
   gateway4?: string;
   gateway6?: string;
+  /** A gang member's address on GANG_IFACE, e.g. 10.251.0.2/24 (shared/gang.ts). */
+  gang4?: string;
 }
 
 export interface ContainerSpec {

@@ -2,9 +2,11 @@
 // nftables. One host (and one image pull) for the whole file.
 
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
+import { promisify } from "node:util";
 import { waitFor } from "../../shared/net.ts";
 import type { ContainerStatus, LogEntry } from "../../api/index.ts";
 import { createOutside, listenIn, randomPort } from "../network/helpers.ts";
@@ -103,6 +105,45 @@ test("container host", { timeout: 300_000 }, async (t) => {
       );
     },
   );
+
+  await t.test("a gang member gets gang0 with its rank's address, the gang's env and labels", async () => {
+    const gang = {
+      id: "gang-host-test",
+      vni: 4000 + (process.pid % 1000),
+      rank: 1,
+      size: 2,
+      hosts: ["192.0.2.7", "192.0.2.1"],
+      subnet: "10.251.0.0/24",
+      masterPort: 29500,
+    };
+    const show = [
+      "import os",
+      "e = os.environ",
+      "print(e['RANK'], e['WORLD_SIZE'], e['MASTER_ADDR'], e['NCCL_SOCKET_IFNAME'])",
+      // The container's /sys is not its network namespace's: ask the kernel through a socket.
+      "import fcntl, socket, struct",
+      "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)",
+      "q = lambda req: fcntl.ioctl(s.fileno(), req, struct.pack('256s', b'gang0'))",
+      "print(struct.unpack('16si', q(0x8921)[:20])[1], socket.inet_ntoa(q(0x8915)[20:24]), q(0x8927)[18:24].hex(':'))",
+    ].join("\n");
+    const s = await h.host.runContainer({ ...base, args: ["python3", "-c", show], gang });
+    assert.equal(s.labels["berth.gang_id"], "gang-host-test");
+    assert.equal(s.labels["berth.gang_rank"], "1");
+    assert.equal(s.labels["berth.gang_size"], "2");
+    const exitCode = (await h.exitOf(s.id)).status.exitCode;
+    const lines = (await collect(h.host.streamLogs(s.id))).map((l) => l.line);
+    assert.equal(exitCode, 0, lines.join("\n"));
+    const mac = `02:${[gang.vni >> 16, (gang.vni >> 8) & 0xff, gang.vni & 0xff].map((b) => b.toString(16).padStart(2, "0")).join(":")}:01:01`;
+    assert.deepEqual(lines, ["1 2 10.251.0.1 gang0", `1450 10.251.0.2 ${mac}`]);
+    await h.host.stopContainer(s.id, { remove: true });
+    await nothingLeftOf(s.id);
+    const { stdout } = await promisify(execFile)("ip", ["-o", "link", "show"]);
+    assert.doesNotMatch(stdout, new RegExp(`${h.net.options.namePrefix}g[bxv]`), "no gang device left");
+    await assert.rejects(
+      h.host.runContainer({ ...base, args: SLEEP, gang: { ...gang, rank: 2 } }),
+      rejectsWith("invalid_request", /gang\.rank must be an integer 0\.\.1/),
+    );
+  });
 
   await t.test("a container over its memory limit is oom_killed", async () => {
     const s = await h.host.runContainer({

@@ -197,12 +197,15 @@ test("eth0's addresses must be addresses: nothing else reaches the hook", async 
     { ipv6: "10.0.0.2/24" },
     { gateway4: "10.0.0.1/24" },
     { ipv4: "10.0.0.2/33" },
+    // A gang member's address (shared/gang.ts) reaches the hook the same way.
+    { gang4: "10.251.0.2" },
+    { gang4: "10.251.0.2/24\nlink delete eth0" },
   ]) {
     await assert.rejects(
       h.rt.run(h.spec(["true"], { userNamespace: true, netnsPath: "/proc/self/ns/net", netnsAddresses })),
       (e: Error & { code?: string }) => {
         assert.equal(e.code, "invalid_request");
-        assert.match(e.message, /^netnsAddresses\.(ipv4|ipv6|gateway4) must be an IPv[46] address/);
+        assert.match(e.message, /^netnsAddresses\.(ipv4|ipv6|gateway4|gang4) must be an IPv[46] address/);
         return true;
       },
     );
