@@ -8,7 +8,9 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { test } from "node:test";
 import { promisify } from "node:util";
+import { resolveEgressGuard } from "../../agent/network/egress-guard.ts";
 import { GANG_MTU, GangNetworks, gangBridgeName, gangMac, gangVxlanName } from "../../agent/network/gang.ts";
+import { fullRuleset } from "../../agent/network/nft-rules.ts";
 import type { GangMember } from "../../api/index.ts";
 import { GANG_IFACE } from "../../shared/gang.ts";
 import { needs } from "../helpers/env.ts";
@@ -47,6 +49,29 @@ async function gangLinks(names: TestNames, netns?: string): Promise<string[]> {
   return (await links(netns)).map((l) => l.ifname).filter((n) => n.startsWith(`${names.namePrefix}g`));
 }
 
+/** The agent's full nftables ruleset (nft-rules.ts) for these names, applied inside a stand-in host. */
+async function applyAgentRules(netns: string, names: TestNames): Promise<void> {
+  const script = fullRuleset(
+    {
+      table: names.table,
+      bridge: names.bridge,
+      namePrefix: names.namePrefix,
+      subnet4: names.subnet4,
+      subnet6: names.subnet6,
+      blockedDestinations: [],
+      guard: resolveEgressGuard({}),
+      nameservers: [],
+    },
+    [],
+  );
+  await new Promise<void>((resolve, reject) => {
+    const child = execFile("ip", ["netns", "exec", netns, "nft", "-f", "-"], (e) =>
+      e ? reject(e) : resolve(),
+    );
+    child.stdin?.end(script);
+  });
+}
+
 /** A namespace with lo up, deleted at teardown (its devices go with it). */
 async function makeNetns(down: Teardown, name: string): Promise<string> {
   down.defer(() => ip("netns", "del", name).catch(() => {}));
@@ -74,6 +99,9 @@ test("a gang's ranks on two hosts reach each other over VXLAN, and nobody else r
   await ip("-n", hostB, "addr", "add", `${addrB}/24`, "dev", "u0");
   await ip("-n", hostA, "link", "set", "u0", "up");
   await ip("-n", hostB, "link", "set", "u0", "up");
+
+  // Each host has the agent's nftables rules (nft-rules.ts), as a real agent's host would.
+  for (const ns of [hostA, hostB]) await applyAgentRules(ns, names);
 
   const gangsA = new GangNetworks({ namePrefix: p, localAddress: addrA, netns: hostA });
   const gangsB = new GangNetworks({ namePrefix: p, localAddress: addrB, netns: hostB });
@@ -148,6 +176,15 @@ test("a gang's ranks on two hosts reach each other over VXLAN, and nobody else r
   assert.match(await probeFrom(plain, "10.251.0.1", port), /^FAIL/);
   assert.match(await probeFrom(hostA, "10.251.0.1", port), /^FAIL/);
   assert.match(await probeFrom(hostB, "10.251.0.2", port), /^FAIL/);
+
+  // A member that routes to its host through gang0 (as one with CAP_NET_ADMIN could) gets nothing:
+  // the host answers ARP for its addresses on any link, but the rules drop what arrives on a gang bridge.
+  await listenIn(down, hostA, port, "hostA");
+  await ip("-n", c0, "route", "add", `${addrA}/32`, "dev", GANG_IFACE);
+  // Even with a way back to the gang's subnet (the agent never adds one) the host answers nothing there.
+  await ip("-n", hostA, "route", "add", "10.251.0.0/24", "dev", gangBridgeName(p, vni));
+  assert.match(await probeFrom(c0, addrA, port), /^FAIL/);
+  assert.equal(await probeFrom(plain, addrA, port), "OK hostA", "the host's listener answers others");
 
   // An agent restart on A: a new instance keeps live members' devices and drops the rest.
   const restarted = new GangNetworks({ namePrefix: p, localAddress: addrA, netns: hostA });
