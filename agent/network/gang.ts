@@ -17,8 +17,11 @@ import { BerthError, invalid } from "../../shared/errors.ts";
 import { GANG_IFACE, GANG_VXLAN_PORT, gangRankAddress, MAX_GANG_NODES } from "../../shared/gang.ts";
 import { isMissingError, run, tryRun } from "./exec.ts";
 
-/** MTU of the gang interface: 1500 less VXLAN's 50 bytes over an IPv4 underlay. */
-export const GANG_MTU = 1450;
+/** VXLAN's overhead over an IPv4 underlay: outer IP, UDP, VXLAN and inner Ethernet headers. */
+export const VXLAN_OVERHEAD = 50;
+
+/** MTU of the gang interface when no underlay says otherwise: 1500 less VXLAN_OVERHEAD. */
+export const GANG_MTU = 1500 - VXLAN_OVERHEAD;
 
 const MAX_VNI = 0xff_ffff;
 const hex6 = (n: number) => n.toString(16).padStart(6, "0");
@@ -106,6 +109,7 @@ interface Joined {
 interface GangLink {
   ifname: string;
   ifalias?: string;
+  mtu?: number;
 }
 
 export class GangNetworks {
@@ -131,18 +135,18 @@ export class GangNetworks {
       if (this.members.has(containerId)) return;
       const { vni, rank } = member;
       try {
-        await this.ensureGangDevices(member);
+        const mtu = await this.ensureGangDevices(member);
         const veth = await this.freeVethName();
         this.members.set(containerId, { vni, veth });
         await this.batch(undefined, [
-          `link add name ${veth} mtu ${GANG_MTU} type veth peer name ${GANG_IFACE} netns ${containerNetns}`,
+          `link add name ${veth} mtu ${mtu} type veth peer name ${GANG_IFACE} netns ${containerNetns}`,
           // The alias ties the device to its container across agent restarts (recover()).
           `link set dev ${veth} alias ${containerId}`,
           `link set dev ${veth} addrgenmode none`,
           `link set dev ${veth} master ${gangBridgeName(this.options.namePrefix, vni)} up`,
         ]);
         await this.batch(containerNetns, [
-          `link set dev ${GANG_IFACE} address ${gangMac(vni, rank)} mtu ${GANG_MTU}`,
+          `link set dev ${GANG_IFACE} address ${gangMac(vni, rank)} mtu ${mtu}`,
           `addr add ${gangRankAddress(member.subnet, rank)}/24 dev ${GANG_IFACE}`,
           `link set dev ${GANG_IFACE} up`,
         ]);
@@ -227,8 +231,11 @@ export class GangNetworks {
     await run("ip", [...ns, "-batch", "-"], `${lines.join("\n")}\n`);
   }
 
-  /** The gang's VXLAN device and bridge, made if missing, and a forwarding entry per other host. */
-  private async ensureGangDevices(m: GangMember): Promise<void> {
+  /**
+   * The gang's VXLAN device and bridge, made if missing, and a forwarding
+   * entry per other host. Returns the MTU its members' interfaces get.
+   */
+  private async ensureGangDevices(m: GangMember): Promise<number> {
     const p = this.options.namePrefix;
     const vxlan = gangVxlanName(p, m.vni);
     const bridge = gangBridgeName(p, m.vni);
@@ -241,14 +248,16 @@ export class GangNetworks {
     }
     if (!(await this.linkExists(bridge)))
       await this.batch(undefined, [`link add name ${bridge} type bridge`]);
+    const peers = new Set(m.hosts.filter((h) => h !== self && h !== m.hosts[m.rank]));
+    const mtu = await this.tunnelMtu([...peers]);
     await this.batch(undefined, [
+      `link set dev ${vxlan} mtu ${mtu}`,
       // No IPv6 link-local address on either: the host keeps no address a member could reach it at.
       `link set dev ${bridge} addrgenmode none`,
       `link set dev ${vxlan} addrgenmode none`,
       `link set dev ${vxlan} master ${bridge} up`,
       `link set dev ${bridge} up`,
     ]);
-    const peers = new Set(m.hosts.filter((h) => h !== self && h !== m.hosts[m.rank]));
     // An earlier member of the gang here may have added some: `append` twice is an error.
     const flooded = new Set(
       [
@@ -266,6 +275,27 @@ export class GangNetworks {
         .map(([rank, h]) => `fdb replace ${gangMac(m.vni, rank)} dev ${vxlan} dst ${h}`),
     ];
     if (lines.length > 0) await run("bridge", [...this.nsArgs(), "-batch", "-"], `${lines.join("\n")}\n`);
+
+    return mtu;
+  }
+
+  /**
+   * The smallest MTU of the links this host reaches the peers through, less
+   * VXLAN_OVERHEAD: a full frame on gang0 then fits one packet on the wire,
+   * jumbo frames included. GANG_MTU when no peer has a route (or there is none).
+   */
+  private async tunnelMtu(peers: string[]): Promise<number> {
+    if (peers.length === 0) return GANG_MTU;
+    // -force: a peer without a route does not stop the others' lookups.
+    const lookups = `${peers.map((p) => `route get ${p}`).join("\n")}\n`;
+    const routes = await tryRun("ip", [...this.nsArgs(), "-force", "-o", "-batch", "-"], lookups);
+    // A peer that is an address of this host (a misconfiguration) goes through lo: not the wire.
+    const devs = new Set(
+      [...routes.stdout.matchAll(/\bdev (\S+)/g)].map((x) => x[1]).filter((d) => d !== "lo"),
+    );
+    const mtus = (await this.links()).filter((l) => devs.has(l.ifname)).map((l) => l.mtu ?? 0);
+    const least = Math.min(...mtus.filter((x) => x > VXLAN_OVERHEAD + 68));
+    return Number.isFinite(least) ? least - VXLAN_OVERHEAD : GANG_MTU;
   }
 
   private async freeVethName(): Promise<string> {

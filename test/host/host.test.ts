@@ -112,7 +112,7 @@ test("container host", { timeout: 300_000 }, async (t) => {
       vni: 4000 + (process.pid % 1000),
       rank: 1,
       size: 2,
-      hosts: ["192.0.2.7", "192.0.2.1"],
+      hosts: ["203.0.113.7", "192.0.2.1"],
       subnet: "10.251.0.0/24",
       masterPort: 29500,
     };
@@ -134,7 +134,12 @@ test("container host", { timeout: 300_000 }, async (t) => {
     const lines = (await collect(h.host.streamLogs(s.id))).map((l) => l.line);
     assert.equal(exitCode, 0, lines.join("\n"));
     const mac = `02:${[gang.vni >> 16, (gang.vni >> 8) & 0xff, gang.vni & 0xff].map((b) => b.toString(16).padStart(2, "0")).join(":")}:01:01`;
-    assert.deepEqual(lines, ["1 2 10.251.0.1 gang0", `1450 10.251.0.2 ${mac}`]);
+    // gang0's MTU: that of the link to the other rank's host, less VXLAN's 50 bytes.
+    const exec = promisify(execFile);
+    const dev = /\bdev (\S+)/.exec((await exec("ip", ["-o", "route", "get", "203.0.113.7"])).stdout)?.[1];
+    const mtu =
+      Number(JSON.parse((await exec("ip", ["-j", "link", "show", "dev", dev!])).stdout)[0].mtu) - 50;
+    assert.deepEqual(lines, ["1 2 10.251.0.1 gang0", `${mtu} 10.251.0.2 ${mac}`]);
     await h.host.stopContainer(s.id, { remove: true });
     await nothingLeftOf(s.id);
     const { stdout } = await promisify(execFile)("ip", ["-o", "link", "show"]);

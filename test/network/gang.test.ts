@@ -9,16 +9,25 @@ import { execFile } from "node:child_process";
 import { test } from "node:test";
 import { promisify } from "node:util";
 import { resolveEgressGuard } from "../../agent/network/egress-guard.ts";
-import { GANG_MTU, GangNetworks, gangBridgeName, gangMac, gangVxlanName } from "../../agent/network/gang.ts";
+import {
+  GANG_MTU,
+  GangNetworks,
+  VXLAN_OVERHEAD,
+  gangBridgeName,
+  gangMac,
+  gangVxlanName,
+} from "../../agent/network/gang.ts";
 import { fullRuleset } from "../../agent/network/nft-rules.ts";
 import type { GangMember } from "../../api/index.ts";
 import { GANG_IFACE } from "../../shared/gang.ts";
+import { waitFor } from "../../shared/net.ts";
 import { needs } from "../helpers/env.ts";
 import {
   listenIn,
   NETWORK_COMMANDS,
   probeFrom,
   randomPort,
+  spawnIn,
   startTestNetwork,
   sweepAfter,
   Teardown,
@@ -27,6 +36,25 @@ import {
 } from "./helpers.ts";
 
 const exec = promisify(execFile);
+
+/** Prints "ready", then the size of the one UDP datagram it receives on the port. */
+const UDP_ONCE = `
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+print("ready", flush=True)
+print("got", len(s.recv(65535)), flush=True)
+`;
+
+/** Sends one datagram of argv[3] bytes with don't-fragment (IP_PMTUDISC_DO), a few times in case the first ARP is pending. */
+const UDP_SEND_DF = `
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)
+for _ in range(5):
+    s.sendto(b"x" * int(sys.argv[3]), (sys.argv[1], int(sys.argv[2])))
+    time.sleep(0.2)
+`;
 const ip = (...args: string[]) => exec("ip", args);
 const COMMANDS = [...NETWORK_COMMANDS, "bridge"];
 
@@ -97,8 +125,9 @@ test("a gang's ranks on two hosts reach each other over VXLAN, and nobody else r
   const addrB = `10.215.${x}.2`;
   await ip("-n", hostA, "addr", "add", `${addrA}/24`, "dev", "u0");
   await ip("-n", hostB, "addr", "add", `${addrB}/24`, "dev", "u0");
-  await ip("-n", hostA, "link", "set", "u0", "up");
-  await ip("-n", hostB, "link", "set", "u0", "up");
+  // Jumbo frames on the underlay, as GPU clusters' networks often have: gang0 follows them.
+  await ip("-n", hostA, "link", "set", "u0", "mtu", "9000", "up");
+  await ip("-n", hostB, "link", "set", "u0", "mtu", "9000", "up");
 
   // Each host has the agent's nftables rules (nft-rules.ts), as a real agent's host would.
   for (const ns of [hostA, hostB]) await applyAgentRules(ns, names);
@@ -125,7 +154,11 @@ test("a gang's ranks on two hosts reach each other over VXLAN, and nobody else r
   const plain = await makeNetns(down, `${p}-c3`);
   await gangsA.join("ctr-0", gang(0), c0);
   await gangsB.join("ctr-1", gang(1), c1);
-  await gangsA.join("ctr-other", gang(0, { id: `other-${p}`, vni: vni + 1000 }), other);
+  await gangsA.join(
+    "ctr-other",
+    gang(0, { id: `other-${p}`, vni: vni + 1000, hosts: [addrA, "198.51.100.9"] }),
+    other,
+  );
   await ip("-n", hostA, "link", "add", "p3", "type", "veth", "peer", "name", "eth0", "netns", plain);
   await ip("-n", hostA, "addr", "add", `10.216.${x}.1/24`, "dev", "p3");
   await ip("-n", hostA, "link", "set", "p3", "up");
@@ -141,7 +174,7 @@ test("a gang's ranks on two hosts reach each other over VXLAN, and nobody else r
   ] as const) {
     const g = (await links(ns)).find((l) => l.ifname === GANG_IFACE);
     assert.ok(g, `${GANG_IFACE} in rank ${rank}'s namespace`);
-    assert.equal(g.mtu, GANG_MTU);
+    assert.equal(g.mtu, 9000 - VXLAN_OVERHEAD);
     assert.equal(g.address, gangMac(vni, rank));
     assert.deepEqual(
       g.addr_info?.filter((a) => a.family === "inet").map((a) => `${a.local}/${a.prefixlen}`),
@@ -169,6 +202,29 @@ test("a gang's ranks on two hosts reach each other over VXLAN, and nobody else r
   await listenIn(down, c0, port, "rank0");
   assert.equal(await probeFrom(c0, "10.251.0.2", port), "OK rank1");
   assert.equal(await probeFrom(c1, "10.251.0.1", port), "OK rank0");
+  // A full-size frame crosses the tunnel whole: a datagram filling gang0's MTU, sent with don't-fragment.
+  const size = 9000 - VXLAN_OVERHEAD - 28;
+  const receiver = spawnIn(down, c1, ["python3", "-c", UDP_ONCE, String(port)]);
+  let received = "";
+  receiver.stdout?.on("data", (d) => {
+    received += d;
+  });
+  await waitFor(() => received.includes("ready"), { timeoutMs: 10_000, what: "the UDP receiver" });
+  await exec("ip", [
+    "netns",
+    "exec",
+    c0,
+    "python3",
+    "-c",
+    UDP_SEND_DF,
+    "10.251.0.2",
+    String(port),
+    String(size),
+  ]);
+  await waitFor(() => received.includes("got"), { timeoutMs: 10_000, what: "the full-size datagram" });
+  assert.match(received, new RegExp(`got ${size}\\b`));
+  // The other gang's rank 1 is on a host A has no route to: gang0 gets the default MTU.
+  assert.equal((await links(other)).find((l) => l.ifname === GANG_IFACE)?.mtu, GANG_MTU);
   // Another gang's member, same subnet and address as rank 0, is on a segment of its own.
   assert.match(await probeFrom(other, "10.251.0.2", port), /^FAIL/);
   // Neither a container the host routes for nor the host itself has a way in.
@@ -226,7 +282,7 @@ test("the agent's network joins an attached container to its gang and detach tak
     rank: 1,
     size: 3,
     // Rank 0 on another host; ranks 1 and 2 both here.
-    hosts: ["192.0.2.7", "192.0.2.1", "192.0.2.1"],
+    hosts: ["203.0.113.7", "192.0.2.1", "192.0.2.1"],
     subnet: "10.251.0.0/24",
     masterPort: 29500,
   };
@@ -256,8 +312,8 @@ test("the agent's network joins an attached container to its gang and detach tak
   await net.joinGang("ctr-gang-b", { ...member, rank: 2 });
   assert.equal((await gangLinks(names)).length, 4, "bridge, VXLAN device and two veths on the host");
   const { stdout: fdb } = await exec("bridge", ["fdb", "show", "dev", gangVxlanName(p, vni)]);
-  assert.equal(fdb.match(/^00:00:00:00:00:00 dst 192\.0\.2\.7 /gm)?.length, 1, fdb);
-  assert.match(fdb, new RegExp(`^${gangMac(vni, 0)} dst 192\\.0\\.2\\.7 `, "m"));
+  assert.equal(fdb.match(/^00:00:00:00:00:00 dst 203\.0\.113\.7 /gm)?.length, 1, fdb);
+  assert.match(fdb, new RegExp(`^${gangMac(vni, 0)} dst 203\\.0\\.113\\.7 `, "m"));
   assert.doesNotMatch(fdb, /dst 192\.0\.2\.1 /, "no tunnel to this host itself");
   const port = randomPort();
   await listenIn(down, b.netns, port, "rank2");
