@@ -19,7 +19,7 @@ import type {
 import { SYSCALL_FILTERS } from "../../api/index.ts";
 import { type Isolation, ISOLATIONS, isIsolation } from "../runtime/index.ts";
 import { checkCpuAndMemory } from "../runtime/spec.ts";
-import { validateGangMember } from "../network/gang.ts";
+import { validateGangMember } from "../network/gang-member.ts";
 import { checkBucketMounts } from "../volumes/buckets.ts";
 import { checkVolumeMounts } from "../volumes/volumes.ts";
 import { checkWorkspaceId } from "../../shared/volumes.ts";

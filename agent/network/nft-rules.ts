@@ -16,7 +16,7 @@ import type { Cidr, EgressPolicy } from "../../shared/egress.ts";
 import { parseCidr } from "../../shared/egress.ts";
 import { GANG_VXLAN_PORT } from "../../shared/gang.ts";
 import type { EgressGuard, FleetDeny } from "./egress-guard.ts";
-import { gangBridgeGlob } from "./gang.ts";
+import { gangBridgeGlob } from "./gang-member.ts";
 
 export interface BaseRulesInput {
   table: string;

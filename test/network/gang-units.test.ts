@@ -14,7 +14,7 @@ import {
   gangVethPattern,
   gangVxlanName,
   validateGangMember,
-} from "../../agent/network/gang.ts";
+} from "../../agent/network/gang-member.ts";
 import type { GangMember } from "../../api/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { GangLabels } from "../../shared/gang.ts";

@@ -9,14 +9,14 @@ import { execFile } from "node:child_process";
 import { test } from "node:test";
 import { promisify } from "node:util";
 import { resolveEgressGuard } from "../../agent/network/egress-guard.ts";
+import { GangNetworks } from "../../agent/network/gang.ts";
 import {
   GANG_MTU,
-  GangNetworks,
-  VXLAN_OVERHEAD,
   gangBridgeName,
   gangMac,
   gangVxlanName,
-} from "../../agent/network/gang.ts";
+  VXLAN_OVERHEAD,
+} from "../../agent/network/gang-member.ts";
 import { fullRuleset } from "../../agent/network/nft-rules.ts";
 import type { GangMember } from "../../api/index.ts";
 import { GANG_IFACE } from "../../shared/gang.ts";
