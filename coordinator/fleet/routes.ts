@@ -54,6 +54,10 @@ export const AgentBody = Type.Object({
     description: "its pool (berth agent --pool); null until this coordinator hears from it",
   }),
   grpc_address: Type.String(),
+  node_address: Type.Union([Type.String(), Type.Null()], {
+    description:
+      "where other agents' gang tunnels reach it (berth agent --node-address); null: unknown, so it takes no gang across hosts",
+  }),
   joined_at: Type.String(),
   last_seen_at: Type.Union([Type.String(), Type.Null()]),
   capacity: Type.Union([CapacityBody, Type.Null()]),
@@ -114,6 +118,7 @@ export function agentJson(rec: AgentRecord, view: FleetView, now = Date.now()) {
     version: live?.heartbeat.version ?? rec.version,
     pool: live ? poolOf(live.heartbeat) : null,
     grpc_address: live?.heartbeat.grpcAddress ?? rec.grpcAddress,
+    node_address: live?.heartbeat.nodeAddress ?? null,
     joined_at: rec.joinedAt,
     last_seen_at: lastSeen,
     capacity: capacity ? capacityJson(capacity) : null,

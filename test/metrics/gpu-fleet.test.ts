@@ -130,6 +130,7 @@ test("an XID on one GPU drains it in the agent list, announces it, and every GPU
   // The agent list (what GET /api/v1/agents and `berth agent list` show).
   const listed = agentJson((await store.agents.get(AGENT))!, fleet);
   assert.equal(listed.capacity?.gpus.counts.H100, 7);
+  assert.equal(listed.node_address, "10.0.0.9");
   assert.deepEqual(listed.capacity?.gpus.drained, [
     {
       index: 3,
