@@ -20,3 +20,9 @@ export function applyGang(req: ResolvedRunRequest): ResolvedRunRequest {
     },
   };
 }
+
+/** The gang rank a container's labels give (a recovered container keeps only its labels); undefined outside a gang. */
+export function gangRankOf(labels: Record<string, string>): number | undefined {
+  const rank = labels[GangLabels.rank];
+  return rank !== undefined && /^\d+$/.test(rank) ? Number(rank) : undefined;
+}

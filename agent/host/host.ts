@@ -54,6 +54,7 @@ import {
 } from "./sandbox.ts";
 import { SandboxInits } from "./sandbox-init.ts";
 import { WarmRunners } from "./warm-runners.ts";
+import { gangRankOf } from "./gang.ts";
 import { ProcessTable } from "../sandboxes/processes.ts";
 
 /** Also ContainerFilesApi and ContainerSnapshotApi, through `files` and `snapshots` (see SandboxDelegation). */
@@ -219,7 +220,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
           ...(r.request.gpu?.memoryMiB !== undefined ? { gpuMemoryMiB: r.request.gpu.memoryMiB } : {}),
         });
         live.push(r.id);
-        if (r.request.runner) await this.bridges.reopen(r.id, r.request.runner, log);
+        if (r.request.runner) await this.bridges.reopen(r.id, r.request.runner, log, gangRankOf(r.labels));
         else if (r.request.bridge)
           await this.bridges.reopenWorkspace(r.id, r.request.bridge.workspaceId, log);
       } else if (!r.released) {

@@ -95,9 +95,16 @@ export interface HostRunners {
   check(): void;
   /**
    * Serves the bridge for `containerId` on `socketPath` (recreated when it
-   * exists); `onFirstAsk` is called once, when the runner first asks for a task.
+   * exists); `onFirstAsk` is called once, when the runner first asks for a task;
+   * `gangRank`: the container is that rank of a gang (its crash names it).
    */
-  open(containerId: string, runner: RunnerConfig, socketPath: string, onFirstAsk?: () => void): Promise<void>;
+  open(
+    containerId: string,
+    runner: RunnerConfig,
+    socketPath: string,
+    onFirstAsk?: () => void,
+    gangRank?: number,
+  ): Promise<void>;
   /**
    * Serves the workspace bridge (outputs and state, no tasks) of a container
    * that is not a runner on `socketPath`, for `workspaceId`.

@@ -140,7 +140,7 @@ export async function provisionContainer(
     if (req.runner) {
       step = "opening the task bridge";
       undo.push({ what: "task bridge", fn: () => d.bridges.close(id) });
-      bridgeDir = await d.bridges.open(id, req.runner, endStartup?.now);
+      bridgeDir = await d.bridges.open(id, req.runner, endStartup?.now, req.gang?.rank);
     } else if (req.bridge) {
       step = "opening the workspace bridge";
       undo.push({ what: "workspace bridge", fn: () => d.bridges.close(id) });

@@ -152,11 +152,11 @@ export class RunnerBridges {
   }
 
   /** Creates the container's bridge directory and serves the bridge in it; returns the directory. */
-  async open(id: string, runner: RunnerConfig, onFirstAsk?: () => void): Promise<string> {
+  async open(id: string, runner: RunnerConfig, onFirstAsk?: () => void, gangRank?: number): Promise<string> {
     const dir = join(this.root, id);
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { mode: 0o755 });
-    await (this.runners as HostRunners).open(id, runner, bridgeSocketPath(dir), onFirstAsk);
+    await (this.runners as HostRunners).open(id, runner, bridgeSocketPath(dir), onFirstAsk, gangRank);
     return dir;
   }
 
@@ -212,12 +212,12 @@ export class RunnerBridges {
   }
 
   /** After an agent restart: serves a live runner container's bridge again (a new socket in its directory). */
-  async reopen(id: string, runner: RunnerConfig, log: HostLogger): Promise<void> {
+  async reopen(id: string, runner: RunnerConfig, log: HostLogger, gangRank?: number): Promise<void> {
     if (!this.runners) return;
     const dir = join(this.root, id);
     try {
       mkdirSync(dir, { recursive: true, mode: 0o755 });
-      await this.runners.open(id, runner, bridgeSocketPath(dir));
+      await this.runners.open(id, runner, bridgeSocketPath(dir), undefined, gangRank);
     } catch (e) {
       log.error({ id, err: describeError(e) }, "serving the task bridge of a recovered runner container");
     }

@@ -60,15 +60,15 @@ export async function recordCrash(
   events: TaskEventPublisher,
   base: AttemptBase,
   t: InFlight,
-  code: string,
-  exitReason?: ExitReason,
-  limit?: LimitHit,
-  memoryBytes?: number,
+  crash: { code: string; reason?: ExitReason; limit?: LimitHit; memoryBytes?: number; gangRank?: number },
 ): Promise<void> {
+  const { code, reason: exitReason, limit, memoryBytes } = crash;
   const oom = exitReason === "oom_killed";
+  // A gang's task runs on rank 0's container: its end ends the gang (the coordinator stops the rest).
+  const rank = crash.gangRank === undefined ? "" : `gang rank ${crash.gangRank} ended: `;
   if (t.attempt <= t.maxRetries) {
     const why = oom ? "oom_killed" : (limit?.reason ?? "container_exited");
-    await events.publish({ ...base, type: "retry", reason: `${why}: exit code ${code}` });
+    await events.publish({ ...base, type: "retry", reason: `${rank}${why}: exit code ${code}` });
     t.msg.nak();
   } else if (!oom && limit) {
     await finishFailed(events, base, t, limit);
@@ -80,7 +80,7 @@ export async function recordCrash(
             "OutOfMemory",
             `the container ran out of memory (exit code ${code} on the last attempt): ${memoryKillMessage(memoryBytes)}`,
           )
-        : taskError("ContainerExited", `container exited with code ${code} on the last attempt`),
+        : taskError("ContainerExited", `${rank}container exited with code ${code} on the last attempt`),
     });
   }
 }

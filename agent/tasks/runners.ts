@@ -79,6 +79,7 @@ export class TaskRunners implements HostRunners {
     runner: RunnerConfig,
     socketPath: string,
     onFirstAsk?: () => void,
+    gangRank?: number,
   ): Promise<void> {
     await this.close(containerId);
     const slot: RunnerSlotInfo = {
@@ -89,6 +90,7 @@ export class TaskRunners implements HostRunners {
       ...(runner.callbackUrl ? { callbackUrl: runner.callbackUrl } : {}),
       ...(onFirstAsk ? { onFirstAsk } : {}),
       ...(runner.configVersion ? { configVersion: runner.configVersion } : {}),
+      ...(gangRank !== undefined ? { gangRank } : {}),
     };
     const server = new BridgeServer(
       socketPath,

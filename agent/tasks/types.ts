@@ -56,6 +56,8 @@ export interface RunnerSlotInfo {
   onFirstAsk?: () => void;
   /** The stub's config_version the container was started for; undefined: unknown (takes any task). */
   configVersion?: number;
+  /** Rank 0 of a gang (shared/gang.ts): its crash fails the task as the gang's, naming the rank. */
+  gangRank?: number;
 }
 
 /** What `POST /v1/tasks/next` answers. */

@@ -461,7 +461,7 @@ export class TaskWorker {
     if (!settle(t)) return;
     void (async () => {
       const base = { ...this.base(slot, t.taskId, t.attempt), ...(await foldedStart(t)) };
-      await recordCrash(this.events, base, t, code, reason, limit, memoryBytes);
+      await recordCrash(this.events, base, t, { code, reason, limit, memoryBytes, gangRank: slot.gangRank });
     })().catch((e) => {
       this.log.error({ taskId: t.taskId, err: describeError(e) }, "recording a task whose container exited");
       t.msg.nak();

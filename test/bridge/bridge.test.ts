@@ -269,6 +269,25 @@ test("task bridge", { timeout: 120_000 }, async (t) => {
     await runners.close(r2.containerId);
   });
 
+  await t.test("rank 0 of a gang exits mid-task: the retry and the failure name the rank", async () => {
+    const r1 = await openRunner("stub-gang-exit", {}, undefined, 0);
+    await publishTask(n, { stubId: "stub-gang-exit", taskId: "task-gang-exit", maxRetries: 1 });
+    await nextTask(r1.socket);
+    runners.exited(r1.containerId, 137);
+    const r2 = await openRunner("stub-gang-exit", {}, undefined, 0);
+    await nextTask(r2.socket);
+    runners.exited(r2.containerId, 1);
+    const evs = await eventsOf(n, "task-gang-exit", 4);
+    assert.deepEqual(shape(evs)[1], ["retry", "gang rank 0 ended: container_exited: exit code 137", 1]);
+    assert.equal(
+      (evs[3] as Extract<TaskEvent, { type: "finished" }>).error?.message,
+      "gang rank 0 ended: container exited with code 1 on the last attempt",
+    );
+    await queueEmpty(n);
+    await runners.close(r1.containerId);
+    await runners.close(r2.containerId);
+  });
+
   await t.test(
     "an OOM-killed container names the reason: oom_killed retry, then FAILED OutOfMemory",
     async () => {

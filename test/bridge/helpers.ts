@@ -216,7 +216,8 @@ export interface OpenedRunner {
  * Opens function runner slots of a stub on `runners`, each as container
  * `${prefix}${n}` (n counting from 1) with its bridge socket in `dir`;
  * `extra` adds to or overrides the runner's config; `beforeOpen` sees the
- * container id before the slot opens (to set what the container reports).
+ * container id before the slot opens (to set what the container reports);
+ * `gangRank` opens it as that rank of a gang.
  */
 export function runnerOpener(
   runners: TaskRunners,
@@ -226,9 +227,10 @@ export function runnerOpener(
   stubId: string,
   extra?: Partial<RunnerConfig>,
   beforeOpen?: (containerId: string) => void,
+  gangRank?: number,
 ) => Promise<OpenedRunner> {
   let seq = 0;
-  return async (stubId, extra = {}, beforeOpen) => {
+  return async (stubId, extra = {}, beforeOpen, gangRank) => {
     const containerId = `${prefix}${++seq}`;
     beforeOpen?.(containerId);
     const socket = join(dir, `${containerId}.sock`);
@@ -236,6 +238,8 @@ export function runnerOpener(
       containerId,
       { stubId, workspaceId: "ws-test", stubType: "function", handler: "app:f", ...extra },
       socket,
+      undefined,
+      gangRank,
     );
     return { containerId, socket };
   };
