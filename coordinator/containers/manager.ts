@@ -7,10 +7,9 @@
 // containers are reused by the next tasks. Placement and reservations are the
 // one planner's (coordinator/scheduler/planner.ts); the manager is the owner
 // of runner containers there: it offers its idle warm ones and stops those
-// the planner picks to make room, for runners and sandboxes alike.
+// the planner picks to make room, for runners and sandboxes alike (room.ts).
 
 import type { Reservation } from "../scheduler/index.ts";
-import type { IdleCandidate, PreemptCandidate } from "../scheduler/index.ts";
 import type { ContainerOwner } from "../scheduler/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { memoryKillMessage } from "../../shared/memory-kill.ts";
@@ -23,6 +22,7 @@ import { CodePusher } from "./code-push.ts";
 import { ContainerTable, type Managed } from "./container-table.ts";
 import { FleetSync } from "./fleet-sync.ts";
 import { countUnits, gangEndMessage, unitOf } from "./gangs.ts";
+import { RoomOffers } from "./room.ts";
 import { ScaleTargets, scaleReason } from "./scale-targets.ts";
 import { ContainerStarter } from "./starter.ts";
 import {
@@ -66,12 +66,18 @@ export class ContainerManager implements ContainerCounts {
     this.stubCache = new TimedCache(this.o.stubCacheMs);
     this.limitCache = new TimedCache(this.o.stubCacheMs);
     this.containers = new ContainerTable(this.o.planner);
+    const room = new RoomOffers({
+      o: this.o,
+      containers: this.containers,
+      stubOf: (stubId) => this.stubCache.peek(stubId),
+      stop: (c) => void this.track(this.stopOne(c)),
+    });
     this.owner = {
-      idle: () => this.idleContainers(),
-      stop: (ids, reason) => this.stopToMakeRoom(ids, reason),
+      idle: () => room.idle(),
+      stop: (ids, reason) => room.stopToMakeRoom(ids, reason),
       synced: (agentId) => this.fleet.isSynced(agentId),
-      preemptible: () => this.preemptibleContainers(),
-      preempt: (ids, reason) => this.preempt(ids, reason),
+      preemptible: () => room.preemptible(),
+      preempt: (ids, reason) => room.preempt(ids, reason),
     };
     this.o.planner.addOwner(this.owner);
     const code = new CodePusher(this.o.code);
@@ -455,79 +461,6 @@ export class ContainerManager implements ContainerCounts {
       }
     }
     this.containers.remove(c);
-  }
-
-  /**
-   * A warm container keeps its room while idle; when something else cannot
-   * be placed (a runner of another stub, a sandbox, a pod: no room in the
-   * fleet, or the workspace at a limit), the planner may pick it to give
-   * its room up. Offered: running containers not busy, of stubs with no
-   * tasks at all, above their deployment's baseline (the longest idle of
-   * each stub first).
-   */
-  private idleContainers(): IdleCandidate[] {
-    const { activity } = this.o;
-    const byStub = new Map<string, IdleCandidate[]>();
-    // Not gang members: the planner counts one container's room freed, and stopping one ends its whole gang.
-    for (const c of this.containers.live((c) => c.state === "running" && !c.gang)) {
-      const d = activity.demandOf(c.stubId);
-      const a = activity.containerActivity(c.id);
-      if (a?.busy || d?.pending || d?.running) continue;
-      const list = byStub.get(c.stubId) ?? [];
-      list.push({ id: c.id, idleSince: Math.max(a?.lastActiveAt ?? 0, c.since) });
-      byStub.set(c.stubId, list);
-    }
-    const out: IdleCandidate[] = [];
-    for (const [stubId, idle] of byStub) {
-      const dep = this.o.deployments?.of(stubId);
-      const baseline = dep?.active ? dep.minContainers : 0;
-      const spare = this.containers.live((c) => c.stubId === stubId).length - baseline;
-      out.push(...idle.sort((x, y) => x.idleSince - y.idleSince).slice(0, Math.max(0, spare)));
-    }
-    return out;
-  }
-
-  /**
-   * Running containers of `preemptible` stubs, at their stub's priority, for
-   * the planner to weigh when a higher-priority request finds no room. A
-   * stub not loaded yet offers none (it is loaded on the next reconcile).
-   */
-  private preemptibleContainers(): PreemptCandidate[] {
-    const out: PreemptCandidate[] = [];
-    // Not gang members: preempting one requeues its task and ends its whole gang, room the planner did not count.
-    for (const c of this.containers.live((c) => c.state === "running" && !c.gang)) {
-      const stub = this.stubCache.peek(c.stubId);
-      if (!stub?.extra.preemptible) continue;
-      out.push({ id: c.id, priority: stub.extra.priority ?? 0, startedAt: c.since });
-    }
-    return out;
-  }
-
-  /** The planner preempts these: their tasks go back to the queue, then SIGTERM and the stop grace. */
-  private preempt(ids: string[], reason: string): void {
-    for (const id of ids) {
-      const c = this.containers.get(id);
-      if (!c || c.state === "stopping") continue;
-      const requeued = this.o.activity.requeuePreempted?.(c.id, `the container was ${reason}`) ?? 0;
-      this.o.log.info(
-        { containerId: c.id, stubId: c.stubId, agentId: c.agentId, reason, requeued },
-        `preempting a container: ${reason}`,
-      );
-      void this.track(this.stopOne(c));
-    }
-  }
-
-  /** The planner picked these idle containers to make room. */
-  private stopToMakeRoom(ids: string[], reason: string): void {
-    for (const id of ids) {
-      const c = this.containers.get(id);
-      if (!c || c.state === "stopping") continue;
-      this.o.log.info(
-        { containerId: c.id, stubId: c.stubId, agentId: c.agentId, reason },
-        `stopping an idle warm container: ${reason}`,
-      );
-      void this.track(this.stopOne(c));
-    }
   }
 
   // ---- events -----------------------------------------------------------------
