@@ -27,7 +27,8 @@ const APP = `
 import os, socket, sys, time
 from berth import Image, function
 
-torch_image = Image().add_commands([
+# Built on A (pool "default"): B, a namespace, has no route to the package mirror. The gang has no pool: both hosts.
+torch_image = Image(pool="default").add_commands([
     "apt-get update -qq",
     "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch",
 ])
@@ -99,7 +100,7 @@ test("a 2-node gang all-reduces over its own network; outsiders cannot reach it;
   const sockA = join(up.dataDir, "agent", "agent.sock");
   const agentB = startAgentB(td, ns, hold, [
     ...printed[1].split(" "),
-    ...["--data-dir", dataB, "--hostname", `${b.namePrefix}-gang-b`],
+    ...["--data-dir", dataB, "--hostname", `${b.namePrefix}-gang-b`, "--pool", "b"],
     ...["--grpc-host", addrB, "--grpc-port", String(grpcPort), "--advertise", `${addrB}:${grpcPort}`],
     ...["--network-prefix", b.namePrefix, "--subnet4", b.subnet4, "--subnet6", b.subnet6],
     ...["--default-image", UP_PYTHON_IMAGE, "--volume-root", join(dataB, "volumes")],
