@@ -12,7 +12,7 @@ import type { FleetSync } from "./fleet-sync.ts";
 import { gangEndMessage, gangSize, newGangId, pickVni } from "./gangs.ts";
 import { DEFAULT_GANG_SUBNET, GANG_MASTER_PORT } from "../../shared/gang.ts";
 import type { GangMember } from "../../api/index.ts";
-import type { Plan } from "../scheduler/index.ts";
+import type { Plan, PlacementRequest, ReserveRequest } from "../scheduler/index.ts";
 import { applyGang, applyWorkspaceRuntime, placementRequest } from "./runner-request.ts";
 import { SecretsError, StartFailures, classifyStartError } from "./start-failures.ts";
 import type {
@@ -34,6 +34,25 @@ export interface StarterDeps {
 
 /** A limit as the limits route names it (maxGpus: max_gpus). */
 const limitName = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+/** What the planner is asked to reserve for container `id` of the stub. */
+function reservationRequest(
+  stub: StubRecord,
+  id: string,
+  placement: PlacementRequest,
+  limits: WorkspaceContainerLimits | undefined,
+): ReserveRequest {
+  return {
+    id,
+    kind: RUNNER_KIND,
+    workspaceId: stub.workspaceId,
+    stubId: stub.id,
+    placement,
+    ...(stub.extra.priority ? { priority: stub.extra.priority } : {}),
+    ...(limits ? { limits } : {}),
+    ...(stub.imageAgents ? { onlyAgents: stub.imageAgents } : {}),
+  };
+}
 
 /** How long a placed runner waits for the idle containers stopped to make room for it, beyond their stop grace. */
 const ROOM_WAIT_MS = 30_000;
@@ -64,16 +83,7 @@ export class ContainerStarter {
     for (const c of containers.live((c) => c.stubId === stub.id)) prefer.add(c.agentId);
     const req = placementRequest(stub, [...prefer]);
     const id = `ctr-${randomBytes(8).toString("hex")}`;
-    const placed = o.planner.reserve({
-      id,
-      kind: RUNNER_KIND,
-      workspaceId: stub.workspaceId,
-      stubId: stub.id,
-      placement: req,
-      ...(stub.extra.priority ? { priority: stub.extra.priority } : {}),
-      ...(limits ? { limits } : {}),
-      ...(stub.imageAgents ? { onlyAgents: stub.imageAgents } : {}),
-    });
+    const placed = o.planner.reserve(reservationRequest(stub, id, req, limits));
     if (!placed.ok) return this.refused(stub, placed);
     this.lastWait.delete(stub.id);
     const r = placed.reservation;
@@ -128,18 +138,7 @@ export class ContainerStarter {
     const sha = stub.extra.code_sha256;
     const req = placementRequest(stub, sha ? code.holders(sha) : []);
     const ids = Array.from({ length: size }, () => `ctr-${randomBytes(8).toString("hex")}`);
-    const placed = o.planner.reserveGang(
-      ids.map((id) => ({
-        id,
-        kind: RUNNER_KIND,
-        workspaceId: stub.workspaceId,
-        stubId: stub.id,
-        placement: req,
-        ...(stub.extra.priority ? { priority: stub.extra.priority } : {}),
-        ...(limits ? { limits } : {}),
-        ...(stub.imageAgents ? { onlyAgents: stub.imageAgents } : {}),
-      })),
-    );
+    const placed = o.planner.reserveGang(ids.map((id) => reservationRequest(stub, id, req, limits)));
     if (!placed.ok) return this.refused(stub, placed);
     this.lastWait.delete(stub.id);
     const used = new Set<number>();

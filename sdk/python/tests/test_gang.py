@@ -308,6 +308,17 @@ class FollowerDiesTest(unittest.TestCase):
         self.assertIn("rank 1 ended while task t-hang ran; ending the gang", gang.log(0))
 
 
+def gang_after_one_task(test: unittest.TestCase) -> "Gang":
+    """A gang of two, started, that has completed one task (the case then ends one rank)."""
+    gang = Gang(2)
+    test.addCleanup(gang.stop)
+    gang.start(0)
+    gang.start(1)
+    gang.bridges[0].add("t-1", args(1))
+    test.assertEqual(gang.bridges[0].wait_result("t-1", timeout=30)["status"], "COMPLETE")
+    return gang
+
+
 class FollowerEndsBetweenTasksTest(unittest.TestCase):
     def test_a_follower_that_ends_after_answering_ends_the_gang_after_the_result(self):
         gang = Gang(2)
@@ -323,24 +334,14 @@ class FollowerEndsBetweenTasksTest(unittest.TestCase):
         self.assertIn("rank 1 ended between tasks; ending the gang", gang.log(0))
 
     def test_a_follower_killed_between_tasks_ends_the_gang(self):
-        gang = Gang(2)
-        self.addCleanup(gang.stop)
-        gang.start(0)
-        gang.start(1)
-        gang.bridges[0].add("t-1", args(1))
-        self.assertEqual(gang.bridges[0].wait_result("t-1", timeout=30)["status"], "COMPLETE")
+        gang = gang_after_one_task(self)
         gang.procs[1].kill()
         self.assertNotEqual(gang.procs[0].wait(timeout=20), 0)
 
 
 class Rank0DiesTest(unittest.TestCase):
     def test_a_follower_exits_when_rank_0_goes(self):
-        gang = Gang(2)
-        self.addCleanup(gang.stop)
-        gang.start(0)
-        gang.start(1)
-        gang.bridges[0].add("t-1", args(1))
-        self.assertEqual(gang.bridges[0].wait_result("t-1", timeout=30)["status"], "COMPLETE")
+        gang = gang_after_one_task(self)
         gang.procs[0].kill()
         self.assertNotEqual(gang.procs[1].wait(timeout=20), 0)
 
