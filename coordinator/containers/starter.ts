@@ -12,7 +12,7 @@ import type { FleetSync } from "./fleet-sync.ts";
 import { gangEndMessage, gangSize, newGangId, pickVni } from "./gangs.ts";
 import { DEFAULT_GANG_SUBNET, GANG_MASTER_PORT } from "../../shared/gang.ts";
 import type { GangMember } from "../../api/index.ts";
-import type { Plan, PlacementRequest, ReserveRequest } from "../scheduler/index.ts";
+import type { Plan, PlacementRequest, Reservation, ReserveRequest } from "../scheduler/index.ts";
 import { applyGang, applyWorkspaceRuntime, placementRequest } from "./runner-request.ts";
 import { SecretsError, StartFailures, classifyStartError } from "./start-failures.ts";
 import type {
@@ -54,6 +54,21 @@ function reservationRequest(
   };
 }
 
+/** The manager's record of container `id`, placed at `r` and about to start. */
+function startingRecord(stub: StubRecord, id: string, r: Reservation, now: number): Managed {
+  return {
+    id,
+    stubId: stub.id,
+    workspaceId: stub.workspaceId,
+    agentId: r.agentId,
+    state: "starting",
+    since: now,
+    stopRequested: false,
+    configVersion: stub.configVersion,
+    reservation: r,
+  };
+}
+
 /** How long a placed runner waits for the idle containers stopped to make room for it, beyond their stop grace. */
 const ROOM_WAIT_MS = 30_000;
 
@@ -92,17 +107,7 @@ export class ContainerStarter {
         { stubId: stub.id, containerId: id, agentId: r.agentId, stopping: placed.stopping },
         `stopping idle warm containers ${placed.stopping.join(", ")} to make room for a container of ${stub.id}`,
       );
-    const c: Managed = {
-      id,
-      stubId: stub.id,
-      workspaceId: stub.workspaceId,
-      agentId: r.agentId,
-      state: "starting",
-      since: o.clock(),
-      stopRequested: false,
-      configVersion: stub.configVersion,
-      reservation: r,
-    };
+    const c = startingRecord(stub, id, r, o.clock());
     containers.add(c);
     void this.d.track(this.startOne(c, stub, r.gpuType, placed.stopping.length > 0, limits));
     return true;
@@ -162,18 +167,7 @@ export class ContainerStarter {
     );
     for (const [rank, m] of placed.members.entries()) {
       const r = m.reservation;
-      const c: Managed = {
-        id: r.id,
-        stubId: stub.id,
-        workspaceId: stub.workspaceId,
-        agentId: r.agentId,
-        state: "starting",
-        since: o.clock(),
-        stopRequested: false,
-        configVersion: stub.configVersion,
-        reservation: r,
-        gang: { ...gang, rank },
-      };
+      const c: Managed = { ...startingRecord(stub, r.id, r, o.clock()), gang: { ...gang, rank } };
       containers.add(c);
       void this.d.track(this.startOne(c, stub, r.gpuType, m.stopping.length > 0, limits));
     }

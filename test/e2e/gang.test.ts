@@ -17,7 +17,7 @@ import { GangLabels } from "../../shared/gang.ts";
 import { waitFor } from "../../shared/net.ts";
 import { startBerthUp, UP_COMMANDS } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
-import { hostB, startAgentB } from "../helpers/host-b.ts";
+import { hostB, joinFlags, startAgentB } from "../helpers/host-b.ts";
 import { testRootfs } from "../helpers/rootfs.ts";
 import { randomPort, Teardown, testNames } from "../network/helpers.ts";
 
@@ -85,11 +85,7 @@ test("a 2-node gang all-reduces over its own network; outsiders cannot reach it;
   const b = await testNames();
   const { ns, addrA, addrB } = await hostB(td, b);
   const up = await startBerthUp(td, ["--advertise", addrA]);
-  const printed =
-    /berth agent join (--coordinator https:\/\/\S+ --join-token \S+ --ca-fingerprint sha256:[0-9a-f]{64})/.exec(
-      up.output(),
-    );
-  assert.ok(printed?.[1], `berth up printed no join command:\n${up.output()}`);
+  const flags = joinFlags(up.output());
 
   const dataB = mkdtempSync(join(tmpdir(), "berth-gang-b-"));
   td.defer(() => rmSync(dataB, { recursive: true, force: true }));
@@ -99,7 +95,7 @@ test("a 2-node gang all-reduces over its own network; outsiders cannot reach it;
   const sockB = join(dataB, "agent.sock");
   const sockA = join(up.dataDir, "agent", "agent.sock");
   const agentB = startAgentB(td, ns, hold, [
-    ...printed[1].split(" "),
+    ...flags,
     ...["--data-dir", dataB, "--hostname", `${b.namePrefix}-gang-b`, "--pool", "b"],
     ...["--grpc-host", addrB, "--grpc-port", String(grpcPort), "--advertise", `${addrB}:${grpcPort}`],
     ...["--network-prefix", b.namePrefix, "--subnet4", b.subnet4, "--subnet6", b.subnet6],

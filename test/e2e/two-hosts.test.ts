@@ -15,7 +15,7 @@ import { test } from "node:test";
 import { waitFor } from "../../shared/net.ts";
 import { startBerthUp, UP_COMMANDS } from "../helpers/berth-up.ts";
 import { needs } from "../helpers/env.ts";
-import { hostB, startAgentB } from "../helpers/host-b.ts";
+import { hostB, joinFlags, startAgentB } from "../helpers/host-b.ts";
 import { testRootfs } from "../helpers/rootfs.ts";
 import { randomPort, Teardown, testNames } from "../network/helpers.ts";
 const UP_PYTHON_IMAGE = "berth-up/python:latest";
@@ -63,13 +63,8 @@ test("a host in its own namespace joins berth up --advertise, runs a function, r
   const up = await startBerthUp(td, ["--advertise", addrA]);
 
   // The command A printed for other hosts: coordinator on A's address over HTTPS, CA fingerprint.
-  const printed =
-    /berth agent join (--coordinator https:\/\/\S+ --join-token \S+ --ca-fingerprint sha256:[0-9a-f]{64})/.exec(
-      up.output(),
-    );
-  assert.ok(printed?.[1], `berth up printed no join command:\n${up.output()}`);
-  const joinFlags = printed[1].split(" ");
-  assert.equal(joinFlags[1], `https://${addrA}:${new URL(up.url).port}`);
+  const flags = joinFlags(up.output());
+  assert.equal(flags[1], `https://${addrA}:${new URL(up.url).port}`);
 
   // Nothing is served on A's address without TLS: the API answers HTTPS only there.
   await assert.rejects(fetch(`http://${addrA}:${new URL(up.url).port}/healthz`));
@@ -80,7 +75,7 @@ test("a host in its own namespace joins berth up --advertise, runs a function, r
   td.defer(() => rmSync(hold, { recursive: true, force: true }));
   const grpcPort = randomPort();
   const agentArgs = [
-    ...joinFlags,
+    ...flags,
     ...["--data-dir", dataB, "--hostname", `${b.namePrefix}-host-b`, "--pool", "b"],
     ...["--grpc-host", addrB, "--grpc-port", String(grpcPort), "--advertise", `${addrB}:${grpcPort}`],
     ...["--network-prefix", b.namePrefix, "--subnet4", b.subnet4, "--subnet6", b.subnet6],

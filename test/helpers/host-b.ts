@@ -1,6 +1,7 @@
 // Host B of the two-host tests: a network namespace whose eth0 is a veth to
 // A (its own host as far as addresses go), and `berth agent` run inside it.
 
+import assert from "node:assert/strict";
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { promisify } from "node:util";
@@ -83,4 +84,14 @@ export function startAgentB(td: Teardown, ns: string, hold: string, args: string
     clearTimeout(t);
   });
   return { output: () => out, exited, child };
+}
+
+/** The flags of the join command `berth up --advertise` printed for other hosts (coordinator, token, CA). */
+export function joinFlags(upOutput: string): string[] {
+  const printed =
+    /berth agent join (--coordinator https:\/\/\S+ --join-token \S+ --ca-fingerprint sha256:[0-9a-f]{64})/.exec(
+      upOutput,
+    );
+  assert.ok(printed?.[1], `berth up printed no join command:\n${upOutput}`);
+  return printed[1].split(" ");
 }
