@@ -114,7 +114,9 @@ class Pod(ContainerSpec):
     ``nodes=N`` (1 to 64, default 1) asks for a gang: N containers on N
     distinct hosts, each running the entrypoint, that reach each other over a
     private network with the ``torch.distributed`` environment set (``RANK``,
-    ``WORLD_SIZE``, ``MASTER_ADDR``, ...; see berth.Function).
+    ``WORLD_SIZE``, ``MASTER_ADDR``, ...; see berth.Function). A deployed pod
+    (``deploy()``) runs as a gang; ``create()`` starts one container, and the
+    coordinator refuses it ``nodes`` above 1.
     """
 
     stub_type = "pod"
