@@ -346,6 +346,8 @@ async function connectNatsForever(
         // tls://: berth up --advertise serves NATS with a certificate of the cluster CA it handed over.
         ...(id.nats.url.startsWith("tls://") ? { tls: { ca: id.tls.caPem } } : {}),
         name: id.agentId,
+        // Every JetStream publish and pull is a request: no stack captured per request on the task path.
+        noAsyncTraces: true,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 1000,
         timeout: 5000,

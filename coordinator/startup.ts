@@ -50,6 +50,8 @@ export async function openFoundations(o: ResolvedCoordinatorOptions, log: Logger
       ...(o.nats.user ? { user: o.nats.user, pass: o.nats.password ?? "" } : {}),
       ...(o.nats.caFile ? { tls: { caFile: o.nats.caFile } } : {}),
       name: "berth-coordinator",
+      // Every JetStream publish is a request: no stack captured per request (two Errors each) on the task path.
+      noAsyncTraces: true,
       maxReconnectAttempts: -1,
       reconnectTimeWait: 1000,
       timeout: 5000,
