@@ -91,6 +91,7 @@ export async function pullOne(
   consumer: Consumer,
   waitMs: number,
   signal: AbortSignal,
+  readyNow: () => boolean,
 ): Promise<JsMsg | undefined> {
   let batch: Awaited<ReturnType<Consumer["fetch"]>>;
   try {
@@ -101,6 +102,9 @@ export async function pullOne(
   const stop = () => batch.stop();
   slot.pulls.add(stop);
   signal.addEventListener("abort", stop, { once: true });
+  // Tasks held on this agent while the pull was being set up woke no pull (it was not in slot.pulls yet):
+  // without this look it would wait its whole expiry with them waiting beside it.
+  if (readyNow()) stop();
   try {
     for await (const m of batch) return m;
     return undefined;

@@ -25,6 +25,12 @@ export class ReadyQueues {
     queue.push(t);
   }
 
+  /** Whether a task of the stub that `accept` takes (any, without it) waits here. */
+  has(stubId: string, accept?: (t: InFlight) => boolean): boolean {
+    const queue = this.queues.get(stubId);
+    return queue !== undefined && (accept ? queue.some(accept) : queue.length > 0);
+  }
+
   /** The oldest waiting task of the stub that `accept` takes (any, without it), if any. */
   shift(stubId: string, accept?: (t: InFlight) => boolean): InFlight | undefined {
     const queue = this.queues.get(stubId);

@@ -194,7 +194,9 @@ export class TaskWorker {
     while (consumer && handOut.tasks.length === 0) {
       const wait = deadline - Date.now();
       if (wait < 1000 || signal.aborted || slot.closed) break;
-      const msg = await pullOne(slot, consumer, wait, signal);
+      const msg = await pullOne(slot, consumer, wait, signal, () =>
+        this.ready.has(slot.stubId, (r) => this.versions.fits(slot, r)),
+      );
       if (msg && (signal.aborted || slot.closed)) {
         // It arrived as the pull was withdrawn: counted as a delivery, but nobody is there to run it.
         msg.nak();
@@ -439,15 +441,18 @@ export class TaskWorker {
     const busy = slot.handOuts.size > 0;
     const limit =
       busy && reason !== "oom_killed" ? limitOfCrash(this.o.limits, slot, code, this.log) : undefined;
+    const held: InFlight[] = [];
     for (const handOut of [...slot.handOuts]) {
       const [running, ...unstarted] = handOut.tasks;
       for (const t of unstarted) {
         unhand(t);
         dropHeldStart(t);
-        this.ready.push(slot.stubId, t);
+        held.push(t);
       }
       if (running) this.crashed(slot, running, code, reason, limit, memoryBytes);
     }
+    // Another runner of the stub waiting in a pull takes them now, not after its pull expires.
+    this.hold(slot.stubId, held);
   }
 
   private crashed(

@@ -201,3 +201,39 @@ test("batched hand-outs through the task bridge", { timeout: 120_000 }, async (t
     await runners.close(r.containerId);
   });
 });
+
+test("a dead container's unstarted tasks wake a runner already waiting in a pull", {
+  timeout: 60_000,
+}, async (t) => {
+  const n = await startTaskNats(t);
+  const dir = tempDir(t, "berth-bridge-wake-");
+  // A pull that is not woken waits far past this test's timeout: the test fails rather than stall.
+  const runners = new TaskRunners({
+    kill: async () => {},
+    worker: { pullWaitMs: 300_000, workingIntervalMs: 200 },
+  });
+  t.after(() => runners.stop());
+  await runners.attach(n.agent, "agent-wake-test");
+  const openRunner = runnerOpener(runners, dir, "ctr-w");
+  const r1 = await openRunner("stub-wake");
+  for (const id of ["task-w1", "task-w2"])
+    await publishTask(n, { stubId: "stub-wake", taskId: id, maxRetries: 1 });
+  const batch = ((await post(r1.socket, "/v1/tasks/next", { max: 2 })).body as Answer).tasks ?? [];
+  assert.deepEqual(
+    batch.map((x) => x.id),
+    ["task-w1", "task-w2"],
+  );
+  const r2 = await openRunner("stub-wake");
+  const waiting = post(r2.socket, "/v1/tasks/next", { max: 1 });
+  // Give r2's ask time to reach its pull; the wake works either way (in the pull or before it).
+  await new Promise((r) => setTimeout(r, 300));
+  runners.exited(r1.containerId, 137);
+  const got = ((await waiting).body as Answer).tasks ?? [];
+  assert.deepEqual(
+    got.map((x) => [x.id, x.attempt]),
+    [["task-w2", 1]],
+  );
+  await post(r2.socket, "/v1/tasks/results", { results: [ok("task-w2")] });
+  await runners.close(r1.containerId);
+  await runners.close(r2.containerId);
+});
