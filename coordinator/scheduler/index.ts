@@ -9,12 +9,10 @@ export {
   totalResources,
 } from "./cluster-view.ts";
 export {
-  type GangPlacement,
   type Placement,
   type PlacementRequest,
   describeRequest,
   place,
-  placeGang,
   rank,
 } from "./place.ts";
 export {

@@ -206,44 +206,6 @@ export function place(view: ClusterView, req: PlacementRequest): Placement {
   };
 }
 
-/** Where each rank of a gang goes (index = rank), or why it cannot be placed now. */
-export type GangPlacement =
-  | { ok: true; members: { agentId: string; gangAddress: string; gpuType?: string; gpuUuid?: string }[] }
-  | { ok: false; reason: string; permanent: boolean };
-
-/**
- * A gang: `size` members of the same request on `size` distinct agents,
- * each with a gang address (AgentView.gangAddress), all or none. Each
- * member is place()d on the agents the earlier ones left, so the gang takes
- * the agents place() ranks best, in that order.
- */
-export function placeGang(view: ClusterView, req: PlacementRequest, size: number): GangPlacement {
-  if (!Number.isInteger(size) || size < 1)
-    return { ok: false, reason: `a gang has 1 or more nodes, got ${size}`, permanent: true };
-  const noAddress = view.agents.filter((a) => !a.gangAddress).length;
-  let left = view.agents.filter((a) => a.gangAddress);
-  const members: Extract<GangPlacement, { ok: true }>["members"] = [];
-  while (members.length < size) {
-    const p = place({ agents: left }, req);
-    if (!p.ok) {
-      // Invalid, or no gang-capable agent could ever hold one member: waiting cannot help.
-      if (p.permanent && members.length === 0 && left.length > 0) return p;
-      // With no agent left the refusal says nothing more than the count does.
-      const last = left.length > 0 ? p.reason : undefined;
-      return { ok: false, reason: gangShortReason(size, members.length, noAddress, last), permanent: false };
-    }
-    const gangAddress = left.find((a) => a.agentId === p.agentId)?.gangAddress as string;
-    members.push({
-      agentId: p.agentId,
-      gangAddress,
-      ...(p.gpuType ? { gpuType: p.gpuType } : {}),
-      ...(p.gpuUuid ? { gpuUuid: p.gpuUuid } : {}),
-    });
-    left = left.filter((a) => a.agentId !== p.agentId);
-  }
-  return { ok: true, members };
-}
-
 /**
  * Why a gang waits: how many hosts it needs, how many can take a member
  * now, and what holds the others back (no gang address, or the last

@@ -249,7 +249,7 @@ export type GangPlan =
   | Extract<Plan, { ok: false }>;
 
 /**
- * A gang's plan (placeGang() with room-making): `size` members of
+ * A gang's plan: `size` members of
  * input.want on distinct agents that have a gang address, each planned by
  * planPlacement() on the agents the earlier members left. Pure: nothing is
  * committed, so a gang that does not fit whole leaves no trace. Each member

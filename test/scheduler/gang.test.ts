@@ -1,7 +1,7 @@
-// Gangs (shared/gang.ts): placeGang() puts N members on N distinct agents
-// that have a gang address, all or none; the planner's reserveGang()
-// commits such a gang or leaves nothing held; gangAddressOf() says which
-// address an agent's heartbeat gives for the gang's network.
+// Gangs (shared/gang.ts): the planner's reserveGang() puts N members on N
+// distinct agents that have a gang address and commits them, or places
+// none and leaves nothing held; gangAddressOf() says which address an
+// agent's heartbeat gives for the gang's network.
 
 import assert from "node:assert/strict";
 import { describe, it, test } from "node:test";
@@ -9,9 +9,7 @@ import {
   type ContainerOwner,
   type PlacementRequest,
   Planner,
-  buildClusterView,
   gangAddressOf,
-  placeGang,
 } from "../../coordinator/scheduler/index.ts";
 import type { Heartbeat, HostCapacity } from "../../shared/fleet.ts";
 import { capacity, fleetOf } from "../containers/fakes.ts";
@@ -33,6 +31,14 @@ const host = (name: string, n: number, cap = capacity(4, 16)): Host => [
 ];
 /** A host whose only address is loopback gRPC: it takes no gang member. */
 const loopback = (name: string, cap = capacity(4, 16)): Host => [name, cap];
+
+const member = (id: string, placement = cpu(1)) => ({
+  id,
+  kind: "runner",
+  workspaceId: "ws-1",
+  stubId: "stub-g",
+  placement,
+});
 
 const H100 = (uuid: string) => ({ type: "H100", uuid });
 
@@ -79,7 +85,7 @@ const cases: GangCase[] = [
     fleet: [host("a", 1), host("b", 2, capacity(1, 16))],
     req: cpu(2),
     size: 2,
-    want: /^a gang of 2 needs 2 hosts; 1 can take it now \(the others: no agent can fit cpu=2 .*the largest agent has cpu=1 \(b\)\)$/,
+    want: /^a gang of 2 needs 2 hosts; 1 can take it now \(the others: every agent is full for cpu=2 .*the emptiest agent b has cpu=1 /,
   },
   {
     name: "GPUs per member: each rank gets its GPUs on its own host",
@@ -101,20 +107,24 @@ const cases: GangCase[] = [
   },
 ];
 
-describe("placeGang", () => {
+describe("reserveGang placements", () => {
   for (const c of cases) {
     it(c.name, () => {
-      const view = buildClusterView(fleetOf(c.fleet).list(), []);
-      const got = placeGang(view, c.req, c.size);
+      const p = new Planner({ fleet: fleetOf(c.fleet) });
+      const got = p.reserveGang(Array.from({ length: c.size }, (_, rank) => member(`ctr-${rank}`, c.req)));
       if (Array.isArray(c.want)) {
         assert.ok(got.ok, got.ok ? "" : got.reason);
         assert.deepEqual(
-          got.members.map((m) => `${m.agentId}@${m.gangAddress}${m.gpuType ? `:${m.gpuType}` : ""}`),
+          got.members.map(
+            (m) =>
+              `${m.reservation.agentId}@${m.gangAddress}${m.reservation.gpuType ? `:${m.reservation.gpuType}` : ""}`,
+          ),
           c.want,
         );
       } else {
         assert.ok(!got.ok, "placed");
         assert.match(got.reason, c.want);
+        assert.deepEqual(p.list(), [], "a gang not placed holds nothing");
       }
     });
   }
@@ -142,14 +152,6 @@ function owner(p: Planner, idle: string[]) {
   p.addOwner(o);
   return stopped;
 }
-
-const member = (id: string, placement = cpu(1)) => ({
-  id,
-  kind: "runner",
-  workspaceId: "ws-1",
-  stubId: "stub-g",
-  placement,
-});
 
 test("reserveGang: a gang of 2 on 2 hosts holds one reservation on each, with their addresses", () => {
   const p = new Planner({ fleet: fleetOf([host("a", 1), host("b", 2), loopback("c")]) });
