@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
 import {
@@ -29,10 +29,11 @@ import {
   resolveContainerRuntimeOptions,
 } from "./options.ts";
 import { ContainerDisks } from "./disks.ts";
+import { surveyLeftovers } from "./leftovers.ts";
 import { readHostHardLimits } from "./rlimits.ts";
 import { type IdMap, pickIdMap, sharedRootfsDir, sharedTreesOf } from "./idmap.ts";
 import { IdmapHelper } from "./idmap-helper.ts";
-import { type OciRuntimeName, OCI_RUNTIMES, OciRuntimeClis } from "./oci-runtimes.ts";
+import { type OciRuntimeName, OciRuntimeClis } from "./oci-runtimes.ts";
 import { type RestoreImages, type Runc, restoreImages } from "./runc.ts";
 import {
   checkContainerId,
@@ -410,47 +411,33 @@ export class ContainerRuntime {
   async recover(): Promise<ContainerInfo[]> {
     this.assertOpen();
     await this.disks.recover();
-    // Every runtime that has a state root here: a container may run under any.
-    const known = new Map<string, Awaited<ReturnType<Runc["list"]>>[number] & { runtime: OciRuntimeName }>();
-    const stateDirNames = new Set<string>();
-    for (const name of OCI_RUNTIMES) {
-      const root = this.options.stateRoots[name];
-      if (root.startsWith(`${this.options.root}/`))
-        stateDirNames.add(root.slice(this.options.root.length + 1));
-      if (name !== "runc" && !existsSync(root)) continue;
-      for (const c of await this.cli(name).list()) known.set(c.id, { ...c, runtime: name });
-    }
-    const adopted = new Set([...this.entries.values()].map(ociIdOf));
-    for (const name of adopted) known.delete(name);
-    for (const d of readdirSync(this.options.root, { withFileTypes: true })) {
-      if (this.disks.owns(d.name)) continue;
-      if (!d.isDirectory() || stateDirNames.has(d.name) || adopted.has(d.name)) continue;
-      // The dir is named as runc knows the container; meta.json says what berth calls it (assign()).
-      const ociId = d.name;
-      const r = known.get(ociId);
-      known.delete(ociId);
-      const paths = containerPaths(this.options.root, ociId);
-      const meta = readMeta(paths.meta);
-      const id = meta?.spec.id ?? ociId;
-      if (!meta || !r || (r.status !== "running" && r.status !== "stopped")) {
-        if (meta && !meta.exit && meta.startedAt) {
-          this.emit({
-            type: "exit",
-            containerId: id,
-            exitCode: -1,
-            reason: "unknown",
-            at: Date.now(),
-            stderrTail: "",
-          });
-        }
-        this.options.logger?.warn(
-          { id, runc: r?.status ?? "absent" },
-          "removing container left without state",
-        );
-        await this.removeContainer(ociId, undefined);
-        continue;
+    const left = await surveyLeftovers({
+      root: this.options.root,
+      stateRoots: this.options.stateRoots,
+      clis: this.clis,
+      adopted: new Set([...this.entries.values()].map(ociIdOf)),
+      notBundle: (name) => this.disks.owns(name),
+    });
+    for (const { ociId, id, meta, runcStatus } of left.remove) {
+      if (meta && !meta.exit && meta.startedAt) {
+        this.emit({
+          type: "exit",
+          containerId: id,
+          exitCode: -1,
+          reason: "unknown",
+          at: Date.now(),
+          stderrTail: "",
+        });
       }
-      const entry = newEntry({ ...meta, pid: r.pid || meta.pid }, paths, meta.exit ? "stopped" : "running");
+      this.options.logger?.warn({ id, runc: runcStatus }, "removing container left without state");
+      await this.removeContainer(ociId, undefined);
+    }
+    for (const { id, meta, paths, runc } of left.adopt) {
+      const entry = newEntry(
+        { ...meta, pid: runc.pid || meta.pid },
+        paths,
+        meta.exit ? "stopped" : "running",
+      );
       this.entries.set(id, entry);
       if (entry.status === "running") {
         startEntryLogs(entry, this.options);
@@ -459,9 +446,9 @@ export class ContainerRuntime {
         await this.checkExit(entry);
       }
     }
-    for (const [id, c] of known) {
-      this.options.logger?.warn({ id, runtime: c.runtime }, "removing a container whose bundle is gone");
-      await this.removeContainer(id, undefined, c.runtime);
+    for (const { id, runtime } of left.orphans) {
+      this.options.logger?.warn({ id, runtime }, "removing a container whose bundle is gone");
+      await this.removeContainer(id, undefined, runtime);
     }
     this.updateTimer();
     this.disks.refill();
