@@ -53,6 +53,21 @@ test("writeResults writes <name>-<date>.json and nothing else", (t) => {
   assert.throws(() => writeResults("../escape", {}, { dir }), /not a-z0-9-/);
 });
 
+test("writeResults never replaces an earlier run of the same day", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "berth-bench-stats-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const date = new Date("2026-01-02T03:04:05Z");
+  const paths = [1, 2, 3].map((run) => writeResults("demo", { run }, { dir, date }));
+  assert.deepEqual(
+    paths.map((p) => p.slice(dir.length + 1)),
+    ["demo-2026-01-02.json", "demo-2026-01-02-2.json", "demo-2026-01-02-3.json"],
+  );
+  assert.deepEqual(
+    paths.map((p) => JSON.parse(readFileSync(p, "utf8")).run),
+    [1, 2, 3],
+  );
+});
+
 test("compactJson keeps number arrays on one line and stays valid JSON", () => {
   const data = { samples: [1, 2.5, -3, 1e-7], names: ["a"], nested: { empty: [] } };
   const text = compactJson(data);

@@ -1,4 +1,4 @@
-import { mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -85,9 +85,9 @@ export function formatTable(header: readonly string[], rows: readonly (readonly 
 export const RESULTS_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "results");
 
 /**
- * Writes `<dir>/<name>-<YYYY-MM-DD>.json` (UTC date; a rerun on the same day
- * replaces the file, so the directory holds the latest result per day) and
- * returns its path.
+ * Writes `<dir>/<name>-<YYYY-MM-DD>.json` (UTC date) and returns its path. A
+ * rerun on the same day gets `-2`, `-3`, … after the date: results that
+ * bench/README.md cites are never replaced by a later run.
  */
 export function writeResults(name: string, data: unknown, opts: { dir?: string; date?: Date } = {}): string {
   if (!/^[a-z0-9][a-z0-9-]*$/.test(name))
@@ -95,7 +95,8 @@ export function writeResults(name: string, data: unknown, opts: { dir?: string; 
   const dir = opts.dir ?? RESULTS_DIR;
   mkdirSync(dir, { recursive: true });
   const day = (opts.date ?? new Date()).toISOString().slice(0, 10);
-  const path = join(dir, `${name}-${day}.json`);
+  let path = join(dir, `${name}-${day}.json`);
+  for (let n = 2; existsSync(path); n++) path = join(dir, `${name}-${day}-${n}.json`);
   const tmp = `${path}.tmp-${process.pid}`;
   writeFileSync(tmp, `${compactJson(data)}\n`);
   // Rename so an interrupted run never leaves half a JSON file behind.
