@@ -1,4 +1,4 @@
-// CLI start-up (issue 17): the wall time of `berth --help` and `berth
+// CLI start-up: the wall time of `berth --help` and `berth
 // deployment list` (against a running coordinator), spawn → exit, from the
 // bundle (`npm run build`, what the npm package runs) and from the sources
 // through tsx (cli/bin.js, what a checkout ran before the bundle), against

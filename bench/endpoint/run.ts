@@ -1,6 +1,8 @@
 // Endpoint overhead: POST /endpoint/{name} on a `berth up` cluster (one warm
 // container) against the same handler behind a plain Python http.server in a
-// runc container of the same rootfs, in the same run. Load from autocannon on
+// runc container of the same rootfs, and that server behind a bare node:http
+// proxy in its own process (bench/lib/bare-proxy.mjs: what one more process
+// hop costs here, the floor of any proxy), in the same run. Load from autocannon on
 // loopback; latencies are autocannon's per-response times (float ms), not its
 // whole-millisecond histogram.
 // Usage: node --import tsx bench/endpoint/run.ts [--requests 2000] [--connections 16] [--duration 10] [--rounds 3]
@@ -15,11 +17,12 @@ import { freePort, waitFor } from "../../shared/net.ts";
 import { Cleanup } from "../lib/cleanup.ts";
 import { benchTempDir } from "../lib/fs.ts";
 import { startBenchCluster } from "../lib/functions.ts";
+import { startBareProxy } from "../lib/bare-proxy.ts";
 import { machineInfo } from "../lib/machine.ts";
 import { exec, mustExec } from "../lib/proc.ts";
 import { fmtMs, fmtRatio, formatTable, summarize, writeResults } from "../lib/stats.ts";
 
-const TARGETS = { addedP50Ms: 2, throughputRatio: 0.5 };
+const TARGETS = { addedP50Ms: 1, throughputRatio: 0.7 };
 const HERE = fileURLToPath(new URL(".", import.meta.url));
 const BODY = JSON.stringify({ name: "bench" });
 
@@ -68,8 +71,8 @@ function load(t: Target, o: { connections: number; amount?: number; duration?: n
   });
 }
 
-/** The reference: direct_server.py in a runc container on the host's network namespace. */
-async function startDirect(cleanup: Cleanup, rootfs: string): Promise<string> {
+/** The reference: direct_server.py in a runc container on the host's network namespace; returns its port. */
+async function startDirect(cleanup: Cleanup, rootfs: string): Promise<number> {
   const dir = benchTempDir(cleanup, "berth-bench-ep-direct-");
   const port = await freePort();
   await mustExec("runc", ["spec", "--bundle", dir]);
@@ -94,7 +97,7 @@ async function startDirect(cleanup: Cleanup, rootfs: string): Promise<string> {
   await waitFor(() => out.includes("ready"), { timeoutMs: 60_000, what: "the direct server" }).catch((e) => {
     throw new Error(`${(e as Error).message}\n${out}`);
   });
-  return `http://127.0.0.1:${port}/`;
+  return port;
 }
 
 async function main() {
@@ -138,13 +141,19 @@ async function main() {
         what: "the first endpoint answer",
       },
     );
-    const direct: Target = { name: "direct", url: await startDirect(cleanup, cluster.rootfs), headers: {} };
+    const directPort = await startDirect(cleanup, cluster.rootfs);
+    const direct: Target = { name: "direct", url: `http://127.0.0.1:${directPort}/`, headers: {} };
+    const barePort = await startBareProxy(cleanup, "127.0.0.1", directPort);
+    const bare: Target = { name: "bare", url: `http://127.0.0.1:${barePort}/`, headers: {} };
 
-    const lat: Record<string, number[]> = { berth: [], direct: [] };
-    const rps: Record<string, number[]> = { berth: [], direct: [] };
-    const failures: Record<string, number> = { berth: 0, direct: 0 };
+    const names = ["berth", "direct", "bare"] as const;
+    const lat: Record<string, number[]> = { berth: [], direct: [], bare: [] };
+    const rps: Record<string, number[]> = { berth: [], direct: [], bare: [] };
+    const failures: Record<string, number> = { berth: 0, direct: 0, bare: 0 };
+    const targets = [berth, direct, bare];
     for (let r = 0; r < rounds; r++) {
-      const order = r % 2 === 0 ? [berth, direct] : [direct, berth];
+      // The first one rotates each round: machine drift falls on all three alike.
+      const order = [...targets.slice(r % 3), ...targets.slice(0, r % 3)];
       for (const t of order) {
         const l = await load(t, { connections: 1, amount: requests });
         lat[t.name]?.push(...l.latenciesMs);
@@ -153,9 +162,18 @@ async function main() {
         failures[t.name] = (failures[t.name] ?? 0) + l.non2xx + l.errors + x.non2xx + x.errors;
       }
     }
-    const s = { berth: summarize(lat.berth ?? []), direct: summarize(lat.direct ?? []) };
+    const s = {
+      berth: summarize(lat.berth ?? []),
+      direct: summarize(lat.direct ?? []),
+      bare: summarize(lat.bare ?? []),
+    };
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
-    const tput = { berth: mean(rps.berth ?? []), direct: mean(rps.direct ?? []) };
+    const tput = { berth: mean(rps.berth ?? []), direct: mean(rps.direct ?? []), bare: mean(rps.bare ?? []) };
+    const label = {
+      berth: "berth POST /endpoint/{name}",
+      direct: "python http.server in runc",
+      bare: "the same server behind a bare node:http proxy",
+    };
     console.log(
       formatTable(
         [
@@ -167,9 +185,10 @@ async function main() {
           `req/s (${connections} conns)`,
           "failed",
           "p50 vs direct",
+          "req/s vs direct",
         ],
-        (["berth", "direct"] as const).map((k) => [
-          k === "berth" ? "berth POST /endpoint/{name}" : "python http.server in runc",
+        names.map((k) => [
+          label[k],
           String(s[k].n),
           fmtMs(s[k].p50),
           fmtMs(s[k].p95),
@@ -177,6 +196,7 @@ async function main() {
           tput[k].toFixed(0),
           String(failures[k]),
           fmtRatio(s[k].p50, s.direct.p50),
+          `${((tput[k] / tput.direct) * 100).toFixed(0)}%`,
         ]),
       ),
     );
@@ -185,10 +205,13 @@ async function main() {
       throughputRatio: tput.berth / tput.direct,
       addedP50MeetsTarget: s.berth.p50 - s.direct.p50 <= TARGETS.addedP50Ms,
       throughputMeetsTarget: tput.berth / tput.direct >= TARGETS.throughputRatio,
+      bareProxyAddedP50Ms: s.bare.p50 - s.direct.p50,
+      bareProxyThroughputRatio: tput.bare / tput.direct,
     };
     console.log(
       `added p50 ${verdict.addedP50Ms.toFixed(2)} ms (target <= ${TARGETS.addedP50Ms}): ${verdict.addedP50MeetsTarget ? "met" : "NOT met"}; ` +
-        `throughput ${(verdict.throughputRatio * 100).toFixed(0)}% of direct (target >= ${TARGETS.throughputRatio * 100}%): ${verdict.throughputMeetsTarget ? "met" : "NOT met"}`,
+        `throughput ${(verdict.throughputRatio * 100).toFixed(0)}% of direct (target >= ${TARGETS.throughputRatio * 100}%): ${verdict.throughputMeetsTarget ? "met" : "NOT met"}; ` +
+        `a bare proxy adds ${verdict.bareProxyAddedP50Ms.toFixed(2)} ms p50 and serves ${(verdict.bareProxyThroughputRatio * 100).toFixed(0)}% of direct`,
     );
     const file = writeResults("endpoint", {
       machine,

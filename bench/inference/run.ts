@@ -1,7 +1,7 @@
 // Inference gateway overhead: streamed chat completions of the tests' bigram
 // model (one warm container on a `berth up` cluster) through POST
 // /v1/chat/completions, against the same container's server called directly
-// at its address and behind a bare node:http proxy (bare-proxy.mjs: what one
+// at its address and behind a bare node:http proxy (bench/lib/bare-proxy.mjs: what one
 // more process hop costs), in the same run, interleaved. Per request: time to first
 // token (request → first content chunk), streamed tokens/s (the tokens after
 // the first ÷ first → last content chunk: the stream's own rate, as vLLM's
@@ -10,16 +10,15 @@
 // first token too). The server generates as fast as it can
 // (--token-delay-ms 0), so the figures compare the paths, not the model; a
 // delay paces it like a GPU server's stream (5 ms: 200 tokens/s).
-// Targets (issue 16): added time to first token <= 2 ms p50; streamed tokens/s >= 95% of direct.
+// Targets: added time to first token <= 2 ms p50; streamed tokens/s >= 95% of direct.
 // Usage: node --import tsx bench/inference/run.ts [--requests 200] [--tokens 256] [--rounds 3] [--token-delay-ms 0]
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { spawn } from "node:child_process";
 import { loadavg } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { waitFor } from "../../shared/net.ts";
+import { startBareProxy } from "../lib/bare-proxy.ts";
 import { Cleanup } from "../lib/cleanup.ts";
 import { benchTempDir } from "../lib/fs.ts";
 import { startBenchCluster } from "../lib/functions.ts";
@@ -160,16 +159,7 @@ async function main() {
     const direct: Target = { name: "direct", url: `http://${ipv4}:8000/v1/chat/completions`, headers: {} };
     await once(direct, 4, 0);
     // The same server behind a bare node:http proxy in its own process: the floor of one more hop.
-    const bareProxy = spawn(process.execPath, [join(HERE, "bare-proxy.mjs"), ipv4, "8000"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    cleanup.add("stop the bare proxy", () => {
-      bareProxy.kill();
-    });
-    const barePort = await new Promise<string>((resolve, reject) => {
-      bareProxy.once("exit", (code) => reject(new Error(`the bare proxy exited (${code})`)));
-      createInterface({ input: bareProxy.stdout as NodeJS.ReadableStream }).once("line", resolve);
-    });
+    const barePort = await startBareProxy(cleanup, ipv4, 8000);
     const bare: Target = {
       name: "bare",
       url: `http://127.0.0.1:${barePort}/v1/chat/completions`,
