@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The npm package as a user gets it (issue 17): `npm pack`, then `npm install
-# -g --prefix` into a clean prefix, then that `berth`: --help, `berth up` (a
+# The npm package as a user gets it: `npm pack`, then `npm install -g
+# --prefix` into a clean prefix, then that `berth`: --help, `berth up` (a
 # whole cluster, containers included), `berth agent list`, `berth agent ps`
 # without --socket (the agent of `berth up`), `berth deploy` of an endpoint,
 # a call to it with curl, `berth deployment list --json`, Ctrl-C. Too slow

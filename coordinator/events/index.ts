@@ -1,5 +1,5 @@
-// Workspace events (issue 7): the JetStream-backed stream, and the emitter the
-// task engine and the deployment service announce changes through.
+// Workspace events: the JetStream-backed stream, and the emitter the task
+// engine and the deployment service announce changes through.
 
 export { type EmitEvent, taskEvents, WorkspaceEvents } from "./emitter.ts";
 export { type EventPosition, formatCursor, parseCursor } from "./batch.ts";

@@ -1,4 +1,4 @@
-// Workspace events (issue 7): what changed, for the events history and
+// Workspace events: what changed, for the events history and
 // stream routes and for webhook deliveries. Every event is a CloudEvent 1.0;
 // `toCloudEvent` gives the JSON consumers receive.
 

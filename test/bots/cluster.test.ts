@@ -1,8 +1,8 @@
-// Bot sessions with several coordinators (issue 18, requirement 1): two
-// engines on one SQLite store and a real nats-server, each with its own
-// coordinator connection. A websocket listener on one coordinator hears the
-// firing another one runs; a firing whose coordinator died after submitting
-// its task is settled by a survivor's sweep, once, even when two sweeps race.
+// Bot sessions with several coordinators: two engines on one SQLite store and
+// a real nats-server, each with its own coordinator connection. A websocket
+// listener on one coordinator hears the firing another one runs; a firing
+// whose coordinator died after submitting its task is settled by a survivor's
+// sweep, once, even when two sweeps race.
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";

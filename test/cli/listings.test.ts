@@ -1,5 +1,5 @@
-// Every listing command of the CLI takes --json (issue 17), including ones
-// added later: the command tree is walked, not a list kept by hand.
+// Every listing command of the CLI takes --json, including ones added later:
+// the command tree is walked, not a list kept by hand.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";

@@ -1,4 +1,4 @@
-// Issue 17's dashboard "Done when", in a real browser: Debian's chromium,
+// The dashboard end to end, in a real browser: Debian's chromium,
 // headless, driven by playwright-core, against a real `berth up` cluster.
 // An earlier step deploys a task queue with the CLI and enqueues a task; the
 // browser logs in with the admin token, sees this host in the fleet, finds

@@ -1,4 +1,4 @@
-// Issue 13's "Done when", against one real `berth up` cluster: small programs
+// beta9 compatibility, against one real `berth up` cluster: small programs
 // in beta9's style (only the import renamed) through the real SDK — functions
 // with cpu="100m" called directly (remotely) and with .local(), an endpoint
 // with **inputs and a context, a realtime handler(context, data), a task

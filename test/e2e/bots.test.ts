@@ -1,4 +1,4 @@
-// Issue 16's "Done when" for bots, on a real `berth up` cluster: a bot with
+// Bots end to end, on a real `berth up` cluster: a bot with
 // two locations and one transition (test/fixtures/bots/bot_app.py) deployed
 // with `berth deploy`; a session over the websocket drives a marker through
 // the transition, which runs as a task in a container and asks the bot's

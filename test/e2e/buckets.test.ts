@@ -1,4 +1,4 @@
-// Issue 15's CloudBucket "Done when", on a real `berth up` cluster against
+// CloudBucket end to end, on a real `berth up` cluster against
 // an S3 server on loopback (s3rver in this process, reached by the agent's
 // s3fs on the host side): keys go in as workspace secrets with `berth secret
 // create`, a function reads an object from a read_only bucket, fails to

@@ -1,11 +1,11 @@
-// Managed databases end to end on a `berth up` cluster (issue 17, "Done
-// when"): `berth db create postgres main` builds the database image (Debian's
-// postgresql through the image builder) and runs the pod; a function that
-// names the secret DB_MAIN_URL writes rows with `psql` through the runtime's
-// forwarder and its agent socket (containers cannot reach each other); `berth
-// db restart` ends the pod and starts another on the same volume, and the rows
-// are still there; `berth db delete --delete-data` removes the data. Redis the
-// same way with redis-cli, on the same cluster.
+// Managed databases end to end on a `berth up` cluster: `berth db create
+// postgres main` builds the database image (Debian's postgresql through the
+// image builder) and runs the pod; a function that names the secret
+// DB_MAIN_URL writes rows with `psql` through the runtime's forwarder and its
+// agent socket (containers cannot reach each other); `berth db restart` ends
+// the pod and starts another on the same volume, and the rows are still there;
+// `berth db delete --delete-data` removes the data. Redis the same way with
+// redis-cli, on the same cluster.
 
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";

@@ -1,4 +1,4 @@
-// Issue 5's "Done when", against a real `berth up` cluster: an endpoint
+// Deployments end to end, against a real `berth up` cluster: an endpoint
 // deployed with `berth deploy` and called with curl; 50 concurrent requests
 // against max_containers=3; containers gone after keep-warm; a `*/1` schedule
 // firing every minute; a task queue whose signed callbacks arrive; `berth

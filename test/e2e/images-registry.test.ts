@@ -1,4 +1,4 @@
-// Issue 14's cluster registry and image GC, end to end on `berth up`
+// The cluster registry and image GC, end to end on `berth up`
 // clusters through the real SDK and CLI:
 // - an image built through one agent runs on a second agent: `berth up`
 //   runs docker-registry with generated credentials, the build pushes there,

@@ -1,4 +1,4 @@
-// Issue 16's "Done when" for the /v1 gateway, against a real `berth up`
+// The /v1 gateway end to end, against a real `berth up`
 // cluster: a word bigram model trained at container start on the machine's
 // license texts (test/fixtures/inference/bigram_app.py), served by an ASGI
 // app deployed with `berth deploy`, reached by the unmodified `openai` npm

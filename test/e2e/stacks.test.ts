@@ -1,4 +1,4 @@
-// Issue 17's stacks "Done when", against a real `berth up` cluster: a stack
+// Stacks end to end, against a real `berth up` cluster: a stack
 // of two endpoints deployed with `berth stack deploy app.py`, updated as one,
 // and rolled back as one when the second member's new version fails (its
 // on_start raises, so its runner's health route answers the load error):

@@ -1,4 +1,4 @@
-// Queue, Map and Signal (issue 15) against a real `berth up` cluster, one
+// Queue, Map and Signal against a real `berth up` cluster, one
 // cluster for every case: 4 function containers draining one Queue of 1,000
 // items get each item exactly once; a Map written by .map() over 200 inputs
 // holds 200 keys; a Signal set from a script reaches the handler in a

@@ -1,4 +1,4 @@
-// Issue 15's volume and output "Done when", against a real `berth up`
+// Volumes and outputs end to end, against a real `berth up`
 // cluster plus a second agent on the same machine sharing its volume root
 // (the shared-path design; on one host the root is shared trivially): a
 // function on one agent writes a file to a Volume, a function on the other

@@ -1,4 +1,4 @@
-// Issue 7's "Done when", against a real `berth up` cluster: a webhook on
+// The workspace API end to end, against a real `berth up` cluster: a webhook on
 // `task.*` receives CloudEvents of a function run that the `cloudevents` npm
 // SDK parses and whose signatures verify; the same events are in the events
 // history; the logs route finds the line the function printed; the OpenAPI
@@ -72,7 +72,7 @@ test("workspace API end to end: signed CloudEvents of a function run, history, l
   const created = await up.api(`/api/v1/webhook/${ws}`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ url: hooks.url, event_types: ["task.*"], description: "issue 7" }),
+    body: JSON.stringify({ url: hooks.url, event_types: ["task.*"], description: "task events" }),
   });
   assert.equal(created.status, 201);
   const secret = ((await created.json()) as { signing_secret: string }).signing_secret;

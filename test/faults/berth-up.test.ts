@@ -1,5 +1,5 @@
 // Fault cases on one real `berth up` cluster (coordinator, agent, nats-server,
-// runc containers), one after the other (issue 18, requirement 3):
+// runc containers), one after the other:
 //  - the cluster's only agent is SIGKILLed during a .map() of 2,000 items:
 //    berth up starts it again, it re-adopts its runner containers, and the map
 //    finishes with every result right, once;

@@ -1,8 +1,8 @@
 // Fault cases on one real `berth up` cluster (coordinator, agent, nats-server,
 // runc containers) whose agent gives each container a 128 MiB disk
-// (`berth up --container-disk 128Mi`), one after the other (issue 18,
-// requirement 3: "fill a container's disk, exhaust its pids, OOM it: the task
-// ends with the precise reason, the host is unaffected"):
+// (`berth up --container-disk 128Mi`), one after the other — a container's
+// disk filled, its pids exhausted, it OOM-killed: the task ends with the
+// precise reason, the host is unaffected:
 //  - a task that runs its container out of memory ends FAILED oom_killed;
 //  - a task that exhausts its container's pids limit ends FAILED
 //    pids_exhausted (error PidsExhausted naming the limit);

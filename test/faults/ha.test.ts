@@ -1,4 +1,4 @@
-// Issue 18, requirement 1: `berth up --replicas 3` — three coordinators, a
+// Several coordinators: `berth up --replicas 3` — three coordinators, a
 // three-node JetStream cluster (streams with three copies) and PostgreSQL —
 // runs the functions and deployments flows with every request spread over the
 // coordinators by a round-robin balancer, and a `.map()` keeps every result
@@ -6,7 +6,7 @@
 // one NATS node of three is stopped (the fault suite's summary lines,
 // test/faults/summary.ts). A second cluster (test/faults/ha-cluster.ts)
 // takes a coordinator SIGKILLed during a deploy's image build and during
-// streaming endpoint calls (issue 18, requirement 3).
+// streaming endpoint calls.
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";

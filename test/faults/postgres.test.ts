@@ -1,11 +1,11 @@
-// Fault case: PostgreSQL restarts during task submission (issue 18,
-// requirement 3). A real PostgreSQL server holds the coordinator's store and
-// a real nats-server its queues; the test submits tasks one after another
-// while the database is stopped and started again, and an agent stand-in
-// takes each queued task from JetStream and reports it done with its input
-// as the result, as agents do. Every submission the caller saw accepted must
-// reach exactly one final status with the right result; a submission that
-// failed must have left no task behind that never ends.
+// Fault case: PostgreSQL restarts during task submission. A real PostgreSQL
+// server holds the coordinator's store and a real nats-server its queues; the
+// test submits tasks one after another while the database is stopped and
+// started again, and an agent stand-in takes each queued task from JetStream
+// and reports it done with its input as the result, as agents do. Every
+// submission the caller saw accepted must reach exactly one final status with
+// the right result; a submission that failed must have left no task behind
+// that never ends.
 
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";

@@ -1,5 +1,5 @@
 // The fault suite's one summary line per case, and the checks every case
-// shares (issue 18, requirement 3): every accepted task reached exactly one
+// shares: every accepted task reached exactly one
 // final status (lost 0), and no result reached the caller twice
 // (duplicated 0). Each case counts what it saw and hands the counts here, so
 // the suite's output lists the same columns for every case:

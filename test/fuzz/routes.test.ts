@@ -1,4 +1,4 @@
-// The route fuzzer (issue 18, hostile input): every operation of the app's
+// The route fuzzer (hostile input): every operation of the app's
 // own OpenAPI document — so a route added later is fuzzed as soon as it is
 // wired — plus the catch-all routes the document hides, driven with
 // malformed, oversized, wrongly typed and cross-workspace requests from a

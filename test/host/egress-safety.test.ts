@@ -1,4 +1,4 @@
-// Egress that is safe by default (issue 18, requirement 6), from inside real
+// Egress that is safe by default, from inside real
 // runc containers: listeners this test puts in its own "outside" namespace at
 // the cloud metadata address, another link-local address, private-range
 // addresses, and two addresses standing for other hosts of the fleet (one

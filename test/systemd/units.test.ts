@@ -51,7 +51,7 @@ describe("systemd units", () => {
       assert.ok(value(u, "Service", "Restart"));
     });
 
-    // The fault suite's promise (issue 18): a process killed
+    // The fault suite's promise: a process killed
     // with SIGKILL (an unclean signal) is started again by systemd, as berth up does for its children.
     test(`${name} is restarted after SIGKILL`, () => {
       const u = load(name);

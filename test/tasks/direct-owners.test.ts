@@ -1,6 +1,6 @@
 // A coordinator that starts ends the direct tasks (endpoint requests) left
 // open by a dead coordinator, but never those another live coordinator still
-// serves (issue 18, requirement 1: coordinator/tasks/direct-owners.ts).
+// serves (coordinator/tasks/direct-owners.ts).
 
 import assert from "node:assert/strict";
 import { after, test } from "node:test";

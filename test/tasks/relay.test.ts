@@ -1,4 +1,4 @@
-// Several coordinators (issue 18, requirement 1): each agent event reaches one
+// Several coordinators: each agent event reaches one
 // of them through the shared durable consumer; the relay makes every other
 // coordinator's live copy and watchers follow (coordinator/tasks/event-consumer.ts).
 

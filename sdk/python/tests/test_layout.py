@@ -1,4 +1,4 @@
-"""The SDK's layout by where code runs (docs/design-notes.md, "Python SDK layout (issue 12)").
+"""The SDK's layout by where code runs (docs/design-notes.md, "Python SDK layout").
 
 Every import in every module is read (those inside functions and under
 TYPE_CHECKING too): the in-container runtime never imports the client or the
