@@ -121,6 +121,7 @@ export async function startContainers(
       sdkDir: o.sdkDir,
       volumeRoot: o.volumeRoot,
       warmRunners: o.warmRunners,
+      warmSandboxes: o.warmSandboxes,
       ...(o.micromambaBin ? { micromambaBin: o.micromambaBin } : {}),
       runners,
       logger: log.child({ area: "containers" }),
@@ -158,7 +159,7 @@ export async function startContainers(
       async close() {
         await runners.stop();
         await gc.stop();
-        // Pre-warmed runners hold nothing of anyone's: they go with the agent (a new one starts its own).
+        // Pre-warmed runners and sandboxes hold nothing of anyone's: they go with the agent (a new one starts its own).
         await host
           .drainWarmRunners()
           .catch((e) => log.warn({ err: describeError(e) }, "removing pre-warmed runners"));

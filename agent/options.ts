@@ -131,6 +131,11 @@ export interface AgentOptions {
    * functions (docs/runtime.md, "Pre-warmed runners"); 0: none. @default 0
    */
   warmRunners?: number;
+  /**
+   * Sandbox containers of the default image kept started ahead of demand,
+   * their process server waiting (docs/sandboxes.md, "Pre-warmed sandboxes"); 0: none. @default 0
+   */
+  warmSandboxes?: number;
 }
 
 export interface ResolvedAgentOptions {
@@ -179,6 +184,7 @@ export interface ResolvedAgentOptions {
   containerDiskBytes: number;
   containerRuntime: OciRuntimeName;
   warmRunners: number;
+  warmSandboxes: number;
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -236,16 +242,15 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     ...(o.micromambaBin ? { micromambaBin: resolve(o.micromambaBin) } : {}),
     containerDiskBytes: containerDiskBytes(o),
     containerRuntime: containerRuntime(o),
-    warmRunners: warmRunners(o),
+    warmRunners: warmPool(o, "warmRunners", "--warm-runners"),
+    warmSandboxes: warmPool(o, "warmSandboxes", "--warm-sandboxes"),
   };
 }
 
-function warmRunners(o: AgentOptions): number {
-  const n = o.warmRunners ?? 0;
+function warmPool(o: AgentOptions, field: "warmRunners" | "warmSandboxes", flag: string): number {
+  const n = o[field] ?? 0;
   if (!Number.isInteger(n) || n < 0 || n > 64) {
-    throw new BerthError("invalid_request", `--warm-runners must be an integer 0..64, got ${n}`, {
-      field: "warmRunners",
-    });
+    throw new BerthError("invalid_request", `${flag} must be an integer 0..64, got ${n}`, { field });
   }
   return n;
 }

@@ -54,6 +54,7 @@ import {
 } from "./sandbox.ts";
 import { SandboxInits } from "./sandbox-init.ts";
 import { WarmRunners } from "./warm-runners.ts";
+import { WarmSandboxes } from "./warm-sandboxes.ts";
 import { gangRankOf } from "./gang.ts";
 import { ProcessTable } from "../sandboxes/processes.ts";
 
@@ -80,6 +81,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   private readonly provisioning: ProvisionDeps;
   /** Runner containers started ahead of demand (docs/runtime.md, "Pre-warmed runners"). */
   readonly warm: WarmRunners;
+  /** Sandbox containers started ahead of demand (docs/sandboxes.md, "Pre-warmed sandboxes"). */
+  readonly warmSandboxes: WarmSandboxes;
   /** s3fs mounts of cloud buckets, per container (agent/volumes/buckets.ts). */
   private readonly buckets: BucketMounts;
   /** Image builds: steps run as this host's containers, committed into its image store (agent/build). */
@@ -143,6 +146,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       free: (id) => this.allocations.free(id),
     };
     this.warm = new WarmRunners(this.provisioning, this.options.warmRunners);
+    this.warmSandboxes = new WarmSandboxes(this.provisioning, this.options.warmSandboxes);
     this.files = containerFilesOf(this.runtime, (id) => void this.mustGet(id));
     this.processes = new ProcessTable({
       exec: (id, req) => this.exec(id, req),
@@ -167,6 +171,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     const host = new ContainerHost(opts);
     await host.recover();
     host.warm.refill();
+    host.warmSandboxes.refill();
     return host;
   }
 
@@ -192,8 +197,9 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       if (this.byId.has(info.id)) continue;
       log.warn({ id: info.id }, "removing a container the host has no record of");
       await this.runtime.delete(info.id);
-      // A pre-warmed runner of a previous agent has these too, and no record.
+      // A pre-warmed runner or sandbox of a previous agent has these too, and no record.
       this.bridges.removeDir(info.id);
+      this.inits.close(info.id);
       rmSync(join(this.hostsDir, info.id), { force: true });
     }
     const live: string[] = [];
@@ -236,14 +242,15 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     }
   }
 
-  /** Removes the pre-warmed runners not given yet (an agent that stops: the next one would remove them). */
-  drainWarmRunners(): Promise<void> {
-    return this.warm.drain();
+  /** Removes the pre-warmed runners and sandboxes not given yet (an agent that stops: the next one would remove them). */
+  async drainWarmRunners(): Promise<void> {
+    await Promise.all([this.warm.drain(), this.warmSandboxes.drain()]);
   }
 
   /** Stops the runtime's timers and watchers; containers keep running (for an agent restart). */
   close(): void {
     this.warm.close();
+    this.warmSandboxes.close();
     this.processes.close();
     this.runtime.close();
   }
@@ -289,7 +296,9 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     try {
       const codeLayer = req.code ? this.code.layer(req.code.sha256) : undefined;
       if (warm) {
-        const given = await this.warm.giveFor(req, mounts.length, codeDir);
+        const given =
+          (await this.warm.giveFor(req, mounts.length, codeDir)) ??
+          (await this.warmSandboxes.giveFor(req, mounts.length, codeDir));
         if (given) return given;
       }
       return await provisionContainer(this.provisioning, { req, gpus, mounts, codeDir, codeLayer }, start);
@@ -441,9 +450,11 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   }
 
   private onRuntimeEvent(e: ContainerEvent): void {
-    if (e.type === "exit" && this.warm.owns(e.containerId)) {
-      this.warm.exited(e.containerId);
-      return;
+    for (const pool of [this.warm, this.warmSandboxes]) {
+      if (e.type === "exit" && pool.owns(e.containerId)) {
+        pool.exited(e.containerId);
+        return;
+      }
     }
     const record = this.byId.get(e.containerId);
     if (!record) return;

@@ -197,6 +197,12 @@ export interface ContainerHostOptions {
   warmRunners?: number;
   /** The image of the pre-warmed runners. @default the image store's default image */
   warmRunnerImage?: string;
+  /**
+   * Sandbox containers of the default image kept started ahead of demand,
+   * their process server waiting for a sandbox (docs/sandboxes.md,
+   * "Pre-warmed sandboxes"). 0 keeps none. @default 0
+   */
+  warmSandboxes?: number;
 }
 
 /** More would be memory held for nothing: each waits with its interpreter loaded (~20 MB). */
@@ -226,6 +232,7 @@ export interface ResolvedContainerHostOptions {
   runnerStartupMs: number;
   warmRunners: number;
   warmRunnerImage: string | undefined;
+  warmSandboxes: number;
 }
 
 const silent: HostLogger = { info() {}, warn() {}, error() {} };
@@ -283,16 +290,17 @@ export function resolveContainerHostOptions(o: ContainerHostOptions): ResolvedCo
   if (!Number.isInteger(runnerStartupMs) || runnerStartupMs < 0) {
     throw invalid(`container host: runnerStartupMs must be an integer >= 0, got ${runnerStartupMs}`);
   }
-  const warmRunners = o.warmRunners ?? 0;
-  if (!Number.isInteger(warmRunners) || warmRunners < 0 || warmRunners > MAX_WARM_RUNNERS) {
-    throw invalid(
-      `container host: warmRunners must be an integer 0..${MAX_WARM_RUNNERS}, got ${warmRunners}`,
-    );
-  }
+  const [warmRunners, warmSandboxes] = (["warmRunners", "warmSandboxes"] as const).map((k) => {
+    const n = o[k] ?? 0;
+    if (!Number.isInteger(n) || n < 0 || n > MAX_WARM_RUNNERS)
+      throw invalid(`container host: ${k} must be an integer 0..${MAX_WARM_RUNNERS}, got ${n}`);
+    return n;
+  }) as [number, number];
   const root = resolve(o.root);
   return {
     warmRunners,
     warmRunnerImage: o.warmRunnerImage,
+    warmSandboxes,
     root,
     images: o.images,
     network: o.network,

@@ -199,6 +199,19 @@ export class RunnerBridges {
     return dir;
   }
 
+  /**
+   * A pre-warmed sandbox's directory (mounted in it already, empty) given to
+   * the sandbox's id, and its workspace bridge served there; undefined (the
+   * directory kept for close()) when there is no bridge to serve, as openWorkspace.
+   */
+  async adoptWorkspace(fromId: string, toId: string, workspaceId: string | undefined) {
+    const dir = join(this.root, toId);
+    renameSync(join(this.root, fromId), dir);
+    if (!workspaceId || !this.runners?.openWorkspace) return undefined;
+    await this.runners.openWorkspace(toId, workspaceId, bridgeSocketPath(dir));
+    return dir;
+  }
+
   /** After an agent restart: a live sandbox's or pod's workspace bridge, served again. */
   async reopenWorkspace(id: string, workspaceId: string, log: HostLogger): Promise<void> {
     if (!this.runners?.openWorkspace) return;

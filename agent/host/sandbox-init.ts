@@ -6,7 +6,16 @@
 // a directory of this container's own (`<root>/<id>/`), bind-mounted at
 // /berth/init, owned by the container's user and closed to everyone else.
 
-import { chownSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, statSync } from "node:fs";
+import {
+  chownSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from "node:fs";
 import { join, posix } from "node:path";
 import { sleep } from "../../shared/net.ts";
 import type { ContainerSpec } from "../runtime/index.ts";
@@ -91,6 +100,21 @@ export class SandboxInits {
 
   constructor(private readonly root: string) {
     mkdirSync(root, { recursive: true, mode: 0o700 });
+  }
+
+  /** Container `id`'s directory, mounted at /berth/init. */
+  dirOf(id: string): string {
+    return join(this.root, id);
+  }
+
+  /**
+   * A pre-warmed sandbox's directory (mounted in it already, its server
+   * listening) given to the id it now has: renaming keeps the mount. Its
+   * first exec does not wait (the pool gave it only once it listened).
+   */
+  adopt(fromId: string, toId: string): void {
+    this.unused.delete(fromId);
+    renameSync(join(this.root, fromId), join(this.root, toId));
   }
 
   /** Where the agent connects to run a process in container `id`. */

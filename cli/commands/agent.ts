@@ -59,6 +59,7 @@ interface AgentRunFlags {
   containerDisk?: number;
   runtime?: string;
   warmRunners?: number;
+  warmSandboxes?: number;
 }
 
 /** The smallest disk quota: agent/runtime/disk.ts MIN_DISK_BYTES (not imported: the CLI does not load the agent). */
@@ -179,6 +180,15 @@ export function agentCommands(program: Command): void {
         return n;
       },
     )
+    .option(
+      "--warm-sandboxes <n>",
+      "sandbox containers of the default image kept started ahead of demand, for fast sandbox creates (default 0)",
+      (v: string) => {
+        const n = Number(v);
+        if (!/^\d+$/.test(v) || n > 64) throw new InvalidArgumentError("an integer 0..64");
+        return n;
+      },
+    )
     .action(async (o: AgentRunFlags) => {
       // Loaded here, not at the top: `berth --help` and the other commands never pay for the agent.
       const { resolveAgentOptions, startAgent } = await import("../../agent/main.ts");
@@ -218,6 +228,7 @@ export function agentCommands(program: Command): void {
             // resolveAgentOptions names the runtimes when this is none of them.
             ...(o.runtime ? { containerRuntime: o.runtime as "runc" | "crun" | "runsc" } : {}),
             ...(o.warmRunners !== undefined ? { warmRunners: o.warmRunners } : {}),
+            ...(o.warmSandboxes !== undefined ? { warmSandboxes: o.warmSandboxes } : {}),
           }),
         ),
       );

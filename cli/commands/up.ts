@@ -50,6 +50,7 @@ interface UpFlags {
   postgresPort?: number;
   containerDisk?: string;
   warmRunners?: string;
+  warmSandboxes?: string;
 }
 
 const collect = (v: string, all: string[]) => [...all, v];
@@ -121,6 +122,14 @@ export function upCommand(program: Command): void {
     .option(
       "--warm-runners <n>",
       "runner containers the agent keeps started ahead of demand (see berth agent --help)",
+      (v: string) => {
+        if (!/^\d+$/.test(v) || Number(v) > 64) throw new InvalidArgumentError("an integer 0..64");
+        return v;
+      },
+    )
+    .option(
+      "--warm-sandboxes <n>",
+      "sandbox containers the agent keeps started ahead of demand (see berth agent --help)",
       (v: string) => {
         if (!/^\d+$/.test(v) || Number(v) > 64) throw new InvalidArgumentError("an integer 0..64");
         return v;
@@ -426,6 +435,7 @@ async function up(o: UpFlags): Promise<number> {
         ...(o.micromambaBin ? ["--micromamba-bin", resolve(o.micromambaBin)] : []),
         ...(o.containerDisk ? ["--container-disk", o.containerDisk] : []),
         ...(o.warmRunners ? ["--warm-runners", o.warmRunners] : []),
+        ...(o.warmSandboxes ? ["--warm-sandboxes", o.warmSandboxes] : []),
       ],
       print,
     ),

@@ -44,6 +44,8 @@ export interface HostHarness {
   allowedRoot: string;
   /** A second host on the same roots (the first one's timers closed, containers left running). */
   restart(): Promise<ContainerHost>;
+  /** The runtime of the current host (cgroups, runc names). */
+  runtime(): ContainerRuntime;
   exitOf(id: string, timeoutMs?: number): Promise<Extract<HostEvent, { type: "exit" }>>;
 }
 
@@ -77,6 +79,8 @@ export interface HostHarnessOptions {
   network?: (names: TestNames) => Partial<NetworkOptions>;
   /** A volume root under the harness's dir (volumes/): containers may then ask for volumes. */
   volumes?: boolean;
+  /** More host options (pre-warmed sandboxes, a logger); the test image is then the default image. */
+  host?: Partial<ContainerHostOptions>;
 }
 
 export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): Promise<HostHarness> {
@@ -96,19 +100,23 @@ export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): 
   mkdirSync(allowedRoot);
   const events: HostEvent[] = [];
   const logs: LogEntry[] = [];
+  let runtime: ContainerRuntime | undefined;
   const options = (images: ImageStore): ContainerHostOptions => ({
     root: join(dir, "host"),
     images,
     network: net,
     runtime: (hooks) =>
-      new ContainerRuntime({ root: join(dir, "containers"), pollIntervalMs: 100, ...hooks }),
+      (runtime = new ContainerRuntime({ root: join(dir, "containers"), pollIntervalMs: 100, ...hooks })),
     capacity: { cpuCores: 2, memoryBytes: 4 * 1024 * MiB },
     allowedMountRoots: [allowedRoot],
     ...(ho.volumes ? { volumeRoot: join(dir, "volumes") } : {}),
     onEvent: (e) => events.push(e),
     onLog: (l) => logs.push(l),
+    ...ho.host,
   });
-  const images = new ImageStore({ root: join(dir, "images") });
+  const newImages = () =>
+    new ImageStore({ root: join(dir, "images"), ...(ho.host ? { defaultImage: imageRef } : {}) });
+  const images = newImages();
   const h: HostHarness = {
     dir,
     imageRef,
@@ -122,10 +130,11 @@ export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): 
     allowedRoot,
     restart: async () => {
       h.host.close();
-      h.images = new ImageStore({ root: join(dir, "images") });
+      h.images = newImages();
       h.host = await ContainerHost.start(options(h.images));
       return h.host;
     },
+    runtime: () => runtime as ContainerRuntime,
     exitOf: (id, timeoutMs = 30_000) =>
       waitFor(() => events.find((e) => e.type === "exit" && e.containerId === id) as never, {
         timeoutMs,
@@ -137,6 +146,7 @@ export async function hostHarness(t: TestContext, ho: HostHarnessOptions = {}): 
   down.defer(async () => {
     for (const c of await h.host.listContainers())
       await h.host.stopContainer(c.id, { graceMs: 0, remove: true });
+    await h.host.drainWarmRunners();
     h.host.close();
     assert.deepEqual(await new Runc("runc", runcRoot).list(), [], "no runc container may be left");
     assert.deepEqual(net.list(), [], "no network lease may be left");

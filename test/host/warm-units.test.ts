@@ -56,3 +56,18 @@ test("warmRunners is an integer 0..64, on the host and on the agent", () => {
   assert.equal(resolveAgentOptions({ warmRunners: 3 }).warmRunners, 3);
   assert.throws(() => resolveAgentOptions({ warmRunners: 100 }), /--warm-runners must be an integer 0\.\.64/);
 });
+
+test("warmSandboxes is an integer 0..64, on the host and on the agent", () => {
+  const base = { root: "/tmp/x", images: {}, network: {}, runtime: () => ({}) } as never;
+  const host = (warmSandboxes: number) =>
+    resolveContainerHostOptions({ ...(base as object), warmSandboxes } as never).warmSandboxes;
+  assert.equal(resolveContainerHostOptions(base).warmSandboxes, 0);
+  assert.equal(host(2), 2);
+  for (const bad of [-1, 65, 1.5]) assert.throws(() => host(bad), /warmSandboxes must be an integer 0\.\.64/);
+  assert.equal(resolveAgentOptions({}).warmSandboxes, 0);
+  assert.equal(resolveAgentOptions({ warmSandboxes: 3 }).warmSandboxes, 3);
+  assert.throws(
+    () => resolveAgentOptions({ warmSandboxes: 100 }),
+    /--warm-sandboxes must be an integer 0\.\.64/,
+  );
+});

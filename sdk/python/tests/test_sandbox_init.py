@@ -191,3 +191,45 @@ class ServerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WarmHandOverTest(unittest.TestCase):
+    """A pre-warmed sandbox's server (``--warm``): listening at once, serving only with the sandbox's env."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "init.sock")
+        self.agent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.agent.bind(os.path.join(self.dir, "warm.sock"))
+        self.agent.listen(1)
+        self.agent.settimeout(10)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "MY_SECRET": ""}
+        self.server = subprocess.Popen(
+            [sys.executable, "-u", "-I", INIT, self.path, "--warm", os.path.join(self.dir, "warm.sock")], env=env
+        )
+        self.addCleanup(self._stop)
+
+    def _stop(self):
+        if self.server.poll() is None:
+            self.server.kill()
+        self.server.wait()
+        self.agent.close()
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
+
+    def test_processes_start_only_after_the_hand_over_and_get_its_env(self):
+        conn, _ = self.agent.accept()
+        self.assertTrue(os.path.exists(self.path), "listening before the hand-over")
+        # Asked before the env came: accepted only once it has (the connection waits in the backlog).
+        early = Client(self.path, {"args": ["sh", "-c", 'echo "$MY_SECRET:$(pwd)"'], "env": {}})
+        cwd = os.path.realpath(self.dir)
+        conn.sendall((json.dumps({"env": {"PATH": "/usr/bin:/bin", "MY_SECRET": "s3"}, "cwd": cwd}) + "\n").encode())
+        conn.close()
+        _, out, _, result = early.run_to_end()
+        self.assertEqual((out, result), (("s3:%s\n" % cwd).encode(), {"exit_code": 0}))
+
+    def test_an_agent_that_hangs_up_first_ends_it(self):
+        conn, _ = self.agent.accept()
+        conn.close()
+        self.assertEqual(self.server.wait(10), 0)

@@ -50,6 +50,8 @@ HIGH_WATER = 1 << 20
 # trapping shell's exit missed it and its client saw 255); the agent's own
 # stop grace still bounds a process that ignores the signal.
 STOP_WAIT_S = 5.0
+# A pre-warmed sandbox's environment, as the agent sends it (wait_for_assignment).
+MAX_HANDOVER = 16 << 20
 
 
 def _child(req, base_env, stdin_r, out_w, err_w, report_w):
@@ -455,18 +457,60 @@ class Server:
         self.procs.pop(proc.pid, None)
 
 
+def wait_for_assignment(path):
+    """A pre-warmed sandbox's hand-over (docs/sandboxes.md, "Pre-warmed sandboxes").
+
+    The agent's one JSON line on its socket at ``path``: {"env": {...}, "cwd": ...},
+    the sandbox's environment (secrets included); None when it hung up without one.
+    """
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        buf = bytearray()
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                return None
+            buf += chunk
+            if len(buf) > MAX_HANDOVER:
+                raise ValueError("the hand-over is larger than 16 MiB")
+        return json.loads(buf.decode("utf-8"))
+    finally:
+        s.close()
+
+
 def main(argv):
+    warm = None
+    if len(argv) == 3 and argv[1] == "--warm":
+        argv, warm = argv[:1], argv[2]
     if len(argv) != 1:
-        sys.stderr.write("usage: sandbox_init.py SOCKET_PATH\n")
+        sys.stderr.write("usage: sandbox_init.py SOCKET_PATH [--warm HANDOVER_SOCKET]\n")
         return 2
     server = Server(argv[0])
-    server.install_signals()
+    if warm is not None:
+        # PID 1 ignores SIGTERM without a handler: a stop while it waits must not wait out its grace.
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, lambda *_: os._exit(0))
+    else:
+        server.install_signals()
     try:
         server.listen()
     except OSError as e:
         # Still the sandbox's pid 1, without a socket: the agent falls back to runc exec.
         sys.stderr.write("berth sandbox init: cannot listen on %s: %s\n" % (argv[0], e))
         server.listener = None
+    if warm is not None:
+        # Listening already, so the sandbox's first exec need not wait for it; but nothing is
+        # accepted, so no process starts, before the sandbox's environment is here.
+        assignment = wait_for_assignment(warm)
+        if assignment is None:
+            return 0
+        env = {str(k): str(v) for k, v in assignment["env"].items()}
+        os.environ.clear()
+        os.environ.update(env)
+        server.base_env = dict(env)
+        os.chdir(assignment.get("cwd") or "/")
+        server.install_signals()
     server.serve()
     return 0
 
