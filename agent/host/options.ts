@@ -66,7 +66,9 @@ export interface HostRuntime {
   /** Mounts a code tree at a running container's spec.codeSlot (ContainerRuntime.mountCode). */
   mountCode?(id: string, lowerDir: string): Promise<void>;
   /** Gives a running pre-warmed container its stub's id and limits (ContainerRuntime.assign). */
-  assign?(fromId: string, toId: string, a: Assignment): Promise<ContainerInfo>;
+  assign?(fromId: string, toId: string, a: Assignment, o?: { limited?: boolean }): Promise<ContainerInfo>;
+  /** The cgroup limits assign() would give, given now, under the container's current id (ContainerRuntime.limit). */
+  limit?(id: string, a: Assignment): Promise<void>;
   /**
    * Picks the id range a user-namespaced container `id` will run with, before
    * run() (ContainerRuntime.reserveIdMap): what is mounted for it ahead (cloud

@@ -45,8 +45,7 @@ export interface WarmContainer {
 export interface HandedOver {
   /** The request as the container now runs it (env, labels, cwd). */
   req: ResolvedRunRequest;
-  /** A CPU cap for the start-up, and what lifts it (runners). */
-  startupCpu?: number;
+  /** What lifts the start-up CPU cap (runners), armed once it is given. */
   endStartup?: { arm(): void };
 }
 
@@ -82,6 +81,10 @@ export abstract class WarmPool {
   protected abstract unprepare(id: string): void;
   /** Once the agent's socket listens, before the container starts (its owner, say). */
   protected listening(_socketPath: string, _spec: ContainerSpec): void {}
+  /** A CPU cap above the request's for its start-up (runners); undefined: none. */
+  protected startupCpu(_req: ResolvedRunRequest): number | undefined {
+    return undefined;
+  }
   /** The kind's own steps of give(), each with its undo pushed first. */
   protected abstract handOver(w: WarmContainer, r: ReservedStart, undo: Undo): Promise<HandedOver>;
 
@@ -275,8 +278,9 @@ export abstract class WarmPool {
     const w = this.take(image.digest);
     if (!w) return undefined;
     try {
-      const status = await this.give(w, { req, gpus: [], mounts: [], codeDir });
-      logger.info({ id: req.id, warm: w.id }, `container started from a ${this.what}`);
+      const ms: Record<string, number> = {};
+      const status = await this.give(w, { req, gpus: [], mounts: [], codeDir }, ms);
+      logger.info({ id: req.id, warm: w.id, ms }, `container started from a ${this.what}`);
       return status;
     } catch {
       return undefined;
@@ -292,9 +296,9 @@ export abstract class WarmPool {
    * included) sent on its socket; nothing of the request runs before that.
    * On a failure the container is removed and what was made for the id
    * undone; the caller then starts one the ordinary way. The reservation
-   * (CPU, memory) is the caller's.
+   * (CPU, memory) is the caller's. `ms` gets how long each step took (the log line says).
    */
-  async give(w: WarmContainer, r: ReservedStart): Promise<ContainerStatus> {
+  async give(w: WarmContainer, r: ReservedStart, ms: Record<string, number> = {}): Promise<ContainerStatus> {
     const { options, runtime } = this.d;
     const log = options.logger;
     const { req } = r;
@@ -302,29 +306,50 @@ export abstract class WarmPool {
     if (!runtime.assign) throw new Error("this host's runtime cannot give a started container a new id");
     let runtimeId = w.id;
     const undo: Undo = [];
+    const t0 = performance.now();
+    let at = t0;
+    const took = (step: string) => {
+      const now = performance.now();
+      ms[step] = Math.round((now - at) * 10) / 10;
+      at = now;
+    };
+    const startupCpu = this.startupCpu(req);
+    const limits = {
+      cpu: req.cpu,
+      ...(startupCpu === undefined ? {} : { startupCpu }),
+      memoryBytes: req.memoryBytes,
+      ...(req.pidsLimit === undefined ? {} : { pidsLimit: req.pidsLimit }),
+      ...(req.timeoutMs === undefined ? {} : { timeoutMs: req.timeoutMs }),
+    };
     try {
       undo.push({ what: "network", fn: () => options.network.detach(id) });
-      const net = await options.network.attach(id, req.egress, w.net);
-      for (const port of req.exposedPorts) await options.network.allowInbound(id, port);
       const hostsFile = join(this.d.hostsDir, id);
       undo.push({ what: "hosts file", fn: () => rmSync(hostsFile, { force: true }) });
-      // Renamed, then written in place: the file mounted at /etc/hosts stays the same inode.
-      renameSync(w.hostsFile, hostsFile);
-      w.hostsFile = hostsFile;
-      writeFileSync(hostsFile, hostsFileText(defaultHostname(w.id), net.ipv4, net.ipv6));
+      // The network and `runc update` are independent, each some 10-30 ms: side by side, both settled.
+      const [attached, limited] = await Promise.allSettled([
+        (async () => {
+          const net = await options.network.attach(id, req.egress, w.net);
+          for (const port of req.exposedPorts) await options.network.allowInbound(id, port);
+          // Renamed, then written in place: the file mounted at /etc/hosts stays the same inode.
+          renameSync(w.hostsFile, hostsFile);
+          w.hostsFile = hostsFile;
+          writeFileSync(hostsFile, hostsFileText(defaultHostname(w.id), net.ipv4, net.ipv6));
+          return net;
+        })(),
+        runtime.limit?.(w.id, { ...limits, labels: {} }),
+      ]);
+      if (attached.status === "rejected") throw attached.reason;
+      if (limited.status === "rejected") throw limited.reason;
+      const net = attached.value;
+      took("networkAndLimits");
       const run = await this.handOver(w, r, undo);
+      took("own");
       const record = newHostRecord(run.req, w.image, [], net);
       undo.push({ what: "host record", fn: () => this.d.forget(id) });
       this.d.keep(record);
-      await runtime.assign(w.id, id, {
-        cpu: req.cpu,
-        ...(run.startupCpu === undefined ? {} : { startupCpu: run.startupCpu }),
-        memoryBytes: req.memoryBytes,
-        ...(req.pidsLimit === undefined ? {} : { pidsLimit: req.pidsLimit }),
-        labels: run.req.labels,
-        ...(req.timeoutMs === undefined ? {} : { timeoutMs: req.timeoutMs }),
-      });
+      await runtime.assign(w.id, id, { ...limits, labels: run.req.labels }, { limited: !!runtime.limit });
       runtimeId = id;
+      took("assign");
       options.images.markInUse(w.image.digest, id);
       options.images.release(w.image.digest, w.id);
       const env = mergeEnv(w.image.config.env, run.req.env);
@@ -338,6 +363,8 @@ export abstract class WarmPool {
       w.server.close();
       rmSync(w.socketPath, { force: true });
       run.endStartup?.arm();
+      took("env");
+      ms.total = Math.round((performance.now() - t0) * 10) / 10;
       return recordStatus(record, runtime.get(id));
     } catch (e) {
       log.warn({ id, warm: w.id, err: describeError(e) }, `a ${this.what} could not be given`);

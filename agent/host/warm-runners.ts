@@ -95,6 +95,11 @@ export class WarmRunners extends WarmPool {
     this.d.bridges.removeDir(id);
   }
 
+  protected override startupCpu(req: ResolvedRunRequest): number | undefined {
+    const boost = this.d.options.runnerStartupCpu;
+    return boost > req.cpu ? boost : undefined;
+  }
+
   /**
    * The runner's part: its bridge directory (mounted already) served for the
    * stub under the new id, the code on its slot, the start-up CPU boost; the
@@ -109,19 +114,14 @@ export class WarmRunners extends WarmPool {
     const { req, codeDir } = r;
     const runner = req.runner;
     if (!runner || !runtime.mountCode) throw new Error("not a runner request");
-    const startupCpu = options.runnerStartupCpu > req.cpu ? options.runnerStartupCpu : undefined;
     const endStartup =
-      startupCpu === undefined
+      this.startupCpu(req) === undefined
         ? undefined
         : startupEnder(runtime, options.logger, req.id, options.runnerStartupMs);
     undo.push({ what: "task bridge", fn: () => bridges.close(req.id) });
     const bridgeDir = await bridges.adopt(w.id, req.id, runner, endStartup?.now);
     const run = applyRunner(req, runner, { codeDir, bridgeDir, sdkDir: options.sdkDir });
     if (codeDir) await runtime.mountCode(w.id, codeDir);
-    return {
-      req: run.req,
-      ...(startupCpu === undefined ? {} : { startupCpu }),
-      ...(endStartup ? { endStartup } : {}),
-    };
+    return { req: run.req, ...(endStartup ? { endStartup } : {}) };
   }
 }

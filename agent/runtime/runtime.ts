@@ -264,24 +264,22 @@ export class ContainerRuntime {
    * (`runc update`), its labels and its timeout, counted from now. A "start"
    * event for `toId` follows.
    */
-  async assign(fromId: string, toId: string, a: Assignment): Promise<ContainerInfo> {
+  async assign(
+    fromId: string,
+    toId: string,
+    a: Assignment,
+    o: { limited?: boolean } = {},
+  ): Promise<ContainerInfo> {
     this.assertOpen();
     checkContainerId(toId);
-    checkCpuAndMemory(a.cpu, a.memoryBytes);
-    const entry = this.mustGet(fromId);
-    if (entry.status !== "running") {
-      throw new BerthError("failed_precondition", `container ${fromId} is not running`);
-    }
+    const entry = this.assignable(fromId, a);
     if (this.entries.has(toId)) throw new BerthError("conflict", `container ${toId} already exists`);
-    const runtime = entry.meta.spec.runtime ?? "runc";
-    if (runtime === "runsc") {
-      throw new BerthError(
-        "failed_precondition",
-        "a gVisor container cannot be given new limits while it runs",
-      );
-    }
     const next = assignedSpec(entry.meta.spec, toId, a);
-    await this.cli(runtime).update(ociIdOf(entry), assignmentUpdate(next, this.host));
+    if (!o.limited)
+      await this.cli(entry.meta.spec.runtime ?? "runc").update(
+        ociIdOf(entry),
+        assignmentUpdate(next, this.host),
+      );
     entry.meta.ociId = ociIdOf(entry);
     entry.meta.spec = next;
     const now = Date.now();
@@ -293,6 +291,37 @@ export class ContainerRuntime {
     this.persistMeta(entry);
     this.emit({ type: "start", containerId: toId, pid: entry.meta.pid, at: now });
     return this.info(entry);
+  }
+
+  /**
+   * The cgroup limits (`runc update`) assign() would give the running
+   * container `id`, given now: a caller may do this beside other steps and
+   * then assign with `limited`. Its id, labels and timeout stay as they are.
+   */
+  async limit(id: string, a: Assignment): Promise<void> {
+    this.assertOpen();
+    const entry = this.assignable(id, a);
+    const next = assignedSpec(entry.meta.spec, id, a);
+    await this.cli(entry.meta.spec.runtime ?? "runc").update(
+      ociIdOf(entry),
+      assignmentUpdate(next, this.host),
+    );
+  }
+
+  /** A running container that may be given new limits (not under gVisor). */
+  private assignable(id: string, a: Assignment): ContainerEntry {
+    checkCpuAndMemory(a.cpu, a.memoryBytes);
+    const entry = this.mustGet(id);
+    if (entry.status !== "running") {
+      throw new BerthError("failed_precondition", `container ${id} is not running`);
+    }
+    if ((entry.meta.spec.runtime ?? "runc") === "runsc") {
+      throw new BerthError(
+        "failed_precondition",
+        "a gVisor container cannot be given new limits while it runs",
+      );
+    }
+    return entry;
   }
 
   /** SIGTERM, then SIGKILL after graceMs; resolves once the container has exited. */
