@@ -274,8 +274,9 @@ export abstract class WarmPool {
       source: "generic" as const,
       ...req.credentials,
     };
-    const image = await images.pull(req.image, creds ? { credentials: creds } : {});
-    const w = this.take(image.digest);
+    // A pull that fails here fails again on the ordinary path, which says so in its own words.
+    const image = await images.pull(req.image, creds ? { credentials: creds } : {}).catch(() => undefined);
+    const w = image && this.take(image.digest);
     if (!w) return undefined;
     try {
       const ms: Record<string, number> = {};

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { test } from "node:test";
@@ -239,6 +239,35 @@ print(json.dumps({"secret": os.environ.get("MY_SECRET"), "berth": [k for k in os
     assert.equal(r.stdout, "m\n");
     for (const c of [withMount, pod]) await h.host.stopContainer(c.id, { graceMs: 0, remove: true });
   });
+
+  await t.test(
+    "a hand-over that fails removes that container and starts the sandbox the ordinary way",
+    async () => {
+      const warm = await readyWarm();
+      // Its process server's directory gone: renaming it to the sandbox's id fails mid-hand-over.
+      rmSync(join(h.dir, "host", "sandbox-init", warm), { recursive: true, force: true });
+      const c = await sandbox("ws-a", { env: { MY_SECRET: "cold" } });
+      assert.equal(givenFromPool(c.id).length, 0);
+      assert.ok(
+        logLines.some((l) => l.msg === "a pre-warmed sandbox could not be given" && l.fields.id === c.id),
+        "the agent says the hand-over failed",
+      );
+      const ids = await runcIds();
+      assert.ok(ids.includes(c.id), `${c.id} runs as its own container: ${ids}`);
+      await waitFor(async () => !(await runcIds()).includes(warm) || undefined, {
+        timeoutMs: 20_000,
+        what: `the failed pre-warmed sandbox ${warm} removed`,
+      });
+      assert.deepEqual(await probe(c.id), {
+        secret: "cold",
+        ws: null,
+        ppid: 1,
+        cwd: "/",
+        reached: "OK hello",
+      });
+      await h.host.stopContainer(c.id, { graceMs: 0, remove: true });
+    },
+  );
 
   await t.test("a restarted agent keeps a given sandbox and removes the one never given", async () => {
     await readyWarm();
