@@ -47,8 +47,8 @@ export class BerthSide {
     private readonly lines: Interface,
   ) {}
 
-  /** `logFile`: where the cluster's output is written at the end, also on failure. */
-  static async start(cleanup: Cleanup, logFile?: string): Promise<BerthSide> {
+  /** `logFile`: where the cluster's output is written at the end, also on failure; `upArgs`: more `berth up` flags. */
+  static async start(cleanup: Cleanup, logFile?: string, upArgs: string[] = []): Promise<BerthSide> {
     // The helper's Teardown runs its steps (leftover containers stopped through
     // the agent, the cluster, its network, its home) as one cleanup action.
     const teardown = new Teardown({
@@ -57,7 +57,7 @@ export class BerthSide {
           await fn();
         }),
     });
-    const cluster = await startBerthUp(teardown);
+    const cluster = await startBerthUp(teardown, upArgs);
     if (logFile)
       cleanup.add(`write the cluster's output to ${logFile}`, () => writeFileSync(logFile, cluster.output()));
     const child = spawn("python3", [DRIVER], {

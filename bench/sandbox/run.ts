@@ -3,8 +3,13 @@
 // `berth up` cluster, interleaved with `podman run` / `podman exec` /
 // `podman cp` on the same image in the same run. The exec is also timed as
 // the three requests it took before `processes/run` (exec, wait, output),
-// interleaved, for before/after in one run.
-// Usage: node --import tsx bench/sandbox/run.ts [--iterations 20] [--warmup 2] [--uploads 5] [--upload-mb 100] [--log FILE]
+// interleaved, for before/after in one run. Create → first output is also
+// compared with `runc run` + python per call (bench/function-latency's
+// reference); with --warm-sandboxes N a second cluster, whose agent keeps N
+// pre-warmed sandboxes, is timed in the same rounds (the pool refilled,
+// untimed, before and after each of its creates).
+// Usage: node --import tsx bench/sandbox/run.ts [--iterations 20] [--warmup 2] [--uploads 5] [--upload-mb 100]
+//   [--warm-sandboxes N] [--results-name NAME] [--log FILE]
 import { randomBytes } from "node:crypto";
 import { closeSync, openSync, writeSync } from "node:fs";
 import { join } from "node:path";
@@ -18,8 +23,10 @@ import { fmtMs, fmtRatio, formatTable, type Summary, summarize, writeResults } f
 import { BerthSide, type CreateSample, type ExecSample, type HttpTiming } from "./berth.ts";
 import { createBreakdown } from "./breakdown.ts";
 import { PodmanReference } from "./podman.ts";
+import { handOverSteps, poolCounts, poolRefilled, runcReference } from "./pool.ts";
 
-const TARGETS = { createToFirstOutputP50Ms: 200, execRoundTripP50Ms: 10 };
+// createPooledVsRunc: create → first output with pre-warmed sandboxes, at most this many times runc + python.
+const TARGETS = { createToFirstOutputP50Ms: 200, execRoundTripP50Ms: 10, createPooledVsRunc: 1.5 };
 const UPLOAD_DEST = "/root/bench-upload.bin";
 
 function positiveInt(name: string, value: string | undefined, min: number): number {
@@ -64,8 +71,13 @@ async function main() {
       uploads: { type: "string", default: "5" },
       "upload-mb": { type: "string", default: "100" },
       log: { type: "string" },
+      "warm-sandboxes": { type: "string", default: "0" },
+      "results-name": { type: "string" },
     },
   });
+  const warmSandboxes = Number(values["warm-sandboxes"]);
+  if (!Number.isInteger(warmSandboxes) || warmSandboxes < 0 || warmSandboxes > 64)
+    throw new Error(`--warm-sandboxes must be an integer 0..64, not ${values["warm-sandboxes"]}`);
   const iterations = positiveInt("iterations", values.iterations, 1);
   const warmup = positiveInt("warmup", values.warmup, 0);
   const uploads = positiveInt("uploads", values.uploads, 0);
@@ -84,6 +96,15 @@ async function main() {
     const podman = new PodmanReference(cleanup, runId);
     await podman.setup(await testImageLayout(), TEST_IMAGE_TAG);
     const berth = await BerthSide.start(cleanup, values.log);
+    const pooled =
+      warmSandboxes > 0
+        ? await BerthSide.start(cleanup, values.log && `${values.log}.pooled`, [
+            "--warm-sandboxes",
+            String(warmSandboxes),
+          ])
+        : undefined;
+    const runc = await runcReference(cleanup);
+    if (pooled) await poolRefilled(pooled, warmSandboxes);
     const file = join(benchTempDir(cleanup, "berth-bench-sandbox-"), "upload.bin");
     const uploadBytes = randomFile(file, uploadMb);
 
@@ -93,7 +114,12 @@ async function main() {
     await podman.startIdle(idle);
     await podman.exec(idle, ["true"]);
 
-    const create = { berth: [] as CreateSample[], podman: [] as number[] };
+    const create = {
+      berth: [] as CreateSample[],
+      podman: [] as number[],
+      pooled: [] as CreateSample[],
+      runc: [] as number[],
+    };
     const exec = { berth: [] as ExecSample[], podman: [] as number[], berth3: [] as ExecSample[] };
     const upload = { berth: [] as number[], podman: [] as number[] };
     const startedAt = new Date().toISOString();
@@ -124,8 +150,20 @@ async function main() {
           const s = await berth.call<ExecSample>({ op: "exec", requests: "three" });
           if (keep) exec.berth3.push(s);
         },
+        // The pool refilled before and after (not timed), so its refill never overlaps another sample.
+        async () => {
+          if (!pooled) return;
+          await poolRefilled(pooled, warmSandboxes);
+          const s = await pooled.call<CreateSample>({ op: "create", data_dir: pooled.cluster.dataDir });
+          await poolRefilled(pooled, warmSandboxes);
+          if (keep) create.pooled.push(s);
+        },
+        async () => {
+          const ms = await runc();
+          if (keep) create.runc.push(ms);
+        },
       ];
-      const order = i % 2 === 0 ? [0, 1, 2, 4, 3] : [1, 0, 4, 2, 3];
+      const order = i % 2 === 0 ? [0, 1, 5, 6, 2, 4, 3] : [6, 5, 1, 0, 4, 2, 3];
       for (const k of order) await (steps[k] as () => Promise<void>)();
       process.stdout.write(".");
     }
@@ -165,6 +203,42 @@ async function main() {
         }),
       ),
     );
+    const ref = summarize(create.runc);
+    const pooledS = pooled ? summarize(create.pooled.map((s) => s.ms)) : undefined;
+    const createRows: Record<string, Summary> = {
+      "berth: create → first output, no pool": rows[names[0] as string] as Summary,
+      ...(pooledS
+        ? { [`berth: create → first output, ${warmSandboxes} pre-warmed sandboxes`]: pooledS }
+        : {}),
+      "podman run --rm python3 → first output": rows[names[1] as string] as Summary,
+      "runc run + python3 print (to its exit)": ref,
+    };
+    console.log(
+      formatTable(
+        ["create → first output", "n", "p50 ms", "p95 ms", "p50 vs runc+python"],
+        Object.entries(createRows).map(([k, s]) => [
+          k,
+          String(s.n),
+          fmtMs(s.p50),
+          fmtMs(s.p95),
+          fmtRatio(s.p50, ref.p50),
+        ]),
+      ),
+    );
+    const pool = pooled ? poolCounts(pooled) : undefined;
+    if (pool) {
+      console.log(`pre-warmed sandboxes given: ${pool.given}; failed to give: ${pool.failed}`);
+      for (const l of pool.failures.slice(0, 3)) console.log(`  ${l}`);
+    }
+    const handOver = pooled
+      ? Object.fromEntries(Object.entries(handOverSteps(pooled)).map(([k, v]) => [k, summarize(v)]))
+      : undefined;
+    if (handOver)
+      console.log(
+        `the agent's hand-over, per step (p50 ms, warm-up included): ${Object.entries(handOver)
+          .map(([k, v]) => `${k} ${fmtMs(v.p50)}`)
+          .join(", ")}`,
+      );
     const three = summarize(exec.berth3.map((s) => s.ms));
     const one = rows[names[2] as string] as Summary;
     console.log(
@@ -188,6 +262,11 @@ async function main() {
     );
     const breakdown = createBreakdown(create.berth);
     console.log(`berth create → first output, step by step (p50 over samples):\n${breakdown.text}`);
+    const pooledBreakdown = pooled ? createBreakdown(create.pooled) : undefined;
+    if (pooledBreakdown)
+      console.log(
+        `the same with pre-warmed sandboxes (no runtime marks: runc knows them by their pool name):\n${pooledBreakdown.text}`,
+      );
     const raced = create.berth.filter((s) => s.terminate_raced).length;
     if (raced > 0)
       console.log(
@@ -201,16 +280,29 @@ async function main() {
       execRoundTripP50Ms: execP50,
       createMeetsTarget: createP50 <= TARGETS.createToFirstOutputP50Ms,
       execMeetsTarget: execP50 <= TARGETS.execRoundTripP50Ms,
+      runcPythonP50Ms: ref.p50,
+      createVsRunc: createP50 / ref.p50,
+      ...(pooledS
+        ? {
+            createPooledP50Ms: pooledS.p50,
+            createPooledVsRunc: pooledS.p50 / ref.p50,
+            createPooledMeetsTarget: pooledS.p50 <= TARGETS.createPooledVsRunc * ref.p50,
+          }
+        : {}),
     };
     console.log(
       `targets: create → first output p50 <= ${TARGETS.createToFirstOutputP50Ms} ms: ${verdict.createMeetsTarget ? "met" : "NOT met"}; exec round trip p50 <= ${TARGETS.execRoundTripP50Ms} ms: ${verdict.execMeetsTarget ? "met" : "NOT met"}`,
     );
-    const path = writeResults("sandbox", {
+    if (pooledS)
+      console.log(
+        `target: create → first output p50 with pre-warmed sandboxes <= ${TARGETS.createPooledVsRunc}x runc + python: ${verdict.createPooledMeetsTarget ? "met" : "NOT met"} (${fmtRatio(pooledS.p50, ref.p50)}; without: ${fmtRatio(createP50, ref.p50)})`,
+      );
+    const path = writeResults(values["results-name"] ?? (pooled ? "sandbox-pool" : "sandbox"), {
       startedAt,
       machine,
       loadAvgAtEnd: machineInfo().loadAvg1,
       versions,
-      options: { iterations, warmup, uploads, uploadMb },
+      options: { iterations, warmup, uploads, uploadMb, warmSandboxes },
       targets: TARGETS,
       verdict,
       summaries: rows,
@@ -219,10 +311,15 @@ async function main() {
       execThreeRequests: three,
       execSession: session,
       createBreakdown: breakdown.steps,
+      ...(pooledBreakdown ? { createPooledBreakdown: pooledBreakdown.steps, pool, handOver } : {}),
+      createVsRunc: createRows,
       terminateRaced: raced,
       samples: {
         createBerth: create.berth.map((s) => s.ms),
         createPodman: create.podman,
+        createPooled: create.pooled.map((s) => s.ms),
+        createPooledDetail: create.pooled,
+        runcPython: create.runc,
         execBerth: exec.berth.map((s) => s.ms),
         execPodman: exec.podman,
         uploadBerth: upload.berth,
