@@ -348,14 +348,20 @@ export abstract class WarmPool {
       const record = newHostRecord(run.req, w.image, [], net);
       undo.push({ what: "host record", fn: () => this.d.forget(id) });
       this.d.keep(record);
-      await runtime.assign(w.id, id, { ...limits, labels: run.req.labels }, { limited: !!runtime.limit });
+      const env = mergeEnv(w.image.config.env, run.req.env);
+      env.PATH ??= DEFAULT_PATH;
+      const cwd = run.req.cwd ?? (w.image.config.workingDir || "/");
+      // `runc exec` (a tty shell) starts from the same environment as the container's own processes.
+      await runtime.assign(
+        w.id,
+        id,
+        { ...limits, labels: run.req.labels, exec: { env, cwd } },
+        { limited: !!runtime.limit },
+      );
       runtimeId = id;
       took("assign");
       options.images.markInUse(w.image.digest, id);
       options.images.release(w.image.digest, w.id);
-      const env = mergeEnv(w.image.config.env, run.req.env);
-      env.PATH ??= DEFAULT_PATH;
-      const cwd = run.req.cwd ?? (w.image.config.workingDir || "/");
       await new Promise<void>((res, rej) => {
         const conn = w.conn;
         if (!conn || conn.destroyed) return rej(new Error(`the ${this.what} hung up`));

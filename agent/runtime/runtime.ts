@@ -21,7 +21,7 @@ import {
   startEntryLogs,
 } from "./entry.ts";
 import { buildBundle, mountCodeInBundle, takeBundleApart } from "./bundle.ts";
-import { type Assignment, assignedSpec, assignmentUpdate } from "./handover.ts";
+import { type Assignment, assignedSpec, assignmentUpdate, writeExecProcess } from "./handover.ts";
 import { cgroupsPathFor, cpuQuotaUs, type HostFacts } from "./oci-spec.ts";
 import {
   type ContainerRuntimeOptions,
@@ -280,6 +280,7 @@ export class ContainerRuntime {
         ociIdOf(entry),
         assignmentUpdate(next, this.host),
       );
+    if (a.exec) writeExecProcess(entry.paths.config, a.exec);
     entry.meta.ociId = ociIdOf(entry);
     entry.meta.spec = next;
     const now = Date.now();

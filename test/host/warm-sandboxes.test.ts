@@ -182,6 +182,15 @@ print(json.dumps({"secret": os.environ.get("MY_SECRET"), "berth": [k for k in os
       await h.host.exec(a.id, { args: ["sh", "-c", "echo $MY_SECRET $WS"], env: { WS: "x" } }),
     );
     assert.equal(r.stdout, "secret-of-a x\n");
+    // A tty exec (a shell) goes through `runc exec`, which starts from the bundle's config.json: A's too.
+    const tty = await execAll(
+      await h.host.exec(a.id, { args: ["sh", "-c", "echo tty:$MY_SECRET:$WS:$(pwd)"], tty: true }),
+    );
+    assert.match(
+      tty.stdout,
+      /tty:secret-of-a:a:\/\r?\n/,
+      `runc exec sees A's env: ${JSON.stringify(tty.stdout)}`,
+    );
   });
 
   await t.test("it never goes back to the pool: workspace B's sandbox gets another container", async () => {
