@@ -14,6 +14,7 @@ import { taskError } from "./pulls.ts";
 import type { ResultBody } from "./result.ts";
 import type { LimitHit } from "./limits.ts";
 import type { InFlight } from "./types.ts";
+import { trace, tracing } from "./trace.ts";
 
 /** The fields every event of one attempt carries, with its folded start (in-flight.ts foldedStart). */
 export type AttemptBase = Omit<TaskStartedEvent, "type"> & { startedAt?: number };
@@ -36,6 +37,7 @@ export async function recordResult(
     const e: TaskEvent = { ...base, type: "finished", status: "COMPLETE", result: r.result };
     if (r.resultJson !== undefined) e.resultJson = r.resultJson;
     await events.publish(e);
+    if (tracing) trace("ack", { task: t.taskId });
     t.msg.ack();
   } else if (r.retry && t.attempt <= t.maxRetries) {
     const reason = limit ? `${limit.reason}: retry_for` : "retry_for";

@@ -1,7 +1,8 @@
 // Pulling task messages from a stub's durable consumer, and what a delivery
 // means before any runner sees it.
 
-import type { Consumer, JetStreamClient, JsMsg } from "nats";
+import { createInbox, type JsMsg, type Msg, type NatsConnection, nanos, type Subscription } from "nats";
+import { toJsMsg } from "nats/lib/jetstream/jsmsg.js";
 import { describeError } from "../../shared/errors.ts";
 import {
   type TaskError,
@@ -12,6 +13,7 @@ import {
 } from "../../shared/tasks.ts";
 import { BridgeError } from "./bridge-error.ts";
 import type { Slot, TaskWorkerLogger } from "./types.ts";
+import { trace, traceId, tracing } from "./trace.ts";
 
 export const headerNumber = (msg: JsMsg, name: string, fallback: number): number => {
   const v = msg.headers?.get(name);
@@ -67,47 +69,151 @@ export function endedOnDelivery(
   return undefined;
 }
 
+/**
+ * One pull request on a stub's durable consumer, read to its end. JetStream
+ * counts a message as delivered once it sends it to a request's inbox; one
+ * that reaches no reader waits out the ack wait (30 s) before it is sent
+ * again. nats.js's fetch drops such messages: it ends a no-wait pull at the
+ * first message that says none is pending (the server goes on filling the
+ * request with what is published next), and a stopped fetch unsubscribes
+ * at once (dropping what is already on its way). A TaskPull keeps reading
+ * until the server ends the request (the batch filled, or a status: 404
+ * none queued, 408 expired or nothing more for a no-wait pull) or, once
+ * stopped, until the server has confirmed the unsubscribe (a drain): every
+ * message the request brought is in `done`.
+ */
+export class TaskPull {
+  /** The messages the request brought; rejects only when it failed before any came. */
+  readonly done: Promise<JsMsg[]>;
+  readonly id = tracing ? traceId() : 0;
+  private readonly msgs: JsMsg[] = [];
+  private readonly sub: Subscription;
+  private readonly timer: NodeJS.Timeout;
+  private settle!: (msgs: JsMsg[]) => void;
+  private fail!: (e: Error) => void;
+  private ended = false;
+  private stopping = false;
+
+  /** `expiresMs` undefined: a no-wait pull (what is queued right now). */
+  constructor(
+    nc: NatsConnection,
+    stubId: string,
+    private readonly batch: number,
+    expiresMs?: number,
+  ) {
+    this.done = new Promise((resolve, reject) => {
+      this.settle = resolve;
+      this.fail = reject;
+    });
+    // The connection's own prefix: an agent's NATS user may subscribe only under it.
+    const inbox = createInbox((nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix);
+    if (tracing)
+      trace("pull-start", { pull: this.id, kind: expiresMs ? "wait" : "no-wait", batch, expiresMs });
+    this.sub = nc.subscribe(inbox, { callback: (err, m) => this.onMessage(err, m) });
+    const request = expiresMs ? { batch, expires: nanos(expiresMs) } : { batch, no_wait: true };
+    nc.publish(
+      `$JS.API.CONSUMER.MSG.NEXT.${TASKS_STREAM}.${stubConsumerName(stubId)}`,
+      JSON.stringify(request),
+      {
+        reply: inbox,
+      },
+    );
+    // The server always ends a request; this is for a server that went away meanwhile.
+    this.timer = setTimeout(() => this.stop(), (expiresMs ?? 0) + PULL_GRACE_MS);
+    this.timer.unref?.();
+  }
+
+  /** Withdraws the request; what the server sent before it saw the withdrawal still comes in `done`. */
+  stop(): void {
+    if (this.ended || this.stopping) return;
+    this.stopping = true;
+    if (tracing) trace("pull-stop", { pull: this.id });
+    this.sub.drain().then(
+      () => this.end(),
+      (e) => this.end(e as Error),
+    );
+  }
+
+  private onMessage(err: Error | null, m: Msg): void {
+    if (this.ended) return;
+    if (err) {
+      this.end(err);
+      return;
+    }
+    // A status (no payload, a code in the header line): 100 is a heartbeat; any other
+    // ends the request (404 or 408 normally). A task message's header line has no code.
+    const code = m.headers?.code ?? 0;
+    if (code === 100) return;
+    if (code > 0) {
+      this.end(
+        code === 404 || code === 408
+          ? undefined
+          : new Error(`${code} ${m.headers?.description ?? ""}`.trim()),
+      );
+      return;
+    }
+    const msg = toJsMsg(m, ACK_TIMEOUT_MS);
+    if (tracing)
+      trace("pull-msg", { pull: this.id, task: taskIdOf(msg), seq: msg.seq, rc: msg.info.redeliveryCount });
+    this.msgs.push(msg);
+    if (this.msgs.length >= this.batch) this.end();
+  }
+
+  private end(err?: Error): void {
+    if (this.ended) return;
+    this.ended = true;
+    clearTimeout(this.timer);
+    // Ended by the server (or drained): nothing more comes for this request.
+    if (!this.stopping && !this.sub.isClosed()) this.sub.unsubscribe();
+    if (tracing)
+      trace("pull-end", { pull: this.id, got: this.msgs.length, ...(err ? { err: err.message } : {}) });
+    if (err && this.msgs.length === 0) this.fail(err);
+    else this.settle(this.msgs);
+  }
+}
+
+/** How long past its expiry a pull waits for the server's word before withdrawing itself. */
+const PULL_GRACE_MS = 5_000;
+/** nats.js's default for a JetStream message's acks. */
+const ACK_TIMEOUT_MS = 5_000;
+
 /** Messages queued right now, up to `n`, without waiting for more (a no-wait pull). */
 export async function pullQueued(
-  js: JetStreamClient,
+  nc: NatsConnection,
   slot: Slot,
   n: number,
   log: TaskWorkerLogger,
 ): Promise<JsMsg[]> {
-  const out: JsMsg[] = [];
   try {
-    const it = js.fetch(TASKS_STREAM, stubConsumerName(slot.stubId), { batch: n, no_wait: true });
-    for await (const m of it) out.push(m);
+    return await new TaskPull(nc, slot.stubId, n).done;
   } catch (e) {
     // Nothing lost: whatever did arrive is handed out; the waiting pull follows.
     log.warn({ stubId: slot.stubId, err: describeError(e) }, "a no-wait pull failed");
+    return [];
   }
-  return out;
 }
 
-/** One message, waiting up to `waitMs`; undefined when none came or the pull was withdrawn. */
+/** One message, waiting up to `waitMs`; undefined when none came, the pull was withdrawn before one, or tasks held here can be taken. */
 export async function pullOne(
+  nc: NatsConnection,
   slot: Slot,
-  consumer: Consumer,
   waitMs: number,
   signal: AbortSignal,
   readyNow: () => boolean,
 ): Promise<JsMsg | undefined> {
-  let batch: Awaited<ReturnType<Consumer["fetch"]>>;
+  if (readyNow()) return undefined;
+  let pull: TaskPull;
   try {
-    batch = await consumer.fetch({ max_messages: 1, expires: waitMs });
+    pull = new TaskPull(nc, slot.stubId, 1, waitMs);
   } catch (e) {
     throw new BridgeError(503, "unavailable", `cannot pull from the task queue: ${describeError(e)}`);
   }
-  const stop = () => batch.stop();
+  const stop = () => pull.stop();
   slot.pulls.add(stop);
   signal.addEventListener("abort", stop, { once: true });
-  // Tasks held on this agent while the pull was being set up woke no pull (it was not in slot.pulls yet):
-  // without this look it would wait its whole expiry with them waiting beside it.
-  if (readyNow()) stop();
   try {
-    for await (const m of batch) return m;
-    return undefined;
+    const [m] = await pull.done;
+    return m;
   } catch (e) {
     if (signal.aborted || slot.closed) return undefined;
     throw new BridgeError(503, "unavailable", `pulling from the task queue failed: ${describeError(e)}`);
@@ -116,3 +222,5 @@ export async function pullOne(
     slot.pulls.delete(stop);
   }
 }
+
+const taskIdOf = (m: JsMsg): string => m.headers?.get(TaskHeaders.taskId) ?? "";

@@ -5,6 +5,7 @@
 // JetStream would count a delivery, and so an attempt, that never ran.
 
 import type { InFlight } from "./types.ts";
+import { trace, tracing } from "./trace.ts";
 
 export class ReadyQueues {
   private readonly queues = new Map<string, InFlight[]>();
@@ -66,7 +67,10 @@ export class ReadyQueues {
     this.queues.delete(stubId);
     for (const t of queue) {
       clearInterval(t.workingTimer);
-      if (requeue) t.msg.nak();
+      if (requeue) {
+        if (tracing) trace("ready-nak", { task: t.taskId });
+        t.msg.nak();
+      }
     }
   }
 }

@@ -104,7 +104,7 @@ export interface Slot extends RunnerSlotInfo {
   inFlight: Map<string, InFlight>;
   /** Hand-outs with tasks not yet answered: each is one busy runner worker. */
   handOuts: Set<HandOut>;
-  /** Stops each pull in progress (unsubscribing drops the server's pending request). */
+  /** Withdraws each pull in progress (a message already on its way to it is still taken: agent/tasks/pulls.ts). */
   pulls: Set<() => void>;
   closed: boolean;
   /** The container's refused-forks counter after its last answered task: a failed task that raised it hit the pids limit. */

@@ -35,6 +35,7 @@ import type { ExitReason } from "../../api/index.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
 import { checkResult, type ResultBody } from "./result.ts";
+import { trace, tracing } from "./trace.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -194,11 +195,12 @@ export class TaskWorker {
     while (consumer && handOut.tasks.length === 0) {
       const wait = deadline - Date.now();
       if (wait < 1000 || signal.aborted || slot.closed) break;
-      const msg = await pullOne(slot, consumer, wait, signal, () =>
+      const msg = await pullOne(this.o.nc, slot, wait, signal, () =>
         this.ready.has(slot.stubId, (r) => this.versions.fits(slot, r)),
       );
       if (msg && (signal.aborted || slot.closed)) {
         // It arrived as the pull was withdrawn: counted as a delivery, but nobody is there to run it.
+        if (tracing) trace("nak-withdrawn", { task: msg.headers?.get(TaskHeaders.taskId) });
         msg.nak();
         break;
       }
@@ -216,13 +218,20 @@ export class TaskWorker {
       // A pull also ends early when a runner released tasks this one can take.
       if (!signal.aborted && !slot.closed) this.fromReady(slot, handOut, want);
     }
+    if (tracing)
+      trace("next-end", {
+        c: slot.containerId.slice(-8),
+        want,
+        got: handOut.tasks.length,
+        aborted: signal.aborted,
+      });
     return handOut.tasks.map((t) => assignment(t));
   }
 
   /** Adds what is queued right now to the hand-out, up to `want`. */
   private async topUp(slot: Slot, handOut: HandOut, want: number): Promise<void> {
     if (handOut.tasks.length >= want) return;
-    const msgs = await pullQueued(this.js, slot, want - handOut.tasks.length, this.log);
+    const msgs = await pullQueued(this.o.nc, slot, want - handOut.tasks.length, this.log);
     const last = msgs.at(-1);
     this.pendingHint.set(slot.stubId, last ? last.info.pending : 0);
     for (const msg of msgs) {
@@ -310,6 +319,7 @@ export class TaskWorker {
     if (t.timeoutS > 0)
       t.timeoutTimer = setTimeout(() => void this.timedOut(t, t.timeoutS), t.timeoutS * 1000);
     if (handOut.tasks.length === 0) slot.handOuts.add(handOut);
+    if (tracing) trace("hand", { task: t.taskId, c: slot.containerId.slice(-8), i: handOut.tasks.length });
     handOut.tasks.push(t);
     slot.inFlight.set(t.taskId, t);
   }
@@ -361,6 +371,7 @@ export class TaskWorker {
       unhand(t);
       dropHeldStart(t);
       held.push(t);
+      if (tracing) trace("release", { task: id, c: containerId.slice(-8) });
     }
     if (slot) this.hold(slot.stubId, held);
     return held.length;
@@ -370,8 +381,10 @@ export class TaskWorker {
   private hold(stubId: string, tasks: InFlight[]): void {
     for (const t of tasks) this.ready.push(stubId, t);
     if (tasks.length === 0) return;
+    if (tracing) trace("hold", { tasks: tasks.map((t) => t.taskId) });
     for (const other of this.slots.values()) {
       if (other.stubId !== stubId || other.closed) continue;
+      if (tracing) trace("hold-wake", { c: other.containerId.slice(-8), pulls: other.pulls.size });
       for (const stop of other.pulls) stop();
     }
   }
@@ -381,6 +394,7 @@ export class TaskWorker {
     const t = this.inFlight(containerId, taskId);
     const r: ResultBody = checkResult(body);
     const slot = t.slot as Slot;
+    if (tracing) trace("result", { task: taskId, c: containerId.slice(-8), status: r.status });
     if (!settle(t)) return;
     const limit = limitOfResult(this.o.limits, slot, r, this.log);
     const base = { ...this.base(slot, taskId, t.attempt), ...(await foldedStart(t, r.startedAt)) };
