@@ -1,7 +1,9 @@
 // .map() throughput over trivial inputs on a `berth up` cluster, against a
 // local multiprocessing.Pool(2).map and one `runc run` + python per item
 // (two at a time, one per core).
-// Usage: node --import tsx bench/map-throughput/run.ts [--sizes 1000,10000] [--runc N]
+// Usage: node --import tsx bench/map-throughput/run.ts [--sizes 1000,10000] [--runc N] [--log FILE]
+// --log: where to write `berth up`'s output (the coordinator's and agent's logs) at the end.
+import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Cleanup } from "../lib/cleanup.ts";
 import { pythonBundle, runcOnce, startBenchCluster } from "../lib/functions.ts";
@@ -18,7 +20,11 @@ interface MapResult {
 
 async function main() {
   const { values } = parseArgs({
-    options: { sizes: { type: "string", default: "1000,10000" }, runc: { type: "string", default: "20" } },
+    options: {
+      sizes: { type: "string", default: "1000,10000" },
+      runc: { type: "string", default: "20" },
+      log: { type: "string" },
+    },
   });
   const sizes = (values.sizes as string).split(",").map(Number);
   const cleanup = new Cleanup();
@@ -26,9 +32,15 @@ async function main() {
   try {
     const machine = machineInfo();
     const cluster = await startBenchCluster(cleanup);
+    const log = values.log;
+    if (log) cleanup.add("save the cluster's log", () => writeFileSync(log, cluster.output()));
     const rows: { what: string; items: number; tasksPerS: number; elapsedMs: number }[] = [];
     for (const n of sizes) {
       const b = await cluster.app<MapResult>("map", [n]);
+      // One line per map as it ends: a long run shows a stall while it goes.
+      console.log(
+        `${new Date().toISOString()} map ${n}: ${b.tasks_per_s.toFixed(0)} tasks/s, ${b.elapsed_ms.toFixed(0)} ms`,
+      );
       rows.push({ what: "berth .map()", items: n, tasksPerS: b.tasks_per_s, elapsedMs: b.elapsed_ms });
       const p = await cluster.app<MapResult>("pool-map", [n]);
       rows.push({
