@@ -16,6 +16,7 @@ import type { ResolvedAgentOptions } from "./options.ts";
 import type { ContainerApi } from "../api/index.ts";
 import { ContainerRuntime } from "./runtime/index.ts";
 import { TaskRunners } from "./tasks/runners.ts";
+import { TaskTrace } from "./tasks/trace.ts";
 import { localDatabaseDialer } from "./bridge/db-connect.ts";
 
 export interface ContainerSubsystem {
@@ -98,6 +99,8 @@ export async function startContainers(
         limits: (id) => runtimeRef?.limits(id),
         pidsRefused: (id) => runtimeRef?.pidsRefused(id),
       },
+      // Off unless the operator named a file (docs/tasks.md, "Batches"); close() writes its last lines.
+      trace: new TaskTrace(o.taskTrace),
     });
     const host = await ContainerHost.start({
       root: join(o.dataDir, "host"),

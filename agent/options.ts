@@ -136,6 +136,11 @@ export interface AgentOptions {
    * their process server waiting (docs/sandboxes.md, "Pre-warmed sandboxes"); 0: none. @default 0
    */
   warmSandboxes?: number;
+  /**
+   * A file the agent appends a debug trace of each task message's life to
+   * (docs/tasks.md, "Batches"; `berth agent` takes it from BERTH_TASK_TRACE). @default none (off)
+   */
+  taskTrace?: string;
 }
 
 export interface ResolvedAgentOptions {
@@ -185,6 +190,8 @@ export interface ResolvedAgentOptions {
   containerRuntime: OciRuntimeName;
   warmRunners: number;
   warmSandboxes: number;
+  /** The task trace's file; absent: no trace. */
+  taskTrace?: string;
 }
 
 export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
@@ -244,6 +251,7 @@ export function resolveAgentOptions(o: AgentOptions): ResolvedAgentOptions {
     containerRuntime: containerRuntime(o),
     warmRunners: warmPool(o, "warmRunners", "--warm-runners"),
     warmSandboxes: warmPool(o, "warmSandboxes", "--warm-sandboxes"),
+    ...(o.taskTrace ? { taskTrace: resolve(o.taskTrace) } : {}),
   };
 }
 

@@ -14,7 +14,7 @@ import { taskError } from "./pulls.ts";
 import type { ResultBody } from "./result.ts";
 import type { LimitHit } from "./limits.ts";
 import type { InFlight } from "./types.ts";
-import { trace, tracing } from "./trace.ts";
+import type { TaskTrace } from "./trace.ts";
 
 /** The fields every event of one attempt carries, with its folded start (in-flight.ts foldedStart). */
 export type AttemptBase = Omit<TaskStartedEvent, "type"> & { startedAt?: number };
@@ -23,9 +23,11 @@ export type AttemptBase = Omit<TaskStartedEvent, "type"> & { startedAt?: number 
  * The runner's result: COMPLETE is acked, a retry_for within max_retries
  * nakked, any other end termed. A failure a container limit explains
  * (`limit`) carries that reason and error instead of the task's own.
+ * The ack is traced in `trace`.
  */
 export async function recordResult(
   events: TaskEventPublisher,
+  trace: TaskTrace,
   base: AttemptBase,
   t: InFlight,
   r: ResultBody,
@@ -37,7 +39,7 @@ export async function recordResult(
     const e: TaskEvent = { ...base, type: "finished", status: "COMPLETE", result: r.result };
     if (r.resultJson !== undefined) e.resultJson = r.resultJson;
     await events.publish(e);
-    if (tracing) trace("ack", { task: t.taskId });
+    if (trace.on) trace.event("ack", { task: t.taskId });
     t.msg.ack();
   } else if (r.retry && t.attempt <= t.maxRetries) {
     const reason = limit ? `${limit.reason}: retry_for` : "retry_for";

@@ -13,7 +13,7 @@ import {
 } from "../../shared/tasks.ts";
 import { BridgeError } from "./bridge-error.ts";
 import type { Slot, TaskWorkerLogger } from "./types.ts";
-import { trace, traceId, tracing } from "./trace.ts";
+import { TaskTrace } from "./trace.ts";
 
 export const headerNumber = (msg: JsMsg, name: string, fallback: number): number => {
   const v = msg.headers?.get(name);
@@ -85,7 +85,8 @@ export function endedOnDelivery(
 export class TaskPull {
   /** The messages the request brought; rejects only when it failed before any came. */
   readonly done: Promise<JsMsg[]>;
-  readonly id = tracing ? traceId() : 0;
+  /** Names this pull in the trace (0 when it is off). */
+  readonly id: number;
   private readonly msgs: JsMsg[] = [];
   private readonly sub: Subscription;
   private readonly timer: NodeJS.Timeout;
@@ -100,15 +101,17 @@ export class TaskPull {
     stubId: string,
     private readonly batch: number,
     expiresMs?: number,
+    private readonly trace: TaskTrace = new TaskTrace(),
   ) {
+    this.id = trace.on ? trace.nextId() : 0;
     this.done = new Promise((resolve, reject) => {
       this.settle = resolve;
       this.fail = reject;
     });
     // The connection's own prefix: an agent's NATS user may subscribe only under it.
     const inbox = createInbox((nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix);
-    if (tracing)
-      trace("pull-start", { pull: this.id, kind: expiresMs ? "wait" : "no-wait", batch, expiresMs });
+    if (trace.on)
+      trace.event("pull-start", { pull: this.id, kind: expiresMs ? "wait" : "no-wait", batch, expiresMs });
     this.sub = nc.subscribe(inbox, { callback: (err, m) => this.onMessage(err, m) });
     const request = expiresMs ? { batch, expires: nanos(expiresMs) } : { batch, no_wait: true };
     nc.publish(
@@ -127,7 +130,7 @@ export class TaskPull {
   stop(): void {
     if (this.ended || this.stopping) return;
     this.stopping = true;
-    if (tracing) trace("pull-stop", { pull: this.id });
+    if (this.trace.on) this.trace.event("pull-stop", { pull: this.id });
     this.sub.drain().then(
       () => this.end(),
       (e) => this.end(e as Error),
@@ -153,8 +156,13 @@ export class TaskPull {
       return;
     }
     const msg = toJsMsg(m, ACK_TIMEOUT_MS);
-    if (tracing)
-      trace("pull-msg", { pull: this.id, task: taskIdOf(msg), seq: msg.seq, rc: msg.info.redeliveryCount });
+    if (this.trace.on)
+      this.trace.event("pull-msg", {
+        pull: this.id,
+        task: taskIdOf(msg),
+        seq: msg.seq,
+        rc: msg.info.redeliveryCount,
+      });
     this.msgs.push(msg);
     if (this.msgs.length >= this.batch) this.end();
   }
@@ -165,8 +173,12 @@ export class TaskPull {
     clearTimeout(this.timer);
     // Ended by the server (or drained): nothing more comes for this request.
     if (!this.stopping && !this.sub.isClosed()) this.sub.unsubscribe();
-    if (tracing)
-      trace("pull-end", { pull: this.id, got: this.msgs.length, ...(err ? { err: err.message } : {}) });
+    if (this.trace.on)
+      this.trace.event("pull-end", {
+        pull: this.id,
+        got: this.msgs.length,
+        ...(err ? { err: err.message } : {}),
+      });
     if (err && this.msgs.length === 0) this.fail(err);
     else this.settle(this.msgs);
   }
@@ -183,9 +195,10 @@ export async function pullQueued(
   slot: Slot,
   n: number,
   log: TaskWorkerLogger,
+  trace?: TaskTrace,
 ): Promise<JsMsg[]> {
   try {
-    return await new TaskPull(nc, slot.stubId, n).done;
+    return await new TaskPull(nc, slot.stubId, n, undefined, trace).done;
   } catch (e) {
     // Nothing lost: whatever did arrive is handed out; the waiting pull follows.
     log.warn({ stubId: slot.stubId, err: describeError(e) }, "a no-wait pull failed");
@@ -200,11 +213,12 @@ export async function pullOne(
   waitMs: number,
   signal: AbortSignal,
   readyNow: () => boolean,
+  trace?: TaskTrace,
 ): Promise<JsMsg | undefined> {
   if (readyNow()) return undefined;
   let pull: TaskPull;
   try {
-    pull = new TaskPull(nc, slot.stubId, 1, waitMs);
+    pull = new TaskPull(nc, slot.stubId, 1, waitMs, trace);
   } catch (e) {
     throw new BridgeError(503, "unavailable", `cannot pull from the task queue: ${describeError(e)}`);
   }

@@ -5,14 +5,17 @@
 // JetStream would count a delivery, and so an attempt, that never ran.
 
 import type { InFlight } from "./types.ts";
-import { trace, tracing } from "./trace.ts";
+import { TaskTrace } from "./trace.ts";
 
 export class ReadyQueues {
   private readonly queues = new Map<string, InFlight[]>();
   private readonly timers = new Map<string, NodeJS.Timeout>();
 
   /** After `holdMs` without a runner of the stub taking them, a stub's tasks go back to JetStream. */
-  constructor(private readonly holdMs: number) {}
+  constructor(
+    private readonly holdMs: number,
+    private readonly trace: TaskTrace = new TaskTrace(),
+  ) {}
 
   push(stubId: string, t: InFlight): void {
     let queue = this.queues.get(stubId);
@@ -68,7 +71,7 @@ export class ReadyQueues {
     for (const t of queue) {
       clearInterval(t.workingTimer);
       if (requeue) {
-        if (tracing) trace("ready-nak", { task: t.taskId });
+        if (this.trace.on) this.trace.event("ready-nak", { task: t.taskId });
         t.msg.nak();
       }
     }

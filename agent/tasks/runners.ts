@@ -12,6 +12,7 @@ import { OutputRelayClient } from "../bridge/output-relay.ts";
 import type { HostRunners } from "../host/options.ts";
 import type { ExitReason, RunnerConfig } from "../../api/index.ts";
 import type { ContainerLimitsReader, RunnerSlotInfo, TaskWorkerLogger, TaskWorkerOptions } from "./types.ts";
+import type { TaskTrace } from "./trace.ts";
 import { TaskWorker } from "./worker.ts";
 
 export interface TaskRunnersOptions {
@@ -22,6 +23,8 @@ export interface TaskRunnersOptions {
   dialDatabase?: DatabaseDialer;
   /** Reads runner containers' disk and pids limits, for the disk_full and pids_exhausted reasons. @default none */
   limits?: ContainerLimitsReader;
+  /** The debug trace of each task message's life on this agent (docs/tasks.md, "Batches"); flushed by stop(). @default off */
+  trace?: TaskTrace;
   /** Passed to the TaskWorker (tests shorten them). */
   worker?: Pick<
     TaskWorkerOptions,
@@ -52,6 +55,7 @@ export class TaskRunners implements HostRunners {
       kill: this.o.kill,
       logger: this.log,
       ...(this.o.limits ? { limits: this.o.limits } : {}),
+      ...(this.o.trace ? { trace: this.o.trace } : {}),
       ...this.o.worker,
     });
     await worker.start();

@@ -1,46 +1,65 @@
 // A debug trace of each task message's life on this agent: which pull
 // fetched it, which hand-out took it, releases, holds, acks and naks, with
-// wall-clock timestamps. Off unless BERTH_TASK_TRACE names a file; lines are
-// buffered and appended a few times a second, so a traced `.map()` of
-// 10,000 items keeps its pace.
+// wall-clock timestamps. Off unless the agent is started with
+// BERTH_TASK_TRACE naming a file (read where the agent is wired,
+// cli/commands/agent.ts); lines are buffered and appended a few times a
+// second, so a traced `.map()` of 10,000 items keeps its pace.
 
 import { appendFileSync } from "node:fs";
 
-const path = process.env.BERTH_TASK_TRACE || undefined;
-let lines: string[] = [];
-let timer: NodeJS.Timeout | undefined;
-let nextId = 1;
+/** How long an event waits in the buffer before it is appended. */
+const FLUSH_MS = 200;
+/** A buffer this long is appended at once. */
+const FLUSH_LINES = 2000;
 
-/** Whether tracing is on (callers skip building fields when it is not). */
-export const tracing = path !== undefined;
+export class TaskTrace {
+  /** Whether tracing is on: callers skip building an event's fields when it is not. */
+  readonly on: boolean;
+  private lines: string[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private lastId = 0;
 
-/** A number naming one pull or hand-out in the trace. */
-export const traceId = (): number => nextId++;
+  /** `path` undefined (or empty): the trace is off and writes nothing. */
+  constructor(private readonly path?: string) {
+    this.on = path !== undefined && path !== "";
+  }
 
-/** Appends one event: `<unix ms> <event> <json fields>`. */
-export function trace(event: string, fields: Record<string, unknown>): void {
-  if (!path) return;
-  lines.push(
-    `${(performance.timeOrigin + performance.now()).toFixed(3)} ${event} ${JSON.stringify(fields)}\n`,
-  );
-  if (lines.length >= 2000) flush();
-  else if (!timer) {
-    timer = setTimeout(flush, 200);
-    timer.unref?.();
+  /** A number naming one pull or hand-out in the trace. */
+  nextId(): number {
+    return ++this.lastId;
+  }
+
+  /** Appends one event: `<unix ms> <event> <json fields>`. */
+  event(name: string, fields: Record<string, unknown>): void {
+    if (!this.on) return;
+    this.lines.push(
+      `${(performance.timeOrigin + performance.now()).toFixed(3)} ${name} ${JSON.stringify(fields)}\n`,
+    );
+    if (this.lines.length >= FLUSH_LINES) this.flush();
+    else if (!this.timer) {
+      this.timer = setTimeout(() => this.flush(), FLUSH_MS);
+      this.timer.unref?.();
+    }
+  }
+
+  /**
+   * Appends what is buffered (the task worker's close: an agent that stops
+   * keeps its last lines). An event after it is buffered again as before.
+   */
+  close(): void {
+    this.flush();
+  }
+
+  private flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (!this.path || this.lines.length === 0) return;
+    const out = this.lines.join("");
+    this.lines = [];
+    try {
+      appendFileSync(this.path, out);
+    } catch {
+      // A debug aid: a trace that cannot be written is dropped, not fatal.
+    }
   }
 }
-
-function flush(): void {
-  clearTimeout(timer);
-  timer = undefined;
-  if (!path || lines.length === 0) return;
-  const out = lines.join("");
-  lines = [];
-  try {
-    appendFileSync(path, out);
-  } catch {
-    // A debug aid: a trace that cannot be written is dropped, not fatal.
-  }
-}
-
-if (path) process.on("exit", flush);

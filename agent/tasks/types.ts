@@ -1,6 +1,7 @@
 // The task worker's options and its per-container and per-task state.
 
 import type { JsMsg, NatsConnection } from "nats";
+import type { TaskTrace } from "./trace.ts";
 
 export interface TaskWorkerLogger {
   info(obj: object, msg?: string): void;
@@ -29,6 +30,8 @@ export interface TaskWorkerOptions {
   readyHoldMs?: number;
   /** Reads runner containers' limits, so a failed task names a full disk or refused forks. @default none (no such reasons) */
   limits?: ContainerLimitsReader;
+  /** The debug trace of each task message's life here; the worker's close writes its last lines. @default off */
+  trace?: TaskTrace;
 }
 
 /** What a container's limits refused (the runtime's ContainerLimits), read when a task in it ends. */

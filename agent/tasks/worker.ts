@@ -35,7 +35,7 @@ import type { ExitReason } from "../../api/index.ts";
 import { ReadyQueues } from "./ready-queues.ts";
 import { RecentSet } from "./recent-set.ts";
 import { checkResult, type ResultBody } from "./result.ts";
-import { trace, tracing } from "./trace.ts";
+import { TaskTrace } from "./trace.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -60,6 +60,7 @@ export class TaskWorker {
   private readonly pullWaitMs: number;
   private readonly workingIntervalMs: number;
   private readonly startedDelayMs: number;
+  private readonly trace: TaskTrace;
   private sub?: Subscription;
 
   constructor(private readonly o: TaskWorkerOptions) {
@@ -69,7 +70,8 @@ export class TaskWorker {
     this.pullWaitMs = o.pullWaitMs ?? 25_000;
     this.workingIntervalMs = o.workingIntervalMs ?? 10_000;
     this.startedDelayMs = o.startedDelayMs ?? 50;
-    this.ready = new ReadyQueues(o.readyHoldMs ?? 30_000);
+    this.trace = o.trace ?? new TaskTrace();
+    this.ready = new ReadyQueues(o.readyHoldMs ?? 30_000, this.trace);
     this.cancelled = new RecentSet(o.cancelMemoryMs ?? 600_000, 100_000);
     this.timedOutTasks = new RecentSet(o.cancelMemoryMs ?? 600_000, 10_000);
   }
@@ -89,7 +91,7 @@ export class TaskWorker {
     await this.o.nc.flush();
   }
 
-  /** Unsubscribes; in-flight messages are left to JetStream's redelivery. */
+  /** Unsubscribes; in-flight messages are left to JetStream's redelivery. The trace's last lines are written. */
   close(): void {
     this.sub?.unsubscribe();
     for (const slot of this.slots.values()) {
@@ -97,6 +99,7 @@ export class TaskWorker {
     }
     this.ready.clear(false);
     this.slots.clear();
+    this.trace.close();
   }
 
   addSlot(info: RunnerSlotInfo): void {
@@ -195,12 +198,17 @@ export class TaskWorker {
     while (consumer && handOut.tasks.length === 0) {
       const wait = deadline - Date.now();
       if (wait < 1000 || signal.aborted || slot.closed) break;
-      const msg = await pullOne(this.o.nc, slot, wait, signal, () =>
-        this.ready.has(slot.stubId, (r) => this.versions.fits(slot, r)),
+      const msg = await pullOne(
+        this.o.nc,
+        slot,
+        wait,
+        signal,
+        () => this.ready.has(slot.stubId, (r) => this.versions.fits(slot, r)),
+        this.trace,
       );
       if (msg && (signal.aborted || slot.closed)) {
         // It arrived as the pull was withdrawn: counted as a delivery, but nobody is there to run it.
-        if (tracing) trace("nak-withdrawn", { task: msg.headers?.get(TaskHeaders.taskId) });
+        if (this.trace.on) this.trace.event("nak-withdrawn", { task: msg.headers?.get(TaskHeaders.taskId) });
         msg.nak();
         break;
       }
@@ -218,8 +226,8 @@ export class TaskWorker {
       // A pull also ends early when a runner released tasks this one can take.
       if (!signal.aborted && !slot.closed) this.fromReady(slot, handOut, want);
     }
-    if (tracing)
-      trace("next-end", {
+    if (this.trace.on)
+      this.trace.event("next-end", {
         c: slot.containerId.slice(-8),
         want,
         got: handOut.tasks.length,
@@ -231,7 +239,7 @@ export class TaskWorker {
   /** Adds what is queued right now to the hand-out, up to `want`. */
   private async topUp(slot: Slot, handOut: HandOut, want: number): Promise<void> {
     if (handOut.tasks.length >= want) return;
-    const msgs = await pullQueued(this.o.nc, slot, want - handOut.tasks.length, this.log);
+    const msgs = await pullQueued(this.o.nc, slot, want - handOut.tasks.length, this.log, this.trace);
     const last = msgs.at(-1);
     this.pendingHint.set(slot.stubId, last ? last.info.pending : 0);
     for (const msg of msgs) {
@@ -319,7 +327,8 @@ export class TaskWorker {
     if (t.timeoutS > 0)
       t.timeoutTimer = setTimeout(() => void this.timedOut(t, t.timeoutS), t.timeoutS * 1000);
     if (handOut.tasks.length === 0) slot.handOuts.add(handOut);
-    if (tracing) trace("hand", { task: t.taskId, c: slot.containerId.slice(-8), i: handOut.tasks.length });
+    if (this.trace.on)
+      this.trace.event("hand", { task: t.taskId, c: slot.containerId.slice(-8), i: handOut.tasks.length });
     handOut.tasks.push(t);
     slot.inFlight.set(t.taskId, t);
   }
@@ -371,7 +380,7 @@ export class TaskWorker {
       unhand(t);
       dropHeldStart(t);
       held.push(t);
-      if (tracing) trace("release", { task: id, c: containerId.slice(-8) });
+      if (this.trace.on) this.trace.event("release", { task: id, c: containerId.slice(-8) });
     }
     if (slot) this.hold(slot.stubId, held);
     return held.length;
@@ -381,10 +390,11 @@ export class TaskWorker {
   private hold(stubId: string, tasks: InFlight[]): void {
     for (const t of tasks) this.ready.push(stubId, t);
     if (tasks.length === 0) return;
-    if (tracing) trace("hold", { tasks: tasks.map((t) => t.taskId) });
+    if (this.trace.on) this.trace.event("hold", { tasks: tasks.map((t) => t.taskId) });
     for (const other of this.slots.values()) {
       if (other.stubId !== stubId || other.closed) continue;
-      if (tracing) trace("hold-wake", { c: other.containerId.slice(-8), pulls: other.pulls.size });
+      if (this.trace.on)
+        this.trace.event("hold-wake", { c: other.containerId.slice(-8), pulls: other.pulls.size });
       for (const stop of other.pulls) stop();
     }
   }
@@ -394,12 +404,13 @@ export class TaskWorker {
     const t = this.inFlight(containerId, taskId);
     const r: ResultBody = checkResult(body);
     const slot = t.slot as Slot;
-    if (tracing) trace("result", { task: taskId, c: containerId.slice(-8), status: r.status });
+    if (this.trace.on)
+      this.trace.event("result", { task: taskId, c: containerId.slice(-8), status: r.status });
     if (!settle(t)) return;
     const limit = limitOfResult(this.o.limits, slot, r, this.log);
     const base = { ...this.base(slot, taskId, t.attempt), ...(await foldedStart(t, r.startedAt)) };
     try {
-      await recordResult(this.events, base, t, r, limit);
+      await recordResult(this.events, this.trace, base, t, r, limit);
       // A full disk or leftover processes at the pids limit would fail the
       // next task too: the container is replaced, as after an OOM kill.
       if (limit) void this.killContainer(slot.containerId, `task ${taskId} ended ${limit.reason}`);

@@ -229,6 +229,8 @@ export function agentCommands(program: Command): void {
             ...(o.runtime ? { containerRuntime: o.runtime as "runc" | "crun" | "runsc" } : {}),
             ...(o.warmRunners !== undefined ? { warmRunners: o.warmRunners } : {}),
             ...(o.warmSandboxes !== undefined ? { warmSandboxes: o.warmSandboxes } : {}),
+            // A debug aid, not a flag (docs/tasks.md, "Batches").
+            ...(process.env.BERTH_TASK_TRACE ? { taskTrace: process.env.BERTH_TASK_TRACE } : {}),
           }),
         ),
       );
