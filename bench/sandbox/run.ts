@@ -1,4 +1,4 @@
-// Sandboxes (issue 6 item 10): create → first exec output, exec round trip on
+// Sandboxes: create → first exec output, exec round trip on
 // a warm sandbox and a 100 MB upload, through the Python SDK against a
 // `berth up` cluster, interleaved with `podman run` / `podman exec` /
 // `podman cp` on the same image in the same run. The exec is also timed as
@@ -9,7 +9,7 @@
 // pre-warmed sandboxes, is timed in the same rounds (the pool refilled,
 // untimed, before and after each of its creates).
 // Usage: node --import tsx bench/sandbox/run.ts [--iterations 20] [--warmup 2] [--uploads 5] [--upload-mb 100]
-//   [--warm-sandboxes N] [--results-name NAME] [--log FILE]
+//   [--warm-sandboxes N] [--out NAME] [--log FILE]
 import { randomBytes } from "node:crypto";
 import { closeSync, openSync, writeSync } from "node:fs";
 import { join } from "node:path";
@@ -72,7 +72,7 @@ async function main() {
       "upload-mb": { type: "string", default: "100" },
       log: { type: "string" },
       "warm-sandboxes": { type: "string", default: "0" },
-      "results-name": { type: "string" },
+      out: { type: "string" },
     },
   });
   const warmSandboxes = Number(values["warm-sandboxes"]);
@@ -297,7 +297,7 @@ async function main() {
       console.log(
         `target: create → first output p50 with pre-warmed sandboxes <= ${TARGETS.createPooledVsRunc}x runc + python: ${verdict.createPooledMeetsTarget ? "met" : "NOT met"} (${fmtRatio(pooledS.p50, ref.p50)}; without: ${fmtRatio(createP50, ref.p50)})`,
       );
-    const path = writeResults(values["results-name"] ?? (pooled ? "sandbox-pool" : "sandbox"), {
+    const path = writeResults(values.out ?? (pooled ? "sandbox-pool" : "sandbox"), {
       startedAt,
       machine,
       loadAvgAtEnd: machineInfo().loadAvg1,
