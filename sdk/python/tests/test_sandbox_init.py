@@ -140,6 +140,52 @@ class ServerTest(unittest.TestCase):
         _, out, _, _ = c.run_to_end()
         self.assertEqual(out, b"y:/tmp:home\n" if os.environ.get("HOME") else b"y:/tmp:\n")
 
+    def test_a_process_starts_alike_spawned_or_forked(self):
+        # Without a cwd or user the server spawns (posix_spawn); with one it forks: the process must not tell.
+        # Each program reads its own /proc entries (a shell's would show the shell's state while it waits).
+        def out_of(args, extra):
+            _, out, err, result = Client(self.path, {"args": args, "env": {"X": "x"}, **extra}).run_to_end()
+            self.assertEqual((err, result), (b"", {"exit_code": 0}), (args, extra))
+            return out.decode()
+
+        glibc = (1 << 31) | (1 << 32)  # signals 32 and 33, glibc's own: its business
+        for extra in ({}, {"cwd": "/"}):
+            status = dict(line.split(":\t", 1) for line in out_of(["cat", "/proc/self/status"], extra).splitlines())
+            # Nothing blocked; SIGPIPE and SIGXFSZ, which Python ignores, back at their defaults.
+            self.assertEqual((int(status["SigBlk"], 16), int(status["SigIgn"], 16) & ~glibc), (0, 0), extra)
+            stat = out_of(["cat", "/proc/self/stat"], extra).split()
+            self.assertEqual(stat[0], stat[5], "a session leader")
+            # Its stdin, stdout and stderr, and ls's own directory: none of the server's descriptors.
+            self.assertEqual(out_of(["ls", "/proc/self/fd"], extra).split(), ["0", "1", "2", "3"], extra)
+            self.assertEqual(out_of(["sh", "-c", "echo $X"], extra), "x\n", extra)
+
+    def test_the_program_is_looked_up_on_the_processs_own_path(self):
+        bins = [os.path.join(self.dir, d) for d in ("a", "b")]
+        for d in bins:
+            os.mkdir(d)
+            self.addCleanup(os.rmdir, d)
+        mode_and_text = {bins[0]: (0o644, "not executable"), bins[1]: (0o755, "echo from-b")}
+        for d, (mode, text) in mode_and_text.items():
+            path = os.path.join(d, "berth-tool")
+            with open(path, "w") as f:
+                f.write("#!/bin/sh\n%s\n" % text)
+            os.chmod(path, mode)
+            self.addCleanup(os.unlink, path)
+        path = "%s:%s:/usr/bin:/bin" % tuple(bins)
+        for extra in ({}, {"cwd": "/"}):
+            # a/berth-tool cannot run (EACCES), so b/'s does, as execvp goes on past it.
+            _, out, _, result = Client(self.path, {"args": ["berth-tool"], "env": {"PATH": path}, **extra}).run_to_end()
+            self.assertEqual((out, result), (b"from-b\n", {"exit_code": 0}), extra)
+            # Only a/'s: its error, not "not found".
+            _, _, _, result = Client(self.path, {"args": ["berth-tool"], "env": {"PATH": bins[0]}, **extra}).run_to_end()
+            self.assertEqual((result["stage"], result["errno"]), ("exec", 13), extra)
+            # Not on the process's PATH (the server's own does not count).
+            _, _, _, result = Client(self.path, {"args": ["sh"], "env": {"PATH": bins[1]}, **extra}).run_to_end()
+            self.assertEqual((result["stage"], result["errno"]), ("exec", 2), extra)
+            # A path with a slash is run as it is.
+            _, out, _, result = Client(self.path, {"args": [bins[1] + "/berth-tool"], **extra}).run_to_end()
+            self.assertEqual((out, result), (b"from-b\n", {"exit_code": 0}), extra)
+
     def test_signal_reports_128_plus_signo(self):
         c = Client(self.path, {"args": ["sleep", "60"]})
         self.assertEqual(c.next()[0], si.STARTED)

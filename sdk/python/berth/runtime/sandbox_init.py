@@ -25,18 +25,20 @@ import sys
 import time
 
 
-def _load_wire():
+def _load_sibling(name):
     # -I leaves this directory off sys.path, and putting it there would let
     # berth's own modules (http.py, ...) shadow the stdlib for this process:
-    # load the one sibling file by its path instead.
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_init_wire.py")
-    spec = importlib.util.spec_from_file_location("berth_sandbox_init_wire", path)
+    # load the sibling file by its path instead.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("berth_" + name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_wire = _load_wire()
+_wire = _load_sibling("sandbox_init_wire")
+_starting = _load_sibling("sandbox_init_start")
+CAN_SPAWN, spawn, fork_child = _starting.CAN_SPAWN, _starting.spawn, _starting.fork_child
 HEADER, MAX_FRAME, ProtocolError, FrameReader = _wire.HEADER, _wire.MAX_FRAME, _wire.ProtocolError, _wire.FrameReader
 START, STDIN, CLOSE_STDIN, SIGNAL = _wire.START, _wire.STDIN, _wire.CLOSE_STDIN, _wire.SIGNAL
 STARTED, STDOUT, STDERR, EXIT, FAILED = _wire.STARTED, _wire.STDOUT, _wire.STDERR, _wire.EXIT, _wire.FAILED
@@ -52,39 +54,6 @@ HIGH_WATER = 1 << 20
 STOP_WAIT_S = 5.0
 # A pre-warmed sandbox's environment, as the agent sends it (wait_for_assignment).
 MAX_HANDOVER = 16 << 20
-
-
-def _child(req, base_env, stdin_r, out_w, err_w, report_w):
-    """In the forked child: never returns."""
-    stage = "setup"
-    try:
-        # Python ignores SIGPIPE and SIGXFSZ; exec keeps ignored signals ignored.
-        for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(s, signal.SIG_DFL)
-        os.setsid()
-        os.dup2(stdin_r, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        if req["user"] is not None:
-            stage = "user"
-            uid, gid = req["user"]
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-        if req["cwd"] is not None:
-            stage = "cwd"
-            os.chdir(req["cwd"])
-        env = dict(base_env)
-        env.update(req["env"])
-        stage = "exec"
-        os.execvpe(req["args"][0], req["args"], env)
-    except BaseException as e:  # noqa: B036 - the child must report and exit, whatever happened
-        err = getattr(e, "errno", None) or 0
-        msg = getattr(e, "strerror", None) or str(e)
-        try:
-            os.write(report_w, json.dumps({"stage": stage, "errno": err, "message": msg}).encode())
-        finally:
-            os._exit(127)
 
 
 class Process:
@@ -325,10 +294,26 @@ class Server:
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        if CAN_SPAWN and req["user"] is None and req["cwd"] is None:
+            try:
+                pid = spawn(req, self.base_env, stdin_r, out_w, err_w)
+            except OSError as e:
+                pid = None
+                failure = ("exec", e.errno or 0, e.strerror or str(e))
+            finally:
+                for fd in (stdin_r, out_w, err_w):
+                    os.close(fd)
+            if pid is None:
+                for fd in (stdin_w, out_r, err_r):
+                    os.close(fd)
+                self._fail(conn, *failure)
+                return
+            self._started(conn, pid, stdin_w, out_r, err_r)
+            return
         report_r, report_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _child(req, self.base_env, stdin_r, out_w, err_w, report_w)
+            fork_child(req, self.base_env, stdin_r, out_w, err_w, report_w)
         for fd in (stdin_r, out_w, err_w, report_w):
             os.close(fd)
         # The report pipe is close-on-exec: EOF means exec succeeded.
@@ -344,6 +329,9 @@ class Server:
                 failure = {"stage": "exec", "errno": 0, "message": report.decode(errors="replace")}
             self._fail(conn, failure.get("stage", "exec"), failure.get("errno", 0), failure.get("message", ""))
             return
+        self._started(conn, pid, stdin_w, out_r, err_r)
+
+    def _started(self, conn, pid, stdin_w, out_r, err_r):
         for fd in (stdin_w, out_r, err_r):
             os.set_blocking(fd, False)
         proc = Process(pid, stdin_w, out_r, err_r)
