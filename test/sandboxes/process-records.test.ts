@@ -4,7 +4,7 @@
 // status, pids go on, and a container that is gone takes its record with it.
 
 import assert from "node:assert/strict";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { AGENT_RESTARTED } from "../../agent/sandboxes/process-records.ts";
@@ -27,6 +27,8 @@ test("an agent restart: running processes become error (the agent restarted), en
   await before.startProcess("sbx-gone", { args: ["sleep", "1000"] });
   execs[0]?.finish(3);
   assert.equal((await before.waitProcess("sbx-a", 1)).exitCode, 3);
+  // The agent hands over (ContainerHost.close): what is due is written.
+  before.close();
 
   // A new agent process over the same data dir; sbx-a still runs, sbx-gone does not.
   now = 5_000;
@@ -56,4 +58,44 @@ test("an agent restart: running processes become error (the agent restarted), en
 
   after.drop("sbx-a");
   assert.equal(existsSync(join(dir, "sbx-a.processes.json")), false);
+});
+
+test("records are written a moment after a start or an end, not before its answer; close writes what is due", async (t) => {
+  const dir = join(tempDir(t), "processes");
+  const execs: FakeExec[] = [];
+  const exec = async (_id: string, req: { args: string[] }) => {
+    const e = new FakeExec(req);
+    execs.push(e);
+    return e;
+  };
+  const file = join(dir, "sbx-a.processes.json");
+  const recorded = () =>
+    (
+      JSON.parse(readFileSync(file, "utf8")) as { processes: { pid: number; status: string }[] }
+    ).processes.map((p) => [p.pid, p.status]);
+  const table = new ProcessTable({ exec, recordDir: dir });
+  await table.startProcess("sbx-a", { args: ["true"] });
+  // Answered before anything was written: the write is off the answer's path.
+  assert.equal(existsSync(file), false);
+  await new Promise((r) => setTimeout(r, 30));
+  assert.deepEqual(recorded(), [[1, "running"]]);
+
+  execs[0]?.finish(0);
+  await table.waitProcess("sbx-a", 1);
+  await table.startProcess("sbx-a", { args: ["sleep", "1000"] });
+  // Both changes are due; the hand-over writes them at once.
+  assert.deepEqual(recorded(), [[1, "running"]]);
+  table.close();
+  assert.deepEqual(recorded(), [
+    [1, "exited"],
+    [2, "running"],
+  ]);
+  // Closed: nothing more is written (the next agent process owns the records).
+  execs[1]?.finish(0);
+  await table.waitProcess("sbx-a", 2);
+  await new Promise((r) => setTimeout(r, 30));
+  assert.deepEqual(recorded(), [
+    [1, "exited"],
+    [2, "running"],
+  ]);
 });
