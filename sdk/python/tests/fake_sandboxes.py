@@ -117,6 +117,10 @@ class FakeSandboxes:
         self.cut_after = 0
         # A coordinator from before exec in one round trip: POST .../processes/run is not a route.
         self.no_run_route = False
+        # The client address of each POST .../processes/run (which connection carried it), and whether
+        # the connection is closed after the run's answer (a coordinator's idle timeout, say).
+        self.run_peers = []
+        self.close_after_run = False
         self.seq = 0
         gw.routes.append(self.route)
 
@@ -328,6 +332,8 @@ class FakeSandboxes:
         frame(0x58, json.dumps({"exit_code": p.exit_code(), "status": "exited"}).encode())
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+        if self.close_after_run:
+            self.hang_up(h)
 
     def processes(self, h, method, sb, tail, qs):
         if tail == "/run" and method == "POST":
@@ -339,6 +345,7 @@ class FakeSandboxes:
                 # A raw route: refusals carry their HTTP status, as the coordinator's do.
                 e.status = 404 if e.code.endswith("not_found") else 400
                 raise
+            self.run_peers.append(h.client_address)
             return self.run(h, p)
         if tail == "" and method == "POST":
             body = self.json_body(h)

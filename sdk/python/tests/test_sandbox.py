@@ -273,6 +273,31 @@ class SandboxProcessTest(SandboxTestCase):
         self.assertEqual(self.fake.cut["run"], 0, "the run's stream was cut")
         self.assertEqual(p.wait(), 5)
 
+    def test_execs_one_after_another_share_one_connection(self):
+        sb = self.new()
+        self.fake.run_peers.clear()
+        for i in range(3):
+            p = sb.process.exec(PY, "-c", f"print({i})")
+            self.assertEqual((p.wait(), p.stdout.read()), (0, f"{i}\n"))
+        self.assertEqual(len(self.fake.run_peers), 3)
+        self.assertEqual(len(set(self.fake.run_peers)), 1, "each exec after the first reuses the connection")
+        # Two at once: the second cannot use the first's connection until its answer ended.
+        a = sb.process.exec(PY, "-c", "import sys; sys.stdin.read(); print('a')")
+        b = sb.process.exec(PY, "-c", "print('b')")
+        self.assertEqual((b.wait(), b.stdout.read()), (0, "b\n"))
+        a.write_stdin("", eof=True)
+        self.assertEqual((a.wait(), a.stdout.read()), (0, "a\n"))
+        self.assertEqual(len(set(self.fake.run_peers[3:])), 2)
+
+    def test_a_kept_connection_the_coordinator_closed_is_replaced(self):
+        sb = self.new()
+        self.fake.run_peers.clear()
+        self.addCleanup(setattr, self.fake, "close_after_run", False)
+        self.fake.close_after_run = True
+        for i in range(3):
+            self.assertEqual(sb.process.run_code(f"print({i})").result, f"{i}\n")
+        self.assertEqual(len(set(self.fake.run_peers)), 3, "a new connection each time")
+
     def test_a_coordinator_without_the_run_route_gets_three_requests(self):
         self.without_run_route()
         sb = self.new()

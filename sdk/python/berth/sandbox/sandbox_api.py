@@ -30,6 +30,8 @@ GATEWAY = "/api/v1/gateway"
 DEBUG_ENTRIES = 100
 SUMMARY_CHARS = 300
 CHUNK = 1 << 20
+# Connections whose exec answer was read to its last frame, kept alive for the next exec (open_raw(reuse=True)).
+IDLE_RAW_CONNECTIONS = 4
 
 _CONNECTION_CODES = ("not_found", "sandbox_terminated")
 _PATH_CODES = ("path_not_found", "path_invalid")
@@ -84,6 +86,8 @@ class SandboxApi:
         self._local = threading.local()
         # Every thread's kept-alive connection, so close() reaches them all.
         self._conns: list = []
+        # (HttpConnection, its last response, of which only the chunked end is unread): see keep_raw.
+        self._idle_raw: list = []
         self._debug: Deque[Dict[str, Any]] = collections.deque(maxlen=DEBUG_ENTRIES)
         self._debug_lock = threading.Lock()
 
@@ -141,7 +145,8 @@ class SandboxApi:
         """Closes the kept-alive connections (a later call opens another)."""
         with self._debug_lock:
             conns, self._conns = self._conns, []
-        for conn in conns:
+            idle, self._idle_raw = self._idle_raw, []
+        for conn in conns + [c for c, _ in idle]:
             conn.close()
         self._local = threading.local()
 
@@ -230,15 +235,57 @@ class SandboxApi:
     def put_object(self, sha256: str, data: bytes, size: int) -> Any:
         return self.upload(f"/objects/{q(sha256)}", io.BytesIO(data), size, {}).get("object_id")
 
-    def open_raw(
-        self, route: str, context: Dict[str, Any], timeout: Optional[float], method: str = "GET", body: Any = None
-    ) -> Tuple[HttpConnection, http.client.HTTPResponse]:
-        """Calls a raw byte route on a connection of its own (closed by the caller), the answer's body unread.
+    def keep_raw(self, conn: HttpConnection, resp: http.client.HTTPResponse) -> None:
+        """Keeps the connection of an answer read up to its end for the next open_raw(reuse=True).
 
-        ``body`` (POST) is sent as JSON.
+        Only the chunked encoding's last bytes may be left unread: the next user reads them (they came
+        with or just after the last frame), so the reader of this answer never waits for them.
+        """
+        if resp.will_close:
+            conn.close()
+            return
+        with self._debug_lock:
+            if len(self._idle_raw) < IDLE_RAW_CONNECTIONS:
+                self._idle_raw.append((conn, resp))
+                return
+        conn.close()
+
+    def _idle_connection(self, timeout: Optional[float]) -> Optional[HttpConnection]:
+        """A kept connection whose last answer is read to its end, or None."""
+        while True:
+            with self._debug_lock:
+                if not self._idle_raw:
+                    return None
+                conn, resp = self._idle_raw.pop()
+            try:
+                rest = resp.read()
+            except (OSError, http.client.HTTPException):
+                rest = None
+            if rest != b"" or not resp.isclosed() or conn.conn is None:
+                conn.close()  # not at a clean end: it cannot carry another request
+                continue
+            conn.timeout = timeout
+            if conn.conn.sock is not None:
+                conn.conn.sock.settimeout(timeout)
+            return conn
+
+    def open_raw(
+        self,
+        route: str,
+        context: Dict[str, Any],
+        timeout: Optional[float],
+        method: str = "GET",
+        body: Any = None,
+        reuse: bool = False,
+    ) -> Tuple[HttpConnection, http.client.HTTPResponse]:
+        """Calls a raw byte route on a connection of its own (closed by the caller, or given to keep_raw), the answer's body unread.
+
+        ``body`` (POST) is sent as JSON. ``reuse``: on a connection keep_raw kept, when there is one (it
+        saves a TCP connect and the coordinator's accept; a kept one the coordinator closed meanwhile is
+        replaced, as the kept-alive JSON connection is).
         """
         started = time.monotonic()
-        conn = HttpConnection(self.url, timeout)
+        conn = (self._idle_connection(timeout) if reuse else None) or HttpConnection(self.url, timeout)
         data = None if body is None else json.dumps(body).encode()
         try:
             resp = conn.request(method, GATEWAY + route, data, self.headers("application/json" if data else None))

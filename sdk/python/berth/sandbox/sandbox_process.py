@@ -69,7 +69,8 @@ class _Run:
     the process's streams and wait go on through the ordinary routes from the offsets reached.
     """
 
-    def __init__(self, conn: Any, resp: http.client.HTTPResponse):
+    def __init__(self, api: Any, conn: Any, resp: http.client.HTTPResponse):
+        self.api = api
         self.conn = conn
         self.resp = resp
         self.buffers = {s: _RunBuffer() for s in STREAMS}
@@ -122,7 +123,8 @@ class _Run:
             elif kind == FRAME_EXIT:
                 r = json.loads(payload)
                 self.exit = (exit_code_of(r), str(r.get("status", "")))
-                self.close()
+                # The answer is read to its last frame: its connection serves the next exec.
+                self.api.keep_raw(self.conn, self.resp)
             return True
 
     def close(self) -> None:
@@ -364,14 +366,14 @@ class SandboxProcessManager:
             with self.sandbox.watch():
                 try:
                     conn, resp = self.sandbox.api.open_raw(
-                        f"/sandboxes/{q(sid)}/processes/run", context, None, method="POST", body=body
+                        f"/sandboxes/{q(sid)}/processes/run", context, None, method="POST", body=body, reuse=True
                     )
                 except BerthError as e:
                     if e.code not in _NO_RUN_ROUTE:
                         raise
                     self.sandbox.api.run_route = False
                 else:
-                    run = _Run(conn, resp)
+                    run = _Run(self.sandbox.api, conn, resp)
                     try:
                         info = run.started()
                     except BaseException:
