@@ -31,7 +31,7 @@ import {
   type PullImageOptions,
   pullImage,
 } from "./image-ops.ts";
-import { startInitExec } from "./init-exec.ts";
+import { connectInit, startInitExec } from "./init-exec.ts";
 import { streamLogFiles } from "./logs.ts";
 import { BucketMounts } from "../volumes/buckets.ts";
 import { checkMountSource } from "./mounts.ts";
@@ -426,7 +426,14 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
       return startTtyExec(target, r);
     }
     await this.inits.listening(id);
-    return (await startInitExec(this.inits.socketOf(id), r)) ?? startPipeExec(target, r);
+    // On the connection made ahead; one the server closed meanwhile started nothing: a new one then.
+    const ahead = await this.inits.takeAhead(id);
+    const session =
+      (ahead && (await startInitExec(async () => ahead, r))) ||
+      (await startInitExec(() => connectInit(this.inits.socketOf(id)), r));
+    if (!session) return startPipeExec(target, r);
+    this.inits.connectAhead(id);
+    return session;
   }
 
   async pullImage(ref: string, opts: PullImageOptions = {}): Promise<ImageSummary> {

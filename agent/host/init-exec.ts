@@ -94,7 +94,8 @@ function parseJson(payload: Buffer): Record<string, unknown> {
   return v as Record<string, unknown>;
 }
 
-function connect(socketPath: string): Promise<Socket | undefined> {
+/** A connection to the server on socketPath; undefined when there is none to connect to. */
+export function connectInit(socketPath: string): Promise<Socket | undefined> {
   return new Promise((resolve) => {
     const sock = createConnection(socketPath);
     sock.once("connect", () => {
@@ -106,15 +107,16 @@ function connect(socketPath: string): Promise<Socket | undefined> {
 }
 
 /**
- * Starts `r` through the process server on socketPath; undefined when the
- * server is not there or closes before saying the process started (then
- * nothing ran and the caller falls back to runc exec).
+ * Starts `r` through a process server connection that `connect` makes (or
+ * had made ahead); undefined when there is no server or it closes before
+ * saying the process started (then nothing ran and the caller falls back to
+ * runc exec).
  */
 export async function startInitExec(
-  socketPath: string,
+  connect: () => Promise<Socket | undefined>,
   r: ResolvedExecRequest,
 ): Promise<ExecSession | undefined> {
-  const sock = await connect(socketPath);
+  const sock = await connect();
   if (!sock) return undefined;
   sock.setNoDelay(true);
   const start: Record<string, unknown> = { args: r.args, env: r.env };

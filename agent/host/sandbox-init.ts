@@ -16,9 +16,11 @@ import {
   rmSync,
   statSync,
 } from "node:fs";
+import type { Socket } from "node:net";
 import { join, posix } from "node:path";
 import { sleep } from "../../shared/net.ts";
 import type { ContainerSpec } from "../runtime/index.ts";
+import { connectInit } from "./init-exec.ts";
 
 /** "1" on a container whose args may be replaced by the process server. */
 export const SANDBOX_INIT_LABEL = "berth.sandbox_init";
@@ -97,6 +99,13 @@ export const FIRST_EXEC_WAIT_MS = 250;
 export class SandboxInits {
   /** Containers given a process server whose first exec has not come yet (this agent's starts only). */
   private readonly unused = new Set<string>();
+  /**
+   * Per container, a connection made after an exec through its server, for
+   * the next exec: that one then finds the connect and the server's accept
+   * done (one wake-up of the server fewer on the round trip). Not holding
+   * the agent's event loop open; gone when the server closes it.
+   */
+  private readonly ahead = new Map<string, Promise<Socket | undefined>>();
 
   constructor(private readonly root: string) {
     mkdirSync(root, { recursive: true, mode: 0o700 });
@@ -163,7 +172,45 @@ export class SandboxInits {
     while (!existsSync(socket) && Date.now() < until) await sleep(3);
   }
 
+  /** The connection made ahead to container `id`'s server, while it is open (taken: the next exec makes its own). */
+  async takeAhead(id: string): Promise<Socket | undefined> {
+    const made = this.ahead.get(id);
+    this.ahead.delete(id);
+    const sock = made ? await made : undefined;
+    if (sock && !sock.destroyed && sock.readyState === "open") {
+      sock.removeAllListeners("end");
+      sock.removeAllListeners("error");
+      sock.ref();
+      return sock;
+    }
+    sock?.destroy();
+    return undefined;
+  }
+
+  /** After an exec through container `id`'s server: a connection for its next one (one at most). */
+  connectAhead(id: string): void {
+    if (this.ahead.has(id)) return;
+    const made = connectInit(this.socketOf(id)).then((sock) => {
+      if (!sock) {
+        if (this.ahead.get(id) === made) this.ahead.delete(id);
+        return undefined;
+      }
+      sock.unref();
+      sock.on("error", () => {});
+      // The server went away (the container stops): this one is no use.
+      sock.once("end", () => {
+        if (this.ahead.get(id) === made) this.ahead.delete(id);
+        sock.destroy();
+      });
+      return sock;
+    });
+    this.ahead.set(id, made);
+  }
+
   close(id: string): void {
+    const made = this.ahead.get(id);
+    this.ahead.delete(id);
+    void made?.then((sock) => sock?.destroy());
     this.unused.delete(id);
     rmSync(join(this.root, id), { recursive: true, force: true });
   }
