@@ -20,6 +20,9 @@ import { BerthError, describeError, invalid } from "../../shared/errors.ts";
 import { OUTPUT_BUFFER_BYTES, OutputBuffer } from "./output-buffer.ts";
 import { ProcessRecords } from "./process-records.ts";
 
+/** How long after a start or an end its container's records are written (ProcessTable.saveSoon). */
+export const RECORD_DELAY_MS = 25;
+
 export interface ProcessTableOptions {
   /** Starts an exec session in a container (ContainerApi.exec). */
   exec(containerId: string, req: ExecRequest): Promise<ExecSession>;
@@ -343,12 +346,14 @@ export class ProcessTable implements SandboxProcessApi {
    * Records the container's processes a moment later, off the path of the
    * answer: a file write and rename cost 0.3–1 ms, which a start's answer and
    * an end's event (the exec round trip) waited for. Starts and ends that
-   * come meanwhile are written once. An agent that dies in between loses
-   * them as it loses a process started just before it died.
+   * come meanwhile are written once, so a short process's start and end make
+   * one write; the moment is longer than such a process's round trip, which
+   * a write 1 ms after its start still landed in. An agent that dies in
+   * between loses them as it loses a process started just before it died.
    */
   private saveSoon(containerId: string): void {
     if (!this.records || this.closed) return;
-    if (this.unsaved.size === 0) setTimeout(() => this.saveDue(), 0).unref();
+    if (this.unsaved.size === 0) setTimeout(() => this.saveDue(), RECORD_DELAY_MS).unref();
     this.unsaved.add(containerId);
   }
 

@@ -9,6 +9,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { AGENT_RESTARTED } from "../../agent/sandboxes/process-records.ts";
+import { waitFor } from "../../shared/net.ts";
 import { needs } from "../helpers/env.ts";
 import { HOST_COMMANDS, MiB, hostHarness, withTimeout } from "./harness.ts";
 
@@ -25,6 +26,12 @@ test("a restarted agent: a process that ran is error (the agent restarted), an e
   const running = await h.host.startProcess(c.id, { args: ["sleep", "600"] });
   assert.equal((await withTimeout(h.host.waitProcess(c.id, ended.pid), 30_000, "pid 1's end")).exitCode, 4);
   const records = join(h.dir, "host", "processes");
+  // Written a moment after the starts and ends (off their answers' path).
+  await waitFor(() => readdirSync(records).length > 0, {
+    timeoutMs: 10_000,
+    intervalMs: 10,
+    what: "the records",
+  });
   assert.deepEqual(readdirSync(records), [`${c.id}.processes.json`]);
 
   const host2 = await h.restart();

@@ -8,7 +8,8 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { AGENT_RESTARTED } from "../../agent/sandboxes/process-records.ts";
-import { ProcessTable } from "../../agent/sandboxes/processes.ts";
+import { ProcessTable, RECORD_DELAY_MS } from "../../agent/sandboxes/processes.ts";
+import { waitFor } from "../../shared/net.ts";
 import { tempDir } from "../helpers/env.ts";
 import { FakeExec } from "../helpers/fake-exec.ts";
 
@@ -77,7 +78,7 @@ test("records are written a moment after a start or an end, not before its answe
   await table.startProcess("sbx-a", { args: ["true"] });
   // Answered before anything was written: the write is off the answer's path.
   assert.equal(existsSync(file), false);
-  await new Promise((r) => setTimeout(r, 30));
+  await waitFor(() => existsSync(file), { timeoutMs: 10_000, intervalMs: 5, what: "the records file" });
   assert.deepEqual(recorded(), [[1, "running"]]);
 
   execs[0]?.finish(0);
@@ -93,7 +94,7 @@ test("records are written a moment after a start or an end, not before its answe
   // Closed: nothing more is written (the next agent process owns the records).
   execs[1]?.finish(0);
   await table.waitProcess("sbx-a", 2);
-  await new Promise((r) => setTimeout(r, 30));
+  await new Promise((r) => setTimeout(r, RECORD_DELAY_MS * 4));
   assert.deepEqual(recorded(), [
     [1, "exited"],
     [2, "running"],
