@@ -19,7 +19,12 @@ SHARED = {"berth", "berth.env", "berth.errors", "berth.handler_call", "berth.ser
 # integrations: ready-made deployments (their API and the container side they serve with), docs/inference.md.
 SUBPACKAGES = {"api", "client", "runtime", "sandbox", "integrations"}
 # Run by file path with `python3 -I` as a sandbox's pid 1: no berth import at all.
-STANDALONE = {"berth.runtime.sandbox_init", "berth.runtime.sandbox_init_wire", "berth.runtime.sandbox_init_start"}
+STANDALONE = {
+    "berth.runtime.sandbox_init",
+    "berth.runtime.sandbox_init_wire",
+    "berth.runtime.sandbox_init_start",
+    "berth.runtime.warm_handover",
+}
 
 
 def module_files():

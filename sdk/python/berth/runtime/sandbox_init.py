@@ -38,6 +38,8 @@ def _load_sibling(name):
 
 _wire = _load_sibling("sandbox_init_wire")
 _starting = _load_sibling("sandbox_init_start")
+# A pre-warmed sandbox's environment, as the agent sends it.
+wait_for_assignment = _load_sibling("warm_handover").wait_for_assignment
 CAN_SPAWN, spawn, fork_child = _starting.CAN_SPAWN, _starting.spawn, _starting.fork_child
 HEADER, MAX_FRAME, ProtocolError, FrameReader = _wire.HEADER, _wire.MAX_FRAME, _wire.ProtocolError, _wire.FrameReader
 START, STDIN, CLOSE_STDIN, SIGNAL = _wire.START, _wire.STDIN, _wire.CLOSE_STDIN, _wire.SIGNAL
@@ -52,8 +54,6 @@ HIGH_WATER = 1 << 20
 # trapping shell's exit missed it and its client saw 255); the agent's own
 # stop grace still bounds a process that ignores the signal.
 STOP_WAIT_S = 5.0
-# A pre-warmed sandbox's environment, as the agent sends it (wait_for_assignment).
-MAX_HANDOVER = 16 << 20
 
 
 class Process:
@@ -443,28 +443,6 @@ class Server:
         proc.pipes.clear()
         # Reaped later by _reap, which finds no entry and just collects it.
         self.procs.pop(proc.pid, None)
-
-
-def wait_for_assignment(path):
-    """A pre-warmed sandbox's hand-over (docs/sandboxes.md, "Pre-warmed sandboxes").
-
-    The agent's one JSON line on its socket at ``path``: {"env": {...}, "cwd": ...},
-    the sandbox's environment (secrets included); None when it hung up without one.
-    """
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(path)
-        buf = bytearray()
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                return None
-            buf += chunk
-            if len(buf) > MAX_HANDOVER:
-                raise ValueError("the hand-over is larger than 16 MiB")
-        return json.loads(buf.decode("utf-8"))
-    finally:
-        s.close()
 
 
 def main(argv):

@@ -9,33 +9,12 @@ working directory. From there this process is that runner: the user's module
 is imported only now. If the agent hangs up first, it exits having run nothing.
 """
 
-import json
 import os
 import signal
-import socket
 import sys
 
 from . import runner
-
-MAX_ASSIGNMENT_BYTES = 16 * 1024 * 1024
-
-
-def wait_for_assignment(path: str):
-    """The agent's one line, decoded; None when it hung up without one."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(path)
-        buf = bytearray()
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                return None
-            buf += chunk
-            if len(buf) > MAX_ASSIGNMENT_BYTES:
-                raise ValueError("the assignment is larger than 16 MiB")
-        return json.loads(buf)
-    finally:
-        s.close()
+from .warm_handover import wait_for_assignment
 
 
 def become(assignment: dict) -> None:
