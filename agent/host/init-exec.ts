@@ -140,11 +140,18 @@ export async function startInitExec(
       resolve(code);
     };
   });
+  let outputEnded = false;
+  // The output ends here, not at the socket's close: the exit frame comes
+  // after all output, and the close is reported a loop turn later.
   const end = (code: number, why?: string) => {
     if (why && !finished) output.push({ stream: "stderr", data: Buffer.from(`berth: ${why}\n`) });
     settleExit(code);
     settleStart(started);
     sock.destroy();
+    if (!outputEnded) {
+      outputEnded = true;
+      output.end();
+    }
   };
 
   sock.on("data", (data: Buffer) => {
@@ -189,7 +196,6 @@ export async function startInitExec(
   sock.on("close", () => {
     // Closed without an exit: the server (the container's init) went away.
     end(EXEC_FAILED_EXIT_CODE, started ? "the sandbox's process server went away" : undefined);
-    output.end();
   });
 
   if (!(await startAnswered)) return undefined;
