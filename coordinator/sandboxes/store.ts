@@ -1,6 +1,12 @@
 import type { Kysely, Selectable } from "kysely";
 import type { EgressPolicy } from "../../shared/egress.ts";
-import type { Database, SandboxImageTable, SandboxSnapshotTable, SandboxTable } from "../store/index.ts";
+import {
+  type Database,
+  QueryShapes,
+  type SandboxImageTable,
+  type SandboxSnapshotTable,
+  type SandboxTable,
+} from "../store/index.ts";
 
 export type SandboxKind = "sandbox" | "pod";
 export type SandboxStatus = "starting" | "running" | "terminated";
@@ -114,6 +120,9 @@ export interface NewSandbox {
 
 /** Sandbox and pod records, and their snapshots (docs/sandboxes.md). */
 export class SandboxRepo {
+  // Every call on a sandbox looks its record up: that statement is compiled once (QueryShapes).
+  private readonly shapes = new QueryShapes();
+
   constructor(private readonly db: Kysely<Database>) {}
 
   /** A new record in state `starting`. */
@@ -148,12 +157,14 @@ export class SandboxRepo {
 
   /** The workspace's sandbox; undefined for another workspace's. */
   async find(workspaceId: string, id: string): Promise<SandboxRecord | undefined> {
-    const r = await this.db
-      .selectFrom("sandboxes")
-      .selectAll()
-      .where("id", "=", id)
-      .where("workspace_id", "=", workspaceId)
-      .executeTakeFirst();
+    const { rows } = await this.shapes.run(this.db, "find sandbox", [id, workspaceId], () =>
+      this.db
+        .selectFrom("sandboxes")
+        .selectAll()
+        .where("id", "=", id)
+        .where("workspace_id", "=", workspaceId),
+    );
+    const r = rows[0];
     return r && toSandbox(r);
   }
 

@@ -1,6 +1,7 @@
 import type { Kysely } from "kysely";
 import { BerthError } from "../../shared/errors.ts";
 import { hashSecret, newId, newSecret } from "../../shared/ids.ts";
+import { QueryShapes } from "./db.ts";
 import type { Database } from "./index.ts";
 
 export interface Workspace {
@@ -158,6 +159,8 @@ export class WorkspaceRepo {
 }
 
 export class TokenRepo {
+  private readonly shapes = new QueryShapes();
+
   constructor(private readonly db: Kysely<Database>) {}
 
   /** Creates a token; the returned `secret` is the only time it is visible. */
@@ -235,18 +238,22 @@ export class TokenRepo {
 
   /** Resolves a presented secret to its workspace, or undefined if unknown or revoked. */
   async authenticate(secret: string): Promise<Principal | undefined> {
-    const r = await this.db
-      .selectFrom("tokens")
-      .innerJoin("workspaces", "workspaces.id", "tokens.workspace_id")
-      .selectAll("tokens")
-      .select([
-        "workspaces.external_id as ws_external_id",
-        "workspaces.name as ws_name",
-        "workspaces.created_at as ws_created_at",
-      ])
-      .where("tokens.token_hash", "=", hashSecret(secret))
-      .where("tokens.revoked_at", "is", null)
-      .executeTakeFirst();
+    // Every request makes this lookup: its statement is compiled once (QueryShapes).
+    const hash = hashSecret(secret);
+    const { rows } = await this.shapes.run(this.db, "authenticate", [hash], () =>
+      this.db
+        .selectFrom("tokens")
+        .innerJoin("workspaces", "workspaces.id", "tokens.workspace_id")
+        .selectAll("tokens")
+        .select([
+          "workspaces.external_id as ws_external_id",
+          "workspaces.name as ws_name",
+          "workspaces.created_at as ws_created_at",
+        ])
+        .where("tokens.token_hash", "=", hash)
+        .where("tokens.revoked_at", "is", null),
+    );
+    const r = rows[0];
     if (!r) return undefined;
     // An expired session is refused like a revoked token (ISO 8601 UTC strings compare in time order).
     if (r.expires_at !== null && r.expires_at <= now()) return undefined;
