@@ -208,7 +208,10 @@ export function gatewaySandboxProcessRoutes(sandboxes: SandboxService): FastifyP
           const { id } = req.params as { id: string };
           const b = req.body as ExecBodyType;
           const gone = new AbortController();
-          reply.raw.once("close", () => gone.abort());
+          // Only a client that left before the end stops the run (an abort's reason costs a stack trace).
+          reply.raw.once("close", () => {
+            if (!reply.raw.writableFinished) gone.abort();
+          });
           const run = await sandboxes.run(ws(req), id, execRequestOf(b), gone.signal);
           reply.type(RUN_CONTENT_TYPE);
           return reply.send(Readable.from(runFrames(run.started, run.events)));
