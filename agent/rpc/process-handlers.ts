@@ -13,6 +13,7 @@ import {
 } from "../../api/grpc/index.ts";
 import { BerthError } from "../../shared/errors.ts";
 import { type Authorize, hasMethods, refusingHandlers, serverStream, unary } from "./container-handlers.ts";
+import { ProcessChannels, processChannel } from "./process-channel.ts";
 
 const PROCESS_METHODS = [
   "startProcess",
@@ -83,10 +84,15 @@ function followOutput(impl: SandboxProcessApi, authorize: Authorize) {
   );
 }
 
-/** The process RPC handlers; every one refuses with not_implemented when `impl` is absent. */
+/**
+ * The process RPC handlers; every one refuses with not_implemented when
+ * `impl` is absent. `channels`: the server's open process channels, drained
+ * when it stops.
+ */
 export function processHandlers(
   impl: SandboxProcessApi | undefined,
   authorize: Authorize,
+  channels = new ProcessChannels(),
 ): grpc.UntypedServiceImplementation {
   if (!impl) {
     return refusingHandlers(authorize, notServed, {
@@ -99,7 +105,7 @@ export function processHandlers(
         "WaitProcess",
         "ReadProcessOutput",
       ],
-      stream: ["FollowProcessOutput", "RunProcess"],
+      stream: ["FollowProcessOutput", "RunProcess", "ProcessChannel"],
     });
   }
   const c = impl;
@@ -127,6 +133,7 @@ export function processHandlers(
       return { start: o.start, offset: o.offset, data: Buffer.from(o.data) };
     }),
     FollowProcessOutput: followOutput(c, authorize),
+    ProcessChannel: processChannel(c, authorize, channels),
     RunProcess: serverStream(
       authorize,
       (r: { containerId: string; request: WireExecRequest | null }, signal) => {

@@ -14,6 +14,7 @@ import { capacityToProto, healthToProto } from "../../api/grpc/index.ts";
 import { loadAgentProto } from "../../api/grpc/index.ts";
 import { isSandboxApi, type SandboxApi, sandboxHandlers } from "./sandbox-handlers.ts";
 import { isProcessApi, processHandlers } from "./process-handlers.ts";
+import { ProcessChannels } from "./process-channel.ts";
 import type { SandboxProcessApi } from "../../api/index.ts";
 import { bindUnixSocket, resolveUnixSocketPath } from "./unix-socket.ts";
 
@@ -122,14 +123,18 @@ export function resolveAgentRpcServerOptions(o: AgentRpcServerOptions): Resolved
   return resolved;
 }
 
-function handlers(o: ResolvedAgentRpcServerOptions, authorize: Authorize): grpc.UntypedServiceImplementation {
+function handlers(
+  o: ResolvedAgentRpcServerOptions,
+  authorize: Authorize,
+  channels: ProcessChannels,
+): grpc.UntypedServiceImplementation {
   const impl = o.impl;
   return {
     Health: unary(authorize, async () => healthToProto(await impl.health())),
     GetCapacity: unary(authorize, async () => capacityToProto(await impl.capacity())),
     ...containerHandlers(o.containers, authorize),
     ...sandboxHandlers(o.sandboxes, authorize),
-    ...processHandlers(o.processes, authorize),
+    ...processHandlers(o.processes, authorize, channels),
     ...buildHandlers(buildsOf(o.containers), authorize),
   };
 }
@@ -180,9 +185,10 @@ export async function startAgentRpcServer(options: AgentRpcServerOptions): Promi
   try {
     if (o.unixSocket) {
       const server = new grpc.Server();
+      const channels = new ProcessChannels();
       server.addService(
         service,
-        handlers(o, () => {}),
+        handlers(o, () => {}, channels),
       );
       const socket = await bindUnixSocket(o.unixSocket, (address) =>
         bindAsync(server, address, grpc.ServerCredentials.createInsecure()),
@@ -191,6 +197,7 @@ export async function startAgentRpcServer(options: AgentRpcServerOptions): Promi
         throw e;
       });
       closers.push(async () => {
+        channels.drain();
         await shutdown(server, 5000);
         await socket.remove();
       });
@@ -198,7 +205,8 @@ export async function startAgentRpcServer(options: AgentRpcServerOptions): Promi
     }
     if (o.tcp) {
       const server = new grpc.Server();
-      server.addService(service, handlers(o, allowClientNames(o.tcp.allowedClientNames)));
+      const channels = new ProcessChannels();
+      server.addService(service, handlers(o, allowClientNames(o.tcp.allowedClientNames), channels));
       const creds = grpc.ServerCredentials.createSsl(
         Buffer.from(o.tcp.tls.caPem),
         [{ cert_chain: Buffer.from(o.tcp.tls.certPem), private_key: Buffer.from(o.tcp.tls.keyPem) }],
@@ -214,7 +222,10 @@ export async function startAgentRpcServer(options: AgentRpcServerOptions): Promi
           `agent rpc: cannot listen on ${address}: ${(e as Error).message}`,
         );
       }
-      closers.push(() => shutdown(server, 5000));
+      closers.push(() => {
+        channels.drain();
+        return shutdown(server, 5000);
+      });
     }
   } catch (e) {
     await closeAll();

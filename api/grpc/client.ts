@@ -18,7 +18,12 @@ import type {
   RunContainerRequest,
 } from "../containers.ts";
 import { ContainerRpcClient, type RpcChannel, unaryCall } from "./container-client.ts";
-import { type WireCapacity, type WireHealthResponse, capacityFromProto, healthFromProto } from "./agent-convert.ts";
+import {
+  type WireCapacity,
+  type WireHealthResponse,
+  capacityFromProto,
+  healthFromProto,
+} from "./agent-convert.ts";
 import type { RpcExecSession } from "./exec-client.ts";
 import { loadAgentProto } from "./proto.ts";
 import type { ContainerFilesApi, FileInfo, FileSearchMatch, ReplaceResult } from "../files.ts";
@@ -289,6 +294,7 @@ export class AgentRpcClient
   }
 
   close(): void {
+    this.processes.close();
     this.client.close();
   }
 }

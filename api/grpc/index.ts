@@ -16,3 +16,4 @@ export * from "./image-convert.ts";
 export * from "./proto.ts";
 export * from "./sandbox-client.ts";
 export * from "./process-client.ts";
+export * from "./process-channel.ts";

@@ -18,6 +18,7 @@ import type {
 import { type RpcChannel, type UnaryMethod, method, streamCall, unaryCall } from "./container-client.ts";
 import { execRequestToProto } from "./container-convert.ts";
 import { fromGrpcError } from "./errors.ts";
+import { ChannelUnsupported, ProcessChannelClient } from "./process-channel.ts";
 
 /** Longest single WaitProcess call; a longer wait asks again. */
 export const WAIT_SLICE_MS = 30_000;
@@ -102,7 +103,16 @@ export function processInfoFromProto(w: WireProcessInfo): ProcessInfo {
 }
 
 export class ProcessRpcClient implements SandboxProcessApi {
-  constructor(private readonly ch: RpcChannel) {}
+  private readonly channel: ProcessChannelClient;
+
+  constructor(private readonly ch: RpcChannel) {
+    this.channel = new ProcessChannelClient(ch);
+  }
+
+  /** Ends the process channel's stream (runs still on it fail). */
+  close(): void {
+    this.channel.close();
+  }
 
   async startProcess(containerId: string, req: ExecRequest): Promise<ProcessInfo> {
     const wire = { containerId, request: execRequestToProto(req) };
@@ -185,12 +195,25 @@ export class ProcessRpcClient implements SandboxProcessApi {
       if (w.data.length > 0) yield bytesOf(w.data);
   }
 
-  /** Aborting `signal` (or leaving the loop) cancels the call; the process runs on. */
+  /**
+   * On the agent's process channel (process-channel.ts), or as a RunProcess
+   * call where the agent has none. Aborting `signal` (or leaving the loop)
+   * stops the events; the process runs on.
+   */
   async *runProcess(
     containerId: string,
     req: ExecRequest,
     opts: { signal?: AbortSignal } = {},
   ): AsyncGenerator<ProcessRunEvent> {
+    if (!this.channel.unsupported) {
+      try {
+        yield* this.channel.run(containerId, req, opts.signal);
+        return;
+      } catch (e) {
+        // Thrown before any event: nothing ran, so the run starts again as a call.
+        if (!(e instanceof ChannelUnsupported)) throw e;
+      }
+    }
     const wire = { containerId, request: execRequestToProto(req) };
     for await (const w of streamCall<WireProcessRunEvent>(this.ch, "RunProcess", wire, {
       ...opts,
