@@ -77,8 +77,10 @@ export function processChannel(
     }
     const runs = new Map<number, Run>();
     let open = true;
+    // The client half-closed (its client was closed): its runs in flight finish, then the stream ends.
+    let clientDone = false;
     const endIfDrained = () => {
-      if (open && channels.draining && runs.size === 0) {
+      if (open && (channels.draining || clientDone) && runs.size === 0) {
         open = false;
         forget();
         call.end();
@@ -163,9 +165,8 @@ export function processChannel(
     call.on("cancelled", stopAll);
     call.on("error", stopAll);
     call.on("end", () => {
-      const wasOpen = open;
-      stopAll();
-      if (wasOpen) call.end();
+      clientDone = true;
+      endIfDrained();
     });
   };
 }

@@ -79,6 +79,7 @@ type DuplexMethod = (
 class OpenChannel {
   readonly runs = new Map<number, AsyncQueue<RunItem>>();
   private ended = false;
+  private closing = false;
 
   constructor(
     private readonly call: grpc.ClientDuplexStream<WireChannelRequest, WireChannelEvent>,
@@ -105,16 +106,33 @@ class OpenChannel {
   }
 
   get open(): boolean {
-    return !this.ended;
+    return !this.ended && !this.closing;
   }
 
   send(req: WireChannelRequest): void {
-    if (!this.ended) this.call.write(req);
+    if (!this.ended && !this.closing) this.call.write(req);
   }
 
+  /**
+   * No more runs: the runs being read finish, then the stream goes (at once
+   * when none is). A closing stream can send nothing more, so a run whose
+   * reader leaves meanwhile is stopped with the stream, once the rest end.
+   */
   close(): void {
-    this.call.end();
-    this.call.cancel();
+    this.closing = true;
+    if (this.runs.size === 0) this.call.cancel();
+    else this.call.end();
+  }
+
+  /** The run's reader left before its end: the agent stops sending it. */
+  left(run: number): void {
+    if (!this.runs.delete(run)) return;
+    if (this.closing) this.settle();
+    else this.send({ run, cancel: true });
+  }
+
+  private settle(): void {
+    if (this.closing && this.runs.size === 0) this.call.cancel();
   }
 
   private deliver(w: WireChannelEvent): void {
@@ -134,6 +152,7 @@ class OpenChannel {
   private finish(run: number, q: AsyncQueue<RunItem>): void {
     this.runs.delete(run);
     q.end();
+    this.settle();
   }
 }
 
@@ -177,7 +196,7 @@ export class ProcessChannelClient {
       }
     } finally {
       signal?.removeEventListener("abort", onAbort);
-      if (channel.runs.delete(run)) channel.send({ run, cancel: true });
+      channel.left(run);
     }
   }
 

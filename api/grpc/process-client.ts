@@ -109,7 +109,7 @@ export class ProcessRpcClient implements SandboxProcessApi {
     this.channel = new ProcessChannelClient(ch);
   }
 
-  /** Ends the process channel's stream (runs still on it fail). */
+  /** Ends the process channel: no new runs on it, the runs on it finish. */
   close(): void {
     this.channel.close();
   }

@@ -62,6 +62,9 @@ class ScriptedProcesses implements Partial<SandboxProcessApi> {
       yield { type: "ended", process: info(this.runs, req.args, 0) };
     } else if (name === "hang") {
       await new Promise<void>((resolve) => opts.signal?.addEventListener("abort", () => resolve()));
+    } else if (name === "gated") {
+      await this.gate;
+      yield { type: "ended", process: info(this.runs, req.args, 0) };
     } else if (name === "short") {
       // Ends without `ended`, as an implementation stopped early does.
       yield { type: "output", stream: "stdout", data: bytes("x") };
@@ -190,6 +193,31 @@ test("an idle channel does not hold up a stopping agent; a run after it stopped 
     collect(c.runProcess("sb-1", { args: ["echo", "late"] })),
     (e: unknown) => e instanceof BerthError && e.code === "unavailable",
   );
+});
+
+test("a closed client's runs in flight finish on its channel", async (t) => {
+  const path = join(tempDir(t), "agent.sock");
+  const p = new ScriptedProcesses();
+  let open = () => {};
+  p.gate = new Promise((r) => {
+    open = r;
+  });
+  await serve(t, path, p);
+  const c = new AgentRpcClient({ address: `unix://${path}` });
+  const run = collect(c.runProcess("sb-1", { args: ["gated"] }));
+  await waitUntil(() => p.runs === 1, { what: "the run started" });
+  c.close();
+  open();
+  assert.deepEqual((await run).map(text), ["started", "ended"]);
+  assert.equal(p.aborted, 0);
+
+  // A reader that leaves a closed client's run: the stream, which can say nothing more, goes with it.
+  const later = new AgentRpcClient({ address: `unix://${path}` });
+  const hanging = later.runProcess("sb-1", { args: ["hang"] })[Symbol.asyncIterator]();
+  assert.equal((await hanging.next()).value?.type, "started");
+  later.close();
+  await hanging.return?.(undefined);
+  await waitUntil(() => p.aborted === 1, { what: "the left run stopped on the agent" });
 });
 
 test("a restarted agent fails the runs on the old channel; the next run opens a new one", async (t) => {
