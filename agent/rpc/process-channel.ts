@@ -87,10 +87,19 @@ export function processChannel(
       }
     };
     const forget = channels.add(endIfDrained);
-    const send = (ev: WireChannelEvent): Promise<void> => {
+    // A full stream waits for drain, or for the run's stop (a cancelled stream never drains).
+    const send = (ev: WireChannelEvent, stop?: AbortSignal): Promise<void> => {
       if (!open) return Promise.resolve();
-      if (call.write(ev)) return Promise.resolve();
-      return new Promise((resolve) => call.once("drain", resolve));
+      if (call.write(ev) || stop?.aborted) return Promise.resolve();
+      return new Promise((resolve) => {
+        const done = () => {
+          call.off("drain", done);
+          stop?.removeEventListener("abort", done);
+          resolve();
+        };
+        call.once("drain", done);
+        stop?.addEventListener("abort", done, { once: true });
+      });
     };
 
     const start = async (
@@ -115,15 +124,15 @@ export function processChannel(
           }
           if (r.abort.signal.aborted) break;
           r.credit -= bytes;
-          await send({ run, event: runEventToProto(e) });
+          await send({ run, event: runEventToProto(e) }, r.abort.signal);
           if (e.type === "ended") {
             sawEnd = true;
             break;
           }
         }
-        if (!sawEnd && !r.abort.signal.aborted) await send({ run, done: true });
+        if (!sawEnd && !r.abort.signal.aborted) await send({ run, done: true }, r.abort.signal);
       } catch (e) {
-        if (!r.abort.signal.aborted) await send({ run, error: channelError(e) });
+        if (!r.abort.signal.aborted) await send({ run, error: channelError(e) }, r.abort.signal);
       } finally {
         if (runs.get(run) === r) runs.delete(run);
         endIfDrained();
