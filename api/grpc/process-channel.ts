@@ -13,12 +13,17 @@
 import * as grpc from "@grpc/grpc-js";
 import { BerthError, CATALOG, type ErrorCode } from "../../shared/errors.ts";
 import type { ExecRequest } from "../containers.ts";
-import type { ProcessRunEvent } from "../processes.ts";
 import { AsyncQueue } from "./async-queue.ts";
 import { type RpcChannel, method } from "./container-client.ts";
 import { execRequestToProto } from "./container-convert.ts";
 import { fromGrpcError } from "./errors.ts";
-import { runEventFromProto, type WireProcessRunEvent } from "./process-client.ts";
+
+/** ProcessRunEvent on the wire (process-client.ts converts it): `event` names the one field set. */
+interface WireRunEvent {
+  event?: "started" | "stdout" | "stderr" | "ended";
+  stdout?: Buffer;
+  stderr?: Buffer;
+}
 
 /**
  * Bytes of a run's output the agent sends before the client gives credit
@@ -42,13 +47,13 @@ export interface WireChannelError {
 export interface WireChannelEvent {
   run: number;
   what?: "event" | "error" | "done";
-  event?: WireProcessRunEvent | null;
+  event?: WireRunEvent | null;
   error?: WireChannelError | null;
   done?: boolean;
 }
 
 /** A run's end as the channel reports it to the run's reader. */
-type RunItem = { event: WireProcessRunEvent } | { error: BerthError };
+type RunItem = { event: WireRunEvent } | { error: BerthError };
 
 /** Thrown into the runs of a channel the agent does not serve: they start again with RunProcess. */
 export class ChannelUnsupported extends Error {}
@@ -165,11 +170,16 @@ export class ProcessChannelClient {
   constructor(private readonly ch: RpcChannel) {}
 
   /**
-   * A run's events, as RunProcess streams them. Aborting `signal` (or leaving
-   * the loop) stops them quietly; the process runs on. Throws
-   * ChannelUnsupported, before any event, when the agent lacks the channel.
+   * A run's events on the wire, as RunProcess streams them. Aborting
+   * `signal` (or leaving the loop) stops them quietly; the process runs on.
+   * Throws ChannelUnsupported, before any event, when the agent lacks the
+   * channel.
    */
-  async *run(containerId: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ProcessRunEvent> {
+  async *run<W extends WireRunEvent>(
+    containerId: string,
+    req: ExecRequest,
+    signal?: AbortSignal,
+  ): AsyncGenerator<W> {
     if (signal?.aborted) return;
     const channel = this.channel();
     const run = this.nextRun;
@@ -183,16 +193,17 @@ export class ProcessChannelClient {
       channel.send({ run, start: { containerId, request: execRequestToProto(req) } });
       for await (const item of queue) {
         if ("error" in item) throw item.error;
-        const e = runEventFromProto(item.event);
-        if (e.type === "output") {
+        const w = item.event;
+        const output = w.event === "stdout" ? w.stdout : w.event === "stderr" ? w.stderr : undefined;
+        if (output) {
           // Credit goes back in half windows: one message per 512 KiB read, none for short runs.
-          unread += e.data.byteLength;
+          unread += output.byteLength;
           if (unread >= RUN_WINDOW / 2 && channel.runs.has(run)) {
             channel.send({ run, credit: unread });
             unread = 0;
           }
         }
-        yield e;
+        yield w as W;
       }
     } finally {
       signal?.removeEventListener("abort", onAbort);

@@ -207,7 +207,8 @@ export class ProcessRpcClient implements SandboxProcessApi {
   ): AsyncGenerator<ProcessRunEvent> {
     if (!this.channel.unsupported) {
       try {
-        yield* this.channel.run(containerId, req, opts.signal);
+        for await (const w of this.channel.run<WireProcessRunEvent>(containerId, req, opts.signal))
+          yield runEventFromProto(w);
         return;
       } catch (e) {
         // Thrown before any event: nothing ran, so the run starts again as a call.
