@@ -282,6 +282,37 @@ export function containerApiConformance(
         },
       );
 
+      await t.test("processes: one run streams the start, the output by stream and the end", async () => {
+        const run = api.runProcess?.bind(api);
+        assert.ok(run, "the subject runs a process in one call");
+        const events = await within(
+          collect(run(idA, { args: ["sh", "-c", "echo out; echo err >&2; exit 5"] })),
+          30_000,
+          "the run's events",
+        );
+        const first = events[0];
+        const last = events[events.length - 1];
+        assert.ok(first?.type === "started", `the first event is ${first?.type}`);
+        assert.deepEqual([first.process.status, first.process.exitCode], ["running", -1]);
+        const out = (stream: string) =>
+          Buffer.concat(
+            events.flatMap((e) => (e.type === "output" && e.stream === stream ? [Buffer.from(e.data)] : [])),
+          ).toString();
+        assert.deepEqual([out("stdout"), out("stderr")], ["out\n", "err\n"]);
+        assert.ok(last?.type === "ended", `the last event is ${last?.type}`);
+        assert.deepEqual(
+          [last.process.pid, last.process.status, last.process.exitCode],
+          [first.process.pid, "exited", 5],
+        );
+        // The run's process is the container's like any other.
+        assert.equal((await api.getProcess(idA, first.process.pid)).exitCode, 5);
+        await assert.rejects(collect(run(idA, { args: [] })), rejectsWith("invalid_request"));
+        await assert.rejects(
+          collect(run("no-such-container", { args: ["true"] })),
+          rejectsWith("not_found", "no-such-container"),
+        );
+      });
+
       await t.test("files: directories, write, stat, list, read, find, replace, delete", async () => {
         const dir = await api.createDirectory(idA, `/tmp/${tag}/sub`);
         assert.equal(dir.isDir, true);
