@@ -135,7 +135,12 @@ export class BatchWriter {
   private async write(b: Batch): Promise<void> {
     for (;;) {
       try {
-        await this.repo.applyBatch(b.patches, b.history, b.inserts);
+        const dropped = await this.repo.applyBatch(b.patches, b.history, b.inserts);
+        if (dropped.size > 0)
+          this.log.info(
+            { tasks: [...dropped].slice(0, 20), count: dropped.size },
+            "tasks had ended already in the store; this coordinator's later status changes were dropped",
+          );
         break;
       } catch (e) {
         // Events stay unacknowledged until their rows are in, so nothing is lost;

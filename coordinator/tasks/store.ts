@@ -86,6 +86,8 @@ export interface TaskListPage {
 // at most this many statement shapes (one per row count) are kept per table.
 // SQLite allows 32766 bound parameters per statement; tasks rows have 19 columns.
 const INSERT_CHUNK = 64;
+/** Ids per read of endedAmong (SQLite binds at most 32,766 parameters per statement). */
+const ENDED_READ_CHUNK = 500;
 
 const TASK_COLUMNS = [
   "id",
@@ -240,37 +242,46 @@ export class TaskRepo {
   /**
    * Writes a batch in one transaction: whole rows first (`inserts`: tasks
    * written for the first time), then row changes, then history entries.
+   *
+   * A task ends once in the store. With several coordinators two may write
+   * one task, each having applied one of its events: a status change never
+   * lands on a row another already ended, and that task's history entries of
+   * this batch are dropped with it. So a task that ran twice (its delivery's
+   * ack lost, say, while a NATS node stopped) keeps the first final status,
+   * result and history entry written. Answers the ids whose change was dropped.
    */
   async applyBatch(
     patches: Map<string, TaskPatch>,
     history: TaskHistoryEntry[],
     inserts: TaskRecord[] = [],
-  ): Promise<void> {
-    if (patches.size === 0 && history.length === 0 && inserts.length === 0) return;
+  ): Promise<Set<string>> {
+    const dropped = new Set<string>();
+    if (patches.size === 0 && history.length === 0 && inserts.length === 0) return dropped;
     await this.db.transaction().execute(async (trx) => {
       await this.insertRows(trx, inserts);
       for (const [id, p] of patches) {
         const { columns, values } = patchColumns(p);
         values.push(id);
-        // With several coordinators two may write one task (each applied one of its events): a
-        // change to an open status never overwrites a row another already ended.
-        const open = p.status !== undefined && !ENDED.includes(p.status);
-        if (open) values.push(...ENDED);
-        await this.shapes.run(
+        const guarded = p.status !== undefined;
+        if (guarded) values.push(...ENDED);
+        const r = await this.shapes.run(
           trx,
-          `update tasks ${columns.join(",")}${open ? " while open" : ""}`,
+          `update tasks ${columns.join(",")}${guarded ? " while open" : ""}`,
           values,
           () => {
             const q = trx
               .updateTable("tasks")
               .set(zip(columns, values, 0) as Updateable<TaskTable>)
               .where("id", "=", id);
-            return open ? q.where("status", "not in", ENDED) : q;
+            return guarded ? q.where("status", "not in", ENDED) : q;
           },
         );
+        if (guarded && r.numAffectedRows === BigInt(0)) dropped.add(id);
       }
-      await this.insertChunks(trx, "task_events", EVENT_COLUMNS, history.map(eventValues));
+      const kept = dropped.size === 0 ? history : history.filter((h) => !dropped.has(h.taskId));
+      await this.insertChunks(trx, "task_events", EVENT_COLUMNS, kept.map(eventValues));
     });
+    return dropped;
   }
 
   async get(id: string): Promise<TaskRecord | undefined> {
@@ -395,6 +406,21 @@ export class TaskRepo {
         .execute();
       return true;
     });
+  }
+
+  /** The rows of those of `ids` that have ended (any order), read in chunks. */
+  async endedAmong(ids: readonly string[]): Promise<TaskRecord[]> {
+    const out: TaskRecord[] = [];
+    for (let i = 0; i < ids.length; i += ENDED_READ_CHUNK) {
+      const rows = await this.db
+        .selectFrom("tasks")
+        .selectAll()
+        .where("id", "in", ids.slice(i, i + ENDED_READ_CHUNK))
+        .where("status", "in", ENDED)
+        .execute();
+      for (const r of rows) out.push(toTask(r));
+    }
+    return out;
   }
 
   /** Tasks not yet finished (PENDING, RETRY, RUNNING), without results: what a restarting coordinator tracks. */

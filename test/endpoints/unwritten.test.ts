@@ -59,8 +59,9 @@ function harnessWithWrites(directFoldMs: number): WritesHarness {
       history: TaskHistoryEntry[],
       inserts: TaskRecord[] = [],
     ) => {
-      await apply(patches, history, inserts);
+      const dropped = await apply(patches, history, inserts);
       writes.push({ inserts: inserts.map((r) => r.id), patches: [...patches.keys()], history: [...history] });
+      return dropped;
     };
   });
   after(async () => {

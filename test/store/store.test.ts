@@ -211,6 +211,27 @@ for (const engine of STORE_ENGINES) {
         (await store.tasks.history(ids[0] as string)).map((h) => h.status),
         ["RUNNING", "COMPLETE"],
       );
+      // A second end of the task (another attempt) is dropped with its history; the rest of the batch is written.
+      const dropped = await store.tasks.applyBatch(
+        new Map([
+          [ids[0] as string, { status: "FAILED" as const, attempt: 2, updatedAt: at }],
+          [ids[2] as string, { status: "RUNNING" as const, attempt: 1, updatedAt: at }],
+        ]),
+        [
+          { taskId: ids[0] as string, status: "FAILED", attempt: 2, containerId: "ctr-2", reason: null, at },
+          { taskId: ids[2] as string, status: "RUNNING", attempt: 1, containerId: "ctr-2", reason: null, at },
+        ],
+      );
+      assert.deepEqual([...dropped], [ids[0]]);
+      assert.equal((await store.tasks.get(ids[0] as string))?.status, "COMPLETE");
+      assert.deepEqual(
+        (await store.tasks.history(ids[0] as string)).map((h) => h.status),
+        ["RUNNING", "COMPLETE"],
+      );
+      assert.deepEqual(
+        (await store.tasks.history(ids[2] as string)).map((h) => h.status),
+        ["RUNNING"],
+      );
       const live = (await store.tasks.listLive()).filter((t) => t.stubId === stub.id);
       assert.equal(live.length, 1199);
       assert.equal(live.find((t) => t.id === ids[1])?.status, "RUNNING");

@@ -135,6 +135,63 @@ describe("task events across coordinators (real NATS, one SQLite store)", () => 
     assert.equal((await h.store.tasks.get(id as string))?.endedAt, later);
   });
 
+  test("a second end of one task (another attempt, written by another coordinator) leaves the first: one final entry", async () => {
+    const [id] = await a.submit(h.ws.id, stubId, [Buffer.from("twice")]);
+    const task = id as string;
+    const t1 = new Date().toISOString();
+    const first = await h.store.tasks.applyBatch(
+      new Map([
+        [task, { status: "COMPLETE", attempt: 1, result: Buffer.from("one"), updatedAt: t1, endedAt: t1 }],
+      ]),
+      [
+        { taskId: task, status: "RUNNING", attempt: 1, containerId: "ctr-1", reason: null, at: t1 },
+        { taskId: task, status: "COMPLETE", attempt: 1, containerId: "ctr-1", reason: null, at: t1 },
+      ],
+    );
+    assert.deepEqual([...first], []);
+    // The delivery's ack was lost: the task ran again, and a coordinator whose live copy missed
+    // the first end applies the second attempt's events in one batch with another task's change.
+    const [other] = await a.submit(h.ws.id, stubId, [Buffer.from("other")]);
+    const t2 = new Date(Date.now() + 1000).toISOString();
+    const second = await h.store.tasks.applyBatch(
+      new Map([
+        [task, { status: "COMPLETE", attempt: 2, result: Buffer.from("two"), updatedAt: t2, endedAt: t2 }],
+        [other as string, { status: "RUNNING", attempt: 1, updatedAt: t2 }],
+      ]),
+      [
+        { taskId: task, status: "RETRY", attempt: 1, containerId: "ctr-1", reason: "redelivered", at: t2 },
+        { taskId: task, status: "RUNNING", attempt: 2, containerId: "ctr-2", reason: null, at: t2 },
+        { taskId: task, status: "COMPLETE", attempt: 2, containerId: "ctr-2", reason: null, at: t2 },
+        {
+          taskId: other as string,
+          status: "RUNNING",
+          attempt: 1,
+          containerId: "ctr-3",
+          reason: null,
+          at: t2,
+        },
+      ],
+    );
+    assert.deepEqual([...second], [task], "the ended task's change is the one dropped");
+    const row = await h.store.tasks.get(task);
+    assert.equal(row?.status, "COMPLETE");
+    assert.equal(row?.attempt, 1);
+    assert.equal(row?.result?.toString(), "one");
+    assert.equal(row?.endedAt, t1);
+    assert.deepEqual(
+      (await h.store.tasks.history(task))
+        .filter((e) => e.status !== "PENDING")
+        .map((e) => `${e.status}/${e.attempt}`),
+      ["RUNNING/1", "COMPLETE/1"],
+    );
+    // The other task's change in the same batch is written.
+    assert.equal((await h.store.tasks.get(other as string))?.status, "RUNNING");
+    assert.deepEqual(
+      (await h.store.tasks.history(other as string)).map((e) => e.status).filter((s) => s === "RUNNING"),
+      ["RUNNING"],
+    );
+  });
+
   test("tasks queued through one coordinator count in the other's demand at once (its container manager scales from it)", async () => {
     // Earlier cases left a task waiting (never run): counted on both.
     const base = a.demandOf(stubId)?.pending ?? 0;

@@ -46,8 +46,9 @@ for (const engine of STORE_ENGINES) {
       // The spy: every batch the writer commits, by task.
       const apply = store.tasks.applyBatch.bind(store.tasks);
       store.tasks.applyBatch = async (patches, history, inserts: TaskRecord[] = []) => {
-        await apply(patches, history, inserts);
+        const dropped = await apply(patches, history, inserts);
         writes.push({ inserts: inserts.map((r) => r.id), patches: [...patches], history: [...history] });
+        return dropped;
       };
     });
     after(async () => {
