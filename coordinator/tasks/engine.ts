@@ -3,9 +3,9 @@
 
 import type { Logger } from "pino";
 import type { TaskError, TaskEvent, TaskStatus } from "../../shared/tasks.ts";
-import type { TaskHistoryEntry, TaskPatch, TaskRepo } from "./store.ts";
+import type { TaskHistoryEntry, TaskPatch, TaskRecord, TaskRepo } from "./store.ts";
 import { BatchWriter, type BatchWriterOptions } from "./batch-writer.ts";
-import { type LiveTask, LiveIndex, recordFromLive } from "./live-index.ts";
+import { type LiveTask, LiveIndex, liveFromRecord, recordFromLive } from "./live-index.ts";
 import { isTerminal, mayEnd, stepsFor } from "./transitions.ts";
 import { FOLD_MS, type Unwritten, UnwrittenTasks } from "./unwritten.ts";
 
@@ -215,6 +215,29 @@ export class TaskEngine {
       error: t.error,
     });
     return true;
+  }
+
+  /**
+   * Takes in the end of a task another coordinator committed whose relay
+   * this one missed (catch-up.ts): the live copy becomes the row, it leaves
+   * the index and its watchers hear the result. Nothing is written or
+   * announced; the coordinator that ended the task did both.
+   */
+  takeEnded(t: LiveTask, row: TaskRecord): void {
+    if (isTerminal(t.status) || !isTerminal(row.status) || this.unwritten.has(t.id)) return;
+    const ended = liveFromRecord(row);
+    this.index.setStatus(t, row.status, row.containerId, Date.parse(row.updatedAt) || Date.now());
+    Object.assign(t, ended);
+    this.lostAttempts.delete(t.id);
+    this.index.remove(t.id);
+    this.emit({
+      type: "result",
+      taskId: t.id,
+      status: t.status,
+      result: t.result,
+      resultJson: t.resultJson,
+      error: t.error,
+    });
   }
 
   /**

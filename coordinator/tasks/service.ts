@@ -21,6 +21,7 @@ import { DirectTasks } from "./direct.ts";
 import { DirectOrphanCheck } from "./direct-orphans.ts";
 import { DirectOwners } from "./direct-owners.ts";
 import { TaskEngine, type TaskListener, type TaskStatusListener, type TaskUpdate } from "./engine.ts";
+import { TaskCatchUp, type TaskCatchUpOptions } from "./catch-up.ts";
 import { TaskEventConsumer } from "./event-consumer.ts";
 import { type LiveTask, liveFromRecord, pendingTask, recordFromLive } from "./live-index.ts";
 import { requestedResources } from "./cost.ts";
@@ -59,6 +60,8 @@ export interface TaskServiceDeps {
   budgets?: { check(workspaceId: string, work: { gpus: boolean }): Promise<void> };
   /** The survivors' check for a dead coordinator's direct tasks (direct-orphans.ts): interval, grace, answer wait (ms). */
   directOrphans?: { intervalMs?: number; graceMs?: number; answerWaitMs?: number };
+  /** Reading the rows of open tasks for ends whose relay was missed (catch-up.ts). */
+  catchUp?: TaskCatchUpOptions;
 }
 
 export interface SubmitOptions {
@@ -100,6 +103,9 @@ export class TaskService implements TaskActivity {
   private readonly lostTaskAfterMs: number;
   private readonly queue: TaskQueue;
   private readonly events: TaskEventConsumer;
+  /** Ends committed by another coordinator whose relay this one missed (catch-up.ts). */
+  readonly catchUp: TaskCatchUp;
+  private readonly nats: TaskServiceDeps["nats"];
   private sweeper: NodeJS.Timeout | undefined;
   private readonly limits: TaskServiceDeps["limits"];
   private readonly budgets: TaskServiceDeps["budgets"];
@@ -132,6 +138,8 @@ export class TaskService implements TaskActivity {
       d.onTaskStatus,
     );
     this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
+    this.nats = d.nats;
+    this.catchUp = new TaskCatchUp(this.engine, d.store.tasks, d.log, this.clock, d.catchUp);
     this.direct = new DirectTasks(this.engine, d.log, this.clock);
     this.directOwners = new DirectOwners(d.nats, (id) => this.direct.owns(id), d.log);
     this.directOrphans = new DirectOrphanCheck({
@@ -166,6 +174,7 @@ export class TaskService implements TaskActivity {
     );
     for (const d of this.engine.index.demandList()) this.engine.index.notify(d.stubId);
     await this.events.start(jsm);
+    this.catchUp.start(this.nats);
     this.directOrphans.start();
     this.sweeper = setInterval(() => this.sweep(), this.sweepIntervalMs);
     this.sweeper.unref();
@@ -175,6 +184,7 @@ export class TaskService implements TaskActivity {
     clearInterval(this.sweeper);
     this.directOrphans.stop();
     this.directOwners.stop();
+    await this.catchUp.stop();
     await this.events.stop();
     await this.engine.stop();
     await this.callbacks.drain();
