@@ -67,6 +67,8 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   private readonly allocations: Allocations;
   /** Ids between reservation and the end of runContainer. */
   private readonly starting = new Set<string>();
+  /** Removals under way: another remove of the same container answers with the first's (coordinators may each ask). */
+  private readonly removing = new Map<string, Promise<ContainerStatus>>();
   private recovering = false;
   readonly code: CodeStore;
   private readonly bridges: RunnerBridges;
@@ -307,10 +309,16 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
     }
   }
 
-  async stopContainer(
-    id: string,
-    opts: { graceMs?: number; remove?: boolean } = {},
-  ): Promise<ContainerStatus> {
+  stopContainer(id: string, opts: { graceMs?: number; remove?: boolean } = {}): Promise<ContainerStatus> {
+    if (!opts.remove) return this.stopOnce(id, opts);
+    const under = this.removing.get(id);
+    if (under) return under;
+    const done = this.stopOnce(id, opts).finally(() => this.removing.delete(id));
+    this.removing.set(id, done);
+    return done;
+  }
+
+  private async stopOnce(id: string, opts: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus> {
     const record = this.mustGet(id);
     const graceMs = opts.graceMs ?? this.options.defaultGraceMs;
     if (!Number.isInteger(graceMs) || graceMs < 0) {

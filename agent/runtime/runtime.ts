@@ -86,6 +86,8 @@ export class ContainerRuntime {
   readonly host: HostFacts;
   private readonly clis: OciRuntimeClis;
   private readonly entries = new Map<string, ContainerEntry>();
+  /** Deletes under way: a second delete of the same id waits for the first (several coordinators may ask at once). */
+  private readonly deleting = new Map<string, Promise<void>>();
   private readonly reservedIdMaps = new Map<string, IdMap>();
   private timer?: NodeJS.Timeout;
   private closed = false;
@@ -351,7 +353,15 @@ export class ContainerRuntime {
   }
 
   /** Stops (no grace) and removes everything the container had; a no-op for unknown ids. */
-  async delete(id: string): Promise<void> {
+  delete(id: string): Promise<void> {
+    const under = this.deleting.get(id);
+    if (under) return under;
+    const done = this.deleteOnce(id).finally(() => this.deleting.delete(id));
+    this.deleting.set(id, done);
+    return done;
+  }
+
+  private async deleteOnce(id: string): Promise<void> {
     const entry = this.entries.get(id);
     if (entry?.status === "created")
       throw new BerthError("failed_precondition", `container ${id} is still starting`);

@@ -211,3 +211,32 @@ test("eth0's addresses must be addresses: nothing else reaches the hook", async 
     );
   }
 });
+
+test("two deletes of one exited container at once (coordinators removing it each) both succeed; nothing is left", async (t) => {
+  if (!needs(t, REQ)) return;
+  const h = await runtimeHarness(t);
+  const scratch = mkdtempSync(join(tmpdir(), "berth-userns-"));
+  t.after(() => rmSync(scratch, { recursive: true, force: true }));
+  const spec = h.spec(py("print('done')"), {
+    userNamespace: true,
+    mounts: [{ source: scratch, destination: "/vol", idmapped: true }],
+  });
+  await h.rt.run(spec);
+  assert.equal((await h.exitEvent(spec.id)).exitCode, 0);
+  const results = await Promise.allSettled([
+    h.rt.delete(spec.id),
+    h.rt.delete(spec.id),
+    h.rt.delete(spec.id),
+  ]);
+  assert.deepEqual(
+    results.map((r) => (r.status === "rejected" ? String((r.reason as Error).message) : "ok")),
+    ["ok", "ok", "ok"],
+  );
+  assert.equal(h.rt.get(spec.id), undefined);
+  assert.deepEqual(
+    mountsUnder(h.dir).filter((p) => p.includes(spec.id)),
+    [],
+    "no mount is left behind",
+  );
+  assert.equal(existsSync(join(h.root, spec.id)), false, "its bundle is gone");
+});
