@@ -9,8 +9,10 @@
 // and takes in the ends it missed (TaskEngine.takeEnded): right after each
 // reconnect to NATS (and once more a little later, for ends whose relay was
 // still in flight), and every `everyMs` for copies unchanged that long. The
-// periodic read costs one query per 500 such tasks; a copy that changes
-// more often than that is never read.
+// periodic read is for relays lost without this coordinator reconnecting (a
+// node that died with the relay in it, on its way to this coordinator's
+// node): such an end is taken in within twice `everyMs`. It costs one query
+// per 500 such tasks; a copy that changes more often is never read.
 
 import type { NatsConnection } from "nats";
 import type { Logger } from "pino";
@@ -20,7 +22,7 @@ import type { TaskRepo } from "./store.ts";
 import { isTerminal } from "./transitions.ts";
 
 export interface TaskCatchUpOptions {
-  /** How often open copies unchanged this long are read. @default 30000 */
+  /** How often open copies unchanged this long are read. @default 15000 */
   everyMs?: number;
   /** The second read after a reconnect. @default 5000 */
   againAfterMs?: number;
@@ -41,7 +43,7 @@ export class TaskCatchUp {
     private readonly clock: () => number,
     o: TaskCatchUpOptions = {},
   ) {
-    this.everyMs = o.everyMs ?? 30_000;
+    this.everyMs = o.everyMs ?? 15_000;
     this.againAfterMs = o.againAfterMs ?? 5000;
   }
 

@@ -19,7 +19,8 @@ describe("catching up on task ends another coordinator committed (real NATS, SQL
   const cleanups: (() => unknown)[] = [];
 
   before(async () => {
-    h = await startTaskHarness({ after: (fn) => cleanups.push(fn) });
+    // No periodic read here: the first cases call it, or count on the reconnect's alone.
+    h = await startTaskHarness({ after: (fn) => cleanups.push(fn) }, { catchUp: { everyMs: 3_600_000 } });
     stubId = (
       await h.tasks.upsertStub(h.ws.id, {
         name: "catch-up",
@@ -113,5 +114,21 @@ describe("catching up on task ends another coordinator committed (real NATS, SQL
     });
     const heard = results.get(id as string);
     assert.equal(heard?.type === "result" && heard.resultJson, "16");
+  });
+
+  test("an end whose relay was lost with no reconnect here is taken in by the periodic read", async () => {
+    const other = h.newService({ catchUp: { everyMs: 300 } });
+    await other.start();
+    cleanups.unshift(() => other.stop());
+    const [id] = await other.submit(h.ws.id, stubId, [Buffer.from("d")]);
+    const heard: TaskUpdate[] = [];
+    cleanups.unshift(other.watch([id as string], (u) => u.type === "result" && heard.push(u)));
+    await endElsewhere(id as string, "25");
+    await waitFor(() => heard.length > 0, {
+      timeoutMs: 10_000,
+      what: "the periodic read to take the end in",
+    });
+    assert.equal(heard[0]?.type === "result" && heard[0].resultJson, "25");
+    assert.equal(heard.length, 1);
   });
 });

@@ -47,7 +47,8 @@ export interface TaskHarness {
   /** Publishes a task event as agent `agent-1` would. */
   event(ev: Partial<TaskEvent> & Pick<TaskEvent, "type" | "taskId">): Promise<void>;
   output(taskId: string, stream: "stdout" | "stderr", data: string): void;
-  newService(): TaskService;
+  /** Another task service on the same store and NATS (another coordinator), with `more` of its deps. */
+  newService(more?: Partial<TaskServiceDeps>): TaskService;
 }
 
 export async function startTaskHarness(
@@ -58,6 +59,7 @@ export async function startTaskHarness(
     lostTaskAfterMs?: number;
     directOrphans?: TaskServiceDeps["directOrphans"];
     budgets?: TaskServiceDeps["budgets"];
+    catchUp?: TaskServiceDeps["catchUp"];
   } = {},
 ): Promise<TaskHarness> {
   const { nats, dir: dataDir, store, nc, agentNc, defer } = await startNatsStore(suite);
@@ -65,7 +67,7 @@ export async function startTaskHarness(
   const counts = new Map<string, number>();
   const containerCounts: ContainerCounts = { activeContainers: (stubId) => counts.get(stubId) ?? 0 };
   const log = pino({ level: "silent" });
-  const newService = () =>
+  const newService = (more: Partial<TaskServiceDeps> = {}) =>
     new TaskService({
       store,
       nats: nc,
@@ -78,6 +80,8 @@ export async function startTaskHarness(
       ...(o.lostTaskAfterMs !== undefined ? { lostTaskAfterMs: o.lostTaskAfterMs } : {}),
       ...(o.directOrphans ? { directOrphans: o.directOrphans } : {}),
       ...(o.budgets ? { budgets: o.budgets } : {}),
+      ...(o.catchUp ? { catchUp: o.catchUp } : {}),
+      ...more,
     });
   const tasks = newService();
   await tasks.start();
