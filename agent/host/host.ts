@@ -6,6 +6,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
+import { SingleFlight } from "../../shared/single-flight.ts";
 import { CodeStore } from "../code/store.ts";
 import type { ContainerFiles } from "../files/index.ts";
 import type {
@@ -68,7 +69,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
   /** Ids between reservation and the end of runContainer. */
   private readonly starting = new Set<string>();
   /** Removals under way: another remove of the same container answers with the first's (coordinators may each ask). */
-  private readonly removing = new Map<string, Promise<ContainerStatus>>();
+  private readonly removing = new SingleFlight<ContainerStatus>();
   private recovering = false;
   readonly code: CodeStore;
   private readonly bridges: RunnerBridges;
@@ -311,11 +312,7 @@ export class ContainerHost extends SandboxDelegation implements ContainerApi {
 
   stopContainer(id: string, opts: { graceMs?: number; remove?: boolean } = {}): Promise<ContainerStatus> {
     if (!opts.remove) return this.stopOnce(id, opts);
-    const under = this.removing.get(id);
-    if (under) return under;
-    const done = this.stopOnce(id, opts).finally(() => this.removing.delete(id));
-    this.removing.set(id, done);
-    return done;
+    return this.removing.run(id, () => this.stopOnce(id, opts));
   }
 
   private async stopOnce(id: string, opts: { graceMs?: number; remove?: boolean }): Promise<ContainerStatus> {

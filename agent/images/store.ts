@@ -42,7 +42,8 @@ import type { BlobHolder } from "./blob-server.ts";
 import { type PushProgress, pushImage } from "./push.ts";
 import { clusterPushEndpoint, credentialsFingerprint, loginCredentials } from "./registry-access.ts";
 import { inspectRawManifest, withRegistryAccess } from "./skopeo.ts";
-import { SharedExclusiveLock, SingleFlight } from "./sync.ts";
+import { SharedExclusiveLock } from "./sync.ts";
+import { SingleFlight } from "../../shared/single-flight.ts";
 
 /**
  * The agent's image cache. Layout under `root`:

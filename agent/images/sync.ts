@@ -1,16 +1,3 @@
-/** Runs `fn` once per key at a time; callers with the same key share its promise. */
-export class SingleFlight<T> {
-  private readonly inflight = new Map<string, Promise<T>>();
-
-  run(key: string, fn: () => Promise<T>): Promise<T> {
-    const existing = this.inflight.get(key);
-    if (existing) return existing;
-    const p = fn().finally(() => this.inflight.delete(key));
-    this.inflight.set(key, p);
-    return p;
-  }
-}
-
 /**
  * Many shared holders (pulls, imports) or one exclusive holder (remove, GC,
  * which delete blobs a running pull may have written but not yet tagged).

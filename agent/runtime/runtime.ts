@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
+import { SingleFlight } from "../../shared/single-flight.ts";
 import {
   type CgroupLayout,
   type CgroupUsage,
@@ -87,7 +88,7 @@ export class ContainerRuntime {
   private readonly clis: OciRuntimeClis;
   private readonly entries = new Map<string, ContainerEntry>();
   /** Deletes under way: a second delete of the same id waits for the first (several coordinators may ask at once). */
-  private readonly deleting = new Map<string, Promise<void>>();
+  private readonly deleting = new SingleFlight<void>();
   private readonly reservedIdMaps = new Map<string, IdMap>();
   private timer?: NodeJS.Timeout;
   private closed = false;
@@ -354,11 +355,7 @@ export class ContainerRuntime {
 
   /** Stops (no grace) and removes everything the container had; a no-op for unknown ids. */
   delete(id: string): Promise<void> {
-    const under = this.deleting.get(id);
-    if (under) return under;
-    const done = this.deleteOnce(id).finally(() => this.deleting.delete(id));
-    this.deleting.set(id, done);
-    return done;
+    return this.deleting.run(id, () => this.deleteOnce(id));
   }
 
   private async deleteOnce(id: string): Promise<void> {

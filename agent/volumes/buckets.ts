@@ -31,6 +31,7 @@ import { promisify } from "node:util";
 import type { BucketMount } from "../../api/index.ts";
 import { checkBucketEndpoint, checkBucketName, checkBucketRegion } from "../../shared/buckets.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
+import { SingleFlight } from "../../shared/single-flight.ts";
 import { checkMountPath } from "../../shared/volumes.ts";
 import type { BindMount } from "../runtime/index.ts";
 import { type ReadOnlyParent, volumeDestination } from "./volumes.ts";
@@ -114,7 +115,7 @@ export interface BucketMountsOptions {
 }
 
 export class BucketMounts {
-  private readonly unmounting = new Map<string, Promise<void>>();
+  private readonly unmounting = new SingleFlight<void>();
   private readonly s3fs: string;
 
   constructor(private readonly o: BucketMountsOptions) {
@@ -256,11 +257,7 @@ export class BucketMounts {
    * concurrent calls share one run.
    */
   unmount(id: string): Promise<void> {
-    const running = this.unmounting.get(id);
-    if (running) return running;
-    const p = this.unmountNow(id).finally(() => this.unmounting.delete(id));
-    this.unmounting.set(id, p);
-    return p;
+    return this.unmounting.run(id, () => this.unmountNow(id));
   }
 
   private async unmountNow(id: string): Promise<void> {
