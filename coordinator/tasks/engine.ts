@@ -204,16 +204,7 @@ export class TaskEngine {
       return true;
     }
     t.endedAt = t.updatedAt;
-    this.lostAttempts.delete(t.id);
-    this.index.remove(t.id);
-    this.emit({
-      type: "result",
-      taskId: t.id,
-      status: t.status,
-      result: t.result,
-      resultJson: t.resultJson,
-      error: t.error,
-    });
+    this.closeCopy(t);
     return true;
   }
 
@@ -228,16 +219,7 @@ export class TaskEngine {
     const ended = liveFromRecord(row);
     this.index.setStatus(t, row.status, row.containerId, Date.parse(row.updatedAt) || Date.now());
     Object.assign(t, ended);
-    this.lostAttempts.delete(t.id);
-    this.index.remove(t.id);
-    this.emit({
-      type: "result",
-      taskId: t.id,
-      status: t.status,
-      result: t.result,
-      resultJson: t.resultJson,
-      error: t.error,
-    });
+    this.closeCopy(t);
   }
 
   /**
@@ -344,6 +326,24 @@ export class TaskEngine {
     for (const fn of u.afterCommit) this.writer.afterCommit(fn);
   }
 
+  /** An ended task's copy, written by another coordinator, leaves the index; its watchers hear the result. */
+  private closeCopy(t: LiveTask): void {
+    this.lostAttempts.delete(t.id);
+    this.index.remove(t.id);
+    this.emitResult(t);
+  }
+
+  private emitResult(t: LiveTask): void {
+    this.emit({
+      type: "result",
+      taskId: t.id,
+      status: t.status,
+      result: t.result,
+      resultJson: t.resultJson,
+      error: t.error,
+    });
+  }
+
   private announce(t: LiveTask): void {
     if (!isTerminal(t.status)) {
       this.emit({ type: "status", taskId: t.id, status: t.status, attempt: t.attempt });
@@ -354,14 +354,7 @@ export class TaskEngine {
     const u = this.unwritten.take(t.id);
     if (u) this.writeRow(u);
     else this.writer.patch(t.id, { endedAt: t.endedAt, updatedAt: t.updatedAt });
-    this.emit({
-      type: "result",
-      taskId: t.id,
-      status: t.status,
-      result: t.result,
-      resultJson: t.resultJson,
-      error: t.error,
-    });
+    this.emitResult(t);
     this.writer.afterCommit(() => {
       this.index.remove(t.id);
       this.onFinished(t);

@@ -11,7 +11,7 @@ import { startNatsServer } from "../../shared/nats-server.ts";
 import { waitFor } from "../../shared/net.ts";
 import { clusterNatsUsers } from "../../shared/subjects.ts";
 import type { TaskUpdate } from "../../coordinator/tasks/service.ts";
-import { startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
+import { functionStubId, startTaskHarness, type TaskHarness } from "./harness.ts";
 
 describe("catching up on task ends another coordinator committed (real NATS, SQLite)", () => {
   let h: TaskHarness;
@@ -21,14 +21,7 @@ describe("catching up on task ends another coordinator committed (real NATS, SQL
   before(async () => {
     // No periodic read here: the first cases call it, or count on the reconnect's alone.
     h = await startTaskHarness({ after: (fn) => cleanups.push(fn) }, { catchUp: { everyMs: 3_600_000 } });
-    stubId = (
-      await h.tasks.upsertStub(h.ws.id, {
-        name: "catch-up",
-        type: "function",
-        config: stubConfig(),
-        extra: stubExtra(),
-      })
-    ).stub.id;
+    stubId = await functionStubId(h, "catch-up");
   });
   after(async () => {
     for (const fn of cleanups) await fn();

@@ -29,7 +29,15 @@ import { storeJoinService } from "../helpers/join.ts";
 import { startNatsStore } from "../helpers/nats-store.ts";
 import type { TestNats } from "../helpers/nats.ts";
 
+import { stubConfig, stubExtra } from "./fixtures.ts";
 export { stubConfig, stubExtra } from "./fixtures.ts";
+
+/** Registers a function stub `name` (the fixtures' config) in the harness's workspace; its id. */
+export async function functionStubId(h: TaskHarness, name: string): Promise<string> {
+  return (
+    await h.tasks.upsertStub(h.ws.id, { name, type: "function", config: stubConfig(), extra: stubExtra() })
+  ).stub.id;
+}
 
 export interface TaskHarness {
   nats: TestNats;

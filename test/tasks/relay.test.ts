@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { TaskService, TaskUpdate } from "../../coordinator/tasks/service.ts";
 import { waitFor } from "../../shared/net.ts";
-import { startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
+import { functionStubId, startTaskHarness, type TaskHarness } from "./harness.ts";
 
 describe("task events across coordinators (real NATS, one SQLite store)", () => {
   let h: TaskHarness;
@@ -21,14 +21,7 @@ describe("task events across coordinators (real NATS, one SQLite store)", () => 
     b = h.newService();
     await b.start();
     cleanups.unshift(() => b.stop());
-    stubId = (
-      await a.upsertStub(h.ws.id, {
-        name: "relay",
-        type: "function",
-        config: stubConfig(),
-        extra: stubExtra(),
-      })
-    ).stub.id;
+    stubId = await functionStubId(h, "relay");
   });
   after(async () => {
     for (const fn of cleanups) await fn();

@@ -12,7 +12,7 @@ import {
   TaskHeaders,
   type TaskStatus,
 } from "../../shared/tasks.ts";
-import { startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
+import { functionStubId, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
 
 describe("task service (real NATS, SQLite)", () => {
   let h: TaskHarness;
@@ -23,14 +23,7 @@ describe("task service (real NATS, SQLite)", () => {
   before(async () => {
     h = await startTaskHarness({ after: (fn) => cleanups.push(fn) });
     tasks = h.tasks;
-    stubId = (
-      await tasks.upsertStub(h.ws.id, {
-        name: "square",
-        type: "function",
-        config: stubConfig(),
-        extra: stubExtra(),
-      })
-    ).stub.id;
+    stubId = await functionStubId(h, "square");
   });
   after(async () => {
     for (const fn of cleanups) await fn();
