@@ -6,7 +6,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { type EgressPolicy, validateEgressPolicy } from "../../shared/egress.ts";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
-import { SingleFlight } from "../../shared/single-flight.ts";
+import { SingleFlight } from "../single-flight.ts";
 import { CodeStore } from "../code/store.ts";
 import type { ContainerFiles } from "../files/index.ts";
 import type {

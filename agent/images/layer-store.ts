@@ -26,7 +26,7 @@ import { join } from "node:path";
 import type { OciDescriptor } from "./oci-layout.ts";
 import { treeBytes } from "./oci-layout.ts";
 import { digestHex } from "./reference.ts";
-import { SingleFlight } from "../../shared/single-flight.ts";
+import { SingleFlight } from "../single-flight.ts";
 
 /** Short names first; a longer prefix only when a shorter one is some other layer's. */
 const LINK_LENGTHS = [12, 20, 32, 64];

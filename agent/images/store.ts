@@ -43,7 +43,7 @@ import { type PushProgress, pushImage } from "./push.ts";
 import { clusterPushEndpoint, credentialsFingerprint, loginCredentials } from "./registry-access.ts";
 import { inspectRawManifest, withRegistryAccess } from "./skopeo.ts";
 import { SharedExclusiveLock } from "./sync.ts";
-import { SingleFlight } from "../../shared/single-flight.ts";
+import { SingleFlight } from "../single-flight.ts";
 
 /**
  * The agent's image cache. Layout under `root`:

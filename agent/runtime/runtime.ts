@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { BerthError, describeError, notFound } from "../../shared/errors.ts";
-import { SingleFlight } from "../../shared/single-flight.ts";
+import { SingleFlight } from "../single-flight.ts";
 import {
   type CgroupLayout,
   type CgroupUsage,

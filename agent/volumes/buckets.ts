@@ -31,7 +31,7 @@ import { promisify } from "node:util";
 import type { BucketMount } from "../../api/index.ts";
 import { checkBucketEndpoint, checkBucketName, checkBucketRegion } from "../../shared/buckets.ts";
 import { BerthError, invalid } from "../../shared/errors.ts";
-import { SingleFlight } from "../../shared/single-flight.ts";
+import { SingleFlight } from "../single-flight.ts";
 import { checkMountPath } from "../../shared/volumes.ts";
 import type { BindMount } from "../runtime/index.ts";
 import { type ReadOnlyParent, volumeDestination } from "./volumes.ts";

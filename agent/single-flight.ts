@@ -1,6 +1,7 @@
 // One run per key at a time: a second caller with the same key gets the
 // first one's promise (an image pulled once for many starts, a container
-// removed once when several coordinators ask).
+// removed once when several coordinators ask). Agent-wide: the image store,
+// the runtime, the host and the bucket mounts use it.
 
 /** Runs `fn` once per key at a time; callers with the same key share its promise. */
 export class SingleFlight<T> {
