@@ -37,6 +37,7 @@ export class TaskCatchUp {
   private readonly againAfterMs: number;
 
   constructor(
+    private readonly nc: NatsConnection,
     private readonly engine: TaskEngine,
     private readonly tasks: TaskRepo,
     private readonly log: Logger,
@@ -47,10 +48,10 @@ export class TaskCatchUp {
     this.againAfterMs = o.againAfterMs ?? 5000;
   }
 
-  start(nc: NatsConnection): void {
+  start(): void {
     // The status iterator ends when the connection closes; a stopped catch-up leaves it at its next status.
     void (async () => {
-      for await (const s of nc.status()) {
+      for await (const s of this.nc.status()) {
         if (this.stopped) break;
         if (s.type === "reconnect") this.afterReconnect();
       }
@@ -86,9 +87,7 @@ export class TaskCatchUp {
       if (ids.length === 0) return;
       for (const row of await this.tasks.endedAmong(ids)) {
         const t = this.engine.index.get(row.id);
-        if (!t || isTerminal(t.status)) continue;
-        this.engine.takeEnded(t, row);
-        taken++;
+        if (t && this.engine.takeEnded(t, row)) taken++;
       }
       if (taken > 0)
         this.log.info(

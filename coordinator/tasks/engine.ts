@@ -212,14 +212,16 @@ export class TaskEngine {
    * Takes in the end of a task another coordinator committed whose relay
    * this one missed (catch-up.ts): the live copy becomes the row, it leaves
    * the index and its watchers hear the result. Nothing is written or
-   * announced; the coordinator that ended the task did both.
+   * announced; the coordinator that ended the task did both. False when
+   * there was nothing to take in (the copy had ended, or the row had not).
    */
-  takeEnded(t: LiveTask, row: TaskRecord): void {
-    if (isTerminal(t.status) || !isTerminal(row.status) || this.unwritten.has(t.id)) return;
+  takeEnded(t: LiveTask, row: TaskRecord): boolean {
+    if (isTerminal(t.status) || !isTerminal(row.status) || this.unwritten.has(t.id)) return false;
     const ended = liveFromRecord(row);
     this.index.setStatus(t, row.status, row.containerId, Date.parse(row.updatedAt) || Date.now());
     Object.assign(t, ended);
     this.closeCopy(t);
+    return true;
   }
 
   /**

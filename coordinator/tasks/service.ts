@@ -105,7 +105,6 @@ export class TaskService implements TaskActivity {
   private readonly events: TaskEventConsumer;
   /** Ends committed by another coordinator whose relay this one missed (catch-up.ts). */
   readonly catchUp: TaskCatchUp;
-  private readonly nats: TaskServiceDeps["nats"];
   private sweeper: NodeJS.Timeout | undefined;
   private readonly limits: TaskServiceDeps["limits"];
   private readonly budgets: TaskServiceDeps["budgets"];
@@ -138,8 +137,7 @@ export class TaskService implements TaskActivity {
       d.onTaskStatus,
     );
     this.events = new TaskEventConsumer(d.nats, this.engine, d.store.tasks, d.log);
-    this.nats = d.nats;
-    this.catchUp = new TaskCatchUp(this.engine, d.store.tasks, d.log, this.clock, d.catchUp);
+    this.catchUp = new TaskCatchUp(d.nats, this.engine, d.store.tasks, d.log, this.clock, d.catchUp);
     this.direct = new DirectTasks(this.engine, d.log, this.clock);
     this.directOwners = new DirectOwners(d.nats, (id) => this.direct.owns(id), d.log);
     this.directOrphans = new DirectOrphanCheck({
@@ -174,7 +172,7 @@ export class TaskService implements TaskActivity {
     );
     for (const d of this.engine.index.demandList()) this.engine.index.notify(d.stubId);
     await this.events.start(jsm);
-    this.catchUp.start(this.nats);
+    this.catchUp.start();
     this.directOrphans.start();
     this.sweeper = setInterval(() => this.sweep(), this.sweepIntervalMs);
     this.sweeper.unref();

@@ -28,8 +28,8 @@ import {
 import { storeJoinService } from "../helpers/join.ts";
 import { startNatsStore } from "../helpers/nats-store.ts";
 import type { TestNats } from "../helpers/nats.ts";
-
 import { stubConfig, stubExtra } from "./fixtures.ts";
+
 export { stubConfig, stubExtra } from "./fixtures.ts";
 
 /** Registers a function stub `name` (the fixtures' config) in the harness's workspace; its id. */
