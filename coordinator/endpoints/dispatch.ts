@@ -19,7 +19,7 @@ import {
 } from "../http/index.ts";
 import { checkBody, describeBodyMismatch } from "./handler-params.ts";
 import type { StubRecord } from "../tasks/index.ts";
-import type { DirectOutcome, DirectTaskInfo } from "../tasks/index.ts";
+import type { DirectOutcome, DirectTaskInfo, DirectTaskOptions } from "../tasks/index.ts";
 import { PodRouter } from "./pods.ts";
 import { EndpointAuth, parseEndpointPath, type Resolved, resolveEndpoint } from "./resolve.ts";
 import { type Slot, SlotWaitEnded, EndpointSlots } from "./slots.ts";
@@ -44,6 +44,9 @@ export interface TaskRun {
   endedWith?: TaskError | null;
   /** A container to take when it has a free slot (the /v1 gateway's sessions). */
   prefer?: string;
+  /** What the task is recorded with; `recorded` once it is (dispatch() decides when). */
+  options: DirectTaskOptions;
+  recorded: boolean;
 }
 
 const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
@@ -178,8 +181,8 @@ export class EndpointDispatcher {
   }
 
   /**
-   * Admits a request (max_pending_tasks) and creates its task; answers the
-   * caller itself (429, 500 through the public error edge) and returns
+   * Admits a request (max_pending_tasks) and makes its task's id, which
+   * dispatch() records; answers the caller itself (429) and returns
    * undefined when it cannot.
    */
   async open(
@@ -197,16 +200,22 @@ export class EndpointDispatcher {
       );
       return undefined;
     }
-    let task: DirectTaskInfo;
-    try {
-      task = this.deps.tasks.direct.create(stub, { callbackUrl, tokenId });
-    } catch (e) {
-      this.slots.unreserve(stub);
-      // Logged (with its id) by the edge when it is internal.
-      say(e);
-      return undefined;
-    }
-    return { stub, task, controller: new AbortController(), why: undefined };
+    const task = this.deps.tasks.direct.prepare(stub);
+    return {
+      stub,
+      task,
+      controller: new AbortController(),
+      why: undefined,
+      options: { callbackUrl, tokenId },
+      recorded: false,
+    };
+  }
+
+  /** Records the request's task (PENDING) unless it is already. */
+  private record(run: TaskRun): void {
+    if (run.recorded) return;
+    run.recorded = true;
+    this.deps.tasks.direct.record(run.stub, run.task, run.options);
   }
 
   abort(run: TaskRun, why: AbortReason): void {
@@ -220,6 +229,13 @@ export class EndpointDispatcher {
    * a container that cannot be reached sends the request back to the head of
    * the queue (RETRY). Ends the task; `answer` gives the caller an error when
    * the task ends without the container's answer.
+   *
+   * A request that finds a free slot at once goes out before its task is
+   * recorded: recording it (the live index, its history, the workspace
+   * events) and marking it RUNNING then happen in the same turn of the event
+   * loop, after the request was written, while the container works on it.
+   * A request that must wait is recorded first, so it counts in the demand
+   * that starts containers.
    */
   async dispatch(run: TaskRun, attempt: (slot: Slot) => Promise<TryResult>, answer: Answer): Promise<void> {
     const { stub, task } = run;
@@ -231,7 +247,18 @@ export class EndpointDispatcher {
         this.abort(run, "ended");
       }
     });
+    // The recording and start of a request that went out first; run at the latest before its outcome.
+    let begin: (() => void) | undefined;
+    let beginLater: NodeJS.Immediate | undefined;
+    const begun = () => {
+      clearImmediate(beginLater);
+      const b = begin;
+      begin = undefined;
+      b?.();
+    };
     const finish = (o: DirectOutcome) => {
+      begun();
+      this.record(run);
       ending = true;
       direct.finished(task.id, o);
     };
@@ -240,7 +267,6 @@ export class EndpointDispatcher {
     const avoid = new Set<string>();
     try {
       for (;;) {
-        let slot: Slot;
         const want = {
           expiresAt: task.expiresAt,
           signal: run.controller.signal,
@@ -248,22 +274,30 @@ export class EndpointDispatcher {
           avoid,
           ...(run.prefer ? { prefer: run.prefer } : {}),
         };
-        try {
-          slot = this.slots.take(stub, want) ?? (await this.slots.acquire(stub, want));
-        } catch (e) {
-          if (e instanceof SlotWaitEnded && e.why === "expired") {
-            const secs =
-              task.expiresAt === null ? 0 : Math.round((task.expiresAt - Date.parse(task.createdAt)) / 1000);
-            const message = `no container took the request within ${secs} s (task_policy.expires)`;
-            finish({ status: "EXPIRED", error: taskError("TaskExpired", message), reason: "expired" });
-            this.answerError(answer, new BerthError("task_expired", message), task.id);
-          } else {
-            this.endAborted(run, finish, answer);
+        let slot = this.slots.take(stub, want);
+        const early = slot !== undefined && !run.recorded;
+        if (!slot) {
+          this.record(run);
+          try {
+            slot = await this.slots.acquire(stub, want);
+          } catch (e) {
+            if (e instanceof SlotWaitEnded && e.why === "expired") {
+              const secs =
+                task.expiresAt === null
+                  ? 0
+                  : Math.round((task.expiresAt - Date.parse(task.createdAt)) / 1000);
+              const message = `no container took the request within ${secs} s (task_policy.expires)`;
+              finish({ status: "EXPIRED", error: taskError("TaskExpired", message), reason: "expired" });
+              this.answerError(answer, new BerthError("task_expired", message), task.id);
+            } else {
+              this.endAborted(run, finish, answer);
+            }
+            return;
           }
-          return;
         }
-        if (!direct.started(task.id, slot.containerId, slot.agentId)) {
-          this.slots.release(stub.id, slot);
+        const taken = slot;
+        if (!early && !direct.started(task.id, taken.containerId, taken.agentId)) {
+          this.slots.release(stub.id, taken);
           this.endAborted(run, finish, answer);
           return;
         }
@@ -271,9 +305,18 @@ export class EndpointDispatcher {
         if (!timer && timeout > 0) timer = setTimeout(() => this.abort(run, "timeout"), timeout * 1000);
         let result: TryResult;
         try {
-          result = await attempt(slot);
+          const trying = attempt(taken);
+          if (early) {
+            begin = () => {
+              this.record(run);
+              if (!direct.started(task.id, taken.containerId, taken.agentId)) this.abort(run, "ended");
+            };
+            beginLater = setImmediate(begun);
+          }
+          result = await trying;
         } finally {
-          this.slots.release(stub.id, slot);
+          begun();
+          this.slots.release(stub.id, taken);
         }
         if (result.kind === "done") return finish(result.outcome);
         if (result.kind === "aborted") return this.endAborted(run, finish, answer);
@@ -298,6 +341,7 @@ export class EndpointDispatcher {
         direct.retry(task.id, taskError("EndpointProxyError", maskedDetailMessage("bad_gateway", errorId)));
       }
     } finally {
+      begun();
       clearTimeout(timer);
       unwatch();
     }

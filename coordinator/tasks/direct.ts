@@ -34,6 +34,12 @@ export interface DirectTaskInfo {
   createdAt: string;
 }
 
+/** What a direct task carries besides its stub. */
+export interface DirectTaskOptions {
+  callbackUrl?: string | null;
+  tokenId?: string | null;
+}
+
 /** Whether requests to stubs of this type are direct tasks ("endpoint/deployment" → endpoint). */
 export const isDirectStubType = (type: string): boolean => HTTP_SERVED_TYPES.has(baseStubType(type));
 
@@ -51,22 +57,40 @@ export class DirectTasks {
    * (the container manager scales from it) until started or ended. Its row is
    * written later (see above); until then the live index answers for it.
    */
-  create(stub: StubRecord, o: { callbackUrl?: string | null; tokenId?: string | null } = {}): DirectTaskInfo {
+  create(stub: StubRecord, o: DirectTaskOptions = {}): DirectTaskInfo {
+    const info = this.prepare(stub);
+    this.record(stub, info, o);
+    return info;
+  }
+
+  /**
+   * A new request's task id and times, not yet recorded: a request that finds
+   * a free container goes out first and is recorded (record()) while the
+   * container works on it (coordinator/endpoints/dispatch.ts).
+   */
+  prepare(stub: StubRecord): DirectTaskInfo {
     const now = this.clock();
-    const row = {
+    return {
       id: newId("task"),
+      expiresAt: policyExpiresAt(stub.config, now),
+      createdAt: new Date(now).toISOString(),
+    };
+  }
+
+  /** Records the PENDING task prepare() made, as create() does. */
+  record(stub: StubRecord, info: DirectTaskInfo, o: DirectTaskOptions = {}): void {
+    const t = pendingTask({
+      id: info.id,
       workspaceId: stub.workspaceId,
       stubId: stub.id,
       headless: false,
       callbackUrl: o.callbackUrl || null,
-      expiresAt: policyExpiresAt(stub.config, now),
-      createdAt: new Date(now).toISOString(),
+      expiresAt: info.expiresAt,
+      createdAt: info.createdAt,
       tokenId: o.tokenId ?? null,
-    };
-    const t = pendingTask(row);
+    });
     this.own.add(t.id);
     this.engine.addUnwritten(t);
-    return { id: t.id, expiresAt: t.expiresAt, createdAt: t.createdAt };
   }
 
   /** Whether the task is a direct task this coordinator has open. */

@@ -2,7 +2,7 @@
 export type { ContainerCounts, StubDemand, StubWait, TaskActivity } from "./activity.ts";
 export { ZERO_COST_RATES, requestedResources, resolveCostRates } from "./cost.ts";
 export type { CostRates, CostRatesOptions } from "./cost.ts";
-export type { DirectOutcome, DirectTaskInfo, DirectTasks } from "./direct.ts";
+export type { DirectOutcome, DirectTaskInfo, DirectTaskOptions, DirectTasks } from "./direct.ts";
 export type { TaskListener, TaskStatusListener } from "./engine.ts";
 export { gatewayTaskRoutes } from "./gateway-routes.ts";
 export type { LiveTask } from "./live-index.ts";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createServer, type IncomingHttpHeaders, request } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { describe, test } from "node:test";
 import { waitFor } from "../../shared/net.ts";
 import type { TaskStatus } from "../../shared/tasks.ts";
@@ -163,6 +163,56 @@ describe("endpoint invocation (real task service, fake containers over local HTT
     await until(id, "CANCELLED");
     await waitFor(() => runner.aborted === 1, { what: "the container's request to be aborted" });
     assert.equal(e.endpoints.slots.inFlightOn("ctr-abandoned"), 0);
+  });
+
+  test("a request that finds a free container is sent before its task is recorded; one that waits is recorded first", async () => {
+    const d = await e.deploy("order", "endpoint");
+    const order: string[] = [];
+    const direct = e.h.tasks.direct;
+    const record = direct.record.bind(direct);
+    direct.record = (stub, info, o) => {
+      order.push(`recorded ${info.id}`);
+      record(stub, info, o);
+    };
+    try {
+      // Every write of a request to the container's connection, by the request's task id.
+      const agent = e.tunnels.httpAgent("agent-1", "ctr-order");
+      const dial = agent.createConnection.bind(agent);
+      agent.createConnection = (...args: Parameters<typeof dial>) => {
+        const s = dial(...args) as Socket;
+        const write = s.write.bind(s) as (...a: unknown[]) => boolean;
+        s.write = ((chunk: unknown, ...rest: unknown[]) => {
+          const id = /x-task-id: (task-\S+)\r\n/i.exec(String(chunk))?.[1];
+          if (id) order.push(`sent ${id}`);
+          return write(chunk, ...rest);
+        }) as typeof s.write;
+        return s;
+      };
+
+      // No container yet: the request waits, so it is recorded (and counted as demand) first.
+      const waiting = post("/endpoint/order", { n: 1 });
+      await waitFor(() => order.length === 1, { what: "the waiting request's task to be recorded" });
+      await e.addContainer(d.stub.id, "ctr-order");
+      const first = await waiting;
+      assert.equal(first.status, 200);
+      const firstId = first.headers.get("x-task-id") as string;
+      assert.deepEqual(order, [`recorded ${firstId}`, `sent ${firstId}`]);
+
+      // A free container: the request is on its way before its task is recorded.
+      order.length = 0;
+      const second = await post("/endpoint/order", { n: 2 });
+      assert.equal(second.status, 200);
+      const secondId = second.headers.get("x-task-id") as string;
+      assert.deepEqual(order, [`sent ${secondId}`, `recorded ${secondId}`]);
+      await until(secondId, "COMPLETE");
+      const t = await e.h.tasks.getTask(e.ws.id, secondId);
+      assert.equal(t.containerId, "ctr-order");
+      assert.ok(t.startedAt && t.endedAt);
+      const hist = (await e.h.tasks.history(e.ws.id, secondId)).map((x) => x.status);
+      assert.deepEqual(hist, ["RUNNING", "COMPLETE"]);
+    } finally {
+      direct.record = record;
+    }
   });
 
   test("callback_url in the body: the callback carries the response as data and the x-task-* headers", async (t) => {
