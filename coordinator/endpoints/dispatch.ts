@@ -4,7 +4,7 @@
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
-import { BerthError, isErrorCode } from "../../shared/errors.ts";
+import { BerthError, describeError, isErrorCode } from "../../shared/errors.ts";
 import type { TaskError } from "../../shared/tasks.ts";
 import { type ForwardResult, forward, readBody, upstreamHeaders } from "../containers/index.ts";
 import {
@@ -211,11 +211,22 @@ export class EndpointDispatcher {
     };
   }
 
-  /** Records the request's task (PENDING) unless it is already. */
-  private record(run: TaskRun): void {
-    if (run.recorded) return;
+  /**
+   * Records the request's task (PENDING) unless it is already; false when
+   * that failed (logged): the request is then refused, never left running
+   * without its task.
+   */
+  private record(run: TaskRun): boolean {
+    if (run.recorded) return true;
     run.recorded = true;
-    this.deps.tasks.direct.record(run.stub, run.task, run.options);
+    try {
+      this.deps.tasks.direct.record(run.stub, run.task, run.options);
+      return true;
+    } catch (e) {
+      this.deps.log.error({ err: describeError(e), taskId: run.task.id }, "cannot record a request's task");
+      run.endedWith = taskError("internal", "the request's task could not be recorded");
+      return false;
+    }
   }
 
   abort(run: TaskRun, why: AbortReason): void {
@@ -277,7 +288,15 @@ export class EndpointDispatcher {
         let slot = this.slots.take(stub, want);
         const early = slot !== undefined && !run.recorded;
         if (!slot) {
-          this.record(run);
+          if (!this.record(run)) {
+            this.slots.unreserve(stub);
+            this.answerError(
+              answer,
+              new BerthError("internal", "the request's task could not be recorded"),
+              task.id,
+            );
+            return;
+          }
           try {
             slot = await this.slots.acquire(stub, want);
           } catch (e) {
@@ -308,8 +327,8 @@ export class EndpointDispatcher {
           const trying = attempt(taken);
           if (early) {
             begin = () => {
-              this.record(run);
-              if (!direct.started(task.id, taken.containerId, taken.agentId)) this.abort(run, "ended");
+              if (!this.record(run) || !direct.started(task.id, taken.containerId, taken.agentId))
+                this.abort(run, "ended");
             };
             beginLater = setImmediate(begun);
           }

@@ -215,6 +215,36 @@ describe("endpoint invocation (real task service, fake containers over local HTT
     }
   });
 
+  test("a task that cannot be recorded: the caller gets 500, the slot and the queue place are given back", async () => {
+    const d = await e.deploy("unrecorded", "endpoint", { config: { max_pending_tasks: 1 } });
+    const direct = e.h.tasks.direct;
+    const record = direct.record.bind(direct);
+    let failures = 0;
+    direct.record = () => {
+      failures++;
+      throw new Error("the live index is broken");
+    };
+    try {
+      // Waiting (no container yet): refused before it waits; its max_pending_tasks place is free again.
+      const waiting = await post("/endpoint/unrecorded", { n: 1 });
+      assert.equal(waiting.status, 500);
+      assert.equal(((await waiting.json()) as { error: { code: string } }).error.code, "internal");
+      // A free container: the request went out first; it is cut off and the slot given back.
+      const runner = await e.addContainer(d.stub.id, "ctr-unrecorded");
+      const sent = await post("/endpoint/unrecorded", { op: "hang" });
+      assert.equal(sent.status, 500);
+      assert.equal(((await sent.json()) as { error: { code: string } }).error.code, "internal");
+      assert.equal(failures, 2);
+      // Cut off at once, the request may never have reached the runner's handler: none is left open there.
+      await waitFor(() => runner.inFlight === 0, { what: "no request open at the container" });
+      assert.equal(e.endpoints.slots.inFlightOn("ctr-unrecorded"), 0);
+    } finally {
+      direct.record = record;
+    }
+    const ok = await post("/endpoint/unrecorded", { n: 3 });
+    assert.equal(ok.status, 200);
+  });
+
   test("callback_url in the body: the callback carries the response as data and the x-task-* headers", async (t) => {
     const got: { headers: IncomingHttpHeaders; body: string }[] = [];
     const receiver = createServer((req, res) => {
