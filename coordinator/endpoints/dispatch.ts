@@ -50,6 +50,7 @@ export interface TaskRun {
 }
 
 const taskError = (type: string, message: string): TaskError => ({ type, message, traceback: "" });
+const UNRECORDED = "the request's task could not be recorded";
 
 export class EndpointDispatcher {
   readonly slots: EndpointSlots;
@@ -224,9 +225,16 @@ export class EndpointDispatcher {
       return true;
     } catch (e) {
       this.deps.log.error({ err: describeError(e), taskId: run.task.id }, "cannot record a request's task");
-      run.endedWith = taskError("internal", "the request's task could not be recorded");
+      run.endedWith = taskError("internal", UNRECORDED);
       return false;
     }
+  }
+
+  /** A request that went out before its task was recorded: recorded now and RUNNING on its slot, else aborted. */
+  private startSent(run: TaskRun, slot: Slot): void {
+    const started =
+      this.record(run) && this.deps.tasks.direct.started(run.task.id, slot.containerId, slot.agentId);
+    if (!started) this.abort(run, "ended");
   }
 
   abort(run: TaskRun, why: AbortReason): void {
@@ -258,18 +266,7 @@ export class EndpointDispatcher {
         this.abort(run, "ended");
       }
     });
-    // The recording and start of a request that went out first; run at the latest before its outcome.
-    let begin: (() => void) | undefined;
-    let beginLater: NodeJS.Immediate | undefined;
-    const begun = () => {
-      clearImmediate(beginLater);
-      const b = begin;
-      begin = undefined;
-      b?.();
-    };
     const finish = (o: DirectOutcome) => {
-      begun();
-      this.record(run);
       ending = true;
       direct.finished(task.id, o);
     };
@@ -290,11 +287,7 @@ export class EndpointDispatcher {
         if (!slot) {
           if (!this.record(run)) {
             this.slots.unreserve(stub);
-            this.answerError(
-              answer,
-              new BerthError("internal", "the request's task could not be recorded"),
-              task.id,
-            );
+            this.answerError(answer, new BerthError("internal", UNRECORDED), task.id);
             return;
           }
           try {
@@ -323,18 +316,21 @@ export class EndpointDispatcher {
         const timeout = stub.config.task_policy.timeout;
         if (!timer && timeout > 0) timer = setTimeout(() => this.abort(run, "timeout"), timeout * 1000);
         let result: TryResult;
+        let startLater: NodeJS.Immediate | undefined;
         try {
           const trying = attempt(taken);
-          if (early) {
-            begin = () => {
-              if (!this.record(run) || !direct.started(task.id, taken.containerId, taken.agentId))
-                this.abort(run, "ended");
-            };
-            beginLater = setImmediate(begun);
-          }
+          // Once the request is written (this turn's check phase), at the latest before its outcome.
+          if (early)
+            startLater = setImmediate(() => {
+              startLater = undefined;
+              this.startSent(run, taken);
+            });
           result = await trying;
         } finally {
-          begun();
+          if (startLater) {
+            clearImmediate(startLater);
+            this.startSent(run, taken);
+          }
           this.slots.release(stub.id, taken);
         }
         if (result.kind === "done") return finish(result.outcome);
@@ -360,7 +356,6 @@ export class EndpointDispatcher {
         direct.retry(task.id, taskError("EndpointProxyError", maskedDetailMessage("bad_gateway", errorId)));
       }
     } finally {
-      begun();
       clearTimeout(timer);
       unwatch();
     }

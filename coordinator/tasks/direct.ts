@@ -53,17 +53,6 @@ export class DirectTasks {
   ) {}
 
   /**
-   * Records a PENDING task for one request to `stub`; it counts in demand()
-   * (the container manager scales from it) until started or ended. Its row is
-   * written later (see above); until then the live index answers for it.
-   */
-  create(stub: StubRecord, o: DirectTaskOptions = {}): DirectTaskInfo {
-    const info = this.prepare(stub);
-    this.record(stub, info, o);
-    return info;
-  }
-
-  /**
    * A new request's task id and times, not yet recorded: a request that finds
    * a free container goes out first and is recorded (record()) while the
    * container works on it (coordinator/endpoints/dispatch.ts).
@@ -77,7 +66,11 @@ export class DirectTasks {
     };
   }
 
-  /** Records the PENDING task prepare() made, as create() does. */
+  /**
+   * Records the PENDING task prepare() made; it counts in demand() (the
+   * container manager scales from it) until started or ended. Its row is
+   * written later (see above); until then the live index answers for it.
+   */
   record(stub: StubRecord, info: DirectTaskInfo, o: DirectTaskOptions = {}): void {
     const t = pendingTask({
       id: info.id,

@@ -13,7 +13,7 @@ import { DirectOrphanCheck } from "../../coordinator/tasks/direct-orphans.ts";
 import { DirectOwners } from "../../coordinator/tasks/direct-owners.ts";
 import { TaskEngine } from "../../coordinator/tasks/engine.ts";
 import { waitFor } from "../../shared/net.ts";
-import { startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
+import { recordDirectTask, startTaskHarness, stubConfig, stubExtra, type TaskHarness } from "./harness.ts";
 
 const cleanups: (() => unknown)[] = [];
 after(async () => {
@@ -40,7 +40,7 @@ async function servingCoordinator(h: TaskHarness, name: string) {
     config: stubConfig(),
     extra: stubExtra(),
   });
-  const { id } = serving.direct.create(stub);
+  const { id } = recordDirectTask(serving.direct, stub);
   assert.equal(serving.direct.started(id, "ctr-1", "agent-1"), true);
   await waitFor(async () => (await h.store.tasks.get(id))?.status === "RUNNING", {
     timeoutMs: 5000,

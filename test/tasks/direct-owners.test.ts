@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { waitFor } from "../../shared/net.ts";
-import { startTaskHarness, stubConfig, stubExtra } from "./harness.ts";
+import { recordDirectTask, startTaskHarness, stubConfig, stubExtra } from "./harness.ts";
 
 const cleanups: (() => unknown)[] = [];
 after(async () => {
@@ -24,7 +24,7 @@ test("a starting coordinator leaves a live coordinator's open direct task alone 
     config: stubConfig(),
     extra: stubExtra(),
   });
-  const { id } = await serving.direct.create(stub);
+  const { id } = recordDirectTask(serving.direct, stub);
   assert.equal(serving.direct.started(id, "ctr-1", "agent-1"), true);
   await waitFor(async () => (await h.store.tasks.get(id))?.status === "RUNNING", {
     timeoutMs: 5000,

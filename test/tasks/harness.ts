@@ -17,6 +17,8 @@ import { Objects } from "../../coordinator/objects/objects.ts";
 import type { Store } from "../../coordinator/records.ts";
 import type { Workspace } from "../../coordinator/store/workspaces.ts";
 import type { ContainerCounts } from "../../coordinator/tasks/activity.ts";
+import type { DirectTaskInfo, DirectTaskOptions, DirectTasks } from "../../coordinator/tasks/direct.ts";
+import type { StubRecord } from "../../coordinator/tasks/stub-store.ts";
 import type { AgentStates } from "../../coordinator/tasks/lost-agents.ts";
 import { TaskService, type TaskServiceDeps } from "../../coordinator/tasks/service.ts";
 import {
@@ -57,6 +59,17 @@ export interface TaskHarness {
   output(taskId: string, stream: "stdout" | "stderr", data: string): void;
   /** Another task service on the same store and NATS (another coordinator), with `more` of its deps. */
   newService(more?: Partial<TaskServiceDeps>): TaskService;
+}
+
+/** A direct task of `stub`, recorded at once (as the dispatcher records a request that must wait). */
+export function recordDirectTask(
+  direct: Pick<DirectTasks, "prepare" | "record">,
+  stub: StubRecord,
+  o: DirectTaskOptions = {},
+): DirectTaskInfo {
+  const info = direct.prepare(stub);
+  direct.record(stub, info, o);
+  return info;
 }
 
 export async function startTaskHarness(

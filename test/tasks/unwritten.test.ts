@@ -9,6 +9,7 @@ import { Store } from "../../coordinator/records.ts";
 import type { StubRecord } from "../../coordinator/tasks/stub-store.ts";
 import type { TaskHistoryEntry, TaskPatch, TaskRecord } from "../../coordinator/tasks/store.ts";
 import { DirectTasks } from "../../coordinator/tasks/direct.ts";
+import { recordDirectTask } from "./harness.ts";
 import { TaskEngine } from "../../coordinator/tasks/engine.ts";
 import type { LiveTask } from "../../coordinator/tasks/live-index.ts";
 import { waitFor } from "../../shared/net.ts";
@@ -74,7 +75,7 @@ for (const engine of STORE_ENGINES) {
 
     test("a short task: nothing written while open; one write with its row and ordered history when it ends", async () => {
       const { eng, direct } = setup(60_000);
-      const info = await direct.create(stub, { callbackUrl: "http://127.0.0.1:9/hook" });
+      const info = recordDirectTask(direct, stub, { callbackUrl: "http://127.0.0.1:9/hook" });
       assert.equal(direct.started(info.id, "ctr-1", "agent-1"), true);
       await eng.writer.committed();
       assert.equal(await store.tasks.get(info.id), undefined, "no row while the task is open");
@@ -117,7 +118,7 @@ for (const engine of STORE_ENGINES) {
 
     test("a retried task that never reached a container: RUNNING, RETRY, RUNNING, FAILED in one write", async () => {
       const { eng, direct } = setup(60_000);
-      const { id } = await direct.create(stub);
+      const { id } = recordDirectTask(direct, stub);
       direct.started(id, "ctr-a", "agent-1");
       direct.retry(id, { type: "EndpointProxyError", message: "refused", traceback: "" });
       direct.started(id, "ctr-b", "agent-1");
@@ -142,7 +143,7 @@ for (const engine of STORE_ENGINES) {
 
     test("a long task is written once it has been open for the fold time, then updated when it ends", async () => {
       const { eng, direct } = setup(30);
-      const { id } = await direct.create(stub);
+      const { id } = recordDirectTask(direct, stub);
       direct.started(id, "ctr-1", "agent-1");
       await waitFor(async () => (await store.tasks.get(id))?.status === "RUNNING", {
         what: "the open task's row",
@@ -164,7 +165,7 @@ for (const engine of STORE_ENGINES) {
 
     test("a task still waiting is written PENDING, with no history, and ends EXPIRED by an update", async () => {
       const { eng, direct } = setup(20);
-      const { id } = await direct.create(stub);
+      const { id } = recordDirectTask(direct, stub);
       await waitFor(async () => (await store.tasks.get(id))?.status === "PENDING", {
         what: "the PENDING row",
       });
@@ -182,7 +183,7 @@ for (const engine of STORE_ENGINES) {
     test("many short tasks ending together share one batch; stopping writes the ones still open", async () => {
       const { eng, direct } = setup(60_000);
       const ids: string[] = [];
-      for (let i = 0; i < 150; i++) ids.push((await direct.create(stub)).id);
+      for (let i = 0; i < 150; i++) ids.push(recordDirectTask(direct, stub).id);
       for (const [i, id] of ids.entries()) direct.started(id, `ctr-${i % 3}`, "agent-1");
       const before = writes.length;
       for (const id of ids.slice(0, 140)) direct.finished(id, { status: "COMPLETE", resultJson: `"${id}"` });
