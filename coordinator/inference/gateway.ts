@@ -1,4 +1,4 @@
-// The /v1 gateway's request path (docs/inference.md): caller, body, limits,
+// The /v1 gateway's request path (docs/inference.md): caller, limits, body,
 // the model's deployment, then the endpoints' request buffer (admission
 // against max_pending_tasks, a task per request, waiting for a container
 // slot while a scaled-to-zero deployment starts, expiry) and one exchange
@@ -144,6 +144,14 @@ export class InferenceGateway {
     let outcome: { status: number; code: string | null } | undefined;
     try {
       caller = await source.caller();
+      const ws = caller.workspaceId;
+      // What needs only the caller runs first: an HTTP client's body is usually still on its way.
+      // A request admitted earlier runs (and streams) to its end.
+      await this.d.tokenBudget?.check(ws).catch((e: unknown) => {
+        throw budgetRefusal(e, this.clock());
+      });
+      this.d.limiter.admit(ws, await this.d.limits(ws));
+      admitted = true;
       const asked = await source.request();
       let body = asked.body;
       let stripUsageChunk = false;
@@ -165,7 +173,6 @@ export class InferenceGateway {
           }
         }
       }
-      const ws = caller.workspaceId;
       const entry = await this.d.models.find(ws, model);
       if (!entry)
         throw new BerthError(
@@ -173,12 +180,6 @@ export class InferenceGateway {
           `no model '${model}' in this workspace or the public catalog; GET /v1/models lists them`,
         );
       caller.mayCall?.(entry.deployment);
-      // Before the model is reached; a request admitted earlier runs (and streams) to its end.
-      await this.d.tokenBudget?.check(ws).catch((e: unknown) => {
-        throw budgetRefusal(e, this.clock());
-      });
-      this.d.limiter.admit(ws, await this.d.limits(ws));
-      admitted = true;
       const { deployment, stub } = await this.d.endpoints.deps.deployments.resolveById(entry.deployment.id);
       deploymentId = deployment.id;
       this.d.endpoints.deps.deployments.noteRequest(deployment.id);

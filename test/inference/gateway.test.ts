@@ -6,7 +6,7 @@
 // cheaply: what the server was sent, which container took a session, expiry.
 
 import assert from "node:assert/strict";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
 import Fastify from "fastify";
@@ -178,6 +178,30 @@ describe("the /v1 gateway", () => {
       headers: { "content-type": "application/json", ...headers },
       body: typeof body === "string" ? body : JSON.stringify(body),
       ...(signal ? { signal } : {}),
+    });
+  /** A chat request whose headers are sent and whose body never is: the answer it gets meanwhile. */
+  const refusedBeforeBody = () =>
+    new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = request(`${c.base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { ...bearer(c.e.token), "content-type": "application/json", "content-length": "1000" },
+      });
+      req.on("error", reject);
+      // Without an answer the request would wait for its body forever: a bound, not a timing.
+      const stuck = setTimeout(() => {
+        req.destroy();
+        reject(new Error("no answer while the body was still outstanding"));
+      }, 10_000);
+      req.on("response", (res) => {
+        clearTimeout(stuck);
+        let body = "";
+        res.on("data", (d: Buffer) => (body += d.toString()));
+        res.on("end", () => {
+          req.destroy();
+          resolve({ status: res.statusCode ?? 0, body });
+        });
+      });
+      req.flushHeaders();
     });
   const rows = async (): Promise<UsageRow[]> => c.e.h.store.inference.usage(c.e.ws.id, { limit: 1000 });
 
@@ -374,6 +398,10 @@ describe("the /v1 gateway", () => {
         /max_inference_requests/,
       );
       assert.equal(c.gateway.d.limiter.usage(c.e.ws.id).requests, 0, "a refused request holds nothing");
+      // The limits need only the caller: a body still on its way is not waited for.
+      const early = await refusedBeforeBody();
+      assert.equal(early.status, 429);
+      assert.match(early.body, /max_inference_requests/);
     } finally {
       await c.e.h.store.limits.set(c.e.ws.id, { maxTokensPerMinute: null, maxInferenceRequests: null });
     }
