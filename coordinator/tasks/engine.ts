@@ -125,7 +125,9 @@ export class TaskEngine {
   applyEvent(t: LiveTask, ev: TaskEvent, ack: () => void): boolean {
     const steps = stepsFor(t, ev, this.lostAttempts.get(t.id));
     if (steps.length === 0) {
-      ack();
+      // A delivery again (or a late event): acknowledged once what the task holds is written, so
+      // a first delivery whose write is still pending is never left with no delivery to replay it.
+      this.ackAfterWrite(t.id, ack);
       return false;
     }
     const atIso = new Date(ev.at).toISOString();
@@ -172,9 +174,14 @@ export class TaskEngine {
       prev = step.status;
     }
     if (!this.unwritten.has(t.id)) this.writer.patch(t.id, patch);
-    if (!this.unwritten.afterCommit(t.id, ack)) this.writer.afterCommit(ack);
+    this.ackAfterWrite(t.id, ack);
     this.announce(t);
     return true;
+  }
+
+  /** Runs `ack` once the task's row, as this coordinator holds it now, is committed. */
+  private ackAfterWrite(taskId: string, ack: () => void): void {
+    if (!this.unwritten.afterCommit(taskId, ack)) this.writer.afterCommit(ack);
   }
 
   /**
