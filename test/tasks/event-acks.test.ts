@@ -16,7 +16,7 @@ import type { StubRecord } from "../../coordinator/tasks/stub-store.ts";
 import type { TaskFinishedEvent } from "../../shared/tasks.ts";
 import { waitFor } from "../../shared/net.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
-import { stubConfig, stubExtra } from "./fixtures.ts";
+import { storedStub } from "./fixtures.ts";
 
 const sqlite = STORE_ENGINES[0];
 
@@ -31,15 +31,7 @@ describe("task event acknowledgements", () => {
     assert.ok(sqlite);
     store = await Store.open(await sqlite.url(suite));
     const ws = await store.workspaces.create("event-acks");
-    stub = (
-      await store.stubs.upsert(ws.id, {
-        name: "f",
-        type: "function",
-        config: stubConfig(),
-        extra: stubExtra(),
-        objectId: null,
-      })
-    ).stub;
+    stub = await storedStub(store.stubs, ws.id);
     const apply = store.tasks.applyBatch.bind(store.tasks);
     store.tasks.applyBatch = async (patches, history, inserts: TaskRecord[] = []) => {
       if (down) throw new Error("the store is down");

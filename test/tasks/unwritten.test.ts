@@ -14,7 +14,7 @@ import { TaskEngine } from "../../coordinator/tasks/engine.ts";
 import type { LiveTask } from "../../coordinator/tasks/live-index.ts";
 import { waitFor } from "../../shared/net.ts";
 import { STORE_ENGINES } from "../helpers/engines.ts";
-import { stubConfig, stubExtra } from "./fixtures.ts";
+import { storedStub } from "./fixtures.ts";
 
 interface Write {
   inserts: string[];
@@ -35,15 +35,7 @@ for (const engine of STORE_ENGINES) {
     before(async () => {
       store = await Store.open(await engine.url(suite));
       const ws = await store.workspaces.create(`unwritten-${engine.name}`);
-      stub = (
-        await store.stubs.upsert(ws.id, {
-          name: "e/v1",
-          type: "endpoint/deployment",
-          config: stubConfig(),
-          extra: stubExtra(),
-          objectId: null,
-        })
-      ).stub;
+      stub = await storedStub(store.stubs, ws.id, { name: "e/v1", type: "endpoint/deployment" });
       // The spy: every batch the writer commits, by task.
       const apply = store.tasks.applyBatch.bind(store.tasks);
       store.tasks.applyBatch = async (patches, history, inserts: TaskRecord[] = []) => {
